@@ -1,0 +1,213 @@
+// CPU fused attention: FlashAttention-2 tiling with an online softmax. Memory is O(L): only per-thread tiles,
+// the saved log-sum-exp and (backward) one f32 row statistic per query live beside the inputs and outputs.
+#include <Eigen/Core>
+#include <cmath>
+
+#include "core/backend/cpu/cpu_common.h"
+#include "core/backend/cpu/cpu_kernels.h"
+
+namespace hr::cpu {
+
+namespace {
+
+constexpr int64_t kBlockQ = 64;  // query rows per tile
+constexpr int64_t kBlockK = 64;  // key rows per tile
+
+using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MapM = Eigen::Map<Mat, Eigen::Aligned64>;
+
+std::size_t fwd_slot_bytes(int64_t d) {
+  return WorkspaceCarver::bytes(kBlockQ * d) * 2 + WorkspaceCarver::bytes(kBlockK * d) * 2 +
+         WorkspaceCarver::bytes(kBlockQ * kBlockK) + WorkspaceCarver::bytes(kBlockQ) * 2;
+}
+std::size_t bwd_slot_bytes(int64_t d) {
+  return WorkspaceCarver::bytes(kBlockQ * d) * 3 + WorkspaceCarver::bytes(kBlockK * d) * 4 +
+         WorkspaceCarver::bytes(kBlockQ * kBlockK) * 2;
+}
+
+// Copies `rows` rows of head `head` starting at sequence position `start` into a dense f32 tile.
+template <typename T>
+void load_tile(const T* base, int64_t batch_off, int64_t start, int64_t rows, int64_t heads, int64_t head,
+               int64_t d, float* tile, float mul = 1.f) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* src = base + ((batch_off + start + r) * heads + head) * d;
+    for (int64_t c = 0; c < d; ++c) tile[r * d + c] = load(src, c) * mul;
+  }
+}
+
+template <typename T>
+void store_tile(T* base, int64_t batch_off, int64_t start, int64_t rows, int64_t heads, int64_t head, int64_t d,
+                const float* tile) {
+  for (int64_t r = 0; r < rows; ++r) {
+    T* dst = base + ((batch_off + start + r) * heads + head) * d;
+    for (int64_t c = 0; c < d; ++c) store(dst, c, tile[r * d + c]);
+  }
+}
+
+}  // namespace
+
+std::size_t attention_workspace_bytes(const AttentionDesc& a, bool backward) {
+  const std::size_t slots = std::size_t(num_threads());
+  if (!backward) return slots * fwd_slot_bytes(a.head_dim);
+  std::size_t bytes = slots * bwd_slot_bytes(a.head_dim);
+  bytes += WorkspaceCarver::bytes(std::size_t(a.batch * a.q_heads * a.q_len));  // delta = rowsum(dO * O)
+  if (a.dtype != DType::F32)
+    bytes += WorkspaceCarver::bytes(std::size_t(a.batch * a.q_len * a.q_heads * a.head_dim));  // f32 dQ
+  return bytes;
+}
+
+void attention_forward(const AttentionArgs& a) {
+  const AttentionDesc& s = a.desc;
+  const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, off = s.kv_len - s.q_len;
+  const int64_t qblocks = (s.q_len + kBlockQ - 1) / kBlockQ;
+  const bool causal = s.mask == Mask::Causal;
+  char* ws = static_cast<char*>(a.workspace.data_ptr());
+  float* lse = a.lse.data<float>();
+  dispatch_float(s.dtype, "attention", [&](auto tag) {
+    using T = decltype(tag);
+    const T* q = a.q.data<T>();
+    const T* k = a.k.data<T>();
+    const T* v = a.v.data<T>();
+    T* out = a.out.data<T>();
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t task = 0; task < s.batch * s.q_heads * qblocks; ++task) {
+      const int64_t b = task / (s.q_heads * qblocks), h = (task / qblocks) % s.q_heads, qb = task % qblocks;
+      const int64_t kvh = h / group, i0 = qb * kBlockQ, bq = std::min(kBlockQ, s.q_len - i0);
+      WorkspaceCarver wc(ws + std::size_t(omp_get_thread_num()) * fwd_slot_bytes(d));
+      float* Q = wc.floats(kBlockQ * d);
+      float* O = wc.floats(kBlockQ * d);
+      float* K = wc.floats(kBlockK * d);
+      float* V = wc.floats(kBlockK * d);
+      float* S = wc.floats(kBlockQ * kBlockK);
+      float* m = wc.floats(kBlockQ);
+      float* l = wc.floats(kBlockQ);
+      load_tile(q, b * s.q_len, i0, bq, s.q_heads, h, d, Q, a.scale);
+      std::fill(O, O + bq * d, 0.f);
+      std::fill(m, m + bq, -INFINITY);
+      std::fill(l, l + bq, 0.f);
+      const int64_t kend = causal ? std::min(s.kv_len, i0 + bq + off) : s.kv_len;
+      for (int64_t j0 = 0; j0 < kend; j0 += kBlockK) {
+        const int64_t bk = std::min(kBlockK, kend - j0);
+        load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
+        load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
+        MapM Sm(S, bq, bk);
+        Sm.noalias() = MapM(Q, bq, d) * MapM(K, bk, d).transpose();
+        for (int64_t r = 0; r < bq; ++r) {
+          float* sr = S + r * bk;
+          const int64_t last = causal ? std::min(bk, i0 + r + off - j0 + 1) : bk;  // keys [0, last) visible
+          float mx = m[r];
+          for (int64_t c = 0; c < last; ++c) mx = std::max(mx, sr[c]);
+          if (mx == -INFINITY) {
+            std::fill(sr, sr + bk, 0.f);
+            continue;
+          }
+          const float alpha = std::exp(m[r] - mx);
+          float sum = 0.f;
+          for (int64_t c = 0; c < last; ++c) sum += (sr[c] = std::exp(sr[c] - mx));
+          std::fill(sr + std::max<int64_t>(last, 0), sr + bk, 0.f);
+          l[r] = l[r] * alpha + sum;
+          m[r] = mx;
+          for (int64_t c = 0; c < d; ++c) O[r * d + c] *= alpha;
+        }
+        MapM(O, bq, d).noalias() += Sm * MapM(V, bk, d);
+      }
+      for (int64_t r = 0; r < bq; ++r) {
+        const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+        for (int64_t c = 0; c < d; ++c) O[r * d + c] *= inv;
+        lse[(b * s.q_heads + h) * s.q_len + i0 + r] = l[r] > 0.f ? m[r] + std::log(l[r]) : -INFINITY;
+      }
+      store_tile(out, b * s.q_len, i0, bq, s.q_heads, h, d, O);
+    }
+  });
+}
+
+void attention_backward(const AttentionArgs& a) {
+  const AttentionDesc& s = a.desc;
+  const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, off = s.kv_len - s.q_len;
+  const bool causal = s.mask == Mask::Causal;
+  const int64_t slots = num_threads();
+  char* ws = static_cast<char*>(a.workspace.data_ptr());
+  WorkspaceCarver shared(ws + std::size_t(slots) * bwd_slot_bytes(d));
+  float* delta = shared.floats(std::size_t(s.batch * s.q_heads * s.q_len));
+  const float* lse = a.lse.data<float>();
+  dispatch_float(s.dtype, "attention_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* q = a.q.data<T>();
+    const T* k = a.k.data<T>();
+    const T* v = a.v.data<T>();
+    const T* o = a.out.data<T>();
+    const T* dout = a.dout.data<T>();
+    const int64_t dq_n = s.batch * s.q_len * s.q_heads * d;
+    float* dq32 = std::is_same_v<T, float> ? reinterpret_cast<float*>(a.dq.data_ptr()) : shared.floats(std::size_t(dq_n));
+    std::fill(dq32, dq32 + dq_n, 0.f);
+    // delta[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c]
+#pragma omp parallel for schedule(static)
+    for (int64_t row = 0; row < s.batch * s.q_len * s.q_heads; ++row) {
+      const int64_t b = row / (s.q_len * s.q_heads), i = (row / s.q_heads) % s.q_len, h = row % s.q_heads;
+      double acc = 0.0;
+      for (int64_t c = 0; c < d; ++c) acc += double(load(dout, row * d + c)) * load(o, row * d + c);
+      delta[(b * s.q_heads + h) * s.q_len + i] = float(acc);
+    }
+#pragma omp parallel for schedule(dynamic)
+    for (int64_t unit = 0; unit < s.batch * s.kv_heads; ++unit) {
+      const int64_t b = unit / s.kv_heads, kvh = unit % s.kv_heads;
+      WorkspaceCarver wc(ws + std::size_t(omp_get_thread_num()) * bwd_slot_bytes(d));
+      float* Q = wc.floats(kBlockQ * d);
+      float* dO = wc.floats(kBlockQ * d);
+      float* dQt = wc.floats(kBlockQ * d);
+      float* K = wc.floats(kBlockK * d);
+      float* V = wc.floats(kBlockK * d);
+      float* dK = wc.floats(kBlockK * d);
+      float* dV = wc.floats(kBlockK * d);
+      float* P = wc.floats(kBlockQ * kBlockK);
+      float* dP = wc.floats(kBlockQ * kBlockK);
+      for (int64_t j0 = 0; j0 < s.kv_len; j0 += kBlockK) {
+        const int64_t bk = std::min(kBlockK, s.kv_len - j0);
+        load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
+        load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
+        std::fill(dK, dK + bk * d, 0.f);
+        std::fill(dV, dV + bk * d, 0.f);
+        // With the causal mask, query rows before j0 - off see none of these keys.
+        const int64_t ifirst = causal ? std::max<int64_t>(0, j0 - off) / kBlockQ * kBlockQ : 0;
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+          for (int64_t i0 = ifirst; i0 < s.q_len; i0 += kBlockQ) {
+            const int64_t bq = std::min(kBlockQ, s.q_len - i0);
+            load_tile(q, b * s.q_len, i0, bq, s.q_heads, h, d, Q);
+            load_tile(dout, b * s.q_len, i0, bq, s.q_heads, h, d, dO);
+            MapM Pm(P, bq, bk), dPm(dP, bq, bk);
+            Pm.noalias() = MapM(Q, bq, d) * MapM(K, bk, d).transpose();
+            const float* lrow = lse + (b * s.q_heads + h) * s.q_len + i0;
+            const float* drow = delta + (b * s.q_heads + h) * s.q_len + i0;
+            dPm.noalias() = MapM(dO, bq, d) * MapM(V, bk, d).transpose();
+            for (int64_t r = 0; r < bq; ++r) {
+              const int64_t last = causal ? std::clamp<int64_t>(i0 + r + off - j0 + 1, 0, bk) : bk;
+              float* pr = P + r * bk;
+              float* dpr = dP + r * bk;
+              for (int64_t c = 0; c < bk; ++c) {
+                const float p = c < last && lrow[r] != -INFINITY ? std::exp(pr[c] * a.scale - lrow[r]) : 0.f;
+                pr[c] = p;
+                dpr[c] = p * (dpr[c] - drow[r]) * a.scale;  // dS, with the softmax scale folded in
+              }
+            }
+            MapM(dV, bk, d).noalias() += Pm.transpose() * MapM(dO, bq, d);
+            MapM(dK, bk, d).noalias() += dPm.transpose() * MapM(Q, bq, d);
+            MapM(dQt, bq, d).noalias() = dPm * MapM(K, bk, d);
+            for (int64_t r = 0; r < bq; ++r) {
+              float* dst = dq32 + ((b * s.q_len + i0 + r) * s.q_heads + h) * d;
+              for (int64_t c = 0; c < d; ++c) dst[c] += dQt[r * d + c];
+            }
+          }
+        }
+        store_tile(a.dk.data<T>(), b * s.kv_len, j0, bk, s.kv_heads, kvh, d, dK);
+        store_tile(a.dv.data<T>(), b * s.kv_len, j0, bk, s.kv_heads, kvh, d, dV);
+      }
+    }
+    if constexpr (!std::is_same_v<T, float>) {
+      T* dq = a.dq.data<T>();
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < dq_n; ++i) store(dq, i, dq32[i]);
+    }
+  });
+}
+
+}  // namespace hr::cpu

@@ -1,0 +1,56 @@
+// The CPU backend's kernel table.
+#include "core/backend/cpu/cpu_kernels.h"
+
+#include "core/backend/cpu/cpu_common.h"
+#include "core/backend/kernels.h"
+
+namespace hr::cpu {
+
+std::vector<float> to_float_vector(const Tensor& t) {
+  std::vector<float> v(std::size_t(t.numel()));
+  Tensor dst = Tensor::wrap(v.data(), t.shape(), DType::F32, core::Device::host(), nullptr);
+  copy(dst, t);
+  return v;
+}
+
+}  // namespace hr::cpu
+
+namespace hr::core {
+
+const Kernels& cpu_kernels() {
+  static const Kernels k = [] {
+    Kernels t;
+    t.backend = "CPU";
+    t.gemm_workspace_bytes = cpu::gemm_workspace_bytes;
+    t.attention_workspace_bytes = cpu::attention_workspace_bytes;
+    t.norm_workspace_bytes = cpu::norm_workspace_bytes;
+    t.fill = cpu::fill;
+    t.copy = cpu::copy;
+    t.gemm = cpu::gemm;
+    t.axpby = cpu::axpby;
+    t.mul = cpu::mul;
+    t.unary_forward = cpu::unary_forward;
+    t.unary_backward = cpu::unary_backward;
+    t.swiglu_forward = cpu::swiglu_forward;
+    t.swiglu_backward = cpu::swiglu_backward;
+    t.norm_forward = cpu::norm_forward;
+    t.norm_backward = cpu::norm_backward;
+    t.softmax_forward = cpu::softmax_forward;
+    t.softmax_backward = cpu::softmax_backward;
+    t.rope = cpu::rope;
+    t.embedding_forward = cpu::embedding_forward;
+    t.embedding_backward = cpu::embedding_backward;
+    t.patchify = cpu::patchify;
+    t.attention_forward = cpu::attention_forward;
+    t.attention_backward = cpu::attention_backward;
+    t.cross_entropy_forward = cpu::cross_entropy_forward;
+    t.cross_entropy_backward = cpu::cross_entropy_backward;
+    t.sum_leading = cpu::sum_leading;
+    t.reduce_all = cpu::reduce_all;
+    t.broadcast_scalar = cpu::broadcast_scalar;
+    return t;
+  }();
+  return k;
+}
+
+}  // namespace hr::core

@@ -1,0 +1,43 @@
+// Declarations of the CPU kernels (one file each family); cpu_kernels.cpp puts them in the table.
+#pragma once
+
+#include "core/ops/params.h"
+
+namespace hr::cpu {
+
+using namespace hr::core;  // kernels speak the core vocabulary
+
+std::size_t gemm_workspace_bytes(const GemmDesc& d);
+std::size_t attention_workspace_bytes(const AttentionDesc& d, bool backward);
+std::size_t norm_workspace_bytes(int64_t rows, int64_t cols);
+
+void fill(const Tensor& out, float value);
+void copy(const Tensor& dst, const Tensor& src);
+void gemm(const GemmArgs& a);
+
+void axpby(const Tensor& out, float alpha, const Tensor& x, float beta, const Tensor& y);
+void mul(const Tensor& out, const Tensor& a, const Tensor& b);
+void unary_forward(UnaryOp op, const Tensor& x, const Tensor& y);
+void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx);
+void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& y);
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& dgate, const Tensor& dup);
+
+void norm_forward(const NormArgs& a);
+void norm_backward(const NormArgs& a);
+void softmax_forward(const Tensor& x, const Tensor& y);
+void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
+void rope(const RopeArgs& a);
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out);
+void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable);
+void patchify(const Tensor& images, const Tensor& patches, int64_t patch, bool inverse);
+
+void attention_forward(const AttentionArgs& a);
+void attention_backward(const AttentionArgs& a);
+void cross_entropy_forward(const CrossEntropyArgs& a);
+void cross_entropy_backward(const CrossEntropyArgs& a);
+
+void sum_leading(const Tensor& x, const Tensor& out, bool accumulate);
+void reduce_all(ReduceOp op, const Tensor& x, const Tensor& out);
+void broadcast_scalar(const Tensor& out, const Tensor& scalar, float scale);
+
+}  // namespace hr::cpu

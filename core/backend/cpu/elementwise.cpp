@@ -1,0 +1,153 @@
+// CPU element-wise kernels: axpby, mul, activations and swiglu (f32 math on any float dtype).
+#include <cmath>
+
+#include "core/backend/cpu/cpu_common.h"
+#include "core/backend/cpu/cpu_kernels.h"
+
+namespace hr::cpu {
+
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 14;  // elements below which threads cost more than they give
+constexpr float kSqrt2Inv = 0.70710678118654752f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr float kGeluTanhCubic = 0.044715f;
+constexpr float kQuickGeluAlpha = 1.702f;
+
+inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+
+inline float unary_f(UnaryOp op, float x) {
+  switch (op) {
+    case UnaryOp::Gelu: return 0.5f * x * (1.f + std::erf(x * kSqrt2Inv));
+    case UnaryOp::GeluTanh: {
+      float u = kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x);
+      return 0.5f * x * (1.f + std::tanh(u));
+    }
+    case UnaryOp::QuickGelu: return x * sigmoid(kQuickGeluAlpha * x);
+    case UnaryOp::Silu: return x * sigmoid(x);
+  }
+  return 0.f;
+}
+
+inline float unary_df(UnaryOp op, float x) {
+  switch (op) {
+    case UnaryOp::Gelu: return 0.5f * (1.f + std::erf(x * kSqrt2Inv)) + x * kInvSqrt2Pi * std::exp(-0.5f * x * x);
+    case UnaryOp::GeluTanh: {
+      float u = kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x);
+      float t = std::tanh(u);
+      float du = kSqrt2OverPi * (1.f + 3.f * kGeluTanhCubic * x * x);
+      return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * du;
+    }
+    case UnaryOp::QuickGelu: {
+      float s = sigmoid(kQuickGeluAlpha * x);
+      return s + x * kQuickGeluAlpha * s * (1.f - s);
+    }
+    case UnaryOp::Silu: {
+      float s = sigmoid(x);
+      return s * (1.f + x * (1.f - s));
+    }
+  }
+  return 0.f;
+}
+
+}  // namespace
+
+void axpby(const Tensor& out, float alpha, const Tensor& x, float beta, const Tensor& y) {
+  HR_CHECK(out.dtype() == x.dtype() && x.dtype() == y.dtype(), "[axpby] dtypes differ: ", out.describe(), ", ",
+           x.describe(), ", ", y.describe());
+  dispatch_float(out.dtype(), "axpby", [&](auto tag) {
+    using T = decltype(tag);
+    T* o = out.data<T>();
+    const T* xp = x.data<T>();
+    const T* yp = y.data<T>();
+    const int64_t n = out.numel(), ny = std::max<int64_t>(y.numel(), 1);
+    if (beta == 0.f) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+      for (int64_t i = 0; i < n; ++i) store(o, i, alpha * load(xp, i));
+    } else if (ny == n) {
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+      for (int64_t i = 0; i < n; ++i) store(o, i, alpha * load(xp, i) + beta * load(yp, i));
+    } else {
+      const int64_t rows = n / ny;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < ny; ++j) store(o, r * ny + j, alpha * load(xp, r * ny + j) + beta * load(yp, j));
+    }
+  });
+}
+
+void mul(const Tensor& out, const Tensor& a, const Tensor& b) {
+  HR_CHECK(out.dtype() == a.dtype() && a.dtype() == b.dtype(), "[mul] dtypes differ: ", a.describe(), ", ",
+           b.describe());
+  dispatch_float(out.dtype(), "mul", [&](auto tag) {
+    using T = decltype(tag);
+    T* o = out.data<T>();
+    const T* ap = a.data<T>();
+    const T* bp = b.data<T>();
+    const int64_t n = out.numel(), nb = std::max<int64_t>(b.numel(), 1);
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) store(o, i, load(ap, i) * load(bp, i % nb));
+  });
+}
+
+void unary_forward(UnaryOp op, const Tensor& x, const Tensor& y) {
+  dispatch_float(x.dtype(), "unary", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) store(yp, i, unary_f(op, load(xp, i)));
+  });
+}
+
+void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  dispatch_float(x.dtype(), "unary_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    const T* dyp = dy.data<T>();
+    T* dxp = dx.data<T>();
+    const int64_t n = x.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) store(dxp, i, load(dyp, i) * unary_df(op, load(xp, i)));
+  });
+}
+
+void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& y) {
+  dispatch_float(gate.dtype(), "swiglu", [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = gate.data<T>();
+    const T* u = up.data<T>();
+    T* yp = y.data<T>();
+    const int64_t n = gate.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) store(yp, i, unary_f(UnaryOp::Silu, load(g, i)) * load(u, i));
+  });
+}
+
+void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& dgate, const Tensor& dup) {
+  dispatch_float(gate.dtype(), "swiglu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = gate.data<T>();
+    const T* u = up.data<T>();
+    const T* d = dy.data<T>();
+    T* dg = dgate.data<T>();
+    T* du = dup.data<T>();
+    const int64_t n = gate.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i) {
+      float gv = load(g, i), dv = load(d, i);
+      store(du, i, dv * unary_f(UnaryOp::Silu, gv));
+      store(dg, i, dv * load(u, i) * unary_df(UnaryOp::Silu, gv));
+    }
+  });
+}
+
+void broadcast_scalar(const Tensor& out, const Tensor& scalar, float scale) {
+  float v = 0.f;
+  copy(Tensor::wrap(&v, {}, DType::F32, core::Device::host(), nullptr), scalar.view({}));
+  fill(out, v * scale);
+}
+
+}  // namespace hr::cpu

@@ -1,0 +1,79 @@
+// CPU softmax over the last dim and rotary position embedding.
+#include <cmath>
+
+#include "core/backend/cpu/cpu_common.h"
+#include "core/backend/cpu/cpu_kernels.h"
+
+namespace hr::cpu {
+
+void softmax_forward(const Tensor& x, const Tensor& y) {
+  const int64_t cols = x.dim() ? x.size(-1) : 1, rows = cols ? x.numel() / cols : 0;
+  dispatch_float(x.dtype(), "softmax", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = xp + r * cols;
+      T* yr = yp + r * cols;
+      float mx = -INFINITY;
+      for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, load(xr, c));
+      double s = 0.0;
+      for (int64_t c = 0; c < cols; ++c) s += std::exp(load(xr, c) - mx);
+      const float inv = float(1.0 / s);
+      for (int64_t c = 0; c < cols; ++c) store(yr, c, std::exp(load(xr, c) - mx) * inv);
+    }
+  });
+}
+
+void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  const int64_t cols = y.dim() ? y.size(-1) : 1, rows = cols ? y.numel() / cols : 0;
+  dispatch_float(y.dtype(), "softmax_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* yp = y.data<T>();
+    const T* dyp = dy.data<T>();
+    T* dxp = dx.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t o = r * cols;
+      double dot = 0.0;
+      for (int64_t c = 0; c < cols; ++c) dot += double(load(yp, o + c)) * load(dyp, o + c);
+      const float d = float(dot);
+      for (int64_t c = 0; c < cols; ++c) store(dxp, o + c, load(yp, o + c) * (load(dyp, o + c) - d));
+    }
+  });
+}
+
+// out[..., i] = x[..., i] * cos - x[..., i + half] * sin, out[..., i + half] = x[..., i + half] * cos + x[..., i] * sin
+// with angle = position * theta^(-2i / head_dim); inverse uses -angle.
+void rope(const RopeArgs& a) {
+  const int64_t batch = a.x.size(0), seq = a.x.size(1), heads = a.x.size(2), hd = a.x.size(3), half = hd / 2;
+  std::vector<double> inv_freq(static_cast<std::size_t>(half));
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = std::pow(double(a.theta), -2.0 * double(i) / double(hd));
+  const float sign = a.inverse ? -1.f : 1.f;
+  dispatch_index(a.positions.dtype(), "rope", [&](auto itag) {
+    using I = decltype(itag);
+    const I* pos = a.positions.data<I>();
+    dispatch_float(a.x.dtype(), "rope", [&](auto tag) {
+      using T = decltype(tag);
+      const T* x = a.x.data<T>();
+      T* out = a.out.data<T>();
+#pragma omp parallel for schedule(static)
+      for (int64_t bs = 0; bs < batch * seq; ++bs) {
+        const double p = double(pos[bs]);
+        for (int64_t i = 0; i < half; ++i) {
+          const double ang = p * inv_freq[i];
+          const float c = float(std::cos(ang)), s = sign * float(std::sin(ang));
+          for (int64_t h = 0; h < heads; ++h) {
+            const int64_t o = (bs * heads + h) * hd;
+            const float x1 = load(x, o + i), x2 = load(x, o + i + half);
+            store(out, o + i, x1 * c - x2 * s);
+            store(out, o + i + half, x2 * c + x1 * s);
+          }
+        }
+      }
+    });
+  });
+}
+
+}  // namespace hr::cpu

@@ -1,0 +1,51 @@
+// Workspace sizes of the CUDA back-end, in plain C++ so every build (and the meta device) can plan a GPU run.
+// They describe what the CUDA kernels allocate; kernels that do not exist yet are sized as the design they
+// will follow (FlashAttention-2 backward, two-pass norm weight gradients).
+#include <algorithm>
+
+#include "core/backend/kernels.h"
+
+namespace hr::core {
+
+namespace {
+
+constexpr std::size_t kCublasWorkspace = std::size_t(4) << 20;  // per GEMM call, as cublasSetWorkspace is given
+constexpr int64_t kNormRowsPerPartial = 32;                     // rows summed per weight-gradient partial
+
+std::size_t align(std::size_t n) { return (n + 255) / 256 * 256; }
+
+std::size_t gemm_bytes(const GemmDesc& d) {
+  std::size_t bytes = kCublasWorkspace;
+  if (d.a_dtype != d.b_dtype) {  // cuBLAS wants one input type: widen the narrower operand
+    if (d.a_dtype != DType::F32) bytes += align(std::size_t((d.a_strides[0] ? d.batch : 1) * d.m * d.k) * 4);
+    if (d.b_dtype != DType::F32) bytes += align(std::size_t((d.b_strides[0] ? d.batch : 1) * d.k * d.n) * 4);
+  }
+  return bytes;
+}
+
+std::size_t attention_bytes(const AttentionDesc& a, bool backward) {
+  if (!backward) return 0;
+  return align(std::size_t(a.batch * a.q_heads * a.q_len) * 4) +                 // delta
+         align(std::size_t(a.batch * a.q_len * a.q_heads * a.head_dim) * 4);    // f32 dQ accumulator
+}
+
+std::size_t norm_bytes(int64_t rows, int64_t cols) {
+  const int64_t partials = std::max<int64_t>(1, (rows + kNormRowsPerPartial - 1) / kNormRowsPerPartial);
+  return 2 * align(std::size_t(partials * cols) * 4);
+}
+
+}  // namespace
+
+const Kernels& cuda_sizing_kernels() {
+  static const Kernels k = [] {
+    Kernels t;
+    t.backend = "CUDA";
+    t.gemm_workspace_bytes = gemm_bytes;
+    t.attention_workspace_bytes = attention_bytes;
+    t.norm_workspace_bytes = norm_bytes;
+    return t;
+  }();
+  return k;
+}
+
+}  // namespace hr::core

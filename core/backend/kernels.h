@@ -1,0 +1,67 @@
+// The kernel table: every kernel a backend may provide. An op asks its device's table; a null entry means
+// "not supported on this backend" and the op says so by name. Outputs and workspaces are allocated by the
+// op before the call, so kernels never allocate and the meta device needs no kernels at all.
+#pragma once
+
+#include "core/ops/params.h"
+
+namespace hr::core {
+
+struct Kernels {
+  const char* backend = "";
+  // Sizing
+  std::size_t (*gemm_workspace_bytes)(const GemmDesc&) = nullptr;
+  std::size_t (*attention_workspace_bytes)(const AttentionDesc&, bool backward) = nullptr;
+  std::size_t (*norm_workspace_bytes)(int64_t rows, int64_t cols) = nullptr;
+
+  // Memory
+  void (*fill)(const Tensor& out, float value) = nullptr;
+  void (*copy)(const Tensor& dst, const Tensor& src) = nullptr;  // any strides, casts between dtypes
+
+  // Linear algebra
+  void (*gemm)(const GemmArgs&) = nullptr;
+
+  // Element-wise
+  void (*axpby)(const Tensor& out, float alpha, const Tensor& x, float beta, const Tensor& y) = nullptr;
+  void (*mul)(const Tensor& out, const Tensor& a, const Tensor& b) = nullptr;  // b repeats over a's leading dims
+  void (*unary_forward)(UnaryOp op, const Tensor& x, const Tensor& y) = nullptr;
+  void (*unary_backward)(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) = nullptr;
+  void (*swiglu_forward)(const Tensor& gate, const Tensor& up, const Tensor& y) = nullptr;
+  void (*swiglu_backward)(const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& dgate,
+                          const Tensor& dup) = nullptr;
+
+  // Normalisation and softmax
+  void (*norm_forward)(const NormArgs&) = nullptr;
+  void (*norm_backward)(const NormArgs&) = nullptr;
+  void (*softmax_forward)(const Tensor& x, const Tensor& y) = nullptr;
+  void (*softmax_backward)(const Tensor& y, const Tensor& dy, const Tensor& dx) = nullptr;
+
+  // Position and lookup
+  void (*rope)(const RopeArgs&) = nullptr;
+  void (*embedding_forward)(const Tensor& ids, const Tensor& table, const Tensor& out) = nullptr;
+  void (*embedding_backward)(const Tensor& ids, const Tensor& dy, const Tensor& dtable) = nullptr;  // accumulates
+  void (*patchify)(const Tensor& images, const Tensor& patches, int64_t patch, bool inverse) = nullptr;
+
+  // Fused blocks
+  void (*attention_forward)(const AttentionArgs&) = nullptr;
+  void (*attention_backward)(const AttentionArgs&) = nullptr;
+  void (*cross_entropy_forward)(const CrossEntropyArgs&) = nullptr;
+  void (*cross_entropy_backward)(const CrossEntropyArgs&) = nullptr;
+
+  // Reductions
+  void (*sum_leading)(const Tensor& x, const Tensor& out, bool accumulate) = nullptr;  // sum over all but last dim
+  void (*reduce_all)(ReduceOp op, const Tensor& x, const Tensor& out_f32_scalar) = nullptr;
+  void (*broadcast_scalar)(const Tensor& out, const Tensor& scalar, float scale) = nullptr;
+};
+
+const Kernels& cpu_kernels();
+// Throws "[cuda] no CUDA back-end in this build" when built without CUDA.
+const Kernels& cuda_kernels();
+// The CUDA backend's workspace-size functions only: plain C++, in every build, so meta can mirror a GPU.
+const Kernels& cuda_sizing_kernels();
+// The table for `device`; meta has none (its ops only allocate).
+const Kernels* kernels_for(Device device);
+// Workspace sizes follow the backend a device runs, or for meta its target.
+const Kernels& sizing_kernels(Device device);
+
+}  // namespace hr::core

@@ -1,0 +1,15 @@
+// Stand-in for the CUDA back-end in builds without nvcc: every entry point says so by name.
+#include "core/backend/kernels.h"
+#include "core/memory/raw_allocator.h"
+
+namespace hr::core {
+
+const Kernels& cuda_kernels() {
+  throw Error("[cuda] no CUDA back-end in this build (configure found no nvcc; see the CUDA line of cmake's output)");
+}
+
+std::unique_ptr<RawAllocator> make_cuda_allocator(int device_index) {
+  throw Error(str("[cuda] cannot use cuda:", device_index, ": no CUDA back-end in this build"));
+}
+
+}  // namespace hr::core

@@ -1,0 +1,136 @@
+// One caching allocator over any raw allocator, with PyTorch's pools, rounding, split/merge and stats, per category.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/check.h"
+#include "core/memory/category.h"
+#include "core/memory/raw_allocator.h"
+
+namespace hr::core {
+
+constexpr std::size_t kMinBlockSize = 512;       // every request is rounded up to a multiple of this
+constexpr std::size_t kSmallSize = 1_MiB;        // requests up to this come from the small pool
+constexpr std::size_t kSmallBuffer = 2_MiB;      // small-pool segment size
+constexpr std::size_t kLargeBuffer = 20_MiB;     // segment size for requests between 1 and 10 MiB
+constexpr std::size_t kMinLargeAlloc = 10_MiB;   // at or above this a request gets its own segment
+constexpr std::size_t kRoundLarge = 2_MiB;       // ... rounded up to a multiple of this
+
+// One counter with PyTorch's four faces: current, peak, and cumulative allocated/freed.
+struct Stat {
+  int64_t current = 0;
+  int64_t peak = 0;
+  int64_t allocated = 0;
+  int64_t freed = 0;
+  void add(int64_t delta) {
+    current += delta;
+    if (delta > 0) allocated += delta; else freed -= delta;
+    if (current > peak) peak = current;
+  }
+  void reset_peak() { peak = current; }
+};
+
+struct MemoryStats {
+  Stat allocated_bytes;       // bytes in blocks handed out (rounded sizes)
+  Stat reserved_bytes;        // bytes in segments obtained from the raw allocator
+  Stat active_bytes;          // allocated blocks (no streams here, so equal to allocated)
+  Stat inactive_split_bytes;  // free blocks inside segments that are split: the fragmentation that costs
+  Stat requested_bytes;       // bytes callers asked for, before rounding
+  Stat allocation;            // count of allocated blocks
+  Stat segment;               // count of segments
+  Stat inactive_split;        // count of free split blocks
+  int64_t num_alloc_retries = 0;
+  int64_t num_ooms = 0;
+  std::array<Stat, kNumCategories> by_category;  // allocated bytes per category
+
+  const Stat& category(Category c) const { return by_category[std::size_t(c)]; }
+  // 1 - allocated / reserved (0 when nothing is reserved).
+  double fragmentation() const;
+};
+
+// One event in the allocation trace (for tests comparing meta and real devices, and timelines).
+struct TraceEvent {
+  enum class Kind : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree, OOM };
+  Kind kind;
+  std::size_t size;       // block or segment size (rounded)
+  std::size_t requested;  // caller's bytes (Alloc/Free/OOM)
+  Category category;
+  const std::string* owner;
+};
+
+class OutOfMemory : public Error {
+ public:
+  OutOfMemory(const std::string& what, std::size_t requested) : Error(what), requested_(requested) {}
+  std::size_t requested() const { return requested_; }
+
+ private:
+  std::size_t requested_;
+};
+
+class CachingAllocator {
+ public:
+  struct Block;
+
+  CachingAllocator(std::unique_ptr<RawAllocator> raw, std::string device_name);
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  // Tagged with the current MemoryScope. Zero bytes still returns a distinct block (of 512 B),
+  // as PyTorch does. Throws OutOfMemory after releasing the cache and retrying once.
+  Block* allocate(std::size_t bytes);
+  void free(Block* block);
+  static void* data(const Block* b);
+  static std::size_t block_size(const Block* b);
+
+  // Returns every whole free segment to the raw allocator.
+  void empty_cache();
+  void reset_peak_stats();
+  MemoryStats stats() const;
+  // Current and peak allocated bytes per owner name.
+  std::unordered_map<std::string, Stat> owner_stats() const;
+  std::size_t capacity() const { return raw_->capacity(); }
+  const std::string& device_name() const { return device_name_; }
+  RawAllocator& raw() { return *raw_; }
+
+  // A readable table: totals, per category, largest owners, fragmentation.
+  std::string memory_summary() const;
+
+  // Called for every event while set; pass {} to stop. Runs under the allocator's lock.
+  void set_trace(std::function<void(const TraceEvent&)> trace);
+
+ private:
+  struct Pool;
+  Block* malloc_locked(std::size_t bytes);
+  Block* find_free_block(Pool& pool, std::size_t size);
+  Block* alloc_segment(Pool& pool, std::size_t segment_size);
+  void release_cached_blocks_locked();
+  void release_pool(Pool& pool);
+  void free_locked(Block* block);
+  void account(Block* b, int sign);
+  std::string oom_message(std::size_t requested, std::size_t rounded, std::size_t segment) const;
+  const std::string* intern(const std::string& owner);
+
+  std::unique_ptr<RawAllocator> raw_;
+  std::string device_name_;
+  mutable std::mutex mutex_;
+  std::unique_ptr<Pool> small_, large_;
+  MemoryStats stats_;
+  std::unordered_map<std::string, std::unique_ptr<std::string>> owners_;
+  std::unordered_map<const std::string*, Stat> owner_bytes_;
+  std::function<void(const TraceEvent&)> trace_;
+};
+
+// Rounding and segment-size rules, exposed for tests and the planner's closed form.
+std::size_t round_size(std::size_t bytes);
+std::size_t segment_size_for(std::size_t rounded);
+
+}  // namespace hr::core

@@ -1,0 +1,103 @@
+// Chunked fused cross-entropy: per chunk a GEMM into an f32 logits workspace, then the loss kernel.
+#include "core/ops/cross_entropy.h"
+
+#include <algorithm>
+
+#include "core/ops/copy.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/linear.h"
+
+namespace hr::core {
+
+int64_t default_chunk_rows(int64_t tokens, int64_t vocab) {
+  int64_t rows = int64_t(kCrossEntropyChunkBytes / (sizeof(float) * std::size_t(std::max<int64_t>(vocab, 1))));
+  return std::max<int64_t>(1, std::min(rows, tokens));
+}
+
+namespace {
+
+struct Checked {
+  int64_t tokens, d, vocab, chunk;
+};
+
+Checked check(const char* op, const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+              const CrossEntropyOptions& o) {
+  check_float(op, "hidden", hidden);
+  HR_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1), "[", op, "] hidden ",
+           hidden.describe(), " does not match weight ", weight.describe());
+  HR_CHECK(labels.dtype() == DType::I32 || labels.dtype() == DType::I64, "[", op, "] labels must be i32 or i64; got ",
+           labels.describe());
+  check_shape(op, "labels", labels, {hidden.size(0)});
+  check_same_device(op, hidden, weight);
+  check_same_device(op, hidden, labels);
+  HR_CHECK(o.normalizer > 0.f, "[", op, "] normalizer must be positive; got ", o.normalizer);
+  Checked c{hidden.size(0), hidden.size(1), weight.size(0), o.chunk_rows};
+  if (c.chunk <= 0) c.chunk = default_chunk_rows(c.tokens, c.vocab);
+  return c;
+}
+
+Tensor logits_buffer(const Checked& c, Device device) {
+  MemoryScope scope(Category::Workspace);
+  return Tensor::empty({std::min(c.chunk, std::max<int64_t>(c.tokens, 1)), c.vocab}, DType::F32, device);
+}
+
+}  // namespace
+
+CrossEntropyOut cross_entropy_forward(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                                      const CrossEntropyOptions& o) {
+  const Checked c = check("cross_entropy", hidden, weight, labels, o);
+  const Device dev = hidden.device();
+  CrossEntropyOut out{Tensor::zeros({}, DType::F32, dev), Tensor::empty({c.tokens}, DType::F32, dev)};
+  Tensor logits = logits_buffer(c, dev);
+  Tensor wt = weight.view({1, c.vocab, c.d}).transpose(1, 2);
+  auto f = kernel("cross_entropy", dev, &Kernels::cross_entropy_forward);
+  for (int64_t r0 = 0; r0 < c.tokens; r0 += c.chunk) {
+    const int64_t rows = std::min(c.chunk, c.tokens - r0);
+    Tensor lg = logits.slice(0, 0, rows);
+    gemm(hidden.slice(0, r0, r0 + rows).view({1, rows, c.d}), wt, lg.view({1, rows, c.vocab}));
+    CrossEntropyArgs a{lg, labels.slice(0, r0, r0 + rows), out.lse.slice(0, r0, r0 + rows), out.loss, {},
+                       o.ignore_index, 1.f / o.normalizer};
+    if (f) f(a);
+  }
+  return out;
+}
+
+CrossEntropyGrads cross_entropy_backward(const Tensor& dloss, const Tensor& hidden, const Tensor& weight,
+                                         const Tensor& labels, const CrossEntropyOut& saved,
+                                         const CrossEntropyOptions& o, const CrossEntropyBackwardOptions& b) {
+  const Checked c = check("cross_entropy_backward", hidden, weight, labels, o);
+  HR_CHECK(dloss.numel() == 1 && dloss.dtype() == DType::F32, "[cross_entropy_backward] dloss must be an f32 scalar; got ",
+           dloss.describe());
+  check_shape("cross_entropy_backward", "lse", saved.lse, {c.tokens});
+  const Device dev = hidden.device();
+  CrossEntropyGrads g;
+  g.dhidden = Tensor::empty(hidden.shape(), hidden.dtype(), dev);
+  const bool into = b.dweight_into.defined();
+  if (b.weight_grads) {
+    g.dweight = into ? b.dweight_into : Tensor::empty(weight.shape(), weight.dtype(), dev);
+    check_shape("cross_entropy_backward", "dweight", g.dweight, weight.shape());
+  }
+  Tensor logits = logits_buffer(c, dev);
+  Tensor wt = weight.view({1, c.vocab, c.d}).transpose(1, 2);
+  auto f = kernel("cross_entropy_backward", dev, &Kernels::cross_entropy_backward);
+  bool first = !(into && b.accumulate == Accumulate::Yes);
+  for (int64_t r0 = 0; r0 < c.tokens; r0 += c.chunk) {
+    const int64_t rows = std::min(c.chunk, c.tokens - r0);
+    Tensor lg = logits.slice(0, 0, rows);
+    Tensor h = hidden.slice(0, r0, r0 + rows).view({1, rows, c.d});
+    gemm(h, wt, lg.view({1, rows, c.vocab}));
+    CrossEntropyArgs a{lg, labels.slice(0, r0, r0 + rows), saved.lse.slice(0, r0, r0 + rows), {}, dloss,
+                       o.ignore_index, 1.f / o.normalizer};
+    if (f) f(a);
+    Tensor dlg = lg.view({1, rows, c.vocab});
+    gemm(dlg, weight.view({1, c.vocab, c.d}), g.dhidden.slice(0, r0, r0 + rows).view({1, rows, c.d}));
+    if (b.weight_grads) {
+      gemm(dlg.transpose(1, 2), h, g.dweight.view({1, c.vocab, c.d}), 1.f, first ? 0.f : 1.f);
+      first = false;
+    }
+  }
+  if (b.weight_grads && c.tokens == 0 && first) fill_(g.dweight, 0.f);
+  return g;
+}
+
+}  // namespace hr::core

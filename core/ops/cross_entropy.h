@@ -1,0 +1,43 @@
+// Cross-entropy fused with the output projection, in row chunks: the (tokens, vocab) logits never exist whole.
+#pragma once
+
+#include "core/ops/params.h"
+
+namespace hr::core {
+
+// Default chunk: as many rows as fit kCrossEntropyChunkBytes of f32 logits (at least one row).
+constexpr std::size_t kCrossEntropyChunkBytes = std::size_t(32) << 20;
+int64_t default_chunk_rows(int64_t tokens, int64_t vocab);
+
+struct CrossEntropyOptions {
+  int64_t ignore_index = -100;
+  // loss = (sum of per-token losses over valid tokens) / normalizer. Usually the number of valid labels
+  // (the data pipeline knows it on the host); a micro-batch of an accumulation may pass the global count.
+  float normalizer = 1.f;
+  int64_t chunk_rows = 0;  // 0: default_chunk_rows
+};
+
+struct CrossEntropyOut {
+  Tensor loss;  // f32 scalar
+  Tensor lse;   // f32 (tokens), saved for backward
+};
+
+// hidden (tokens, d), weight (vocab, d), labels (tokens) i32/i64.
+CrossEntropyOut cross_entropy_forward(const Tensor& hidden, const Tensor& weight, const Tensor& labels,
+                                      const CrossEntropyOptions& options);
+
+struct CrossEntropyGrads {
+  Tensor dhidden, dweight;
+};
+// dloss: f32 scalar. weight_grads false for a frozen lm_head; dweight_into (+accumulate) to add into a grad.
+struct CrossEntropyBackwardOptions {
+  bool weight_grads = true;
+  Accumulate accumulate = Accumulate::No;
+  Tensor dweight_into;
+};
+CrossEntropyGrads cross_entropy_backward(const Tensor& dloss, const Tensor& hidden, const Tensor& weight,
+                                         const Tensor& labels, const CrossEntropyOut& saved,
+                                         const CrossEntropyOptions& options,
+                                         const CrossEntropyBackwardOptions& backward = {});
+
+}  // namespace hr::core

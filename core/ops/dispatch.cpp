@@ -1,0 +1,45 @@
+// Shared argument checks and workspace allocation for ops.
+#include "core/ops/dispatch.h"
+
+#include "core/memory/device_memory.h"
+
+namespace hr::core {
+
+Tensor allocate_workspace(std::size_t bytes, Device device) {
+  if (bytes == 0) return {};
+  MemoryScope scope(Category::Workspace);
+  return Tensor::empty({int64_t(bytes)}, DType::U8, device);
+}
+
+void check_same_device(const char* op, const Tensor& a, const Tensor& b) {
+  HR_CHECK(a.device() == b.device(), "[", op, "] inputs on different devices: ", a.describe(), " and ", b.describe());
+}
+
+void check_float(const char* op, const char* name, const Tensor& t) {
+  HR_CHECK(t.defined() && is_float(t.dtype()), "[", op, "] ", name, " must be f32, bf16 or f16; got ", t.describe());
+}
+
+void check_shape(const char* op, const char* name, const Tensor& t, const Shape& expected) {
+  HR_CHECK(t.defined() && t.shape() == expected, "[", op, "] ", name, " must have shape ", shape_str(expected), "; got ",
+           t.describe());
+}
+
+void check_defined(const char* op, const char* name, const Tensor& t) {
+  HR_CHECK(t.defined(), "[", op, "] ", name, " is undefined");
+}
+
+const Kernels* kernels_for(Device device) {
+  switch (device.type) {
+    case DeviceType::CPU:
+    case DeviceType::Host: return &cpu_kernels();
+    case DeviceType::CUDA: return &cuda_kernels();
+    case DeviceType::Meta: return nullptr;
+  }
+  return nullptr;
+}
+
+const Kernels& sizing_kernels(Device device) {
+  return workspace_backend(device) == Backend::CUDA ? cuda_sizing_kernels() : cpu_kernels();
+}
+
+}  // namespace hr::core

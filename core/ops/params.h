@@ -1,0 +1,73 @@
+// Parameter and argument structs shared by ops and kernels: each op's shape rule lives in its ops/ file,
+// the kernels see these fully-allocated argument packs.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace hr::core {
+
+enum class UnaryOp : uint8_t { Gelu, GeluTanh, QuickGelu, Silu };
+enum class ReduceOp : uint8_t { Sum, SumSquares };
+enum class NormKind : uint8_t { LayerNorm, RMSNorm };
+enum class Mask : uint8_t { None, Causal };
+enum class Accumulate : uint8_t { No, Yes };
+
+// C[b] = alpha * A[b] @ B[b] + beta * C[b]; A is (batch, m, k), B (batch, k, n), C (batch, m, n) contiguous.
+// A and B may be any strided 3-D views (a transpose is just strides); batch stride 0 broadcasts.
+struct GemmDesc {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  DType a_dtype = DType::F32, b_dtype = DType::F32, c_dtype = DType::F32;
+  int64_t a_strides[3] = {0, 0, 0}, b_strides[3] = {0, 0, 0};
+  float alpha = 1.f, beta = 0.f;
+};
+
+struct GemmArgs {
+  GemmDesc desc;
+  Tensor a, b, c, workspace;
+};
+
+// Layer norm: y = (x - mean) * rstd * weight + bias. RMS norm: y = x * rstd * weight.
+// x, y, dy, dx are (rows, cols); mean and rstd are f32 (rows) saved for backward.
+struct NormArgs {
+  NormKind kind = NormKind::LayerNorm;
+  float eps = 1e-5f;
+  Tensor x, weight, bias, y, mean, rstd;
+  Tensor dy, dx, dweight, dbias, workspace;
+  Accumulate accumulate = Accumulate::No;  // add into dweight/dbias instead of overwriting
+};
+
+// Rotary embedding in the rotate-half layout of LLaMA: x is (batch, seq, heads, head_dim), positions (batch, seq).
+struct RopeArgs {
+  Tensor x, positions, out;
+  float theta = 10000.f;
+  bool inverse = false;  // rotate by -angle: the backward pass
+};
+
+// q is (batch, q_len, q_heads, head_dim), k and v (batch, kv_len, kv_heads, head_dim), q_heads % kv_heads == 0.
+// lse is f32 (batch, q_heads, q_len). With Mask::Causal query i sees keys j <= i + kv_len - q_len.
+struct AttentionDesc {
+  int64_t batch = 0, q_len = 0, kv_len = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
+  DType dtype = DType::F32;
+  Mask mask = Mask::None;
+};
+
+struct AttentionArgs {
+  AttentionDesc desc;
+  float scale = 1.f;
+  Tensor q, k, v, out, lse;
+  Tensor dout, dq, dk, dv;
+  Tensor workspace;
+};
+
+// One chunk of the fused output-projection cross-entropy: logits (rows, vocab) f32 for `rows` tokens.
+// Forward writes lse (rows) and adds sum(-log p[label]) * inv_normalizer over valid rows into `loss` (f32 scalar).
+// Backward overwrites logits with d(loss)/d(logits) = (softmax - onehot) * dloss * inv_normalizer (0 on ignored rows).
+struct CrossEntropyArgs {
+  Tensor logits, labels, lse, loss, dloss;
+  int64_t ignore_index = -100;
+  float inv_normalizer = 1.f;
+};
+
+}  // namespace hr::core

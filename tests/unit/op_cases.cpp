@@ -1,0 +1,523 @@
+// Op cases: every op of the core library with a naive double-precision reference.
+#include "op_cases.h"
+
+#include <cmath>
+#include <random>
+
+#include "core/ops/attention.h"
+#include "core/ops/copy.h"
+#include "core/ops/cross_entropy.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/embedding.h"
+#include "core/ops/linear.h"
+#include "core/ops/norm.h"
+#include "core/ops/reduce.h"
+#include "core/ops/softmax.h"
+
+namespace hr::test {
+
+using namespace hr::core;
+
+namespace {
+
+int64_t numel(const Shape& s) { return shape_numel(s); }
+
+Input rnd(const Shape& shape, double lo = -1.0, double hi = 1.0, bool diff = true) {
+  static std::mt19937 rng(1234);
+  std::uniform_real_distribution<double> u(lo, hi);
+  Input in{shape, false, diff, {}};
+  for (int64_t i = 0; i < numel(shape); ++i) in.values.push_back(u(rng));
+  return in;
+}
+
+Input ints(const Shape& shape, std::vector<double> v) { return Input{shape, true, false, std::move(v)}; }
+
+std::vector<double> linear_ref(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>* b,
+                               int64_t rows, int64_t in, int64_t out) {
+  std::vector<double> y(std::size_t(rows * out));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = b ? (*b)[o] : 0.0;
+      for (int64_t i = 0; i < in; ++i) s += x[r * in + i] * w[o * in + i];
+      y[r * out + o] = s;
+    }
+  return y;
+}
+
+double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+std::vector<double> unary_ref(UnaryOp op, const std::vector<double>& x) {
+  std::vector<double> y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    double v = x[i];
+    switch (op) {
+      case UnaryOp::Gelu: y[i] = gelu_ref(v); break;
+      case UnaryOp::GeluTanh:
+        y[i] = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+        break;
+      case UnaryOp::QuickGelu: y[i] = v * sigmoid_ref(1.702 * v); break;
+      case UnaryOp::Silu: y[i] = v * sigmoid_ref(v); break;
+    }
+  }
+  return y;
+}
+
+std::vector<double> norm_ref(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>* b,
+                             int64_t cols, bool layer, double eps) {
+  std::vector<double> y(x.size());
+  for (std::size_t r = 0; r < x.size() / cols; ++r) {
+    const double* xr = &x[r * cols];
+    double m = 0.0, v = 0.0;
+    if (layer) {
+      for (int64_t c = 0; c < cols; ++c) m += xr[c];
+      m /= double(cols);
+    }
+    for (int64_t c = 0; c < cols; ++c) v += (xr[c] - m) * (xr[c] - m);
+    v /= double(cols);
+    for (int64_t c = 0; c < cols; ++c) y[r * cols + c] = (xr[c] - m) / std::sqrt(v + eps) * w[c] + (b ? (*b)[c] : 0.0);
+  }
+  return y;
+}
+
+// Naive attention with a full score matrix per (batch, head).
+std::vector<double> attention_ref(const Values& in, int64_t B, int64_t Lq, int64_t Lk, int64_t Hq, int64_t Hk, int64_t D,
+                                  bool causal) {
+  const auto &q = in[0], &k = in[1], &v = in[2];
+  const double scale = 1.0 / std::sqrt(double(D));
+  std::vector<double> out(std::size_t(B * Lq * Hq * D), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t kh = h / (Hq / Hk);
+      for (int64_t i = 0; i < Lq; ++i) {
+        std::vector<double> s(std::size_t(Lk), -INFINITY);
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < Lk; ++j) {
+          if (causal && j > i + Lk - Lq) continue;
+          double acc = 0.0;
+          for (int64_t d = 0; d < D; ++d) acc += q[((b * Lq + i) * Hq + h) * D + d] * k[((b * Lk + j) * Hk + kh) * D + d];
+          s[j] = acc * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double z = 0.0;
+        for (int64_t j = 0; j < Lk; ++j) z += s[j] == -INFINITY ? 0.0 : std::exp(s[j] - mx);
+        for (int64_t j = 0; j < Lk; ++j) {
+          if (s[j] == -INFINITY) continue;
+          const double p = std::exp(s[j] - mx) / z;
+          for (int64_t d = 0; d < D; ++d) out[((b * Lq + i) * Hq + h) * D + d] += p * v[((b * Lk + j) * Hk + kh) * D + d];
+        }
+      }
+    }
+  return out;
+}
+
+OpCase attention_case(const std::string& name, int64_t B, int64_t Lq, int64_t Lk, int64_t Hq, int64_t Hk, int64_t D,
+                      bool causal) {
+  const Mask mask = causal ? Mask::Causal : Mask::None;
+  const float scale = 1.f / std::sqrt(float(D));
+  OpCase c;
+  c.name = name;
+  c.inputs = {rnd({B, Lq, Hq, D}, -2, 2), rnd({B, Lk, Hk, D}, -2, 2), rnd({B, Lk, Hk, D})};
+  c.forward = [=](const std::vector<Tensor>& t) { return attention_forward(t[0], t[1], t[2], mask, scale).out; };
+  c.backward = [=](const std::vector<Tensor>& t, const Tensor& dy) {
+    AttentionOut saved = attention_forward(t[0], t[1], t[2], mask, scale);
+    AttentionGrads g = attention_backward(dy, t[0], t[1], t[2], saved, mask, scale);
+    return std::vector<Tensor>{g.dq, g.dk, g.dv};
+  };
+  c.reference = [=](const Values& v) { return attention_ref(v, B, Lq, Lk, Hq, Hk, D, causal); };
+  return c;
+}
+
+OpCase unary_case(UnaryOp op) {
+  OpCase c;
+  c.name = unary_name(op);
+  c.inputs = {rnd({5, 9}, -4, 4)};
+  c.forward = [=](const std::vector<Tensor>& t) { return unary_forward(op, t[0]); };
+  c.backward = [=](const std::vector<Tensor>& t, const Tensor& dy) {
+    return std::vector<Tensor>{unary_backward(op, t[0], dy)};
+  };
+  c.reference = [=](const Values& v) { return unary_ref(op, v[0]); };
+  return c;
+}
+
+}  // namespace
+
+std::vector<OpCase> op_cases() {
+  std::vector<OpCase> cases;
+
+  {  // linear with bias, 3-D input
+    OpCase c;
+    c.name = "linear";
+    c.inputs = {rnd({2, 3, 8}), rnd({5, 8}), rnd({5})};
+    c.forward = [](const std::vector<Tensor>& t) { return linear_forward(t[0], t[1], t[2]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      LinearGrads g = linear_backward(dy, t[0], t[1], true);
+      return std::vector<Tensor>{g.dx, g.dw, g.dbias};
+    };
+    c.reference = [](const Values& v) { return linear_ref(v[0], v[1], &v[2], 6, 8, 5); };
+    cases.push_back(c);
+  }
+  {  // linear without bias, gradient accumulated into an existing buffer
+    OpCase c;
+    c.name = "linear_accumulate";
+    c.inputs = {rnd({4, 8}), rnd({6, 8})};
+    c.forward = [](const std::vector<Tensor>& t) { return linear_forward(t[0], t[1], Tensor()); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      // Half the gradient twice into one buffer equals the gradient.
+      Tensor half = scale(dy, 0.5f);
+      Tensor dw = Tensor::zeros(t[1].shape(), t[1].dtype(), t[1].device());
+      LinearBackwardOptions o;
+      o.accumulate = Accumulate::Yes;
+      o.dw_into = dw;
+      LinearGrads g1 = linear_backward(half, t[0], t[1], false, o);
+      LinearGrads g2 = linear_backward(half, t[0], t[1], false, o);
+      return std::vector<Tensor>{add(g1.dx, g2.dx), dw};
+    };
+    c.reference = [](const Values& v) { return linear_ref(v[0], v[1], nullptr, 4, 8, 6); };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "matmul";
+    c.inputs = {rnd({2, 3, 4, 5}), rnd({2, 3, 5, 6})};
+    c.forward = [](const std::vector<Tensor>& t) { return matmul_forward(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      MatmulGrads g = matmul_backward(dy, t[0], t[1]);
+      return std::vector<Tensor>{g.da, g.db};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y(6 * 4 * 6, 0.0);
+      for (int b = 0; b < 6; ++b)
+        for (int i = 0; i < 4; ++i)
+          for (int j = 0; j < 6; ++j)
+            for (int k = 0; k < 5; ++k) y[(b * 4 + i) * 6 + j] += v[0][(b * 4 + i) * 5 + k] * v[1][(b * 5 + k) * 6 + j];
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {  // add with a broadcast bias row, via axpby
+    OpCase c;
+    c.name = "add_broadcast";
+    c.inputs = {rnd({4, 6}), rnd({6})};
+    c.forward = [](const std::vector<Tensor>& t) { return add(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      AddGrads g = axpby_backward(dy, 1.f, 1.f, t[1]);
+      return std::vector<Tensor>{g.da, g.db};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y(24);
+      for (int i = 0; i < 24; ++i) y[i] = v[0][i] + v[1][i % 6];
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "sub";
+    c.inputs = {rnd({3, 5}), rnd({3, 5})};
+    c.forward = [](const std::vector<Tensor>& t) { return sub(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      AddGrads g = axpby_backward(dy, 1.f, -1.f, t[1]);
+      return std::vector<Tensor>{g.da, g.db};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y(15);
+      for (int i = 0; i < 15; ++i) y[i] = v[0][i] - v[1][i];
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "mul_broadcast";
+    c.inputs = {rnd({4, 6}), rnd({6})};
+    c.forward = [](const std::vector<Tensor>& t) { return mul(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      MulGrads g = mul_backward(dy, t[0], t[1]);
+      return std::vector<Tensor>{g.da, g.db};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y(24);
+      for (int i = 0; i < 24; ++i) y[i] = v[0][i] * v[1][i % 6];
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "scale";
+    c.inputs = {rnd({5, 7})};
+    c.forward = [](const std::vector<Tensor>& t) { return scale(t[0], 0.37f); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{scale_backward(dy, 0.37f)};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y = v[0];
+      for (double& e : y) e *= double(0.37f);
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "layernorm";
+    c.inputs = {rnd({6, 16}, -2, 2), rnd({16}, 0.5, 1.5), rnd({16})};
+    c.forward = [](const std::vector<Tensor>& t) { return layernorm_forward(t[0], t[1], t[2], 1e-5f).y; };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      NormOut o = layernorm_forward(t[0], t[1], t[2], 1e-5f);
+      NormGrads g = layernorm_backward(dy, t[0], t[1], true, o.saved);
+      return std::vector<Tensor>{g.dx, g.dweight, g.dbias};
+    };
+    c.reference = [](const Values& v) { return norm_ref(v[0], v[1], &v[2], 16, true, 1e-5); };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "rmsnorm";
+    c.inputs = {rnd({6, 16}, -2, 2), rnd({16}, 0.5, 1.5)};
+    c.forward = [](const std::vector<Tensor>& t) { return rmsnorm_forward(t[0], t[1], 1e-6f).y; };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      NormOut o = rmsnorm_forward(t[0], t[1], 1e-6f);
+      NormGrads g = rmsnorm_backward(dy, t[0], t[1], o.saved);
+      return std::vector<Tensor>{g.dx, g.dweight};
+    };
+    c.reference = [](const Values& v) { return norm_ref(v[0], v[1], nullptr, 16, false, 1e-6); };
+    cases.push_back(c);
+  }
+  for (UnaryOp op : {UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::QuickGelu, UnaryOp::Silu}) cases.push_back(unary_case(op));
+  {
+    OpCase c;
+    c.name = "swiglu";
+    c.inputs = {rnd({4, 10}, -3, 3), rnd({4, 10})};
+    c.forward = [](const std::vector<Tensor>& t) { return swiglu_forward(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      SwigluGrads g = swiglu_backward(t[0], t[1], dy);
+      return std::vector<Tensor>{g.dgate, g.dup};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y(40);
+      for (int i = 0; i < 40; ++i) y[i] = v[0][i] * sigmoid_ref(v[0][i]) * v[1][i];
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "softmax";
+    c.inputs = {rnd({4, 12}, -3, 3)};
+    c.forward = [](const std::vector<Tensor>& t) { return softmax_forward(t[0]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{softmax_backward(softmax_forward(t[0]), dy)};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y(48);
+      for (int r = 0; r < 4; ++r) {
+        double mx = -INFINITY, z = 0;
+        for (int i = 0; i < 12; ++i) mx = std::max(mx, v[0][r * 12 + i]);
+        for (int i = 0; i < 12; ++i) z += std::exp(v[0][r * 12 + i] - mx);
+        for (int i = 0; i < 12; ++i) y[r * 12 + i] = std::exp(v[0][r * 12 + i] - mx) / z;
+      }
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {  // rotary embedding, positions differ per sample
+    OpCase c;
+    c.name = "rope";
+    c.inputs = {rnd({2, 5, 3, 8}), ints({2, 5}, {0, 1, 2, 3, 4, 7, 8, 9, 10, 11})};
+    c.forward = [](const std::vector<Tensor>& t) { return rope_forward(t[0], t[1], 10000.f); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{rope_backward(dy, t[1], 10000.f)};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y(v[0].size());
+      for (int bs = 0; bs < 10; ++bs)
+        for (int h = 0; h < 3; ++h)
+          for (int i = 0; i < 4; ++i) {
+            double ang = v[1][bs] * std::pow(10000.0, -2.0 * i / 8.0);
+            int o = (bs * 3 + h) * 8;
+            double x1 = v[0][o + i], x2 = v[0][o + i + 4];
+            y[o + i] = x1 * std::cos(ang) - x2 * std::sin(ang);
+            y[o + i + 4] = x2 * std::cos(ang) + x1 * std::sin(ang);
+          }
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {  // repeated ids accumulate in the table gradient
+    OpCase c;
+    c.name = "embedding";
+    c.inputs = {ints({2, 5}, {1, 3, 3, 0, 6, 2, 1, 1, 5, 4}), rnd({7, 6})};
+    c.forward = [](const std::vector<Tensor>& t) { return embedding_forward(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{embedding_backward(t[0], dy, t[1].shape(), t[1].dtype())};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y;
+      for (double id : v[0])
+        for (int d = 0; d < 6; ++d) y.push_back(v[1][int(id) * 6 + d]);
+      return y;
+    };
+    cases.push_back(c);
+  }
+  // Longer than one 64-row tile, so the online softmax crosses tiles.
+  cases.push_back(attention_case("attention_mha", 2, 70, 70, 2, 2, 8, false));
+  cases.push_back(attention_case("attention_causal_gqa", 1, 70, 70, 4, 2, 8, true));
+  cases.push_back(attention_case("attention_causal_kv_longer", 1, 5, 70, 2, 1, 8, true));
+  {  // fused cross-entropy in 3-row chunks with ignored labels
+    OpCase c;
+    c.name = "cross_entropy";
+    c.inputs = {rnd({10, 8}, -2, 2), rnd({13, 8}), ints({10}, {3, -100, 0, 12, 5, -100, 7, 7, 1, 11})};
+    CrossEntropyOptions o;
+    o.normalizer = 8.f;
+    o.chunk_rows = 3;
+    c.forward = [=](const std::vector<Tensor>& t) { return cross_entropy_forward(t[0], t[1], t[2], o).loss; };
+    c.backward = [=](const std::vector<Tensor>& t, const Tensor& dy) {
+      CrossEntropyOut saved = cross_entropy_forward(t[0], t[1], t[2], o);
+      CrossEntropyGrads g = cross_entropy_backward(dy, t[0], t[1], t[2], saved, o);
+      return std::vector<Tensor>{g.dhidden, g.dweight};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> logits = linear_ref(v[0], v[1], nullptr, 10, 8, 13);
+      double loss = 0.0;
+      for (int r = 0; r < 10; ++r) {
+        if (v[2][r] == -100) continue;
+        double mx = -INFINITY, z = 0.0;
+        for (int j = 0; j < 13; ++j) mx = std::max(mx, logits[r * 13 + j]);
+        for (int j = 0; j < 13; ++j) z += std::exp(logits[r * 13 + j] - mx);
+        loss += mx + std::log(z) - logits[r * 13 + int(v[2][r])];
+      }
+      return std::vector<double>{loss / 8.0};
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "patchify";
+    c.inputs = {rnd({2, 3, 8, 12})};
+    c.forward = [](const std::vector<Tensor>& t) { return patchify(t[0], 4); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{patchify_backward(dy, t[0].shape(), 4)};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y;
+      for (int n = 0; n < 2; ++n)
+        for (int gy = 0; gy < 2; ++gy)
+          for (int gx = 0; gx < 3; ++gx)
+            for (int ch = 0; ch < 3; ++ch)
+              for (int py = 0; py < 4; ++py)
+                for (int px = 0; px < 4; ++px) y.push_back(v[0][((n * 3 + ch) * 8 + gy * 4 + py) * 12 + gx * 4 + px]);
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "concat";
+    c.inputs = {rnd({2, 3, 4}), rnd({2, 5, 4})};
+    c.forward = [](const std::vector<Tensor>& t) { return concat({t[0], t[1]}, 1); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) { return concat_backward(dy, {3, 5}, 1); };
+    c.reference = [](const Values& v) {
+      std::vector<double> y;
+      for (int b = 0; b < 2; ++b) {
+        y.insert(y.end(), v[0].begin() + b * 12, v[0].begin() + (b + 1) * 12);
+        y.insert(y.end(), v[1].begin() + b * 20, v[1].begin() + (b + 1) * 20);
+      }
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "slice";
+    c.inputs = {rnd({4, 6, 5})};
+    c.forward = [](const std::vector<Tensor>& t) { return slice_copy(t[0], 1, 2, 5); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{slice_backward(dy, t[0].shape(), 1, 2)};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y;
+      for (int a = 0; a < 4; ++a)
+        for (int b = 2; b < 5; ++b)
+          for (int e = 0; e < 5; ++e) y.push_back(v[0][(a * 6 + b) * 5 + e]);
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {  // the middle piece of a split; its backward concatenates zero gradients for the other pieces
+    OpCase c;
+    c.name = "split";
+    c.inputs = {rnd({3, 9})};
+    c.forward = [](const std::vector<Tensor>& t) { return split(t[0], {2, 3, 4}, 1)[1]; };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      Tensor z0 = Tensor::zeros({3, 2}, dy.dtype(), dy.device()), z2 = Tensor::zeros({3, 4}, dy.dtype(), dy.device());
+      return std::vector<Tensor>{split_backward({z0, dy, z2}, 1)};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y;
+      for (int r = 0; r < 3; ++r)
+        for (int j = 2; j < 5; ++j) y.push_back(v[0][r * 9 + j]);
+      return y;
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "sum";
+    c.inputs = {rnd({5, 7})};
+    c.forward = [](const std::vector<Tensor>& t) { return sum(t[0]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) { return std::vector<Tensor>{sum_backward(dy, t[0])}; };
+    c.reference = [](const Values& v) {
+      double s = 0;
+      for (double e : v[0]) s += e;
+      return std::vector<double>{s};
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "mean";
+    c.inputs = {rnd({5, 7})};
+    c.forward = [](const std::vector<Tensor>& t) { return mean(t[0]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) { return std::vector<Tensor>{mean_backward(dy, t[0])}; };
+    c.reference = [](const Values& v) {
+      double s = 0;
+      for (double e : v[0]) s += e;
+      return std::vector<double>{s / 35.0};
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "global_norm";
+    c.inputs = {rnd({3, 4}), rnd({5})};
+    c.forward = [](const std::vector<Tensor>& t) { return global_norm({t[0], t[1]}); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return global_norm_backward(dy, {t[0], t[1]}, global_norm({t[0], t[1]}));
+    };
+    c.reference = [](const Values& v) {
+      double s = 0;
+      for (const auto& x : v)
+        for (double e : x) s += e * e;
+      return std::vector<double>{std::sqrt(s)};
+    };
+    cases.push_back(c);
+  }
+  {  // cast to the other float width and back in the backward
+    OpCase c;
+    c.name = "cast";
+    c.inputs = {rnd({4, 5})};
+    c.forward = [](const std::vector<Tensor>& t) {
+      return cast(t[0], t[0].dtype() == DType::F32 ? DType::F16 : DType::F32);
+    };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{cast_backward(dy, t[0].dtype())};
+    };
+    c.reference = [](const Values& v) { return v[0]; };
+    c.tol_f32 = 1e-3;  // the f32 run produces f16: its rounding is the error
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+}  // namespace hr::test

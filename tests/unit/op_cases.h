@@ -1,0 +1,40 @@
+// The op test table: one small struct per op case (inputs, forward, backward, double-precision reference).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace hr::test {
+
+using core::Shape;
+using core::Tensor;
+
+struct Input {
+  Shape shape;
+  bool index = false;        // i64 indices (ids, labels, positions) instead of floats
+  bool differentiable = true;
+  std::vector<double> values;
+};
+
+using Values = std::vector<std::vector<double>>;
+
+struct OpCase {
+  std::string name;
+  std::vector<Input> inputs;
+  // The output whose gradient is checked.
+  std::function<Tensor(const std::vector<Tensor>&)> forward;
+  // Gradients of sum(forward(inputs) * dy) for each differentiable input, in input order.
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&, const Tensor& dy)> backward;
+  // The same forward, naively, in double precision on the host.
+  std::function<std::vector<double>(const Values&)> reference;
+  double tol_f32 = 1e-4;      // max |error| / max |reference|
+  double tol_bf16_fwd = 2e-2;
+  double tol_bf16_bwd = 5e-2;
+};
+
+std::vector<OpCase> op_cases();
+
+}  // namespace hr::test
