@@ -1,0 +1,99 @@
+// CUDA fill and copy: cudaMemcpy for same-dtype contiguous data (any direction), a strided converting
+// kernel on the device otherwise.
+#include <cstring>
+
+#include "core/backend/cuda/cuda_common.h"
+#include "core/backend/cuda/cuda_kernels.h"
+#include "core/backend/cuda/device/dtype.cuh"
+
+namespace hr::cuda {
+
+namespace {
+
+constexpr int kMaxDims = 8;
+
+struct Layout {
+  int dims;
+  long long shape[kMaxDims];
+  long long strides[kMaxDims];
+};
+
+Layout layout_of(const Tensor& t) {
+  HR_CHECK(t.dim() <= kMaxDims, "[copy] at most ", kMaxDims, " dims on CUDA; got ", t.describe());
+  Layout l{t.dim(), {}, {}};
+  for (int i = 0; i < t.dim(); ++i) {
+    l.shape[i] = t.shape()[i];
+    l.strides[i] = t.strides()[i];
+  }
+  return l;
+}
+
+__device__ long long offset_of(const Layout& l, long long linear) {
+  long long off = 0;
+  for (int d = l.dims - 1; d >= 0; --d) {
+    off += (linear % l.shape[d]) * l.strides[d];
+    linear /= l.shape[d];
+  }
+  return off;
+}
+
+template <typename D, typename S>
+__global__ void copy_kernel(D* dst, Layout dl, const S* src, Layout sl, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  device::store(dst, offset_of(dl, i), device::load(src, offset_of(sl, i)));
+}
+
+template <typename T>
+__global__ void fill_kernel(T* out, Layout l, long long n, float v) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) device::store(out, offset_of(l, i), v);
+}
+
+template <typename T>
+__global__ void fill_int_kernel(T* out, Layout l, long long n, T v) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[offset_of(l, i)] = v;
+}
+
+bool on_gpu(const Tensor& t) { return t.device().type == core::DeviceType::CUDA; }
+
+}  // namespace
+
+void fill(const Tensor& out, float value) {
+  const long long n = out.numel();
+  Layout l = layout_of(out);
+  switch (out.dtype()) {
+    case DType::I32: fill_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<int32_t>(), l, n, int32_t(value)); break;
+    case DType::I64: fill_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<int64_t>(), l, n, int64_t(value)); break;
+    case DType::U8: fill_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<uint8_t>(), l, n, uint8_t(value)); break;
+    default:
+      dispatch_float(out.dtype(), "fill", [&](auto tag) {
+        using T = decltype(tag);
+        fill_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<T>(), l, n, value);
+      });
+  }
+  HR_CUDA_CHECK(cudaGetLastError());
+}
+
+void copy(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    HR_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault, stream()));
+    HR_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    return;
+  }
+  HR_CHECK(on_gpu(dst) && on_gpu(src), "[copy] a copy between host and CUDA needs contiguous tensors of one dtype; got ",
+           dst.describe(), " <- ", src.describe(), " (cast or make contiguous on one side first)");
+  const long long n = dst.numel();
+  Layout dl = layout_of(dst), sl = layout_of(src);
+  dispatch_float(dst.dtype(), "copy", [&](auto dtag) {
+    dispatch_float(src.dtype(), "copy", [&](auto stag) {
+      using D = decltype(dtag);
+      using S = decltype(stag);
+      copy_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(dst.data<D>(), dl, src.data<S>(), sl, n);
+    });
+  });
+  HR_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace hr::cuda

@@ -1,0 +1,25 @@
+// The CUDA back-end's kernel table: GEMM (cuBLAS), copies and element-wise kernels; the rest is not there yet.
+#include "core/backend/cuda/cuda_kernels.h"
+#include "core/backend/kernels.h"
+
+namespace hr::core {
+
+const Kernels& cuda_kernels() {
+  static const Kernels k = [] {
+    Kernels t = cuda_sizing_kernels();
+    t.fill = cuda::fill;
+    t.copy = cuda::copy;
+    t.gemm = cuda::gemm;
+    t.axpby = cuda::axpby;
+    t.mul = cuda::mul;
+    t.unary_forward = cuda::unary_forward;
+    t.unary_backward = cuda::unary_backward;
+    t.swiglu_forward = cuda::swiglu_forward;
+    t.swiglu_backward = cuda::swiglu_backward;
+    t.broadcast_scalar = cuda::broadcast_scalar;
+    return t;
+  }();
+  return k;
+}
+
+}  // namespace hr::core
