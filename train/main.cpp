@@ -1,11 +1,44 @@
-// headroom command line: entry point and sub-command dispatch.
+// headroom command line: sub-command dispatch. Each command lives in its own file.
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/check.h"
+#include "train/commands.h"
+
+namespace {
+
+void usage(std::FILE* to) {
+  std::fprintf(to,
+               "usage: headroom <command> [options]\n"
+               "\n"
+               "commands:\n"
+               "  info                 build features, devices and threads\n"
+               "  demo oom [--capacity BYTES]\n"
+               "                       run linear layers on a capped CPU device until it runs out, and show\n"
+               "                       the out-of-memory report and the memory summary\n"
+               "  help                 this text\n");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  std::printf("headroom\n");
-  return 0;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    usage(args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  const std::string cmd = args[0];
+  args.erase(args.begin());
+  try {
+    if (cmd == "info") return hr::train::cmd_info(args);
+    if (cmd == "demo") return hr::train::cmd_demo(args);
+    std::fprintf(stderr, "headroom: unknown command '%s'\n\n", cmd.c_str());
+    usage(stderr);
+    return 2;
+  } catch (const hr::Error& e) {
+    std::fprintf(stderr, "headroom: %s\n", e.what());
+    return 1;
+  }
 }

@@ -41,8 +41,9 @@ struct Plan {
 
 dnnl::matmul::primitive_desc make_pd(const GemmDesc& d, DType at, DType bt, DType ct, bool contiguous_ab) {
   const int64_t ab = d.a_strides[0] == 0 ? 1 : d.batch, bb = d.b_strides[0] == 0 ? 1 : d.batch;
-  memory::dims a_str = {d.a_strides[0], d.a_strides[1], d.a_strides[2]};
-  memory::dims b_str = {d.b_strides[0], d.b_strides[1], d.b_strides[2]};
+  // A batch of one gets a non-zero batch stride: oneDNN 2.6 drops to its reference kernel on stride 0.
+  memory::dims a_str = {ab == 1 ? d.m * d.k : d.a_strides[0], d.a_strides[1], d.a_strides[2]};
+  memory::dims b_str = {bb == 1 ? d.k * d.n : d.b_strides[0], d.b_strides[1], d.b_strides[2]};
   if (contiguous_ab) {
     a_str = {d.m * d.k, d.k, 1};
     b_str = {d.k * d.n, d.n, 1};

@@ -1,0 +1,69 @@
+// Kernel throughput: GEMM (f32, bf16) and fused attention on the CPU back-end, in FLOP/s. The largest
+// square f32 GEMM is the machine's ceiling; compare the other rows to it.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+
+#include "core/ops/attention.h"
+#include "core/ops/linear.h"
+
+using namespace hr::core;
+
+namespace {
+
+void set_flops(benchmark::State& state, double flops_per_iter) {
+  state.counters["FLOPS"] = benchmark::Counter(flops_per_iter, benchmark::Counter::kIsIterationInvariantRate,
+                                               benchmark::Counter::kIs1000);
+}
+
+void BM_Gemm(benchmark::State& state, DType dt) {
+  const int64_t n = state.range(0);
+  Tensor a = Tensor::full({1, n, n}, 0.5f, dt, Device::cpu()), b = Tensor::full({1, n, n}, 0.25f, dt, Device::cpu());
+  Tensor c = Tensor::empty({1, n, n}, dt, Device::cpu());
+  for (auto _ : state) gemm(a, b, c);
+  set_flops(state, 2.0 * double(n) * double(n) * double(n));
+}
+
+// The weight-gradient shape of a linear layer: dW = dy^T x, with a transposed (strided) operand.
+void BM_LinearWeightGrad(benchmark::State& state, DType dt) {
+  const int64_t tokens = state.range(0), in = state.range(1), out = state.range(2);
+  Tensor x = Tensor::full({tokens, in}, 0.5f, dt, Device::cpu()), dy = Tensor::full({tokens, out}, 0.25f, dt, Device::cpu());
+  Tensor w = Tensor::full({out, in}, 0.1f, dt, Device::cpu());
+  for (auto _ : state) {
+    LinearBackwardOptions o;
+    o.need_dx = false;
+    benchmark::DoNotOptimize(linear_backward(dy, x, w, false, o));
+  }
+  set_flops(state, 2.0 * double(tokens) * double(in) * double(out));
+}
+
+void BM_Attention(benchmark::State& state, DType dt, bool backward) {
+  const int64_t L = state.range(0), H = 8, D = 64;
+  Tensor q = Tensor::full({1, L, H, D}, 0.01f, dt, Device::cpu());
+  Tensor k = Tensor::full({1, L, H, D}, 0.02f, dt, Device::cpu());
+  Tensor v = Tensor::full({1, L, H, D}, 0.03f, dt, Device::cpu());
+  const float scale = 1.f / std::sqrt(float(D));
+  AttentionOut o = attention_forward(q, k, v, Mask::Causal, scale);
+  for (auto _ : state) {
+    if (backward)
+      benchmark::DoNotOptimize(attention_backward(q, q, k, v, o, Mask::Causal, scale));
+    else
+      benchmark::DoNotOptimize(attention_forward(q, k, v, Mask::Causal, scale));
+  }
+  // Causal: half of the 2 (fwd) or 5 (bwd, with recompute) L x L x D matmuls.
+  const double matmuls = backward ? 5.0 : 2.0;
+  set_flops(state, matmuls * double(H) * double(L) * double(L) * double(D));
+}
+
+}  // namespace
+
+BENCHMARK_CAPTURE(BM_Gemm, f32, DType::F32)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Gemm, bf16, DType::BF16)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LinearWeightGrad, f32, DType::F32)->Args({2048, 1024, 1024})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LinearWeightGrad, bf16, DType::BF16)->Args({2048, 1024, 1024})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Attention, fwd_f32, DType::F32, false)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Attention, bwd_f32, DType::F32, true)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Attention, fwd_bf16, DType::BF16, false)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Attention, bwd_bf16, DType::BF16, true)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
+
+BENCHMARK_MAIN();

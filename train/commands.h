@@ -1,0 +1,15 @@
+// The sub-commands of the headroom tool; each returns the process exit code.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hr::train {
+
+int cmd_info(const std::vector<std::string>& args);
+int cmd_demo(const std::vector<std::string>& args);
+
+// Parses "64MiB", "2GiB", "512KiB", "1000" (bytes); throws naming `what` on anything else.
+std::size_t parse_bytes(const std::string& text, const std::string& what);
+
+}  // namespace hr::train
