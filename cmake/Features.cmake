@@ -11,6 +11,8 @@ string(REGEX REPLACE "[^0-9;]" "" _dnnl_ver "${_dnnl_ver}")
 string(REPLACE ";" "." dnnl_VERSION "${_dnnl_ver}")
 find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 find_package(Threads REQUIRED)
+find_package(nlohmann_json 3 REQUIRED)
+find_package(yaml-cpp REQUIRED)
 
 set(HR_HAVE_CUDA OFF)
 set(HR_HAVE_CUDNN OFF)

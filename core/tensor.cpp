@@ -168,6 +168,20 @@ Tensor Tensor::select(int d, int64_t index) const {
   return t;
 }
 
+Tensor Tensor::expand(const Shape& shape) const {
+  HR_CHECK(int(shape.size()) >= dim(), "[expand] cannot expand ", describe(), " to fewer dims ", shape_str(shape));
+  Tensor t = *this;
+  const int lead = int(shape.size()) - dim();
+  t.shape_ = shape;
+  t.strides_.assign(shape.size(), 0);
+  for (int i = 0; i < dim(); ++i) {
+    HR_CHECK(shape_[i] == shape[lead + i] || shape_[i] == 1, "[expand] cannot expand ", describe(), " to ",
+             shape_str(shape));
+    t.strides_[lead + i] = shape_[i] == 1 ? 0 : strides_[i];
+  }
+  return t;
+}
+
 Tensor Tensor::flatten_to_2d() const {
   HR_CHECK(dim() >= 1, "[flatten] scalar tensor ", describe());
   return reshape({numel() / std::max<int64_t>(shape_.back(), 1), shape_.back()});

@@ -81,6 +81,8 @@ class Tensor {
   Tensor transpose(int a, int b) const;
   Tensor slice(int dim, int64_t start, int64_t end) const;
   Tensor select(int dim, int64_t index) const;  // drops `dim`
+  // A broadcast view: dims of size 1 (or new leading dims) repeat with stride 0. Read-only use.
+  Tensor expand(const Shape& shape) const;
   Tensor flatten_to_2d() const;  // (prod of leading dims, last dim)
 
   Tensor contiguous() const;  // this, if already contiguous

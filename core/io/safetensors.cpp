@@ -1,0 +1,270 @@
+// safetensors: strict header validation on read, atomic write, sharded checkpoints.
+#include "core/io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/io/atomic_file.h"
+#include "core/ops/copy.h"
+
+namespace hr::core {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr std::size_t kMaxHeaderBytes = std::size_t(100) << 20;  // the reference implementation's limit
+
+const char* st_dtype(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::U8: return "U8";
+  }
+  return "?";
+}
+
+bool parse_st_dtype(const std::string& s, DType* out) {
+  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::I32, DType::I64, DType::U8})
+    if (s == st_dtype(t)) {
+      *out = t;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  const std::string where = "[safetensors] " + path + ": ";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  HR_CHECK(fd >= 0, where, "cannot open: ", std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw Error(where + "cannot stat");
+  }
+  const std::size_t size = std::size_t(st.st_size);
+  if (size < 8) {
+    ::close(fd);
+    throw Error(str(where, "file is ", size, " bytes; a safetensors file starts with an 8-byte header length"));
+  }
+  void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  HR_CHECK(m != MAP_FAILED, where, "mmap failed: ", std::strerror(errno));
+  SafetensorsFile f;
+  f.path_ = path;
+  f.mapping_ = std::shared_ptr<void>(m, [size](void* p) { munmap(p, size); });
+  const char* base = static_cast<const char*>(m);
+  uint64_t n = 0;
+  std::memcpy(&n, base, 8);  // little-endian on every platform we build for
+  HR_CHECK(n <= kMaxHeaderBytes, where, "header length ", n, " exceeds the 100 MiB limit (corrupt or not safetensors)");
+  HR_CHECK(n + 8 <= size, where, "header length ", n, " runs past the end of the ", size, "-byte file (truncated?)");
+  HR_CHECK(n >= 2 && base[8] == '{', where, "header is not a JSON object");
+  json header;
+  try {
+    header = json::parse(base + 8, base + 8 + n);
+  } catch (const json::exception& e) {
+    throw Error(where + "header is not valid JSON: " + e.what());
+  }
+  HR_CHECK(header.is_object(), where, "header is not a JSON object");
+  f.data_ = base + 8 + n;
+  const std::size_t data_size = size - 8 - n;
+  std::vector<std::pair<std::size_t, std::string>> spans;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    if (name == "__metadata__") {
+      HR_CHECK(it->is_object(), where, "__metadata__ must be an object of strings");
+      for (auto m2 = it->begin(); m2 != it->end(); ++m2) {
+        HR_CHECK(m2->is_string(), where, "__metadata__ value of '", m2.key(), "' is not a string");
+        f.metadata_[m2.key()] = m2->get<std::string>();
+      }
+      continue;
+    }
+    const json& e = *it;
+    HR_CHECK(e.is_object() && e.contains("dtype") && e.contains("shape") && e.contains("data_offsets"), where,
+             "tensor '", name, "' needs dtype, shape and data_offsets");
+    Entry en;
+    HR_CHECK(e["dtype"].is_string() && parse_st_dtype(e["dtype"].get<std::string>(), &en.dtype), where, "tensor '",
+             name, "' has unsupported dtype ", e["dtype"].dump(), " (supported: F32, BF16, F16, I32, I64, U8)");
+    HR_CHECK(e["shape"].is_array(), where, "tensor '", name, "' shape is not an array");
+    uint64_t count = 1;
+    for (const json& d : e["shape"]) {
+      HR_CHECK(d.is_number_unsigned(), where, "tensor '", name, "' has a negative or non-integer dimension");
+      const uint64_t v = d.get<uint64_t>();
+      HR_CHECK(v == 0 || count <= (uint64_t(1) << 62) / v, where, "tensor '", name, "' shape overflows");
+      count *= v;
+      en.shape.push_back(int64_t(v));
+    }
+    const json& off = e["data_offsets"];
+    HR_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), where,
+             "tensor '", name, "' data_offsets must be [begin, end]");
+    en.begin = off[0].get<std::size_t>();
+    en.end = off[1].get<std::size_t>();
+    HR_CHECK(en.begin <= en.end && en.end <= data_size, where, "tensor '", name, "' bytes [", en.begin, ", ", en.end,
+             ") lie outside the ", data_size, "-byte data section (truncated file?)");
+    HR_CHECK(en.end - en.begin == count * dtype_size(en.dtype), where, "tensor '", name, "' has ", en.end - en.begin,
+             " bytes but shape ", shape_str(en.shape), " of ", dtype_name(en.dtype), " needs ",
+             count * dtype_size(en.dtype));
+    spans.emplace_back(en.begin, name);
+    f.entries_.emplace(name, en);
+  }
+  // Tensors must tile the data section exactly: no overlap, no gap, nothing trailing.
+  std::sort(spans.begin(), spans.end(), [&](const auto& a, const auto& b) {
+    const Entry &x = f.entries_.at(a.second), &y = f.entries_.at(b.second);
+    return x.begin != y.begin ? x.begin < y.begin : x.end < y.end;
+  });
+  std::size_t at = 0;
+  for (const auto& [begin, name] : spans) {
+    const Entry& en = f.entries_.at(name);
+    HR_CHECK(en.begin >= at, where, "tensor '", name, "' overlaps the tensor before it");
+    HR_CHECK(en.begin == at, where, "gap of ", en.begin - at, " bytes before tensor '", name, "'");
+    at = en.end;
+  }
+  HR_CHECK(at == data_size, where, data_size - at, " trailing bytes after the last tensor");
+  return f;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::pair<std::size_t, std::string>> v;
+  for (const auto& [n, e] : entries_) v.emplace_back(e.begin, n);
+  std::sort(v.begin(), v.end());
+  std::vector<std::string> out;
+  for (auto& p : v) out.push_back(p.second);
+  return out;
+}
+
+const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
+  auto it = entries_.find(name);
+  HR_CHECK(it != entries_.end(), "[safetensors] ", path_, ": no tensor '", name, "'");
+  return it->second;
+}
+
+const Shape& SafetensorsFile::shape(const std::string& name) const { return entry(name).shape; }
+DType SafetensorsFile::dtype(const std::string& name) const { return entry(name).dtype; }
+
+Tensor SafetensorsFile::get(const std::string& name) const {
+  const Entry& e = entry(name);
+  std::shared_ptr<void> keep = mapping_;
+  // The mapping is read-only: writers must copy first (the returned tensor is for reading and casting).
+  return Tensor::wrap(const_cast<char*>(data_ + e.begin), e.shape, e.dtype, Device::host(), [keep] {});
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors, std::map<std::string, std::string> metadata) {
+  json header = json::object();
+  if (!metadata.count("format")) metadata["format"] = "pt";
+  header["__metadata__"] = metadata;
+  std::vector<Tensor> host;
+  std::size_t at = 0;
+  for (const auto& [name, t] : tensors) {
+    HR_CHECK(!header.contains(name), "[safetensors] ", path, ": duplicate tensor name '", name, "'");
+    Tensor h = t.device().type == DeviceType::Host && t.is_contiguous() ? t : t.contiguous().to(Device::host());
+    json shape = json::array();
+    for (int64_t d : t.shape()) shape.push_back(d);
+    header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", shape}, {"data_offsets", {at, at + h.nbytes()}}};
+    at += h.nbytes();
+    host.push_back(h);
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // pad so the data starts 8-byte aligned
+  AtomicFile out(path);
+  uint64_t n = text.size();
+  out.write(&n, 8);
+  out.write(text.data(), text.size());
+  for (const Tensor& h : host) out.write(h.data_ptr(), h.nbytes());
+  out.commit();
+}
+
+void save_sharded(const std::string& dir, const NamedTensors& tensors, std::size_t max_shard_bytes) {
+  std::filesystem::create_directories(dir);
+  std::vector<NamedTensors> shards(1);
+  std::size_t bytes = 0, total = 0;
+  for (const auto& nt : tensors) {
+    if (!shards.back().empty() && bytes + nt.second.nbytes() > max_shard_bytes) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back().push_back(nt);
+    bytes += nt.second.nbytes();
+    total += nt.second.nbytes();
+  }
+  json map = json::object();
+  char name[64];
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    save_safetensors(dir + "/" + name, shards[i]);
+    for (const auto& nt : shards[i]) map[nt.first] = name;
+  }
+  json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
+  AtomicFile out(dir + "/model.safetensors.index.json");
+  std::string text = index.dump(2) + "\n";
+  out.write(text.data(), text.size());
+  out.commit();
+}
+
+Checkpoint Checkpoint::open(const std::string& path) {
+  namespace fs = std::filesystem;
+  Checkpoint c;
+  std::vector<std::string> files;
+  if (fs::is_directory(path)) {
+    const std::string index = path + "/model.safetensors.index.json";
+    if (fs::exists(index)) {
+      std::ifstream in(index);
+      json j;
+      try {
+        j = json::parse(in);
+      } catch (const json::exception& e) {
+        throw Error(str("[checkpoint] ", index, ": not valid JSON: ", e.what()));
+      }
+      HR_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "[checkpoint] ", index, ": no weight_map");
+      std::map<std::string, std::string> wanted;
+      for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) wanted[it.key()] = it->get<std::string>();
+      std::vector<std::string> unique;
+      for (const auto& [n, f] : wanted)
+        if (std::find(unique.begin(), unique.end(), f) == unique.end()) unique.push_back(f);
+      for (const std::string& f : unique) files.push_back(path + "/" + f);
+      for (const std::string& f : files) c.files_.push_back(SafetensorsFile::open(f));
+      for (const auto& [n, f] : wanted) {
+        std::size_t i = std::find(unique.begin(), unique.end(), f) - unique.begin();
+        HR_CHECK(c.files_[i].contains(n), "[checkpoint] ", index, " maps '", n, "' to ", f, ", which does not hold it");
+        c.where_[n] = i;
+      }
+      return c;
+    }
+    HR_CHECK(fs::exists(path + "/model.safetensors"), "[checkpoint] ", path,
+             ": neither model.safetensors nor model.safetensors.index.json found");
+    files.push_back(path + "/model.safetensors");
+  } else {
+    files.push_back(path);
+  }
+  for (const std::string& f : files) c.files_.push_back(SafetensorsFile::open(f));
+  for (std::size_t i = 0; i < c.files_.size(); ++i)
+    for (const std::string& n : c.files_[i].names()) c.where_[n] = i;
+  return c;
+}
+
+std::vector<std::string> Checkpoint::names() const {
+  std::vector<std::string> v;
+  for (const auto& [n, i] : where_) v.push_back(n);
+  return v;
+}
+
+const SafetensorsFile& Checkpoint::file_of(const std::string& name) const {
+  auto it = where_.find(name);
+  HR_CHECK(it != where_.end(), "[checkpoint] no tensor '", name, "'");
+  return files_[it->second];
+}
+
+}  // namespace hr::core

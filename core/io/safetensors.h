@@ -1,0 +1,71 @@
+// safetensors read (memory-mapped, header validated strictly) and write (atomic), single files and
+// sharded checkpoints with a model.safetensors.index.json.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace hr::core {
+
+// A read-only view of one safetensors file. Tensors returned by get() live on Device::host and point
+// into the mapping, which stays alive while any of them does.
+class SafetensorsFile {
+ public:
+  // Throws hr::Error naming the file and what is wrong (size, offsets, dtype, overlap, truncation).
+  static SafetensorsFile open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  std::vector<std::string> names() const;  // in file order of their data
+  bool contains(const std::string& name) const { return entries_.count(name) > 0; }
+  const Shape& shape(const std::string& name) const;
+  DType dtype(const std::string& name) const;
+  Tensor get(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  struct Entry {
+    DType dtype;
+    Shape shape;
+    std::size_t begin, end;  // within the data section
+  };
+  const Entry& entry(const std::string& name) const;
+
+  std::string path_;
+  std::shared_ptr<void> mapping_;  // munmap on release
+  const char* data_ = nullptr;
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Writes atomically (temporary file, fsync, rename). Tensors may live on any device and be strided.
+// `metadata` goes to __metadata__; "format": "pt" is added unless given.
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      std::map<std::string, std::string> metadata = {});
+
+// Writes model-0000i-of-0000n.safetensors shards of at most `max_shard_bytes` each (a tensor larger
+// than that gets its own shard) and model.safetensors.index.json into `dir`.
+void save_sharded(const std::string& dir, const NamedTensors& tensors, std::size_t max_shard_bytes);
+
+// All tensors of a checkpoint: a .safetensors file, or a directory holding model.safetensors or a
+// model.safetensors.index.json with its shards.
+class Checkpoint {
+ public:
+  static Checkpoint open(const std::string& path);
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const { return where_.count(name) > 0; }
+  const SafetensorsFile& file_of(const std::string& name) const;
+  Tensor get(const std::string& name) const { return file_of(name).get(name); }
+
+ private:
+  std::vector<SafetensorsFile> files_;
+  std::map<std::string, std::size_t> where_;
+};
+
+}  // namespace hr::core

@@ -1,0 +1,55 @@
+// Activation checkpoint policies as data: which saved tensors of a block survive the forward pass.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "core/tensor.h"
+
+namespace hr::models {
+
+// none: keep everything; selective: keep the sub-block inputs and the attention output with its
+// log-sum-exp (cheap to store, costly to recompute), recompute norms, projections and MLP internals;
+// full: keep the block input only and recompute the whole block in backward.
+enum class CheckpointKind : uint8_t { None, Selective, Full };
+
+// How long a saved tensor lives: Input survives every policy; Selective survives none and selective;
+// Internal survives only none. Frozen towers keep nothing at all (they are never differentiated).
+enum class Keep : uint8_t { Input, Selective, Internal };
+
+struct CheckpointPolicy {
+  CheckpointKind kind = CheckpointKind::None;
+  int every = 1;  // apply to blocks 0, every, 2*every, ...; the others keep everything
+
+  CheckpointKind for_block(int64_t index) const {
+    return every > 0 && index % every == 0 ? kind : CheckpointKind::None;
+  }
+};
+
+inline bool survives(Keep keep, CheckpointKind kind) {
+  switch (kind) {
+    case CheckpointKind::None: return true;
+    case CheckpointKind::Selective: return keep != Keep::Internal;
+    case CheckpointKind::Full: return keep == Keep::Input;
+  }
+  return true;
+}
+
+// Drops the saved tensors of a block that its policy does not keep. `table` lists every field with its Keep.
+template <typename Saved, std::size_t N>
+void apply_policy(Saved& s, const std::array<std::pair<core::Tensor Saved::*, Keep>, N>& table, CheckpointKind kind) {
+  for (const auto& [field, keep] : table)
+    if (!survives(keep, kind)) s.*field = core::Tensor();
+}
+
+template <typename Saved, std::size_t N>
+void drop_all(Saved& s, const std::array<std::pair<core::Tensor Saved::*, Keep>, N>& table) {
+  for (const auto& [field, keep] : table) s.*field = core::Tensor();
+}
+
+const char* checkpoint_name(CheckpointKind k);
+CheckpointKind parse_checkpoint(const std::string& s);  // none | selective | full
+
+}  // namespace hr::models

@@ -1,0 +1,56 @@
+// Model configuration: the vision tower, projector and language model of a LLaVA-style model, and presets.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace hr::models {
+
+enum class FeatureSelect : uint8_t { Patch, ClsPatch };  // LLaVA's mm_vision_select_feature
+enum class ProjectorType : uint8_t { Linear, Mlp2xGelu };  // LLaVA's mm_projector_type
+
+struct VisionConfig {
+  int64_t hidden = 1024, layers = 24, heads = 16, intermediate = 4096;
+  int64_t image_size = 336, patch = 14, channels = 3;
+  float layer_norm_eps = 1e-5f;
+  int select_layer = -2;  // as hidden_states[select_layer]: 0 is the embeddings, -1 the last layer
+  FeatureSelect select_feature = FeatureSelect::Patch;
+
+  int64_t num_patches() const { return (image_size / patch) * (image_size / patch); }
+  int64_t num_positions() const { return num_patches() + 1; }
+  // How many encoder layers actually run (those after the selected one do not influence anything).
+  int64_t layers_used() const;
+  // Image features per image handed to the projector.
+  int64_t tokens_per_image() const { return select_feature == FeatureSelect::Patch ? num_patches() : num_positions(); }
+};
+
+struct LlmConfig {
+  int64_t vocab = 32064, hidden = 4096, layers = 32, heads = 32, kv_heads = 32, intermediate = 11008;
+  float rms_norm_eps = 1e-5f;
+  float rope_theta = 10000.f;
+  int64_t head_dim() const { return hidden / heads; }
+};
+
+struct LlavaConfig {
+  std::string name = "custom";
+  VisionConfig vision;
+  LlmConfig llm;
+  ProjectorType projector = ProjectorType::Mlp2xGelu;
+  int64_t image_token_id = 32000;
+  int64_t ignore_index = -100;
+
+  void validate() const;  // throws naming the offending key
+};
+
+// tiny (tests), small (trains on a CPU in minutes), llava-1.5-7b, llava-1.5-13b (the llava-hf dimensions).
+LlavaConfig preset(const std::string& name);
+std::vector<std::string> preset_names();
+
+const char* projector_name(ProjectorType t);
+ProjectorType parse_projector(const std::string& s);
+FeatureSelect parse_feature_select(const std::string& s);
+
+}  // namespace hr::models

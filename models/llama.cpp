@@ -1,0 +1,179 @@
+// LLaMA decoder blocks: forward, policy-driven recompute, backward.
+#include "models/llama.h"
+
+#include <cmath>
+
+#include "core/memory/category.h"
+#include "core/ops/attention.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/embedding.h"
+#include "core/ops/softmax.h"
+
+namespace hr::models {
+
+using namespace hr::core;
+
+namespace {
+using S = LlamaLayerSaved;
+constexpr std::array<std::pair<Tensor S::*, Keep>, 14> kFields = {{
+    {&S::x, Keep::Input},        {&S::rms1, Keep::Internal}, {&S::xn1, Keep::Internal},
+    {&S::q, Keep::Internal},     {&S::k, Keep::Internal},    {&S::v, Keep::Internal},
+    {&S::attn, Keep::Selective}, {&S::lse, Keep::Selective}, {&S::h, Keep::Selective},
+    {&S::rms2, Keep::Internal},  {&S::xn2, Keep::Internal},  {&S::gate, Keep::Internal},
+    {&S::up, Keep::Internal},    {&S::act, Keep::Internal},
+}};
+}  // namespace
+
+LlamaLayer::LlamaLayer(ParamStore& store, const std::string& prefix, const LlmConfig& cfg)
+    : prefix_(prefix), cfg_(cfg) {
+  const int64_t c = cfg.hidden, kv = cfg.kv_heads * cfg.head_dim(), i = cfg.intermediate;
+  input_norm_ = RMSNorm::make(store, prefix + ".input_layernorm", c, cfg.rms_norm_eps);
+  q_ = Linear::make(store, prefix + ".self_attn.q_proj", c, c, false);
+  k_ = Linear::make(store, prefix + ".self_attn.k_proj", c, kv, false);
+  v_ = Linear::make(store, prefix + ".self_attn.v_proj", c, kv, false);
+  o_ = Linear::make(store, prefix + ".self_attn.o_proj", c, c, false);
+  post_norm_ = RMSNorm::make(store, prefix + ".post_attention_layernorm", c, cfg.rms_norm_eps);
+  gate_ = Linear::make(store, prefix + ".mlp.gate_proj", c, i, false);
+  up_ = Linear::make(store, prefix + ".mlp.up_proj", c, i, false);
+  down_ = Linear::make(store, prefix + ".mlp.down_proj", i, c, false);
+}
+
+void LlamaLayer::compute(S& s, const Tensor& positions) const {
+  const int64_t B = s.x.size(0), L = s.x.size(1), D = cfg_.head_dim();
+  if (!s.xn1.defined()) {
+    NormOut n = input_norm_.forward(s.x);
+    s.xn1 = n.y;
+    s.rms1 = n.saved.rstd;
+  }
+  if (!s.q.defined() || !s.k.defined() || !s.v.defined()) {
+    s.q = rope_forward(q_.forward(s.xn1).view({B, L, cfg_.heads, D}), positions, cfg_.rope_theta);
+    s.k = rope_forward(k_.forward(s.xn1).view({B, L, cfg_.kv_heads, D}), positions, cfg_.rope_theta);
+    s.v = v_.forward(s.xn1).view({B, L, cfg_.kv_heads, D});
+  }
+  if (!s.attn.defined()) {
+    AttentionOut a = attention_forward(s.q, s.k, s.v, Mask::Causal, 1.f / std::sqrt(float(D)));
+    s.attn = a.out;
+    s.lse = a.lse;
+  }
+  if (!s.h.defined()) {
+    s.h = o_.forward(s.attn.view({B, L, cfg_.hidden}));
+    add_(s.h, s.x);
+  }
+  if (!s.xn2.defined()) {
+    NormOut n = post_norm_.forward(s.h);
+    s.xn2 = n.y;
+    s.rms2 = n.saved.rstd;
+  }
+  if (!s.act.defined()) {
+    s.gate = gate_.forward(s.xn2);
+    s.up = up_.forward(s.xn2);
+    s.act = swiglu_forward(s.gate, s.up);
+  }
+}
+
+Tensor LlamaLayer::forward(const Tensor& x, const Tensor& positions, S& s, CheckpointKind kind) const {
+  MemoryScope scope(Category::Activations, prefix_);
+  s = S{};
+  s.x = x;
+  compute(s, positions);
+  Tensor y = down_.forward(s.act);
+  add_(y, s.h);
+  apply_policy(s, kFields, kind);
+  return y;
+}
+
+Tensor LlamaLayer::backward(const Tensor& dy, const Tensor& positions, S& s) const {
+  MemoryScope scope(Category::Activations, prefix_);
+  compute(s, positions);
+  const int64_t B = s.x.size(0), L = s.x.size(1), D = cfg_.head_dim();
+  // MLP: y = h + down(silu(gate) * up)
+  Tensor d_act = down_.backward(dy, s.act);
+  s.act = Tensor();
+  SwigluGrads sg = swiglu_backward(s.gate, s.up, d_act);
+  d_act = Tensor();
+  Tensor dxn2 = gate_.backward(sg.dgate, s.xn2);
+  add_(dxn2, up_.backward(sg.dup, s.xn2));
+  s.gate = s.up = s.xn2 = Tensor();
+  sg = {};
+  Tensor dh = post_norm_.backward(dxn2, s.h, {Tensor(), s.rms2});
+  add_(dh, dy);
+  s.h = s.rms2 = Tensor();
+  // Attention: h = x + o(attn(rope(q(xn1)), rope(k(xn1)), v(xn1)))
+  Tensor dattn = o_.backward(dh, s.attn.view({B, L, cfg_.hidden}));
+  AttentionGrads ag = attention_backward(dattn.view({B, L, cfg_.heads, D}), s.q, s.k, s.v, {s.attn, s.lse},
+                                         Mask::Causal, 1.f / std::sqrt(float(D)));
+  dattn = Tensor();
+  s.q = s.k = s.v = s.attn = s.lse = Tensor();
+  Tensor dq = rope_backward(ag.dq, positions, cfg_.rope_theta).view({B, L, cfg_.hidden});
+  Tensor dk = rope_backward(ag.dk, positions, cfg_.rope_theta).view({B, L, cfg_.kv_heads * D});
+  Tensor dv = ag.dv.view({B, L, cfg_.kv_heads * D});
+  ag = {};
+  Tensor dxn1 = q_.backward(dq, s.xn1);
+  add_(dxn1, k_.backward(dk, s.xn1));
+  add_(dxn1, v_.backward(dv, s.xn1));
+  s.xn1 = Tensor();
+  Tensor dx = input_norm_.backward(dxn1, s.x, {Tensor(), s.rms1});
+  add_(dx, dh);
+  s = S{};
+  return dx;
+}
+
+LlamaModel::LlamaModel(ParamStore& store, const std::string& prefix, const std::string& head_name, const LlmConfig& cfg)
+    : cfg_(cfg), prefix_(prefix) {
+  embed_tokens_ = &store.add(prefix + ".embed_tokens.weight", {cfg.vocab, cfg.hidden});
+  for (int64_t i = 0; i < cfg.layers; ++i) layers_.emplace_back(store, str(prefix, ".layers.", i), cfg);
+  norm_ = RMSNorm::make(store, prefix + ".norm", cfg.hidden, cfg.rms_norm_eps);
+  lm_head_ = Linear::make(store, head_name, cfg.hidden, cfg.vocab, false);
+}
+
+Tensor LlamaModel::embed(const Tensor& ids) const {
+  MemoryScope scope(Category::Activations, prefix_ + ".embed_tokens");
+  return embedding_forward(ids, embed_tokens_->data);
+}
+
+void LlamaModel::embed_backward(const Tensor& ids, const Tensor& d_embeds) const {
+  if (!embed_tokens_->trainable) return;
+  MemoryScope scope(Category::Activations, prefix_ + ".embed_tokens");
+  embedding_backward(ids, d_embeds, embed_tokens_->data.shape(), embed_tokens_->data.dtype(), embed_tokens_->ensure_grad());
+}
+
+Tensor LlamaModel::positions_for(const Tensor& embeds) const {
+  const int64_t B = embeds.size(0), L = embeds.size(1);
+  std::vector<int64_t> pos(std::size_t(B * L));
+  for (int64_t i = 0; i < B * L; ++i) pos[i] = i % L;
+  MemoryScope scope(Category::IO, prefix_);
+  return Tensor::from_ints(pos, {B, L}, DType::I64, embeds.device());
+}
+
+Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy,
+                           bool keep_nothing) const {
+  Tensor positions = positions_for(embeds);
+  saved = LlamaSaved{};
+  saved.layers.resize(layers_.size());
+  Tensor x = embeds;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    x = layers_[i].forward(x, positions, saved.layers[i], policy.for_block(int64_t(i)));
+    if (keep_nothing) saved.layers[i] = {};
+  }
+  MemoryScope scope(Category::Activations, prefix_ + ".norm");
+  NormOut n = norm_.forward(x);
+  if (!keep_nothing) {
+    saved.final_in = x;
+    saved.final_rms = n.saved.rstd;
+  }
+  return n.y;
+}
+
+Tensor LlamaModel::backward(const Tensor& d_hidden, LlamaSaved& saved) const {
+  Tensor positions = positions_for(d_hidden);
+  Tensor dx;
+  {
+    MemoryScope scope(Category::Activations, prefix_ + ".norm");
+    dx = norm_.backward(d_hidden, saved.final_in, {Tensor(), saved.final_rms});
+    saved.final_in = saved.final_rms = Tensor();
+  }
+  for (std::size_t i = layers_.size(); i-- > 0;) dx = layers_[i].backward(dx, positions, saved.layers[i]);
+  return dx;
+}
+
+}  // namespace hr::models

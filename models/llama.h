@@ -1,0 +1,73 @@
+// LLaMA-style decoder: token embedding, pre-norm blocks (RMSNorm, RoPE grouped-query causal attention,
+// SwiGLU MLP), final norm, untied lm_head. Explicit forward and backward, saved tensors per block.
+#pragma once
+
+#include <vector>
+
+#include "models/checkpoint_policy.h"
+#include "models/config.h"
+#include "models/layers.h"
+
+namespace hr::models {
+
+struct LlamaLayerSaved {
+  Tensor x;               // (B, L, C) block input
+  Tensor rms1;            // (B*L) f32 rstd of input_layernorm
+  Tensor xn1;             // (B, L, C)
+  Tensor q, k, v;         // (B, L, H, D), (B, L, Hkv, D), (B, L, Hkv, D); q and k after RoPE
+  Tensor attn, lse;       // (B, L, H, D), f32 (B, H, L)
+  Tensor h;               // (B, L, C) x + o_proj(attn)
+  Tensor rms2;            // (B*L) f32 rstd of post_attention_layernorm
+  Tensor xn2;             // (B, L, C)
+  Tensor gate, up, act;   // (B, L, I) each; act = silu(gate) * up
+};
+
+class LlamaLayer {
+ public:
+  LlamaLayer(ParamStore& store, const std::string& prefix, const LlmConfig& cfg);
+  // y = block(x); `saved` keeps what `kind` says (frozen_inputs: keep nothing, no backward will come).
+  Tensor forward(const Tensor& x, const Tensor& positions, LlamaLayerSaved& saved, CheckpointKind kind) const;
+  // Recomputes what the policy dropped, then returns dx and accumulates parameter gradients.
+  Tensor backward(const Tensor& dy, const Tensor& positions, LlamaLayerSaved& saved) const;
+  const std::string& name() const { return prefix_; }
+
+ private:
+  void compute(LlamaLayerSaved& s, const Tensor& positions) const;
+
+  std::string prefix_;
+  LlmConfig cfg_;
+  RMSNorm input_norm_, post_norm_;
+  Linear q_, k_, v_, o_, gate_, up_, down_;
+};
+
+struct LlamaSaved {
+  std::vector<LlamaLayerSaved> layers;
+  Tensor final_in;   // (B, L, C) input of the final norm
+  Tensor final_rms;  // (B*L) f32
+};
+
+class LlamaModel {
+ public:
+  LlamaModel(ParamStore& store, const std::string& prefix, const std::string& head_name, const LlmConfig& cfg);
+  // Embeddings of ids (B, L) i64, shape (B, L, C).
+  Tensor embed(const Tensor& ids) const;
+  void embed_backward(const Tensor& ids, const Tensor& d_embeds) const;
+  // Runs the blocks and the final norm; returns the final hidden states (B, L, C).
+  Tensor forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy, bool keep_nothing) const;
+  // From d(final hidden) to d(embeds); parameter gradients accumulate.
+  Tensor backward(const Tensor& d_hidden, LlamaSaved& saved) const;
+  const Linear& lm_head() const { return lm_head_; }
+  const LlmConfig& config() const { return cfg_; }
+
+ private:
+  Tensor positions_for(const Tensor& embeds) const;
+
+  LlmConfig cfg_;
+  std::string prefix_;
+  Param* embed_tokens_;
+  std::vector<LlamaLayer> layers_;
+  RMSNorm norm_;
+  Linear lm_head_;
+};
+
+}  // namespace hr::models

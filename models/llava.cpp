@@ -1,0 +1,152 @@
+// LLaVA forward and backward: splice image features into token embeddings, shifted chunked loss.
+#include "models/llava.h"
+
+#include "core/memory/category.h"
+#include "core/ops/copy.h"
+#include "core/ops/linear.h"
+
+namespace hr::models {
+
+using namespace hr::core;
+
+namespace {
+constexpr const char* kVisionPrefix = "vision_tower.vision_model";
+constexpr const char* kProjectorPrefix = "multi_modal_projector";
+constexpr const char* kLlmPrefix = "language_model.model";
+constexpr const char* kHeadName = "language_model.lm_head";
+}  // namespace
+
+Llava::Llava(const LlavaConfig& cfg, Device device, DType dtype) : cfg_(cfg) {
+  cfg_.validate();
+  store_ = std::make_unique<ParamStore>(device, dtype);
+  vision_ = std::make_unique<VisionTower>(*store_, kVisionPrefix, cfg_.vision);
+  projector_ = std::make_unique<Projector>(*store_, kProjectorPrefix, cfg_.projector, cfg_.vision.hidden, cfg_.llm.hidden);
+  llm_ = std::make_unique<LlamaModel>(*store_, kLlmPrefix, kHeadName, cfg_.llm);
+}
+
+void Llava::set_trainable(bool vision, bool projector, bool llm) {
+  vision_trainable_ = vision;
+  projector_trainable_ = projector;
+  llm_trainable_ = llm;
+  store_->set_trainable("vision_tower.", vision);
+  store_->set_trainable("multi_modal_projector.", projector);
+  store_->set_trainable("language_model.", llm);
+}
+
+float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) const {
+  const Device dev = store_->device();
+  const int64_t B = b.batch, L = b.seq, C = cfg_.llm.hidden, T = cfg_.vision.tokens_per_image();
+  HR_CHECK(B > 0 && L > 1 && int64_t(b.input_ids.size()) == B * L && int64_t(b.labels.size()) == B * L,
+           "[llava] batch of ", B, " x ", L, " needs ", B * L, " input_ids and labels; got ", b.input_ids.size(), " and ",
+           b.labels.size());
+  st = LlavaState{};
+  st.batch = B;
+  st.seq = L;
+  // Find each image's run of placeholders.
+  for (int64_t r = 0; r < B; ++r) {
+    int64_t t = 0;
+    while (t < L) {
+      if (b.input_ids[r * L + t] != cfg_.image_token_id) {
+        ++t;
+        continue;
+      }
+      int64_t end = t;
+      while (end < L && b.input_ids[r * L + end] == cfg_.image_token_id) ++end;
+      HR_CHECK((end - t) % T == 0, "[llava] sample ", r, " has a run of ", end - t, " image tokens at position ", t,
+               "; each image needs exactly ", T, " (tokens_per_image)");
+      for (int64_t o = t; o < end; o += T) st.image_offsets.push_back(r * L + o);
+      t = end;
+    }
+  }
+  const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
+  HR_CHECK(int64_t(st.image_offsets.size()) == images, "[llava] input_ids hold placeholders for ",
+           st.image_offsets.size(), " images but pixel_values has ", images);
+  st.has_images = images > 0;
+  {
+    MemoryScope scope(Category::IO, "batch");
+    st.ids = Tensor::from_ints(b.input_ids, {B, L}, DType::I64, dev);
+  }
+  const bool need_llm_grad = llm_trainable_ || (st.has_images && (projector_trainable_ || vision_trainable_));
+  Tensor embeds = llm_->embed(st.ids);
+  if (st.has_images) {
+    Tensor pixels;
+    {
+      MemoryScope scope(Category::IO, "batch");
+      pixels = b.pixel_values.to(dev);
+    }
+    Tensor feats = vision_->forward(pixels, st.vision, opt.vision_policy, !vision_trainable_);
+    Tensor proj = projector_->forward(feats, st.projector, !(projector_trainable_ || vision_trainable_));
+    Tensor flat = embeds.view({B * L, C});
+    for (std::size_t i = 0; i < st.image_offsets.size(); ++i)
+      copy_(flat.slice(0, st.image_offsets[i], st.image_offsets[i] + T), proj.select(0, int64_t(i)));
+  }
+  Tensor hidden = llm_->forward(embeds, st.llm, opt.llm_policy, !need_llm_grad);
+  embeds = Tensor();
+  MemoryScope scope(Category::Activations, "language_model.loss");
+  if (opt.return_logits) st.logits = llm_->lm_head().forward(hidden);
+  std::vector<int64_t> shifted(std::size_t(B * (L - 1)));
+  for (int64_t r = 0; r < B; ++r)
+    for (int64_t t = 0; t + 1 < L; ++t) {
+      const int64_t lab = b.labels[r * L + t + 1];
+      shifted[r * (L - 1) + t] = lab;
+      if (lab != cfg_.ignore_index) ++st.valid_labels;
+    }
+  st.labels_shift = Tensor::from_ints(shifted, {B * (L - 1)}, DType::I64, dev);
+  st.hidden_shift = slice_copy(hidden, 1, 0, L - 1).view({B * (L - 1), C});
+  hidden = Tensor();
+  st.ce_options.ignore_index = cfg_.ignore_index;
+  st.ce_options.normalizer = float(std::max<int64_t>(st.valid_labels, 1));
+  st.ce_options.chunk_rows = opt.ce_chunk_rows;
+  st.ce = cross_entropy_forward(st.hidden_shift, llm_->lm_head().weight->data, st.labels_shift, st.ce_options);
+  return dev.type == DeviceType::Meta ? 0.f : st.ce.loss.item();
+}
+
+void Llava::backward(LlavaState& st, float loss_scale) const {
+  const bool need_llm_grad = llm_trainable_ || (st.has_images && (projector_trainable_ || vision_trainable_));
+  if (!need_llm_grad) return;
+  const Device dev = store_->device();
+  const int64_t B = st.batch, L = st.seq, C = cfg_.llm.hidden, T = cfg_.vision.tokens_per_image();
+  Tensor d_hidden;
+  {
+    MemoryScope scope(Category::Activations, "language_model.loss");
+    Tensor dloss = Tensor::full({}, loss_scale, DType::F32, dev);
+    const Linear& head = llm_->lm_head();
+    CrossEntropyBackwardOptions bo;
+    bo.weight_grads = head.weight->trainable;
+    if (bo.weight_grads) {
+      bo.accumulate = Accumulate::Yes;
+      bo.dweight_into = head.weight->ensure_grad();
+    }
+    CrossEntropyGrads g = cross_entropy_backward(dloss, st.hidden_shift, head.weight->data, st.labels_shift, st.ce,
+                                                 st.ce_options, bo);
+    st.hidden_shift = st.labels_shift = Tensor();
+    st.ce = {};
+    d_hidden = slice_backward(g.dhidden.view({B, L - 1, C}), {B, L, C}, 1, 0);
+  }
+  Tensor d_embeds = llm_->backward(d_hidden, st.llm);
+  d_hidden = Tensor();
+  Tensor d_proj;
+  if (st.has_images && (projector_trainable_ || vision_trainable_)) {
+    MemoryScope scope(Category::Activations, "multi_modal_projector");
+    const int64_t images = int64_t(st.image_offsets.size());
+    d_proj = Tensor::empty({images, T, C}, d_embeds.dtype(), dev);
+    Tensor flat = d_embeds.view({B * L, C});
+    for (int64_t i = 0; i < images; ++i) copy_(d_proj.select(0, i), flat.slice(0, st.image_offsets[i], st.image_offsets[i] + T));
+  }
+  if (llm_trainable_) {
+    // Image positions took their embeddings from the projector, not the table.
+    Tensor flat = d_embeds.view({B * L, C});
+    for (int64_t off : st.image_offsets) fill_(flat.slice(0, off, off + T), 0.f);
+    llm_->embed_backward(st.ids, d_embeds);
+  }
+  d_embeds = Tensor();
+  if (d_proj.defined()) {
+    Tensor d_feats = projector_->backward(d_proj, st.projector, vision_trainable_);
+    d_proj = Tensor();
+    if (vision_trainable_) vision_->backward(d_feats, st.vision);
+  }
+  st.llm = {};
+  st.vision = {};
+}
+
+}  // namespace hr::models

@@ -1,0 +1,71 @@
+// LLaVA: vision tower -> projector -> image features spliced into the token embeddings at the image
+// placeholder tokens -> LLaMA decoder -> cross-entropy on answer tokens, fused with lm_head in chunks.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/ops/cross_entropy.h"
+#include "models/llama.h"
+#include "models/projector.h"
+#include "models/vision.h"
+
+namespace hr::models {
+
+// One micro-batch. Token ids and labels are host data (the loader has them there); each image stands in
+// input_ids as tokens_per_image consecutive image_token_id placeholders (the expanded format of current
+// llava-hf processors), images in row-major order of their placeholders. Sequences are right-padded.
+struct Batch {
+  int64_t batch = 0, seq = 0;
+  std::vector<int64_t> input_ids;  // (batch * seq)
+  std::vector<int64_t> labels;     // (batch * seq); ignore_index where no loss
+  Tensor pixel_values;             // (images, channels, size, size) float on any device; undefined if none
+};
+
+struct ModelOptions {
+  CheckpointPolicy vision_policy, llm_policy;
+  bool return_logits = false;  // also materialise (batch, seq, vocab) logits (debugging, parity)
+  int64_t ce_chunk_rows = 0;   // rows of the fused cross-entropy per chunk; 0: default
+};
+
+// What forward leaves for backward.
+struct LlavaState {
+  Tensor ids;                              // (B, L) i64 on the device
+  std::vector<int64_t> image_offsets;      // flat token offset of each image's placeholder run
+  VisionSaved vision;
+  ProjectorSaved projector;
+  LlamaSaved llm;
+  Tensor hidden_shift, labels_shift;       // (B*(L-1), C) and (B*(L-1)): position t predicts token t+1
+  core::CrossEntropyOut ce;
+  core::CrossEntropyOptions ce_options;
+  int64_t batch = 0, seq = 0;
+  bool has_images = false;
+  Tensor logits;                           // (B, L, V) when asked for
+  int64_t valid_labels = 0;
+};
+
+class Llava {
+ public:
+  Llava(const LlavaConfig& cfg, Device device, DType dtype);
+  ParamStore& params() { return *store_; }
+  const ParamStore& params() const { return *store_; }
+  const LlavaConfig& config() const { return cfg_; }
+
+  // Which groups train; frozen groups get no gradient buffers. LLaVA stage 1 is (false, true, false).
+  void set_trainable(bool vision, bool projector, bool llm);
+
+  // Returns the mean loss over the micro-batch's valid labels (0 on the meta device).
+  float forward(const Batch& batch, LlavaState& state, const ModelOptions& options) const;
+  // Adds d(loss * loss_scale)/d(param) into the gradient buffers of trainable parameters.
+  void backward(LlavaState& state, float loss_scale = 1.f) const;
+
+ private:
+  LlavaConfig cfg_;
+  std::unique_ptr<ParamStore> store_;
+  std::unique_ptr<VisionTower> vision_;
+  std::unique_ptr<Projector> projector_;
+  std::unique_ptr<LlamaModel> llm_;
+  bool vision_trainable_ = true, projector_trainable_ = true, llm_trainable_ = true;
+};
+
+}  // namespace hr::models

@@ -1,0 +1,113 @@
+// Parsing of the model section: strict keys, typed values, errors that name the key and the file.
+#include "models/model_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <map>
+
+#include "core/check.h"
+#include "core/suggest.h"
+
+namespace hr::models {
+
+namespace {
+
+template <typename T>
+T as(const YAML::Node& n, const std::string& key, const std::string& where) {
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    throw Error(str("[config] ", where, ": model.", key, " has value '", YAML::Dump(n), "' of the wrong type"));
+  }
+}
+
+using Setter = std::function<void(const YAML::Node&)>;
+
+void apply(const YAML::Node& node, const std::string& path, const std::map<std::string, Setter>& keys,
+           const std::string& where) {
+  HR_CHECK(node.IsMap(), "[config] ", where, ": ", path, " must be a mapping");
+  std::vector<std::string> names;
+  for (const auto& [k, s] : keys) names.push_back(k);
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    auto it = keys.find(key);
+    if (it == keys.end()) {
+      const std::string close = closest_match(key, names);
+      throw Error(str("[config] ", where, ": unknown key '", path, ".", key, "'",
+                      close.empty() ? "" : str("; did you mean '", path, ".", close, "'?")));
+    }
+    it->second(kv.second);
+  }
+}
+
+}  // namespace
+
+ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
+  ModelSpec s;
+  if (model["preset"]) s.config = preset(as<std::string>(model["preset"], "preset", where));
+  VisionConfig& v = s.config.vision;
+  LlmConfig& l = s.config.llm;
+  auto i64 = [&](int64_t& dst, const std::string& key) {
+    return [&dst, key, where](const YAML::Node& n) { dst = as<int64_t>(n, key, where); };
+  };
+  auto f32 = [&](float& dst, const std::string& key) {
+    return [&dst, key, where](const YAML::Node& n) { dst = as<float>(n, key, where); };
+  };
+  auto flag = [&](bool& dst, const std::string& key) {
+    return [&dst, key, where](const YAML::Node& n) { dst = as<bool>(n, key, where); };
+  };
+  std::map<std::string, Setter> vision_keys = {
+      {"hidden_size", i64(v.hidden, "vision.hidden_size")},
+      {"num_hidden_layers", i64(v.layers, "vision.num_hidden_layers")},
+      {"num_attention_heads", i64(v.heads, "vision.num_attention_heads")},
+      {"intermediate_size", i64(v.intermediate, "vision.intermediate_size")},
+      {"image_size", i64(v.image_size, "vision.image_size")},
+      {"patch_size", i64(v.patch, "vision.patch_size")},
+      {"num_channels", i64(v.channels, "vision.num_channels")},
+      {"layer_norm_eps", f32(v.layer_norm_eps, "vision.layer_norm_eps")},
+      {"select_layer", [&](const YAML::Node& n) { v.select_layer = as<int>(n, "vision.select_layer", where); }},
+      {"select_feature",
+       [&](const YAML::Node& n) { v.select_feature = parse_feature_select(as<std::string>(n, "vision.select_feature", where)); }},
+  };
+  std::map<std::string, Setter> llm_keys = {
+      {"vocab_size", i64(l.vocab, "llm.vocab_size")},
+      {"hidden_size", i64(l.hidden, "llm.hidden_size")},
+      {"num_hidden_layers", i64(l.layers, "llm.num_hidden_layers")},
+      {"num_attention_heads", i64(l.heads, "llm.num_attention_heads")},
+      {"num_key_value_heads", i64(l.kv_heads, "llm.num_key_value_heads")},
+      {"intermediate_size", i64(l.intermediate, "llm.intermediate_size")},
+      {"rms_norm_eps", f32(l.rms_norm_eps, "llm.rms_norm_eps")},
+      {"rope_theta", f32(l.rope_theta, "llm.rope_theta")},
+  };
+  std::map<std::string, Setter> freeze_keys = {
+      {"vision", flag(s.freeze_vision, "freeze.vision")},
+      {"projector", flag(s.freeze_projector, "freeze.projector")},
+      {"llm", flag(s.freeze_llm, "freeze.llm")},
+  };
+  std::map<std::string, Setter> top = {
+      {"preset", [](const YAML::Node&) {}},
+      {"dtype", [&](const YAML::Node& n) { s.dtype = core::parse_dtype(as<std::string>(n, "dtype", where)); }},
+      {"vision", [&](const YAML::Node& n) { apply(n, "model.vision", vision_keys, where); }},
+      {"llm", [&](const YAML::Node& n) { apply(n, "model.llm", llm_keys, where); }},
+      {"projector", [&](const YAML::Node& n) { s.config.projector = parse_projector(as<std::string>(n, "projector", where)); }},
+      {"image_token_index", i64(s.config.image_token_id, "image_token_index")},
+      {"freeze", [&](const YAML::Node& n) { apply(n, "model.freeze", freeze_keys, where); }},
+  };
+  apply(model, "model", top, where);
+  s.config.validate();
+  return s;
+}
+
+ModelSpec load_model_spec(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw Error(str("[config] ", path, ": ", e.what()));
+  }
+  HR_CHECK(root.IsMap() && root["model"], "[config] ", path, ": no 'model' section");
+  return parse_model_spec(root["model"], path);
+}
+
+}  // namespace hr::models

@@ -1,0 +1,27 @@
+// The `model:` section of a config file: architecture (a preset and/or explicit keys with Hugging Face
+// names), parameter dtype and which groups are frozen.
+#pragma once
+
+#include <string>
+
+#include "core/dtype.h"
+#include "models/config.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace hr::models {
+
+struct ModelSpec {
+  LlavaConfig config;
+  core::DType dtype = core::DType::F32;
+  bool freeze_vision = false, freeze_projector = false, freeze_llm = false;
+};
+
+// Parses a `model:` node; `where` names the file in errors. Unknown keys are errors naming the closest key.
+ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where);
+// Reads the `model:` section of a YAML file.
+ModelSpec load_model_spec(const std::string& path);
+
+}  // namespace hr::models

@@ -1,0 +1,58 @@
+// Named parameters (llava-hf names), their gradients, and the store that owns them.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace hr::models {
+
+using core::DType;
+using core::Device;
+using core::Shape;
+using core::Tensor;
+
+struct Param {
+  std::string name;
+  Tensor data;
+  Tensor grad;  // undefined until the first backward that produces it; never allocated when frozen
+  bool trainable = true;
+
+  // The gradient buffer, zero-filled on first use (tagged `grads`, owned by the parameter's module).
+  Tensor& ensure_grad();
+  int64_t numel() const { return data.numel(); }
+};
+
+// The module a parameter belongs to: its name up to the last '.' ("a.b.weight" -> "a.b").
+std::string owner_of(const std::string& param_name);
+
+class ParamStore {
+ public:
+  ParamStore(Device device, DType dtype) : device_(device), dtype_(dtype) {}
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
+
+  // Allocates an uninitialised parameter (category params, owner = its module).
+  Param& add(const std::string& name, const Shape& shape);
+  Param* find(const std::string& name);
+  const std::vector<std::unique_ptr<Param>>& all() const { return params_; }
+  Device device() const { return device_; }
+  DType dtype() const { return dtype_; }
+
+  // Marks every parameter whose name starts with `prefix` as frozen (no gradient) or trainable.
+  void set_trainable(const std::string& prefix, bool trainable);
+  // Releases every gradient buffer (the next backward allocates zeroed ones).
+  void zero_grad();
+  int64_t count(bool trainable_only = false) const;
+
+ private:
+  Device device_;
+  DType dtype_;
+  std::vector<std::unique_ptr<Param>> params_;
+  std::map<std::string, Param*> by_name_;
+};
+
+}  // namespace hr::models

@@ -1,0 +1,45 @@
+// Multimodal projector forward and backward.
+#include "models/projector.h"
+
+#include "core/memory/category.h"
+#include "core/ops/elementwise.h"
+
+namespace hr::models {
+
+using namespace hr::core;
+
+Projector::Projector(ParamStore& store, const std::string& prefix, ProjectorType type, int64_t in, int64_t out)
+    : prefix_(prefix), type_(type) {
+  l1_ = Linear::make(store, prefix + ".linear_1", in, out, true);
+  if (type == ProjectorType::Mlp2xGelu) l2_ = Linear::make(store, prefix + ".linear_2", out, out, true);
+}
+
+Tensor Projector::forward(const Tensor& x, ProjectorSaved& s, bool keep_nothing) const {
+  MemoryScope scope(Category::Activations, prefix_);
+  s = ProjectorSaved{};
+  Tensor h1 = l1_.forward(x);
+  if (type_ == ProjectorType::Linear) {
+    if (!keep_nothing) s.x = x;
+    return h1;
+  }
+  Tensor act = gelu(h1);
+  Tensor y = l2_.forward(act);
+  if (!keep_nothing) s = {x, h1, act};
+  return y;
+}
+
+Tensor Projector::backward(const Tensor& dy, ProjectorSaved& s, bool need_dx) const {
+  MemoryScope scope(Category::Activations, prefix_);
+  Tensor d1 = dy;
+  if (type_ == ProjectorType::Mlp2xGelu) {
+    Tensor d_act = l2_.backward(dy, s.act);
+    s.act = Tensor();
+    d1 = unary_backward(UnaryOp::Gelu, s.h1, d_act);
+    s.h1 = Tensor();
+  }
+  Tensor dx = l1_.backward(d1, s.x, need_dx);
+  s = ProjectorSaved{};
+  return dx;
+}
+
+}  // namespace hr::models

@@ -1,0 +1,28 @@
+// The multimodal projector: `linear` or `mlp2x_gelu` (Linear -> GELU -> Linear), LLaVA's mm_projector_type.
+#pragma once
+
+#include "models/config.h"
+#include "models/layers.h"
+
+namespace hr::models {
+
+struct ProjectorSaved {
+  Tensor x;    // (I, T, Cv) image features
+  Tensor h1;   // (I, T, C) linear_1 output (mlp2x_gelu only)
+  Tensor act;  // (I, T, C) gelu(h1)
+};
+
+class Projector {
+ public:
+  Projector(ParamStore& store, const std::string& prefix, ProjectorType type, int64_t in, int64_t out);
+  Tensor forward(const Tensor& x, ProjectorSaved& saved, bool keep_nothing) const;
+  // Returns d(x) when need_dx (a trainable vision tower), accumulating parameter gradients.
+  Tensor backward(const Tensor& dy, ProjectorSaved& saved, bool need_dx) const;
+
+ private:
+  std::string prefix_;
+  ProjectorType type_;
+  Linear l1_, l2_;
+};
+
+}  // namespace hr::models

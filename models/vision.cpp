@@ -1,0 +1,189 @@
+// CLIP vision tower: forward, policy-driven recompute, backward.
+#include "models/vision.h"
+
+#include <cmath>
+
+#include "core/memory/category.h"
+#include "core/ops/attention.h"
+#include "core/ops/copy.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/embedding.h"
+#include "core/ops/reduce.h"
+
+namespace hr::models {
+
+using namespace hr::core;
+
+namespace {
+using S = VisionLayerSaved;
+constexpr std::array<std::pair<Tensor S::*, Keep>, 15> kFields = {{
+    {&S::x, Keep::Input},          {&S::ln1_mean, Keep::Internal}, {&S::ln1_rstd, Keep::Internal},
+    {&S::xn1, Keep::Internal},     {&S::q, Keep::Internal},        {&S::k, Keep::Internal},
+    {&S::v, Keep::Internal},       {&S::attn, Keep::Selective},    {&S::lse, Keep::Selective},
+    {&S::h, Keep::Selective},      {&S::ln2_mean, Keep::Internal}, {&S::ln2_rstd, Keep::Internal},
+    {&S::xn2, Keep::Internal},     {&S::fc1, Keep::Internal},      {&S::act, Keep::Internal},
+}};
+}  // namespace
+
+VisionLayer::VisionLayer(ParamStore& store, const std::string& prefix, const VisionConfig& cfg)
+    : prefix_(prefix), cfg_(cfg) {
+  const int64_t c = cfg.hidden;
+  k_ = Linear::make(store, prefix + ".self_attn.k_proj", c, c, true);
+  v_ = Linear::make(store, prefix + ".self_attn.v_proj", c, c, true);
+  q_ = Linear::make(store, prefix + ".self_attn.q_proj", c, c, true);
+  o_ = Linear::make(store, prefix + ".self_attn.out_proj", c, c, true);
+  ln1_ = LayerNorm::make(store, prefix + ".layer_norm1", c, cfg.layer_norm_eps);
+  fc1_ = Linear::make(store, prefix + ".mlp.fc1", c, cfg.intermediate, true);
+  fc2_ = Linear::make(store, prefix + ".mlp.fc2", cfg.intermediate, c, true);
+  ln2_ = LayerNorm::make(store, prefix + ".layer_norm2", c, cfg.layer_norm_eps);
+}
+
+void VisionLayer::compute(S& s) const {
+  const int64_t I = s.x.size(0), N = s.x.size(1), H = cfg_.heads, D = cfg_.hidden / cfg_.heads;
+  if (!s.xn1.defined()) {
+    NormOut n = ln1_.forward(s.x);
+    s.xn1 = n.y;
+    s.ln1_mean = n.saved.mean;
+    s.ln1_rstd = n.saved.rstd;
+  }
+  if (!s.q.defined() || !s.k.defined() || !s.v.defined()) {
+    s.q = q_.forward(s.xn1).view({I, N, H, D});
+    s.k = k_.forward(s.xn1).view({I, N, H, D});
+    s.v = v_.forward(s.xn1).view({I, N, H, D});
+  }
+  if (!s.attn.defined()) {
+    AttentionOut a = attention_forward(s.q, s.k, s.v, Mask::None, 1.f / std::sqrt(float(D)));
+    s.attn = a.out;
+    s.lse = a.lse;
+  }
+  if (!s.h.defined()) {
+    s.h = o_.forward(s.attn.view({I, N, cfg_.hidden}));
+    add_(s.h, s.x);
+  }
+  if (!s.xn2.defined()) {
+    NormOut n = ln2_.forward(s.h);
+    s.xn2 = n.y;
+    s.ln2_mean = n.saved.mean;
+    s.ln2_rstd = n.saved.rstd;
+  }
+  if (!s.act.defined()) {
+    s.fc1 = fc1_.forward(s.xn2);
+    s.act = quick_gelu(s.fc1);
+  }
+}
+
+Tensor VisionLayer::forward(const Tensor& x, S& s, CheckpointKind kind) const {
+  MemoryScope scope(Category::Activations, prefix_);
+  s = S{};
+  s.x = x;
+  compute(s);
+  Tensor y = fc2_.forward(s.act);
+  add_(y, s.h);
+  apply_policy(s, kFields, kind);
+  return y;
+}
+
+Tensor VisionLayer::backward(const Tensor& dy, S& s) const {
+  MemoryScope scope(Category::Activations, prefix_);
+  compute(s);
+  const int64_t I = s.x.size(0), N = s.x.size(1), H = cfg_.heads, D = cfg_.hidden / cfg_.heads;
+  Tensor d_act = fc2_.backward(dy, s.act);
+  s.act = Tensor();
+  Tensor d_fc1 = unary_backward(UnaryOp::QuickGelu, s.fc1, d_act);
+  d_act = s.fc1 = Tensor();
+  Tensor dxn2 = fc1_.backward(d_fc1, s.xn2);
+  d_fc1 = s.xn2 = Tensor();
+  Tensor dh = ln2_.backward(dxn2, s.h, {s.ln2_mean, s.ln2_rstd});
+  add_(dh, dy);
+  s.h = s.ln2_mean = s.ln2_rstd = Tensor();
+  Tensor dattn = o_.backward(dh, s.attn.view({I, N, cfg_.hidden}));
+  AttentionGrads ag = attention_backward(dattn.view({I, N, H, D}), s.q, s.k, s.v, {s.attn, s.lse}, Mask::None,
+                                         1.f / std::sqrt(float(D)));
+  dattn = Tensor();
+  s.q = s.k = s.v = s.attn = s.lse = Tensor();
+  Tensor dxn1 = q_.backward(ag.dq.view({I, N, cfg_.hidden}), s.xn1);
+  add_(dxn1, k_.backward(ag.dk.view({I, N, cfg_.hidden}), s.xn1));
+  add_(dxn1, v_.backward(ag.dv.view({I, N, cfg_.hidden}), s.xn1));
+  ag = {};
+  s.xn1 = Tensor();
+  Tensor dx = ln1_.backward(dxn1, s.x, {s.ln1_mean, s.ln1_rstd});
+  add_(dx, dh);
+  s = S{};
+  return dx;
+}
+
+VisionTower::VisionTower(ParamStore& store, const std::string& prefix, const VisionConfig& cfg)
+    : prefix_(prefix), cfg_(cfg) {
+  const int64_t c = cfg.hidden, p = cfg.patch;
+  class_embedding_ = &store.add(prefix + ".embeddings.class_embedding", {c});
+  patch_embedding_ = &store.add(prefix + ".embeddings.patch_embedding.weight", {c, cfg.channels, p, p});
+  position_embedding_ = &store.add(prefix + ".embeddings.position_embedding.weight", {cfg.num_positions(), c});
+  pre_ln_ = LayerNorm::make(store, prefix + ".pre_layrnorm", c, cfg.layer_norm_eps);
+  for (int64_t i = 0; i < cfg.layers; ++i) layers_.emplace_back(store, str(prefix, ".encoder.layers.", i), cfg);
+  post_ln_ = LayerNorm::make(store, prefix + ".post_layernorm", c, cfg.layer_norm_eps);
+  patch_linear_.weight = patch_embedding_;
+}
+
+bool VisionTower::trainable() const { return patch_embedding_->trainable; }
+
+Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const CheckpointPolicy& policy,
+                            bool keep_nothing) const {
+  const int64_t I = pixels.size(0), P = cfg_.num_patches(), N = cfg_.num_positions(), C = cfg_.hidden;
+  HR_CHECK(pixels.dim() == 4 && pixels.size(1) == cfg_.channels && pixels.size(2) == cfg_.image_size &&
+               pixels.size(3) == cfg_.image_size,
+           "[vision] pixel_values must be (images, ", cfg_.channels, ", ", cfg_.image_size, ", ", cfg_.image_size,
+           "); got ", pixels.describe());
+  saved = VisionSaved{};
+  Tensor x;
+  {
+    MemoryScope scope(Category::Activations, prefix_ + ".embeddings");
+    Tensor patches = patchify(pixels.to(patch_embedding_->data.dtype()), cfg_.patch);
+    Tensor pe = patch_linear_.forward(patches);  // (I, P, C)
+    if (!keep_nothing) saved.patches = patches;
+    x = Tensor::empty({I, N, C}, pe.dtype(), pe.device());
+    copy_(x.slice(1, 0, 1), class_embedding_->data.view({1, 1, C}).expand({I, 1, C}));
+    copy_(x.slice(1, 1, N), pe);
+    add_(x, position_embedding_->data);
+    (void)P;
+  }
+  Tensor h;
+  {
+    MemoryScope scope(Category::Activations, prefix_ + ".pre_layrnorm");
+    NormOut n = pre_ln_.forward(x);
+    if (!keep_nothing) {
+      saved.pre_in = x;
+      saved.pre_mean = n.saved.mean;
+      saved.pre_rstd = n.saved.rstd;
+    }
+    h = n.y;
+  }
+  const int64_t used = cfg_.layers_used();
+  saved.layers.resize(std::size_t(used));
+  for (int64_t i = 0; i < used; ++i) {
+    h = layers_[i].forward(h, saved.layers[i], policy.for_block(i));
+    if (keep_nothing) saved.layers[i] = {};
+  }
+  if (cfg_.select_feature == FeatureSelect::ClsPatch) return h;
+  MemoryScope scope(Category::Activations, prefix_ + ".select_feature");
+  return slice_copy(h, 1, 1, N);
+}
+
+void VisionTower::backward(const Tensor& d_features, VisionSaved& saved) const {
+  const int64_t I = d_features.size(0), N = cfg_.num_positions(), C = cfg_.hidden;
+  Tensor dh;
+  {
+    MemoryScope scope(Category::Activations, prefix_ + ".select_feature");
+    dh = cfg_.select_feature == FeatureSelect::ClsPatch ? d_features
+                                                         : slice_backward(d_features, {I, N, C}, 1, 1);
+  }
+  for (std::size_t i = saved.layers.size(); i-- > 0;) dh = layers_[i].backward(dh, saved.layers[i]);
+  MemoryScope scope(Category::Activations, prefix_ + ".embeddings");
+  Tensor dx = pre_ln_.backward(dh, saved.pre_in, {saved.pre_mean, saved.pre_rstd});
+  dh = saved.pre_in = saved.pre_mean = saved.pre_rstd = Tensor();
+  if (position_embedding_->trainable) sum_leading(dx.view({I, N * C}), position_embedding_->ensure_grad().view({N * C}), Accumulate::Yes);
+  if (class_embedding_->trainable) sum_leading(dx.select(1, 0), class_embedding_->ensure_grad(), Accumulate::Yes);
+  patch_linear_.backward(slice_copy(dx, 1, 1, N), saved.patches, false);
+  saved = VisionSaved{};
+}
+
+}  // namespace hr::models

@@ -1,0 +1,67 @@
+// CLIP-style vision tower (as openai/clip-vit-large-patch14-336): patch embedding, class and position
+// embeddings, pre_layrnorm, pre-LN encoder layers with quick_gelu MLPs, select_layer and feature selection.
+#pragma once
+
+#include <vector>
+
+#include "models/checkpoint_policy.h"
+#include "models/config.h"
+#include "models/layers.h"
+
+namespace hr::models {
+
+struct VisionLayerSaved {
+  Tensor x;                   // (I, N, C) block input
+  Tensor ln1_mean, ln1_rstd;  // f32 (I*N)
+  Tensor xn1;                 // (I, N, C)
+  Tensor q, k, v;             // (I, N, H, D)
+  Tensor attn, lse;           // (I, N, H, D), f32 (I, H, N)
+  Tensor h;                   // (I, N, C) x + out_proj(attn)
+  Tensor ln2_mean, ln2_rstd;  // f32 (I*N)
+  Tensor xn2;                 // (I, N, C)
+  Tensor fc1, act;            // (I, N, F) each; act = quick_gelu(fc1)
+};
+
+class VisionLayer {
+ public:
+  VisionLayer(ParamStore& store, const std::string& prefix, const VisionConfig& cfg);
+  Tensor forward(const Tensor& x, VisionLayerSaved& saved, CheckpointKind kind) const;
+  Tensor backward(const Tensor& dy, VisionLayerSaved& saved) const;
+
+ private:
+  void compute(VisionLayerSaved& s) const;
+
+  std::string prefix_;
+  VisionConfig cfg_;
+  LayerNorm ln1_, ln2_;
+  Linear q_, k_, v_, o_, fc1_, fc2_;
+};
+
+struct VisionSaved {
+  Tensor patches;         // (I, P, 3*p*p) patchified pixels: the patch-embedding weight gradient needs them
+  Tensor pre_in;          // (I, N, C) embeddings before pre_layrnorm
+  Tensor pre_mean, pre_rstd;
+  std::vector<VisionLayerSaved> layers;
+};
+
+class VisionTower {
+ public:
+  VisionTower(ParamStore& store, const std::string& prefix, const VisionConfig& cfg);
+  // pixels (I, 3, S, S) -> features (I, T, C) of hidden_states[select_layer], CLS dropped for `patch`.
+  Tensor forward(const Tensor& pixels, VisionSaved& saved, const CheckpointPolicy& policy, bool keep_nothing) const;
+  // Accumulates parameter gradients from d(features); pixels need no gradient.
+  void backward(const Tensor& d_features, VisionSaved& saved) const;
+  bool trainable() const;
+
+ private:
+  std::string prefix_;
+  VisionConfig cfg_;
+  Param* patch_embedding_;      // (C, 3, p, p)
+  Param* class_embedding_;      // (C)
+  Param* position_embedding_;   // (N, C)
+  LayerNorm pre_ln_, post_ln_;  // post_layernorm exists in the checkpoints; LLaVA never uses it
+  std::vector<VisionLayer> layers_;
+  Linear patch_linear_;         // the conv as a linear over flattened patches, sharing patch_embedding_
+};
+
+}  // namespace hr::models

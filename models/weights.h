@@ -1,0 +1,32 @@
+// Model weights: random initialisation, loading from llava-hf safetensors checkpoints (either name layout),
+// and saving in the llava-hf layout.
+#pragma once
+
+#include <string>
+
+#include "core/io/safetensors.h"
+#include "models/params.h"
+
+namespace hr::models {
+
+// Normal(0, 0.02) for matrices and embeddings, ones for norm weights, zeros for biases. Deterministic.
+void init_weights(ParamStore& store, uint64_t seed);
+
+enum class MissingWeights : uint8_t { Error, Keep };  // Keep: leave missing parameters as initialised
+
+// Loads every parameter by name from a checkpoint in the classic llava-hf layout
+// (language_model.model.*, language_model.lm_head.*, vision_tower.*, multi_modal_projector.*) or the newer
+// one (model.language_model.*, lm_head.*, model.vision_tower.*, model.multi_modal_projector.*), converting
+// f32/bf16/f16 to the store's dtype. Missing, unexpected and mis-shaped tensors are all reported by name in
+// one error. Returns the number of tensors loaded.
+int64_t load_weights(ParamStore& store, const core::Checkpoint& ckpt, MissingWeights missing = MissingWeights::Error);
+
+// The parameters under their llava-hf names, for save_safetensors / save_sharded.
+core::NamedTensors named_weights(const ParamStore& store);
+// The gradients of trainable parameters under their parameter names (zeros where none was produced).
+core::NamedTensors named_grads(ParamStore& store);
+
+// The name a parameter has in the newer transformers layout.
+std::string new_layout_name(const std::string& classic);
+
+}  // namespace hr::models

@@ -1,0 +1,95 @@
+// Parity with an independent PyTorch implementation (scripts/make_golden.py): loss, logits and every
+// parameter gradient, in f32 and bf16, for select_layer -1/-2, GQA/MHA, one/two images per sample, a
+// text-only sample and stage-1 freezing.
+#include <gtest/gtest.h>
+
+#include "golden_util.h"
+#include "models/model_spec.h"
+#include "models/weights.h"
+
+using namespace hr;
+using namespace hr::core;
+using namespace hr::models;
+using hr::test::golden;
+
+namespace {
+
+class Golden : public testing::TestWithParam<std::tuple<std::string, DType>> {};
+
+// f32: element-wise |got - want| <= 1e-5 + 1e-4 |want| (the values are O(0.01..1)).
+void check_f32(const std::string& name, const Tensor& got, const Tensor& want) {
+  ASSERT_TRUE(got.defined()) << name << " was not produced";
+  ASSERT_EQ(got.shape(), want.shape()) << name;
+  test::Mismatch m = test::compare(got.to_floats(), want.to_floats(), 1e-4, 1e-5);
+  EXPECT_LE(m.worst, 1.0) << name << ": worst element " << m.at << " is " << m.got << ", PyTorch has " << m.want;
+}
+
+double norm_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  return std::sqrt(s);
+}
+
+// bf16: both implementations round activations and gradients to 8 mantissa bits, in different places, so
+// element-wise agreement is not expected. Measured against PyTorch's f32 result, headroom's bf16 error must
+// be at most twice PyTorch's own bf16 error, or below 3% of the tensor's norm, or below 1e-4 per element
+// (gradients that are exactly zero in exact arithmetic, like attention key biases, are pure rounding noise).
+void check_bf16(const std::string& name, const Tensor& got, const Tensor& want_bf16, const Tensor& want_f32) {
+  ASSERT_TRUE(got.defined()) << name << " was not produced";
+  ASSERT_EQ(got.shape(), want_f32.shape()) << name;
+  std::vector<float> g = got.to_floats(), pb = want_bf16.to_floats(), pf = want_f32.to_floats();
+  const std::vector<float> zero(pf.size(), 0.f);
+  const double ours = norm_diff(g, pf), theirs = norm_diff(pb, pf), scale = norm_diff(pf, zero);
+  const double bound = std::max({2.0 * theirs, 0.03 * scale, 1e-4 * std::sqrt(double(pf.size()))});
+  EXPECT_LE(ours, bound) << name << ": |headroom bf16 - f32| = " << ours << ", |PyTorch bf16 - f32| = " << theirs
+                         << ", |f32| = " << scale;
+}
+
+}  // namespace
+
+TEST_P(Golden, LossLogitsAndEveryGradientMatchPyTorch) {
+  const std::string cs = std::get<0>(GetParam());
+  const DType dt = std::get<1>(GetParam());
+  ModelSpec spec = load_model_spec(golden(cs + ".yaml"));
+  Llava model(spec.config, Device::cpu(), dt);
+  model.set_trainable(!spec.freeze_vision, !spec.freeze_projector, !spec.freeze_llm);
+  load_weights(model.params(), Checkpoint::open(golden(test::first_line(golden(cs + ".weights")))));
+  Batch batch = test::load_batch(golden(cs + "_batch.safetensors"));
+  ModelOptions opt;
+  opt.return_logits = true;
+  opt.ce_chunk_rows = 7;  // several chunks, the last one partial
+  LlavaState st;
+  const float loss = model.forward(batch, st, opt);
+  model.backward(st);
+
+  SafetensorsFile ref = SafetensorsFile::open(golden(cs + "_" + dtype_name(dt) + ".safetensors"));
+  SafetensorsFile ref32 = SafetensorsFile::open(golden(cs + "_f32.safetensors"));
+  auto check = [&](const std::string& name, const Tensor& got) {
+    if (dt == DType::F32) check_f32(name, got, ref.get(name));
+    else check_bf16(name, got, ref.get(name), ref32.get(name));
+  };
+  const float want_loss = ref.get("loss").item();
+  EXPECT_NEAR(loss, want_loss, dt == DType::F32 ? 1e-5 * std::fabs(want_loss) : 1e-2 * std::fabs(want_loss));
+  check("logits", st.logits);
+  int grads = 0;
+  for (const auto& p : model.params().all()) {
+    const std::string key = "grad." + p->name;
+    if (!ref.contains(key)) {
+      EXPECT_FALSE(p->trainable) << p->name << " is trainable but PyTorch has no gradient for it";
+      EXPECT_FALSE(p->grad.defined()) << p->name << " is frozen yet holds a gradient buffer";
+      continue;
+    }
+    ++grads;
+    // Parameters that influence nothing (layers past select_layer, post_layernorm) may have no buffer.
+    check(key, p->grad.defined() ? p->grad : Tensor::zeros(p->data.shape(), dt, Device::cpu()));
+  }
+  int want_grads = 0;
+  for (const std::string& n : ref.names()) want_grads += n.rfind("grad.", 0) == 0;
+  EXPECT_EQ(grads, want_grads);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, Golden,
+    testing::Combine(testing::Values("select_m2_gqa", "select_m1", "mha", "two_images_and_text", "stage1"),
+                     testing::Values(DType::F32, DType::BF16)),
+    [](const auto& p) { return std::get<0>(p.param) + "_" + dtype_name(std::get<1>(p.param)); });
