@@ -18,6 +18,11 @@ void usage(std::FILE* to) {
                "  demo oom [--capacity BYTES]\n"
                "                       run linear layers on a capped CPU device until it runs out, and show\n"
                "                       the out-of-memory report and the memory summary\n"
+               "  model info PRESET|CONFIG.yaml\n"
+               "                       parameter counts by module (presets: tiny, small, llava-1.5-7b, llava-1.5-13b)\n"
+               "  debug grads --config CFG --weights W.safetensors --batch B.safetensors --out G.safetensors\n"
+               "              [--dtype f32|bf16] [--logits]\n"
+               "                       one forward and backward; writes loss, logits and every parameter gradient\n"
                "  help                 this text\n");
 }
 
@@ -34,6 +39,8 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "info") return hr::train::cmd_info(args);
     if (cmd == "demo") return hr::train::cmd_demo(args);
+    if (cmd == "model") return hr::train::cmd_model(args);
+    if (cmd == "debug") return hr::train::cmd_debug(args);
     std::fprintf(stderr, "headroom: unknown command '%s'\n\n", cmd.c_str());
     usage(stderr);
     return 2;

@@ -1,0 +1,92 @@
+// Model presets: the real LLaVA-1.5 presets have exactly the parameter counts of the published llava-hf
+// checkpoints (built on the meta device: nothing is allocated for real); config keys are checked strictly.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "models/llava.h"
+#include "models/model_spec.h"
+#include "models/weights.h"
+
+using namespace hr;
+using namespace hr::core;
+using namespace hr::models;
+
+TEST(ModelPresets, ParameterCountsMatchLlavaHf) {
+  // llava-hf/llava-1.5-7b-hf and llava-hf/llava-1.5-13b-hf: CLIP ViT-L/14-336 (303,507,456 with its unused
+  // post_layernorm), the mlp2x_gelu projector and Vicuna with the 32064-token vocabulary.
+  Llava m7(preset("llava-1.5-7b"), Device::meta(), DType::BF16);
+  EXPECT_EQ(m7.params().count(), 7063427072);
+  Llava m13(preset("llava-1.5-13b"), Device::meta(), DType::BF16);
+  EXPECT_EQ(m13.params().count(), 13351494656);
+  int64_t vision = 0;
+  for (const auto& p : m7.params().all())
+    if (p->name.rfind("vision_tower.", 0) == 0) vision += p->numel();
+  EXPECT_EQ(vision, 303507456);
+}
+
+TEST(ModelPresets, NamesFollowLlavaHf) {
+  Llava m(preset("tiny"), Device::meta(), DType::F32);
+  for (const char* name : {"vision_tower.vision_model.encoder.layers.1.self_attn.q_proj.weight",
+                           "vision_tower.vision_model.embeddings.patch_embedding.weight",
+                           "multi_modal_projector.linear_1.weight", "language_model.model.layers.1.mlp.gate_proj.weight",
+                           "language_model.lm_head.weight", "language_model.model.embed_tokens.weight"})
+    EXPECT_NE(m.params().find(name), nullptr) << name;
+  EXPECT_EQ(new_layout_name("language_model.model.layers.0.mlp.up_proj.weight"),
+            "model.language_model.layers.0.mlp.up_proj.weight");
+  EXPECT_EQ(new_layout_name("language_model.lm_head.weight"), "lm_head.weight");
+  EXPECT_EQ(new_layout_name("vision_tower.vision_model.pre_layrnorm.weight"),
+            "model.vision_tower.vision_model.pre_layrnorm.weight");
+}
+
+TEST(ModelSpec, UnknownKeyNamesTheClosestValidOne) {
+  const std::string path = testing::TempDir() + "/model.yaml";
+  std::ofstream(path) << "model:\n  preset: tiny\n  llm:\n    hidden_sz: 64\n";
+  try {
+    load_model_spec(path);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown key 'model.llm.hidden_sz'; did you mean 'model.llm.hidden_size'?"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+  }
+  std::ofstream(path) << "model:\n  preset: tiny\n  projector: mlp3x\n";
+  EXPECT_THROW(load_model_spec(path), Error);
+  std::ofstream(path) << "model:\n  preset: tiny\n  llm:\n    num_key_value_heads: 3\n";
+  EXPECT_THROW(load_model_spec(path), Error);
+}
+
+TEST(Weights, LoadReportsMissingUnexpectedAndMisshapedByName) {
+  Llava m(preset("tiny"), Device::cpu(), DType::F32);
+  init_weights(m.params(), 1);
+  NamedTensors w = named_weights(m.params());
+  w.erase(w.begin());                                                                // one missing
+  w.emplace_back("language_model.model.extra.weight", Tensor::zeros({2}, DType::F32, Device::cpu()));  // unexpected
+  for (auto& [n, t] : w)
+    if (n == "language_model.lm_head.weight") t = Tensor::zeros({3, 3}, DType::F32, Device::cpu());  // mis-shaped
+  const std::string path = testing::TempDir() + "/w.safetensors";
+  save_safetensors(path, w);
+  try {
+    load_weights(m.params(), Checkpoint::open(path));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("missing (1)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("language_model.model.extra.weight"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("language_model.lm_head.weight (3, 3) (model wants (64, 32))"), std::string::npos) << msg;
+  }
+}
+
+TEST(Weights, NewerLayoutAndBf16ConvertOnLoad) {
+  Llava a(preset("tiny"), Device::cpu(), DType::F32);
+  init_weights(a.params(), 3);
+  NamedTensors w;
+  for (auto& [n, t] : named_weights(a.params())) w.emplace_back(new_layout_name(n), t.to(DType::BF16));
+  const std::string path = testing::TempDir() + "/new.safetensors";
+  save_safetensors(path, w);
+  Llava b(preset("tiny"), Device::cpu(), DType::F32);
+  EXPECT_EQ(load_weights(b.params(), Checkpoint::open(path)), int64_t(a.params().all().size()));
+  std::vector<float> x = a.params().find("language_model.lm_head.weight")->data.to(DType::BF16).to_floats();
+  EXPECT_EQ(b.params().find("language_model.lm_head.weight")->data.to_floats(), x);
+}

@@ -1,0 +1,77 @@
+// `headroom debug grads`: load weights and one batch, run forward and backward, write the loss, optionally
+// the logits, and every parameter gradient under the parameter's name, for comparison with a reference.
+#include <cstdio>
+
+#include "core/io/safetensors.h"
+#include "models/llava.h"
+#include "models/model_spec.h"
+#include "models/weights.h"
+#include "train/commands.h"
+
+namespace hr::train {
+
+using namespace hr::core;
+using namespace hr::models;
+
+namespace {
+
+Batch read_batch(const std::string& path) {
+  SafetensorsFile f = SafetensorsFile::open(path);
+  for (const char* need : {"input_ids", "labels"})
+    HR_CHECK(f.contains(need), "[debug grads] ", path, " has no '", need, "' tensor (needs input_ids, labels and "
+             "optionally pixel_values)");
+  Tensor ids = f.get("input_ids"), labels = f.get("labels");
+  HR_CHECK(ids.dim() == 2 && labels.shape() == ids.shape(), "[debug grads] ", path, ": input_ids ",
+           shape_str(ids.shape()), " and labels ", shape_str(labels.shape()), " must both be (batch, seq)");
+  Batch b;
+  b.batch = ids.size(0);
+  b.seq = ids.size(1);
+  b.input_ids = ids.to_ints();
+  b.labels = labels.to_ints();
+  if (f.contains("pixel_values")) b.pixel_values = f.get("pixel_values").clone();
+  return b;
+}
+
+}  // namespace
+
+int cmd_debug(const std::vector<std::string>& args) {
+  HR_CHECK(!args.empty() && args[0] == "grads",
+           "[debug] usage: headroom debug grads --config CFG --weights W.safetensors --batch B.safetensors --out "
+           "G.safetensors [--dtype f32|bf16] [--logits]");
+  std::string config, weights, batch_path, out;
+  DType dtype = DType::F32;
+  bool logits = false;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    auto value = [&](const char* flag) {
+      HR_CHECK(i + 1 < args.size(), "[debug grads] ", flag, " needs a value");
+      return args[++i];
+    };
+    if (args[i] == "--config") config = value("--config");
+    else if (args[i] == "--weights") weights = value("--weights");
+    else if (args[i] == "--batch") batch_path = value("--batch");
+    else if (args[i] == "--out") out = value("--out");
+    else if (args[i] == "--dtype") dtype = parse_dtype(value("--dtype"));
+    else if (args[i] == "--logits") logits = true;
+    else throw Error(str("[debug grads] unknown option '", args[i], "'; allowed: --config --weights --batch --out --dtype --logits"));
+  }
+  HR_CHECK(!config.empty() && !weights.empty() && !batch_path.empty() && !out.empty(),
+           "[debug grads] --config, --weights, --batch and --out are all required");
+  ModelSpec spec = load_model_spec(config);
+  Llava model(spec.config, Device::cpu(), dtype);
+  model.set_trainable(!spec.freeze_vision, !spec.freeze_projector, !spec.freeze_llm);
+  load_weights(model.params(), Checkpoint::open(weights));
+  Batch batch = read_batch(batch_path);
+  ModelOptions opt;
+  opt.return_logits = logits;
+  LlavaState st;
+  const float loss = model.forward(batch, st, opt);
+  model.backward(st);
+  NamedTensors result = {{"loss", Tensor::full({}, loss, DType::F32, Device::cpu())}};
+  if (logits) result.emplace_back("logits", st.logits);
+  for (auto& nt : named_grads(model.params())) result.push_back(nt);
+  save_safetensors(out, result);
+  std::printf("loss %.6f; wrote %zu gradients to %s\n", loss, result.size() - (logits ? 2 : 1), out.c_str());
+  return 0;
+}
+
+}  // namespace hr::train
