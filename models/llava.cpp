@@ -16,9 +16,10 @@ constexpr const char* kLlmPrefix = "language_model.model";
 constexpr const char* kHeadName = "language_model.lm_head";
 }  // namespace
 
-Llava::Llava(const LlavaConfig& cfg, Device device, DType dtype) : cfg_(cfg) {
+Llava::Llava(const LlavaConfig& cfg, Device device, DType dtype, std::optional<DType> vision_dtype) : cfg_(cfg) {
   cfg_.validate();
   store_ = std::make_unique<ParamStore>(device, dtype);
+  if (vision_dtype) store_->set_dtype_for("vision_tower.", *vision_dtype);
   vision_ = std::make_unique<VisionTower>(*store_, kVisionPrefix, cfg_.vision);
   projector_ = std::make_unique<Projector>(*store_, kProjectorPrefix, cfg_.projector, cfg_.vision.hidden, cfg_.llm.hidden);
   llm_ = std::make_unique<LlamaModel>(*store_, kLlmPrefix, kHeadName, cfg_.llm);
@@ -66,7 +67,8 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
     MemoryScope scope(Category::IO, "batch");
     st.ids = Tensor::from_ints(b.input_ids, {B, L}, DType::I64, dev);
   }
-  const bool need_llm_grad = llm_trainable_ || (st.has_images && (projector_trainable_ || vision_trainable_));
+  const bool need_llm_grad =
+      !opt.inference && (llm_trainable_ || (st.has_images && (projector_trainable_ || vision_trainable_)));
   Tensor embeds = llm_->embed(st.ids);
   if (st.has_images) {
     Tensor pixels;
@@ -74,8 +76,13 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
       MemoryScope scope(Category::IO, "batch");
       pixels = b.pixel_values.to(dev);
     }
-    Tensor feats = vision_->forward(pixels, st.vision, opt.vision_policy, !vision_trainable_);
-    Tensor proj = projector_->forward(feats, st.projector, !(projector_trainable_ || vision_trainable_));
+    Tensor feats = vision_->forward(pixels, st.vision, opt.vision_policy, opt.inference || !vision_trainable_);
+    const DType llm_dtype = store_->dtype();
+    if (feats.dtype() != llm_dtype) {  // a vision tower kept in f32 feeds a low-precision projector
+      MemoryScope scope(Category::Activations, "multi_modal_projector");
+      feats = cast(feats, llm_dtype);
+    }
+    Tensor proj = projector_->forward(feats, st.projector, opt.inference || !(projector_trainable_ || vision_trainable_));
     Tensor flat = embeds.view({B * L, C});
     for (std::size_t i = 0; i < st.image_offsets.size(); ++i)
       copy_(flat.slice(0, st.image_offsets[i], st.image_offsets[i] + T), proj.select(0, int64_t(i)));
@@ -97,13 +104,18 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   st.ce_options.ignore_index = cfg_.ignore_index;
   st.ce_options.normalizer = float(std::max<int64_t>(st.valid_labels, 1));
   st.ce_options.chunk_rows = opt.ce_chunk_rows;
+  st.backward_ready = need_llm_grad;
+  if (opt.inference && st.valid_labels == 0) {  // generation: only the logits are wanted
+    st.hidden_shift = Tensor();
+    return 0.f;
+  }
   st.ce = cross_entropy_forward(st.hidden_shift, llm_->lm_head().weight->data, st.labels_shift, st.ce_options);
+  if (opt.inference) st.hidden_shift = Tensor();
   return dev.type == DeviceType::Meta ? 0.f : st.ce.loss.item();
 }
 
 void Llava::backward(LlavaState& st, float loss_scale) const {
-  const bool need_llm_grad = llm_trainable_ || (st.has_images && (projector_trainable_ || vision_trainable_));
-  if (!need_llm_grad) return;
+  if (!st.backward_ready) return;
   const Device dev = store_->device();
   const int64_t B = st.batch, L = st.seq, C = cfg_.llm.hidden, T = cfg_.vision.tokens_per_image();
   Tensor d_hidden;
@@ -143,7 +155,10 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
   if (d_proj.defined()) {
     Tensor d_feats = projector_->backward(d_proj, st.projector, vision_trainable_);
     d_proj = Tensor();
-    if (vision_trainable_) vision_->backward(d_feats, st.vision);
+    if (vision_trainable_) {
+      if (d_feats.dtype() != store_->dtype_of("vision_tower.")) d_feats = cast(d_feats, store_->dtype_of("vision_tower."));
+      vision_->backward(d_feats, st.vision);
+    }
   }
   st.llm = {};
   st.vision = {};

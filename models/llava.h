@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/ops/cross_entropy.h"
@@ -26,6 +27,7 @@ struct ModelOptions {
   CheckpointPolicy vision_policy, llm_policy;
   bool return_logits = false;  // also materialise (batch, seq, vocab) logits (debugging, parity)
   int64_t ce_chunk_rows = 0;   // rows of the fused cross-entropy per chunk; 0: default
+  bool inference = false;      // no backward will follow: keep no activations (evaluation, generation)
 };
 
 // What forward leaves for backward.
@@ -42,11 +44,13 @@ struct LlavaState {
   bool has_images = false;
   Tensor logits;                           // (B, L, V) when asked for
   int64_t valid_labels = 0;
+  bool backward_ready = false;             // forward kept what backward needs
 };
 
 class Llava {
  public:
-  Llava(const LlavaConfig& cfg, Device device, DType dtype);
+  // `vision_dtype` (default: dtype) lets the vision tower run in another precision (vision_precision: fp32).
+  Llava(const LlavaConfig& cfg, Device device, DType dtype, std::optional<DType> vision_dtype = std::nullopt);
   ParamStore& params() { return *store_; }
   const ParamStore& params() const { return *store_; }
   const LlavaConfig& config() const { return cfg_; }

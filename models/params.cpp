@@ -29,12 +29,20 @@ Param& ParamStore::add(const std::string& name, const Shape& shape) {
   p->name = name;
   {
     MemoryScope scope(Category::Params, owner_of(name));
-    p->data = Tensor::empty(shape, dtype_, device_);
+    p->data = Tensor::empty(shape, dtype_of(name), device_);
   }
   Param& ref = *p;
   by_name_[name] = p.get();
   params_.push_back(std::move(p));
   return ref;
+}
+
+DType ParamStore::dtype_of(const std::string& name) const {
+  DType t = dtype_;
+  std::size_t best = 0;
+  for (const auto& [prefix, dt] : dtype_for_)
+    if (name.rfind(prefix, 0) == 0 && prefix.size() >= best) best = prefix.size(), t = dt;
+  return t;
 }
 
 Param* ParamStore::find(const std::string& name) {

@@ -35,8 +35,11 @@ class ParamStore {
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
 
-  // Allocates an uninitialised parameter (category params, owner = its module).
+  // Allocates an uninitialised parameter (category params, owner = its module), in the store's dtype or
+  // the dtype set for the longest matching name prefix.
   Param& add(const std::string& name, const Shape& shape);
+  void set_dtype_for(const std::string& prefix, DType dtype) { dtype_for_[prefix] = dtype; }
+  DType dtype_of(const std::string& name) const;
   Param* find(const std::string& name);
   const std::vector<std::unique_ptr<Param>>& all() const { return params_; }
   Device device() const { return device_; }
@@ -53,6 +56,7 @@ class ParamStore {
   DType dtype_;
   std::vector<std::unique_ptr<Param>> params_;
   std::map<std::string, Param*> by_name_;
+  std::map<std::string, DType> dtype_for_;
 };
 
 }  // namespace hr::models

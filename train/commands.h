@@ -10,6 +10,9 @@ int cmd_info(const std::vector<std::string>& args);
 int cmd_demo(const std::vector<std::string>& args);
 int cmd_model(const std::vector<std::string>& args);
 int cmd_debug(const std::vector<std::string>& args);
+int cmd_train(const std::vector<std::string>& args);
+int cmd_data(const std::vector<std::string>& args);
+int cmd_eval(const std::vector<std::string>& args);
 
 // Parses "64MiB", "2GiB", "512KiB", "1000" (bytes); throws naming `what` on anything else.
 std::size_t parse_bytes(const std::string& text, const std::string& what);

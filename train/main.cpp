@@ -14,6 +14,12 @@ void usage(std::FILE* to) {
                "usage: headroom <command> [options]\n"
                "\n"
                "commands:\n"
+               "  train CONFIG [--set key=value ...] [--print-config] [--resume]\n"
+               "                       train (the synthetic VQA set when data.train_json is empty)\n"
+               "  eval CONFIG --checkpoint DIR [--set key=value ...]\n"
+               "                       eval loss and exact-match accuracy of greedy answers\n"
+               "  data synth --out DIR [--train N] [--eval M] [--seed S] [--image-size PX]\n"
+               "                       write the synthetic VQA set (LLaVA JSON + PNG)\n"
                "  info                 build features, devices and threads\n"
                "  demo oom [--capacity BYTES]\n"
                "                       run linear layers on a capped CPU device until it runs out, and show\n"
@@ -37,6 +43,9 @@ int main(int argc, char** argv) {
   const std::string cmd = args[0];
   args.erase(args.begin());
   try {
+    if (cmd == "train") return hr::train::cmd_train(args);
+    if (cmd == "data") return hr::train::cmd_data(args);
+    if (cmd == "eval") return hr::train::cmd_eval(args);
     if (cmd == "info") return hr::train::cmd_info(args);
     if (cmd == "demo") return hr::train::cmd_demo(args);
     if (cmd == "model") return hr::train::cmd_model(args);

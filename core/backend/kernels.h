@@ -3,6 +3,7 @@
 // op before the call, so kernels never allocate and the meta device needs no kernels at all.
 #pragma once
 
+#include "core/ops/optimizer.h"
 #include "core/ops/params.h"
 
 namespace hr::core {
@@ -52,6 +53,14 @@ struct Kernels {
   void (*sum_leading)(const Tensor& x, const Tensor& out, bool accumulate) = nullptr;  // sum over all but last dim
   void (*reduce_all)(ReduceOp op, const Tensor& x, const Tensor& out_f32_scalar) = nullptr;
   void (*broadcast_scalar)(const Tensor& out, const Tensor& scalar, float scale) = nullptr;
+
+  // Optimizers
+  void (*adamw_update)(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m,
+                       const Tensor& v, const AdamWHyper& h) = nullptr;
+  void (*sgd_update)(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
+                     const SgdHyper& h) = nullptr;
+  void (*adafactor_update)(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& row,
+                           const Tensor& col, const AdafactorHyper& h) = nullptr;
 };
 
 const Kernels& cpu_kernels();

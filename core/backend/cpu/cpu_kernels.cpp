@@ -48,6 +48,9 @@ const Kernels& cpu_kernels() {
     t.sum_leading = cpu::sum_leading;
     t.reduce_all = cpu::reduce_all;
     t.broadcast_scalar = cpu::broadcast_scalar;
+    t.adamw_update = cpu::adamw_update;
+    t.sgd_update = cpu::sgd_update;
+    t.adafactor_update = cpu::adafactor_update;
     return t;
   }();
   return k;

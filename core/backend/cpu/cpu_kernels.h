@@ -1,6 +1,7 @@
 // Declarations of the CPU kernels (one file each family); cpu_kernels.cpp puts them in the table.
 #pragma once
 
+#include "core/ops/optimizer.h"
 #include "core/ops/params.h"
 
 namespace hr::cpu {
@@ -39,5 +40,12 @@ void cross_entropy_backward(const CrossEntropyArgs& a);
 void sum_leading(const Tensor& x, const Tensor& out, bool accumulate);
 void reduce_all(ReduceOp op, const Tensor& x, const Tensor& out);
 void broadcast_scalar(const Tensor& out, const Tensor& scalar, float scale);
+
+void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m, const Tensor& v,
+                  const AdamWHyper& h);
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
+                const SgdHyper& h);
+void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& row,
+                      const Tensor& col, const AdafactorHyper& h);
 
 }  // namespace hr::cpu

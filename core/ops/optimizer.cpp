@@ -1,0 +1,51 @@
+// Optimizer update ops: argument checks and dispatch.
+#include "core/ops/optimizer.h"
+
+#include "core/ops/dispatch.h"
+
+namespace hr::core {
+
+namespace {
+void check_common(const char* op, const Tensor& param, const Tensor& grad, const Tensor& master) {
+  check_float(op, "param", param);
+  check_shape(op, "grad", grad, param.shape());
+  HR_CHECK(param.is_contiguous() && grad.is_contiguous(), "[", op, "] param and grad must be contiguous");
+  if (master.defined()) {
+    check_shape(op, "master", master, param.shape());
+    HR_CHECK(master.dtype() == DType::F32, "[", op, "] master weights must be f32; got ", master.describe());
+  } else {
+    HR_CHECK(param.dtype() == DType::F32, "[", op, "] a ", dtype_name(param.dtype()),
+             " parameter needs f32 master weights; got none");
+  }
+}
+}  // namespace
+
+void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m, const Tensor& v,
+                  const AdamWHyper& h) {
+  check_common("adamw", param, grad, master);
+  check_shape("adamw", "exp_avg", m, param.shape());
+  check_shape("adamw", "exp_avg_sq", v, param.shape());
+  if (auto f = kernel("adamw", param.device(), &Kernels::adamw_update)) f(param, grad, master, m, v, h);
+}
+
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
+                const SgdHyper& h) {
+  check_common("sgd", param, grad, master);
+  if (h.momentum != 0.f) check_shape("sgd", "momentum_buffer", momentum, param.shape());
+  if (auto f = kernel("sgd", param.device(), &Kernels::sgd_update)) f(param, grad, master, momentum, h);
+}
+
+void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& row,
+                      const Tensor& col, const AdafactorHyper& h) {
+  check_common("adafactor", param, grad, master);
+  if (col.defined()) {
+    const int64_t cols = param.size(-1), rows = param.numel() / cols;
+    check_shape("adafactor", "exp_avg_sq_row", row, {rows});
+    check_shape("adafactor", "exp_avg_sq_col", col, {cols});
+  } else {
+    check_shape("adafactor", "exp_avg_sq", row, param.shape());
+  }
+  if (auto f = kernel("adafactor", param.device(), &Kernels::adafactor_update)) f(param, grad, master, row, col, h);
+}
+
+}  // namespace hr::core

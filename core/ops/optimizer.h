@@ -1,0 +1,37 @@
+// Fused optimizer updates (AdamW, SGD with momentum, Adafactor) as element-wise ops over one parameter.
+// States are f32; a low-precision parameter keeps an f32 master copy that the update writes first.
+#pragma once
+
+#include "core/ops/params.h"
+
+namespace hr::core {
+
+struct AdamWHyper {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.f;
+  int64_t step = 1;        // 1-based, for bias correction
+  float grad_scale = 1.f;  // multiplies the gradient first: unscaling (1/loss scale) times clipping
+};
+
+// param, grad: any float dtype, same shape. master: f32 or undefined (then param must be f32 and is updated
+// in place). m, v: f32. Decoupled weight decay: p -= lr * wd * p.
+void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m, const Tensor& v,
+                  const AdamWHyper& h);
+
+struct SgdHyper {
+  float lr = 1e-2f, momentum = 0.9f, weight_decay = 0.f, grad_scale = 1.f;
+  bool nesterov = false;
+};
+// momentum: f32 buffer or undefined when momentum is 0.
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
+                const SgdHyper& h);
+
+struct AdafactorHyper {
+  float lr = 1e-3f, beta2 = 0.999f, eps1 = 1e-30f, clip_threshold = 1.f, weight_decay = 0.f, grad_scale = 1.f;
+  int64_t step = 1;
+};
+// 2-D (or more: leading dims folded into rows) parameters keep factored second moments: row (rows) and col
+// (cols) f32; 1-D parameters keep a full v (same shape, f32) passed as `row` with `col` undefined.
+void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& row,
+                      const Tensor& col, const AdafactorHyper& h);
+
+}  // namespace hr::core

@@ -1,0 +1,118 @@
+// LLaVA JSON dataset: parsing, per-sample processing, truncation that never splits image features.
+#include "models/data/dataset.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/memory/category.h"
+#include "core/ops/copy.h"
+
+namespace hr::models {
+
+using json = nlohmann::json;
+using namespace hr::core;
+
+LlavaDataset::LlavaDataset(const DataOptions& opt, const LlavaConfig& model)
+    : opt_(opt), model_(model), tok_(model.llm.vocab, model.image_token_id) {
+  std::ifstream in(opt.json_path);
+  HR_CHECK(in, "[data] cannot open ", opt.json_path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '[') {
+    try {
+      json all = json::parse(text);
+      for (auto& e : all) entries_.push_back(std::move(e));
+    } catch (const json::exception& e) {
+      throw Error(str("[data] ", opt.json_path, " is not valid JSON: ", e.what()));
+    }
+  } else {  // JSON lines: a malformed line becomes a bad sample, not a failure of the whole file
+    std::size_t line_start = 0, line_no = 0;
+    while (line_start < text.size()) {
+      std::size_t end = text.find('\n', line_start);
+      if (end == std::string::npos) end = text.size();
+      const std::string line = text.substr(line_start, end - line_start);
+      ++line_no;
+      if (line.find_first_not_of(" \t\r") != std::string::npos) {
+        json j = json::parse(line, nullptr, false);
+        entries_.push_back(j.is_discarded() ? json{{"__malformed_line__", line_no}} : j);
+      }
+      line_start = end + 1;
+    }
+  }
+  const int64_t tpi = model.vision.tokens_per_image();
+  for (const json& e : entries_) {
+    int64_t len = 0;
+    bool img = e.is_object() && e.contains("image");
+    if (e.is_object() && e.contains("conversations") && e["conversations"].is_array())
+      for (const json& t : e["conversations"])
+        if (t.is_object() && t.contains("value") && t["value"].is_string()) len += int64_t(t["value"].get_ref<const std::string&>().size());
+    lengths_.push_back(len + (img ? tpi : 0));
+    has_image_.push_back(img);
+  }
+}
+
+std::string LlavaDataset::name(int64_t i) const {
+  const json& e = entries_[i];
+  std::string id = e.is_object() && e.contains("id") ? (e["id"].is_string() ? e["id"].get<std::string>() : e["id"].dump()) : "?";
+  return str(opt_.json_path, "[", i, "] (id ", id, ")");
+}
+
+Example LlavaDataset::get(int64_t index) const {
+  const json& e = entries_[index];
+  auto bad = [&](const std::string& why) { return BadSample(str("[data] ", name(index), ": ", why)); };
+  if (e.is_object() && e.contains("__malformed_line__"))
+    throw bad(str("line ", e["__malformed_line__"].get<int64_t>(), " is not valid JSON"));
+  if (!e.is_object() || !e.contains("conversations") || !e["conversations"].is_array())
+    throw bad("entry has no 'conversations' array");
+  std::vector<Turn> turns;
+  for (const json& t : e["conversations"]) {
+    if (!t.is_object() || !t.contains("from") || !t.contains("value") || !t["from"].is_string() || !t["value"].is_string())
+      throw bad("a turn needs string 'from' and 'value'");
+    const std::string from = t["from"];
+    if (from != "human" && from != "gpt") throw bad("turn 'from' is '" + from + "', not human or gpt");
+    turns.push_back({from == "human", t["value"]});
+  }
+  Example ex;
+  ex.id = e.contains("id") ? (e["id"].is_string() ? e["id"].get<std::string>() : e["id"].dump()) : std::to_string(index);
+  if (e.contains("question_type") && e["question_type"].is_string()) ex.question_type = e["question_type"];
+  const bool has_image = e.contains("image");
+  if (has_image && !turns.empty() && turns[0].value.find("<image>") == std::string::npos)
+    turns[0].value = "<image>\n" + turns[0].value;  // LLaVA adds the tag when an entry has an image but no tag
+  Tokenized tk;
+  try {
+    tk = apply_template(opt_.chat_template, turns, tok_, model_.vision.tokens_per_image(), opt_.system_prompt,
+                        model_.ignore_index);
+  } catch (const Error& err) {
+    throw bad(err.what());
+  }
+  if (tk.images > 0 && !has_image) throw bad("<image> in the text but no 'image' field");
+  if (has_image) {
+    if (!e["image"].is_string()) throw bad("'image' must be a file name");
+    const std::string path = (std::filesystem::path(opt_.image_folder) / e["image"].get<std::string>()).string();
+    if (!std::filesystem::exists(path)) throw bad("image " + path + " does not exist");
+    try {
+      ex.images.push_back(load_clip_image(path, model_.vision.image_size, opt_.aspect));
+    } catch (const Error& err) {
+      throw bad(err.what());
+    }
+    if (opt_.blank_images) fill_(ex.images.back(), 0.f);
+  }
+  // Truncate to max_seq_len, never inside an image's placeholders: a cut there drops the whole image.
+  if (int64_t(tk.ids.size()) > opt_.max_seq_len) {
+    int64_t cut = opt_.max_seq_len;
+    const int64_t img = model_.image_token_id;
+    if (tk.ids[cut] == img) {
+      while (cut > 0 && tk.ids[cut - 1] == img) --cut;
+      ex.images.clear();
+    }
+    tk.ids.resize(cut);
+    tk.labels.resize(cut);
+  }
+  ex.ids = std::move(tk.ids);
+  ex.labels = std::move(tk.labels);
+  ex.prompt = std::move(tk.prompt);
+  ex.answer = std::move(tk.answer);
+  return ex;
+}
+
+}  // namespace hr::models

@@ -1,0 +1,60 @@
+// A LLaVA-format dataset: a JSON array (or JSON lines) of {id, image?, conversations[{from, value}]} entries
+// with images under an image folder. Samples are processed on demand (decode, template, truncation).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "models/config.h"
+#include "models/data/conversation.h"
+#include "models/data/image.h"
+
+namespace hr::models {
+
+struct DataOptions {
+  std::string json_path, image_folder;
+  Template chat_template = Template::VicunaV1;
+  std::string system_prompt = kVicunaSystem;
+  AspectMode aspect = AspectMode::Pad;
+  int64_t max_seq_len = 2048;
+  bool blank_images = false;  // replace every image by zeros (an ablation: can the text alone answer?)
+};
+
+// One processed sample. `ids` hold tokens_per_image placeholders per image.
+struct Example {
+  std::vector<int64_t> ids, labels;
+  std::vector<core::Tensor> images;  // (3, size, size) f32 on the host, tagged io
+  std::string id, question_type;     // question_type: the entry's optional "question_type" (eval breakdown)
+  std::vector<int64_t> prompt;       // for generation: ids before the last answer
+  std::string answer;
+};
+
+// A sample that cannot be used: the message names the file, the entry and the reason.
+class BadSample : public Error {
+ public:
+  using Error::Error;
+};
+
+class LlavaDataset {
+ public:
+  // Throws if the file is missing or not JSON; a malformed entry only fails when processed.
+  LlavaDataset(const DataOptions& options, const LlavaConfig& model);
+  int64_t size() const { return int64_t(entries_.size()); }
+  // Throws BadSample for a malformed entry, a missing or undecodable image.
+  Example get(int64_t index) const;
+  // Cheap length estimate (bytes of text + image tokens) and modality, for length grouping.
+  int64_t length(int64_t index) const { return lengths_[index]; }
+  bool has_image(int64_t index) const { return has_image_[index]; }
+  std::string name(int64_t index) const;  // "file.json[12] (id 000012)"
+
+ private:
+  DataOptions opt_;
+  LlavaConfig model_;
+  ByteTokenizer tok_;
+  std::vector<nlohmann::json> entries_;
+  std::vector<int64_t> lengths_;
+  std::vector<bool> has_image_;
+};
+
+}  // namespace hr::models

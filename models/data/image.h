@@ -1,0 +1,34 @@
+// Image input: PNG/JPEG decode, LLaVA's expand2square padding or a plain resize, bicubic resampling to the
+// vision tower's size, CLIP mean/std normalisation into a (3, size, size) f32 tensor.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace hr::models {
+
+enum class AspectMode : uint8_t { Pad, Resize };  // LLaVA's image_aspect_ratio: pad | resize
+AspectMode parse_aspect(const std::string& s);
+
+struct RgbImage {
+  int width = 0, height = 0;
+  std::vector<uint8_t> pixels;  // row-major RGB
+};
+
+// Throws naming the file when it is missing or not a decodable PNG/JPEG.
+RgbImage decode_image(const std::string& path);
+void write_png(const std::string& path, const RgbImage& image);
+
+// Pads the shorter side with `fill` so the image becomes square, content centred (LLaVA's expand2square).
+RgbImage expand_to_square(const RgbImage& image, const uint8_t fill[3]);
+// Bicubic resampling (a = -0.5, antialiased when shrinking, as PIL's BICUBIC).
+RgbImage resize_bicubic(const RgbImage& image, int width, int height);
+
+// decode + pad/resize + normalise: a (3, size, size) f32 tensor on the host, tagged io.
+core::Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode);
+core::Tensor clip_tensor(const RgbImage& square, int64_t size);
+
+}  // namespace hr::models

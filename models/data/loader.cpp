@@ -1,0 +1,168 @@
+// Data loader: order, background processing, collation.
+#include "models/data/loader.h"
+
+#include <algorithm>
+#include <random>
+
+#include "core/memory/category.h"
+#include "core/ops/copy.h"
+
+namespace hr::models {
+
+using namespace hr::core;
+
+OnBadSample parse_on_bad_sample(const std::string& s) {
+  if (s == "skip") return OnBadSample::Skip;
+  if (s == "fail") return OnBadSample::Fail;
+  throw Error(str("[config] data.on_bad_sample '", s, "' is not one of: skip, fail"));
+}
+
+DataLoader::DataLoader(const LlavaDataset& data, const LoaderOptions& opt, LoaderPosition start)
+    : data_(data), opt_(opt), pos_(start) {
+  HR_CHECK(data.size() > 0, "[data] the dataset is empty");
+  next_to_start_ = consumed_ = pos_.epoch * data.size() + pos_.offset;
+  start_workers();
+}
+
+DataLoader::~DataLoader() { stop_workers(); }
+
+std::vector<int64_t> DataLoader::order_for(int64_t epoch) const {
+  const int64_t n = data_.size();
+  std::vector<int64_t> order(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  if (!opt_.shuffle) return order;
+  std::mt19937_64 rng(opt_.seed * 1000003 + uint64_t(epoch));
+  std::shuffle(order.begin(), order.end(), rng);
+  if (!opt_.group_by_modality_length) return order;
+  // LLaVA's modality-length grouping: batches hold one modality, and within a megabatch similar lengths.
+  const int64_t mb = opt_.micro_batch * opt_.world * 8;
+  std::vector<int64_t> mm, text;
+  for (int64_t i : order) (data_.has_image(i) ? mm : text).push_back(i);
+  std::vector<std::vector<int64_t>> batches;
+  for (auto* group : {&mm, &text})
+    for (std::size_t s = 0; s < group->size(); s += std::size_t(mb)) {
+      auto b = group->begin() + long(s), e = group->begin() + long(std::min(group->size(), s + std::size_t(mb)));
+      std::stable_sort(b, e, [&](int64_t x, int64_t y) { return data_.length(x) > data_.length(y); });
+      for (auto it = b; it < e; it += opt_.micro_batch)
+        batches.emplace_back(it, std::min(e, it + opt_.micro_batch));
+    }
+  std::shuffle(batches.begin(), batches.end(), rng);
+  order.clear();
+  for (const auto& b : batches) order.insert(order.end(), b.begin(), b.end());
+  return order;
+}
+
+void DataLoader::start_workers() {
+  for (int i = 0; i < std::max(1, opt_.workers); ++i) threads_.emplace_back([this] { worker_loop(); });
+}
+
+void DataLoader::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void DataLoader::worker_loop() {
+  MemoryScope scope(Category::IO, "loader");
+  const int64_t n = data_.size();
+  while (true) {
+    int64_t k;
+    int64_t index;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || next_to_start_ < consumed_ + opt_.prefetch; });
+      if (stopping_) return;
+      k = next_to_start_++;
+      const int64_t epoch = k / n;
+      while (int64_t(orders_.size()) <= epoch) orders_.push_back(order_for(int64_t(orders_.size())));
+      index = orders_[epoch][k % n];
+      slots_[k];
+    }
+    Slot result;
+    try {
+      result.example = std::make_unique<Example>(data_.get(index));
+    } catch (const Error& e) {
+      result.error = e.what();
+    }
+    result.ready = true;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      slots_[k] = std::move(result);
+    }
+    cv_.notify_all();
+  }
+}
+
+DataLoader::Slot DataLoader::take(int64_t k) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] {
+    auto it = slots_.find(k);
+    return it != slots_.end() && it->second.ready;
+  });
+  Slot s = std::move(slots_[k]);
+  slots_.erase(k);
+  consumed_ = k + 1;
+  cv_.notify_all();
+  return s;
+}
+
+LoadedBatch DataLoader::next() {
+  LoadedBatch out;
+  const int64_t n = data_.size();
+  // Each rank takes micro-batches round-robin from one global stream of samples.
+  for (int r = 0; r < opt_.world; ++r) {
+    std::vector<Example> mine;
+    while (int64_t(mine.size()) < opt_.micro_batch) {
+      const int64_t k = pos_.epoch * n + pos_.offset;
+      Slot s = take(k);
+      if (++pos_.offset == n) pos_ = {pos_.epoch + 1, 0};
+      if (!s.example) {
+        if (opt_.on_bad_sample == OnBadSample::Fail) throw Error(s.error + " (data.on_bad_sample: fail)");
+        skipped_.push_back(s.error);
+        continue;
+      }
+      mine.push_back(std::move(*s.example));
+    }
+    if (r == opt_.rank) out.examples = std::move(mine);
+  }
+  int64_t seq = 0;
+  for (const Example& e : out.examples) seq = std::max<int64_t>(seq, int64_t(e.ids.size()));
+  if (opt_.pad_to_max_seq_len) seq = opt_.max_seq_len;
+  const int64_t ignore = -100;
+  out.batch = collate(out.examples, seq, ignore);
+  for (const Example& e : out.examples) out.tokens += int64_t(e.ids.size());
+  return out;
+}
+
+Batch collate(const std::vector<Example>& ex, int64_t seq, int64_t ignore) {
+  Batch b;
+  b.batch = int64_t(ex.size());
+  b.seq = seq;
+  b.input_ids.assign(std::size_t(b.batch * seq), ByteTokenizer::kPad);
+  b.labels.assign(std::size_t(b.batch * seq), ignore);
+  int64_t images = 0;
+  for (std::size_t i = 0; i < ex.size(); ++i) {
+    HR_CHECK(int64_t(ex[i].ids.size()) <= seq, "[data] sample ", ex[i].id, " has ", ex[i].ids.size(),
+             " tokens, more than the batch length ", seq);
+    std::copy(ex[i].ids.begin(), ex[i].ids.end(), b.input_ids.begin() + long(i) * seq);
+    std::copy(ex[i].labels.begin(), ex[i].labels.end(), b.labels.begin() + long(i) * seq);
+    images += int64_t(ex[i].images.size());
+  }
+  if (images) {
+    Shape shape = {images};
+    for (const auto& e : ex)
+      if (!e.images.empty()) shape = {images, e.images[0].size(0), e.images[0].size(1), e.images[0].size(2)};
+    MemoryScope scope(Category::IO, "loader");
+    b.pixel_values = Tensor::empty(shape, DType::F32, Device::host());
+    int64_t at = 0;
+    for (const auto& e : ex)
+      for (const Tensor& img : e.images) copy_(b.pixel_values.select(0, at++), img);
+  }
+  return b;
+}
+
+}  // namespace hr::models

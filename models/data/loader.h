@@ -1,0 +1,87 @@
+// The data loader: a deterministic order (seeded shuffle per epoch, optional grouping by modality and
+// length), background threads that process samples ahead into a bounded queue, collation into right-padded
+// micro-batches, bad-sample handling, and a position to resume from.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "models/data/dataset.h"
+#include "models/llava.h"
+
+namespace hr::models {
+
+enum class OnBadSample : uint8_t { Skip, Fail };
+OnBadSample parse_on_bad_sample(const std::string& s);
+
+struct LoaderOptions {
+  int64_t micro_batch = 1;
+  int workers = 2;
+  int prefetch = 8;  // samples processed ahead of the consumer
+  uint64_t seed = 0;
+  bool shuffle = true;
+  bool group_by_modality_length = false;
+  bool pad_to_max_seq_len = false;  // fixed shapes (exact planning), else pad to the longest in the batch
+  int64_t max_seq_len = 2048;
+  OnBadSample on_bad_sample = OnBadSample::Skip;
+  int rank = 0, world = 1;  // each rank reads every world-th micro-batch
+};
+
+// Where the loader stands: epoch and offset into that epoch's order (in samples).
+struct LoaderPosition {
+  int64_t epoch = 0, offset = 0;
+};
+
+struct LoadedBatch {
+  Batch batch;
+  std::vector<Example> examples;  // the samples, for eval and logging
+  int64_t tokens = 0;             // non-pad tokens
+};
+
+class DataLoader {
+ public:
+  DataLoader(const LlavaDataset& data, const LoaderOptions& options, LoaderPosition start = {});
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  LoadedBatch next();
+  LoaderPosition position() const { return pos_; }
+  // Samples skipped as bad so far, with their names and reasons.
+  const std::vector<std::string>& skipped() const { return skipped_; }
+  int64_t samples_per_epoch() const { return data_.size(); }
+
+ private:
+  std::vector<int64_t> order_for(int64_t epoch) const;
+  void start_workers();
+  void stop_workers();
+  void worker_loop();
+  // The processed sample at global stream index k (epoch * size + offset), waiting for a worker.
+  struct Slot {
+    bool ready = false;
+    std::unique_ptr<Example> example;
+    std::string error;
+  };
+  Slot take(int64_t k);
+
+  const LlavaDataset& data_;
+  LoaderOptions opt_;
+  LoaderPosition pos_;
+  std::vector<std::vector<int64_t>> orders_;  // cached order per epoch
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<int64_t, Slot> slots_;
+  int64_t next_to_start_ = 0, consumed_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+  std::vector<std::string> skipped_;
+};
+
+// Collates examples into a right-padded batch (pad id 0, label ignore_index) of length `seq`.
+Batch collate(const std::vector<Example>& examples, int64_t seq, int64_t ignore_index);
+
+}  // namespace hr::models

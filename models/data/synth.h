@@ -1,0 +1,21 @@
+// The synthetic VQA set: scenes of one to three coloured shapes in three slots (left, middle, right), with
+// one-word questions about colour, shape, count and position that cannot be answered without the image.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace hr::models {
+
+struct SynthOptions {
+  std::string out_dir;
+  int64_t train = 2000, eval = 200;
+  uint64_t seed = 0;
+  int image_size = 32;
+};
+
+// Writes out_dir/train.json, out_dir/eval.json (LLaVA format, with a "question_type" per entry) and
+// out_dir/images/*.png. Deterministic by seed. Returns the number of entries written.
+int64_t write_synthetic_vqa(const SynthOptions& options);
+
+}  // namespace hr::models

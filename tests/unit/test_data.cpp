@@ -1,0 +1,220 @@
+// The data pipeline: tokenizer, templates with LLaVA's label masking, image preprocessing, truncation,
+// bad samples, loader determinism and resume, the synthetic VQA set.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "models/data/loader.h"
+#include "models/data/synth.h"
+
+using namespace hr;
+using namespace hr::core;
+using namespace hr::models;
+
+namespace {
+
+LlavaConfig small_model() {
+  LlavaConfig c = preset("tiny");
+  c.llm.vocab = 300;
+  c.image_token_id = 299;
+  c.vision.image_size = 8;
+  c.vision.patch = 4;  // 4 tokens per image
+  return c;
+}
+
+std::string dir(const std::string& name) {
+  std::string d = testing::TempDir() + "/" + name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+std::string text_of(const std::vector<int64_t>& ids, const std::vector<int64_t>& labels, bool learned) {
+  std::string s;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if ((labels[i] != -100) != learned) continue;
+    if (ids[i] == ByteTokenizer::kEos) s += "</s>";
+    else if (ids[i] == 299) s += "#";
+    else if (ids[i] >= 3 && ids[i] < 259) s += char(ids[i] - 3);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST(Tokenizer, BytesRoundTripAndSpecials) {
+  ByteTokenizer t(300, 299);
+  auto ids = t.encode("héllo");
+  EXPECT_EQ(ids.size(), 6u);  // é is two UTF-8 bytes
+  ids.push_back(ByteTokenizer::kEos);
+  ids.push_back(t.encode("x")[0]);
+  EXPECT_EQ(t.decode(ids), "héllo");  // stops at </s>
+  EXPECT_THROW(ByteTokenizer(200, 199), Error);
+  EXPECT_THROW(ByteTokenizer(300, 100), Error);  // the image token would collide with a byte
+}
+
+TEST(Template, VicunaMasksEverythingButTheAnswers) {
+  ByteTokenizer tok(300, 299);
+  std::vector<Turn> turns = {{true, "<image>\nWhat color?"}, {false, "red"}, {true, "And shape?"}, {false, "circle"}};
+  Tokenized t = apply_template(Template::VicunaV1, turns, tok, 4, "SYS", -100);
+  EXPECT_EQ(t.ids[0], ByteTokenizer::kBos);
+  EXPECT_EQ(text_of(t.ids, t.labels, false), "SYS USER: ####\nWhat color? ASSISTANT: USER: And shape? ASSISTANT: ");
+  EXPECT_EQ(text_of(t.ids, t.labels, true), "red</s>circle</s>");
+  EXPECT_EQ(t.images, 1);
+  EXPECT_EQ(t.answer, "circle");
+  EXPECT_EQ(text_of(t.prompt, std::vector<int64_t>(t.prompt.size(), -100), false),
+            "SYS USER: ####\nWhat color? ASSISTANT: red</s>USER: And shape? ASSISTANT: ");
+}
+
+TEST(Template, PlainLearnsTheCaptionOnly) {
+  ByteTokenizer tok(300, 299);
+  Tokenized t = apply_template(Template::Plain, {{true, "<image>\n"}, {false, "a red circle"}}, tok, 4, "", -100);
+  EXPECT_EQ(text_of(t.ids, t.labels, false), "####");
+  EXPECT_EQ(text_of(t.ids, t.labels, true), "a red circle\n");
+}
+
+TEST(Template, MalformedConversationsAreNamed) {
+  ByteTokenizer tok(300, 299);
+  EXPECT_THROW(apply_template(Template::VicunaV1, {{false, "hi"}, {true, "x"}}, tok, 4, "", -100), Error);
+  EXPECT_THROW(apply_template(Template::VicunaV1, {{true, "<image><image>"}, {false, "x"}}, tok, 4, "", -100), Error);
+}
+
+TEST(Image, ResizeKeepsFlatImagesFlatAndPadCentres) {
+  RgbImage flat{7, 5, std::vector<uint8_t>(7 * 5 * 3, 100)};
+  RgbImage r = resize_bicubic(flat, 3, 3);
+  for (uint8_t v : r.pixels) EXPECT_EQ(v, 100);
+  const uint8_t fill[3] = {1, 2, 3};
+  RgbImage sq = expand_to_square(flat, fill);
+  EXPECT_EQ(sq.width, 7);
+  EXPECT_EQ(sq.height, 7);
+  EXPECT_EQ(sq.pixels[0], 1);                 // top row is padding
+  EXPECT_EQ(sq.pixels[(7 * 3 + 3) * 3], 100);  // the middle is the image
+}
+
+namespace {
+// A dataset with good entries, a missing image, an undecodable image, a malformed line and a bad role.
+std::string bad_dataset() {
+  const std::string d = dir("bad_data");
+  write_synthetic_vqa({d, 3, 1, 5, 8});
+  std::ofstream(d + "/broken.png") << "not a png";
+  std::ofstream j(d + "/mixed.jsonl");
+  auto good = [](int i) {
+    return nlohmann::json{{"id", "g" + std::to_string(i)}, {"image", "images/train-00000" + std::to_string(i) + ".png"},
+                          {"conversations", {{{"from", "human"}, {"value", "<image>\nq?"}}, {{"from", "gpt"}, {"value", "a"}}}}};
+  };
+  j << good(0).dump() << "\n";
+  j << nlohmann::json{{"id", "missing"}, {"image", "images/nope.png"},
+                      {"conversations", {{{"from", "human"}, {"value", "q"}}, {{"from", "gpt"}, {"value", "a"}}}}}.dump() << "\n";
+  j << "{\"id\": \"truncated\", \"conv\n";
+  j << nlohmann::json{{"id", "corrupt"}, {"image", "broken.png"},
+                      {"conversations", {{{"from", "human"}, {"value", "q"}}, {{"from", "gpt"}, {"value", "a"}}}}}.dump() << "\n";
+  j << nlohmann::json{{"id", "role"}, {"conversations", {{{"from", "bot"}, {"value", "q"}}, {{"from", "gpt"}, {"value", "a"}}}}}.dump() << "\n";
+  j << good(1).dump() << "\n";
+  j << nlohmann::json{{"id", "text-only"}, {"conversations", {{{"from", "human"}, {"value", "hi"}}, {{"from", "gpt"}, {"value", "yo"}}}}}.dump() << "\n";
+  return d;
+}
+}  // namespace
+
+TEST(Dataset, BadSamplesAreSkippedAndNamedOrFail) {
+  const std::string d = bad_dataset();
+  DataOptions o;
+  o.json_path = d + "/mixed.jsonl";
+  o.image_folder = d;
+  LlavaDataset data(o, small_model());
+  ASSERT_EQ(data.size(), 7);
+  LoaderOptions lo;
+  lo.micro_batch = 3;
+  lo.shuffle = false;
+  DataLoader loader(data, lo);
+  LoadedBatch b = loader.next();
+  ASSERT_EQ(b.examples.size(), 3u);
+  EXPECT_EQ(b.examples[0].id, "g0");
+  EXPECT_EQ(b.examples[1].id, "g1");
+  EXPECT_EQ(b.examples[2].id, "text-only");
+  EXPECT_EQ(b.batch.pixel_values.size(0), 2);  // the text-only sample has no image
+  ASSERT_EQ(loader.skipped().size(), 4u);
+  EXPECT_NE(loader.skipped()[0].find("(id missing): image"), std::string::npos) << loader.skipped()[0];
+  EXPECT_NE(loader.skipped()[1].find("line 3 is not valid JSON"), std::string::npos) << loader.skipped()[1];
+  EXPECT_NE(loader.skipped()[2].find("(id corrupt)"), std::string::npos) << loader.skipped()[2];
+  EXPECT_NE(loader.skipped()[3].find("(id role): turn 'from' is 'bot'"), std::string::npos) << loader.skipped()[3];
+  lo.on_bad_sample = OnBadSample::Fail;
+  DataLoader strict(data, lo);
+  try {
+    strict.next();
+    FAIL() << "expected the missing image to fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("(id missing)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Dataset, TruncationNeverCutsInsideImageFeatures) {
+  const std::string d = dir("trunc");
+  write_synthetic_vqa({d, 2, 1, 1, 8});
+  DataOptions o;
+  o.json_path = d + "/train.json";
+  o.image_folder = d;
+  o.system_prompt = "";
+  o.max_seq_len = 9;  // "<s>USER: " is 7 tokens, then the 4 image tokens: the cut falls inside them
+  LlavaDataset data(o, small_model());
+  Example e = data.get(0);
+  EXPECT_EQ(e.ids.size(), 7u);
+  EXPECT_TRUE(e.images.empty());
+  for (int64_t id : e.ids) EXPECT_NE(id, 299);
+}
+
+TEST(Loader, DeterministicOrderAndExactResume) {
+  const std::string d = dir("order");
+  write_synthetic_vqa({d, 20, 1, 3, 8});
+  DataOptions o;
+  o.json_path = d + "/train.json";
+  o.image_folder = d;
+  LlavaDataset data(o, small_model());
+  LoaderOptions lo;
+  lo.micro_batch = 3;
+  lo.seed = 9;
+  std::vector<std::string> a;
+  LoaderPosition mid;
+  {
+    DataLoader l(data, lo);
+    for (int i = 0; i < 10; ++i) {  // crosses an epoch boundary (20 samples)
+      if (i == 4) mid = l.position();
+      for (auto& e : l.next().examples) a.push_back(e.id);
+    }
+  }
+  DataLoader again(data, lo);
+  std::vector<std::string> b;
+  for (int i = 0; i < 10; ++i)
+    for (auto& e : again.next().examples) b.push_back(e.id);
+  EXPECT_EQ(a, b);
+  DataLoader resumed(data, lo, mid);
+  std::vector<std::string> c;
+  for (int i = 4; i < 10; ++i)
+    for (auto& e : resumed.next().examples) c.push_back(e.id);
+  EXPECT_EQ(std::vector<std::string>(a.begin() + 12, a.end()), c);
+}
+
+TEST(Synthetic, DeterministicAndTheImageIsNeeded) {
+  const std::string a = dir("synth_a"), b = dir("synth_b");
+  write_synthetic_vqa({a, 600, 10, 11, 32});
+  write_synthetic_vqa({b, 600, 10, 11, 32});
+  std::ifstream fa(a + "/train.json"), fb(b + "/train.json");
+  std::string ta((std::istreambuf_iterator<char>(fa)), {}), tb((std::istreambuf_iterator<char>(fb)), {});
+  EXPECT_EQ(ta, tb);
+  // No question text gives its answer away: for every distinct question, the most common answer is at most
+  // 60% of its occurrences (when it occurs 20+ times), and every question type is present.
+  std::map<std::string, std::map<std::string, int>> answers;
+  std::map<std::string, int> types;
+  for (const auto& e : nlohmann::json::parse(ta)) {
+    answers[e["conversations"][0]["value"]][e["conversations"][1]["value"]]++;
+    types[e["question_type"]]++;
+  }
+  EXPECT_EQ(types.size(), 4u);
+  for (const auto& [q, counts] : answers) {
+    int total = 0, top = 0;
+    for (const auto& [ans, n] : counts) total += n, top = std::max(top, n);
+    if (total >= 20) EXPECT_LE(top, 0.6 * total) << q;
+  }
+}

@@ -1,0 +1,108 @@
+// Optimizers against their reference formulas (torch.optim semantics), schedules, clipping, loss scaler.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/ops/optimizer.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+
+using namespace hr;
+using namespace hr::core;
+using namespace hr::optim;
+
+TEST(AdamW, MatchesTheReferenceUpdateForThreeSteps) {
+  const std::vector<float> p0 = {0.5f, -1.f, 2.f}, grads[3] = {{0.1f, -0.2f, 0.3f}, {0.0f, 0.5f, -1.f}, {2.f, 0.1f, 0.f}};
+  Tensor p = Tensor::from_floats(p0, {3}, DType::F32, Device::cpu());
+  Tensor m = Tensor::zeros({3}, DType::F32, Device::cpu()), v = Tensor::zeros({3}, DType::F32, Device::cpu());
+  std::vector<double> rp(p0.begin(), p0.end()), rm(3, 0), rv(3, 0);
+  const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1;
+  for (int s = 1; s <= 3; ++s) {
+    Tensor g = Tensor::from_floats(grads[s - 1], {3}, DType::F32, Device::cpu());
+    adamw_update(p, g, Tensor(), m, v, {float(lr), float(b1), float(b2), float(eps), float(wd), s, 1.f});
+    for (int i = 0; i < 3; ++i) {  // torch.optim.AdamW
+      rp[i] *= 1 - lr * wd;
+      rm[i] = b1 * rm[i] + (1 - b1) * grads[s - 1][i];
+      rv[i] = b2 * rv[i] + (1 - b2) * grads[s - 1][i] * grads[s - 1][i];
+      const double mhat = rm[i] / (1 - std::pow(b1, s)), vhat = rv[i] / (1 - std::pow(b2, s));
+      rp[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+    }
+  }
+  std::vector<float> got = p.to_floats();
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(got[i], rp[i], 1e-6) << i;
+}
+
+TEST(AdamW, Bf16ParamsUpdateTheirF32Master) {
+  Tensor p = Tensor::from_floats({1.f, 1.f}, {2}, DType::BF16, Device::cpu());
+  Tensor master = Tensor::from_floats({1.f, 1.f}, {2}, DType::F32, Device::cpu());
+  Tensor m = Tensor::zeros({2}, DType::F32, Device::cpu()), v = Tensor::zeros({2}, DType::F32, Device::cpu());
+  Tensor g = Tensor::from_floats({1.f, -1.f}, {2}, DType::BF16, Device::cpu());
+  // A step far below bf16 resolution at 1.0 (2^-8) still moves the master weights.
+  adamw_update(p, g, master, m, v, {1e-4f, 0.9f, 0.999f, 1e-8f, 0.f, 1, 1.f});
+  EXPECT_NEAR(master.to_floats()[0], 1.f - 1e-4f, 1e-7);
+  EXPECT_EQ(p.to_floats()[0], 1.f);
+  EXPECT_THROW(adamw_update(p, g, Tensor(), m, v, {}), Error);  // a bf16 parameter without master weights
+}
+
+TEST(Sgd, MomentumAndNesterovMatchTorch) {
+  Tensor p = Tensor::from_floats({1.f}, {1}, DType::F32, Device::cpu()), buf = Tensor::zeros({1}, DType::F32, Device::cpu());
+  double rp = 1, rb = 0;
+  for (float g : {0.5f, -0.25f, 1.f}) {
+    sgd_update(p, Tensor::from_floats({g}, {1}, DType::F32, Device::cpu()), Tensor(), buf, {0.1f, 0.9f, 0.f, 1.f, false});
+    rb = 0.9 * rb + g;
+    rp -= 0.1 * rb;
+  }
+  EXPECT_NEAR(p.to_floats()[0], rp, 1e-6);
+}
+
+TEST(Adafactor, FactoredUpdateDescendsAQuadratic) {
+  // Minimise 0.5 * |W|^2 (gradient W): the norm must shrink steadily.
+  std::vector<float> w0(12);
+  for (int i = 0; i < 12; ++i) w0[i] = float(i % 5) - 2.f;
+  Tensor w = Tensor::from_floats(w0, {3, 4}, DType::F32, Device::cpu());
+  Tensor r = Tensor::zeros({3}, DType::F32, Device::cpu()), c = Tensor::zeros({4}, DType::F32, Device::cpu());
+  auto norm = [&] {
+    double s = 0;
+    for (float x : w.to_floats()) s += x * x;
+    return std::sqrt(s);
+  };
+  const double start = norm();
+  for (int s = 1; s <= 20; ++s) {
+    AdafactorHyper h;
+    h.lr = 0.05f;
+    h.step = s;
+    adafactor_update(w, w.clone(), Tensor(), r, c, h);
+  }
+  EXPECT_LT(norm(), 0.7 * start);
+}
+
+TEST(Schedule, CosineWithWarmupAsTransformers) {
+  Schedule s{ScheduleKind::Cosine, 1.f, 10, 110};
+  EXPECT_NEAR(s.lr(0), 1.f / 11, 1e-6);
+  EXPECT_NEAR(s.lr(10), 1.f, 1e-6);
+  EXPECT_NEAR(s.lr(60), 0.5f, 1e-6);
+  EXPECT_NEAR(s.lr(110), 0.f, 1e-6);
+  Schedule lin{ScheduleKind::Linear, 2.f, 0, 100};
+  EXPECT_NEAR(lin.lr(25), 1.5f, 1e-6);
+  Schedule k{ScheduleKind::Constant, 3.f, 0, 100};
+  EXPECT_EQ(k.lr(99), 3.f);
+  EXPECT_NEAR(clip_coefficient(10.f, 1.f), 0.1f, 1e-6);
+  EXPECT_EQ(clip_coefficient(0.5f, 1.f), 1.f);
+}
+
+TEST(LossScaler, DeepSpeedHysteresisBackoffAndGrowth) {
+  LossScaler s(1024.f, 3, 2, 1.f);
+  EXPECT_TRUE(s.update(true));   // first overflow absorbed by hysteresis
+  EXPECT_EQ(s.scale(), 1024.f);
+  EXPECT_TRUE(s.update(true));   // second halves
+  EXPECT_EQ(s.scale(), 512.f);
+  EXPECT_FALSE(s.update(false));
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale(), 512.f);
+  EXPECT_FALSE(s.update(false));  // three clean steps since the overflow: doubles
+  EXPECT_EQ(s.scale(), 1024.f);
+  LossScaler floor(2.f, 1000, 1, 1.f);
+  floor.update(true);
+  floor.update(true);
+  EXPECT_EQ(floor.scale(), 1.f);  // never below min
+}

@@ -1,0 +1,107 @@
+// `headroom train CONFIG [--set key=value ...] [--print-config] [--resume]`, `headroom data synth ...`,
+// `headroom eval CONFIG --checkpoint DIR`.
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/io/safetensors.h"
+#include "models/data/synth.h"
+#include "models/weights.h"
+#include "train/commands.h"
+#include "train/config.h"
+#include "train/evaluate.h"
+#include "train/trainer.h"
+
+namespace hr::train {
+
+namespace {
+
+struct Parsed {
+  std::string config;
+  std::vector<std::string> sets;
+  std::map<std::string, std::string> options;  // --flag value
+  std::set<std::string> flags;                 // --flag
+};
+
+Parsed parse(const std::vector<std::string>& args, const char* cmd, const std::set<std::string>& with_value,
+             const std::set<std::string>& flags) {
+  Parsed p;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--set") {
+      HR_CHECK(i + 1 < args.size(), "[", cmd, "] --set needs key=value");
+      p.sets.push_back(args[++i]);
+    } else if (a.rfind("--set=", 0) == 0) {
+      p.sets.push_back(a.substr(6));
+    } else if (with_value.count(a)) {
+      HR_CHECK(i + 1 < args.size(), "[", cmd, "] ", a, " needs a value");
+      p.options[a] = args[++i];
+    } else if (flags.count(a)) {
+      p.flags.insert(a);
+    } else if (a.rfind("--", 0) != 0 && p.config.empty()) {
+      p.config = a;
+    } else {
+      throw Error(str("[", cmd, "] unknown argument '", a, "'"));
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+int cmd_train(const std::vector<std::string>& args) {
+  Parsed p = parse(args, "train", {}, {"--print-config", "--resume"});
+  RunConfig c = load_config(p.config, p.sets);
+  if (p.flags.count("--print-config")) {
+    std::printf("%s", c.resolved_yaml.c_str());
+    return 0;
+  }
+  return run_training(c, {p.flags.count("--resume") > 0});
+}
+
+int cmd_data(const std::vector<std::string>& args) {
+  HR_CHECK(!args.empty() && args[0] == "synth",
+           "[data] usage: headroom data synth --out DIR [--train N] [--eval M] [--seed S] [--image-size PX]");
+  Parsed p = parse({args.begin() + 1, args.end()}, "data synth", {"--out", "--train", "--eval", "--seed", "--image-size"}, {});
+  HR_CHECK(p.options.count("--out"), "[data synth] --out DIR is required");
+  models::SynthOptions o;
+  o.out_dir = p.options["--out"];
+  auto num = [&](const char* k, int64_t def) { return p.options.count(k) ? std::stoll(p.options[k]) : def; };
+  o.train = num("--train", 2000);
+  o.eval = num("--eval", 200);
+  o.seed = uint64_t(num("--seed", 0));
+  o.image_size = int(num("--image-size", 32));
+  const int64_t n = models::write_synthetic_vqa(o);
+  std::printf("wrote %lld samples to %s (train.json, eval.json, images/)\n", (long long)n, o.out_dir.c_str());
+  return 0;
+}
+
+int cmd_eval(const std::vector<std::string>& args) {
+  Parsed p = parse(args, "eval", {"--checkpoint"}, {});
+  RunConfig c = load_config(p.config, p.sets);
+  HR_CHECK(p.options.count("--checkpoint"), "[eval] --checkpoint DIR (or a model .safetensors) is required");
+  std::string eval_json = c.eval_json, images = c.image_folder;
+  if (eval_json.empty()) {
+    ensure_synthetic_data(c, c.output_dir + "/data");
+    eval_json = c.output_dir + "/data/eval.json";
+    if (images.empty()) images = c.output_dir + "/data";
+  }
+  models::DataOptions d{eval_json, images, c.chat_template, c.system_prompt, c.aspect, c.max_seq_len, c.blank_images};
+  models::LlavaDataset data(d, c.model.config);
+  const core::DType dt = c.precision == Precision::FP32 ? core::DType::F32
+                         : c.precision == Precision::BF16 ? core::DType::BF16 : core::DType::F16;
+  models::Llava model(c.model.config, core::Device::cpu(), dt);
+  std::string weights = p.options["--checkpoint"];
+  if (std::filesystem::is_directory(weights) && std::filesystem::exists(weights + "/model.safetensors"))
+    weights += "/model.safetensors";
+  models::load_weights(model.params(), core::Checkpoint::open(weights));
+  EvalResult r = evaluate(model, data, {c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows});
+  std::printf("eval loss %.4f | accuracy %.2f%% over %lld samples\n", r.loss, 100.0 * r.accuracy, (long long)r.samples);
+  for (const auto& [type, ct] : r.by_type)
+    std::printf("  %-10s %.2f%% (%lld/%lld)\n", type.c_str(), 100.0 * double(ct.first) / double(std::max<int64_t>(ct.second, 1)),
+                (long long)ct.first, (long long)ct.second);
+  return 0;
+}
+
+}  // namespace hr::train

@@ -1,0 +1,360 @@
+// Run configuration: schema, overrides, validation, derived values.
+#include "train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+
+#include "core/suggest.h"
+#include "train/commands.h"
+
+namespace hr::train {
+
+namespace {
+
+using Setter = std::function<void(RunConfig&, const YAML::Node&, const std::string& key)>;
+
+struct Key {
+  const char* path;
+  const char* fallback;  // default as YAML text
+  Setter set;
+};
+
+[[noreturn]] void bad_value(const std::string& key, const YAML::Node& n, const std::string& want) {
+  throw Error(str("[config] ", key, ": '", YAML::Dump(n), "' is not ", want));
+}
+
+template <typename T>
+T get(const YAML::Node& n, const std::string& key, const char* want) {
+  try {
+    return n.as<T>();
+  } catch (const YAML::Exception&) {
+    bad_value(key, n, want);
+  }
+}
+
+template <typename E>
+Setter choice(E RunConfig::*field, E (*parse)(const std::string&)) {
+  return [=](RunConfig& c, const YAML::Node& n, const std::string& key) {
+    const std::string s = get<std::string>(n, key, "a string");
+    try {
+      c.*field = parse(s);
+    } catch (const Error& e) {
+      // Re-word the parser's message around the full key.
+      std::string msg = e.what();
+      const std::size_t at = msg.find(" is not one of: ");
+      throw Error(str("[config] ", key, ": '", s, "'", at == std::string::npos ? " is invalid" : msg.substr(at)));
+    }
+  };
+}
+
+Setter i64(int64_t RunConfig::*f, int64_t min) {
+  return [=](RunConfig& c, const YAML::Node& n, const std::string& key) {
+    const int64_t v = get<int64_t>(n, key, "an integer");
+    if (v < min) bad_value(key, n, str("an integer >= ", min));
+    c.*f = v;
+  };
+}
+Setter f32(float RunConfig::*f, float min) {
+  return [=](RunConfig& c, const YAML::Node& n, const std::string& key) {
+    const float v = get<float>(n, key, "a number");
+    if (!(v >= min)) bad_value(key, n, str("a number >= ", min));
+    c.*f = v;
+  };
+}
+Setter flag(bool RunConfig::*f) {
+  return [=](RunConfig& c, const YAML::Node& n, const std::string& key) { c.*f = get<bool>(n, key, "true or false"); };
+}
+Setter text(std::string RunConfig::*f) {
+  return [=](RunConfig& c, const YAML::Node& n, const std::string& key) { c.*f = get<std::string>(n, key, "a string"); };
+}
+
+Precision parse_precision(const std::string& s) {
+  if (s == "fp32" || s == "f32" || s == "float32") return Precision::FP32;
+  if (s == "bf16" || s == "bfloat16") return Precision::BF16;
+  if (s == "fp16" || s == "f16" || s == "float16") return Precision::FP16;
+  throw Error("'" + s + "' is not one of: fp32, bf16, fp16");
+}
+Stage parse_stage(const std::string& s) {
+  if (s == "pretrain") return Stage::Pretrain;
+  if (s == "finetune") return Stage::Finetune;
+  if (s == "full") return Stage::Full;
+  throw Error("'" + s + "' is not one of: pretrain, finetune, full");
+}
+ProgressBar parse_bar(const std::string& s) {
+  if (s == "auto") return ProgressBar::Auto;
+  if (s == "true" || s == "on") return ProgressBar::On;
+  if (s == "false" || s == "off") return ProgressBar::Off;
+  throw Error("'" + s + "' is not one of: auto, true, false");
+}
+
+Setter checkpointing(bool vision, bool llm) {
+  return [=](RunConfig& c, const YAML::Node& n, const std::string& key) {
+    const std::string s = get<std::string>(n, key, "a string");
+    models::CheckpointKind k;
+    try {
+      k = models::parse_checkpoint(s);
+    } catch (const Error&) {
+      throw Error(str("[config] ", key, ": '", s, "' is not one of: none, selective, full"));
+    }
+    if (vision) c.vision_ckpt.kind = k;
+    if (llm) c.llm_ckpt.kind = k;
+  };
+}
+
+const std::vector<Key>& schema() {
+  static const std::vector<Key> keys = {
+      {"run.output_dir", "runs/default", text(&RunConfig::output_dir)},
+      {"run.seed", "42",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.seed = get<uint64_t>(n, k, "a non-negative integer"); }},
+      {"device.type", "cpu",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.device = get<std::string>(n, k, "a string");
+         if (c.device != "cpu" && c.device.rfind("cuda", 0) != 0) bad_value(k, n, "one of: cpu, cuda, cuda:N");
+       }},
+      {"device.memory_limit", "0",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.memory_limit = parse_bytes(get<std::string>(n, k, "a size"), k); }},
+      {"device.threads", "0",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.threads = int(get<int64_t>(n, k, "an integer")); }},
+      {"model.weights", "''", text(&RunConfig::init_weights)},
+      {"data.train_json", "''", text(&RunConfig::train_json)},
+      {"data.eval_json", "''", text(&RunConfig::eval_json)},
+      {"data.image_folder", "''", text(&RunConfig::image_folder)},
+      {"data.synthetic.train", "4000", i64(&RunConfig::synth_train, 1)},
+      {"data.synthetic.eval", "200", i64(&RunConfig::synth_eval, 1)},
+      {"data.synthetic.image_size", "32", i64(&RunConfig::synth_image_size, 8)},
+      {"data.synthetic.seed", "0",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.synth_seed = get<uint64_t>(n, k, "a non-negative integer"); }},
+      {"data.template", "vicuna_v1", choice(&RunConfig::chat_template, models::parse_template)},
+      {"data.system_prompt", "default",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::string s = get<std::string>(n, k, "a string");
+         c.system_prompt = s == "default" ? models::kVicunaSystem : s;
+       }},
+      {"data.image_aspect_ratio", "pad", choice(&RunConfig::aspect, models::parse_aspect)},
+      {"data.max_seq_len", "2048", i64(&RunConfig::max_seq_len, 2)},
+      {"data.group_by_modality_length", "false", flag(&RunConfig::group_by_modality_length)},
+      {"data.pad_to_max_length", "false", flag(&RunConfig::pad_to_max_length)},
+      {"data.blank_images", "false", flag(&RunConfig::blank_images)},
+      {"data.num_workers", "2",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.num_workers = int(get<int64_t>(n, k, "an integer")); }},
+      {"data.prefetch", "16",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.prefetch = int(get<int64_t>(n, k, "an integer")); }},
+      {"data.on_bad_sample", "skip", choice(&RunConfig::on_bad_sample, models::parse_on_bad_sample)},
+      {"train.stage", "full", choice(&RunConfig::stage, parse_stage)},
+      {"train.micro_batch_size", "4", i64(&RunConfig::micro_batch_size, 1)},
+      {"train.gradient_accumulation_steps", "1", i64(&RunConfig::gradient_accumulation_steps, 1)},
+      {"train.global_batch_size", "0", i64(&RunConfig::global_batch_size, 0)},
+      {"train.max_steps", "0", i64(&RunConfig::max_steps, 0)},
+      {"train.num_train_epochs", "1",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.num_train_epochs = get<double>(n, k, "a number"); }},
+      {"train.optimizer", "adamw",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         try {
+           c.optimizer.kind = optim::parse_optimizer(get<std::string>(n, k, "a string"));
+         } catch (const Error&) {
+           bad_value(k, n, "one of: adamw, sgd, adafactor");
+         }
+       }},
+      {"train.learning_rate", "0.001", f32(&RunConfig::learning_rate, 0.f)},
+      {"train.weight_decay", "0",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.optimizer.weight_decay = get<float>(n, k, "a number"); }},
+      {"train.adam_beta1", "0.9",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.optimizer.beta1 = get<float>(n, k, "a number"); }},
+      {"train.adam_beta2", "0.999",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.optimizer.beta2 = get<float>(n, k, "a number"); }},
+      {"train.adam_epsilon", "1e-8",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.optimizer.eps = get<float>(n, k, "a number"); }},
+      {"train.momentum", "0.9",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.optimizer.momentum = get<float>(n, k, "a number"); }},
+      {"train.lr_scheduler_type", "cosine", choice(&RunConfig::scheduler, optim::parse_schedule)},
+      {"train.warmup_ratio", "0", f32(&RunConfig::warmup_ratio, 0.f)},
+      {"train.warmup_steps", "-1", i64(&RunConfig::warmup_steps, -1)},
+      {"train.max_grad_norm", "1.0", f32(&RunConfig::max_grad_norm, 0.f)},
+      {"train.eval_steps", "0", i64(&RunConfig::eval_steps, 0)},
+      {"train.eval_samples", "0", i64(&RunConfig::eval_samples, 0)},
+      {"train.eval_batch_size", "16", i64(&RunConfig::eval_batch_size, 1)},
+      {"train.max_new_tokens", "12", i64(&RunConfig::max_new_tokens, 1)},
+      {"train.save_steps", "0", i64(&RunConfig::save_steps, 0)},
+      {"train.save_total_limit", "2", i64(&RunConfig::save_total_limit, 1)},
+      {"memory.precision", "fp32", choice(&RunConfig::precision, parse_precision)},
+      {"memory.vision_precision", "same",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::string s = get<std::string>(n, k, "a string");
+         if (s != "same" && s != "fp32") bad_value(k, n, "one of: same, fp32");
+         c.vision_fp32 = s == "fp32";
+       }},
+      {"memory.gradient_checkpointing.vision", "none", checkpointing(true, false)},
+      {"memory.gradient_checkpointing.llm", "none", checkpointing(false, true)},
+      {"memory.gradient_checkpointing.every", "1",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const int64_t v = get<int64_t>(n, k, "an integer");
+         if (v < 1) bad_value(k, n, "an integer >= 1");
+         c.vision_ckpt.every = c.llm_ckpt.every = int(v);
+       }},
+      {"memory.loss_scale.initial", "65536", f32(&RunConfig::loss_scale_initial, 1.f)},
+      {"memory.loss_scale.window", "1000", i64(&RunConfig::loss_scale_window, 1)},
+      {"memory.loss_scale.hysteresis", "2",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.loss_scale_hysteresis = int(get<int64_t>(n, k, "an integer")); }},
+      {"memory.loss_scale.min", "1", f32(&RunConfig::loss_scale_min, 0.f)},
+      {"memory.ce_chunk_rows", "0", i64(&RunConfig::ce_chunk_rows, 0)},
+      {"memory.leak_window", "50", i64(&RunConfig::leak_window, 2)},
+      {"log.logging_steps", "10", i64(&RunConfig::logging_steps, 1)},
+      {"log.progress_bar", "auto", choice(&RunConfig::progress_bar, parse_bar)},
+  };
+  return keys;
+}
+
+const Key* find_key(const std::string& path) {
+  for (const Key& k : schema())
+    if (path == k.path) return &k;
+  return nullptr;
+}
+
+std::vector<std::string> all_paths() {
+  std::vector<std::string> v = {"memory.gradient_checkpointing"};  // also valid as one value for both groups
+  for (const Key& k : schema()) v.push_back(k.path);
+  return v;
+}
+
+// Visits every leaf of `node` outside `model` (the model section has its own parser, except model.weights).
+void walk(const YAML::Node& node, const std::string& prefix, const std::function<void(const std::string&, const YAML::Node&)>& f) {
+  for (const auto& kv : node) {
+    const std::string key = prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
+    if (key == "model") continue;
+    // memory.gradient_checkpointing may be a scalar (both groups) or a map per group.
+    if (kv.second.IsMap()) walk(kv.second, key, f);
+    else f(key, kv.second);
+  }
+}
+
+void set_path(YAML::Node root, const std::string& path, const YAML::Node& value) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (std::size_t dot = path.find('.'); dot != std::string::npos; dot = path.find('.', start)) {
+    parts.push_back(path.substr(start, dot - start));
+    start = dot + 1;
+  }
+  parts.push_back(path.substr(start));
+  std::vector<YAML::Node> chain = {root};
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node next = chain.back()[parts[i]];
+    if (!next.IsMap()) {
+      chain.back()[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = chain.back()[parts[i]];
+    }
+    chain.push_back(next);
+  }
+  chain.back()[parts.back()] = value;
+}
+
+// The node at a dotted path, or an undefined node when any part is missing.
+YAML::Node lookup(const YAML::Node& root, const std::string& path) {
+  YAML::Node n = YAML::Clone(root);
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dot = path.find('.', start);
+    const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (!n.IsMap() || !n[part]) return YAML::Node(YAML::NodeType::Undefined);
+    n = n[part];
+    if (dot == std::string::npos) return n;
+    start = dot + 1;
+  }
+}
+
+bool has_path(const YAML::Node& root, const std::string& path) { return lookup(root, path).IsDefined(); }
+
+}  // namespace
+
+const char* precision_name(Precision p) { return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16"; }
+const char* stage_name(Stage s) { return s == Stage::Pretrain ? "pretrain" : s == Stage::Finetune ? "finetune" : "full"; }
+
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
+  const std::string where = path.empty() ? "(defaults)" : path;
+  YAML::Node root(YAML::NodeType::Map);
+  if (!path.empty()) {
+    try {
+      root = YAML::LoadFile(path);
+    } catch (const YAML::Exception& e) {
+      throw Error(str("[config] ", path, ": ", e.what()));
+    }
+    if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+    HR_CHECK(root.IsMap(), "[config] ", path, ": the top level must be a mapping of sections");
+  }
+  for (const std::string& o : overrides) {
+    const std::size_t eq = o.find('=');
+    HR_CHECK(eq != std::string::npos && eq > 0, "[config] --set '", o, "': expected key=value");
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      throw Error(str("[config] --set ", o, ": value is not valid YAML: ", e.what()));
+    }
+    set_path(root, o.substr(0, eq), value);
+  }
+  static const std::vector<std::string> sections = {"run", "device", "model", "data", "train", "memory", "parallel", "log"};
+  for (const auto& kv : root) {
+    const std::string s = kv.first.as<std::string>();
+    if (std::find(sections.begin(), sections.end(), s) == sections.end())
+      throw Error(str("[config] ", where, ": unknown section '", s, "'", did_you_mean(s, sections),
+                      " (sections: run, device, model, data, train, memory, parallel, log)"));
+  }
+  RunConfig c;
+  // Defaults first, then what the file and overrides say.
+  for (const Key& k : schema()) k.set(c, YAML::Load(k.fallback), k.path);
+  const std::vector<std::string> paths = all_paths();
+  walk(root, "", [&](const std::string& key, const YAML::Node& value) {
+    if (key == "memory.gradient_checkpointing") {  // one policy for both groups
+      checkpointing(true, true)(c, value, key);
+      return;
+    }
+    const Key* k = find_key(key);
+    if (!k) {
+      const std::string close = closest_match(key, paths);
+      throw Error(str("[config] ", where, ": unknown key '", key, "'", close.empty() ? "" : "; did you mean '" + close + "'?"));
+    }
+    k->set(c, value, key);
+  });
+  // The model section (minus model.weights, read above).
+  YAML::Node model = root["model"] ? YAML::Clone(root["model"]) : YAML::Node(YAML::NodeType::Map);
+  if (model.IsMap() && model["weights"]) {
+    c.init_weights = model["weights"].as<std::string>();
+    model.remove("weights");
+  }
+  c.model = models::parse_model_spec(model, where);
+  // Global batch = micro x accumulation x world size: infer one from the other two, refuse a contradiction.
+  const bool has_micro = has_path(root, "train.micro_batch_size"), has_accum = has_path(root, "train.gradient_accumulation_steps");
+  if (c.global_batch_size > 0) {
+    const int64_t g = c.global_batch_size, w = world_size;
+    if (has_micro && has_accum) {
+      HR_CHECK(c.micro_batch_size * c.gradient_accumulation_steps * w == g, "[config] train.global_batch_size ", g,
+               " disagrees with micro_batch_size ", c.micro_batch_size, " x gradient_accumulation_steps ",
+               c.gradient_accumulation_steps, " x world size ", w);
+    } else if (has_accum) {
+      HR_CHECK(g % (c.gradient_accumulation_steps * w) == 0, "[config] train.global_batch_size ", g,
+               " is not a multiple of gradient_accumulation_steps x world size ", c.gradient_accumulation_steps * w);
+      c.micro_batch_size = g / (c.gradient_accumulation_steps * w);
+    } else {
+      HR_CHECK(g % (c.micro_batch_size * w) == 0, "[config] train.global_batch_size ", g,
+               " is not a multiple of micro_batch_size x world size ", c.micro_batch_size * w);
+      c.gradient_accumulation_steps = g / (c.micro_batch_size * w);
+    }
+  }
+  c.global_batch_size = c.micro_batch_size * c.gradient_accumulation_steps * world_size;
+  // The resolved configuration: every key with its value.
+  YAML::Node resolved(YAML::NodeType::Map);
+  for (const Key& k : schema()) {
+    YAML::Node given = lookup(root, k.path);
+    set_path(resolved, k.path, given.IsDefined() ? given : YAML::Load(k.fallback));
+  }
+  set_path(resolved, "memory.gradient_checkpointing.vision", YAML::Node(models::checkpoint_name(c.vision_ckpt.kind)));
+  set_path(resolved, "memory.gradient_checkpointing.llm", YAML::Node(models::checkpoint_name(c.llm_ckpt.kind)));
+  set_path(resolved, "train.global_batch_size", YAML::Node(c.global_batch_size));
+  set_path(resolved, "train.micro_batch_size", YAML::Node(c.micro_batch_size));
+  set_path(resolved, "train.gradient_accumulation_steps", YAML::Node(c.gradient_accumulation_steps));
+  if (root["model"]) resolved["model"] = YAML::Clone(root["model"]);
+  c.resolved_yaml = YAML::Dump(resolved) + "\n";
+  return c;
+}
+
+}  // namespace hr::train

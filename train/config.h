@@ -1,0 +1,81 @@
+// The run configuration: a YAML file in sections (run, device, model, data, train, memory, parallel, log)
+// with `--set a.b=v` overrides typed as YAML. Every key is known: an unknown key is an error naming the
+// closest valid key, a bad value names the key and what it accepts.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/checkpoint_policy.h"
+#include "models/data/conversation.h"
+#include "models/data/image.h"
+#include "models/data/loader.h"
+#include "models/model_spec.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+
+namespace hr::train {
+
+enum class Precision : uint8_t { FP32, BF16, FP16 };
+enum class Stage : uint8_t { Pretrain, Finetune, Full };  // projector only; projector + LLM; everything
+enum class ProgressBar : uint8_t { Auto, On, Off };
+
+struct RunConfig {
+  // run
+  std::string output_dir = "runs/default";
+  uint64_t seed = 42;
+  // device
+  std::string device = "cpu";
+  std::size_t memory_limit = 0;  // bytes; 0 = the whole device
+  int threads = 0;               // 0 = all cores
+  // model
+  models::ModelSpec model;
+  std::string init_weights;  // safetensors file or directory; empty = random initialisation
+  // data
+  std::string train_json, eval_json, image_folder;
+  int64_t synth_train = 4000, synth_eval = 200, synth_image_size = 32;  // when train_json is empty
+  uint64_t synth_seed = 0;
+  models::Template chat_template = models::Template::VicunaV1;
+  std::string system_prompt = models::kVicunaSystem;
+  models::AspectMode aspect = models::AspectMode::Pad;
+  int64_t max_seq_len = 2048;
+  bool group_by_modality_length = false, pad_to_max_length = false, blank_images = false;
+  int num_workers = 2, prefetch = 16;
+  models::OnBadSample on_bad_sample = models::OnBadSample::Skip;
+  // train
+  Stage stage = Stage::Full;
+  int64_t micro_batch_size = 4, gradient_accumulation_steps = 1, global_batch_size = 0;
+  int64_t max_steps = 0;
+  double num_train_epochs = 1.0;
+  optim::OptimizerConfig optimizer;
+  float learning_rate = 1e-3f, max_grad_norm = 1.f, warmup_ratio = 0.f;
+  int64_t warmup_steps = -1;
+  optim::ScheduleKind scheduler = optim::ScheduleKind::Cosine;
+  int64_t eval_steps = 0, eval_samples = 0, eval_batch_size = 16, max_new_tokens = 12;
+  int64_t save_steps = 0, save_total_limit = 2;
+  // memory
+  Precision precision = Precision::FP32;
+  bool vision_fp32 = false;  // memory.vision_precision: fp32 keeps the vision tower in f32
+  models::CheckpointPolicy vision_ckpt, llm_ckpt;
+  float loss_scale_initial = 65536.f, loss_scale_min = 1.f;
+  int64_t loss_scale_window = 1000;
+  int loss_scale_hysteresis = 2;
+  int64_t ce_chunk_rows = 0;
+  int64_t leak_window = 50;
+  // log
+  int64_t logging_steps = 10;
+  ProgressBar progress_bar = ProgressBar::Auto;
+
+  // Written to output_dir/config.yaml and printed by --print-config: every key with its resolved value.
+  std::string resolved_yaml;
+};
+
+// Loads `path` (may be empty: defaults only), applies "a.b=v" overrides, validates, resolves derived values
+// (global batch = micro x accumulation x world size).
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size = 1);
+
+const char* precision_name(Precision p);
+const char* stage_name(Stage s);
+
+}  // namespace hr::train

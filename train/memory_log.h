@@ -1,0 +1,45 @@
+// The per-step memory log: one JSON line per optimizer step in output_dir/memory.jsonl (schema in the README),
+// the same numbers in the console line, and a leak watch over allocated bytes at step boundaries.
+#pragma once
+
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <string>
+
+#include "core/memory/caching_allocator.h"
+
+namespace hr::train {
+
+struct StepRecord {
+  int64_t step = 0;
+  float loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
+  double tokens_per_s = 0;
+  bool skipped = false;  // fp16 overflow: the optimizer step was skipped
+  int64_t predicted_peak = -1;  // from the plan, once there is one
+};
+
+// Resident set size of this process in bytes (from /proc/self/statm; 0 where unavailable).
+int64_t host_rss_bytes();
+
+class MemoryLog {
+ public:
+  MemoryLog(const std::string& path, int64_t leak_window);
+  ~MemoryLog();
+  // Writes the line for a finished step from the allocator's stats (peaks since the last reset_peak_stats).
+  void write(const StepRecord& r, const core::MemoryStats& s);
+  // Records allocated bytes at a step boundary; returns a warning when they grew over the whole window.
+  std::string leak_check(int64_t step, const core::MemoryStats& s);
+
+ private:
+  std::FILE* file_ = nullptr;
+  int64_t window_;
+  struct Sample {
+    int64_t step, allocated;
+    std::map<std::string, int64_t> by_category;
+  };
+  std::deque<Sample> history_;
+  int64_t last_warned_ = -1;
+};
+
+}  // namespace hr::train

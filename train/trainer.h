@@ -1,0 +1,21 @@
+// The training run: data, model, optimizer and the step loop (micro-batches with accumulation, loss scaling,
+// clipping, optimizer step), evaluation, checkpoints, the memory log and the console.
+#pragma once
+
+#include <memory>
+
+#include "train/config.h"
+
+namespace hr::train {
+
+struct TrainOptions {
+  bool resume = false;  // continue from the newest checkpoint in output_dir
+};
+
+// Runs the whole training; returns the process exit code. Errors throw hr::Error.
+int run_training(const RunConfig& config, const TrainOptions& options);
+
+// Prepares the synthetic data set in `dir` unless it is already there with the same parameters.
+void ensure_synthetic_data(const RunConfig& config, const std::string& dir);
+
+}  // namespace hr::train
