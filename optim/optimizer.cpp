@@ -67,10 +67,16 @@ Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(p
   }
 }
 
-void Optimizer::step(float lr, float grad_scale) {
+void Optimizer::set_lr_ratio(const std::string& prefix, float ratio) {
+  for (Slot& s : slots_)
+    if (s.param->name.rfind(prefix, 0) == 0) s.lr_ratio = ratio;
+}
+
+void Optimizer::step(float base_lr, float grad_scale) {
   ++steps_;
   for (Slot& s : slots_) {
     if (!s.param->grad.defined()) continue;
+    const float lr = base_lr * s.lr_ratio;
     const float wd = s.decay ? cfg_.weight_decay : 0.f;
     switch (cfg_.kind) {
       case OptimizerKind::AdamW:

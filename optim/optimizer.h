@@ -37,6 +37,8 @@ class Optimizer {
   // One update with learning rate `lr`; gradients are multiplied by `grad_scale` first (1/loss scale times
   // the clipping coefficient). Parameters without a gradient buffer are left alone.
   void step(float lr, float grad_scale);
+  // Parameters whose name starts with `prefix` step with lr * ratio (LLaVA's mm_vision_tower_lr).
+  void set_lr_ratio(const std::string& prefix, float ratio);
   int64_t steps() const { return steps_; }
 
   // States for a checkpoint: "<param>.exp_avg", ".exp_avg_sq", ".momentum_buffer", ".exp_avg_sq_row/col",
@@ -49,6 +51,7 @@ class Optimizer {
     models::Param* param;
     Tensor master, a, b;  // a/b: exp_avg/exp_avg_sq, momentum/-, row/col
     bool decay;
+    float lr_ratio = 1.f;
   };
   ParamStore& params_;
   OptimizerConfig cfg_;

@@ -118,6 +118,7 @@ int run_training(const RunConfig& c, const TrainOptions& topt) {
   if (c.init_weights.empty()) init_weights(model.params(), c.seed);
   else load_weights(model.params(), Checkpoint::open(c.init_weights), MissingWeights::Error);
   optim::Optimizer optimizer(model.params(), c.optimizer);
+  if (c.vision_lr > 0.f) optimizer.set_lr_ratio("vision_tower.", c.vision_lr / c.learning_rate);
 
   // Schedule.
   const int64_t per_epoch = std::max<int64_t>(1, train_set.size() / c.global_batch_size);
