@@ -193,7 +193,9 @@ TEST(Train, Bf16AndFp32Converge) {
     ASSERT_EQ(r.status, 0) << r.output;
     auto l = jsonl(d + "/memory.jsonl");
     EXPECT_LT(l.back()["loss"].get<double>(), 0.6 * l.front()["loss"].get<double>()) << p;
-    if (std::string(p) == "bf16") EXPECT_GT(l.back()["by_category"]["master_params"].get<int64_t>(), 0);
+    if (std::string(p) == "bf16") {
+      EXPECT_GT(l.back()["by_category"]["master_params"].get<int64_t>(), 0);
+    }
   }
 }
 

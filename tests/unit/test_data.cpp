@@ -215,6 +215,8 @@ TEST(Synthetic, DeterministicAndTheImageIsNeeded) {
   for (const auto& [q, counts] : answers) {
     int total = 0, top = 0;
     for (const auto& [ans, n] : counts) total += n, top = std::max(top, n);
-    if (total >= 20) EXPECT_LE(top, 0.6 * total) << q;
+    if (total >= 20) {
+      EXPECT_LE(top, 0.6 * total) << q;
+    }
   }
 }
