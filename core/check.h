@@ -30,6 +30,9 @@ constexpr std::size_t operator""_GiB(unsigned long long v) { return v << 30; }
 // "1.50 MiB", "512 B": bytes in the unit a reader expects.
 std::string format_bytes(double bytes);
 
+// Parses "64MiB", "2GiB", "512KiB", "40GB", "1000" (bytes); throws naming `what` on anything else.
+std::size_t parse_bytes(const std::string& text, const std::string& what);
+
 }  // namespace hr
 
 #define HR_ASSERT(cond, ...)                                                   \

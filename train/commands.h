@@ -14,7 +14,4 @@ int cmd_train(const std::vector<std::string>& args);
 int cmd_data(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
 
-// Parses "64MiB", "2GiB", "512KiB", "1000" (bytes); throws naming `what` on anything else.
-std::size_t parse_bytes(const std::string& text, const std::string& what);
-
 }  // namespace hr::train

@@ -6,7 +6,7 @@
 #include <functional>
 
 #include "core/suggest.h"
-#include "train/commands.h"
+#include "core/check.h"
 
 namespace hr::train {
 
@@ -354,6 +354,7 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   set_path(resolved, "train.micro_batch_size", YAML::Node(c.micro_batch_size));
   set_path(resolved, "train.gradient_accumulation_steps", YAML::Node(c.gradient_accumulation_steps));
   if (root["model"]) resolved["model"] = YAML::Clone(root["model"]);
+  resolved["model"]["weights"] = c.init_weights;
   c.resolved_yaml = YAML::Dump(resolved) + "\n";
   return c;
 }
