@@ -42,6 +42,15 @@ void fsync_dir(const fs::path& dir) {
   }
 }
 
+// Deletes a checkpoint directory without ever leaving a partial one under a checkpoint name: it is first
+// renamed (atomically) out of the way, then removed.
+void discard(const fs::path& dir) {
+  const fs::path trash = dir.parent_path() / (".trash-" + dir.filename().string());
+  fs::remove_all(trash);
+  fs::rename(dir, trash);
+  fs::remove_all(trash);
+}
+
 std::vector<std::pair<int64_t, fs::path>> checkpoints(const std::string& output_dir) {
   std::vector<std::pair<int64_t, fs::path>> v;
   if (!fs::exists(output_dir)) return v;
@@ -77,11 +86,11 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
     f.commit();
   }
   fsync_dir(tmp);
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);
+  if (fs::exists(final_dir)) discard(final_dir);
   fs::rename(tmp, final_dir);
   fsync_dir(output_dir);
   auto all = checkpoints(output_dir);
-  for (std::size_t i = 0; i + std::size_t(keep_last) < all.size(); ++i) fs::remove_all(all[i].second);
+  for (std::size_t i = 0; i + std::size_t(keep_last) < all.size(); ++i) discard(all[i].second);
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& output_dir) {
