@@ -73,8 +73,7 @@ Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device, 
 
 Tensor Tensor::from_floats(const std::vector<float>& values, const Shape& shape, DType dtype, Device device) {
   HR_CHECK(int64_t(values.size()) == shape_numel(shape), "[tensor] ", values.size(), " values for shape ", shape_str(shape));
-  std::vector<float> host = values;
-  Tensor src = wrap(host.data(), shape, DType::F32, Device::host(), nullptr);
+  Tensor src = wrap(const_cast<float*>(values.data()), shape, DType::F32, Device::host(), nullptr);  // read only
   Tensor t = empty(shape, dtype, device);
   copy_(t, src);
   return t;
@@ -82,8 +81,7 @@ Tensor Tensor::from_floats(const std::vector<float>& values, const Shape& shape,
 
 Tensor Tensor::from_ints(const std::vector<int64_t>& values, const Shape& shape, DType dtype, Device device) {
   HR_CHECK(int64_t(values.size()) == shape_numel(shape), "[tensor] ", values.size(), " values for shape ", shape_str(shape));
-  std::vector<int64_t> host = values;
-  Tensor src = wrap(host.data(), shape, DType::I64, Device::host(), nullptr);
+  Tensor src = wrap(const_cast<int64_t*>(values.data()), shape, DType::I64, Device::host(), nullptr);  // read only
   Tensor t = empty(shape, dtype, device);
   copy_(t, src);
   return t;

@@ -251,13 +251,17 @@ void set_path(YAML::Node root, const std::string& path, const YAML::Node& value)
 
 // The node at a dotted path, or an undefined node when any part is missing.
 YAML::Node lookup(const YAML::Node& root, const std::string& path) {
-  YAML::Node n = YAML::Clone(root);
+  YAML::Node n;
+  n.reset(root);  // reset, not assignment: assigning a Node would overwrite the value it refers to
   std::size_t start = 0;
   while (true) {
     const std::size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (!n.IsMap() || !n[part]) return YAML::Node(YAML::NodeType::Undefined);
-    n = n[part];
+    if (!n.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    const YAML::Node& cn = n;
+    YAML::Node next = cn[part];
+    if (!next.IsDefined()) return YAML::Node(YAML::NodeType::Undefined);
+    n.reset(next);
     if (dot == std::string::npos) return n;
     start = dot + 1;
   }
