@@ -128,13 +128,18 @@ LlamaModel::LlamaModel(ParamStore& store, const std::string& prefix, const std::
 
 Tensor LlamaModel::embed(const Tensor& ids) const {
   MemoryScope scope(Category::Activations, prefix_ + ".embed_tokens");
-  return embedding_forward(ids, embed_tokens_->data);
+  hook_before(hooks_, embed_group_, Pass::Forward);
+  Tensor out = embedding_forward(ids, embed_tokens_->data);
+  hook_after(hooks_, embed_group_, Pass::Forward);
+  return out;
 }
 
 void LlamaModel::embed_backward(const Tensor& ids, const Tensor& d_embeds) const {
   if (!embed_tokens_->trainable) return;
   MemoryScope scope(Category::Activations, prefix_ + ".embed_tokens");
-  embedding_backward(ids, d_embeds, embed_tokens_->data.shape(), embed_tokens_->data.dtype(), embed_tokens_->ensure_grad());
+  hook_before(hooks_, embed_group_, Pass::Backward);
+  embedding_backward(ids, d_embeds, embed_tokens_->shape, embed_tokens_->dtype, embed_tokens_->ensure_grad());
+  hook_after(hooks_, embed_group_, Pass::Backward);
 }
 
 Tensor LlamaModel::positions_for(const Tensor& embeds) const {
@@ -152,11 +157,15 @@ Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const Checkp
   saved.layers.resize(layers_.size());
   Tensor x = embeds;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
+    hook_before(hooks_, layer_group_ + int(i), Pass::Forward);
     x = layers_[i].forward(x, positions, saved.layers[i], policy.for_block(int64_t(i)));
+    hook_after(hooks_, layer_group_ + int(i), Pass::Forward);
     if (keep_nothing) saved.layers[i] = {};
   }
   MemoryScope scope(Category::Activations, prefix_ + ".norm");
+  hook_before(hooks_, norm_group_, Pass::Forward);
   NormOut n = norm_.forward(x);
+  hook_after(hooks_, norm_group_, Pass::Forward);
   if (!keep_nothing) {
     saved.final_in = x;
     saved.final_rms = n.saved.rstd;
@@ -169,10 +178,16 @@ Tensor LlamaModel::backward(const Tensor& d_hidden, LlamaSaved& saved) const {
   Tensor dx;
   {
     MemoryScope scope(Category::Activations, prefix_ + ".norm");
+    hook_before(hooks_, norm_group_, Pass::Backward);
     dx = norm_.backward(d_hidden, saved.final_in, {Tensor(), saved.final_rms});
+    hook_after(hooks_, norm_group_, Pass::Backward);
     saved.final_in = saved.final_rms = Tensor();
   }
-  for (std::size_t i = layers_.size(); i-- > 0;) dx = layers_[i].backward(dx, positions, saved.layers[i]);
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    hook_before(hooks_, layer_group_ + int(i), Pass::Backward);
+    dx = layers_[i].backward(dx, positions, saved.layers[i]);
+    hook_after(hooks_, layer_group_ + int(i), Pass::Backward);
+  }
   return dx;
 }
 

@@ -58,8 +58,14 @@ class LlamaModel {
   Tensor backward(const Tensor& d_hidden, LlamaSaved& saved) const;
   const Linear& lm_head() const { return lm_head_; }
   const LlmConfig& config() const { return cfg_; }
+  // Group ids: the embedding table, the first layer (the others follow), the final norm.
+  void set_hooks(GroupHooks* hooks, int embed, int first_layer, int norm) {
+    hooks_ = hooks, embed_group_ = embed, layer_group_ = first_layer, norm_group_ = norm;
+  }
 
  private:
+  GroupHooks* hooks_ = nullptr;
+  int embed_group_ = 0, layer_group_ = 0, norm_group_ = 0;
   Tensor positions_for(const Tensor& embeds) const;
 
   LlmConfig cfg_;

@@ -23,6 +23,58 @@ Llava::Llava(const LlavaConfig& cfg, Device device, DType dtype, std::optional<D
   vision_ = std::make_unique<VisionTower>(*store_, kVisionPrefix, cfg_.vision);
   projector_ = std::make_unique<Projector>(*store_, kProjectorPrefix, cfg_.projector, cfg_.vision.hidden, cfg_.llm.hidden);
   llm_ = std::make_unique<LlamaModel>(*store_, kLlmPrefix, kHeadName, cfg_.llm);
+  // Groups: embed_tokens, vision embeddings (+ norms), vision layers, projector, LLM layers, norm, lm_head.
+  const int vl = int(cfg_.vision.layers), ll = int(cfg_.llm.layers);
+  projector_group_ = 2 + vl;
+  head_group_ = projector_group_ + ll + 2;
+  groups_.resize(std::size_t(head_group_ + 1));
+  groups_[0].name = str(kLlmPrefix, ".embed_tokens");
+  groups_[1].name = str(kVisionPrefix, ".embeddings");
+  for (int i = 0; i < vl; ++i) groups_[std::size_t(2 + i)].name = str(kVisionPrefix, ".encoder.layers.", i);
+  groups_[std::size_t(projector_group_)].name = kProjectorPrefix;
+  for (int i = 0; i < ll; ++i) groups_[std::size_t(projector_group_ + 1 + i)].name = str(kLlmPrefix, ".layers.", i);
+  groups_[std::size_t(head_group_ - 1)].name = str(kLlmPrefix, ".norm");
+  groups_[std::size_t(head_group_)].name = kHeadName;
+  auto layer_of = [](const std::string& name, const std::string& prefix) {
+    const std::size_t at = prefix.size();
+    return int(std::stol(name.substr(at, name.find('.', at) - at)));
+  };
+  const std::string vis_layers = str(kVisionPrefix, ".encoder.layers."), llm_layers = str(kLlmPrefix, ".layers.");
+  for (const auto& p : store_->all()) {
+    const std::string& n = p->name;
+    int g = -1;
+    if (n.rfind(vis_layers, 0) == 0) g = 2 + layer_of(n, vis_layers);
+    else if (n.rfind(kVisionPrefix, 0) == 0) g = 1;
+    else if (n.rfind(kProjectorPrefix, 0) == 0) g = projector_group_;
+    else if (n.rfind(llm_layers, 0) == 0) g = projector_group_ + 1 + layer_of(n, llm_layers);
+    else if (n.rfind(str(kLlmPrefix, ".embed_tokens"), 0) == 0) g = 0;
+    else if (n.rfind(str(kLlmPrefix, ".norm"), 0) == 0) g = head_group_ - 1;
+    else if (n.rfind(kHeadName, 0) == 0) g = head_group_;
+    HR_ASSERT(g >= 0, "parameter ", n, " belongs to no group");
+    groups_[std::size_t(g)].params.push_back(p.get());
+  }
+}
+
+void Llava::skip_groups(int first, int last, Pass pass) const {
+  if (!hooks_) return;
+  for (int g = first; first <= last ? g <= last : g >= last; g += first <= last ? 1 : -1) {
+    hooks_->before(g, pass);
+    hooks_->after(g, pass);
+  }
+}
+
+void Llava::skip_vision_and_projector(Pass pass) const {
+  const int used = int(cfg_.vision.layers_used());
+  if (pass == Pass::Forward) return skip_groups(1, 1 + used, pass), skip_groups(projector_group_, projector_group_, pass);
+  if (!(projector_trainable_ || vision_trainable_)) return;
+  skip_groups(projector_group_, projector_group_, pass);
+  if (vision_trainable_) skip_groups(1 + used, 1, pass);
+}
+
+void Llava::set_hooks(GroupHooks* hooks) {
+  hooks_ = hooks;
+  vision_->set_hooks(hooks, 1);
+  llm_->set_hooks(hooks, 0, projector_group_ + 1, head_group_ - 1);
 }
 
 void Llava::set_trainable(bool vision, bool projector, bool llm) {
@@ -82,14 +134,19 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
       MemoryScope scope(Category::Activations, "multi_modal_projector");
       feats = cast(feats, llm_dtype);
     }
+    hook_before(hooks_, projector_group_, Pass::Forward);
     Tensor proj = projector_->forward(feats, st.projector, opt.inference || !(projector_trainable_ || vision_trainable_));
+    hook_after(hooks_, projector_group_, Pass::Forward);
     Tensor flat = embeds.view({B * L, C});
     for (std::size_t i = 0; i < st.image_offsets.size(); ++i)
       copy_(flat.slice(0, st.image_offsets[i], st.image_offsets[i] + T), proj.select(0, int64_t(i)));
+  } else {
+    skip_vision_and_projector(Pass::Forward);
   }
   Tensor hidden = llm_->forward(embeds, st.llm, opt.llm_policy, !need_llm_grad);
   embeds = Tensor();
   MemoryScope scope(Category::Activations, "language_model.loss");
+  hook_before(hooks_, head_group_, Pass::Forward);
   if (opt.return_logits) st.logits = llm_->lm_head().forward(hidden);
   std::vector<int64_t> shifted(std::size_t(B * (L - 1)));
   for (int64_t r = 0; r < B; ++r)
@@ -107,20 +164,28 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   st.backward_ready = need_llm_grad;
   if (opt.inference && st.valid_labels == 0) {  // generation: only the logits are wanted
     st.hidden_shift = Tensor();
+    hook_after(hooks_, head_group_, Pass::Forward);
     return 0.f;
   }
   st.ce = cross_entropy_forward(st.hidden_shift, llm_->lm_head().weight->data, st.labels_shift, st.ce_options);
+  hook_after(hooks_, head_group_, Pass::Forward);
   if (opt.inference) st.hidden_shift = Tensor();
   return dev.type == DeviceType::Meta ? 0.f : st.ce.loss.item();
 }
 
 void Llava::backward(LlavaState& st, float loss_scale) const {
-  if (!st.backward_ready) return;
+  if (!st.backward_ready) {  // frozen LLM and no images: nothing to do here, but other ranks may backpropagate
+    skip_groups(head_group_, projector_group_ + 1, Pass::Backward);
+    if (llm_trainable_) skip_groups(0, 0, Pass::Backward);
+    skip_vision_and_projector(Pass::Backward);
+    return;
+  }
   const Device dev = store_->device();
   const int64_t B = st.batch, L = st.seq, C = cfg_.llm.hidden, T = cfg_.vision.tokens_per_image();
   Tensor d_hidden;
   {
     MemoryScope scope(Category::Activations, "language_model.loss");
+    hook_before(hooks_, head_group_, Pass::Backward);
     Tensor dloss = Tensor::full({}, loss_scale, DType::F32, dev);
     const Linear& head = llm_->lm_head();
     CrossEntropyBackwardOptions bo;
@@ -133,6 +198,7 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
                                                  st.ce_options, bo);
     st.hidden_shift = st.labels_shift = Tensor();
     st.ce = {};
+    hook_after(hooks_, head_group_, Pass::Backward);
     d_hidden = slice_backward(g.dhidden.view({B, L - 1, C}), {B, L, C}, 1, 0);
   }
   Tensor d_embeds = llm_->backward(d_hidden, st.llm);
@@ -153,12 +219,16 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
   }
   d_embeds = Tensor();
   if (d_proj.defined()) {
+    hook_before(hooks_, projector_group_, Pass::Backward);
     Tensor d_feats = projector_->backward(d_proj, st.projector, vision_trainable_);
+    hook_after(hooks_, projector_group_, Pass::Backward);
     d_proj = Tensor();
     if (vision_trainable_) {
       if (d_feats.dtype() != store_->dtype_of("vision_tower.")) d_feats = cast(d_feats, store_->dtype_of("vision_tower."));
       vision_->backward(d_feats, st.vision);
     }
+  } else if (!st.has_images) {
+    skip_vision_and_projector(Pass::Backward);
   }
   st.llm = {};
   st.vision = {};

@@ -58,6 +58,12 @@ class Llava {
   // Which groups train; frozen groups get no gradient buffers. LLaVA stage 1 is (false, true, false).
   void set_trainable(bool vision, bool projector, bool llm);
 
+  // Parameter groups in the order the forward pass first uses them: the token embeddings, the vision
+  // embeddings, each vision layer, the projector, each LLM layer, the final norm, lm_head.
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  // Hooks called around each group's use (ZeRO); null for none. The hooks outlive their use here.
+  void set_hooks(GroupHooks* hooks);
+
   // Returns the mean loss over the micro-batch's valid labels (0 on the meta device).
   float forward(const Batch& batch, LlavaState& state, const ModelOptions& options) const;
   // Adds d(loss * loss_scale)/d(param) into the gradient buffers of trainable parameters.
@@ -69,7 +75,14 @@ class Llava {
   std::unique_ptr<VisionTower> vision_;
   std::unique_ptr<Projector> projector_;
   std::unique_ptr<LlamaModel> llm_;
+  // Calls the hooks of groups this rank skips (no images in its micro-batch, nothing to backpropagate), so
+  // every rank makes the same sequence of hook calls and so the same collectives.
+  void skip_groups(int first, int last, Pass pass) const;
+  void skip_vision_and_projector(Pass pass) const;
   bool vision_trainable_ = true, projector_trainable_ = true, llm_trainable_ = true;
+  std::vector<ParamGroup> groups_;
+  GroupHooks* hooks_ = nullptr;
+  int projector_group_ = 0, head_group_ = 0;
 };
 
 }  // namespace hr::models

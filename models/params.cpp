@@ -18,7 +18,7 @@ Tensor& Param::ensure_grad() {
   HR_ASSERT(trainable, "gradient requested for frozen parameter ", name);
   if (!grad.defined()) {
     MemoryScope scope(Category::Grads, owner_of(name));
-    grad = Tensor::zeros(data.shape(), data.dtype(), data.device());
+    grad = Tensor::zeros(shape, dtype, data.device());
   }
   return grad;
 }
@@ -27,6 +27,8 @@ Param& ParamStore::add(const std::string& name, const Shape& shape) {
   HR_ASSERT(!by_name_.count(name), "duplicate parameter ", name);
   auto p = std::make_unique<Param>();
   p->name = name;
+  p->shape = shape;
+  p->dtype = dtype_of(name);
   {
     MemoryScope scope(Category::Params, owner_of(name));
     p->data = Tensor::empty(shape, dtype_of(name), device_);

@@ -134,6 +134,7 @@ Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const Chec
            "[vision] pixel_values must be (images, ", cfg_.channels, ", ", cfg_.image_size, ", ", cfg_.image_size,
            "); got ", pixels.describe());
   saved = VisionSaved{};
+  hook_before(hooks_, group_, Pass::Forward);
   Tensor x;
   {
     MemoryScope scope(Category::Activations, prefix_ + ".embeddings");
@@ -157,10 +158,13 @@ Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const Chec
     }
     h = n.y;
   }
+  hook_after(hooks_, group_, Pass::Forward);
   const int64_t used = cfg_.layers_used();
   saved.layers.resize(std::size_t(used));
   for (int64_t i = 0; i < used; ++i) {
+    hook_before(hooks_, group_ + 1 + int(i), Pass::Forward);
     h = layers_[i].forward(h, saved.layers[i], policy.for_block(i));
+    hook_after(hooks_, group_ + 1 + int(i), Pass::Forward);
     if (keep_nothing) saved.layers[i] = {};
   }
   if (cfg_.select_feature == FeatureSelect::ClsPatch) return h;
@@ -176,7 +180,12 @@ void VisionTower::backward(const Tensor& d_features, VisionSaved& saved) const {
     dh = cfg_.select_feature == FeatureSelect::ClsPatch ? d_features
                                                          : slice_backward(d_features, {I, N, C}, 1, 1);
   }
-  for (std::size_t i = saved.layers.size(); i-- > 0;) dh = layers_[i].backward(dh, saved.layers[i]);
+  for (std::size_t i = saved.layers.size(); i-- > 0;) {
+    hook_before(hooks_, group_ + 1 + int(i), Pass::Backward);
+    dh = layers_[i].backward(dh, saved.layers[i]);
+    hook_after(hooks_, group_ + 1 + int(i), Pass::Backward);
+  }
+  hook_before(hooks_, group_, Pass::Backward);
   MemoryScope scope(Category::Activations, prefix_ + ".embeddings");
   Tensor dx = pre_ln_.backward(dh, saved.pre_in, {saved.pre_mean, saved.pre_rstd});
   dh = saved.pre_in = saved.pre_mean = saved.pre_rstd = Tensor();
@@ -184,6 +193,7 @@ void VisionTower::backward(const Tensor& d_features, VisionSaved& saved) const {
   if (class_embedding_->trainable) sum_leading(dx.select(1, 0), class_embedding_->ensure_grad(), Accumulate::Yes);
   patch_linear_.backward(slice_copy(dx, 1, 1, N), saved.patches, false);
   saved = VisionSaved{};
+  hook_after(hooks_, group_, Pass::Backward);
 }
 
 }  // namespace hr::models

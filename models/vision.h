@@ -52,8 +52,12 @@ class VisionTower {
   // Accumulates parameter gradients from d(features); pixels need no gradient.
   void backward(const Tensor& d_features, VisionSaved& saved) const;
   bool trainable() const;
+  // Group ids: `embeddings` (patch/class/position embeddings and the layer norms), then one per layer.
+  void set_hooks(GroupHooks* hooks, int embeddings) { hooks_ = hooks, group_ = embeddings; }
 
  private:
+  GroupHooks* hooks_ = nullptr;
+  int group_ = 0;
   std::string prefix_;
   VisionConfig cfg_;
   Param* patch_embedding_;      // (C, 3, p, p)

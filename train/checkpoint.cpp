@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/atomic_file.h"
+#include "core/ops/copy.h"
 #include "models/weights.h"
 
 namespace hr::train {
@@ -64,33 +65,59 @@ std::vector<std::pair<int64_t, fs::path>> checkpoints(const std::string& output_
 
 }  // namespace
 
-void save_checkpoint(const std::string& output_dir, const models::Llava& model, const optim::Optimizer& optimizer,
-                     const TrainerState& st, int64_t keep_last) {
+std::vector<std::string> optimizer_files(const std::string& dir) {
+  if (fs::exists(dir + "/optimizer.safetensors")) return {dir + "/optimizer.safetensors"};
+  std::vector<std::string> files;
+  for (int r = 0; fs::exists(str(dir, "/optimizer.rank", r, ".safetensors")); ++r)
+    files.push_back(str(dir, "/optimizer.rank", r, ".safetensors"));
+  HR_CHECK(!files.empty(), "[checkpoint] ", dir, " has no optimizer.safetensors and no optimizer.rankR.safetensors");
+  return files;
+}
+
+void save_checkpoint(const std::string& output_dir, const models::Llava& model, const parallel::Zero& zero,
+                     const TrainerState& st, int64_t keep_last, parallel::Communicator& comm,
+                     const std::string& config_yaml) {
+  const int rank = comm.rank();
   const fs::path final_dir = fs::path(output_dir) / (kPrefix + std::to_string(st.step));
   const fs::path tmp = fs::path(output_dir) / (".tmp-" + std::string(kPrefix) + std::to_string(st.step));
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  save_safetensors((tmp / "model.safetensors").string(), models::named_weights(model.params()));
-  save_safetensors((tmp / "optimizer.safetensors").string(), optimizer.state());
-  json j = {{"step", st.step},
-            {"optimizer_steps", optimizer.steps()},
-            {"loader", {{"epoch", st.loader.epoch}, {"offset", st.loader.offset}}},
-            {"loss_scaler",
-             {{"scale", st.scaler.scale}, {"iter", st.scaler.iter}, {"last_overflow", st.scaler.last_overflow},
-              {"hysteresis_left", st.scaler.hysteresis_left}}},
-            {"skipped_steps", st.skipped_steps}};
-  {
-    AtomicFile f((tmp / "trainer_state.json").string());
-    const std::string text = j.dump(2) + "\n";
-    f.write(text.data(), text.size());
-    f.commit();
+  if (rank == 0) {
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
   }
-  fsync_dir(tmp);
-  if (fs::exists(final_dir)) discard(final_dir);
-  fs::rename(tmp, final_dir);
-  fsync_dir(output_dir);
-  auto all = checkpoints(output_dir);
-  for (std::size_t i = 0; i + std::size_t(keep_last) < all.size(); ++i) discard(all[i].second);
+  comm.barrier();
+  if (rank == 0 && !zero.shards_parameters())
+    save_safetensors((tmp / "model.safetensors").string(), models::named_weights(model.params()));
+  const bool sharded = zero.options().stage > 0 || zero.options().offload_optimizer != parallel::Offload::None;
+  if (!sharded && rank == 0) save_safetensors((tmp / "optimizer.safetensors").string(), zero.state());
+  if (sharded && (rank == 0 || zero.options().stage > 0))
+    save_safetensors((tmp / str("optimizer.rank", rank, ".safetensors")).string(), zero.state());
+  if (rank == 0) {
+    json j = {{"step", st.step},
+              {"optimizer_steps", zero.steps()},
+              {"loader", {{"epoch", st.loader.epoch}, {"offset", st.loader.offset}}},
+              {"loss_scaler",
+               {{"scale", st.scaler.scale}, {"iter", st.scaler.iter}, {"last_overflow", st.scaler.last_overflow},
+                {"hysteresis_left", st.scaler.hysteresis_left}}},
+              {"skipped_steps", st.skipped_steps},
+              {"world_size", comm.world()},
+              {"zero_stage", zero.options().stage}};
+    for (const auto& [name, text] : {std::pair<const char*, std::string>{"trainer_state.json", j.dump(2) + "\n"},
+                                     {"config.yaml", config_yaml}}) {
+      AtomicFile f((tmp / name).string());
+      f.write(text.data(), text.size());
+      f.commit();
+    }
+  }
+  comm.barrier();
+  if (rank == 0) {
+    fsync_dir(tmp);
+    if (fs::exists(final_dir)) discard(final_dir);
+    fs::rename(tmp, final_dir);
+    fsync_dir(output_dir);
+    auto all = checkpoints(output_dir);
+    for (std::size_t i = 0; i + std::size_t(keep_last) < all.size(); ++i) discard(all[i].second);
+  }
+  comm.barrier();
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& output_dir) {
@@ -99,7 +126,7 @@ std::optional<std::string> latest_checkpoint(const std::string& output_dir) {
   return all.back().second.string();
 }
 
-TrainerState load_checkpoint(const std::string& dir, models::Llava& model, optim::Optimizer& optimizer) {
+TrainerState read_trainer_state(const std::string& dir) {
   const std::string state_path = dir + "/trainer_state.json";
   std::ifstream in(state_path);
   HR_CHECK(in, "[checkpoint] cannot read ", state_path);
@@ -116,12 +143,67 @@ TrainerState load_checkpoint(const std::string& dir, models::Llava& model, optim
     const json& s = j.at("loss_scaler");
     st.scaler = {s.at("scale"), s.at("iter"), s.at("last_overflow"), s.at("hysteresis_left")};
     st.skipped_steps = j.value("skipped_steps", int64_t(0));
+    st.optimizer_steps = j.at("optimizer_steps");
+    st.world_size = j.value("world_size", 1);
+    st.zero_stage = j.value("zero_stage", 0);
   } catch (const json::exception& e) {
     throw Error(str("[checkpoint] ", state_path, ": ", e.what()));
   }
-  models::load_weights(model.params(), Checkpoint::open(dir + "/model.safetensors"));
-  optimizer.load_state(Checkpoint::open(dir + "/optimizer.safetensors"), j.at("optimizer_steps"));
   return st;
+}
+
+namespace {
+
+std::vector<Checkpoint> open_all(const std::vector<std::string>& paths) {
+  std::vector<Checkpoint> v;
+  for (const auto& p : paths) v.push_back(Checkpoint::open(p));
+  return v;
+}
+
+std::vector<const Checkpoint*> pointers(const std::vector<Checkpoint>& v) {
+  std::vector<const Checkpoint*> out;
+  for (const auto& c : v) out.push_back(&c);
+  return out;
+}
+
+}  // namespace
+
+void load_model_weights(const std::string& dir, models::Llava& model) {
+  if (fs::exists(dir + "/model.safetensors")) {
+    models::load_weights(model.params(), Checkpoint::open(dir + "/model.safetensors"));
+    return;
+  }
+  auto files = open_all(optimizer_files(dir));
+  NamedTensors w = parallel::Zero::consolidate(model, pointers(files));
+  HR_CHECK(!w.empty(), "[checkpoint] ", dir, " has no model.safetensors and no ZeRO-3 parameter shards");
+  HR_CHECK(w.size() == model.params().all().size(), "[checkpoint] ", dir, ": the shards hold ", w.size(),
+           " of the model's ", model.params().all().size(), " parameters");
+  for (const auto& [name, t] : w) {
+    models::Param* p = model.params().find(name);
+    HR_CHECK(p && p->shape == t.shape(), "[checkpoint] ", dir, ": shard tensor ", name, " ", shape_str(t.shape()),
+             " does not match the model");
+    copy_(p->data, t);
+  }
+}
+
+void load_optimizer_state(const std::string& dir, parallel::Zero& zero, int64_t optimizer_steps) {
+  auto files = open_all(optimizer_files(dir));
+  zero.load_state(pointers(files), optimizer_steps);
+}
+
+void consolidate_checkpoint(const std::string& dir, const models::Llava& model, const std::string& out) {
+  NamedTensors w;
+  if (fs::exists(dir + "/model.safetensors")) {
+    Checkpoint c = Checkpoint::open(dir + "/model.safetensors");
+    for (const auto& p : model.params().all()) w.emplace_back(p->name, c.get(p->name));
+    save_safetensors(out, w);
+    return;
+  }
+  auto files = open_all(optimizer_files(dir));
+  w = parallel::Zero::consolidate(model, pointers(files));
+  HR_CHECK(w.size() == model.params().all().size(), "[ckpt consolidate] ", dir, ": the shards hold ", w.size(),
+           " of the model's ", model.params().all().size(), " parameters");
+  save_safetensors(out, w);
 }
 
 }  // namespace hr::train

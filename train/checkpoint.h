@@ -1,6 +1,8 @@
-// Training checkpoints: output_dir/checkpoint-STEP/ holding model.safetensors (llava-hf names),
-// optimizer.safetensors and trainer_state.json (step, data position, loss scaler). A checkpoint directory
-// appears complete or not at all (written under a temporary name, fsync'ed, renamed); the last K are kept.
+// Training checkpoints: output_dir/checkpoint-STEP/ holding model.safetensors (llava-hf names; not written
+// at ZeRO-3, whose parameters live in the shards), the optimizer state (optimizer.safetensors, or one
+// optimizer.rankR.safetensors per rank when it is sharded), config.yaml and trainer_state.json (step, data
+// position, loss scaler, world size). Every rank writes its part into one temporary directory, which rank 0
+// fsyncs and renames: a checkpoint appears complete or not at all. The last K are kept.
 #pragma once
 
 #include <optional>
@@ -10,6 +12,7 @@
 #include "models/llava.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "parallel/zero.h"
 
 namespace hr::train {
 
@@ -18,15 +21,26 @@ struct TrainerState {
   models::LoaderPosition loader;
   optim::LossScaler::State scaler{65536.f, 0, -1, 2};
   int64_t skipped_steps = 0;
+  int64_t optimizer_steps = 0;
+  int world_size = 1, zero_stage = 0;  // of the run that wrote it
 };
 
-void save_checkpoint(const std::string& output_dir, const models::Llava& model, const optim::Optimizer& optimizer,
-                     const TrainerState& state, int64_t keep_last);
+// Collective: every rank calls it.
+void save_checkpoint(const std::string& output_dir, const models::Llava& model, const parallel::Zero& zero,
+                     const TrainerState& state, int64_t keep_last, parallel::Communicator& comm,
+                     const std::string& config_yaml);
 
 // The newest complete checkpoint directory in output_dir, if any.
 std::optional<std::string> latest_checkpoint(const std::string& output_dir);
 
-// Loads model weights, optimizer state and trainer state; errors name the file and what is wrong.
-TrainerState load_checkpoint(const std::string& dir, models::Llava& model, optim::Optimizer& optimizer);
+// Resuming is in three parts: the trainer state, the full model weights (before the model is sharded), and
+// the optimizer state (after: each rank keeps its shard, whatever the world size that wrote it). Errors name
+// the file and what is wrong.
+TrainerState read_trainer_state(const std::string& dir);
+void load_model_weights(const std::string& dir, models::Llava& model);
+void load_optimizer_state(const std::string& dir, parallel::Zero& zero, int64_t optimizer_steps);
+
+// The full model of a checkpoint (model.safetensors or the ZeRO-3 shards) written to one llava-hf file.
+void consolidate_checkpoint(const std::string& dir, const models::Llava& model, const std::string& out);
 
 }  // namespace hr::train

@@ -11,6 +11,7 @@
 #include "train/commands.h"
 #include "train/config.h"
 #include "train/evaluate.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace hr::train {
@@ -52,12 +53,13 @@ Parsed parse(const std::vector<std::string>& args, const char* cmd, const std::s
 
 int cmd_train(const std::vector<std::string>& args) {
   Parsed p = parse(args, "train", {}, {"--print-config", "--resume"});
-  RunConfig c = load_config(p.config, p.sets);
   if (p.flags.count("--print-config")) {
-    std::printf("%s", c.resolved_yaml.c_str());
+    std::printf("%s", load_config(p.config, p.sets).resolved_yaml.c_str());
     return 0;
   }
-  return run_training(c, {p.flags.count("--resume") > 0});
+  auto comm = parallel::make_default();
+  RunConfig c = load_config(p.config, p.sets, comm->world());
+  return run_training(c, {p.flags.count("--resume") > 0}, *comm);
 }
 
 int cmd_data(const std::vector<std::string>& args) {
@@ -74,6 +76,24 @@ int cmd_data(const std::vector<std::string>& args) {
   o.image_size = int(num("--image-size", 32));
   const int64_t n = models::write_synthetic_vqa(o);
   std::printf("wrote %lld samples to %s (train.json, eval.json, images/)\n", (long long)n, o.out_dir.c_str());
+  return 0;
+}
+
+int cmd_ckpt(const std::vector<std::string>& args) {
+  HR_CHECK(!args.empty() && args[0] == "consolidate", "[ckpt] usage: headroom ckpt consolidate DIR [--out FILE]");
+  Parsed p = parse({args.begin() + 1, args.end()}, "ckpt consolidate", {"--out"}, {});
+  HR_CHECK(!p.config.empty(), "[ckpt consolidate] the checkpoint directory is required");
+  const std::string dir = p.config;
+  HR_CHECK(std::filesystem::exists(dir + "/config.yaml"), "[ckpt consolidate] ", dir,
+           "/config.yaml is missing (is this a checkpoint-STEP directory?)");
+  RunConfig c = load_config(dir + "/config.yaml", {});
+  const core::DType dt = c.precision == Precision::FP32 ? core::DType::F32
+                         : c.precision == Precision::BF16 ? core::DType::BF16 : core::DType::F16;
+  models::Llava model(c.model.config, core::Device::meta(), dt,
+                      c.vision_fp32 ? std::optional<core::DType>(core::DType::F32) : std::nullopt);
+  const std::string out = p.options.count("--out") ? p.options["--out"] : dir + "/consolidated.safetensors";
+  consolidate_checkpoint(dir, model, out);
+  std::printf("wrote %s (%lld parameters in the llava-hf layout)\n", out.c_str(), (long long)model.params().count());
   return 0;
 }
 

@@ -88,6 +88,13 @@ ProgressBar parse_bar(const std::string& s) {
   throw Error("'" + s + "' is not one of: auto, true, false");
 }
 
+parallel::Offload parse_offload(const YAML::Node& n, const std::string& key) {
+  const std::string s = get<std::string>(n, key, "a string");
+  if (s == "none" || s == "false") return parallel::Offload::None;
+  if (s == "cpu") return parallel::Offload::Cpu;
+  bad_value(key, n, "one of: none, cpu");
+}
+
 Setter checkpointing(bool vision, bool llm) {
   return [=](RunConfig& c, const YAML::Node& n, const std::string& key) {
     const std::string s = get<std::string>(n, key, "a string");
@@ -200,6 +207,22 @@ const std::vector<Key>& schema() {
       {"memory.loss_scale.min", "1", f32(&RunConfig::loss_scale_min, 0.f)},
       {"memory.ce_chunk_rows", "0", i64(&RunConfig::ce_chunk_rows, 0)},
       {"memory.leak_window", "50", i64(&RunConfig::leak_window, 2)},
+      {"memory.zero_stage", "0",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::string s = get<std::string>(n, k, "a string");
+         if (s == "auto") c.zero_auto = true;
+         else if (s.size() == 1 && s[0] >= '0' && s[0] <= '3') c.zero.stage = s[0] - '0', c.zero_auto = false;
+         else bad_value(k, n, "one of: 0, 1, 2, 3, auto");
+       }},
+      {"memory.offload_optimizer", "none",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.zero.offload_optimizer = parse_offload(n, k); }},
+      {"memory.offload_params", "none",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.zero.offload_params = parse_offload(n, k); }},
+      {"parallel.bucket_size", "25MiB",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.zero.bucket_bytes = int64_t(parse_bytes(get<std::string>(n, k, "a size"), k));
+         if (c.zero.bucket_bytes <= 0) bad_value(k, n, "a positive size");
+       }},
       {"log.logging_steps", "10", i64(&RunConfig::logging_steps, 1)},
       {"log.progress_bar", "auto", choice(&RunConfig::progress_bar, parse_bar)},
   };

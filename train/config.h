@@ -14,6 +14,7 @@
 #include "models/model_spec.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "parallel/zero.h"
 
 namespace hr::train {
 
@@ -64,6 +65,8 @@ struct RunConfig {
   int loss_scale_hysteresis = 2;
   int64_t ce_chunk_rows = 0;
   int64_t leak_window = 50;
+  parallel::ZeroOptions zero;  // memory.zero_stage, memory.offload_optimizer/params, parallel.bucket_size
+  bool zero_auto = false;      // memory.zero_stage: auto
   // log
   int64_t logging_steps = 10;
   ProgressBar progress_bar = ProgressBar::Auto;

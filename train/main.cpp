@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "parallel/comm.h"
 #include "train/commands.h"
 
 namespace {
@@ -16,6 +17,8 @@ void usage(std::FILE* to) {
                "commands:\n"
                "  train CONFIG [--set key=value ...] [--print-config] [--resume]\n"
                "                       train (the synthetic VQA set when data.train_json is empty)\n"
+               "  ckpt consolidate DIR [--out FILE]\n"
+               "                       one llava-hf safetensors model from a checkpoint's shards (any ZeRO stage)\n"
                "  eval CONFIG --checkpoint DIR [--set key=value ...]\n"
                "                       eval loss and exact-match accuracy of greedy answers\n"
                "  data synth --out DIR [--train N] [--eval M] [--seed S] [--image-size PX]\n"
@@ -46,6 +49,7 @@ int main(int argc, char** argv) {
     if (cmd == "train") return hr::train::cmd_train(args);
     if (cmd == "data") return hr::train::cmd_data(args);
     if (cmd == "eval") return hr::train::cmd_eval(args);
+    if (cmd == "ckpt") return hr::train::cmd_ckpt(args);
     if (cmd == "info") return hr::train::cmd_info(args);
     if (cmd == "demo") return hr::train::cmd_demo(args);
     if (cmd == "model") return hr::train::cmd_model(args);
@@ -53,8 +57,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "headroom: unknown command '%s'\n\n", cmd.c_str());
     usage(stderr);
     return 2;
-  } catch (const hr::Error& e) {
-    std::fprintf(stderr, "headroom: %s\n", e.what());
+  } catch (const std::exception& e) {
+    // Under mpirun the other ranks may be waiting in a collective: take the whole job down, not just this rank.
+    std::fprintf(stderr, "headroom: %s%s\n", hr::parallel::rank_prefix().c_str(), e.what());
+    std::fflush(stderr);
+    hr::parallel::abort_all(1);
     return 1;
   }
 }

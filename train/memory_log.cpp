@@ -28,7 +28,7 @@ MemoryLog::~MemoryLog() {
   if (file_) std::fclose(file_);
 }
 
-void MemoryLog::write(const StepRecord& r, const MemoryStats& s) {
+void MemoryLog::write(const StepRecord& r, const MemoryStats& s, const MemoryStats& host) {
   nlohmann::json j;
   j["step"] = r.step;
   j["loss"] = r.loss;
@@ -49,6 +49,9 @@ void MemoryLog::write(const StepRecord& r, const MemoryStats& s) {
   nlohmann::json cat = nlohmann::json::object();
   for (Category c : kAllCategories) cat[category_name(c)] = s.category(c).peak;
   j["by_category"] = cat;
+  nlohmann::json hcat = nlohmann::json::object();
+  for (Category c : kAllCategories) hcat[category_name(c)] = host.category(c).peak;
+  j["host"] = {{"allocated", host.allocated_bytes.current}, {"peak_allocated", host.allocated_bytes.peak}, {"by_category", hcat}};
   j["host_rss"] = host_rss_bytes();
   const std::string line = j.dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), file_);

@@ -27,7 +27,8 @@ class MemoryLog {
   MemoryLog(const std::string& path, int64_t leak_window);
   ~MemoryLog();
   // Writes the line for a finished step from the allocator's stats (peaks since the last reset_peak_stats).
-  void write(const StepRecord& r, const core::MemoryStats& s);
+  // `host`: the host allocator (offloaded optimizer states, loader buffers), logged under "host".
+  void write(const StepRecord& r, const core::MemoryStats& s, const core::MemoryStats& host);
   // Records allocated bytes at a step boundary; returns a warning when they grew over the whole window.
   std::string leak_check(int64_t step, const core::MemoryStats& s);
 

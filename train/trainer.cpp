@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -62,6 +63,13 @@ void write_eval_line(const std::string& path, int64_t step, const EvalResult& r)
   std::ofstream(path, std::ios::app) << j.dump() << "\n";
 }
 
+// Ranks on this machine (mpirun's local size), to share its cores among them.
+int local_world_size(int world) {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
+  return world;
+}
+
 std::string eval_summary(const EvalResult& r) {
   std::string s = str("eval loss ", r.loss, " | accuracy ", 100.0 * r.accuracy, "% (");
   bool first = true;
@@ -74,15 +82,18 @@ std::string eval_summary(const EvalResult& r) {
 
 }  // namespace
 
-int run_training(const RunConfig& c, const TrainOptions& topt) {
+int run_training(const RunConfig& c, const TrainOptions& topt, parallel::Communicator& comm) {
   const auto t_start = Clock::now();
-  fs::create_directories(c.output_dir);
-  {
+  const int rank = comm.rank(), world = comm.world();
+  const bool lead = rank == 0;  // prints, writes eval.jsonl and the resolved config
+  if (lead) {
+    fs::create_directories(c.output_dir);
     AtomicFile f(c.output_dir + "/config.yaml");
     f.write(c.resolved_yaml.data(), c.resolved_yaml.size());
     f.commit();
   }
   if (c.threads > 0) omp_set_num_threads(c.threads);
+  else if (world > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / local_world_size(world)));
   HR_CHECK(c.device == "cpu", "[train] device.type '", c.device,
            "': training runs on the CPU back-end in this build (the CUDA back-end has GEMM and element-wise kernels "
            "only)");
@@ -90,11 +101,12 @@ int run_training(const RunConfig& c, const TrainOptions& topt) {
   configure_device(dev, {c.memory_limit});
   auto alloc = allocator_for(dev);
 
-  // Data.
+  // Data: rank 0 writes the synthetic set; the others wait for it.
   std::string train_json = c.train_json, eval_json = c.eval_json, images = c.image_folder;
   if (train_json.empty()) {
     const std::string dir = c.output_dir + "/data";
-    ensure_synthetic_data(c, dir);
+    if (lead) ensure_synthetic_data(c, dir);
+    comm.barrier();
     train_json = dir + "/train.json";
     eval_json = eval_json.empty() ? dir + "/eval.json" : eval_json;
     images = images.empty() ? dir : images;
@@ -108,17 +120,26 @@ int run_training(const RunConfig& c, const TrainOptions& topt) {
     eval_set = std::make_unique<LlavaDataset>(e, c.model.config);
   }
 
-  // Model and optimizer.
+  // Model: initialised (same seed on every rank) or resumed in full, then sharded by the ZeRO stage.
   Llava model(c.model.config, dev, param_dtype(c.precision),
               c.vision_fp32 ? std::optional<DType>(DType::F32) : std::nullopt);
   const bool vision = c.stage == Stage::Full && !c.model.freeze_vision;
   const bool projector = !c.model.freeze_projector;
   const bool llm = c.stage != Stage::Pretrain && !c.model.freeze_llm;
   model.set_trainable(vision, projector, llm);
-  if (c.init_weights.empty()) init_weights(model.params(), c.seed);
-  else load_weights(model.params(), Checkpoint::open(c.init_weights), MissingWeights::Error);
-  optim::Optimizer optimizer(model.params(), c.optimizer);
-  if (c.vision_lr > 0.f) optimizer.set_lr_ratio("vision_tower.", c.vision_lr / c.learning_rate);
+  std::optional<std::string> resume_dir;
+  if (topt.resume) resume_dir = latest_checkpoint(c.output_dir);
+  TrainerState state;
+  if (resume_dir) {
+    state = read_trainer_state(*resume_dir);
+    load_model_weights(*resume_dir, model);
+  } else if (c.init_weights.empty()) {
+    init_weights(model.params(), c.seed);
+  } else {
+    load_weights(model.params(), Checkpoint::open(c.init_weights), MissingWeights::Error);
+  }
+  parallel::Zero zero(model, comm, c.optimizer, c.zero);
+  if (c.vision_lr > 0.f) zero.set_lr_ratio("vision_tower.", c.vision_lr / c.learning_rate);
 
   // Schedule.
   const int64_t per_epoch = std::max<int64_t>(1, train_set.size() / c.global_batch_size);
@@ -128,15 +149,14 @@ int run_training(const RunConfig& c, const TrainOptions& topt) {
   optim::LossScaler scaler(c.precision == Precision::FP16 ? c.loss_scale_initial : 1.f, c.loss_scale_window,
                            c.loss_scale_hysteresis, c.loss_scale_min);
 
-  TrainerState state;
-  if (topt.resume) {
-    if (auto last = latest_checkpoint(c.output_dir)) {
-      state = load_checkpoint(*last, model, optimizer);
-      scaler.load(state.scaler);
-      std::printf("resumed from %s at step %lld\n", last->c_str(), (long long)state.step);
-    } else {
-      std::printf("no checkpoint in %s: starting from scratch\n", c.output_dir.c_str());
-    }
+  if (resume_dir) {
+    load_optimizer_state(*resume_dir, zero, state.optimizer_steps);
+    scaler.load(state.scaler);
+    if (lead)
+      std::printf("resumed from %s at step %lld (written by %d rank%s at ZeRO stage %d)\n", resume_dir->c_str(),
+                  (long long)state.step, state.world_size, state.world_size == 1 ? "" : "s", state.zero_stage);
+  } else if (topt.resume && lead) {
+    std::printf("no checkpoint in %s: starting from scratch\n", c.output_dir.c_str());
   }
   LoaderOptions lopt;
   lopt.micro_batch = c.micro_batch_size;
@@ -147,37 +167,48 @@ int run_training(const RunConfig& c, const TrainOptions& topt) {
   lopt.pad_to_max_seq_len = c.pad_to_max_length;
   lopt.max_seq_len = c.max_seq_len;
   lopt.on_bad_sample = c.on_bad_sample;
+  lopt.rank = rank;
+  lopt.world = world;
   DataLoader loader(train_set, lopt, state.loader);
 
-  const bool tty = c.progress_bar == ProgressBar::On || (c.progress_bar == ProgressBar::Auto && isatty(STDOUT_FILENO));
-  std::printf("training %s (%s, stage %s): %lld parameters, %lld trainable; %lld steps of %lld samples "
-              "(micro %lld x accumulation %lld); precision %s\n",
-              c.model.config.name.c_str(), projector_name(c.model.config.projector), stage_name(c.stage),
-              (long long)model.params().count(), (long long)model.params().count(true), (long long)total,
-              (long long)c.global_batch_size, (long long)c.micro_batch_size, (long long)c.gradient_accumulation_steps,
-              precision_name(c.precision));
-  std::fflush(stdout);
+  const bool tty = lead && (c.progress_bar == ProgressBar::On || (c.progress_bar == ProgressBar::Auto && isatty(STDOUT_FILENO)));
+  if (lead) {
+    std::printf("training %s (%s, stage %s): %lld parameters, %lld trainable; %lld steps of %lld samples "
+                "(micro %lld x accumulation %lld x %d rank%s); precision %s; ZeRO stage %d%s%s\n",
+                c.model.config.name.c_str(), projector_name(c.model.config.projector), stage_name(c.stage),
+                (long long)model.params().count(), (long long)model.params().count(true), (long long)total,
+                (long long)c.global_batch_size, (long long)c.micro_batch_size, (long long)c.gradient_accumulation_steps,
+                world, world == 1 ? "" : "s", precision_name(c.precision), c.zero.stage,
+                c.zero.offload_optimizer == parallel::Offload::Cpu ? ", optimizer offloaded to the host" : "",
+                c.zero.offload_params == parallel::Offload::Cpu ? ", parameters offloaded to the host" : "");
+    std::fflush(stdout);
+  }
 
-  MemoryLog mlog(c.output_dir + "/memory.jsonl", c.leak_window);
+  MemoryLog mlog(c.output_dir + (world == 1 ? std::string("/memory.jsonl") : str("/memory.rank", rank, ".jsonl")),
+                 c.leak_window);
   ModelOptions mopt;
   mopt.vision_policy = c.vision_ckpt;
   mopt.llm_policy = c.llm_ckpt;
   mopt.ce_chunk_rows = c.ce_chunk_rows;
   EvalOptions eopt{c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows};
+  // Every rank evaluates (ZeRO-3 gathers parameters collectively); rank 0 reports.
   auto run_eval = [&](int64_t step) {
     if (!eval_set) return;
     EvalResult r = evaluate(model, *eval_set, eopt);
+    if (!lead) return;
     write_eval_line(c.output_dir + "/eval.jsonl", step, r);
     std::printf("%sstep %lld | %s\n", tty ? "\n" : "", (long long)step, eval_summary(r).c_str());
     for (const std::string& e : r.examples) std::printf("    %s\n", e.c_str());
     std::fflush(stdout);
   };
+  auto host_alloc = allocator_for(Device::host());
   std::size_t skipped_reported = 0;
 
   for (int64_t step = state.step; step < total; ++step) {
     const auto t0 = Clock::now();
     alloc->reset_peak_stats();
-    model.params().zero_grad();
+    host_alloc->reset_peak_stats();
+    zero.begin_step();
     double loss_sum = 0;
     int64_t tokens = 0;
     const float loss_scale = scaler.scale();
@@ -186,14 +217,16 @@ int run_training(const RunConfig& c, const TrainOptions& topt) {
       tokens += lb.tokens;
       LlavaState st;
       loss_sum += model.forward(lb.batch, st, mopt);
-      model.backward(st, loss_scale / float(c.gradient_accumulation_steps));
+      model.backward(st, loss_scale / float(c.gradient_accumulation_steps * world));
     }
-    std::vector<Tensor> grads;
-    for (const auto& p : model.params().all())
-      if (p->grad.defined()) grads.push_back(p->grad);
-    const float scaled_norm = grads.empty() ? 0.f : global_norm(grads).item();
+    zero.finish_gradients();
+    const float scaled_norm = zero.grad_norm();
     const float grad_norm = scaled_norm / loss_scale;
     const bool overflow = !std::isfinite(scaled_norm);
+    if (world > 1) {
+      loss_sum = comm.sum(loss_sum) / world;
+      tokens = int64_t(comm.sum(double(tokens)));
+    }
     bool skipped = false;
     if (c.precision == Precision::FP16) {
       skipped = scaler.update(overflow);
@@ -202,7 +235,7 @@ int run_training(const RunConfig& c, const TrainOptions& topt) {
                loss_sum / double(c.gradient_accumulation_steps), "); lower train.learning_rate or use bf16/fp32");
     }
     const float lr = sched.lr(step);
-    if (!skipped) optimizer.step(lr, optim::clip_coefficient(grad_norm, c.max_grad_norm) / loss_scale);
+    if (!skipped) zero.step(lr, optim::clip_coefficient(grad_norm, c.max_grad_norm) / loss_scale);
     else ++state.skipped_steps;
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     StepRecord rec;
@@ -214,13 +247,15 @@ int run_training(const RunConfig& c, const TrainOptions& topt) {
     rec.skipped = skipped;
     rec.tokens_per_s = double(tokens) / std::max(secs, 1e-9);
     const MemoryStats ms = alloc->stats();
-    mlog.write(rec, ms);
-    if (skipped) std::printf("%sstep %lld: fp16 overflow at loss scale %g; step skipped\n", tty ? "\n" : "", (long long)(step + 1), loss_scale);
+    mlog.write(rec, ms, host_alloc->stats());
+    if (skipped && lead) std::printf("%sstep %lld: fp16 overflow at loss scale %g; step skipped\n", tty ? "\n" : "", (long long)(step + 1), loss_scale);
     const std::string leak = mlog.leak_check(step + 1, ms);
-    if (!leak.empty()) std::printf("%s%s\n", tty ? "\n" : "", leak.c_str());
-    while (skipped_reported < loader.skipped().size())
-      std::printf("%sskipped bad sample: %s\n", tty ? "\n" : "", loader.skipped()[skipped_reported++].c_str());
-    if ((step + 1) % c.logging_steps == 0 || step + 1 == total || tty) {
+    if (!leak.empty()) std::printf("%s%s%s\n", tty ? "\n" : "", world > 1 ? str("rank ", rank, ": ").c_str() : "", leak.c_str());
+    while (skipped_reported < loader.skipped().size()) {
+      const std::string& what = loader.skipped()[skipped_reported++];
+      if (lead) std::printf("%sskipped bad sample: %s\n", tty ? "\n" : "", what.c_str());
+    }
+    if (lead && ((step + 1) % c.logging_steps == 0 || step + 1 == total || tty)) {
       const std::string line = str("step ", step + 1, "/", total, " | loss ", rec.loss, " | lr ", lr, " | grad_norm ",
                                    grad_norm, " | tok/s ", int64_t(rec.tokens_per_s), " | mem ",
                                    format_bytes(double(ms.allocated_bytes.peak)), " peak / ",
@@ -233,17 +268,20 @@ int run_training(const RunConfig& c, const TrainOptions& topt) {
     state.loader = loader.position();
     state.scaler = scaler.state();
     if (c.save_steps > 0 && state.step % c.save_steps == 0 && state.step < total)
-      save_checkpoint(c.output_dir, model, optimizer, state, c.save_total_limit);
+      save_checkpoint(c.output_dir, model, zero, state, c.save_total_limit, comm, c.resolved_yaml);
     if (c.eval_steps > 0 && state.step % c.eval_steps == 0 && state.step < total) run_eval(state.step);
   }
   if (tty) std::printf("\n");
-  save_checkpoint(c.output_dir, model, optimizer, state, c.save_total_limit);
+  save_checkpoint(c.output_dir, model, zero, state, c.save_total_limit, comm, c.resolved_yaml);
   run_eval(state.step);
-  if (!loader.skipped().empty()) std::printf("%zu bad samples skipped (named above)\n", loader.skipped().size());
-  if (state.skipped_steps) std::printf("%lld optimizer steps skipped on fp16 overflow\n", (long long)state.skipped_steps);
-  std::printf("%s", alloc->memory_summary().c_str());
-  std::printf("done in %.1f s; outputs in %s\n", std::chrono::duration<double>(Clock::now() - t_start).count(),
-              c.output_dir.c_str());
+  if (lead) {
+    if (!loader.skipped().empty()) std::printf("%zu bad samples skipped (named above)\n", loader.skipped().size());
+    if (state.skipped_steps) std::printf("%lld optimizer steps skipped on fp16 overflow\n", (long long)state.skipped_steps);
+    std::printf("%s", alloc->memory_summary().c_str());
+    std::printf("done in %.1f s; outputs in %s\n", std::chrono::duration<double>(Clock::now() - t_start).count(),
+                c.output_dir.c_str());
+  }
+  comm.barrier();
   return 0;
 }
 

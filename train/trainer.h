@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "parallel/comm.h"
 #include "train/config.h"
 
 namespace hr::train {
@@ -12,8 +13,9 @@ struct TrainOptions {
   bool resume = false;  // continue from the newest checkpoint in output_dir
 };
 
-// Runs the whole training; returns the process exit code. Errors throw hr::Error.
-int run_training(const RunConfig& config, const TrainOptions& options);
+// Runs the whole training as one rank of `comm` (every rank calls it); returns the process exit code.
+// Errors throw hr::Error.
+int run_training(const RunConfig& config, const TrainOptions& options, parallel::Communicator& comm);
 
 // Prepares the synthetic data set in `dir` unless it is already there with the same parameters.
 void ensure_synthetic_data(const RunConfig& config, const std::string& dir);

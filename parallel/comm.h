@@ -1,0 +1,59 @@
+// Communicators: the collectives data parallelism and ZeRO need (all_reduce, reduce_scatter, all_gather,
+// broadcast, barrier) over one process, MPI (host tensors), NCCL (device tensors) or a planned world (meta).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace hr::parallel {
+
+using core::Tensor;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual const char* name() const = 0;
+  virtual int rank() const = 0;
+  virtual int world() const = 0;
+  virtual int local_rank() const { return rank(); }
+
+  // Sum over ranks, in place. Contiguous tensors of one dtype (f32, bf16, f16, i64).
+  virtual void all_reduce(const Tensor& t) = 0;
+  // `in` holds world() equal blocks; rank r receives the sum over ranks of block r in `out`.
+  virtual void reduce_scatter(const Tensor& in, const Tensor& out) = 0;
+  // Rank r's `in` becomes block r of `out` on every rank. `in` may be that block of `out` (in place).
+  virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
+  virtual void broadcast(const Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+  // Host scalars (losses, norms, flags): the sum over ranks.
+  virtual double sum(double v) = 0;
+};
+
+// One process: collectives are copies or nothing.
+std::unique_ptr<Communicator> make_single_process();
+// A planned world of `world` ranks seen from `rank`, for dry runs on the meta device: no data moves.
+std::unique_ptr<Communicator> make_planned(int world, int rank);
+// MPI_COMM_WORLD (initialises MPI). Throws in a build without MPI.
+std::unique_ptr<Communicator> make_mpi();
+// NCCL over the ranks of `bootstrap` (an MPI communicator carries the unique id). Throws without NCCL.
+std::unique_ptr<Communicator> make_nccl(Communicator& bootstrap, int device_index);
+
+// Whether this process was started by an MPI launcher (mpirun/srun set their rank variables).
+bool launched_by_mpi();
+// The communicator for this process: MPI when launched by mpirun, else a single process.
+std::unique_ptr<Communicator> make_default();
+// In a multi-rank MPI job: ends every rank (MPI_Abort) so none waits forever in a collective. Otherwise
+// nothing. Called by the command line on a fatal error; library code never calls it.
+void abort_all(int code);
+// "rank R: " in a multi-rank MPI job, else "".
+std::string rank_prefix();
+// Whether this build has MPI / NCCL.
+bool have_mpi();
+bool have_nccl();
+
+// Checks the layout a collective needs and names the collective and the tensors when it does not hold.
+void check_blocks(const char* op, const Tensor& whole, const Tensor& block, int world);
+
+}  // namespace hr::parallel

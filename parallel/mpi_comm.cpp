@@ -1,0 +1,155 @@
+// MpiComm: collectives over MPI_COMM_WORLD for host tensors, using MPI's own algorithms. bf16 and f16 sums
+// go through user-defined MPI operations (MPI has no 16-bit float types).
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "core/dtype.h"
+#include "parallel/comm.h"
+
+#define HR_MPI_CHECK(call)                                                        \
+  do {                                                                            \
+    const int hr_mpi_rc_ = (call);                                                \
+    if (hr_mpi_rc_ != MPI_SUCCESS) {                                              \
+      char hr_mpi_msg_[MPI_MAX_ERROR_STRING];                                     \
+      int hr_mpi_len_ = 0;                                                        \
+      MPI_Error_string(hr_mpi_rc_, hr_mpi_msg_, &hr_mpi_len_);                    \
+      throw ::hr::Error(::hr::str("[mpi] ", #call, " failed: ", hr_mpi_msg_));    \
+    }                                                                             \
+  } while (0)
+
+namespace hr::parallel {
+
+using namespace hr::core;
+
+namespace {
+
+template <DType T>
+void sum_half(void* in, void* inout, int* len, MPI_Datatype*) {
+  if constexpr (T == DType::BF16) {
+    auto* a = static_cast<bf16*>(in);
+    auto* b = static_cast<bf16*>(inout);
+    for (int i = 0; i < *len; ++i) b[i] = to_bf16(to_f32(a[i]) + to_f32(b[i]));
+  } else {
+    auto* a = static_cast<f16*>(in);
+    auto* b = static_cast<f16*>(inout);
+    for (int i = 0; i < *len; ++i) b[i] = to_f16(to_f32(a[i]) + to_f32(b[i]));
+  }
+}
+
+class MpiComm final : public Communicator {
+ public:
+  MpiComm() {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+      int provided = 0;
+      HR_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
+      owns_ = true;
+    }
+    HR_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+    HR_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
+    if (const char* l = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local_rank_ = std::atoi(l);
+    else local_rank_ = rank_;
+    HR_MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &half_));
+    HR_MPI_CHECK(MPI_Type_commit(&half_));
+    HR_MPI_CHECK(MPI_Op_create(&sum_half<DType::BF16>, 1, &sum_bf16_));
+    HR_MPI_CHECK(MPI_Op_create(&sum_half<DType::F16>, 1, &sum_f16_));
+  }
+  ~MpiComm() override {
+    MPI_Op_free(&sum_bf16_);
+    MPI_Op_free(&sum_f16_);
+    MPI_Type_free(&half_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owns_ && !finalized) MPI_Finalize();
+  }
+  const char* name() const override { return "mpi"; }
+  int rank() const override { return rank_; }
+  int world() const override { return world_; }
+  int local_rank() const override { return local_rank_; }
+
+  void all_reduce(const Tensor& t) override {
+    check_host("all_reduce", t);
+    HR_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), op(t), MPI_COMM_WORLD));
+  }
+  void reduce_scatter(const Tensor& in, const Tensor& out) override {
+    check_host("reduce_scatter", in);
+    check_blocks("reduce_scatter", in, out, world_);
+    HR_MPI_CHECK(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), op(out), MPI_COMM_WORLD));
+  }
+  void all_gather(const Tensor& in, const Tensor& out) override {
+    check_host("all_gather", out);
+    check_blocks("all_gather", out, in, world_);
+    const bool in_place = static_cast<char*>(in.data_ptr()) == static_cast<char*>(out.data_ptr()) + in.nbytes() * std::size_t(rank_);
+    HR_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), count(in), type(in), out.data_ptr(), count(in),
+                               type(out), MPI_COMM_WORLD));
+  }
+  void broadcast(const Tensor& t, int root) override {
+    check_host("broadcast", t);
+    HR_MPI_CHECK(MPI_Bcast(t.data_ptr(), count(t), type(t), root, MPI_COMM_WORLD));
+  }
+  void barrier() override { HR_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+  double sum(double v) override {
+    double out = 0;
+    HR_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    return out;
+  }
+
+ private:
+  static void check_host(const char* op, const Tensor& t) {
+    HR_CHECK(t.device().runs_cpu_kernels(), "[", op, "] MpiComm moves host tensors; ", t.describe(),
+             " is on a device (use NcclComm)");
+    HR_CHECK(t.is_contiguous(), "[", op, "] ", t.describe(), " is not contiguous");
+  }
+  static int count(const Tensor& t) {
+    HR_CHECK(t.numel() < (int64_t(1) << 31), "[mpi] ", t.describe(), " has more elements than one MPI call takes");
+    return int(t.numel());
+  }
+  MPI_Datatype type(const Tensor& t) const {
+    switch (t.dtype()) {
+      case DType::F32: return MPI_FLOAT;
+      case DType::BF16:
+      case DType::F16: return half_;
+      case DType::I32: return MPI_INT32_T;
+      case DType::I64: return MPI_INT64_T;
+      case DType::U8: return MPI_UINT8_T;
+    }
+    return MPI_BYTE;
+  }
+  MPI_Op op(const Tensor& t) const {
+    if (t.dtype() == DType::BF16) return sum_bf16_;
+    if (t.dtype() == DType::F16) return sum_f16_;
+    return MPI_SUM;
+  }
+  int rank_ = 0, world_ = 1, local_rank_ = 0;
+  bool owns_ = false;
+  MPI_Datatype half_{};
+  MPI_Op sum_bf16_{}, sum_f16_{};
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi() { return std::make_unique<MpiComm>(); }
+
+void abort_all(int code) {
+  int inited = 0, finalized = 0, world = 1;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (!inited || finalized) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+std::string rank_prefix() {
+  int inited = 0, finalized = 0, world = 1, rank = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (!inited || finalized) return "";
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return world > 1 ? str("rank ", rank, ": ") : "";
+}
+bool have_mpi() { return true; }
+
+}  // namespace hr::parallel

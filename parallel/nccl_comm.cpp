@@ -1,0 +1,113 @@
+// NcclComm: collectives over NCCL for device tensors. Bootstrapped over another communicator (MPI): rank 0
+// creates the unique id, the bootstrap broadcasts it, every rank calls ncclCommInitRank on its local GPU.
+// Each collective runs on the communicator's stream and is waited for before returning.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+
+#include "core/memory/category.h"
+#include "parallel/comm.h"
+
+#define HR_NCCL_CHECK(call)                                                                          \
+  do {                                                                                               \
+    const ncclResult_t hr_nccl_rc_ = (call);                                                         \
+    if (hr_nccl_rc_ != ncclSuccess)                                                                  \
+      throw ::hr::Error(::hr::str("[nccl] ", #call, " failed: ", ncclGetErrorString(hr_nccl_rc_))); \
+  } while (0)
+#define HR_CUDA_RT_CHECK(call)                                                                       \
+  do {                                                                                               \
+    const cudaError_t hr_cuda_rc_ = (call);                                                          \
+    if (hr_cuda_rc_ != cudaSuccess)                                                                  \
+      throw ::hr::Error(::hr::str("[cuda] ", #call, " failed: ", cudaGetErrorString(hr_cuda_rc_)));  \
+  } while (0)
+
+namespace hr::parallel {
+
+using namespace hr::core;
+
+namespace {
+
+ncclDataType_t nccl_type(const Tensor& t) {
+  switch (t.dtype()) {
+    case DType::F32: return ncclFloat32;
+    case DType::BF16: return ncclBfloat16;
+    case DType::F16: return ncclFloat16;
+    case DType::I32: return ncclInt32;
+    case DType::I64: return ncclInt64;
+    case DType::U8: return ncclUint8;
+  }
+  return ncclUint8;
+}
+
+class NcclComm final : public Communicator {
+ public:
+  NcclComm(Communicator& bootstrap, int device) : bootstrap_(bootstrap), device_(device) {
+    HR_CUDA_RT_CHECK(cudaSetDevice(device_));
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    if (bootstrap.rank() == 0) HR_NCCL_CHECK(ncclGetUniqueId(&id));
+    Tensor buf = Tensor::empty({int64_t(sizeof id)}, DType::U8, Device::host());
+    std::memcpy(buf.data_ptr(), &id, sizeof id);
+    bootstrap.broadcast(buf, 0);
+    std::memcpy(&id, buf.data_ptr(), sizeof id);
+    HR_NCCL_CHECK(ncclCommInitRank(&comm_, bootstrap.world(), id, bootstrap.rank()));
+    HR_CUDA_RT_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~NcclComm() override {
+    if (stream_) cudaStreamDestroy(stream_);
+    if (comm_) ncclCommDestroy(comm_);
+  }
+  const char* name() const override { return "nccl"; }
+  int rank() const override { return bootstrap_.rank(); }
+  int world() const override { return bootstrap_.world(); }
+  int local_rank() const override { return device_; }
+
+  void all_reduce(const Tensor& t) override {
+    check_device("all_reduce", t);
+    HR_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), ncclSum, comm_, stream_));
+    wait();
+  }
+  void reduce_scatter(const Tensor& in, const Tensor& out) override {
+    check_device("reduce_scatter", in);
+    check_blocks("reduce_scatter", in, out, world());
+    HR_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), std::size_t(out.numel()), nccl_type(out), ncclSum,
+                                    comm_, stream_));
+    wait();
+  }
+  void all_gather(const Tensor& in, const Tensor& out) override {
+    check_device("all_gather", out);
+    check_blocks("all_gather", out, in, world());
+    HR_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), std::size_t(in.numel()), nccl_type(in), comm_, stream_));
+    wait();
+  }
+  void broadcast(const Tensor& t, int root) override {
+    check_device("broadcast", t);
+    HR_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), root, comm_, stream_));
+    wait();
+  }
+  void barrier() override { bootstrap_.barrier(); }
+  double sum(double v) override { return bootstrap_.sum(v); }
+
+ private:
+  static void check_device(const char* op, const Tensor& t) {
+    HR_CHECK(t.device().type == DeviceType::CUDA, "[", op, "] NcclComm moves device tensors; ", t.describe(),
+             " is not on a CUDA device (use MpiComm)");
+    HR_CHECK(t.is_contiguous(), "[", op, "] ", t.describe(), " is not contiguous");
+  }
+  void wait() { HR_CUDA_RT_CHECK(cudaStreamSynchronize(stream_)); }
+
+  Communicator& bootstrap_;
+  int device_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl(Communicator& bootstrap, int device_index) {
+  return std::make_unique<NcclComm>(bootstrap, device_index);
+}
+bool have_nccl() { return true; }
+
+}  // namespace hr::parallel

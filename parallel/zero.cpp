@@ -1,0 +1,463 @@
+// ZeRO stages 0-3 and CPU offload over parameter groups: sharding, gather/release, gradient reduction,
+// the sharded optimizer step, and checkpoint shards that reload at any world size.
+#include "parallel/zero.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/memory/category.h"
+#include "core/ops/copy.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/optimizer.h"
+#include "core/ops/reduce.h"
+
+namespace hr::parallel {
+
+using namespace hr::core;
+using models::Param;
+using models::Pass;
+using optim::OptimizerKind;
+
+struct Zero::Group {
+  struct Seg {
+    Param* p;
+    int64_t n = 0, s = 0, off = 0;  // elements; per-rank block; offset of the block in the group shard
+    bool decay = true;
+    float lr_ratio = 1.f;
+    bool had_grad = false;          // on any rank this step (after finish_gradients)
+  };
+  std::string name;
+  bool trainable = false;
+  DType dtype = DType::F32;
+  std::vector<Seg> segs;
+  int64_t S = 0;                    // shard elements
+  Tensor master, a, b;              // (S) f32 on the state device: master weights, exp_avg / momentum, exp_avg_sq
+  Tensor grads;                     // (S) stage >= 2: this rank's reduced gradients
+  Tensor params;                    // (S) stage 3: this rank's parameter shard (on the host with offload_params)
+  bool gathered = false;
+
+  // Elements of `seg` held by rank q of `world`: [q * s, q * s + valid).
+  static int64_t valid(const Seg& seg, int q) { return std::clamp<int64_t>(seg.n - int64_t(q) * seg.s, 0, seg.s); }
+};
+
+namespace {
+
+Tensor flat(const Tensor& t) { return t.view({t.numel()}); }
+
+// dst (S) <- the blocks of rank q taken from each parameter's full tensor `src(p)` (missing: left as is).
+template <typename F>
+void pack(const Zero::Group& g, int q, const Tensor& dst, F&& src) {
+  for (const auto& seg : g.segs) {
+    const int64_t v = Zero::Group::valid(seg, q);
+    Tensor full = src(seg.p);
+    if (v == 0 || !full.defined()) continue;
+    copy_(dst.slice(0, seg.off, seg.off + v), flat(full).slice(0, q * seg.s, q * seg.s + v));
+  }
+}
+
+// Each parameter's full tensor `dst(p)` <- its blocks from every rank's shard in `whole` (world x S).
+template <typename F>
+void unpack(const Zero::Group& g, int world, const Tensor& whole, F&& dst) {
+  for (const auto& seg : g.segs) {
+    Tensor full = flat(dst(seg.p));
+    for (int q = 0; q < world; ++q) {
+      const int64_t v = Zero::Group::valid(seg, q);
+      if (v) copy_(full.slice(0, q * seg.s, q * seg.s + v), whole.slice(0, q * g.S + seg.off, q * g.S + seg.off + v));
+    }
+  }
+}
+
+int64_t shard_size(std::vector<Zero::Group::Seg>& segs, int world) {
+  int64_t S = 0;
+  for (auto& seg : segs) {
+    seg.s = (seg.n + world - 1) / world;
+    seg.off = S;
+    S += seg.s;
+  }
+  return S;
+}
+
+const char* a_name(OptimizerKind k) { return k == OptimizerKind::SGD ? "momentum_buffer" : "exp_avg"; }
+
+}  // namespace
+
+void validate(const ZeroOptions& z, const optim::OptimizerConfig& opt) {
+  HR_CHECK(z.stage >= 0 && z.stage <= 3, "[config] memory.zero_stage ", z.stage, " is not one of: 0, 1, 2, 3, auto");
+  HR_CHECK(z.offload_params == Offload::None || z.stage == 3, "[config] memory.offload_params: cpu needs "
+           "memory.zero_stage: 3 (parameters are offloaded as ZeRO-3 shards); zero_stage is ", z.stage);
+  HR_CHECK(!(opt.kind == OptimizerKind::Adafactor && (z.stage > 0 || z.offload_optimizer != Offload::None)),
+           "[config] train.optimizer: adafactor keeps factored row/column moments that cannot be sharded; use "
+           "adamw or sgd with memory.zero_stage > 0 or memory.offload_optimizer");
+  HR_CHECK(z.bucket_bytes > 0, "[config] parallel.bucket_size must be positive");
+}
+
+Zero::Zero(models::Llava& model, Communicator& comm, const optim::OptimizerConfig& opt, const ZeroOptions& z)
+    : model_(model), comm_(comm), opt_(opt), z_(z) {
+  validate(z, opt);
+  device_ = model.params().device();
+  // A plan on the meta device keeps its "host" on a second meta device: nothing is really allocated.
+  const Device host = device_.type == DeviceType::Meta ? Device{DeviceType::Meta, 1} : Device::host();
+  state_device_ = z.offload_optimizer == Offload::Cpu ? host : device_;
+  shard_world_ = z.stage >= 1 ? comm.world() : 1;
+  shard_rank_ = z.stage >= 1 ? comm.rank() : 0;
+  if (z.stage == 0 && z.offload_optimizer == Offload::None) {
+    local_ = std::make_unique<optim::Optimizer>(model.params(), opt);
+    return;
+  }
+  const auto& mg = model.groups();
+  groups_.resize(mg.size());
+  for (std::size_t gi = 0; gi < mg.size(); ++gi) {
+    bool trainable = false;
+    for (const Param* p : mg[gi].params) trainable |= p->trainable;
+    if (mg[gi].params.empty() || (!trainable && z.stage < 3)) continue;
+    auto g = std::make_unique<Group>();
+    g->name = mg[gi].name;
+    g->trainable = trainable;
+    g->dtype = mg[gi].params[0]->dtype;
+    for (Param* p : mg[gi].params) {
+      HR_ASSERT(p->trainable == trainable && p->dtype == g->dtype, "group ", g->name, " mixes trainable/frozen or dtypes");
+      g->segs.push_back({p, p->numel(), 0, 0, optim::decays(p->name)});
+    }
+    g->S = shard_size(g->segs, shard_world_);
+    Tensor mine;  // this rank's block of the current parameters
+    {
+      MemoryScope scope(Category::Workspace, g->name);
+      mine = Tensor::zeros({g->S}, g->dtype, device_);
+      pack(*g, shard_rank_, mine, [](Param* p) { return p->data; });
+    }
+    if (trainable) {
+      if (z.offload_optimizer == Offload::Cpu || g->dtype != DType::F32) {
+        MemoryScope scope(Category::MasterParams, g->name);
+        g->master = Tensor::empty({g->S}, DType::F32, state_device_);
+        copy_(g->master, mine);
+      }
+      MemoryScope scope(Category::Optimizer, g->name);
+      if (opt.kind == OptimizerKind::AdamW || opt.momentum != 0.f) g->a = Tensor::zeros({g->S}, DType::F32, state_device_);
+      if (opt.kind == OptimizerKind::AdamW) g->b = Tensor::zeros({g->S}, DType::F32, state_device_);
+      if (z.stage >= 2) {
+        MemoryScope gs(Category::Grads, g->name);
+        g->grads = Tensor::zeros({g->S}, g->dtype, device_);
+      }
+    }
+    if (z.stage == 3) {
+      MemoryScope scope(Category::Params, g->name);
+      g->params = Tensor::empty({g->S}, g->dtype, z.offload_params == Offload::Cpu ? host : device_);
+      copy_(g->params, mine);
+      mine = Tensor();
+      for (auto& seg : g->segs) seg.p->data = Tensor();
+    }
+    groups_[gi] = std::move(g);
+  }
+  model.set_hooks(this);
+}
+
+Zero::~Zero() { model_.set_hooks(nullptr); }
+
+int64_t Zero::steps() const { return local_ ? local_->steps() : steps_; }
+
+void Zero::set_lr_ratio(const std::string& prefix, float ratio) {
+  if (local_) return local_->set_lr_ratio(prefix, ratio);
+  for (auto& g : groups_)
+    if (g)
+      for (auto& seg : g->segs)
+        if (seg.p->name.rfind(prefix, 0) == 0) seg.lr_ratio = ratio;
+}
+
+// ---- parameters (stage 3) ----
+
+void Zero::gather(Group& g) {
+  if (g.gathered) return;
+  const int W = shard_world_;
+  for (auto& seg : g.segs) {
+    MemoryScope scope(Category::Params, models::owner_of(seg.p->name));
+    seg.p->data = Tensor::empty(seg.p->shape, g.dtype, device_);
+  }
+  MemoryScope scope(Category::Comm, g.name);
+  Tensor whole = Tensor::empty({int64_t(W) * g.S}, g.dtype, device_);
+  Tensor block = whole.slice(0, int64_t(shard_rank_) * g.S, int64_t(shard_rank_ + 1) * g.S);
+  copy_(block, g.params);  // brings an offloaded shard in
+  if (W > 1) comm_.all_gather(block, whole);
+  unpack(g, W, whole, [](Param* p) { return p->data; });
+  g.gathered = true;
+}
+
+void Zero::release(Group& g) {
+  for (auto& seg : g.segs) seg.p->data = Tensor();
+  g.gathered = false;
+}
+
+void Zero::before(int group, Pass) {
+  Group* g = groups_[std::size_t(group)].get();
+  if (g && z_.stage == 3) gather(*g);
+}
+
+void Zero::after(int group, Pass pass) {
+  Group* g = groups_[std::size_t(group)].get();
+  if (!g) return;
+  if (pass == Pass::Backward && z_.stage >= 2 && g->trainable) reduce_scatter_grads(*g);
+  if (z_.stage == 3) release(*g);
+}
+
+// ---- gradients ----
+
+void Zero::begin_step() {
+  if (z_.stage >= 2) {
+    for (auto& g : groups_)
+      if (g && g->trainable) {
+        fill_(g->grads, 0.f);
+        for (auto& seg : g->segs) seg.had_grad = false;
+      }
+  }
+  model_.params().zero_grad();
+}
+
+void Zero::reduce_scatter_grads(Group& g) {
+  const int W = shard_world_;
+  Tensor whole, mine;
+  {
+    MemoryScope scope(Category::Comm, g.name);
+    whole = Tensor::zeros({int64_t(W) * g.S}, g.dtype, device_);
+    for (auto& seg : g.segs) {
+      if (!seg.p->grad.defined()) continue;
+      seg.had_grad = true;
+      Tensor gf = flat(seg.p->grad);
+      for (int q = 0; q < W; ++q) {
+        const int64_t v = Group::valid(seg, q);
+        if (v) copy_(whole.slice(0, q * g.S + seg.off, q * g.S + seg.off + v), gf.slice(0, q * seg.s, q * seg.s + v));
+      }
+    }
+    for (auto& seg : g.segs) seg.p->grad = Tensor();
+    mine = Tensor::empty({g.S}, g.dtype, device_);
+    comm_.reduce_scatter(whole, mine);
+  }
+  add_(g.grads, mine);
+}
+
+void Zero::all_reduce_grads() {
+  // Whether each trainable parameter has a gradient on some rank: those take part (zeros where missing).
+  std::vector<Param*> params;
+  for (const auto& p : model_.params().all())
+    if (p->trainable) params.push_back(p.get());
+  Tensor mask = Tensor::zeros({int64_t(params.size())}, DType::I64, Device::host());
+  for (std::size_t i = 0; i < params.size(); ++i) mask.data<int64_t>()[i] = params[i]->grad.defined();
+  comm_.all_reduce(mask);
+  std::vector<Param*> live;
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (mask.data<int64_t>()[i] > 0) {
+      params[i]->ensure_grad();
+      live.push_back(params[i]);
+    }
+  // Buckets of up to bucket_bytes of one dtype; a gradient larger than a bucket is reduced in place.
+  std::vector<Param*> bucket;
+  int64_t elems = 0;
+  auto flush = [&] {
+    if (bucket.empty()) return;
+    if (bucket.size() == 1) {
+      comm_.all_reduce(bucket[0]->grad);
+    } else {
+      MemoryScope scope(Category::Comm, "gradient_bucket");
+      Tensor buf = Tensor::empty({elems}, bucket[0]->dtype, device_);
+      int64_t at = 0;
+      for (Param* p : bucket) copy_(buf.slice(0, at, at + p->numel()), flat(p->grad)), at += p->numel();
+      comm_.all_reduce(buf);
+      at = 0;
+      for (Param* p : bucket) copy_(flat(p->grad), buf.slice(0, at, at + p->numel())), at += p->numel();
+    }
+    bucket.clear();
+    elems = 0;
+  };
+  for (Param* p : live) {
+    const int64_t bytes = p->numel() * int64_t(dtype_size(p->dtype));
+    if (!bucket.empty() && (bucket[0]->dtype != p->dtype ||
+                            (elems * int64_t(dtype_size(p->dtype)) + bytes) > z_.bucket_bytes))
+      flush();
+    bucket.push_back(p);
+    elems += p->numel();
+  }
+  flush();
+}
+
+void Zero::finish_gradients() {
+  if (comm_.world() > 1 && z_.stage <= 1) all_reduce_grads();
+  if (z_.stage >= 2) {
+    // Which parameters had a gradient on any rank this step: the others are not stepped (as a single process).
+    std::vector<Group::Seg*> segs;
+    for (auto& g : groups_)
+      if (g && g->trainable)
+        for (auto& seg : g->segs) segs.push_back(&seg);
+    Tensor mask = Tensor::zeros({int64_t(segs.size())}, DType::I64, Device::host());
+    for (std::size_t i = 0; i < segs.size(); ++i) mask.data<int64_t>()[i] = segs[i]->had_grad;
+    if (comm_.world() > 1) comm_.all_reduce(mask);
+    for (std::size_t i = 0; i < segs.size(); ++i) segs[i]->had_grad = mask.data<int64_t>()[i] > 0;
+  }
+}
+
+float Zero::grad_norm() {
+  std::vector<Tensor> grads;
+  if (z_.stage >= 2) {
+    for (auto& g : groups_)
+      if (g && g->trainable) grads.push_back(g->grads);
+    const double local = grads.empty() ? 0.0 : double(global_norm(grads).item());
+    const double total = comm_.world() > 1 ? comm_.sum(local * local) : local * local;
+    return float(std::sqrt(total));
+  }
+  for (const auto& p : model_.params().all())
+    if (p->grad.defined()) grads.push_back(p->grad);
+  return grads.empty() ? 0.f : global_norm(grads).item();
+}
+
+// ---- the optimizer step ----
+
+void Zero::step(float lr, float grad_scale) {
+  if (local_) return local_->step(lr, grad_scale);
+  ++steps_;
+  for (auto& g : groups_)
+    if (g && g->trainable) step_group(*g, lr, grad_scale);
+}
+
+void Zero::step_group(Group& g, float lr, float grad_scale) {
+  const int W = shard_world_, r = shard_rank_;
+  const bool offload = z_.offload_optimizer == Offload::Cpu;
+  // This rank's gradient shard.
+  Tensor grad = g.grads;
+  if (z_.stage <= 1) {
+    MemoryScope scope(Category::Grads, g.name);
+    grad = Tensor::zeros({g.S}, g.dtype, device_);
+    pack(g, r, grad, [](Param* p) { return p->grad; });
+  }
+  // Where the updated parameters go: the stage-3 shard, or this rank's block of a buffer to all-gather.
+  Tensor whole, dst = g.params;
+  if (z_.stage <= 2) {
+    MemoryScope scope(Category::Comm, g.name);
+    whole = Tensor::empty({int64_t(W) * g.S}, g.dtype, device_);
+    dst = whole.slice(0, int64_t(r) * g.S, int64_t(r + 1) * g.S);
+    pack(g, r, dst, [](Param* p) { return p->data; });
+  }
+  Tensor upd_param = dst, upd_grad = grad;
+  if (offload) {
+    if (upd_param.device() != state_device_) {
+      MemoryScope scope(Category::Params, g.name);
+      upd_param = dst.to(state_device_);
+    }
+    MemoryScope scope(Category::Grads, g.name);
+    upd_grad = grad.to(state_device_);
+  }
+  for (const auto& seg : g.segs) {
+    const int64_t v = Group::valid(seg, r);
+    if (!seg.had_grad && z_.stage >= 2) continue;
+    if (z_.stage <= 1 && !seg.p->grad.defined()) continue;
+    if (v == 0) continue;
+    auto part = [&](const Tensor& t) { return t.defined() ? t.slice(0, seg.off, seg.off + v) : Tensor(); };
+    const float wd = seg.decay ? opt_.weight_decay : 0.f;
+    if (opt_.kind == OptimizerKind::AdamW)
+      adamw_update(part(upd_param), part(upd_grad), part(g.master), part(g.a), part(g.b),
+                   {lr * seg.lr_ratio, opt_.beta1, opt_.beta2, opt_.eps, wd, steps_, grad_scale});
+    else
+      sgd_update(part(upd_param), part(upd_grad), part(g.master), part(g.a),
+                 {lr * seg.lr_ratio, opt_.momentum, wd, grad_scale, opt_.nesterov});
+  }
+  if (!upd_param.same_storage(dst)) copy_(dst, upd_param);
+  upd_param = upd_grad = grad = Tensor();
+  if (z_.stage <= 2) {
+    if (W > 1) comm_.all_gather(dst, whole);
+    unpack(g, W, whole, [](Param* p) { return p->data; });
+  }
+}
+
+// ---- checkpoints ----
+
+core::NamedTensors Zero::state() const {
+  if (local_) return local_->state();
+  NamedTensors out;
+  Tensor world = Tensor::from_ints({shard_world_}, {1}, DType::I64, Device::host());
+  out.emplace_back("zero.shard_world", world);
+  for (const auto& g : groups_) {
+    if (!g) continue;
+    if (g->master.defined()) out.emplace_back(g->name + ".master", g->master);
+    if (g->a.defined()) out.emplace_back(g->name + "." + a_name(opt_.kind), g->a);
+    if (g->b.defined()) out.emplace_back(g->name + ".exp_avg_sq", g->b);
+    if (g->params.defined()) out.emplace_back(g->name + ".params", g->params);
+  }
+  return out;
+}
+
+namespace {
+
+// The old shard world of a set of files, checked against the number of files.
+int old_world(const std::vector<const Checkpoint*>& files, const char* what) {
+  HR_CHECK(!files.empty(), "[checkpoint] no ", what, " shard files");
+  HR_CHECK(files[0]->contains("zero.shard_world"), "[checkpoint] ", what, " was not written by a sharded run "
+           "(no zero.shard_world)");
+  const int w = int(files[0]->get("zero.shard_world").to_ints().at(0));
+  HR_CHECK(w == 1 || w == int(files.size()), "[checkpoint] ", what, " shards were written by ", w, " ranks but ",
+           files.size(), " files were found");
+  return w;
+}
+
+// Copies this rank's block of every segment of `g` (new layout) from the old shards named `name`.
+void reshard(const Zero::Group& g, int new_rank, const Tensor& dst, const std::vector<const Checkpoint*>& files,
+             const std::string& name, int w_old) {
+  int64_t off_old = 0;
+  for (const auto& seg : g.segs) {
+    const int64_t s_old = (seg.n + w_old - 1) / w_old;
+    const int64_t v = Zero::Group::valid(seg, new_rank), start = int64_t(new_rank) * seg.s;
+    for (int64_t e = start; e < start + v;) {
+      const int q = int(e / s_old);
+      const int64_t in_q = e - int64_t(q) * s_old, run = std::min(start + v - e, s_old - in_q);
+      const Checkpoint& f = *files[std::size_t(w_old == 1 ? 0 : q)];
+      HR_CHECK(f.contains(name), "[checkpoint] the shard file of rank ", q, " has no tensor '", name, "'");
+      Tensor src = f.get(name);
+      copy_(dst.slice(0, seg.off + (e - start), seg.off + (e - start) + run), src.slice(0, off_old + in_q, off_old + in_q + run));
+      e += run;
+    }
+    off_old += s_old;
+  }
+}
+
+}  // namespace
+
+void Zero::load_state(const std::vector<const Checkpoint*>& files, int64_t steps) {
+  if (local_) {
+    HR_CHECK(files.size() == 1 && !files[0]->contains("zero.shard_world"),
+             "[checkpoint] the optimizer state was written by a sharded run (", files.size(), " shard files); this run "
+             "uses zero_stage 0 without offload, which loads a single optimizer.safetensors");
+    local_->load_state(*files[0], steps);
+    return;
+  }
+  const int w = old_world(files, "optimizer");
+  for (auto& g : groups_) {
+    if (!g) continue;
+    if (g->params.defined()) reshard(*g, shard_rank_, g->params, files, g->name + ".params", w);
+    if (!g->trainable) continue;
+    if (g->master.defined()) {
+      if (files[0]->contains(g->name + ".master")) {
+        reshard(*g, shard_rank_, g->master, files, g->name + ".master", w);
+      } else if (g->params.defined()) {
+        copy_(g->master, g->params);
+      } else {
+        pack(*g, shard_rank_, g->master, [](Param* p) { return p->data; });
+      }
+    }
+    if (g->a.defined()) reshard(*g, shard_rank_, g->a, files, g->name + "." + a_name(opt_.kind), w);
+    if (g->b.defined()) reshard(*g, shard_rank_, g->b, files, g->name + ".exp_avg_sq", w);
+  }
+  steps_ = steps;
+}
+
+core::NamedTensors Zero::consolidate(const models::Llava& model, const std::vector<const Checkpoint*>& files) {
+  const int w = old_world(files, "parameter");
+  NamedTensors out;
+  for (const auto& mg : model.groups()) {
+    if (mg.params.empty() || !files[0]->contains(mg.name + ".params")) continue;
+    Group g;
+    g.name = mg.name;
+    for (Param* p : mg.params) g.segs.push_back({p, p->numel(), 0, 0, true});
+    g.S = shard_size(g.segs, 1);  // the full layout: one "rank" holding everything
+    Tensor full = Tensor::empty({g.S}, files[0]->get(mg.name + ".params").dtype(), Device::host());
+    reshard(g, 0, full, files, mg.name + ".params", w);
+    for (const auto& seg : g.segs) out.emplace_back(seg.p->name, full.slice(0, seg.off, seg.off + seg.n).view(seg.p->shape));
+  }
+  return out;
+}
+
+}  // namespace hr::parallel

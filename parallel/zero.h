@@ -1,0 +1,92 @@
+// Data parallelism and ZeRO over a model's parameter groups. Stage 0 all-reduces gradients in buckets and
+// steps a full optimizer on every rank; stage 1 keeps f32 master weights and optimizer states only for this
+// rank's shard; stage 2 also reduce-scatters each group's gradients right after its backward, keeping only
+// the shard; stage 3 also shards the parameters, gathering a group before its forward and backward and
+// releasing it after. Offload puts master weights and states on the host and steps there; with stage 3
+// parameter shards can live on the host too.
+//
+// Shards are per parameter: a parameter of n elements is padded to world x ceil(n / world) and rank r owns
+// the r-th block. A group's shard is the concatenation of its parameters' blocks, so one collective moves a
+// whole group. Every rank issues the same collectives in the same order: the model calls the group hooks
+// for groups it skips on this rank (a micro-batch without images), and gradients missing on a rank count as
+// zeros.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/io/safetensors.h"
+#include "models/llava.h"
+#include "optim/optimizer.h"
+#include "parallel/comm.h"
+
+namespace hr::parallel {
+
+enum class Offload : uint8_t { None, Cpu };
+
+struct ZeroOptions {
+  int stage = 0;                             // memory.zero_stage
+  Offload offload_optimizer = Offload::None;  // memory.offload_optimizer
+  Offload offload_params = Offload::None;     // memory.offload_params (stage 3)
+  int64_t bucket_bytes = 25 << 20;           // parallel.bucket_size: gradient all-reduce buckets (stages 0, 1)
+};
+
+// Throws with the reason when the combination cannot be honoured (nothing is silently downgraded).
+void validate(const ZeroOptions& z, const optim::OptimizerConfig& opt);
+
+class Zero final : public models::GroupHooks {
+ public:
+  // Takes the model with its full, initialised parameters (identical on every rank) and shards them.
+  Zero(models::Llava& model, Communicator& comm, const optim::OptimizerConfig& opt, const ZeroOptions& z);
+  ~Zero() override;
+  Zero(const Zero&) = delete;
+  Zero& operator=(const Zero&) = delete;
+
+  // Before the first micro-batch of a step: drops last step's gradients.
+  void begin_step();
+  // After the last micro-batch's backward: the reductions still owed (all-reduce for stages 0 and 1).
+  void finish_gradients();
+  // The global gradient norm over all ranks (inf/NaN when some gradient overflowed).
+  float grad_norm();
+  // One optimizer update: `grad_scale` multiplies gradients first (1/loss scale times clipping).
+  void step(float lr, float grad_scale);
+  void set_lr_ratio(const std::string& prefix, float ratio);
+  int64_t steps() const;
+
+  // Checkpoint state of this rank. Stage 0 without offload: the optimizer's own names (as a single process
+  // writes them). Otherwise per group "<group>.exp_avg|exp_avg_sq|momentum_buffer|master|params" shards.
+  core::NamedTensors state() const;
+  // Loads states written by `files.size()` ranks (one file per old rank, any old world size) and keeps this
+  // rank's shards; parameters sharded at stage 3 come back from "<group>.params".
+  void load_state(const std::vector<const core::Checkpoint*>& files, int64_t steps);
+  // Full parameters of a checkpoint written by any world size from shard files (for consolidation).
+  static core::NamedTensors consolidate(const models::Llava& model, const std::vector<const core::Checkpoint*>& files);
+
+  bool shards_parameters() const { return z_.stage == 3; }
+  const ZeroOptions& options() const { return z_; }
+
+  void before(int group, models::Pass pass) override;
+  void after(int group, models::Pass pass) override;
+
+  struct Group;
+
+ private:
+  void gather(Group& g);
+  void release(Group& g);
+  void reduce_scatter_grads(Group& g);
+  void all_reduce_grads();
+  void step_group(Group& g, float lr, float grad_scale);
+
+  models::Llava& model_;
+  Communicator& comm_;
+  optim::OptimizerConfig opt_;
+  ZeroOptions z_;
+  int shard_world_ = 1, shard_rank_ = 0;
+  std::vector<std::unique_ptr<Group>> groups_;   // by model group id; null for groups with nothing to shard
+  std::unique_ptr<optim::Optimizer> local_;       // stage 0 without offload
+  int64_t steps_ = 0;
+  core::Device device_, state_device_;
+};
+
+}  // namespace hr::parallel
