@@ -86,7 +86,8 @@ int cmd_ckpt(const std::vector<std::string>& args) {
   const std::string dir = p.config;
   HR_CHECK(std::filesystem::exists(dir + "/config.yaml"), "[ckpt consolidate] ", dir,
            "/config.yaml is missing (is this a checkpoint-STEP directory?)");
-  RunConfig c = load_config(dir + "/config.yaml", {});
+  // The resolved config carries the global batch of the run's world size.
+  RunConfig c = load_config(dir + "/config.yaml", {}, read_trainer_state(dir).world_size);
   const core::DType dt = c.precision == Precision::FP32 ? core::DType::F32
                          : c.precision == Precision::BF16 ? core::DType::BF16 : core::DType::F16;
   models::Llava model(c.model.config, core::Device::meta(), dt,

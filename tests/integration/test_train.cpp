@@ -16,6 +16,7 @@
 
 #include "models/llava.h"
 #include "optim/optimizer.h"
+#include "integration/cli.h"
 #include "train/checkpoint.h"
 
 extern char** environ;
@@ -47,12 +48,7 @@ log:
   progress_bar: false
 )";
 
-std::string fresh_dir(const std::string& name) {
-  const std::string d = testing::TempDir() + "/train_" + name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+std::string fresh_dir(const std::string& name) { return testing_cli::fresh_dir("train_" + name); }
 
 std::string config_file(const std::string& dir, const std::string& extra = "") {
   const std::string p = dir + "/config.in.yaml";
@@ -60,29 +56,10 @@ std::string config_file(const std::string& dir, const std::string& extra = "") {
   return p;
 }
 
-struct CmdResult {
-  int status;
-  std::string output;
-};
+using testing_cli::CmdResult;
+using testing_cli::jsonl;
 
-CmdResult headroom(const std::string& args) {
-  const std::string cmd = std::string(HR_HEADROOM_BIN) + " " + args + " 2>&1";
-  CmdResult r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (std::size_t n = fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
-  r.status = pclose(p);
-  return r;
-}
-
-std::vector<json> jsonl(const std::string& path) {
-  std::vector<json> v;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) v.push_back(json::parse(line));
-  return v;
-}
+CmdResult headroom(const std::string& args) { return testing_cli::run(std::string(HR_HEADROOM_BIN) + " " + args); }
 
 }  // namespace
 

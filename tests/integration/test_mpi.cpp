@@ -1,0 +1,203 @@
+// Multi-rank training under mpirun (label mpi): ZeRO stages 0-3 with and without optimizer offload give the
+// per-step losses of a single process with the same global batch; per-rank memory by category shrinks as
+// the ZeRO formulas say; sharded checkpoints resume at another world size and stage and consolidate into one
+// model; a killed rank takes the whole job down quickly.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "core/check.h"
+#include "core/io/safetensors.h"
+#include "integration/cli.h"
+
+extern char** environ;
+
+using namespace hr;
+using namespace hr::testing_cli;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// f32 losses of the same global batch agree to this: only the order of the gradient sums differs.
+constexpr double kLossTolerance = 1e-4;
+
+const char* kConfig = R"(model:
+  preset: tiny
+  vision: {image_size: 8, patch_size: 4}
+  llm: {vocab_size: 300}
+  image_token_index: 299
+data:
+  synthetic: {train: 64, eval: 8, image_size: 8}
+  system_prompt: ""
+  num_workers: 1
+train:
+  stage: full
+  micro_batch_size: 4
+  global_batch_size: 8
+  max_steps: 20
+  learning_rate: 0.003
+  warmup_steps: 1
+  max_new_tokens: 2
+log:
+  logging_steps: 5
+  progress_bar: false
+)";
+
+std::string config(const std::string& dir) {
+  const std::string p = dir + "/config.in.yaml";
+  std::ofstream(p) << kConfig;
+  return p;
+}
+
+const std::string kMpirun =
+    std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + HR_MPIEXEC + " --oversubscribe -np ";
+
+CmdResult train(int ranks, const std::string& cfg, const std::string& out, const std::string& sets) {
+  const std::string cmd = std::string(HR_HEADROOM_BIN) + " train " + cfg + " --set run.output_dir=" + out + " " + sets;
+  return run(ranks == 1 ? cmd : str(kMpirun, ranks, " ", cmd));
+}
+
+std::vector<double> losses(const std::string& path) {
+  std::vector<double> v;
+  for (const json& l : jsonl(path)) v.push_back(l["loss"].get<double>());
+  return v;
+}
+
+json last_line(const std::string& path) { return jsonl(path).back(); }
+
+}  // namespace
+
+TEST(Mpi, ZeroStagesMatchASingleProcessAndShrinkMemoryAsTheFormulasSay) {
+  const std::string base = fresh_dir("mpi_zero");
+  const std::string cfg = config(base);
+  CmdResult single = train(1, cfg, base + "/single", "");
+  ASSERT_EQ(single.status, 0) << single.output;
+  const auto ref = losses(base + "/single/memory.jsonl");
+  ASSERT_EQ(ref.size(), 20u);
+  EXPECT_LT(ref.back(), 0.8 * ref.front());
+  std::map<std::string, json> mem;
+  for (int stage = 0; stage <= 3; ++stage)
+    for (const char* offload : {"none", "cpu"}) {
+      const std::string name = str("z", stage, "_", offload), out = str(base, "/", name);
+      CmdResult r = train(2, cfg, out, str("--set memory.zero_stage=", stage, " --set memory.offload_optimizer=", offload));
+      ASSERT_EQ(r.status, 0) << name << "\n" << r.output;
+      for (int rank = 0; rank < 2; ++rank) {
+        const auto got = losses(str(out, "/memory.rank", rank, ".jsonl"));
+        ASSERT_EQ(got.size(), ref.size()) << name;
+        for (std::size_t i = 0; i < ref.size(); ++i)
+          EXPECT_NEAR(got[i], ref[i], kLossTolerance) << name << " rank " << rank << " step " << i + 1;
+      }
+      mem[name] = last_line(out + "/memory.rank0.jsonl");
+    }
+  auto dev = [&](const std::string& run, const char* cat) { return mem[run]["by_category"][cat].get<int64_t>(); };
+  auto host = [&](const std::string& run, const char* cat) { return mem[run]["host"]["by_category"][cat].get<int64_t>(); };
+  // Stage 1 halves the optimizer states (plus per-parameter padding and allocator rounding).
+  EXPECT_LE(dev("z1_none", "optimizer"), dev("z0_none", "optimizer") / 2 + 4096);
+  // Stage 2 keeps gradient shards plus one group's full gradients while it is reduced.
+  EXPECT_LT(dev("z2_none", "grads"), dev("z1_none", "grads"));
+  // Stage 3 keeps parameter shards plus the gathered groups in use.
+  EXPECT_LT(dev("z3_none", "params"), dev("z2_none", "params"));
+  for (int stage = 0; stage <= 3; ++stage) {
+    const std::string off = str("z", stage, "_cpu"), on = str("z", stage, "_none");
+    EXPECT_EQ(dev(off, "optimizer"), 0) << off;
+    EXPECT_EQ(dev(off, "master_params"), 0) << off;
+    // The same states, on the host: the same flat shards from stage 1 on; at stage 0 one flat buffer per
+    // group instead of one tensor per parameter (less allocator rounding).
+    if (stage > 0) EXPECT_EQ(host(off, "optimizer"), dev(on, "optimizer")) << off;
+    else EXPECT_GE(host(off, "optimizer"), dev(on, "optimizer") * 9 / 10) << off;
+  }
+}
+
+TEST(Mpi, ShardedCheckpointsResumeAtAnotherWorldSizeAndConsolidate) {
+  const std::string base = fresh_dir("mpi_ckpt");
+  const std::string cfg = config(base);
+  CmdResult a = train(2, cfg, base + "/a", "--set memory.zero_stage=3 --set train.save_steps=10 --set train.save_total_limit=3");
+  ASSERT_EQ(a.status, 0) << a.output;
+  ASSERT_TRUE(fs::exists(base + "/a/checkpoint-10/optimizer.rank1.safetensors"));
+  EXPECT_FALSE(fs::exists(base + "/a/checkpoint-10/model.safetensors")) << "ZeRO-3 parameters live in the shards";
+  const auto ref = losses(base + "/a/memory.rank0.jsonl");
+  // One process at stage 2, and two ranks at stage 1, continue from the two-rank ZeRO-3 checkpoint.
+  for (const auto& [ranks, stage] : {std::pair<int, int>{1, 2}, {2, 1}}) {
+    const std::string out = str(base, "/b", ranks, stage);
+    fs::create_directories(out);
+    fs::copy(base + "/a/checkpoint-10", out + "/checkpoint-10", fs::copy_options::recursive);
+    CmdResult b = train(ranks, cfg, out, str("--resume --set memory.zero_stage=", stage));
+    ASSERT_EQ(b.status, 0) << b.output;
+    EXPECT_NE(b.output.find("resumed from"), std::string::npos) << b.output;
+    const auto got = losses(out + (ranks == 1 ? "/memory.jsonl" : "/memory.rank0.jsonl"));
+    ASSERT_EQ(got.size(), 10u);
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], ref[10 + i], kLossTolerance) << ranks << " ranks, stage " << stage << ", step " << 11 + i;
+  }
+  // The consolidated ZeRO-3 model equals the one a stage-0 run writes.
+  CmdResult z0 = train(2, cfg, base + "/z0", "");
+  ASSERT_EQ(z0.status, 0) << z0.output;
+  CmdResult c = run(std::string(HR_HEADROOM_BIN) + " ckpt consolidate " + base + "/a/checkpoint-20 --out " + base + "/full.safetensors");
+  ASSERT_EQ(c.status, 0) << c.output;
+  core::Checkpoint full = core::Checkpoint::open(base + "/full.safetensors");
+  core::Checkpoint want = core::Checkpoint::open(base + "/z0/checkpoint-20/model.safetensors");
+  ASSERT_EQ(full.names().size(), want.names().size());
+  for (const std::string& n : want.names()) {
+    ASSERT_TRUE(full.contains(n)) << n;
+    const auto x = full.get(n).to_floats(), y = want.get(n).to_floats();
+    ASSERT_EQ(x.size(), y.size()) << n;
+    double worst = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, double(std::abs(x[i] - y[i])));
+    EXPECT_LT(worst, 1e-4) << n;
+  }
+}
+
+TEST(Mpi, AKilledRankEndsEveryRankWithinAMinute) {
+  const std::string base = fresh_dir("mpi_kill");
+  const std::string cfg = config(base);
+  std::vector<std::string> args = {"/bin/sh", "-c",
+                                   "exec " + kMpirun + "2 " + HR_HEADROOM_BIN + " train " + cfg + " --set run.output_dir=" +
+                                       base + "/run --set train.max_steps=1000000 --set memory.zero_stage=3 > " + base +
+                                       "/log.txt 2>&1"};
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t launcher = 0;
+  ASSERT_EQ(posix_spawn(&launcher, "/bin/sh", nullptr, nullptr, argv.data(), environ), 0);
+  // Wait until rank 1 is training.
+  const std::string log1 = base + "/run/memory.rank1.jsonl";
+  for (int i = 0; i < 600 && (!fs::exists(log1) || fs::file_size(log1) == 0); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(fs::exists(log1)) << "rank 1 never started";
+  // The ranks are the launcher's children running headroom; kill one.
+  CmdResult ps = run(str("pgrep -P ", launcher, " -f 'headroom train'"));
+  std::vector<pid_t> ranks;
+  std::istringstream in(ps.output);
+  for (pid_t p; in >> p;) ranks.push_back(p);
+  ASSERT_EQ(ranks.size(), 2u) << ps.output;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(launcher, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (done == 0) {
+    kill(launcher, SIGKILL);
+    for (pid_t p : ranks) kill(p, SIGKILL);
+    waitpid(launcher, &status, 0);
+    FAIL() << "the job was still running 60 s after a rank was killed";
+  }
+  EXPECT_TRUE(!WIFEXITED(status) || WEXITSTATUS(status) != 0) << "mpirun exited 0";
+  EXPECT_LT(secs, 60.0);
+  // The surviving rank is gone too.
+  EXPECT_NE(::kill(ranks[0], 0) == 0 && run(str("ps -o stat= -p ", ranks[0])).output.find('Z') == std::string::npos,
+            true)
+      << "rank 0 still alive";
+  std::ifstream log(base + "/log.txt");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
+  std::printf("job ended %.1f s after rank 1 was killed\n", secs);
+}
