@@ -17,6 +17,7 @@
 #include "models/data/synth.h"
 #include "models/weights.h"
 #include "train/checkpoint.h"
+#include "train/engine.h"
 #include "train/evaluate.h"
 #include "train/memory_log.h"
 
@@ -44,15 +45,15 @@ void ensure_synthetic_data(const RunConfig& c, const std::string& dir) {
 
 namespace {
 
-DType param_dtype(Precision p) {
-  return p == Precision::FP32 ? DType::F32 : p == Precision::BF16 ? DType::BF16 : DType::F16;
-}
-
 std::string bar(int64_t done, int64_t total) {
   const int width = 24;
   const int fill = int(double(done) / double(std::max<int64_t>(total, 1)) * width);
-  return "[" + std::string(std::size_t(fill), '=') + (fill < width ? ">" : "") +
-         std::string(std::size_t(std::max(0, width - fill - 1)), ' ') + "]";
+  std::string s(std::size_t(width + 2), ' ');
+  s.front() = '[';
+  s.back() = ']';
+  for (int i = 0; i < fill && i < width; ++i) s[std::size_t(1 + i)] = '=';
+  if (fill < width) s[std::size_t(1 + fill)] = '>';
+  return s;
 }
 
 void write_eval_line(const std::string& path, int64_t step, const EvalResult& r) {
@@ -121,12 +122,8 @@ int run_training(const RunConfig& c, const TrainOptions& topt, parallel::Communi
   }
 
   // Model: initialised (same seed on every rank) or resumed in full, then sharded by the ZeRO stage.
-  Llava model(c.model.config, dev, param_dtype(c.precision),
-              c.vision_fp32 ? std::optional<DType>(DType::F32) : std::nullopt);
-  const bool vision = c.stage == Stage::Full && !c.model.freeze_vision;
-  const bool projector = !c.model.freeze_projector;
-  const bool llm = c.stage != Stage::Pretrain && !c.model.freeze_llm;
-  model.set_trainable(vision, projector, llm);
+  Engine engine(c, dev, comm);
+  Llava& model = engine.model();
   std::optional<std::string> resume_dir;
   if (topt.resume) resume_dir = latest_checkpoint(c.output_dir);
   TrainerState state;
@@ -138,8 +135,8 @@ int run_training(const RunConfig& c, const TrainOptions& topt, parallel::Communi
   } else {
     load_weights(model.params(), Checkpoint::open(c.init_weights), MissingWeights::Error);
   }
-  parallel::Zero zero(model, comm, c.optimizer, c.zero);
-  if (c.vision_lr > 0.f) zero.set_lr_ratio("vision_tower.", c.vision_lr / c.learning_rate);
+  engine.shard();
+  parallel::Zero& zero = engine.zero();
 
   // Schedule.
   const int64_t per_epoch = std::max<int64_t>(1, train_set.size() / c.global_batch_size);
@@ -184,12 +181,8 @@ int run_training(const RunConfig& c, const TrainOptions& topt, parallel::Communi
     std::fflush(stdout);
   }
 
-  MemoryLog mlog(c.output_dir + (world == 1 ? std::string("/memory.jsonl") : str("/memory.rank", rank, ".jsonl")),
-                 c.leak_window);
-  ModelOptions mopt;
-  mopt.vision_policy = c.vision_ckpt;
-  mopt.llm_policy = c.llm_ckpt;
-  mopt.ce_chunk_rows = c.ce_chunk_rows;
+  const std::string mlog_name = world == 1 ? std::string("memory.jsonl") : str("memory.rank", rank, ".jsonl");
+  MemoryLog mlog(str(c.output_dir, "/", mlog_name), c.leak_window);
   EvalOptions eopt{c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows};
   // Every rank evaluates (ZeRO-3 gathers parameters collectively); rank 0 reports.
   auto run_eval = [&](int64_t step) {
@@ -208,19 +201,12 @@ int run_training(const RunConfig& c, const TrainOptions& topt, parallel::Communi
     const auto t0 = Clock::now();
     alloc->reset_peak_stats();
     host_alloc->reset_peak_stats();
-    zero.begin_step();
-    double loss_sum = 0;
-    int64_t tokens = 0;
     const float loss_scale = scaler.scale();
-    for (int64_t micro = 0; micro < c.gradient_accumulation_steps; ++micro) {
-      LoadedBatch lb = loader.next();
-      tokens += lb.tokens;
-      LlavaState st;
-      loss_sum += model.forward(lb.batch, st, mopt);
-      model.backward(st, loss_scale / float(c.gradient_accumulation_steps * world));
-    }
-    zero.finish_gradients();
-    const float scaled_norm = zero.grad_norm();
+    const Engine::Accumulated acc =
+        engine.accumulate([&] { return loader.next(); }, c.gradient_accumulation_steps, loss_scale);
+    double loss_sum = acc.loss_sum;
+    int64_t tokens = acc.tokens;
+    const float scaled_norm = acc.scaled_norm;
     const float grad_norm = scaled_norm / loss_scale;
     const bool overflow = !std::isfinite(scaled_norm);
     if (world > 1) {
@@ -235,7 +221,7 @@ int run_training(const RunConfig& c, const TrainOptions& topt, parallel::Communi
                loss_sum / double(c.gradient_accumulation_steps), "); lower train.learning_rate or use bf16/fp32");
     }
     const float lr = sched.lr(step);
-    if (!skipped) zero.step(lr, optim::clip_coefficient(grad_norm, c.max_grad_norm) / loss_scale);
+    if (!skipped) engine.update(lr, optim::clip_coefficient(grad_norm, c.max_grad_norm) / loss_scale);
     else ++state.skipped_steps;
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     StepRecord rec;
