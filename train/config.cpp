@@ -98,14 +98,15 @@ parallel::Offload parse_offload(const YAML::Node& n, const std::string& key) {
 Setter checkpointing(bool vision, bool llm) {
   return [=](RunConfig& c, const YAML::Node& n, const std::string& key) {
     const std::string s = get<std::string>(n, key, "a string");
-    models::CheckpointKind k;
+    models::CheckpointKind k = models::CheckpointKind::None;
+    const bool auto_ = s == "auto";
     try {
-      k = models::parse_checkpoint(s);
+      if (!auto_) k = models::parse_checkpoint(s);
     } catch (const Error&) {
-      throw Error(str("[config] ", key, ": '", s, "' is not one of: none, selective, full"));
+      throw Error(str("[config] ", key, ": '", s, "' is not one of: none, selective, full, auto"));
     }
-    if (vision) c.vision_ckpt.kind = k;
-    if (llm) c.llm_ckpt.kind = k;
+    if (vision) c.vision_ckpt.kind = k, c.vision_ckpt_auto = auto_;
+    if (llm) c.llm_ckpt.kind = k, c.llm_ckpt_auto = auto_;
   };
 }
 
@@ -143,13 +144,18 @@ const std::vector<Key>& schema() {
       {"data.group_by_modality_length", "false", flag(&RunConfig::group_by_modality_length)},
       {"data.pad_to_max_length", "false", flag(&RunConfig::pad_to_max_length)},
       {"data.blank_images", "false", flag(&RunConfig::blank_images)},
+      {"data.max_images_per_sample", "1", i64(&RunConfig::max_images_per_sample, 0)},
       {"data.num_workers", "2",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.num_workers = int(get<int64_t>(n, k, "an integer")); }},
       {"data.prefetch", "16",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.prefetch = int(get<int64_t>(n, k, "an integer")); }},
       {"data.on_bad_sample", "skip", choice(&RunConfig::on_bad_sample, models::parse_on_bad_sample)},
       {"train.stage", "full", choice(&RunConfig::stage, parse_stage)},
-      {"train.micro_batch_size", "4", i64(&RunConfig::micro_batch_size, 1)},
+      {"train.micro_batch_size", "4",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.micro_auto = n.IsScalar() && n.Scalar() == "auto";
+         if (!c.micro_auto) i64(&RunConfig::micro_batch_size, 1)(c, n, k);
+       }},
       {"train.gradient_accumulation_steps", "1", i64(&RunConfig::gradient_accumulation_steps, 1)},
       {"train.global_batch_size", "0", i64(&RunConfig::global_batch_size, 0)},
       {"train.max_steps", "0", i64(&RunConfig::max_steps, 0)},
@@ -215,7 +221,21 @@ const std::vector<Key>& schema() {
          else bad_value(k, n, "one of: 0, 1, 2, 3, auto");
        }},
       {"memory.offload_optimizer", "none",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.zero.offload_optimizer = parse_offload(n, k); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.offload_auto = n.IsScalar() && n.Scalar() == "auto";
+         if (!c.offload_auto) c.zero.offload_optimizer = parse_offload(n, k);
+       }},
+      {"memory.budget", "0.95",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.budget = get<float>(n, k, "a number");
+         if (!(c.budget > 0.f && c.budget <= 1.f)) bad_value(k, n, "a fraction in (0, 1]");
+       }},
+      {"memory.on_oom", "fail",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::string s = get<std::string>(n, k, "a string");
+         if (s != "fail" && s != "shrink_micro_batch") bad_value(k, n, "one of: fail, shrink_micro_batch");
+         c.shrink_on_oom = s == "shrink_micro_batch";
+       }},
       {"memory.offload_params", "none",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.zero.offload_params = parse_offload(n, k); }},
       {"parallel.bucket_size", "25MiB",
@@ -352,7 +372,13 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   c.model = models::parse_model_spec(model, where);
   // Global batch = micro x accumulation x world size: infer one from the other two, refuse a contradiction.
   const bool has_micro = has_path(root, "train.micro_batch_size"), has_accum = has_path(root, "train.gradient_accumulation_steps");
-  if (c.global_batch_size > 0) {
+  if (c.micro_auto) {  // the planner picks micro and accumulation for the global batch
+    HR_CHECK(c.global_batch_size > 0, "[config] train.micro_batch_size: auto needs train.global_batch_size");
+    HR_CHECK(c.global_batch_size % world_size == 0, "[config] train.global_batch_size ", c.global_batch_size,
+             " is not a multiple of the world size ", world_size);
+    c.micro_batch_size = 1;
+    c.gradient_accumulation_steps = c.global_batch_size / world_size;
+  } else if (c.global_batch_size > 0) {
     const int64_t g = c.global_batch_size, w = world_size;
     if (has_micro && has_accum) {
       HR_CHECK(c.micro_batch_size * c.gradient_accumulation_steps * w == g, "[config] train.global_batch_size ", g,

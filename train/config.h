@@ -67,6 +67,11 @@ struct RunConfig {
   int64_t leak_window = 50;
   parallel::ZeroOptions zero;  // memory.zero_stage, memory.offload_optimizer/params, parallel.bucket_size
   bool zero_auto = false;      // memory.zero_stage: auto
+  // The other strategy keys set to auto (the planner decides), the memory budget, and OOM handling.
+  bool micro_auto = false, vision_ckpt_auto = false, llm_ckpt_auto = false, offload_auto = false;
+  float budget = 0.95f;        // memory.budget: plans must fit budget x (capacity - runtime reserve)
+  bool shrink_on_oom = false;  // memory.on_oom: shrink_micro_batch
+  int64_t max_images_per_sample = 1;  // data.max_images_per_sample: the planner's worst case
   // log
   int64_t logging_steps = 10;
   ProgressBar progress_bar = ProgressBar::Auto;

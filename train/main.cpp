@@ -17,6 +17,12 @@ void usage(std::FILE* to) {
                "commands:\n"
                "  train CONFIG [--set key=value ...] [--print-config] [--resume]\n"
                "                       train (the synthetic VQA set when data.train_json is empty)\n"
+               "  plan CONFIG [--device NAME | --capacity BYTES] [--world-size N] [--set key=value ...]\n"
+               "       [--json] [--explain] [--max-micro-batch]\n"
+               "                       predict every rank's peak memory by category before anything is\n"
+               "                       allocated, fill `auto` strategy keys, suggest fixes when it does not fit\n"
+               "                       (devices: a100-40g a100-80g h100-80g h200-141g l4-24g rtx4090-24g\n"
+               "                       v100-32g cpu:<capacity>)\n"
                "  ckpt consolidate DIR [--out FILE]\n"
                "                       one llava-hf safetensors model from a checkpoint's shards (any ZeRO stage)\n"
                "  eval CONFIG --checkpoint DIR [--set key=value ...]\n"
@@ -50,6 +56,7 @@ int main(int argc, char** argv) {
     if (cmd == "data") return hr::train::cmd_data(args);
     if (cmd == "eval") return hr::train::cmd_eval(args);
     if (cmd == "ckpt") return hr::train::cmd_ckpt(args);
+    if (cmd == "plan") return hr::train::cmd_plan(args);
     if (cmd == "info") return hr::train::cmd_info(args);
     if (cmd == "demo") return hr::train::cmd_demo(args);
     if (cmd == "model") return hr::train::cmd_model(args);

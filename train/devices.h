@@ -1,0 +1,29 @@
+// Device presets for planning: capacity, the runtime reserve no allocator sees (CUDA context, cuBLAS/cuDNN
+// workspaces, NCCL buffers), and datasheet throughput figures for the step-time cost model.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace hr::train {
+
+struct DevicePreset {
+  std::string name;
+  std::size_t capacity = 0;         // bytes the device reports as total
+  std::size_t runtime_reserve = 0;  // bytes taken before the first tensor (context, library workspaces)
+  double tflops_bf16 = 0;           // dense tensor-core peak, TFLOP/s (fp16 when there is no bf16)
+  double tflops_fp32 = 0;           // fp32 peak (tf32 tensor cores where they exist)
+  double mem_gbps = 0;              // device memory bandwidth, GB/s
+  double host_gbps = 0;             // host <-> device (PCIe), GB/s, each direction
+  double link_gbps = 0;             // device <-> device bus bandwidth for collectives (NVLink or PCIe), GB/s
+  bool bf16 = true;                 // has bf16 arithmetic
+  bool cuda = true;                 // false: the CPU device
+};
+
+// a100-40g, a100-80g, h100-80g, h200-141g, l4-24g, rtx4090-24g, v100-32g, or cpu:<capacity> (e.g. cpu:16GiB;
+// cpu alone is this machine's memory). Unknown names list the presets.
+DevicePreset device_preset(const std::string& name);
+std::vector<std::string> device_preset_names();
+
+}  // namespace hr::train

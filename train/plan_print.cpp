@@ -1,0 +1,138 @@
+// The plan as a table (headroom plan, the start of a run, a refusal) and as JSON (plan.json, --json).
+#include <nlohmann/json.hpp>
+
+#include "train/planner.h"
+
+namespace hr::train {
+
+using namespace hr::core;
+
+namespace {
+
+std::string commas(int64_t v) {
+  std::string s = std::to_string(v < 0 ? -v : v), out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return (v < 0 ? "-" : "") + out;
+}
+
+std::string gib(int64_t b) { return format_bytes(double(b)); }
+
+std::string pad(const std::string& s, std::size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
+std::string lpad(const std::string& s, std::size_t w) { return s.size() >= w ? s : std::string(w - s.size(), ' ') + s; }
+
+}  // namespace
+
+std::string plan_table(const Plan& p) {
+  const RunConfig& c = p.config;
+  std::string o;
+  o += str("plan: ", c.model.config.name, " (stage ", stage_name(c.stage), ") on ", p.world, " x ", p.device.name,
+           " | capacity ", gib(p.capacity), ", runtime reserve ", gib(p.runtime_reserve), ", budget ",
+           int(c.budget * 100 + 0.5f), "% -> ", gib(p.usable), " usable per rank\n");
+  o += str("decisions: ", p.decisions.describe(), "; global batch ", c.global_batch_size, " of up to ", c.max_seq_len,
+           " tokens\n");
+  o += str("parameters: ", commas(p.params_total), " total, ", commas(p.params_trainable), " trainable\n");
+  for (const auto& [name, n] : p.params_by_module) o += str("  ", pad(name, 34), lpad(commas(n), 16), "\n");
+  o += str("per rank (all ", p.world, " alike: shards are padded to the world size), at the predicted peak:\n");
+  o += str("  ", pad("category", 20), lpad("dry run", 14), lpad("closed form", 14), lpad("diff", 12), "   formula\n");
+  int64_t formula_total = 0;
+  for (const ClosedFormRow& r : p.closed_form) {
+    formula_total += r.formula;
+    o += str("  ", pad(r.item, 20), lpad(gib(r.dry_run), 14), lpad(gib(r.formula), 14), lpad(gib(r.formula - r.dry_run), 12),
+             "   ", r.how, "\n");
+  }
+  const int64_t overhead = p.rank.peak_reserved - p.rank.peak_allocated;
+  o += str("  ", pad("peak allocated", 20), lpad(gib(p.rank.peak_allocated), 14), lpad(gib(formula_total), 14),
+           lpad(str(p.rank.peak_allocated ? 100.0 * double(formula_total - p.rank.peak_allocated) / double(p.rank.peak_allocated) : 0.0).substr(0, 5) + "%", 12), "\n");
+  o += str("  ", pad("allocator overhead", 20), lpad(gib(overhead), 14), "   cached and split blocks (reserved - allocated)\n");
+  o += str("  ", pad("runtime reserve", 20), lpad(gib(p.runtime_reserve), 14), "   context and library workspaces (no allocator sees them)\n");
+  o += str("  ", pad("total", 20), lpad(gib(p.total_predicted()), 14), "   of ", gib(int64_t(double(c.budget) * double(p.capacity))),
+           " budget: ", p.fits ? "fits" : "DOES NOT FIT", "\n");
+  if (p.rank.host_peak) o += str("  host (offload, batches): ", gib(p.rank.host_peak), "\n");
+  o += str("  peak reached in ", p.rank.peak_owner.empty() ? "(unscoped)" : p.rank.peak_owner, "; activation peak in ",
+           p.rank.activation_peak_owner.empty() ? "-" : p.rank.activation_peak_owner, "\n");
+  const double tokens = double(c.global_batch_size * c.max_seq_len);
+  o += str("step time (cost model): ", p.time.total(), " s = compute ", p.time.compute_s, " s (recompute ",
+           p.time.recompute_s, " s) + collectives ", p.time.comm_s, " s + offload ", p.time.offload_s, " s; ",
+           int64_t(tokens / std::max(p.time.total(), 1e-12)), " tokens/s over all ranks\n");
+  return o;
+}
+
+std::string plan_json(const Plan& p) {
+  using json = nlohmann::json;
+  const RunConfig& c = p.config;
+  auto cats = [](const CategoryBytes& b) {
+    json j = json::object();
+    for (Category cat : kAllCategories) j[category_name(cat)] = b[std::size_t(cat)];
+    return j;
+  };
+  json rank = {{"peak_allocated", p.rank.peak_allocated},
+               {"peak_reserved", p.rank.peak_reserved},
+               {"persistent", p.rank.persistent},
+               {"by_category", cats(p.rank.at_peak)},
+               {"category_peaks", cats(p.rank.category_peaks)},
+               {"allocator_overhead", p.rank.peak_reserved - p.rank.peak_allocated},
+               {"runtime_reserve", p.runtime_reserve},
+               {"total", p.total_predicted()},
+               {"peak_owner", p.rank.peak_owner},
+               {"activation_peak_owner", p.rank.activation_peak_owner},
+               {"host_peak", p.rank.host_peak},
+               {"host_by_category", cats(p.rank.host_at_peak)}};
+  json ranks = json::array();
+  for (int r = 0; r < p.world; ++r) {
+    json x = rank;
+    x["rank"] = r;
+    ranks.push_back(x);
+  }
+  json modules = json::object();
+  for (const auto& [name, n] : p.params_by_module) modules[name] = n;
+  json closed = json::array();
+  for (const ClosedFormRow& r : p.closed_form)
+    closed.push_back({{"item", r.item}, {"formula", r.formula}, {"dry_run", r.dry_run}, {"how", r.how}});
+  json j = {{"model", c.model.config.name},
+            {"device", p.device.name},
+            {"world_size", p.world},
+            {"params_total", p.params_total},
+            {"params_trainable", p.params_trainable},
+            {"params_by_module", modules},
+            {"capacity", p.capacity},
+            {"runtime_reserve", p.runtime_reserve},
+            {"budget", c.budget},
+            {"usable", p.usable},
+            {"fits", p.fits},
+            {"decisions",
+             {{"precision", precision_name(c.precision)},
+              {"gradient_checkpointing", {{"vision", models::checkpoint_name(c.vision_ckpt.kind)}, {"llm", models::checkpoint_name(c.llm_ckpt.kind)}}},
+              {"micro_batch_size", c.micro_batch_size},
+              {"gradient_accumulation_steps", c.gradient_accumulation_steps},
+              {"global_batch_size", c.global_batch_size},
+              {"zero_stage", c.zero.stage},
+              {"offload_optimizer", c.zero.offload_optimizer == parallel::Offload::Cpu ? "cpu" : "none"},
+              {"offload_params", c.zero.offload_params == parallel::Offload::Cpu ? "cpu" : "none"}}},
+            {"step_time", {{"total_s", p.time.total()}, {"compute_s", p.time.compute_s}, {"recompute_s", p.time.recompute_s},
+                           {"comm_s", p.time.comm_s}, {"offload_s", p.time.offload_s}, {"flops", p.time.flops}}},
+            {"closed_form", closed},
+            {"ranks", ranks}};
+  return j.dump(2) + "\n";
+}
+
+std::string search_explanation(const Search& s, std::size_t show) {
+  std::string o = str("search: ", s.evaluated, " dry runs in ", s.seconds, " s; candidates, best first:\n");
+  for (std::size_t i = 0; i < s.ranked.size() && i < show; ++i) {
+    const Plan& p = s.ranked[i];
+    o += str(i == 0 ? "  * " : "    ", p.decisions.describe(), " | peak ", gib(p.total_predicted()), " of ", gib(p.usable + p.runtime_reserve),
+             p.fits ? "" : " (does not fit)", " | step ", p.time.total(), " s\n");
+  }
+  if (!s.ranked.empty()) {
+    const Plan& w = s.ranked.front();
+    if (!w.fits) o += "  nothing fits the budget\n";
+    else if (s.ranked.size() > 1)
+      o += str("  the winner is the fastest predicted step among the plans that fit; the runner-up costs ",
+               s.ranked[1].fits ? str(s.ranked[1].time.total() - w.time.total(), " s more per step") : std::string("more memory than there is"), "\n");
+  }
+  return o;
+}
+
+}  // namespace hr::train

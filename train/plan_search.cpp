@@ -1,0 +1,159 @@
+// Strategy search: every key set to `auto` is filled with the fastest predicted plan that fits; the cheapest
+// fixes for a plan that does not fit; the largest micro-batch that fits.
+#include <algorithm>
+#include <chrono>
+
+#include "train/planner.h"
+
+namespace hr::train {
+
+using models::CheckpointKind;
+using parallel::Offload;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool faster(const Plan& a, const Plan& b) {
+  if (a.fits != b.fits) return a.fits;
+  if (!a.fits) return a.rank.peak_reserved < b.rank.peak_reserved;
+  if (a.time.total() != b.time.total()) return a.time.total() < b.time.total();
+  return a.rank.peak_reserved < b.rank.peak_reserved;
+}
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+// The plan with micro-batch m (accumulation keeps the per-rank batch `per_rank` when given).
+RunConfig with_micro(const RunConfig& c, int64_t m, int64_t per_rank, int world) {
+  RunConfig r = c;
+  r.micro_batch_size = m;
+  r.gradient_accumulation_steps = per_rank > 0 ? per_rank / m : c.gradient_accumulation_steps;
+  r.global_batch_size = r.micro_batch_size * r.gradient_accumulation_steps * world;
+  r.micro_auto = false;
+  return r;
+}
+
+bool valid(const RunConfig& c) {
+  try {
+    parallel::validate(c.zero, c.optimizer);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
+  const auto t0 = Clock::now();
+  Search s;
+  s.any_auto = c.micro_auto || c.vision_ckpt_auto || c.llm_ckpt_auto || c.offload_auto || c.zero_auto;
+  std::vector<int> stages = c.zero_auto ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{c.zero.stage};
+  std::vector<Offload> offloads = c.offload_auto ? std::vector<Offload>{Offload::None, Offload::Cpu}
+                                                 : std::vector<Offload>{c.zero.offload_optimizer};
+  const std::vector<CheckpointKind> all = {CheckpointKind::None, CheckpointKind::Selective, CheckpointKind::Full};
+  const bool vision_trains = c.stage == Stage::Full && !c.model.freeze_vision;
+  std::vector<CheckpointKind> vis = c.vision_ckpt_auto ? (vision_trains ? all : std::vector<CheckpointKind>{CheckpointKind::None})
+                                                       : std::vector<CheckpointKind>{c.vision_ckpt.kind};
+  std::vector<CheckpointKind> llm = c.llm_ckpt_auto ? all : std::vector<CheckpointKind>{c.llm_ckpt.kind};
+  const int64_t per_rank = c.micro_auto ? c.global_batch_size / world : 0;
+  std::vector<int64_t> micros = c.micro_auto ? divisors(per_rank) : std::vector<int64_t>{c.micro_batch_size};
+  for (int stage : stages)
+    for (Offload off : offloads)
+      for (CheckpointKind v : vis)
+        for (CheckpointKind l : llm) {
+          RunConfig r = c;
+          r.zero.stage = stage;
+          r.zero.offload_optimizer = off;
+          r.vision_ckpt.kind = v;
+          r.llm_ckpt.kind = l;
+          r.zero_auto = r.offload_auto = r.vision_ckpt_auto = r.llm_ckpt_auto = false;
+          if (!valid(r)) continue;
+          // The peak grows with the micro-batch: binary search for the largest that fits.
+          std::size_t lo = 0, hi = micros.size();
+          while (lo < hi) {
+            const std::size_t mid = (lo + hi) / 2;
+            Plan p = make_plan(with_micro(r, micros[mid], per_rank, world), device, world);
+            ++s.evaluated;
+            const bool fit = p.fits;
+            s.ranked.push_back(std::move(p));
+            if (fit) lo = mid + 1;
+            else hi = mid;
+          }
+        }
+  std::stable_sort(s.ranked.begin(), s.ranked.end(), faster);
+  s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return s;
+}
+
+std::vector<Plan> suggest_fixes(const RunConfig& c, const DevicePreset& device, int world, int count) {
+  std::vector<std::pair<std::string, RunConfig>> changes;
+  auto change = [&](const std::string& what, const std::function<void(RunConfig&)>& f) {
+    RunConfig r = c;
+    f(r);
+    if (valid(r)) changes.emplace_back(what, r);
+  };
+  const bool vision_trains = c.stage == Stage::Full && !c.model.freeze_vision;
+  for (CheckpointKind k : {CheckpointKind::Selective, CheckpointKind::Full}) {
+    if (c.llm_ckpt.kind < k) change(str("memory.gradient_checkpointing.llm=", models::checkpoint_name(k)), [&](RunConfig& r) { r.llm_ckpt.kind = k; });
+    if (vision_trains && c.vision_ckpt.kind < k)
+      change(str("memory.gradient_checkpointing=", models::checkpoint_name(k)), [&](RunConfig& r) { r.llm_ckpt.kind = r.vision_ckpt.kind = k; });
+  }
+  for (int64_t m = c.micro_batch_size / 2; m >= 1; m /= 2)
+    if ((c.micro_batch_size * c.gradient_accumulation_steps) % m == 0)
+      change(str("train.micro_batch_size=", m, " (accumulation ", c.micro_batch_size * c.gradient_accumulation_steps / m, ")"),
+             [&](RunConfig& r) { r = with_micro(r, m, c.micro_batch_size * c.gradient_accumulation_steps, world); });
+  if (world > 1)
+    for (int z = c.zero.stage + 1; z <= 3; ++z)
+      change(str("memory.zero_stage=", z), [&](RunConfig& r) { r.zero.stage = z; });
+  if (c.zero.offload_optimizer == Offload::None)
+    change("memory.offload_optimizer=cpu", [&](RunConfig& r) { r.zero.offload_optimizer = Offload::Cpu; });
+  if (c.precision == Precision::FP32)
+    change("memory.precision=bf16", [&](RunConfig& r) { r.precision = Precision::BF16; });
+  if (c.llm_ckpt.kind != CheckpointKind::Full)
+    for (int64_t m = c.micro_batch_size / 2; m >= 1; m /= 2)
+      if ((c.micro_batch_size * c.gradient_accumulation_steps) % m == 0)
+        change(str("memory.gradient_checkpointing.llm=full and train.micro_batch_size=", m), [&](RunConfig& r) {
+          r = with_micro(r, m, c.micro_batch_size * c.gradient_accumulation_steps, world);
+          r.llm_ckpt.kind = CheckpointKind::Full;
+        });
+  std::vector<Plan> fits;
+  for (auto& [what, r] : changes) {
+    Plan p = make_plan(r, device, world);
+    if (!p.fits) continue;
+    p.decisions_changed = what;
+    fits.push_back(std::move(p));
+  }
+  std::stable_sort(fits.begin(), fits.end(), faster);
+  if (int(fits.size()) > count) fits.resize(std::size_t(count));
+  return fits;
+}
+
+Plan max_micro_batch(const RunConfig& c, const DevicePreset& device, int world, int64_t limit) {
+  auto at = [&](int64_t m) { return make_plan(with_micro(c, m, 0, world), device, world); };
+  Plan best = at(1);
+  if (!best.fits) return best;
+  int64_t lo = 1, hi = 2;
+  while (hi <= limit) {
+    Plan p = at(hi);
+    if (!p.fits) break;
+    best = std::move(p);
+    lo = hi;
+    hi *= 2;
+  }
+  hi = std::min(hi, limit + 1);  // lo fits, hi does not (or is past the limit)
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    Plan p = at(mid);
+    if (p.fits) lo = mid, best = std::move(p);
+    else hi = mid;
+  }
+  return best;
+}
+
+}  // namespace hr::train

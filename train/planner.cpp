@@ -1,0 +1,353 @@
+// The planner: dry runs on the meta device, the step-time cost model, the closed-form breakdown, and the
+// search over strategies.
+#include "train/planner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+
+#include "core/memory/device_memory.h"
+#include "models/data/tokenizer.h"
+#include "train/engine.h"
+
+namespace hr::train {
+
+using namespace hr::core;
+using namespace hr::models;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const Device kMetaHost{DeviceType::Meta, 1};  // the host as a plan sees it: nothing is really allocated
+
+// A batch of the given shape: each row starts with BOS and its images' placeholders; every later token is an
+// answer token (the loss covers it). What the tokens are does not change what is allocated.
+LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s) {
+  LoadedBatch lb;
+  Batch& b = lb.batch;
+  b.batch = s.batch;
+  b.seq = s.seq;
+  const int64_t T = m.vision.tokens_per_image();
+  b.input_ids.assign(std::size_t(s.batch * s.seq), int64_t('a') + ByteTokenizer::kByteOffset);
+  b.labels = b.input_ids;
+  for (int64_t r = 0; r < s.batch; ++r) {
+    const int64_t images = s.images / s.batch + (r < s.images % s.batch ? 1 : 0);
+    HR_CHECK(1 + images * T < s.seq, "[plan] a sequence of ", s.seq, " tokens cannot hold ", images, " image(s) of ", T,
+             " tokens; raise data.max_seq_len or lower data.max_images_per_sample");
+    b.input_ids[std::size_t(r * s.seq)] = ByteTokenizer::kBos;
+    b.labels[std::size_t(r * s.seq)] = m.ignore_index;
+    for (int64_t t = 1; t <= images * T; ++t) {
+      b.input_ids[std::size_t(r * s.seq + t)] = m.image_token_id;
+      b.labels[std::size_t(r * s.seq + t)] = m.ignore_index;
+    }
+  }
+  if (s.images > 0) {
+    MemoryScope scope(Category::IO, "loader");
+    b.pixel_values = Tensor::empty({s.images, m.vision.channels, m.vision.image_size, m.vision.image_size}, DType::F32, kMetaHost);
+  }
+  lb.tokens = s.batch * s.seq;
+  return lb;
+}
+
+// Follows one allocator's events: the composition at the peak and who reached it.
+struct PeakWatch {
+  CategoryBytes current{}, at_peak{};
+  int64_t allocated = 0, best = 0, activations_best = 0;
+  std::string owner, activation_owner;
+
+  explicit PeakWatch(const MemoryStats& s) {
+    for (Category c : kAllCategories) current[std::size_t(c)] = s.category(c).current;
+    allocated = best = s.allocated_bytes.current;
+    at_peak = current;
+    activations_best = current[std::size_t(Category::Activations)];
+  }
+  void operator()(const TraceEvent& e) {
+    const auto c = std::size_t(e.category);
+    if (e.kind == TraceEvent::Kind::Alloc) {
+      allocated += int64_t(e.size);
+      current[c] += int64_t(e.size);
+      if (allocated > best) {
+        best = allocated;
+        at_peak = current;
+        owner = e.owner ? *e.owner : "";
+      }
+      if (e.category == Category::Activations && current[c] > activations_best) {
+        activations_best = current[c];
+        activation_owner = e.owner ? *e.owner : "";
+      }
+    } else if (e.kind == TraceEvent::Kind::Free) {
+      allocated -= int64_t(e.size);
+      current[c] -= int64_t(e.size);
+    }
+  }
+};
+
+}  // namespace
+
+// ---- Predictor ----
+
+Predictor::Predictor(const RunConfig& c, int world, int rank, Backend target) : config_(c) {
+  configure_device(Device::meta(), {0, target});
+  configure_device(kMetaHost, {0, target});
+  comm_ = parallel::make_planned(world, rank);
+  engine_ = std::make_unique<Engine>(config_, Device::meta(), *comm_);
+  engine_->shard();
+}
+
+Predictor::~Predictor() = default;
+
+std::vector<MicroShape> Predictor::worst_case() const {
+  const int64_t m = config_.micro_batch_size;
+  return std::vector<MicroShape>(std::size_t(config_.gradient_accumulation_steps),
+                                 {m, config_.max_seq_len, m * config_.max_images_per_sample});
+}
+
+const Llava& Predictor::model() const { return engine_->model(); }
+
+Prediction Predictor::step(const std::vector<MicroShape>& micro) {
+  auto dev = allocator_for(Device::meta()), host = allocator_for(kMetaHost);
+  dev->reset_peak_stats();
+  host->reset_peak_stats();
+  Prediction p;
+  p.persistent = dev->stats().allocated_bytes.current;
+  PeakWatch dw(dev->stats()), hw(host->stats());
+  dev->set_trace([&](const TraceEvent& e) { dw(e); });
+  host->set_trace([&](const TraceEvent& e) { hw(e); });
+  try {
+    std::size_t i = 0;
+    engine_->accumulate([&] { return synthetic_batch(config_.model.config, micro[i++]); }, int64_t(micro.size()), 1.f);
+    engine_->update(1e-3f, 1.f);
+  } catch (...) {
+    dev->set_trace(nullptr);
+    host->set_trace(nullptr);
+    throw;
+  }
+  dev->set_trace(nullptr);
+  host->set_trace(nullptr);
+  const MemoryStats s = dev->stats(), h = host->stats();
+  p.peak_allocated = s.allocated_bytes.peak;
+  p.peak_reserved = s.reserved_bytes.peak;
+  HR_ASSERT(p.peak_allocated == dw.best, "peak watch ", dw.best, " disagrees with the allocator's peak ", p.peak_allocated);
+  p.at_peak = dw.at_peak;
+  for (Category c : kAllCategories) p.category_peaks[std::size_t(c)] = s.category(c).peak;
+  p.peak_owner = dw.owner;
+  p.activation_peak_owner = dw.activation_owner;
+  p.host_peak = h.allocated_bytes.peak;
+  p.host_at_peak = hw.at_peak;
+  return p;
+}
+
+// ---- decisions ----
+
+std::string Decisions::describe() const {
+  std::string s = str("micro ", micro_batch_size, " x accumulation ", gradient_accumulation_steps, ", ZeRO ", zero_stage,
+                      ", checkpointing vision ", checkpoint_name(vision_ckpt), " / llm ", checkpoint_name(llm_ckpt));
+  if (offload_optimizer == parallel::Offload::Cpu) s += ", optimizer on cpu";
+  if (offload_params == parallel::Offload::Cpu) s += ", params on cpu";
+  return s + ", " + precision_name(precision);
+}
+
+namespace {
+
+Decisions decisions_of(const RunConfig& c) {
+  Decisions d;
+  d.precision = c.precision;
+  d.vision_ckpt = c.vision_ckpt.kind;
+  d.llm_ckpt = c.llm_ckpt.kind;
+  d.micro_batch_size = c.micro_batch_size;
+  d.gradient_accumulation_steps = c.gradient_accumulation_steps;
+  d.zero_stage = c.zero.stage;
+  d.offload_optimizer = c.zero.offload_optimizer;
+  d.offload_params = c.zero.offload_params;
+  return d;
+}
+
+bool vision_used(const LlavaConfig& m) { return m.vision.layers > 0; }
+
+// ---- the cost model ----
+
+struct Counts {
+  double vision_layer = 0, vision_other = 0, projector = 0, llm_layer = 0, embed = 0, head = 0;  // parameters
+  bool vision_trainable = false, projector_trainable = false, llm_trainable = false;
+};
+
+Counts counts_of(const Llava& m) {
+  Counts k;
+  for (const ParamGroup& g : m.groups()) {
+    double n = 0;
+    bool trainable = false;
+    for (const Param* p : g.params) n += double(p->numel()), trainable |= p->trainable;
+    if (g.name.find("vision_tower") != std::string::npos) {
+      if (g.name.find(".layers.") != std::string::npos) k.vision_layer = n;
+      else k.vision_other = n;
+      k.vision_trainable |= trainable;
+    } else if (g.name.find("projector") != std::string::npos) {
+      k.projector = n, k.projector_trainable = trainable;
+    } else if (g.name.find(".layers.") != std::string::npos) {
+      k.llm_layer = n, k.llm_trainable |= trainable;
+    } else if (g.name.find("embed_tokens") != std::string::npos) {
+      k.embed = n;
+    } else {
+      k.head += n;
+    }
+  }
+  return k;
+}
+
+double recompute_fraction(CheckpointKind k) {
+  // Of a block's forward: full recomputes all of it, selective everything but the attention core.
+  return k == CheckpointKind::Full ? 1.0 : k == CheckpointKind::Selective ? 0.8 : 0.0;
+}
+
+StepTime step_time(const Plan& p, const Counts& k) {
+  const RunConfig& c = p.config;
+  const LlavaConfig& m = c.model.config;
+  StepTime t;
+  const double B = double(c.micro_batch_size), L = double(c.max_seq_len), A = double(c.gradient_accumulation_steps);
+  const double I = B * double(c.max_images_per_sample), N = double(m.vision.num_positions());
+  // Forward FLOPs per micro-batch: 2 x parameters x tokens for the matmuls, plus attention scores and values.
+  const double v_layers = double(m.vision.layers_used());
+  const double vis_fwd = vision_used(m) && I > 0 ? 2.0 * k.vision_layer * v_layers * I * N + 4.0 * v_layers * I * N * N * double(m.vision.hidden) : 0;
+  const double proj_fwd = I > 0 ? 2.0 * k.projector * I * double(m.vision.tokens_per_image()) : 0;
+  const double llm_layers_fwd = 2.0 * k.llm_layer * double(m.llm.layers) * B * L + 2.0 * double(m.llm.layers) * B * L * L * double(m.llm.hidden);
+  const double head_fwd = 2.0 * double(m.llm.hidden) * double(m.llm.vocab) * B * L;
+  const bool grads_reach_llm = k.llm_trainable || k.projector_trainable || k.vision_trainable;
+  const double bwd = (grads_reach_llm ? 2.0 * (llm_layers_fwd + head_fwd) : 0) +
+                     (k.projector_trainable || k.vision_trainable ? 2.0 * proj_fwd : 0) + (k.vision_trainable ? 2.0 * vis_fwd : 0);
+  const double recompute = (grads_reach_llm ? recompute_fraction(c.llm_ckpt.kind) * llm_layers_fwd : 0) +
+                           (k.vision_trainable ? recompute_fraction(c.vision_ckpt.kind) * vis_fwd : 0);
+  const double flops = A * (vis_fwd + proj_fwd + llm_layers_fwd + head_fwd + bwd);
+  const bool low = c.precision != Precision::FP32;
+  const double peak = (low ? p.device.tflops_bf16 : p.device.tflops_fp32) * 1e12 * (p.device.cuda ? 0.5 : 1.0);
+  t.flops = flops + A * recompute;
+  t.compute_s = flops / peak;
+  t.recompute_s = A * recompute / peak;
+  t.compute_s += t.recompute_s;
+  // Collectives (ring algorithms: (W-1)/W of the buffer crosses each link per reduce-scatter or all-gather).
+  const double W = double(p.world), ring = (W - 1) / W;
+  const double e = low ? 2 : 4;
+  double trainable = 0, all = 0;
+  for (const auto& [name, n] : p.params_by_module) all += double(n);
+  trainable = double(p.params_trainable);
+  double moved = 0;
+  if (W > 1) {
+    if (c.zero.stage <= 1) moved += 2 * ring * trainable * e;             // all-reduce of the gradients
+    if (c.zero.stage >= 1) moved += ring * trainable * e;                 // all-gather of updated parameters
+    if (c.zero.stage >= 2) moved += A * ring * trainable * e;             // reduce-scatter per micro-batch
+    if (c.zero.stage == 3) moved += A * 2 * ring * all * e - ring * trainable * e;  // gathers in fwd and bwd instead
+  }
+  t.comm_s = moved / (p.device.link_gbps * 1e9);
+  // Offload: gradients out and parameters back over PCIe, and the host's AdamW (~1e9 parameters/s).
+  const double shard = c.zero.stage >= 1 ? trainable / W : trainable;
+  if (c.zero.offload_optimizer == parallel::Offload::Cpu)
+    t.offload_s = 2 * shard * e / (p.device.host_gbps * 1e9) + shard / 1e9;
+  if (c.zero.offload_params == parallel::Offload::Cpu) t.offload_s += A * 2 * (all / W) * e / (p.device.host_gbps * 1e9);
+  return t;
+}
+
+// ---- the closed form ----
+
+int64_t elem(DType t) { return int64_t(dtype_size(t)); }
+
+std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
+  const RunConfig& c = p.config;
+  const LlavaConfig& m = c.model.config;
+  const int W = p.world;
+  const bool low = c.precision != Precision::FP32;
+  const int64_t e = elem(param_dtype(c.precision));
+  int64_t params = 0, trainable = 0, largest = 0, largest_trainable = 0;
+  for (const ParamGroup& g : model.groups()) {
+    int64_t bytes = 0, n = 0;
+    bool t = false;
+    for (const Param* q : g.params) bytes += q->numel() * elem(q->dtype), n += q->numel(), t |= q->trainable;
+    params += bytes;
+    largest = std::max(largest, bytes);
+    if (t) trainable += n, largest_trainable = std::max(largest_trainable, bytes);
+  }
+  const int zs = c.zero.stage;
+  const bool off = c.zero.offload_optimizer == parallel::Offload::Cpu;
+  std::vector<ClosedFormRow> rows;
+  auto at = [&](Category cat) { return p.rank.at_peak[std::size_t(cat)]; };
+  rows.push_back({"params", zs == 3 ? params / W + largest : params, at(Category::Params),
+                  zs == 3 ? "parameter bytes / world + the largest group gathered" : "parameter count x bytes per parameter"});
+  rows.push_back({"grads", zs >= 2 ? trainable * e / W + largest_trainable : trainable * e, at(Category::Grads),
+                  zs >= 2 ? "trainable x bytes / world + one group's full gradients while reduced" : "trainable x bytes"});
+  rows.push_back({"master_params", off || !low ? 0 : trainable * 4 / (zs >= 1 ? W : 1), at(Category::MasterParams),
+                  off ? "on the host" : low ? "trainable x 4 (f32 master copy) / ZeRO share" : "none in fp32"});
+  const int64_t states = c.optimizer.kind == optim::OptimizerKind::AdamW ? 8 : c.optimizer.momentum != 0.f ? 4 : 0;
+  rows.push_back({"optimizer", off ? 0 : trainable * states / (zs >= 1 ? W : 1), at(Category::Optimizer),
+                  off ? "on the host" : str("trainable x ", states, " (f32 states) / ZeRO share")});
+  // Activations: what every block keeps by its policy, plus the loss inputs.
+  const int64_t B = c.micro_batch_size, L = c.max_seq_len, n = B * L, C = m.llm.hidden, H = m.llm.heads;
+  const int64_t kv = m.llm.kv_heads * m.llm.head_dim(), I = m.llm.intermediate;
+  auto llm_block = [&](CheckpointKind k) {
+    if (k == CheckpointKind::Full) return n * C * e;
+    if (k == CheckpointKind::Selective) return 3 * n * C * e + n * H * 4;
+    return 6 * n * C * e + 2 * n * kv * e + 3 * n * I * e + n * H * 4 + 2 * n * 4;
+  };
+  const bool llm_saves = p.params_trainable > 0;
+  int64_t act = 0;
+  if (llm_saves)
+    for (int64_t l = 0; l < m.llm.layers; ++l) act += llm_block(c.llm_ckpt.for_block(l));
+  act += 2 * n * C * e + n * 4;  // final norm input and the shifted hidden states
+  const int64_t transient = llm_block(CheckpointKind::None) + 3 * n * C * e;
+  rows.push_back({"activations", act + transient, at(Category::Activations),
+                  str("kept per block by policy (", checkpoint_name(c.llm_ckpt.kind), ") + one block's backward")});
+  const int64_t chunk = std::min(c.ce_chunk_rows > 0 ? c.ce_chunk_rows : default_chunk_rows(B * (L - 1), m.llm.vocab), B * (L - 1));
+  rows.push_back({"workspace", chunk * m.llm.vocab * 4, at(Category::Workspace), "the cross-entropy logits chunk (f32)"});
+  rows.push_back({"comm", 0, at(Category::Comm), "gather/reduce buffers live between compute, not at the peak"});
+  rows.push_back({"io", 3 * n * 8, at(Category::IO), "token ids, shifted labels, positions (i64); pixels are freed by then"});
+  return rows;
+}
+
+}  // namespace
+
+// ---- plans ----
+
+DevicePreset run_device(const RunConfig& c) {
+  return device_preset(c.memory_limit ? str("cpu:", c.memory_limit) : std::string("cpu"));
+}
+
+Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
+  Plan p;
+  p.decisions = decisions_of(config);
+  p.config = config;
+  p.device = device;
+  p.world = world;
+  parallel::validate(config.zero, config.optimizer);
+  HR_CHECK(!(config.precision == Precision::BF16 && !device.bf16), "[plan] ", device.name,
+           " has no bf16 arithmetic; use memory.precision: fp16 or fp32");
+  Predictor pred(config, world, 0, device.cuda ? Backend::CUDA : Backend::CPU);
+  p.rank = pred.step(pred.worst_case());
+  p.capacity = int64_t(device.capacity);
+  p.runtime_reserve = int64_t(device.runtime_reserve);
+  p.usable = int64_t(double(config.budget) * double(device.capacity)) - p.runtime_reserve;
+  p.fits = p.rank.peak_reserved <= p.usable;
+  const Llava& model = pred.model();
+  p.params_total = model.params().count();
+  p.params_trainable = model.params().count(true);
+  auto add = [&](const std::string& module, int64_t n) {
+    for (auto& [name, v] : p.params_by_module)
+      if (name == module) return void(v += n);
+    p.params_by_module.emplace_back(module, n);
+  };
+  for (const ParamGroup& g : model.groups()) {
+    int64_t n = 0;
+    for (const Param* q : g.params) n += q->numel();
+    const std::string& s = g.name;
+    add(s.find("vision_tower") != std::string::npos ? "vision_tower"
+        : s.find("projector") != std::string::npos ? "multi_modal_projector"
+        : s.find("embed_tokens") != std::string::npos ? "language_model.embed_tokens"
+        : s.find(".layers.") != std::string::npos ? "language_model.layers"
+                                                    : "language_model.norm + lm_head",
+        n);
+  }
+  p.time = step_time(p, counts_of(model));
+  p.closed_form = closed_form(p, model);
+  return p;
+}
+
+}  // namespace hr::train

@@ -1,0 +1,125 @@
+// The memory planner (DESIGN §5). A dry run builds the real engine on the meta device and runs one real
+// training step at the worst-case shapes through the same caching allocator: on the CPU back-end its peaks
+// equal the real run's byte for byte. A closed-form breakdown explains the numbers, a cost model predicts the
+// step time, and a search fills every strategy key set to `auto` with the fastest plan that fits.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/memory/category.h"
+#include "models/llava.h"
+#include "parallel/comm.h"
+#include "train/config.h"
+#include "train/devices.h"
+
+namespace hr::train {
+
+class Engine;
+
+struct MicroShape {
+  int64_t batch = 0, seq = 0, images = 0;
+  bool operator==(const MicroShape&) const = default;
+};
+
+using CategoryBytes = std::array<int64_t, core::kNumCategories>;
+
+struct Prediction {
+  int64_t peak_allocated = 0, peak_reserved = 0;
+  int64_t persistent = 0;        // allocated before the step: parameters, states, shards
+  CategoryBytes at_peak{};       // by category at the moment of the peak (sums to peak_allocated)
+  CategoryBytes category_peaks{};
+  std::string peak_owner;        // the module whose allocation reached the peak
+  std::string activation_peak_owner;
+  int64_t host_peak = 0;         // host memory of the step (offloaded states, batch buffers)
+  CategoryBytes host_at_peak{};
+};
+
+// Holds an engine on the meta device (one at a time per process) and predicts training steps.
+class Predictor {
+ public:
+  // `target`: whose workspace sizes the meta device mirrors.
+  Predictor(const RunConfig& config, int world, int rank, core::Backend target);
+  ~Predictor();
+  Predictor(const Predictor&) = delete;
+  Predictor& operator=(const Predictor&) = delete;
+  // One step of the given micro-batches (their count is the accumulation).
+  Prediction step(const std::vector<MicroShape>& micro_batches);
+  // Accumulation x (micro, max_seq_len, micro x max_images_per_sample).
+  std::vector<MicroShape> worst_case() const;
+  const models::Llava& model() const;
+
+ private:
+  RunConfig config_;
+  std::unique_ptr<parallel::Communicator> comm_;
+  std::unique_ptr<Engine> engine_;
+};
+
+struct Decisions {
+  Precision precision = Precision::FP32;
+  models::CheckpointKind vision_ckpt = models::CheckpointKind::None, llm_ckpt = models::CheckpointKind::None;
+  int64_t micro_batch_size = 1, gradient_accumulation_steps = 1;
+  int zero_stage = 0;
+  parallel::Offload offload_optimizer = parallel::Offload::None, offload_params = parallel::Offload::None;
+  std::string describe() const;  // "micro 4 x accumulation 2, ZeRO 2, checkpointing vision none / llm selective, ..."
+};
+
+struct StepTime {
+  double compute_s = 0, recompute_s = 0, comm_s = 0, offload_s = 0;
+  double flops = 0;  // per step and rank, recompute included
+  double total() const { return compute_s + comm_s + offload_s; }
+};
+
+// One row of the closed-form breakdown beside the dry run.
+struct ClosedFormRow {
+  std::string item;
+  int64_t formula = 0, dry_run = 0;
+  std::string how;  // the formula in words
+};
+
+struct Plan {
+  Decisions decisions;
+  RunConfig config;  // the input config with the decisions applied
+  DevicePreset device;
+  int world = 1;
+  int64_t capacity = 0, runtime_reserve = 0, usable = 0;  // usable = budget x capacity - runtime reserve
+  bool fits = false;
+  Prediction rank;   // every rank's prediction: shards are padded, so ranks differ in nothing the plan sees
+  StepTime time;
+  int64_t params_total = 0, params_trainable = 0;
+  std::vector<std::pair<std::string, int64_t>> params_by_module;
+  std::vector<ClosedFormRow> closed_form;
+  std::string decisions_changed;  // for a suggested fix: what changed from the input config
+  int64_t total_predicted() const { return rank.peak_reserved + runtime_reserve; }
+};
+
+// The plan for `config` exactly as given (every auto must already be decided).
+Plan make_plan(const RunConfig& config, const DevicePreset& device, int world);
+
+struct Search {
+  std::vector<Plan> ranked;  // fitting plans, fastest first, then the rest by peak
+  int evaluated = 0;
+  double seconds = 0;
+  bool any_auto = false;
+};
+// Fills every `auto` key by search: the fastest predicted plan whose peak fits the budget.
+Search search_plans(const RunConfig& config, const DevicePreset& device, int world);
+
+// The cheapest changes to a config that does not fit (up to `count`), each a fitting plan.
+std::vector<Plan> suggest_fixes(const RunConfig& config, const DevicePreset& device, int world, int count = 3);
+
+// The largest micro-batch that fits (accumulation adjusted to keep the global batch when there is one); 0: none.
+Plan max_micro_batch(const RunConfig& config, const DevicePreset& device, int world, int64_t limit = 1024);
+
+// Printing.
+std::string plan_table(const Plan& plan);
+std::string plan_json(const Plan& plan);
+std::string search_explanation(const Search& s, std::size_t show = 10);
+
+// The device preset a run on this machine plans for: cpu with device.memory_limit (or the machine's memory).
+DevicePreset run_device(const RunConfig& config);
+
+}  // namespace hr::train
