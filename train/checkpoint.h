@@ -22,6 +22,7 @@ struct TrainerState {
   optim::LossScaler::State scaler{65536.f, 0, -1, 2};
   int64_t skipped_steps = 0;
   int64_t optimizer_steps = 0;
+  int64_t oom_recoveries = 0;  // this run's, not saved
   int world_size = 1, zero_stage = 0;  // of the run that wrote it
 };
 

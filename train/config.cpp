@@ -230,6 +230,7 @@ const std::vector<Key>& schema() {
          c.budget = get<float>(n, k, "a number");
          if (!(c.budget > 0.f && c.budget <= 1.f)) bad_value(k, n, "a fraction in (0, 1]");
        }},
+      {"memory.preflight", "true", flag(&RunConfig::preflight)},
       {"memory.on_oom", "fail",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          const std::string s = get<std::string>(n, k, "a string");

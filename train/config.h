@@ -71,6 +71,7 @@ struct RunConfig {
   bool micro_auto = false, vision_ckpt_auto = false, llm_ckpt_auto = false, offload_auto = false;
   float budget = 0.95f;        // memory.budget: plans must fit budget x (capacity - runtime reserve)
   bool shrink_on_oom = false;  // memory.on_oom: shrink_micro_batch
+  bool preflight = true;       // memory.preflight: false starts a run whose plan does not fit (it will OOM)
   int64_t max_images_per_sample = 1;  // data.max_images_per_sample: the planner's worst case
   // log
   int64_t logging_steps = 10;

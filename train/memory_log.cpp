@@ -42,7 +42,10 @@ void MemoryLog::write(const StepRecord& r, const MemoryStats& s, const MemorySta
   j["active"] = s.active_bytes.current;
   j["peak_allocated"] = s.allocated_bytes.peak;
   j["peak_reserved"] = s.reserved_bytes.peak;
-  j["predicted_peak"] = r.predicted_peak >= 0 ? nlohmann::json(r.predicted_peak) : nlohmann::json(nullptr);
+  auto opt = [](int64_t v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  j["predicted_peak"] = opt(r.predicted_peak);
+  j["predicted_reserved"] = opt(r.predicted_reserved);
+  j["planned_peak"] = opt(r.planned_peak);
   j["fragmentation"] = s.fragmentation();
   j["alloc_retries"] = s.num_alloc_retries;
   j["ooms"] = s.num_ooms;

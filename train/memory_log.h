@@ -16,7 +16,9 @@ struct StepRecord {
   float loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
   double tokens_per_s = 0;
   bool skipped = false;  // fp16 overflow: the optimizer step was skipped
-  int64_t predicted_peak = -1;  // from the plan, once there is one
+  // The dry run of this step's exact shapes on the meta device (peak allocated and reserved), and the
+  // plan's worst case; -1: none.
+  int64_t predicted_peak = -1, predicted_reserved = -1, planned_peak = -1;
 };
 
 // Resident set size of this process in bytes (from /proc/self/statm; 0 where unavailable).

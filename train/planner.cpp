@@ -89,8 +89,8 @@ struct PeakWatch {
 
 // ---- Predictor ----
 
-Predictor::Predictor(const RunConfig& c, int world, int rank, Backend target) : config_(c) {
-  configure_device(Device::meta(), {0, target});
+Predictor::Predictor(const RunConfig& c, int world, int rank, Backend target, std::size_t capacity) : config_(c) {
+  configure_device(Device::meta(), {capacity, target});
   configure_device(kMetaHost, {0, target});
   comm_ = parallel::make_planned(world, rank);
   engine_ = std::make_unique<Engine>(config_, Device::meta(), *comm_);
@@ -221,7 +221,10 @@ StepTime step_time(const Plan& p, const Counts& k) {
                            (k.vision_trainable ? recompute_fraction(c.vision_ckpt.kind) * vis_fwd : 0);
   const double flops = A * (vis_fwd + proj_fwd + llm_layers_fwd + head_fwd + bwd);
   const bool low = c.precision != Precision::FP32;
-  const double peak = (low ? p.device.tflops_bf16 : p.device.tflops_fp32) * 1e12 * (p.device.cuda ? 0.5 : 1.0);
+  // Achieved throughput: half the datasheet peak on a GPU at best, and less for small micro-batches, whose
+  // GEMMs have few rows (half the best at 1024 tokens per micro-batch on a GPU, 64 on the CPU).
+  const double rows = B * L, half = p.device.cuda ? 1024.0 : 64.0;
+  const double peak = (low ? p.device.tflops_bf16 : p.device.tflops_fp32) * 1e12 * (p.device.cuda ? 0.5 : 1.0) * rows / (rows + half);
   t.flops = flops + A * recompute;
   t.compute_s = flops / peak;
   t.recompute_s = A * recompute / peak;
@@ -320,13 +323,32 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
   parallel::validate(config.zero, config.optimizer);
   HR_CHECK(!(config.precision == Precision::BF16 && !device.bf16), "[plan] ", device.name,
            " has no bf16 arithmetic; use memory.precision: fp16 or fp32");
-  Predictor pred(config, world, 0, device.cuda ? Backend::CUDA : Backend::CPU);
-  p.rank = pred.step(pred.worst_case());
+  const Backend target = device.cuda ? Backend::CUDA : Backend::CPU;
   p.capacity = int64_t(device.capacity);
   p.runtime_reserve = int64_t(device.runtime_reserve);
   p.usable = int64_t(double(config.budget) * double(device.capacity)) - p.runtime_reserve;
-  p.fits = p.rank.peak_reserved <= p.usable;
-  const Llava& model = pred.model();
+  // First uncapped: the peaks as they are. If the reserved peak passes the usable bytes, again on a meta
+  // device capped there: the allocator frees its cache and retries exactly as the real one would, so the
+  // step either fits that way or runs out of memory here instead of on the device.
+  auto pred = std::make_unique<Predictor>(config, world, 0, target);
+  p.rank = pred->step(pred->worst_case());
+  p.fits = p.usable > 0 && p.rank.peak_reserved <= p.usable;
+  if (!p.fits && p.usable > 0 && p.rank.peak_allocated <= p.usable) {
+    Prediction uncapped = p.rank;
+    pred.reset();
+    try {
+      pred = std::make_unique<Predictor>(config, world, 0, target, std::size_t(p.usable));
+      p.rank = pred->step(pred->worst_case());
+      p.fits = p.retries = true;
+    } catch (const OutOfMemory&) {
+      p.rank = uncapped;
+    }
+    if (!p.fits) {
+      pred.reset();
+      pred = std::make_unique<Predictor>(config, world, 0, target);
+    }
+  }
+  const Llava& model = pred->model();
   p.params_total = model.params().count();
   p.params_trainable = model.params().count(true);
   auto add = [&](const std::string& module, int64_t n) {

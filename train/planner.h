@@ -41,8 +41,9 @@ struct Prediction {
 // Holds an engine on the meta device (one at a time per process) and predicts training steps.
 class Predictor {
  public:
-  // `target`: whose workspace sizes the meta device mirrors.
-  Predictor(const RunConfig& config, int world, int rank, core::Backend target);
+  // `target`: whose workspace sizes the meta device mirrors. `capacity` (0: none) caps the meta device like
+  // the real one, so a step that would run out of memory throws OutOfMemory here too.
+  Predictor(const RunConfig& config, int world, int rank, core::Backend target, std::size_t capacity = 0);
   ~Predictor();
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;
@@ -86,7 +87,8 @@ struct Plan {
   DevicePreset device;
   int world = 1;
   int64_t capacity = 0, runtime_reserve = 0, usable = 0;  // usable = budget x capacity - runtime reserve
-  bool fits = false;
+  bool fits = false;  // the step ran on a meta device capped at `usable` without running out of memory
+  bool retries = false;  // it fits only because the allocator frees its cache and retries (as the real one will)
   Prediction rank;   // every rank's prediction: shards are padded, so ranks differ in nothing the plan sees
   StepTime time;
   int64_t params_total = 0, params_trainable = 0;

@@ -4,7 +4,9 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
+#include <map>
 #include <cstdlib>
 #include <cmath>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include "models/weights.h"
 #include "train/checkpoint.h"
 #include "train/engine.h"
+#include "train/planner.h"
 #include "train/evaluate.h"
 #include "train/memory_log.h"
 
@@ -64,6 +67,28 @@ void write_eval_line(const std::string& path, int64_t step, const EvalResult& r)
   std::ofstream(path, std::ios::app) << j.dump() << "\n";
 }
 
+// Splits a loader batch into `parts` micro-batches of consecutive samples (after an out-of-memory error).
+std::vector<LoadedBatch> split_batch(const LoadedBatch& lb, int64_t parts, const RunConfig& c) {
+  if (parts == 1) return {lb};
+  std::vector<LoadedBatch> out;
+  const int64_t n = int64_t(lb.examples.size()), per = (n + parts - 1) / parts;
+  for (int64_t start = 0; start < n; start += per) {
+    LoadedBatch b;
+    b.examples.assign(lb.examples.begin() + start, lb.examples.begin() + std::min(n, start + per));
+    int64_t seq = 0;
+    for (const Example& e : b.examples) seq = std::max<int64_t>(seq, int64_t(e.ids.size())), b.tokens += int64_t(e.ids.size());
+    b.batch = collate(b.examples, c.pad_to_max_length ? c.max_seq_len : seq, c.model.config.ignore_index);
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+std::vector<MicroShape> to_shapes(const std::vector<std::array<int64_t, 3>>& v) {
+  std::vector<MicroShape> out;
+  for (const auto& a : v) out.push_back({a[0], a[1], a[2]});
+  return out;
+}
+
 // Ranks on this machine (mpirun's local size), to share its cores among them.
 int local_world_size(int world) {
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
@@ -83,18 +108,49 @@ std::string eval_summary(const EvalResult& r) {
 
 }  // namespace
 
-int run_training(const RunConfig& c, const TrainOptions& topt, parallel::Communicator& comm) {
+int run_training(const RunConfig& given, const TrainOptions& topt, parallel::Communicator& comm) {
   const auto t_start = Clock::now();
   const int rank = comm.rank(), world = comm.world();
-  const bool lead = rank == 0;  // prints, writes eval.jsonl and the resolved config
+  const bool lead = rank == 0;  // prints, writes eval.jsonl, plan.json and the resolved config
   if (lead) {
-    fs::create_directories(c.output_dir);
-    AtomicFile f(c.output_dir + "/config.yaml");
-    f.write(c.resolved_yaml.data(), c.resolved_yaml.size());
+    fs::create_directories(given.output_dir);
+    AtomicFile f(given.output_dir + "/config.yaml");
+    f.write(given.resolved_yaml.data(), given.resolved_yaml.size());
     f.commit();
   }
-  if (c.threads > 0) omp_set_num_threads(c.threads);
+  if (given.threads > 0) omp_set_num_threads(given.threads);
   else if (world > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / local_world_size(world)));
+
+  // The plan, before a byte is allocated: every `auto` filled, the peak predicted; what does not fit stops here.
+  const DevicePreset device = run_device(given);
+  const Search search = search_plans(given, device, world);
+  const Plan plan = search.ranked.front();
+  const RunConfig& c = plan.config;
+  if (lead) {
+    std::printf("%s", plan_table(plan).c_str());
+    if (search.any_auto) std::printf("%s", search_explanation(search, 5).c_str());
+    AtomicFile f(c.output_dir + "/plan.json");
+    const std::string text = plan_json(plan);
+    f.write(text.data(), text.size());
+    f.commit();
+    std::fflush(stdout);
+  }
+  if (!plan.fits) {
+    std::string fixes;
+    for (const Plan& f : suggest_fixes(c, device, world))
+      fixes += str("\n  --set ", f.decisions_changed, ": peak ", format_bytes(double(f.total_predicted())), ", step ",
+                   f.time.total(), " s");
+    const std::string msg = str("[plan] the run does not fit: predicted ", format_bytes(double(plan.total_predicted())),
+                                " per rank against ", format_bytes(double(plan.usable + plan.runtime_reserve)), " (",
+                                int(c.budget * 100 + 0.5f), "% of ", format_bytes(double(plan.capacity)),
+                                "). The cheapest changes that fit:", fixes.empty() ? std::string("\n  (none of the single changes tried)") : fixes);
+    if (c.preflight) throw Error(msg + "\n(memory.preflight: false starts it anyway)");
+    if (lead) std::printf("%s\nstarting anyway (memory.preflight: false): expect an out-of-memory error\n", msg.c_str());
+  }
+  // Every step is also dry-run at its own shapes: the prediction beside each measured peak.
+  auto predictor = std::make_unique<Predictor>(c, world, rank, Backend::CPU);
+  std::map<std::vector<std::array<int64_t, 3>>, Prediction> predicted;
+  int64_t mismatches = 0;
   HR_CHECK(c.device == "cpu", "[train] device.type '", c.device,
            "': training runs on the CPU back-end in this build (the CUDA back-end has GEMM and element-wise kernels "
            "only)");
@@ -196,14 +252,51 @@ int run_training(const RunConfig& c, const TrainOptions& topt, parallel::Communi
   };
   auto host_alloc = allocator_for(Device::host());
   std::size_t skipped_reported = 0;
+  int64_t split = 1;  // micro-batches per loader batch: doubled by each recovered out-of-memory error
 
   for (int64_t step = state.step; step < total; ++step) {
     const auto t0 = Clock::now();
     alloc->reset_peak_stats();
     host_alloc->reset_peak_stats();
     const float loss_scale = scaler.scale();
-    const Engine::Accumulated acc =
-        engine.accumulate([&] { return loader.next(); }, c.gradient_accumulation_steps, loss_scale);
+    // This step's batches from the loader, each split in `split` micro-batches (after an OOM was recovered).
+    std::vector<LoadedBatch> drawn;
+    std::vector<LoadedBatch> pending;
+    std::vector<std::array<int64_t, 3>> shapes;
+    std::size_t at = 0;
+    auto next = [&] {
+      if (at == pending.size()) {
+        drawn.push_back(loader.next());
+        for (LoadedBatch& b : split_batch(drawn.back(), split, c)) pending.push_back(std::move(b));
+      }
+      LoadedBatch& lb = pending[at++];
+      const Batch& b = lb.batch;
+      shapes.push_back({b.batch, b.seq, b.pixel_values.defined() ? b.pixel_values.size(0) : 0});
+      return lb;
+    };
+    Engine::Accumulated acc;
+    for (;;) {
+      try {
+        acc = engine.accumulate(next, c.gradient_accumulation_steps * split, loss_scale);
+        break;
+      } catch (const OutOfMemory& e) {
+        const int64_t micro = c.micro_batch_size / split;
+        if (!c.shrink_on_oom || micro <= 1) throw;
+        split *= 2;
+        if (lead)
+          std::printf("%sstep %lld: out of memory with micro-batch %lld; re-planned with micro-batch %lld x "
+                      "accumulation %lld (the same samples, the same global batch) and redoing the step\n",
+                      tty ? "\n" : "", (long long)(step + 1), (long long)micro, (long long)(micro / 2),
+                      (long long)(c.gradient_accumulation_steps * split));
+        ++state.oom_recoveries;
+        alloc->empty_cache();
+        pending.clear();
+        shapes.clear();
+        at = 0;
+        for (const LoadedBatch& d : drawn)
+          for (LoadedBatch& b : split_batch(d, split, c)) pending.push_back(std::move(b));
+      }
+    }
     double loss_sum = acc.loss_sum;
     int64_t tokens = acc.tokens;
     const float scaled_norm = acc.scaled_norm;
@@ -233,6 +326,18 @@ int run_training(const RunConfig& c, const TrainOptions& topt, parallel::Communi
     rec.skipped = skipped;
     rec.tokens_per_s = double(tokens) / std::max(secs, 1e-9);
     const MemoryStats ms = alloc->stats();
+    auto it = predicted.find(shapes);
+    if (it == predicted.end()) it = predicted.emplace(shapes, predictor->step(to_shapes(shapes))).first;
+    rec.predicted_peak = it->second.peak_allocated;
+    rec.predicted_reserved = it->second.peak_reserved;
+    rec.planned_peak = plan.rank.peak_allocated;
+    if (!skipped && ms.allocated_bytes.peak != rec.predicted_peak) {
+      ++mismatches;
+      std::printf("%s[memory] WARNING step %lld%s: measured peak %lld B differs from the dry run of this step's "
+                  "shapes, %lld B. The planner's prediction is exact by design on the CPU: this is a bug.\n",
+                  tty ? "\n" : "", (long long)(step + 1), world > 1 ? str(" rank ", rank).c_str() : "",
+                  (long long)ms.allocated_bytes.peak, (long long)rec.predicted_peak);
+    }
     mlog.write(rec, ms, host_alloc->stats());
     if (skipped && lead) std::printf("%sstep %lld: fp16 overflow at loss scale %g; step skipped\n", tty ? "\n" : "", (long long)(step + 1), loss_scale);
     const std::string leak = mlog.leak_check(step + 1, ms);
@@ -260,7 +365,11 @@ int run_training(const RunConfig& c, const TrainOptions& topt, parallel::Communi
   if (tty) std::printf("\n");
   save_checkpoint(c.output_dir, model, zero, state, c.save_total_limit, comm, c.resolved_yaml);
   run_eval(state.step);
+  if (mismatches) std::printf("%s[memory] %lld steps measured a peak other than predicted\n", world > 1 ? str("rank ", rank, ": ").c_str() : "", (long long)mismatches);
   if (lead) {
+    if (state.oom_recoveries) std::printf("%lld out-of-memory errors recovered by halving the micro-batch (now %lld x accumulation %lld)\n",
+                                          (long long)state.oom_recoveries, (long long)(c.micro_batch_size / split),
+                                          (long long)(c.gradient_accumulation_steps * split));
     if (!loader.skipped().empty()) std::printf("%zu bad samples skipped (named above)\n", loader.skipped().size());
     if (state.skipped_steps) std::printf("%lld optimizer steps skipped on fp16 overflow\n", (long long)state.skipped_steps);
     std::printf("%s", alloc->memory_summary().c_str());
