@@ -290,6 +290,7 @@ int run_training(const RunConfig& given, const TrainOptions& topt, parallel::Com
                       (long long)(c.gradient_accumulation_steps * split));
         ++state.oom_recoveries;
         alloc->empty_cache();
+        alloc->reset_peak_stats();  // the step's peak is the redone step's; the OOM stays counted
         pending.clear();
         shapes.clear();
         at = 0;

@@ -9,6 +9,8 @@ struct CachingAllocator::Block {
   std::size_t size = 0;       // rounded block size
   std::size_t requested = 0;  // caller's bytes while allocated
   char* ptr = nullptr;
+  uint64_t segment = 0;     // which segment (in the order they were obtained)
+  std::size_t offset = 0;   // offset in it
   Pool* pool = nullptr;
   bool allocated = false;
   Block* prev = nullptr;  // neighbours within the same segment
@@ -33,7 +35,7 @@ namespace {
 bool BlockLess::operator()(const CachingAllocator::Block* a, const CachingAllocator::Block* b) const {
   std::size_t sa = CachingAllocator::block_size(a), sb = CachingAllocator::block_size(b);
   if (sa != sb) return sa < sb;
-  return CachingAllocator::data(a) < CachingAllocator::data(b);
+  return CachingAllocator::position(a) < CachingAllocator::position(b);
 }
 }  // namespace
 
@@ -66,6 +68,7 @@ CachingAllocator::~CachingAllocator() {
 }
 
 void* CachingAllocator::data(const Block* b) { return b->ptr; }
+std::pair<uint64_t, std::size_t> CachingAllocator::position(const Block* b) { return {b->segment, b->offset}; }
 std::size_t CachingAllocator::block_size(const Block* b) { return b->size; }
 
 const std::string* CachingAllocator::intern(const std::string& owner) {
@@ -103,6 +106,7 @@ CachingAllocator::Block* CachingAllocator::alloc_segment(Pool& pool, std::size_t
   Block* b = new Block;
   b->size = segment_size;
   b->ptr = static_cast<char*>(p);
+  b->segment = ++segments_made_;
   b->pool = &pool;
   stats_.reserved_bytes.add(int64_t(segment_size));
   stats_.segment.add(1);
@@ -143,6 +147,8 @@ CachingAllocator::Block* CachingAllocator::malloc_locked(std::size_t bytes) {
     Block* rest = new Block;
     rest->size = remaining;
     rest->ptr = block->ptr + size;
+    rest->segment = block->segment;
+    rest->offset = block->offset + size;
     rest->pool = &pool;
     rest->prev = block;
     rest->next = block->next;
@@ -194,6 +200,7 @@ void CachingAllocator::free_locked(Block* block) {
     stats_.inactive_split.add(-1);
     if (nb == block->prev) {
       block->ptr = nb->ptr;
+      block->offset = nb->offset;
       block->prev = nb->prev;
       if (block->prev) block->prev->next = block;
     } else {

@@ -90,6 +90,9 @@ class CachingAllocator {
   void free(Block* block);
   static void* data(const Block* b);
   static std::size_t block_size(const Block* b);
+  // A block's place independent of the addresses the raw allocator returned: (segment number, offset).
+  // Best fit breaks ties by it, so the meta device (fake addresses) chooses the same blocks as a real one.
+  static std::pair<uint64_t, std::size_t> position(const Block* b);
 
   // Returns every whole free segment to the raw allocator.
   void empty_cache();
@@ -127,6 +130,7 @@ class CachingAllocator {
   std::unordered_map<std::string, std::unique_ptr<std::string>> owners_;
   std::unordered_map<const std::string*, Stat> owner_bytes_;
   std::function<void(const TraceEvent&)> trace_;
+  uint64_t segments_made_ = 0;
 };
 
 // Rounding and segment-size rules, exposed for tests and the planner's closed form.

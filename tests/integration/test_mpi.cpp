@@ -89,6 +89,11 @@ TEST(Mpi, ZeroStagesMatchASingleProcessAndShrinkMemoryAsTheFormulasSay) {
       CmdResult r = train(2, cfg, out, str("--set memory.zero_stage=", stage, " --set memory.offload_optimizer=", offload));
       ASSERT_EQ(r.status, 0) << name << "\n" << r.output;
       for (int rank = 0; rank < 2; ++rank) {
+        // Each rank's measured peaks equal the planner's dry run of that rank's step, byte for byte.
+        for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
+          EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << name << " rank " << rank << " step " << l["step"];
+          EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << name << " rank " << rank << " step " << l["step"];
+        }
         const auto got = losses(str(out, "/memory.rank", rank, ".jsonl"));
         ASSERT_EQ(got.size(), ref.size()) << name;
         for (std::size_t i = 0; i < ref.size(); ++i)

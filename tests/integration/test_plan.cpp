@@ -1,0 +1,163 @@
+// The planner against real runs on a capped CPU device: the dry run's peaks equal the measured ones byte for
+// byte over many strategy combinations; pre-flight refuses what does not fit and names fixes; auto picks the
+// checkpoint policy and micro-batch memory allows; --max-micro-batch agrees with real runs at that size and
+// one above (which runs out of memory); memory.on_oom: shrink_micro_batch recovers without losing a sample.
+#include <gtest/gtest.h>
+
+#include "core/check.h"
+#include "integration/cli.h"
+
+using namespace hr;
+using namespace hr::testing_cli;
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+const char* kConfig = R"(model:
+  preset: small
+data:
+  synthetic: {train: 48, eval: 4, image_size: 32}
+  system_prompt: ""
+  max_seq_len: 112
+  pad_to_max_length: true
+  num_workers: 1
+train:
+  stage: full
+  micro_batch_size: 2
+  max_steps: 2
+  learning_rate: 0.001
+  max_new_tokens: 2
+device:
+  memory_limit: 512MiB
+log:
+  logging_steps: 1
+  progress_bar: false
+)";
+
+std::string config(const std::string& dir) {
+  const std::string p = dir + "/config.in.yaml";
+  std::ofstream(p) << kConfig;
+  return p;
+}
+
+CmdResult headroom(const std::string& args) { return run(std::string(HR_HEADROOM_BIN) + " " + args); }
+
+json plan_json(const std::string& cfg, const std::string& sets) {
+  CmdResult r = headroom("plan " + cfg + " --json " + sets);
+  EXPECT_TRUE(r.status == 0 || WEXITSTATUS(r.status) == 3) << r.output;
+  return json::parse(r.output);
+}
+
+}  // namespace
+
+TEST(Plan, DryRunPeaksEqualMeasuredPeaksForEveryStrategyCombination) {
+  const std::string base = fresh_dir("plan_exact");
+  const std::string cfg = config(base);
+  const std::vector<std::string> combos = {
+      "--set memory.precision=fp32",
+      "--set memory.precision=bf16 --set memory.gradient_checkpointing=selective --set train.gradient_accumulation_steps=2",
+      "--set memory.precision=fp16 --set memory.gradient_checkpointing=full --set train.micro_batch_size=1 --set train.gradient_accumulation_steps=2",
+      "--set train.stage=finetune --set memory.gradient_checkpointing.llm=selective --set train.micro_batch_size=4",
+      "--set train.stage=pretrain --set memory.precision=bf16 --set memory.gradient_checkpointing.llm=full",
+      "--set memory.gradient_checkpointing.vision=selective --set memory.offload_optimizer=cpu --set train.gradient_accumulation_steps=2",
+      "--set memory.precision=bf16 --set memory.gradient_checkpointing.vision=full --set memory.gradient_checkpointing.llm=selective --set memory.zero_stage=1 --set train.micro_batch_size=1",
+      "--set memory.zero_stage=2",
+      "--set memory.precision=bf16 --set memory.zero_stage=3",
+      "--set memory.gradient_checkpointing=full --set memory.zero_stage=3 --set memory.offload_optimizer=cpu --set memory.offload_params=cpu --set train.micro_batch_size=4",
+      "--set train.stage=finetune --set memory.precision=bf16 --set memory.vision_precision=fp32 --set memory.gradient_checkpointing.llm=full --set train.gradient_accumulation_steps=2",
+      "--set train.stage=pretrain --set memory.precision=fp16 --set memory.offload_optimizer=cpu",
+      "--set memory.gradient_checkpointing=full --set memory.gradient_checkpointing.every=2 --set train.optimizer=sgd",
+  };
+  int i = 0;
+  for (const std::string& sets : combos) {
+    const std::string out = str(base, "/c", i++);
+    CmdResult r = headroom(str("train ", cfg, " --set run.output_dir=", out, " ", sets));
+    ASSERT_EQ(r.status, 0) << sets << "\n" << r.output;
+    const json plan = json::parse(std::ifstream(out + "/plan.json"));
+    const auto steps = jsonl(out + "/memory.jsonl");
+    ASSERT_EQ(steps.size(), 2u) << sets;
+    for (const json& s : steps) {
+      // Fixed shapes (pad_to_max_length): every step is the planned worst case.
+      EXPECT_EQ(s["peak_allocated"], plan["ranks"][0]["peak_allocated"]) << sets << " step " << s["step"];
+      EXPECT_EQ(s["peak_reserved"], plan["ranks"][0]["peak_reserved"]) << sets << " step " << s["step"];
+      EXPECT_EQ(s["peak_allocated"], s["predicted_peak"]) << sets;
+      EXPECT_EQ(s["peak_reserved"], s["predicted_reserved"]) << sets;
+    }
+    EXPECT_EQ(r.output.find("WARNING"), std::string::npos) << r.output;
+  }
+  EXPECT_GE(i, 12);
+}
+
+TEST(Plan, PreflightRefusesWhatDoesNotFitAndNamesTheCheapestFixes) {
+  const std::string base = fresh_dir("plan_refuse");
+  const std::string cfg = config(base);
+  const json none = plan_json(cfg, "--set memory.budget=1.0");
+  const json full = plan_json(cfg, "--set memory.budget=1.0 --set memory.gradient_checkpointing=full");
+  // Between what full checkpointing reserves and what no checkpointing needs allocated (even with every
+  // cached block released, it cannot fit).
+  const int64_t a = full["ranks"][0]["peak_reserved"], b = none["ranks"][0]["peak_allocated"];
+  ASSERT_LT(a, b);
+  const int64_t cap = (a + b) / 2;
+  CmdResult r = headroom(str("train ", cfg, " --set run.output_dir=", base, "/run --set memory.budget=1.0 --set device.memory_limit=", cap));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("does not fit"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--set memory.gradient_checkpointing"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(base + "/run/memory.jsonl")) << "the run must not start";
+  CmdResult p = headroom(str("plan ", cfg, " --set memory.budget=1.0 --capacity ", cap));
+  EXPECT_EQ(WEXITSTATUS(p.status), 3) << p.output;
+  EXPECT_NE(p.output.find("DOES NOT FIT"), std::string::npos) << p.output;
+}
+
+TEST(Plan, AutoPicksSelectiveWhenNoneDoesNotFitAndALargerMicroBatchWhenMemoryAllows) {
+  const std::string base = fresh_dir("plan_auto");
+  const std::string cfg = config(base);
+  const json none = plan_json(cfg, "--set memory.budget=1.0");
+  const json sel = plan_json(cfg, "--set memory.budget=1.0 --set memory.gradient_checkpointing=selective");
+  const int64_t a = sel["ranks"][0]["peak_reserved"], b = none["ranks"][0]["peak_allocated"];
+  ASSERT_LT(a, b);
+  const json pick = plan_json(cfg, str("--set memory.budget=1.0 --set memory.gradient_checkpointing=auto --capacity ", (a + b) / 2));
+  EXPECT_TRUE(pick["fits"].get<bool>());
+  EXPECT_EQ(pick["decisions"]["gradient_checkpointing"]["llm"], "selective") << pick.dump();
+  const json roomy = plan_json(cfg, "--set memory.gradient_checkpointing=auto --capacity 4GiB");
+  EXPECT_EQ(roomy["decisions"]["gradient_checkpointing"]["llm"], "none") << "the fastest plan when everything fits";
+  // Micro-batch: the global batch of 8 stays; memory decides how it is split.
+  const std::string micro = "--set train.micro_batch_size=auto --set train.global_batch_size=8 --set memory.budget=1.0";
+  const json big = plan_json(cfg, micro + " --capacity 4GiB");
+  EXPECT_EQ(big["decisions"]["micro_batch_size"], 8) << big.dump();
+  const json m1 = plan_json(cfg, "--set train.micro_batch_size=1 --set memory.budget=1.0");
+  const json m2 = plan_json(cfg, "--set train.micro_batch_size=2 --set memory.budget=1.0");
+  ASSERT_LT(m1["ranks"][0]["peak_reserved"].get<int64_t>(), m2["ranks"][0]["peak_allocated"].get<int64_t>());
+  const int64_t cap = (m1["ranks"][0]["peak_reserved"].get<int64_t>() + m2["ranks"][0]["peak_allocated"].get<int64_t>()) / 2;
+  const json small = plan_json(cfg, str(micro, " --capacity ", cap));
+  EXPECT_EQ(small["decisions"]["micro_batch_size"], 1) << small.dump();
+  EXPECT_EQ(small["decisions"]["gradient_accumulation_steps"], 8);
+}
+
+TEST(Plan, MaxMicroBatchAgreesWithRealRunsAndOnOomShrinksWithoutLosingASample) {
+  const std::string base = fresh_dir("plan_max");
+  const std::string cfg = config(base);
+  const std::string cap = "--set memory.budget=1.0 --set device.memory_limit=160MiB";
+  const json best = plan_json(cfg, "--max-micro-batch " + cap);
+  ASSERT_TRUE(best["fits"].get<bool>()) << best.dump();
+  const int64_t m = best["decisions"]["micro_batch_size"];
+  ASSERT_GE(m, 2) << "pick a capacity that allows a few samples";
+  CmdResult ok = headroom(str("train ", cfg, " --set run.output_dir=", base, "/ok --set train.micro_batch_size=", m, " ", cap));
+  EXPECT_EQ(ok.status, 0) << ok.output;
+  for (const json& s : jsonl(base + "/ok/memory.jsonl")) EXPECT_EQ(s["ooms"], 0);
+  CmdResult over = headroom(str("train ", cfg, " --set run.output_dir=", base, "/over --set train.micro_batch_size=", m + 1,
+                                " --set memory.preflight=false ", cap));
+  EXPECT_NE(over.status, 0) << over.output;
+  EXPECT_NE(over.output.find("out of memory"), std::string::npos) << over.output;
+  // The same run with memory.on_oom: shrink_micro_batch trains on, over the same samples.
+  const std::string steps = "--set train.max_steps=3 --set train.save_steps=3";
+  CmdResult rec = headroom(str("train ", cfg, " --set run.output_dir=", base, "/recover --set train.micro_batch_size=", m + 1,
+                               " --set memory.preflight=false --set memory.on_oom=shrink_micro_batch ", steps, " ", cap));
+  ASSERT_EQ(rec.status, 0) << rec.output;
+  EXPECT_NE(rec.output.find("redoing the step"), std::string::npos) << rec.output;
+  const auto lines = jsonl(base + "/recover/memory.jsonl");
+  ASSERT_EQ(lines.size(), 3u);
+  for (const json& s : lines) EXPECT_EQ(s["peak_allocated"], s["predicted_peak"]);
+  const json st = json::parse(std::ifstream(base + "/recover/checkpoint-3/trainer_state.json"));
+  EXPECT_EQ(st["loader"]["offset"].get<int64_t>(), 3 * (m + 1)) << "every sample of every step was trained on";
+}
