@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "core/check.h"
@@ -48,15 +49,21 @@ void draw(RgbImage& img, const Object& o, int cy) {
     }
 }
 
-json make_entry(const std::string& id, const std::string& image, const std::string& type, const std::string& q,
-                const std::string& a) {
-  return {{"id", id},
-          {"image", image},
-          {"question_type", type},
-          {"conversations", json::array({{{"from", "human"}, {"value", "<image>\n" + q}}, {{"from", "gpt"}, {"value", a}}})}};
+struct Question {
+  std::string type, text, answer;
+};
+
+json make_entry(const std::string& id, const std::string& image, const std::vector<Question>& qs) {
+  json turns = json::array();
+  for (std::size_t i = 0; i < qs.size(); ++i) {
+    turns.push_back({{"from", "human"}, {"value", (i == 0 ? "<image>\n" : "") + qs[i].text}});
+    turns.push_back({{"from", "gpt"}, {"value", qs[i].answer}});
+  }
+  return {{"id", id}, {"image", image}, {"question_type", qs.back().type}, {"conversations", turns}};
 }
 
-json make_sample(std::mt19937_64& rng, const std::string& id, const std::string& dir, int size) {
+json make_sample(std::mt19937_64& rng, const std::string& id, const std::string& dir, int size, int questions,
+                 uint64_t turn_seed) {
   auto pick = [&](int n) { return int(rng() % uint64_t(n)); };
   const int count = 1 + pick(3);
   std::vector<int> slots = {0, 1, 2};
@@ -64,32 +71,51 @@ json make_sample(std::mt19937_64& rng, const std::string& id, const std::string&
   std::vector<Object> objs;
   for (int i = 0; i < count; ++i) objs.push_back({pick(3), pick(4), slots[i]});
   RgbImage img{size, size, std::vector<uint8_t>(std::size_t(size) * size * 3, kBackground)};
-  const int slot_w = size / 3, half = std::max(2, slot_w * 2 / 5);
-  for (const Object& o : objs) draw(img, o, half + pick(std::max(1, size - 2 * half)));
+  // Objects sit in the middle band, one per slot: with a patch of a third of the image (e.g. 48 px, patch 16)
+  // each object falls inside one patch. A pixel or two of vertical jitter keeps scenes from repeating exactly.
+  for (const Object& o : objs) draw(img, o, size / 2 - 1 + pick(3));
   const std::string file = "images/" + id + ".png";
   write_png(dir + "/" + file, img);
-  // Pick a question type whose question is well posed for this scene; fall back to counting.
   auto unique_shape = [&](int s) { return std::count_if(objs.begin(), objs.end(), [&](const Object& o) { return o.shape == s; }) == 1; };
   auto unique_color = [&](int c) { return std::count_if(objs.begin(), objs.end(), [&](const Object& o) { return o.color == c; }) == 1; };
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    const int type = pick(4);
-    const Object& o = objs[std::size_t(pick(count))];
+  auto ask = [&](int type, const Object& o) -> std::optional<Question> {
     if (type == 0 && unique_shape(o.shape))
-      return make_entry(id, file, "color", str("What color is the ", kShapes[o.shape], "?"), kColors[o.color].name);
+      return Question{"color", str("What color is the ", kShapes[o.shape], "?"), kColors[o.color].name};
     if (type == 1 && unique_color(o.color))
-      return make_entry(id, file, "shape", str("What shape is the ", kColors[o.color].name, " object?"), kShapes[o.shape]);
+      return Question{"shape", str("What shape is the ", kColors[o.color].name, " object?"), kShapes[o.shape]};
     if (type == 2)
-      return make_entry(id, file, "position", str("Where is the ", kColors[o.color].name, " ", kShapes[o.shape], "?"),
-                        kSlots[o.slot]);
-    if (type == 3) return make_entry(id, file, "count", "How many shapes are there?", kCounts[count - 1]);
+      return Question{"position", str("Where is the ", kColors[o.color].name, " ", kShapes[o.shape], "?"),
+                      kSlots[o.slot]};
+    if (type == 3) return Question{"count", "How many shapes are there?", kCounts[count - 1]};
+    return std::nullopt;
+  };
+  // Pick a question type whose question is well posed for this scene; fall back to counting.
+  std::optional<Question> first;
+  for (int attempt = 0; attempt < 8 && !first; ++attempt) {
+    const int type = pick(4);
+    first = ask(type, objs[std::size_t(pick(count))]);
   }
-  return make_entry(id, file, "count", "How many shapes are there?", kCounts[count - 1]);
+  std::vector<Question> qs = {first ? *first : *ask(3, objs[0])};
+  if (questions > 1) {
+    // Further turns: the scene's other well-posed questions, in an order drawn from the sample's own generator.
+    std::vector<Question> rest;
+    for (int type = 0; type < 4; ++type)
+      for (const Object& o : objs)
+        if (auto q = ask(type, o); q && q->text != qs[0].text &&
+            std::none_of(rest.begin(), rest.end(), [&](const Question& r) { return r.text == q->text; }))
+          rest.push_back(*q);
+    std::mt19937_64 local(turn_seed);
+    std::shuffle(rest.begin(), rest.end(), local);
+    for (std::size_t i = 0; i < rest.size() && int(qs.size()) < questions; ++i) qs.push_back(rest[i]);
+  }
+  return make_entry(id, file, qs);
 }
 
 }  // namespace
 
 int64_t write_synthetic_vqa(const SynthOptions& o) {
   HR_CHECK(o.image_size >= 8, "[data synth] --image-size must be at least 8; got ", o.image_size);
+  HR_CHECK(o.questions >= 1, "[data synth] --questions must be at least 1; got ", o.questions);
   std::filesystem::create_directories(o.out_dir + "/images");
   std::mt19937_64 rng(o.seed);
   for (const auto& [split, n] : {std::pair<std::string, int64_t>{"train", o.train}, {"eval", o.eval}}) {
@@ -97,7 +123,8 @@ int64_t write_synthetic_vqa(const SynthOptions& o) {
     for (int64_t i = 0; i < n; ++i) {
       char id[64];
       std::snprintf(id, sizeof id, "%s-%06lld", split.c_str(), (long long)i);
-      all.push_back(make_sample(rng, id, o.out_dir, o.image_size));
+      const int questions = split == "train" ? o.questions : 1;
+      all.push_back(make_sample(rng, id, o.out_dir, o.image_size, questions, o.seed * 1000003 + uint64_t(i)));
     }
     core::AtomicFile f(o.out_dir + "/" + split + ".json");
     const std::string text = all.dump(1) + "\n";

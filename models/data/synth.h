@@ -12,10 +12,12 @@ struct SynthOptions {
   int64_t train = 2000, eval = 200;
   uint64_t seed = 0;
   int image_size = 32;
+  int questions = 1;  // question-answer turns per training image (eval entries always hold one)
 };
 
 // Writes out_dir/train.json, out_dir/eval.json (LLaVA format, with a "question_type" per entry) and
-// out_dir/images/*.png. Deterministic by seed. Returns the number of entries written.
+// out_dir/images/*.png. Deterministic by seed; the images and each entry's first question do not depend on
+// `questions`. Returns the number of entries written.
 int64_t write_synthetic_vqa(const SynthOptions& options);
 
 }  // namespace hr::models

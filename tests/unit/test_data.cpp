@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "models/data/loader.h"
@@ -219,4 +220,35 @@ TEST(Synthetic, DeterministicAndTheImageIsNeeded) {
       EXPECT_LE(top, 0.6 * total) << q;
     }
   }
+}
+
+TEST(Synthetic, MultiTurnTrainingEntriesAskTheScenesOtherQuestions) {
+  const std::string one = dir("synth_q1"), many = dir("synth_q4");
+  write_synthetic_vqa({one, 50, 10, 7, 48, 1});
+  write_synthetic_vqa({many, 50, 10, 7, 48, 4});
+  auto load = [](const std::string& p) {
+    std::ifstream f(p);
+    return nlohmann::json::parse(f);
+  };
+  const auto t1 = load(one + "/train.json"), t4 = load(many + "/train.json");
+  EXPECT_EQ(load(one + "/eval.json"), load(many + "/eval.json")) << "eval entries keep one question";
+  int multi = 0;
+  for (std::size_t i = 0; i < t1.size(); ++i) {
+    const auto& c1 = t1[i]["conversations"];
+    const auto& c4 = t4[i]["conversations"];
+    ASSERT_EQ(c1.size(), 2u);
+    ASSERT_GE(c4.size(), 2u);
+    ASSERT_LE(c4.size(), 8u);
+    EXPECT_EQ(c4[0], c1[0]) << "the first question does not depend on the number of turns";
+    EXPECT_EQ(c4[1], c1[1]);
+    std::set<std::string> asked;
+    for (std::size_t t = 0; t < c4.size(); t += 2) {
+      EXPECT_EQ(c4[t]["from"], "human");
+      EXPECT_EQ(c4[t + 1]["from"], "gpt");
+      EXPECT_EQ(t == 0, c4[t]["value"].get<std::string>().rfind("<image>\n", 0) == 0) << "only the first turn has the image";
+      EXPECT_TRUE(asked.insert(c4[t]["value"]).second) << "a question repeats in " << t4[i]["id"];
+    }
+    multi += c4.size() > 2;
+  }
+  EXPECT_GT(multi, 40);
 }
