@@ -226,7 +226,10 @@ int run_training(const RunConfig& given, const TrainOptions& topt, parallel::Com
   lopt.world = world;
   DataLoader loader(train_set, lopt, state.loader);
 
-  const bool tty = lead && (c.progress_bar == ProgressBar::On || (c.progress_bar == ProgressBar::Auto && isatty(STDOUT_FILENO)));
+  // Under an MPI launcher stdout is the launcher's pipe or pty, whatever the user's terminal is: plain lines
+  // unless the bar is asked for.
+  const bool terminal = isatty(STDOUT_FILENO) && !parallel::launched_by_mpi();
+  const bool tty = lead && (c.progress_bar == ProgressBar::On || (c.progress_bar == ProgressBar::Auto && terminal));
   if (lead) {
     std::printf("training %s (%s, stage %s): %lld parameters, %lld trainable; %lld steps of %lld samples "
                 "(micro %lld x accumulation %lld x %d rank%s); precision %s; ZeRO stage %d%s%s\n",
