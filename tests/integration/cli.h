@@ -34,6 +34,13 @@ inline CmdResult run(const std::string& command) {
   return r;
 }
 
+// Writes a config file into `dir` and returns its path.
+inline std::string write_config(const std::string& dir, const std::string& text) {
+  const std::string p = dir + "/config.in.yaml";
+  std::ofstream(p) << text;
+  return p;
+}
+
 inline std::vector<nlohmann::json> jsonl(const std::string& path) {
   std::vector<nlohmann::json> v;
   std::ifstream in(path);

@@ -50,11 +50,7 @@ log:
   progress_bar: false
 )";
 
-std::string config(const std::string& dir) {
-  const std::string p = dir + "/config.in.yaml";
-  std::ofstream(p) << kConfig;
-  return p;
-}
+std::string config(const std::string& dir) { return write_config(dir, kConfig); }
 
 const std::string kMpirun =
     std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + HR_MPIEXEC + " --oversubscribe -np ";

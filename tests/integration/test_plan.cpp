@@ -35,11 +35,7 @@ log:
   progress_bar: false
 )";
 
-std::string config(const std::string& dir) {
-  const std::string p = dir + "/config.in.yaml";
-  std::ofstream(p) << kConfig;
-  return p;
-}
+std::string config(const std::string& dir) { return write_config(dir, kConfig); }
 
 CmdResult headroom(const std::string& args) { return run(std::string(HR_HEADROOM_BIN) + " " + args); }
 

@@ -51,9 +51,7 @@ log:
 std::string fresh_dir(const std::string& name) { return testing_cli::fresh_dir("train_" + name); }
 
 std::string config_file(const std::string& dir, const std::string& extra = "") {
-  const std::string p = dir + "/config.in.yaml";
-  std::ofstream(p) << kTinyConfig << extra;
-  return p;
+  return testing_cli::write_config(dir, kTinyConfig + extra);
 }
 
 using testing_cli::CmdResult;
