@@ -13,6 +13,7 @@
 #include "train/config.h"
 #include "train/evaluate.h"
 #include "train/checkpoint.h"
+#include "train/engine.h"
 #include "train/trainer.h"
 
 namespace hr::train {
@@ -57,9 +58,7 @@ int cmd_ckpt(const std::vector<std::string>& args) {
            "/config.yaml is missing (is this a checkpoint-STEP directory?)");
   // The resolved config carries the global batch of the run's world size.
   RunConfig c = load_config(dir + "/config.yaml", {}, read_trainer_state(dir).world_size);
-  const core::DType dt = c.precision == Precision::FP32 ? core::DType::F32
-                         : c.precision == Precision::BF16 ? core::DType::BF16 : core::DType::F16;
-  models::Llava model(c.model.config, core::Device::meta(), dt,
+  models::Llava model(c.model.config, core::Device::meta(), param_dtype(c.precision),
                       c.vision_fp32 ? std::optional<core::DType>(core::DType::F32) : std::nullopt);
   const std::string out = p.options.count("--out") ? p.options["--out"] : dir + "/consolidated.safetensors";
   consolidate_checkpoint(dir, model, out);
@@ -79,9 +78,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   }
   models::DataOptions d{eval_json, images, c.chat_template, c.system_prompt, c.aspect, c.max_seq_len, c.blank_images};
   models::LlavaDataset data(d, c.model.config);
-  const core::DType dt = c.precision == Precision::FP32 ? core::DType::F32
-                         : c.precision == Precision::BF16 ? core::DType::BF16 : core::DType::F16;
-  models::Llava model(c.model.config, core::Device::cpu(), dt);
+  models::Llava model(c.model.config, core::Device::cpu(), param_dtype(c.precision));
   std::string weights = p.options["--checkpoint"];
   if (std::filesystem::is_directory(weights) && std::filesystem::exists(weights + "/model.safetensors"))
     weights += "/model.safetensors";

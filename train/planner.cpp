@@ -174,24 +174,43 @@ struct Counts {
   bool vision_trainable = false, projector_trainable = false, llm_trainable = false;
 };
 
+enum class Module : uint8_t { VisionLayer, VisionOther, Projector, LlmLayer, Embed, Head };
+
+// Which part of the model a parameter group is, from its llava-hf name.
+Module module_of(const ParamGroup& g) {
+  auto has = [&](const char* s) { return g.name.find(s) != std::string::npos; };
+  if (has("vision_tower")) return has(".layers.") ? Module::VisionLayer : Module::VisionOther;
+  if (has("projector")) return Module::Projector;
+  if (has(".layers.")) return Module::LlmLayer;
+  if (has("embed_tokens")) return Module::Embed;
+  return Module::Head;
+}
+
+const char* module_name(Module m) {
+  switch (m) {
+    case Module::VisionLayer:
+    case Module::VisionOther: return "vision_tower";
+    case Module::Projector: return "multi_modal_projector";
+    case Module::LlmLayer: return "language_model.layers";
+    case Module::Embed: return "language_model.embed_tokens";
+    case Module::Head: return "language_model.norm + lm_head";
+  }
+  return "?";
+}
+
 Counts counts_of(const Llava& m) {
   Counts k;
   for (const ParamGroup& g : m.groups()) {
     double n = 0;
     bool trainable = false;
     for (const Param* p : g.params) n += double(p->numel()), trainable |= p->trainable;
-    if (g.name.find("vision_tower") != std::string::npos) {
-      if (g.name.find(".layers.") != std::string::npos) k.vision_layer = n;
-      else k.vision_other = n;
-      k.vision_trainable |= trainable;
-    } else if (g.name.find("projector") != std::string::npos) {
-      k.projector = n, k.projector_trainable = trainable;
-    } else if (g.name.find(".layers.") != std::string::npos) {
-      k.llm_layer = n, k.llm_trainable |= trainable;
-    } else if (g.name.find("embed_tokens") != std::string::npos) {
-      k.embed = n;
-    } else {
-      k.head += n;
+    switch (module_of(g)) {
+      case Module::VisionLayer: k.vision_layer = n, k.vision_trainable |= trainable; break;
+      case Module::VisionOther: k.vision_other = n, k.vision_trainable |= trainable; break;
+      case Module::Projector: k.projector = n, k.projector_trainable = trainable; break;
+      case Module::LlmLayer: k.llm_layer = n, k.llm_trainable |= trainable; break;
+      case Module::Embed: k.embed = n; break;
+      case Module::Head: k.head += n; break;
     }
   }
   return k;
@@ -359,13 +378,7 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
   for (const ParamGroup& g : model.groups()) {
     int64_t n = 0;
     for (const Param* q : g.params) n += q->numel();
-    const std::string& s = g.name;
-    add(s.find("vision_tower") != std::string::npos ? "vision_tower"
-        : s.find("projector") != std::string::npos ? "multi_modal_projector"
-        : s.find("embed_tokens") != std::string::npos ? "language_model.embed_tokens"
-        : s.find(".layers.") != std::string::npos ? "language_model.layers"
-                                                    : "language_model.norm + lm_head",
-        n);
+    add(module_name(module_of(g)), n);
   }
   p.time = step_time(p, counts_of(model));
   p.closed_form = closed_form(p, model);
