@@ -33,9 +33,11 @@ struct Object {
   int shape, color, slot;
 };
 
-void draw(RgbImage& img, const Object& o, int cy) {
-  const int S = img.width, slot_w = S / 3, half = std::max(2, slot_w * 2 / 5);
-  const int cx = o.slot * slot_w + slot_w / 2;
+// The image is a 3×3 grid of cells; an object sits inside one cell of the middle row, its column being its
+// slot. With a patch that divides the cell (24 px, patch 8; 48 px, patch 16) every object falls inside one
+// patch and no patch holds parts of two objects.
+void draw(RgbImage& img, const Object& o, int cx, int cy) {
+  const int S = img.width, half = std::max(2, (S / 3) * 2 / 5);
   for (int y = cy - half; y <= cy + half; ++y)
     for (int x = cx - half; x <= cx + half; ++x) {
       if (x < 0 || y < 0 || x >= S || y >= S) continue;
@@ -71,9 +73,10 @@ json make_sample(std::mt19937_64& rng, const std::string& id, const std::string&
   std::vector<Object> objs;
   for (int i = 0; i < count; ++i) objs.push_back({pick(3), pick(4), slots[i]});
   RgbImage img{size, size, std::vector<uint8_t>(std::size_t(size) * size * 3, kBackground)};
-  // Objects sit in the middle band, one per slot: with a patch of a third of the image (e.g. 48 px, patch 16)
-  // each object falls inside one patch. A pixel or two of vertical jitter keeps scenes from repeating exactly.
-  for (const Object& o : objs) draw(img, o, size / 2 - 1 + pick(3));
+  // Each object's centre is jittered by a pixel or so within its cell (never past the cell's edge), which keeps
+  // scenes from repeating exactly.
+  const int cell = size / 3, half = std::max(2, cell * 2 / 5), room = std::max(1, cell - 2 * half);
+  for (const Object& o : objs) draw(img, o, o.slot * cell + half + pick(room), cell + half + pick(room));
   const std::string file = "images/" + id + ".png";
   write_png(dir + "/" + file, img);
   auto unique_shape = [&](int s) { return std::count_if(objs.begin(), objs.end(), [&](const Object& o) { return o.shape == s; }) == 1; };
