@@ -89,9 +89,9 @@ void Llava::set_trainable(bool vision, bool projector, bool llm) {
 float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) const {
   const Device dev = store_->device();
   const int64_t B = b.batch, L = b.seq, C = cfg_.llm.hidden, T = cfg_.vision.tokens_per_image();
-  HR_CHECK(B > 0 && L > 1 && int64_t(b.input_ids.size()) == B * L && int64_t(b.labels.size()) == B * L,
-           "[llava] batch of ", B, " x ", L, " needs ", B * L, " input_ids and labels; got ", b.input_ids.size(), " and ",
-           b.labels.size());
+  HR_CHECK(B > 0 && L > 1, "[llava] a batch needs at least one sequence of at least 2 tokens; got ", B, " x ", L);
+  HR_CHECK(int64_t(b.input_ids.size()) == B * L && int64_t(b.labels.size()) == B * L, "[llava] batch of ", B, " x ", L,
+           " needs ", B * L, " input_ids and labels; got ", b.input_ids.size(), " and ", b.labels.size());
   st = LlavaState{};
   st.batch = B;
   st.seq = L;

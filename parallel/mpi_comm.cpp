@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <exception>
 
 #include "core/dtype.h"
 #include "parallel/comm.h"
@@ -62,6 +63,9 @@ class MpiComm final : public Communicator {
     MPI_Type_free(&half_);
     int finalized = 0;
     MPI_Finalized(&finalized);
+    // Destroyed while an error unwinds: MPI_Finalize would wait for ranks that are still inside a collective,
+    // so the error would never be reported. Leave MPI up; the command line reports it and aborts every rank.
+    if (std::uncaught_exceptions() > 0) return;
     if (owns_ && !finalized) MPI_Finalize();
   }
   const char* name() const override { return "mpi"; }
