@@ -1,19 +1,21 @@
 // `headroom train CONFIG [--set key=value ...] [--print-config] [--resume]`, `headroom data synth ...`,
-// `headroom eval CONFIG --checkpoint DIR`.
+// `headroom eval CONFIG --checkpoint DIR [--predictions FILE]`.
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/io/safetensors.h"
 #include "models/data/synth.h"
 #include "models/weights.h"
+#include "train/checkpoint.h"
 #include "train/cli_args.h"
 #include "train/commands.h"
 #include "train/config.h"
-#include "train/evaluate.h"
-#include "train/checkpoint.h"
 #include "train/engine.h"
+#include "train/evaluate.h"
 #include "train/trainer.h"
 
 namespace hr::train {
@@ -67,7 +69,10 @@ int cmd_ckpt(const std::vector<std::string>& args) {
 }
 
 int cmd_eval(const std::vector<std::string>& args) {
-  Parsed p = parse(args, "eval", {"--checkpoint"}, {});
+  Parsed p = parse(args, "eval", {"--checkpoint", "--predictions"}, {});
+  // A run's resolved config.yaml names the global batch of its world size; evaluation has no use for it, and
+  // must not refuse that config in one process.
+  p.sets.insert(p.sets.begin(), "train.global_batch_size=0");
   RunConfig c = load_config(p.config, p.sets);
   HR_CHECK(p.options.count("--checkpoint"), "[eval] --checkpoint DIR (or a model .safetensors) is required");
   std::string eval_json = c.eval_json, images = c.image_folder;
@@ -88,6 +93,20 @@ int cmd_eval(const std::vector<std::string>& args) {
   for (const auto& [type, ct] : r.by_type)
     std::printf("  %-10s %.2f%% (%lld/%lld)\n", type.c_str(), 100.0 * double(ct.first) / double(std::max<int64_t>(ct.second, 1)),
                 (long long)ct.first, (long long)ct.second);
+  if (p.options.count("--predictions")) {
+    const std::string path = p.options["--predictions"];
+    std::ofstream f(path);
+    for (const EvalPrediction& e : r.predictions)
+      f << nlohmann::json{{"id", e.id},
+                          {"question_type", e.question_type},
+                          {"prediction", e.prediction},
+                          {"answer", e.answer},
+                          {"correct", e.correct}}
+               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+        << "\n";
+    HR_CHECK(f.good(), "[eval] cannot write --predictions ", path);
+    std::printf("wrote %zu predictions to %s\n", r.predictions.size(), path.c_str());
+  }
   return 0;
 }
 

@@ -25,7 +25,7 @@ void usage(std::FILE* to) {
                "                       v100-32g cpu:<capacity>)\n"
                "  ckpt consolidate DIR [--out FILE]\n"
                "                       one llava-hf safetensors model from a checkpoint's shards (any ZeRO stage)\n"
-               "  eval CONFIG --checkpoint DIR [--set key=value ...]\n"
+               "  eval CONFIG --checkpoint DIR [--predictions FILE] [--set key=value ...]\n"
                "                       eval loss and exact-match accuracy of greedy answers\n"
                "  data synth --out DIR [--train N] [--eval M] [--seed S] [--image-size PX]\n"
                "                       write the synthetic VQA set (LLaVA JSON + PNG)\n"

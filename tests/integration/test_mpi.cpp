@@ -1,7 +1,8 @@
 // Multi-rank training under mpirun (label mpi): ZeRO stages 0-3 with and without optimizer offload give the
 // per-step losses of a single process with the same global batch; per-rank memory by category shrinks as
 // the ZeRO formulas say; sharded checkpoints resume at another world size and stage and consolidate into one
-// model; a killed rank takes the whole job down quickly.
+// model; evaluation is shared between the ranks and merges to one process's result; a killed rank takes the
+// whole job down quickly.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -114,6 +115,30 @@ TEST(Mpi, ZeroStagesMatchASingleProcessAndShrinkMemoryAsTheFormulasSay) {
     if (stage > 0) EXPECT_EQ(host(off, "optimizer"), dev(on, "optimizer")) << off;
     else EXPECT_GE(host(off, "optimizer"), dev(on, "optimizer") * 9 / 10) << off;
   }
+}
+
+TEST(Mpi, EvaluationIsShardedAcrossRanksAndMergesToOneProcesssResult) {
+  // 9 samples in batches of 2: rank 0 evaluates 5, rank 1 4, so rank 1's third batch is a filler; at ZeRO-3
+  // the ranks still gather every group together.
+  const std::string base = fresh_dir("mpi_eval");
+  const std::string cfg = config(base);
+  const std::string sets = "--set data.synthetic.eval=9 --set train.eval_batch_size=2 --set train.max_steps=6";
+  CmdResult single = train(1, cfg, base + "/single", sets);
+  ASSERT_EQ(single.status, 0) << single.output;
+  CmdResult two = train(2, cfg, base + "/two", sets + " --set memory.zero_stage=3");
+  ASSERT_EQ(two.status, 0) << two.output;
+  const json a = last_line(base + "/single/eval.jsonl"), b = last_line(base + "/two/eval.jsonl");
+  EXPECT_EQ(b["samples"], 9);
+  EXPECT_EQ(a["samples"], b["samples"]);
+  EXPECT_NEAR(a["loss"].get<double>(), b["loss"].get<double>(), kLossTolerance);
+  const auto pa = jsonl(base + "/single/eval_predictions.jsonl"), pb = jsonl(base + "/two/eval_predictions.jsonl");
+  ASSERT_EQ(pa.size(), 9u);
+  ASSERT_EQ(pb.size(), 9u);
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(pa[i]["id"], pb[i]["id"]) << "merged predictions are in eval-set order";
+    EXPECT_EQ(pa[i]["prediction"], pb[i]["prediction"]) << pa[i]["id"];
+  }
+  EXPECT_EQ(a["accuracy"], b["accuracy"]);
 }
 
 TEST(Mpi, ShardedCheckpointsResumeAtAnotherWorldSizeAndConsolidate) {

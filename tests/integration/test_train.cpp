@@ -81,6 +81,17 @@ TEST(Train, MemoryLogHasEveryFieldOnEveryStep) {
   auto evals = jsonl(d + "/eval.jsonl");
   ASSERT_EQ(evals.size(), 1u);
   for (const char* f : {"step", "loss", "accuracy", "accuracy_by_type"}) EXPECT_TRUE(evals[0].contains(f)) << f;
+  // One prediction line per evaluated sample, agreeing with the accuracy.
+  auto preds = jsonl(d + "/eval_predictions.jsonl");
+  ASSERT_EQ(int64_t(preds.size()), evals[0]["samples"].get<int64_t>());
+  int64_t correct = 0;
+  for (const json& p : preds) {
+    for (const char* f : {"step", "id", "question_type", "prediction", "answer", "correct"})
+      EXPECT_TRUE(p.contains(f)) << f;
+    EXPECT_EQ(p["correct"].get<bool>(), p["prediction"] == p["answer"]) << p.dump();
+    correct += p["correct"].get<bool>();
+  }
+  EXPECT_DOUBLE_EQ(double(correct) / double(preds.size()), evals[0]["accuracy"].get<double>());
   EXPECT_TRUE(fs::exists(d + "/config.yaml"));
   EXPECT_TRUE(fs::exists(d + "/checkpoint-8/model.safetensors"));
   EXPECT_NE(r.output.find("memory summary"), std::string::npos);
