@@ -172,6 +172,7 @@ const std::vector<Key>& schema() {
        }},
       {"train.learning_rate", "0.001", f32(&RunConfig::learning_rate, 0.f)},
       {"train.mm_vision_tower_lr", "0", f32(&RunConfig::vision_lr, 0.f)},
+      {"train.mm_projector_lr", "0", f32(&RunConfig::projector_lr, 0.f)},
       {"train.weight_decay", "0",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.optimizer.weight_decay = get<float>(n, k, "a number"); }},
       {"train.adam_beta1", "0.9",

@@ -52,6 +52,7 @@ struct RunConfig {
   optim::OptimizerConfig optimizer;
   float learning_rate = 1e-3f, max_grad_norm = 1.f, warmup_ratio = 0.f;
   float vision_lr = 0.f;  // train.mm_vision_tower_lr: 0 means learning_rate
+  float projector_lr = 0.f;  // train.mm_projector_lr: 0 means learning_rate
   int64_t warmup_steps = -1;
   optim::ScheduleKind scheduler = optim::ScheduleKind::Cosine;
   int64_t eval_steps = 0, eval_samples = 0, eval_batch_size = 16, max_new_tokens = 12;

@@ -27,6 +27,8 @@ Engine::~Engine() = default;
 void Engine::shard() {
   zero_ = std::make_unique<parallel::Zero>(*model_, comm_, config_.optimizer, config_.zero);
   if (config_.vision_lr > 0.f) zero_->set_lr_ratio("vision_tower.", config_.vision_lr / config_.learning_rate);
+  if (config_.projector_lr > 0.f)
+    zero_->set_lr_ratio("multi_modal_projector.", config_.projector_lr / config_.learning_rate);
 }
 
 Engine::Accumulated Engine::accumulate(const std::function<LoadedBatch()>& next, int64_t micro_batches, float loss_scale) {
