@@ -4,7 +4,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/io/safetensors.h"
@@ -96,14 +95,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   if (p.options.count("--predictions")) {
     const std::string path = p.options["--predictions"];
     std::ofstream f(path);
-    for (const EvalPrediction& e : r.predictions)
-      f << nlohmann::json{{"id", e.id},
-                          {"question_type", e.question_type},
-                          {"prediction", e.prediction},
-                          {"answer", e.answer},
-                          {"correct", e.correct}}
-               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
-        << "\n";
+    for (const EvalPrediction& e : r.predictions) f << prediction_line(e) << "\n";
     HR_CHECK(f.good(), "[eval] cannot write --predictions ", path);
     std::printf("wrote %zu predictions to %s\n", r.predictions.size(), path.c_str());
   }

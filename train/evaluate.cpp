@@ -112,6 +112,16 @@ std::vector<std::vector<int64_t>> generate_greedy(const Llava& model, const std:
   return decode(model, prompts, prompts.size(), max_new_tokens, nullptr);
 }
 
+std::string prediction_line(const EvalPrediction& p, int64_t step) {
+  nlohmann::json j = {{"id", p.id},
+                      {"question_type", p.question_type},
+                      {"prediction", p.prediction},
+                      {"answer", p.answer},
+                      {"correct", p.correct}};
+  if (step >= 0) j["step"] = step;
+  return j.dump(-1, ' ', false, kReplace);
+}
+
 EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOptions& o) {
   const int64_t n = o.samples > 0 ? std::min(o.samples, data.size()) : data.size();
   const int rank = o.comm ? o.comm->rank() : 0, world = o.comm ? o.comm->world() : 1;
