@@ -35,9 +35,9 @@ struct Object {
 
 // The image is a 3×3 grid of cells; an object sits inside one cell of the middle row, its column being its
 // slot. With a patch that divides the cell (24 px, patch 8; 48 px, patch 16) every object falls inside one
-// patch and no patch holds parts of two objects.
-void draw(RgbImage& img, const Object& o, int cx, int cy) {
-  const int S = img.width, half = std::max(2, (S / 3) * 2 / 5);
+// patch and no patch holds parts of two objects. `half`: the object's half-width, centred on (cx, cy).
+void draw(RgbImage& img, const Object& o, int cx, int cy, int half) {
+  const int S = img.width;
   for (int y = cy - half; y <= cy + half; ++y)
     for (int x = cx - half; x <= cx + half; ++x) {
       if (x < 0 || y < 0 || x >= S || y >= S) continue;
@@ -76,7 +76,7 @@ json make_sample(std::mt19937_64& rng, const std::string& id, const std::string&
   // Each object's centre is jittered by a pixel or so within its cell (never past the cell's edge), which keeps
   // scenes from repeating exactly.
   const int cell = size / 3, half = std::max(2, cell * 2 / 5), room = std::max(1, cell - 2 * half);
-  for (const Object& o : objs) draw(img, o, o.slot * cell + half + pick(room), cell + half + pick(room));
+  for (const Object& o : objs) draw(img, o, o.slot * cell + half + pick(room), cell + half + pick(room), half);
   const std::string file = "images/" + id + ".png";
   write_png(dir + "/" + file, img);
   auto unique_shape = [&](int s) { return std::count_if(objs.begin(), objs.end(), [&](const Object& o) { return o.shape == s; }) == 1; };
