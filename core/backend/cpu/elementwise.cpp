@@ -137,9 +137,10 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, con
     const int64_t n = gate.numel();
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
-      float gv = load(g, i), dv = load(d, i);
-      store(du, i, dv * unary_f(UnaryOp::Silu, gv));
-      store(dg, i, dv * load(u, i) * unary_df(UnaryOp::Silu, gv));
+      // One sigmoid for both: silu(g) = g s and silu'(g) = s (1 + g (1 - s)).
+      const float gv = load(g, i), dv = load(d, i), s = sigmoid(gv);
+      store(du, i, dv * gv * s);
+      store(dg, i, dv * load(u, i) * s * (1.f + gv * (1.f - s)));
     }
   });
 }
