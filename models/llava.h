@@ -26,6 +26,9 @@ struct Batch {
 struct ModelOptions {
   CheckpointPolicy vision_policy, llm_policy;
   bool return_logits = false;  // also materialise (batch, seq, vocab) logits (debugging, parity)
+  // Logits of these flat positions (b * seq + t) only, as (positions, vocab): what evaluation and generation
+  // read, without the (batch, seq, vocab) tensor a large vocabulary makes expensive.
+  std::vector<int64_t> logits_at;
   int64_t ce_chunk_rows = 0;   // rows of the fused cross-entropy per chunk; 0: default
   bool inference = false;      // no backward will follow: keep no activations (evaluation, generation)
 };
@@ -42,7 +45,7 @@ struct LlavaState {
   core::CrossEntropyOptions ce_options;
   int64_t batch = 0, seq = 0;
   bool has_images = false;
-  Tensor logits;                           // (B, L, V) when asked for
+  Tensor logits;  // (B, L, V) with return_logits; (positions, V) with logits_at
   int64_t valid_labels = 0;
   bool backward_ready = false;             // forward kept what backward needs
 };

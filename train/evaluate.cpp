@@ -42,18 +42,20 @@ std::vector<std::vector<int64_t>> decode(const Llava& model, const std::vector<E
   for (std::size_t i = counted; i < done.size(); ++i) done[i] = true;
   ModelOptions opt;
   opt.inference = true;
-  opt.return_logits = true;
   for (int64_t step = 0; step < max_new_tokens; ++step) {
     int64_t seq = 0;
     for (const Example& e : cur) seq = std::max<int64_t>(seq, int64_t(e.ids.size()));
     Batch b = collate(cur, seq, model.config().ignore_index);
+    opt.logits_at.clear();  // each prompt's last position
+    for (std::size_t i = 0; i < cur.size(); ++i)
+      opt.logits_at.push_back(int64_t(i) * seq + int64_t(cur[i].ids.size()) - 1);
     LlavaState st;
     model.forward(b, st, opt);
     std::vector<float> logits = st.logits.to_floats();
     int64_t open = 0;
     for (std::size_t i = 0; i < cur.size(); ++i) {
       if (done[i]) continue;
-      const float* row = logits.data() + (int64_t(i) * seq + int64_t(cur[i].ids.size()) - 1) * vocab;
+      const float* row = logits.data() + int64_t(i) * vocab;
       const int64_t next = std::max_element(row, row + vocab) - row;
       out[i].push_back(next);
       cur[i].ids.push_back(next);
@@ -84,7 +86,7 @@ constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
 
 struct Partial {
   double loss_sum = 0;
-  int64_t loss_tokens = 0, skipped = 0;
+  int64_t loss_tokens = 0, skipped = 0, decoded = 0;
   std::vector<std::pair<int64_t, EvalPrediction>> predictions;  // (eval-set index, prediction)
 };
 
@@ -92,13 +94,18 @@ nlohmann::json to_json(const Partial& p) {
   nlohmann::json preds = nlohmann::json::array();
   for (const auto& [index, e] : p.predictions)
     preds.push_back({index, e.id, e.question_type, e.prediction, e.answer, e.correct});
-  return {{"loss_sum", p.loss_sum}, {"loss_tokens", p.loss_tokens}, {"skipped", p.skipped}, {"predictions", preds}};
+  return {{"loss_sum", p.loss_sum},
+          {"loss_tokens", p.loss_tokens},
+          {"skipped", p.skipped},
+          {"decoded", p.decoded},
+          {"predictions", preds}};
 }
 
 void add(Partial& into, const nlohmann::json& j) {
   into.loss_sum += j["loss_sum"].get<double>();
   into.loss_tokens += j["loss_tokens"].get<int64_t>();
   into.skipped += j["skipped"].get<int64_t>();
+  into.decoded += j["decoded"].get<int64_t>();
   for (const auto& e : j["predictions"])
     into.predictions.push_back({e[0].get<int64_t>(),
                                 {e[1].get<std::string>(), e[2].get<std::string>(), e[3].get<std::string>(),
@@ -125,12 +132,23 @@ std::string prediction_line(const EvalPrediction& p, int64_t step) {
 EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOptions& o) {
   const int64_t n = o.samples > 0 ? std::min(o.samples, data.size()) : data.size();
   const int rank = o.comm ? o.comm->rank() : 0, world = o.comm ? o.comm->world() : 1;
-  const ByteTokenizer tok(model.config().llm.vocab, model.config().image_token_id);
+  const int64_t vocab = model.config().llm.vocab;
+  const ByteTokenizer tok(vocab, model.config().image_token_id);
   // Rank r evaluates samples r, r + world, ...; every rank runs the same number of batches.
   std::vector<int64_t> mine;
   for (int64_t i = rank; i < n; i += world) mine.push_back(i);
   const int64_t per_rank = (n + world - 1) / world, batches = (per_rank + o.batch_size - 1) / o.batch_size;
   Partial part;
+  auto record = [&](int64_t index, const Example& e, const std::vector<int64_t>& generated) {
+    const std::string pred = normalise(tok.decode(generated)), want = normalise(e.answer);
+    part.predictions.push_back({index, {e.id, e.question_type, pred, want, pred == want}});
+  };
+  // A text-only filler keeps a rank with nothing of its own in a batch in step with the others.
+  Example filler;
+  filler.ids = filler.prompt = {ByteTokenizer::kBos, ByteTokenizer::kBos};
+  filler.labels = {model.config().ignore_index, model.config().ignore_index};
+  // Samples whose greedy answer is not the reference are decoded after the loss pass.
+  std::vector<std::pair<int64_t, Example>> undecided;
   for (int64_t bi = 0; bi < batches; ++bi) {
     std::vector<Example> batch;
     std::vector<int64_t> index;
@@ -145,10 +163,6 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
     const std::size_t counted = batch.size();
     if (batch.empty()) {
       if (world == 1) continue;
-      // Nothing of this rank's in this batch: a text-only filler keeps it in step with the others.
-      Example filler;
-      filler.ids = filler.prompt = {ByteTokenizer::kBos, ByteTokenizer::kBos};
-      filler.labels = {model.config().ignore_index, model.config().ignore_index};
       batch.push_back(filler);
     }
     int64_t seq = 0;
@@ -157,17 +171,56 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
     ModelOptions opt;
     opt.inference = true;
     opt.ce_chunk_rows = o.ce_chunk_rows;
+    // The logits at each `answer </s>` position settle whether greedy decoding would produce it (evaluate.h).
+    std::vector<std::vector<int64_t>> target(counted);
+    for (std::size_t i = 0; i < counted; ++i) {
+      const Example& e = batch[i];
+      std::vector<int64_t> want = tok.encode(e.answer);
+      want.push_back(ByteTokenizer::kEos);
+      const auto p = int64_t(e.prompt.size());
+      if (o.decode_all || p == 0 || int64_t(want.size()) > o.max_new_tokens ||
+          e.ids.size() != e.prompt.size() + want.size() || !std::equal(want.begin(), want.end(), e.ids.begin() + p))
+        continue;  // not of that form (a truncated or `plain` sample): decoded
+      target[i] = std::move(want);
+      for (int64_t k = 0; k < int64_t(target[i].size()); ++k) opt.logits_at.push_back(int64_t(i) * seq + p - 1 + k);
+    }
     LlavaState st;
     const float loss = model.forward(b, st, opt);
     if (st.valid_labels > 0) {
       part.loss_sum += double(loss) * double(st.valid_labels);
       part.loss_tokens += st.valid_labels;
     }
-    auto gen = decode(model, batch, counted, o.max_new_tokens, o.comm);
+    const std::vector<float> logits = opt.logits_at.empty() ? std::vector<float>() : st.logits.to_floats();
+    const float* row = logits.data();
     for (std::size_t i = 0; i < counted; ++i) {
-      const std::string pred = normalise(tok.decode(gen[i])), want = normalise(batch[i].answer);
-      part.predictions.push_back({index[i], {batch[i].id, batch[i].question_type, pred, want, pred == want}});
+      bool greedy = !target[i].empty();
+      for (int64_t next : target[i]) {
+        greedy = greedy && std::max_element(row, row + vocab) - row == next;
+        row += vocab;
+      }
+      if (greedy)
+        record(index[i], batch[i], target[i]);
+      else
+        undecided.emplace_back(index[i], std::move(batch[i]));
     }
+  }
+  // Decoding in batches, as many on every rank as the rank with the most undecided samples needs.
+  part.decoded = int64_t(undecided.size());
+  int64_t rounds = (int64_t(undecided.size()) + o.batch_size - 1) / o.batch_size;
+  if (world > 1) {
+    int64_t most = 0;
+    for (int r = 0; r < world; ++r) most = std::max(most, int64_t(o.comm->sum(r == rank ? double(rounds) : 0.0)));
+    rounds = most;
+  }
+  for (int64_t bi = 0; bi < rounds; ++bi) {
+    std::vector<Example> batch;
+    const std::size_t from = std::size_t(bi * o.batch_size),
+                      to = std::min(undecided.size(), from + std::size_t(o.batch_size));
+    for (std::size_t k = from; k < to; ++k) batch.push_back(undecided[k].second);
+    const std::size_t counted = batch.size();
+    if (batch.empty()) batch.push_back(filler);
+    auto gen = decode(model, batch, counted, o.max_new_tokens, o.comm);
+    for (std::size_t i = 0; i < counted; ++i) record(undecided[from + i].first, batch[i], gen[i]);
   }
   // Every rank's share, merged on every rank in eval-set order.
   if (world > 1) {
@@ -180,6 +233,7 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
             [](const auto& a, const auto& b) { return a.first < b.first; });
   EvalResult r;
   r.skipped = part.skipped;
+  r.decoded = part.decoded;
   int64_t correct = 0;
   for (auto& [index, p] : part.predictions) {
     correct += p.correct;

@@ -1,5 +1,7 @@
 // Evaluation: mean loss over answer tokens and exact-match accuracy of greedy answers, overall and per
-// question type.
+// question type. Greedy decoding produces exactly `answer </s>` if and only if, fed that continuation, the
+// model's argmax at each of its positions is the next token: the loss pass feeds it, so only samples it does
+// not settle that way are decoded.
 #pragma once
 
 #include <map>
@@ -20,6 +22,8 @@ struct EvalOptions {
   // Several ranks: each evaluates its share (samples rank, rank + world, ...) and the results are merged on
   // every rank. Null: this process evaluates everything.
   parallel::Communicator* comm = nullptr;
+  // Decode every sample, even those the loss pass already settles (a check of that shortcut).
+  bool decode_all = false;
 };
 
 // One evaluated sample: what the model answered and whether it matched.
@@ -31,6 +35,7 @@ struct EvalPrediction {
 struct EvalResult {
   double loss = 0, accuracy = 0;
   int64_t samples = 0, skipped = 0;
+  int64_t decoded = 0;  // samples whose answer needed greedy decoding (the others were settled by the loss pass)
   std::map<std::string, std::pair<int64_t, int64_t>> by_type;  // type -> (correct, total)
   std::vector<std::string> examples;                          // a few "question -> prediction (answer)" lines
   std::vector<EvalPrediction> predictions;                    // every sample, in eval-set order
