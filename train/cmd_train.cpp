@@ -33,9 +33,9 @@ int cmd_train(const std::vector<std::string>& args) {
 int cmd_data(const std::vector<std::string>& args) {
   HR_CHECK(!args.empty() && args[0] == "synth",
            "[data] usage: headroom data synth --out DIR [--train N] [--eval M] [--seed S] [--image-size PX] "
-           "[--questions Q]");
+           "[--questions Q] [--captions F]");
   Parsed p = parse({args.begin() + 1, args.end()}, "data synth",
-                   {"--out", "--train", "--eval", "--seed", "--image-size", "--questions"}, {});
+                   {"--out", "--train", "--eval", "--seed", "--image-size", "--questions", "--captions"}, {});
   HR_CHECK(p.options.count("--out"), "[data synth] --out DIR is required");
   models::SynthOptions o;
   o.out_dir = p.options["--out"];
@@ -45,6 +45,7 @@ int cmd_data(const std::vector<std::string>& args) {
   o.seed = uint64_t(num("--seed", 0));
   o.image_size = int(num("--image-size", 32));
   o.questions = int(num("--questions", 1));
+  if (p.options.count("--captions")) o.captions = std::stod(p.options["--captions"]);
   const int64_t n = models::write_synthetic_vqa(o);
   std::printf("wrote %lld samples to %s (train.json, eval.json, images/)\n", (long long)n, o.out_dir.c_str());
   return 0;

@@ -132,6 +132,11 @@ const std::vector<Key>& schema() {
       {"data.synthetic.eval", "200", i64(&RunConfig::synth_eval, 1)},
       {"data.synthetic.image_size", "32", i64(&RunConfig::synth_image_size, 8)},
       {"data.synthetic.questions", "1", i64(&RunConfig::synth_questions, 1)},
+      {"data.synthetic.captions", "0",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.synth_captions = get<double>(n, k, "a number");
+         if (!(c.synth_captions >= 0 && c.synth_captions <= 1)) bad_value(k, n, "a fraction in [0, 1]");
+       }},
       {"data.synthetic.seed", "0",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.synth_seed = get<uint64_t>(n, k, "a non-negative integer"); }},
       {"data.template", "vicuna_v1", choice(&RunConfig::chat_template, models::parse_template)},

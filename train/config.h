@@ -37,6 +37,7 @@ struct RunConfig {
   std::string train_json, eval_json, image_folder;
   int64_t synth_train = 4000, synth_eval = 200, synth_image_size = 32, synth_questions = 1;  // when train_json is empty
   uint64_t synth_seed = 0;
+  double synth_captions = 0;
   models::Template chat_template = models::Template::VicunaV1;
   std::string system_prompt = models::kVicunaSystem;
   models::AspectMode aspect = models::AspectMode::Pad;

@@ -1,6 +1,7 @@
 // Synthetic VQA scenes and questions.
 #include "models/data/synth.h"
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
@@ -65,7 +66,7 @@ json make_entry(const std::string& id, const std::string& image, const std::vect
 }
 
 json make_sample(std::mt19937_64& rng, const std::string& id, const std::string& dir, int size, int questions,
-                 uint64_t turn_seed) {
+                 bool caption, uint64_t turn_seed) {
   auto pick = [&](int n) { return int(rng() % uint64_t(n)); };
   const int count = 1 + pick(3);
   std::vector<int> slots = {0, 1, 2};
@@ -99,6 +100,13 @@ json make_sample(std::mt19937_64& rng, const std::string& id, const std::string&
     first = ask(type, objs[std::size_t(pick(count))]);
   }
   std::vector<Question> qs = {first ? *first : *ask(3, objs[0])};
+  if (caption) {
+    std::vector<Object> by_slot = objs;
+    std::sort(by_slot.begin(), by_slot.end(), [](const Object& a, const Object& b) { return a.slot < b.slot; });
+    std::string text;
+    for (const Object& o : by_slot) text += str(text.empty() ? "" : ", ", kColors[o.color].name, " ", kShapes[o.shape]);
+    return make_entry(id, file, {{"caption", "Describe the shapes from left to right.", text}});
+  }
   if (questions > 1) {
     // Further turns: the scene's other well-posed questions, in an order drawn from the sample's own generator.
     std::vector<Question> rest;
@@ -119,6 +127,8 @@ json make_sample(std::mt19937_64& rng, const std::string& id, const std::string&
 int64_t write_synthetic_vqa(const SynthOptions& o) {
   HR_CHECK(o.image_size >= 8, "[data synth] --image-size must be at least 8; got ", o.image_size);
   HR_CHECK(o.questions >= 1, "[data synth] --questions must be at least 1; got ", o.questions);
+  HR_CHECK(o.captions >= 0 && o.captions <= 1, "[data synth] --captions must be a fraction in [0, 1]; got ",
+           o.captions);
   std::filesystem::create_directories(o.out_dir + "/images");
   std::mt19937_64 rng(o.seed);
   for (const auto& [split, n] : {std::pair<std::string, int64_t>{"train", o.train}, {"eval", o.eval}}) {
@@ -127,7 +137,12 @@ int64_t write_synthetic_vqa(const SynthOptions& o) {
       char id[64];
       std::snprintf(id, sizeof id, "%s-%06lld", split.c_str(), (long long)i);
       const int questions = split == "train" ? o.questions : 1;
-      all.push_back(make_sample(rng, id, o.out_dir, o.image_size, questions, o.seed * 1000003 + uint64_t(i)));
+      const uint64_t turn_seed = o.seed * 1000003 + uint64_t(i);
+      // Which entries are captions: drawn from the entry's own generator, so the scenes do not change.
+      std::mt19937_64 caption_rng(~turn_seed);
+      const bool caption =
+          split == "train" && std::uniform_real_distribution<double>(0.0, 1.0)(caption_rng) < o.captions;
+      all.push_back(make_sample(rng, id, o.out_dir, o.image_size, questions, caption, turn_seed));
     }
     core::AtomicFile f(o.out_dir + "/" + split + ".json");
     const std::string text = all.dump(1) + "\n";

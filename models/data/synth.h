@@ -13,11 +13,14 @@ struct SynthOptions {
   uint64_t seed = 0;
   int image_size = 32;
   int questions = 1;  // question-answer turns per training image (eval entries always hold one)
+  // Fraction of training entries that describe the scene instead ("Describe the shapes from left to right."
+  // -> "red circle, blue square"): every object's colour and shape in one answer. Eval entries are questions.
+  double captions = 0;
 };
 
 // Writes out_dir/train.json, out_dir/eval.json (LLaVA format, with a "question_type" per entry) and
-// out_dir/images/*.png. Deterministic by seed; the images and each entry's first question do not depend on
-// `questions`. Returns the number of entries written.
+// out_dir/images/*.png. Deterministic by seed; the images, the eval entries and each other entry's first
+// question do not depend on `questions` or `captions`. Returns the number of entries written.
 int64_t write_synthetic_vqa(const SynthOptions& options);
 
 }  // namespace hr::models

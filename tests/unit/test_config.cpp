@@ -60,6 +60,10 @@ TEST(Config, BadValuesNameTheKeyAndWhatItAccepts) {
   EXPECT_NE(error_of("", {"train.micro_batch_size=0"}).find("an integer >= 1"), std::string::npos);
   EXPECT_NE(error_of("", {"train.optimizer=lion"}).find("one of: adamw, sgd, adafactor"), std::string::npos);
   EXPECT_NE(error_of("", {"device.memory_limit=lots"}).find("device.memory_limit"), std::string::npos);
+  EXPECT_NE(
+      error_of("", {"data.synthetic.captions=1.5"}).find("data.synthetic.captions: '1.5' is not a fraction in [0, 1]"),
+      std::string::npos)
+      << error_of("", {"data.synthetic.captions=1.5"});
 }
 
 TEST(Config, GlobalBatchIsInferredOrChecked) {

@@ -252,3 +252,58 @@ TEST(Synthetic, MultiTurnTrainingEntriesAskTheScenesOtherQuestions) {
   }
   EXPECT_GT(multi, 40);
 }
+
+TEST(Synthetic, CaptionEntriesDescribeEveryObjectLeftToRightAndChangeNothingElse) {
+  const std::string plain = dir("synth_c0"), captioned = dir("synth_c3");
+  write_synthetic_vqa({plain, 200, 20, 9, 24});
+  SynthOptions o{captioned, 200, 20, 9, 24};
+  o.captions = 0.3;
+  write_synthetic_vqa(o);
+  auto load = [](const std::string& p) {
+    std::ifstream f(p);
+    return nlohmann::json::parse(f);
+  };
+  EXPECT_EQ(load(plain + "/eval.json"), load(captioned + "/eval.json")) << "eval entries are questions";
+  const auto t0 = load(plain + "/train.json"), tc = load(captioned + "/train.json");
+  ASSERT_EQ(t0.size(), tc.size());
+  int captions = 0;
+  const std::set<std::string> colors = {"red", "green", "blue", "yellow"}, shapes = {"circle", "square", "triangle"};
+  for (std::size_t i = 0; i < t0.size(); ++i) {
+    EXPECT_EQ(t0[i]["image"], tc[i]["image"]);
+    if (tc[i]["question_type"] != "caption") {
+      EXPECT_EQ(t0[i], tc[i]) << "a question entry changed";
+      continue;
+    }
+    ++captions;
+    const auto& c = tc[i]["conversations"];
+    ASSERT_EQ(c.size(), 2u);
+    EXPECT_EQ(c[0]["value"], "<image>\nDescribe the shapes from left to right.");
+    // "red circle, blue square": one colour and shape per object; as many objects as the scene's count.
+    std::string text = c[1]["value"];
+    int objects = 0;
+    for (std::size_t at = 0; at <= text.size();) {
+      std::size_t end = text.find(", ", at);
+      if (end == std::string::npos) end = text.size();
+      const std::string item = text.substr(at, end - at);
+      const std::size_t space = item.find(' ');
+      ASSERT_NE(space, std::string::npos) << text;
+      EXPECT_TRUE(colors.count(item.substr(0, space))) << text;
+      EXPECT_TRUE(shapes.count(item.substr(space + 1))) << text;
+      ++objects;
+      at = end + 2;
+    }
+    // The plain entry's count answer, when it asked for one, agrees.
+    if (t0[i]["question_type"] == "count") {
+      const std::map<std::string, int> counts = {{"one", 1}, {"two", 2}, {"three", 3}};
+      EXPECT_EQ(objects, counts.at(t0[i]["conversations"][1]["value"])) << text;
+    }
+    // Position questions of the plain entry name the object the caption has at that place.
+    if (t0[i]["question_type"] == "position") {
+      const std::string q = t0[i]["conversations"][0]["value"];  // "<image>\nWhere is the red circle?"
+      const std::string object = q.substr(q.find("the ") + 4, q.size() - q.find("the ") - 5);
+      EXPECT_NE(text.find(object), std::string::npos) << q << " / " << text;
+    }
+  }
+  EXPECT_GT(captions, 40);
+  EXPECT_LT(captions, 80);
+}
