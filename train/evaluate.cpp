@@ -147,8 +147,9 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
   Example filler;
   filler.ids = filler.prompt = {ByteTokenizer::kBos, ByteTokenizer::kBos};
   filler.labels = {model.config().ignore_index, model.config().ignore_index};
-  // Samples whose greedy answer is not the reference are decoded after the loss pass.
-  std::vector<std::pair<int64_t, Example>> undecided;
+  // Samples whose greedy answer is not the reference are decoded after the loss pass, loaded again then
+  // (holding every one's image until the end could take more host memory than a batch).
+  std::vector<int64_t> undecided;
   for (int64_t bi = 0; bi < batches; ++bi) {
     std::vector<Example> batch;
     std::vector<int64_t> index;
@@ -201,7 +202,7 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
       if (greedy)
         record(index[i], batch[i], target[i]);
       else
-        undecided.emplace_back(index[i], std::move(batch[i]));
+        undecided.push_back(index[i]);
     }
   }
   // Decoding in batches, as many on every rank as the rank with the most undecided samples needs.
@@ -216,11 +217,11 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
     std::vector<Example> batch;
     const std::size_t from = std::size_t(bi * o.batch_size),
                       to = std::min(undecided.size(), from + std::size_t(o.batch_size));
-    for (std::size_t k = from; k < to; ++k) batch.push_back(undecided[k].second);
+    for (std::size_t k = from; k < to; ++k) batch.push_back(data.get(undecided[k]));
     const std::size_t counted = batch.size();
     if (batch.empty()) batch.push_back(filler);
     auto gen = decode(model, batch, counted, o.max_new_tokens, o.comm);
-    for (std::size_t i = 0; i < counted; ++i) record(undecided[from + i].first, batch[i], gen[i]);
+    for (std::size_t i = 0; i < counted; ++i) record(undecided[from + i], batch[i], gen[i]);
   }
   // Every rank's share, merged on every rank in eval-set order.
   if (world > 1) {
