@@ -57,18 +57,6 @@ void answer_x(Llava& model) {
   set(param(model, "language_model.lm_head.weight"), head);
 }
 
-// The synthetic eval set with every other answer replaced by "x", in a directory of the test's own (ctest
-// runs tests in parallel).
-std::string half_x_dataset(const std::string& name) {
-  const std::string d = testing::TempDir() + "/" + name;
-  std::filesystem::remove_all(d);
-  write_synthetic_vqa({d, 1, 10, 5, 8});
-  nlohmann::json all = nlohmann::json::parse(std::ifstream(d + "/eval.json"));
-  for (std::size_t i = 0; i < all.size(); i += 2) all[i]["conversations"][1]["value"] = "x";
-  std::ofstream(d + "/eval_x.json") << all.dump();
-  return d;
-}
-
 void expect_same(const EvalResult& a, const EvalResult& b) {
   EXPECT_EQ(a.accuracy, b.accuracy);
   EXPECT_EQ(a.loss, b.loss);
@@ -80,19 +68,31 @@ void expect_same(const EvalResult& a, const EvalResult& b) {
   }
 }
 
+// A model built to answer "x", and the synthetic eval set with every other answer replaced by "x" in a
+// directory of the test's own (ctest runs tests in parallel).
+class Evaluate : public testing::Test {
+ protected:
+  Evaluate() : model(small_model(), Device::cpu(), DType::F32) {
+    init_weights(model.params(), 3);
+    answer_x(model);
+    const std::string d = testing::TempDir() + "/eval_" + testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(d);
+    write_synthetic_vqa({d, 1, 10, 5, 8});
+    nlohmann::json all = nlohmann::json::parse(std::ifstream(d + "/eval.json"));
+    for (std::size_t i = 0; i < all.size(); i += 2) all[i]["conversations"][1]["value"] = "x";
+    std::ofstream(d + "/eval_x.json") << all.dump();
+    options.json_path = d + "/eval_x.json";
+    options.image_folder = d;
+    options.system_prompt = "";
+  }
+  Llava model;
+  DataOptions options;
+};
+
 }  // namespace
 
-TEST(Evaluate, LossPassSettlesExactlyTheAnswersGreedyDecodingProduces) {
-  const LlavaConfig cfg = small_model();
-  Llava model(cfg, Device::cpu(), DType::F32);
-  init_weights(model.params(), 3);
-  answer_x(model);
-  const std::string d = half_x_dataset("eval_settled");
-  DataOptions o;
-  o.json_path = d + "/eval_x.json";
-  o.image_folder = d;
-  o.system_prompt = "";
-  LlavaDataset data(o, cfg);
+TEST_F(Evaluate, LossPassSettlesExactlyTheAnswersGreedyDecodingProduces) {
+  LlavaDataset data(options, model.config());
 
   // The construction holds: greedy decoding answers "x" everywhere.
   std::vector<Example> prompts;
@@ -119,19 +119,10 @@ TEST(Evaluate, LossPassSettlesExactlyTheAnswersGreedyDecodingProduces) {
   EXPECT_EQ(one.accuracy, 0.5);  // "x" without its </s> still reads "x"
 }
 
-TEST(Evaluate, TruncatedAnswersAreDecodedNotSettled) {
-  const LlavaConfig cfg = small_model();
-  Llava model(cfg, Device::cpu(), DType::F32);
-  init_weights(model.params(), 3);
-  answer_x(model);
-  const std::string d = half_x_dataset("eval_truncated");
-  DataOptions o;
-  o.json_path = d + "/eval_x.json";
-  o.image_folder = d;
-  o.system_prompt = "";
-  const int64_t full = int64_t(LlavaDataset(o, cfg).get(0).ids.size());
-  o.max_seq_len = full - 1;  // sample 0 loses its </s>
-  LlavaDataset data(o, cfg);
+TEST_F(Evaluate, TruncatedAnswersAreDecodedNotSettled) {
+  const int64_t full = int64_t(LlavaDataset(options, model.config()).get(0).ids.size());
+  options.max_seq_len = full - 1;  // sample 0 loses its </s>
+  LlavaDataset data(options, model.config());
   ASSERT_EQ(int64_t(data.get(0).ids.size()), full - 1);
   EvalOptions eo;
   eo.batch_size = 4;
