@@ -3,6 +3,7 @@
 
 #include "core/memory/category.h"
 #include "core/ops/copy.h"
+#include "core/ops/embedding.h"
 #include "core/ops/linear.h"
 
 namespace hr::models {
@@ -149,16 +150,16 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   hook_before(hooks_, head_group_, Pass::Forward);
   if (opt.return_logits) st.logits = llm_->lm_head().forward(hidden);
   if (!opt.logits_at.empty()) {
-    const auto n = int64_t(opt.logits_at.size());
-    Tensor rows = Tensor::empty({n, C}, hidden.dtype(), dev);
-    const Tensor flat = hidden.view({B * L, C});
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t p = opt.logits_at[std::size_t(i)];
+    for (int64_t p : opt.logits_at)
       HR_CHECK(p >= 0 && p < B * L, "[llava.forward] logits_at position ", p, " is outside the batch's ", B, " x ", L,
                " tokens");
-      copy_(rows.slice(0, i, i + 1), flat.slice(0, p, p + 1));
+    Tensor at;
+    {
+      MemoryScope io(Category::IO, "batch");
+      at = Tensor::from_ints(opt.logits_at, {int64_t(opt.logits_at.size())}, DType::I64, dev);
     }
-    st.logits = llm_->lm_head().forward(rows);
+    // The rows wanted, gathered as an embedding lookup in the (B*L, C) hidden states.
+    st.logits = llm_->lm_head().forward(embedding_forward(at, hidden.view({B * L, C})));
   }
   std::vector<int64_t> shifted(std::size_t(B * (L - 1)));
   for (int64_t r = 0; r < B; ++r)
