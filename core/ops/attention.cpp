@@ -45,7 +45,7 @@ AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v
   a.out = out.out = Tensor::empty(q.shape(), q.dtype(), q.device());
   a.lse = out.lse = Tensor::empty({a.desc.batch, a.desc.q_heads, a.desc.q_len}, DType::F32, q.device());
   a.workspace = allocate_workspace(sizing_kernels(q.device()).attention_workspace_bytes(a.desc, false), q.device());
-  if (auto f = kernel("attention", q.device(), &Kernels::attention_forward)) f(a);
+  launch("attention", q.device(), &Kernels::attention_forward, a);
   return out;
 }
 
@@ -68,7 +68,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   a.dk = g.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
   a.dv = g.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
   a.workspace = allocate_workspace(sizing_kernels(q.device()).attention_workspace_bytes(a.desc, true), q.device());
-  if (auto f = kernel("attention_backward", q.device(), &Kernels::attention_backward)) f(a);
+  launch("attention_backward", q.device(), &Kernels::attention_backward, a);
   return g;
 }
 

@@ -20,12 +20,12 @@ void copy_(const Tensor& dst, const Tensor& src) {
   if (dd.type == DeviceType::Meta || sd.type == DeviceType::Meta) return;
   // A copy touching a GPU runs on the GPU backend; anything else is host memory.
   Device run = dd.type == DeviceType::CUDA ? dd : sd;
-  kernel("copy", run, &Kernels::copy)(dst, src);
+  launch("copy", run, &Kernels::copy, dst, src);
 }
 
 void fill_(const Tensor& dst, float value) {
   if (dst.numel() == 0) return;
-  if (auto f = kernel("fill", dst.device(), &Kernels::fill)) f(dst, value);
+  launch("fill", dst.device(), &Kernels::fill, dst, value);
 }
 
 Tensor cast(const Tensor& x, DType dtype) {

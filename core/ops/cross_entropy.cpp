@@ -50,14 +50,13 @@ CrossEntropyOut cross_entropy_forward(const Tensor& hidden, const Tensor& weight
   CrossEntropyOut out{Tensor::zeros({}, DType::F32, dev), Tensor::empty({c.tokens}, DType::F32, dev)};
   Tensor logits = logits_buffer(c, dev);
   Tensor wt = weight.view({1, c.vocab, c.d}).transpose(1, 2);
-  auto f = kernel("cross_entropy", dev, &Kernels::cross_entropy_forward);
   for (int64_t r0 = 0; r0 < c.tokens; r0 += c.chunk) {
     const int64_t rows = std::min(c.chunk, c.tokens - r0);
     Tensor lg = logits.slice(0, 0, rows);
     gemm(hidden.slice(0, r0, r0 + rows).view({1, rows, c.d}), wt, lg.view({1, rows, c.vocab}));
     CrossEntropyArgs a{lg, labels.slice(0, r0, r0 + rows), out.lse.slice(0, r0, r0 + rows), out.loss, {},
                        o.ignore_index, 1.f / o.normalizer};
-    if (f) f(a);
+    launch("cross_entropy", dev, &Kernels::cross_entropy_forward, a);
   }
   return out;
 }
@@ -79,7 +78,6 @@ CrossEntropyGrads cross_entropy_backward(const Tensor& dloss, const Tensor& hidd
   }
   Tensor logits = logits_buffer(c, dev);
   Tensor wt = weight.view({1, c.vocab, c.d}).transpose(1, 2);
-  auto f = kernel("cross_entropy_backward", dev, &Kernels::cross_entropy_backward);
   bool first = !(into && b.accumulate == Accumulate::Yes);
   for (int64_t r0 = 0; r0 < c.tokens; r0 += c.chunk) {
     const int64_t rows = std::min(c.chunk, c.tokens - r0);
@@ -88,7 +86,7 @@ CrossEntropyGrads cross_entropy_backward(const Tensor& dloss, const Tensor& hidd
     gemm(h, wt, lg.view({1, rows, c.vocab}));
     CrossEntropyArgs a{lg, labels.slice(0, r0, r0 + rows), saved.lse.slice(0, r0, r0 + rows), {}, dloss,
                        o.ignore_index, 1.f / o.normalizer};
-    if (f) f(a);
+    launch("cross_entropy_backward", dev, &Kernels::cross_entropy_backward, a);
     Tensor dlg = lg.view({1, rows, c.vocab});
     gemm(dlg, weight.view({1, c.vocab, c.d}), g.dhidden.slice(0, r0, r0 + rows).view({1, rows, c.d}));
     if (b.weight_grads) {

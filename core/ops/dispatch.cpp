@@ -1,9 +1,18 @@
 // Shared argument checks and workspace allocation for ops.
 #include "core/ops/dispatch.h"
 
+#include <atomic>
+
 #include "core/memory/device_memory.h"
 
 namespace hr::core {
+
+namespace {
+std::atomic<KernelObserver*> g_observer{nullptr};
+}
+
+void set_kernel_observer(KernelObserver* observer) { g_observer.store(observer); }
+KernelObserver* kernel_observer() { return g_observer.load(std::memory_order_relaxed); }
 
 Tensor allocate_workspace(std::size_t bytes, Device device) {
   if (bytes == 0) return {};

@@ -1,11 +1,24 @@
 // The one dispatch point: find a kernel in the device's table, allocate workspaces, check arguments.
 #pragma once
 
+#include <utility>
+
 #include "core/backend/kernels.h"
 #include "core/check.h"
 #include "core/memory/category.h"
 
 namespace hr::core {
+
+// Watches kernel launches: tests use it to see what a kernel allocates outside the caching allocator.
+// At most one is installed; kernels run on the thread that launches them (and its OpenMP team).
+class KernelObserver {
+ public:
+  virtual ~KernelObserver() = default;
+  virtual void enter(const char* op) = 0;
+  virtual void leave(const char* op) = 0;
+};
+void set_kernel_observer(KernelObserver* observer);  // nullptr removes it
+KernelObserver* kernel_observer();
 
 // The kernel `member` of `device`'s backend; nullptr on meta, where ops allocate and compute nothing.
 // Throws "[op] has no <backend> implementation" when the backend lacks it.
@@ -16,6 +29,24 @@ F kernel(const char* op, Device device, F Kernels::*member) {
   F f = k->*member;
   if (!f) throw Error(str("[", op, "] has no ", k->backend, " implementation"));
   return f;
+}
+
+// The one way an op runs a kernel: finds it in `device`'s table and calls it with `args`. On meta there is
+// no kernel and nothing runs: the op has already allocated everything the kernel would use.
+template <typename F, typename... Args>
+void launch(const char* op, Device device, F Kernels::*member, Args&&... args) {
+  F f = kernel(op, device, member);
+  if (!f) return;
+  KernelObserver* o = kernel_observer();
+  if (o) o->enter(op);
+  struct Leave {
+    KernelObserver* o;
+    const char* op;
+    ~Leave() {
+      if (o) o->leave(op);
+    }
+  } leave{o, op};
+  f(std::forward<Args>(args)...);
 }
 
 // A workspace buffer tagged `workspace` (undefined when bytes is 0, so no allocation happens).

@@ -33,7 +33,7 @@ const char* unary_name(UnaryOp op) {
 Tensor axpby(float alpha, const Tensor& x, float beta, const Tensor& y) {
   check_repeat("axpby", x, y);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (auto f = kernel("axpby", x.device(), &Kernels::axpby)) f(out, alpha, x, beta, y);
+  launch("axpby", x.device(), &Kernels::axpby, out, alpha, x, beta, y);
   return out;
 }
 
@@ -43,13 +43,13 @@ Tensor sub(const Tensor& a, const Tensor& b) { return axpby(1.f, a, -1.f, b); }
 Tensor scale(const Tensor& x, float s) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor xc = x.contiguous();
-  if (auto f = kernel("scale", x.device(), &Kernels::axpby)) f(out, s, xc, 0.f, xc);
+  launch("scale", x.device(), &Kernels::axpby, out, s, xc, 0.f, xc);
   return out;
 }
 
 void add_(const Tensor& x, const Tensor& y, float alpha) {
   check_repeat("add_", x, y);
-  if (auto f = kernel("add_", x.device(), &Kernels::axpby)) f(x, 1.f, x, alpha, y);
+  launch("add_", x.device(), &Kernels::axpby, x, 1.f, x, alpha, y);
 }
 
 AddGrads axpby_backward(const Tensor& dy, float alpha, float beta, const Tensor& b) {
@@ -70,7 +70,7 @@ AddGrads axpby_backward(const Tensor& dy, float alpha, float beta, const Tensor&
 Tensor mul(const Tensor& a, const Tensor& b) {
   check_repeat("mul", a, b);
   Tensor out = Tensor::empty(a.shape(), a.dtype(), a.device());
-  if (auto f = kernel("mul", a.device(), &Kernels::mul)) f(out, a, b);
+  launch("mul", a.device(), &Kernels::mul, out, a, b);
   return out;
 }
 
@@ -91,7 +91,7 @@ Tensor unary_forward(UnaryOp op, const Tensor& x) {
   check_float(unary_name(op), "x", x);
   Tensor xc = x.contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (auto f = kernel(unary_name(op), x.device(), &Kernels::unary_forward)) f(op, xc, y);
+  launch(unary_name(op), x.device(), &Kernels::unary_forward, op, xc, y);
   return y;
 }
 
@@ -99,7 +99,7 @@ Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy) {
   check_shape(unary_name(op), "dy", dy, x.shape());
   Tensor xc = x.contiguous(), dyc = dy.contiguous();
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (auto f = kernel(unary_name(op), x.device(), &Kernels::unary_backward)) f(op, xc, dyc, dx);
+  launch(unary_name(op), x.device(), &Kernels::unary_backward, op, xc, dyc, dx);
   return dx;
 }
 
@@ -109,7 +109,7 @@ Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
   check_same_device("swiglu", gate, up);
   Tensor g = gate.contiguous(), u = up.contiguous();
   Tensor y = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
-  if (auto f = kernel("swiglu", gate.device(), &Kernels::swiglu_forward)) f(g, u, y);
+  launch("swiglu", gate.device(), &Kernels::swiglu_forward, g, u, y);
   return y;
 }
 
@@ -118,7 +118,7 @@ SwigluGrads swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& 
   Tensor g = gate.contiguous(), u = up.contiguous(), d = dy.contiguous();
   SwigluGrads out{Tensor::empty(gate.shape(), gate.dtype(), gate.device()),
                   Tensor::empty(up.shape(), up.dtype(), up.device())};
-  if (auto f = kernel("swiglu_backward", gate.device(), &Kernels::swiglu_backward)) f(g, u, d, out.dgate, out.dup);
+  launch("swiglu_backward", gate.device(), &Kernels::swiglu_backward, g, u, d, out.dgate, out.dup);
   return out;
 }
 

@@ -21,7 +21,7 @@ Tensor embedding_forward(const Tensor& ids, const Tensor& table) {
   shape.push_back(table.size(1));
   Tensor out = Tensor::empty(shape, table.dtype(), table.device());
   Tensor idc = ids.contiguous(), tc = table.contiguous();
-  if (auto f = kernel("embedding", table.device(), &Kernels::embedding_forward)) f(idc, tc, out);
+  launch("embedding", table.device(), &Kernels::embedding_forward, idc, tc, out);
   return out;
 }
 
@@ -33,7 +33,7 @@ Tensor embedding_backward(const Tensor& ids, const Tensor& dy, const Shape& tabl
   Tensor dtable = dtable_into.defined() ? dtable_into : Tensor::zeros(table_shape, table_dtype, dy.device());
   check_shape("embedding_backward", "dtable", dtable, table_shape);
   Tensor idc = ids.contiguous(), dyc = dy.contiguous();
-  if (auto f = kernel("embedding_backward", dy.device(), &Kernels::embedding_backward)) f(idc, dyc, dtable);
+  launch("embedding_backward", dy.device(), &Kernels::embedding_backward, idc, dyc, dtable);
   return dtable;
 }
 
@@ -44,7 +44,7 @@ Tensor patchify(const Tensor& images, int64_t p) {
   const int64_t n = (images.size(2) / p) * (images.size(3) / p);
   Tensor out = Tensor::empty({images.size(0), n, images.size(1) * p * p}, images.dtype(), images.device());
   Tensor ic = images.contiguous();
-  if (auto f = kernel("patchify", images.device(), &Kernels::patchify)) f(ic, out, p, false);
+  launch("patchify", images.device(), &Kernels::patchify, ic, out, p, false);
   return out;
 }
 
@@ -54,7 +54,7 @@ Tensor patchify_backward(const Tensor& dpatches, const Shape& image_shape, int64
   check_shape("patchify_backward", "dpatches", dpatches, expect);
   Tensor dimg = Tensor::empty(image_shape, dpatches.dtype(), dpatches.device());
   Tensor dc = dpatches.contiguous();
-  if (auto f = kernel("patchify_backward", dpatches.device(), &Kernels::patchify)) f(dimg, dc, p, true);
+  launch("patchify_backward", dpatches.device(), &Kernels::patchify, dimg, dc, p, true);
   return dimg;
 }
 

@@ -50,7 +50,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float 
   d.beta = beta;
   if (c.numel() == 0) return;
   GemmArgs args{d, a, b, c, allocate_workspace(sizing_kernels(c.device()).gemm_workspace_bytes(d), c.device())};
-  if (auto f = kernel("gemm", c.device(), &Kernels::gemm)) f(args);
+  launch("gemm", c.device(), &Kernels::gemm, args);
 }
 
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {

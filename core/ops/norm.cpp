@@ -27,7 +27,7 @@ NormOut norm_forward(NormKind kind, const Tensor& x, const Tensor& weight, const
   a.y = out.y.view({rows, cols});
   if (kind == NormKind::LayerNorm) a.mean = out.saved.mean = Tensor::empty({rows}, DType::F32, x.device());
   a.rstd = out.saved.rstd = Tensor::empty({rows}, DType::F32, x.device());
-  if (auto f = kernel(op, x.device(), &Kernels::norm_forward)) f(a);
+  launch(op, x.device(), &Kernels::norm_forward, a);
   return out;
 }
 
@@ -59,7 +59,7 @@ NormGrads norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const 
     a.accumulate = o.dweight_into.defined() ? o.accumulate : Accumulate::No;
     a.workspace = allocate_workspace(sizing_kernels(x.device()).norm_workspace_bytes(rows, cols), x.device());
   }
-  if (auto f = kernel(op, x.device(), &Kernels::norm_backward)) f(a);
+  launch(op, x.device(), &Kernels::norm_backward, a);
   return g;
 }
 

@@ -25,14 +25,14 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master,
   check_common("adamw", param, grad, master);
   check_shape("adamw", "exp_avg", m, param.shape());
   check_shape("adamw", "exp_avg_sq", v, param.shape());
-  if (auto f = kernel("adamw", param.device(), &Kernels::adamw_update)) f(param, grad, master, m, v, h);
+  launch("adamw", param.device(), &Kernels::adamw_update, param, grad, master, m, v, h);
 }
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
                 const SgdHyper& h) {
   check_common("sgd", param, grad, master);
   if (h.momentum != 0.f) check_shape("sgd", "momentum_buffer", momentum, param.shape());
-  if (auto f = kernel("sgd", param.device(), &Kernels::sgd_update)) f(param, grad, master, momentum, h);
+  launch("sgd", param.device(), &Kernels::sgd_update, param, grad, master, momentum, h);
 }
 
 void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& row,
@@ -45,7 +45,7 @@ void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& mas
   } else {
     check_shape("adafactor", "exp_avg_sq", row, param.shape());
   }
-  if (auto f = kernel("adafactor", param.device(), &Kernels::adafactor_update)) f(param, grad, master, row, col, h);
+  launch("adafactor", param.device(), &Kernels::adafactor_update, param, grad, master, row, col, h);
 }
 
 }  // namespace hr::core

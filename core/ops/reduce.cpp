@@ -13,14 +13,14 @@ namespace {
 Tensor reduce(const char* op, ReduceOp r, const Tensor& x) {
   Tensor out = Tensor::empty({}, DType::F32, x.device());
   Tensor xc = x.contiguous();
-  if (auto f = kernel(op, x.device(), &Kernels::reduce_all)) f(r, xc, out);
+  launch(op, x.device(), &Kernels::reduce_all, r, xc, out);
   return out;
 }
 
 Tensor broadcast(const char* op, const Tensor& dy, const Tensor& x, float s) {
   HR_CHECK(dy.numel() == 1, "[", op, "] dy must be a scalar; got ", dy.describe());
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (auto f = kernel(op, x.device(), &Kernels::broadcast_scalar)) f(dx, dy, s);
+  launch(op, x.device(), &Kernels::broadcast_scalar, dx, dy, s);
   return dx;
 }
 }  // namespace
@@ -30,7 +30,7 @@ Tensor sum(const Tensor& x) { return reduce("sum", ReduceOp::Sum, x); }
 Tensor mean(const Tensor& x) {
   HR_CHECK(x.numel() > 0, "[mean] of an empty tensor ", x.describe());
   Tensor s = reduce("mean", ReduceOp::Sum, x);
-  if (auto f = kernel("mean", x.device(), &Kernels::axpby)) f(s, 1.f / float(x.numel()), s, 0.f, s);
+  launch("mean", x.device(), &Kernels::axpby, s, 1.f / float(x.numel()), s, 0.f, s);
   return s;
 }
 
@@ -44,7 +44,7 @@ void sum_leading(const Tensor& x, const Tensor& out, Accumulate accumulate) {
            x.describe(), " cannot be summed into ", out.describe());
   check_same_device("sum_leading", x, out);
   Tensor xc = x.contiguous();
-  if (auto f = kernel("sum_leading", x.device(), &Kernels::sum_leading)) f(xc, out, accumulate == Accumulate::Yes);
+  launch("sum_leading", x.device(), &Kernels::sum_leading, xc, out, accumulate == Accumulate::Yes);
 }
 
 Tensor global_norm(const std::vector<Tensor>& xs) {

@@ -9,7 +9,7 @@ Tensor softmax_forward(const Tensor& x) {
   check_float("softmax", "x", x);
   Tensor xc = x.contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  if (auto f = kernel("softmax", x.device(), &Kernels::softmax_forward)) f(xc, y);
+  launch("softmax", x.device(), &Kernels::softmax_forward, xc, y);
   return y;
 }
 
@@ -17,7 +17,7 @@ Tensor softmax_backward(const Tensor& y, const Tensor& dy) {
   check_shape("softmax_backward", "dy", dy, y.shape());
   Tensor yc = y.contiguous(), dyc = dy.contiguous();
   Tensor dx = Tensor::empty(y.shape(), y.dtype(), y.device());
-  if (auto f = kernel("softmax_backward", y.device(), &Kernels::softmax_backward)) f(yc, dyc, dx);
+  launch("softmax_backward", y.device(), &Kernels::softmax_backward, yc, dyc, dx);
   return dx;
 }
 
@@ -31,7 +31,7 @@ Tensor rope(const char* op, const Tensor& x, const Tensor& positions, float thet
   check_shape(op, "positions", positions, {x.size(0), x.size(1)});
   check_same_device(op, x, positions);
   RopeArgs a{x.contiguous(), positions.contiguous(), Tensor::empty(x.shape(), x.dtype(), x.device()), theta, inverse};
-  if (auto f = kernel(op, x.device(), &Kernels::rope)) f(a);
+  launch(op, x.device(), &Kernels::rope, a);
   return a.out;
 }
 }  // namespace
