@@ -4,9 +4,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #include "core/check.h"
 #include "core/tensor.h"
@@ -59,7 +59,30 @@ class WorkspaceCarver {
   char* at_;
 };
 
-// A float copy of a small parameter vector (norm weights): a few KiB of stack-like host scratch.
-std::vector<float> to_float_vector(const Tensor& t);
+// Sums that must not depend on the thread count are taken over a fixed number of index chunks, each summed
+// in order in double, and the chunk sums are then added in order. The partial sums live on the stack: a
+// kernel never allocates.
+constexpr int64_t kFixedChunks = 64;
+constexpr int64_t kParallelMinWork = 4096;  // below this many element visits one thread does them all
+using ChunkSums = std::array<double, kFixedChunks>;
+
+// partial[c] = sum of term(i) over chunk c of [0, n); term may also write per-index results. `work_per_term`:
+// the elements one term visits (a row's length), so that heavy terms are spread over threads.
+template <typename F>
+void sum_fixed_chunks(int64_t n, ChunkSums& partial, F&& term, int64_t work_per_term = 1) {
+#pragma omp parallel for schedule(static) if (n > 1 && n * work_per_term >= kParallelMinWork)
+  for (int64_t c = 0; c < kFixedChunks; ++c) {
+    const int64_t begin = n * c / kFixedChunks, end = n * (c + 1) / kFixedChunks;
+    double s = 0.0;
+    for (int64_t i = begin; i < end; ++i) s += term(i);
+    partial[std::size_t(c)] = s;
+  }
+}
+
+inline double total(const ChunkSums& partial) {
+  double t = 0.0;
+  for (double s : partial) t += s;
+  return t;
+}
 
 }  // namespace hr::cpu

@@ -4,17 +4,6 @@
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/kernels.h"
 
-namespace hr::cpu {
-
-std::vector<float> to_float_vector(const Tensor& t) {
-  std::vector<float> v(std::size_t(t.numel()));
-  Tensor dst = Tensor::wrap(v.data(), t.shape(), DType::F32, core::Device::host(), nullptr);
-  copy(dst, t);
-  return v;
-}
-
-}  // namespace hr::cpu
-
 namespace hr::core {
 
 const Kernels& cpu_kernels() {

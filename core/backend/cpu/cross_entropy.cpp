@@ -10,28 +10,29 @@ void cross_entropy_forward(const CrossEntropyArgs& a) {
   const int64_t rows = a.logits.size(0), vocab = a.logits.size(1);
   const float* lg = a.logits.data<float>();
   float* lse = a.lse.data<float>();
-  std::vector<double> row_loss(std::size_t(rows), 0.0);
+  ChunkSums partial{};
   dispatch_index(a.labels.dtype(), "cross_entropy", [&](auto itag) {
     using I = decltype(itag);
     const I* lab = a.labels.data<I>();
     for (int64_t r = 0; r < rows; ++r)
       HR_CHECK(lab[r] == a.ignore_index || (lab[r] >= 0 && lab[r] < vocab), "[cross_entropy] label ",
                int64_t(lab[r]), " at row ", r, " is outside [0, ", vocab, ") and is not ignore_index ", a.ignore_index);
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* x = lg + r * vocab;
-      float mx = -INFINITY;
-      for (int64_t c = 0; c < vocab; ++c) mx = std::max(mx, x[c]);
-      double s = 0.0;
-      for (int64_t c = 0; c < vocab; ++c) s += std::exp(double(x[c] - mx));
-      const double l = double(mx) + std::log(s);
-      lse[r] = float(l);
-      if (lab[r] != a.ignore_index) row_loss[r] = l - double(x[lab[r]]);
-    }
+    // Each row's log-sum-exp is saved; its loss -log p[label] joins the row sums (0 on ignored rows).
+    sum_fixed_chunks(
+        rows, partial,
+        [&](int64_t r) {
+          const float* x = lg + r * vocab;
+          float mx = -INFINITY;
+          for (int64_t c = 0; c < vocab; ++c) mx = std::max(mx, x[c]);
+          double s = 0.0;
+          for (int64_t c = 0; c < vocab; ++c) s += std::exp(double(x[c] - mx));
+          const double l = double(mx) + std::log(s);
+          lse[r] = float(l);
+          return lab[r] == a.ignore_index ? 0.0 : l - double(x[lab[r]]);
+        },
+        vocab);
   });
-  double total = 0.0;
-  for (double v : row_loss) total += v;
-  a.loss.data<float>()[0] += float(total * a.inv_normalizer);
+  a.loss.data<float>()[0] += float(total(partial) * a.inv_normalizer);
 }
 
 void cross_entropy_backward(const CrossEntropyArgs& a) {

@@ -147,7 +147,7 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, con
 
 void broadcast_scalar(const Tensor& out, const Tensor& scalar, float scale) {
   float v = 0.f;
-  copy(Tensor::wrap(&v, {}, DType::F32, core::Device::host(), nullptr), scalar.view({}));
+  dispatch_float(scalar.dtype(), "broadcast_scalar", [&](auto tag) { v = load(scalar.data<decltype(tag)>(), 0); });
   fill(out, v * scale);
 }
 

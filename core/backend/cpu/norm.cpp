@@ -19,35 +19,39 @@ std::size_t norm_workspace_bytes(int64_t rows, int64_t cols) {
 void norm_forward(const NormArgs& a) {
   const int64_t rows = a.x.size(0), cols = a.x.size(1);
   const bool ln = a.kind == NormKind::LayerNorm;
-  const std::vector<float> w = to_float_vector(a.weight);
-  const std::vector<float> b = a.bias.defined() ? to_float_vector(a.bias) : std::vector<float>(std::size_t(cols), 0.f);
   float* mean = ln ? a.mean.data<float>() : nullptr;
   float* rstd = a.rstd.data<float>();
   dispatch_float(a.x.dtype(), "norm", [&](auto tag) {
     using T = decltype(tag);
-    const T* x = a.x.data<T>();
-    T* y = a.y.data<T>();
+    dispatch_float(a.weight.dtype(), "norm", [&](auto wtag) {
+      using W = decltype(wtag);
+      const T* x = a.x.data<T>();
+      T* y = a.y.data<T>();
+      const W* w = a.weight.data<W>();
+      const W* b = a.bias.defined() ? a.bias.data<W>() : nullptr;
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = x + r * cols;
-      T* yr = y + r * cols;
-      double m = 0.0;
-      if (ln) {
-        for (int64_t c = 0; c < cols; ++c) m += load(xr, c);
-        m /= double(cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* xr = x + r * cols;
+        T* yr = y + r * cols;
+        double m = 0.0;
+        if (ln) {
+          for (int64_t c = 0; c < cols; ++c) m += load(xr, c);
+          m /= double(cols);
+        }
+        double var = 0.0;
+        for (int64_t c = 0; c < cols; ++c) {
+          double d = load(xr, c) - m;
+          var += d * d;
+        }
+        var /= double(cols);
+        const float rs = float(1.0 / std::sqrt(var + a.eps));
+        const float mf = float(m);
+        for (int64_t c = 0; c < cols; ++c)
+          store(yr, c, (load(xr, c) - mf) * rs * load(w, c) + (b ? load(b, c) : 0.f));
+        if (ln) mean[r] = mf;
+        rstd[r] = rs;
       }
-      double var = 0.0;
-      for (int64_t c = 0; c < cols; ++c) {
-        double d = load(xr, c) - m;
-        var += d * d;
-      }
-      var /= double(cols);
-      const float rs = float(1.0 / std::sqrt(var + a.eps));
-      const float mf = float(m);
-      for (int64_t c = 0; c < cols; ++c) store(yr, c, (load(xr, c) - mf) * rs * w[c] + b[c]);
-      if (ln) mean[r] = mf;
-      rstd[r] = rs;
-    }
+    });
   });
 }
 
@@ -55,7 +59,6 @@ void norm_backward(const NormArgs& a) {
   const int64_t rows = a.x.size(0), cols = a.x.size(1);
   const bool ln = a.kind == NormKind::LayerNorm;
   const bool wgrad = a.dweight.defined();
-  const std::vector<float> w = to_float_vector(a.weight);
   const float* mean = ln ? a.mean.data<float>() : nullptr;
   const float* rstd = a.rstd.data<float>();
   const int64_t nchunks = chunks_for(rows);
@@ -68,48 +71,58 @@ void norm_backward(const NormArgs& a) {
   }
   dispatch_float(a.x.dtype(), "norm_backward", [&](auto tag) {
     using T = decltype(tag);
-    const T* x = a.x.data<T>();
-    const T* dy = a.dy.data<T>();
-    T* dx = a.dx.data<T>();
+    dispatch_float(a.weight.dtype(), "norm_backward", [&](auto wtag) {
+      using W = decltype(wtag);
+      const W* w = a.weight.data<W>();
+      const T* x = a.x.data<T>();
+      const T* dy = a.dy.data<T>();
+      T* dx = a.dx.data<T>();
 #pragma omp parallel for schedule(static)
-    for (int64_t ch = 0; ch < nchunks; ++ch) {
-      const int64_t r0 = rows * ch / nchunks, r1 = rows * (ch + 1) / nchunks;
-      float* cw = wgrad ? pw + ch * cols : nullptr;
-      float* cb = wgrad ? pb + ch * cols : nullptr;
-      if (wgrad) std::fill(cw, cw + cols, 0.f), std::fill(cb, cb + cols, 0.f);
-      for (int64_t r = r0; r < r1; ++r) {
-        const T* xr = x + r * cols;
-        const T* dyr = dy + r * cols;
-        T* dxr = dx + r * cols;
-        const float m = ln ? mean[r] : 0.f, rs = rstd[r];
-        // xhat = (x - m) * rs; dxhat = dy * w; dx = rs * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-        double s1 = 0.0, s2 = 0.0;
-        for (int64_t c = 0; c < cols; ++c) {
-          float xh = (load(xr, c) - m) * rs, g = load(dyr, c);
-          float dxh = g * w[c];
-          s1 += dxh;
-          s2 += double(dxh) * xh;
-          if (wgrad) {
-            cw[c] += g * xh;
-            cb[c] += g;
+      for (int64_t ch = 0; ch < nchunks; ++ch) {
+        const int64_t r0 = rows * ch / nchunks, r1 = rows * (ch + 1) / nchunks;
+        float* cw = wgrad ? pw + ch * cols : nullptr;
+        float* cb = wgrad ? pb + ch * cols : nullptr;
+        if (wgrad) std::fill(cw, cw + cols, 0.f), std::fill(cb, cb + cols, 0.f);
+        for (int64_t r = r0; r < r1; ++r) {
+          const T* xr = x + r * cols;
+          const T* dyr = dy + r * cols;
+          T* dxr = dx + r * cols;
+          const float m = ln ? mean[r] : 0.f, rs = rstd[r];
+          // xhat = (x - m) * rs; dxhat = dy * w; dx = rs * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
+          double s1 = 0.0, s2 = 0.0;
+          for (int64_t c = 0; c < cols; ++c) {
+            float xh = (load(xr, c) - m) * rs, g = load(dyr, c);
+            float dxh = g * load(w, c);
+            s1 += dxh;
+            s2 += double(dxh) * xh;
+            if (wgrad) {
+              cw[c] += g * xh;
+              cb[c] += g;
+            }
+          }
+          const float m1 = ln ? float(s1 / double(cols)) : 0.f, m2 = float(s2 / double(cols));
+          for (int64_t c = 0; c < cols; ++c) {
+            float xh = (load(xr, c) - m) * rs;
+            store(dxr, c, rs * (load(dyr, c) * load(w, c) - m1 - xh * m2));
           }
         }
-        const float m1 = ln ? float(s1 / double(cols)) : 0.f, m2 = float(s2 / double(cols));
-        for (int64_t c = 0; c < cols; ++c) {
-          float xh = (load(xr, c) - m) * rs;
-          store(dxr, c, rs * (load(dyr, c) * w[c] - m1 - xh * m2));
-        }
       }
-    }
+    });
   });
   if (!wgrad) return;
   const bool acc = a.accumulate == Accumulate::Yes;
+  // Partials summed in chunk order onto the output (or what it held, when accumulating).
   auto finish = [&](const Tensor& out, const float* partial) {
-    std::vector<float> tot(std::size_t(cols), 0.f);
-    if (acc) tot = to_float_vector(out);
-    for (int64_t ch = 0; ch < nchunks; ++ch)
-      for (int64_t c = 0; c < cols; ++c) tot[c] += partial[ch * cols + c];
-    copy(out, Tensor::wrap(tot.data(), {cols}, DType::F32, core::Device::host(), nullptr));
+    dispatch_float(out.dtype(), "norm_backward", [&](auto otag) {
+      using O = decltype(otag);
+      O* o = out.data<O>();
+#pragma omp parallel for schedule(static)
+      for (int64_t c = 0; c < cols; ++c) {
+        float t = acc ? load(o, c) : 0.f;
+        for (int64_t ch = 0; ch < nchunks; ++ch) t += partial[ch * cols + c];
+        store(o, c, t);
+      }
+    });
   };
   finish(a.dweight, pw);
   if (a.dbias.defined()) finish(a.dbias, pb);

@@ -60,48 +60,60 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, c
 }
 
 // Adafactor (Shazeer & Stern 2018) with a fixed learning rate, no first moment, update clipping by RMS.
+// The gradient is read where it lies (scaled on the fly): the second moments first, then the RMS of the
+// update, then the update itself, recomputing u = g / sqrt(v) in each pass instead of storing it.
 void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& row,
                       const Tensor& col, const AdafactorHyper& h) {
   const int64_t n = param.numel();
   const bool factored = col.defined();
   const int64_t cols = factored ? param.size(-1) : n, rows = factored ? n / cols : 1;
   const float decay = h.beta2, one_minus = 1.f - h.beta2;
-  std::vector<float> g32 = to_float_vector(grad);
-  for (float& x : g32) x *= h.grad_scale;
   float* r = row.data<float>();
-  std::vector<float> u(static_cast<std::size_t>(n));
-  if (factored) {
-    float* c = col.data<float>();
-    std::vector<double> rs(static_cast<std::size_t>(rows), 0.0), cs(static_cast<std::size_t>(cols), 0.0);
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) {
-        const double s = double(g32[i * cols + j]) * g32[i * cols + j] + h.eps1;
-        rs[i] += s;
-        cs[j] += s;
+  float* c = factored ? col.data<float>() : nullptr;
+  ChunkSums partial{};
+  double rmean = 0.0;
+  dispatch_float(grad.dtype(), "adafactor", [&](auto gtag) {
+    using G = decltype(gtag);
+    const G* gp = grad.data<G>();
+    auto g = [&](int64_t i) { return load(gp, i) * h.grad_scale; };
+    if (factored) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < rows; ++i) {
+        double rs = 0.0;
+        for (int64_t j = 0; j < cols; ++j) rs += double(g(i * cols + j)) * g(i * cols + j) + h.eps1;
+        r[i] = decay * r[i] + one_minus * float(rs / double(cols));
       }
-    double rmean = 0;
-    for (int64_t i = 0; i < rows; ++i) {
-      r[i] = decay * r[i] + one_minus * float(rs[i] / double(cols));
-      rmean += r[i];
+#pragma omp parallel for schedule(static)
+      for (int64_t j = 0; j < cols; ++j) {
+        double cs = 0.0;
+        for (int64_t i = 0; i < rows; ++i) cs += double(g(i * cols + j)) * g(i * cols + j) + h.eps1;
+        c[j] = decay * c[j] + one_minus * float(cs / double(rows));
+      }
+      double rsum = 0.0;
+      for (int64_t i = 0; i < rows; ++i) rsum += r[i];
+      rmean = rsum / double(rows);
+    } else {
+#pragma omp parallel for schedule(static) if (n > kParallelMinWork)
+      for (int64_t i = 0; i < n; ++i) r[i] = decay * r[i] + one_minus * (g(i) * g(i) + h.eps1);
     }
-    rmean /= double(rows);
-    for (int64_t j = 0; j < cols; ++j) c[j] = decay * c[j] + one_minus * float(cs[j] / double(rows));
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j)
-        u[i * cols + j] = g32[i * cols + j] / std::sqrt(float(double(r[i]) * c[j] / rmean));
-  } else {
-    for (int64_t i = 0; i < n; ++i) {
-      r[i] = decay * r[i] + one_minus * (g32[i] * g32[i] + h.eps1);
-      u[i] = g32[i] / std::sqrt(r[i]);
-    }
-  }
-  double ss = 0;
-  for (float x : u) ss += double(x) * x;
-  const float rms = float(std::sqrt(ss / double(std::max<int64_t>(n, 1))));
+  });
+  // The update before clipping: u = g / sqrt(v), v = r c / mean(r) when factored.
+  auto u = [&](int64_t i, float g) {
+    return factored ? g / std::sqrt(float(double(r[i / cols]) * c[i % cols] / rmean)) : g / std::sqrt(r[i]);
+  };
+  dispatch_float(grad.dtype(), "adafactor", [&](auto gtag) {
+    using G = decltype(gtag);
+    const G* gp = grad.data<G>();
+    sum_fixed_chunks(n, partial, [&](int64_t i) {
+      const double x = u(i, load(gp, i) * h.grad_scale);
+      return x * x;
+    });
+  });
+  const float rms = float(std::sqrt(total(partial) / double(std::max<int64_t>(n, 1))));
   const float clip = std::max(1.f, rms / h.clip_threshold);
   const float wd = 1.f - h.lr * h.weight_decay;
-  Tensor ut = Tensor::wrap(u.data(), param.shape(), DType::F32, core::Device::host(), nullptr);
-  for_each_update(param, ut, master, 1.f, [&](int64_t i, float g, float w) { return w * wd - h.lr * g / clip; });
+  for_each_update(param, grad, master, h.grad_scale,
+                  [&](int64_t i, float g, float w) { return w * wd - h.lr * u(i, g) / clip; });
 }
 
 }  // namespace hr::cpu

@@ -48,8 +48,6 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
 // with angle = position * theta^(-2i / head_dim); inverse uses -angle.
 void rope(const RopeArgs& a) {
   const int64_t batch = a.x.size(0), seq = a.x.size(1), heads = a.x.size(2), hd = a.x.size(3), half = hd / 2;
-  std::vector<double> inv_freq(static_cast<std::size_t>(half));
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = std::pow(double(a.theta), -2.0 * double(i) / double(hd));
   const float sign = a.inverse ? -1.f : 1.f;
   dispatch_index(a.positions.dtype(), "rope", [&](auto itag) {
     using I = decltype(itag);
@@ -62,7 +60,7 @@ void rope(const RopeArgs& a) {
       for (int64_t bs = 0; bs < batch * seq; ++bs) {
         const double p = double(pos[bs]);
         for (int64_t i = 0; i < half; ++i) {
-          const double ang = p * inv_freq[i];
+          const double ang = p * std::pow(double(a.theta), -2.0 * double(i) / double(hd));
           const float c = float(std::cos(ang)), s = sign * float(std::sin(ang));
           for (int64_t h = 0; h < heads; ++h) {
             const int64_t o = (bs * heads + h) * hd;
