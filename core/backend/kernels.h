@@ -11,7 +11,10 @@ namespace hr::core {
 struct Kernels {
   const char* backend = "";
   // Sizing
+  // A GEMM's workspace holds the operands it stages in another dtype first; its scratchpad is what the GEMM
+  // kernel itself needs (oneDNN's or cuBLAS's workspace, packing buffers). The op allocates both.
   std::size_t (*gemm_workspace_bytes)(const GemmDesc&) = nullptr;
+  std::size_t (*gemm_scratchpad_bytes)(const GemmDesc&) = nullptr;
   std::size_t (*attention_workspace_bytes)(const AttentionDesc&, bool backward) = nullptr;
   std::size_t (*norm_workspace_bytes)(int64_t rows, int64_t cols) = nullptr;
 

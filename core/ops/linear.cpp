@@ -49,7 +49,9 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float 
   d.alpha = alpha;
   d.beta = beta;
   if (c.numel() == 0) return;
-  GemmArgs args{d, a, b, c, allocate_workspace(sizing_kernels(c.device()).gemm_workspace_bytes(d), c.device())};
+  const Kernels& sizing = sizing_kernels(c.device());
+  GemmArgs args{d, a, b, c, allocate_workspace(sizing.gemm_workspace_bytes(d), c.device()),
+                allocate_workspace(sizing.gemm_scratchpad_bytes(d), c.device())};
   launch("gemm", c.device(), &Kernels::gemm, args);
 }
 

@@ -25,7 +25,9 @@ struct GemmDesc {
 
 struct GemmArgs {
   GemmDesc desc;
-  Tensor a, b, c, workspace;
+  Tensor a, b, c;
+  Tensor workspace;   // gemm_workspace_bytes(desc): operands staged in another dtype
+  Tensor scratchpad;  // gemm_scratchpad_bytes(desc): the GEMM kernel's own scratch
 };
 
 // Layer norm: y = (x - mean) * rstd * weight + bias. RMS norm: y = x * rstd * weight.

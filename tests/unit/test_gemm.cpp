@@ -1,7 +1,15 @@
-// GEMM paths: f32 linear shapes run oneDNN's fast kernel with no workspace; broadcast batches and
+// GEMM paths: f32 linear shapes never stage converted operands; which kernel runs follows the CPU (oneDNN's
+// brgemm, or headroom's packed GEMM where oneDNN has none) and each takes exactly the scratch its own query
+// or blocking names; the packed GEMM agrees with a reference on every edge; broadcast batches and
 // transposed views give the same numbers as contiguous copies.
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <cmath>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "core/backend/cpu/cpu_kernels.h"
+#include "core/backend/cpu/packed_gemm.h"
 #include "core/backend/kernels.h"
 #include "core/ops/linear.h"
 
@@ -38,4 +46,139 @@ TEST(Gemm, BroadcastBatchAndTransposedViews) {
         EXPECT_FLOAT_EQ(r1[(bi * 3 + i) * 5 + j], want);
         EXPECT_FLOAT_EQ(r2[(bi * 3 + i) * 5 + j], want);
       }
+}
+
+namespace {
+
+GemmDesc linear_desc(DType dt) {  // x (300, 64) @ w^T with w (32, 64), as linear_forward builds it
+  GemmDesc d;
+  d.m = 300, d.n = 32, d.k = 64;
+  d.a_dtype = d.b_dtype = d.c_dtype = dt;
+  d.a_strides[1] = 64, d.a_strides[2] = 1;
+  d.b_strides[1] = 1, d.b_strides[2] = 64;
+  return d;
+}
+
+// oneDNN's own scratchpad query for the brgemm primitive of `d`, made here independently of the backend.
+std::size_t onednn_scratchpad(const GemmDesc& d) {
+  using dnnl::memory;
+  dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  memory::desc a({1, d.m, d.k}, memory::data_type::f32, memory::dims{d.m * d.k, d.a_strides[1], d.a_strides[2]});
+  memory::desc b({1, d.k, d.n}, memory::data_type::f32, memory::dims{d.k * d.n, d.b_strides[1], d.b_strides[2]});
+  memory::desc c({1, d.m, d.n}, memory::data_type::f32, memory::dims{d.m * d.n, d.n, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, b, c), attr, e).scratchpad_desc().get_size();
+}
+
+struct ThreadCount {  // sets the OpenMP threads for a scope
+  int saved = omp_get_max_threads();
+  explicit ThreadCount(int n) { omp_set_num_threads(n); }
+  ~ThreadCount() { omp_set_num_threads(saved); }
+};
+
+}  // namespace
+
+TEST(Gemm, EachCpuTakesItsPathAndEachPathItsOwnScratch) {
+  const bool brgemm = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
+  const bool native_bf16 = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16;
+  for (int threads : {1, 2}) {
+    ThreadCount t(threads);
+    const GemmDesc f = linear_desc(DType::F32), h = linear_desc(DType::BF16);
+    EXPECT_EQ(cpu_kernels().gemm_workspace_bytes(f), 0u);
+    if (brgemm) {
+      EXPECT_STREQ(hr::cpu::gemm_path(f), "brgemm");
+      // The scratchpad is oneDNN's own answer for this primitive at this thread count.
+      EXPECT_EQ(cpu_kernels().gemm_scratchpad_bytes(f), onednn_scratchpad(f)) << threads << " threads";
+      if (native_bf16) {
+        EXPECT_STREQ(hr::cpu::gemm_path(h), "brgemm");
+      } else {
+        EXPECT_STREQ(hr::cpu::gemm_path(h), "f32 copies + brgemm");
+        // f32 copies of x, w and the output, each 64-byte aligned.
+        EXPECT_EQ(cpu_kernels().gemm_workspace_bytes(h), std::size_t(300 * 64 + 64 * 32 + 300 * 32) * 4);
+      }
+    } else {
+      for (const GemmDesc& d : {f, h}) {
+        EXPECT_STREQ(hr::cpu::gemm_path(d), "packed");
+        EXPECT_EQ(cpu_kernels().gemm_workspace_bytes(d), 0u);
+        EXPECT_EQ(cpu_kernels().gemm_scratchpad_bytes(d), hr::cpu::packed_gemm_blocking(d, threads).scratchpad_bytes());
+      }
+    }
+  }
+}
+
+namespace {
+
+// C = alpha A B + beta C0 in double, for a desc over the given host data.
+std::vector<double> reference(const GemmDesc& d, const std::vector<float>& a, const std::vector<float>& b,
+                              const std::vector<float>& c0) {
+  std::vector<double> c(std::size_t(d.batch * d.m * d.n));
+  for (int64_t bi = 0; bi < d.batch; ++bi)
+    for (int64_t i = 0; i < d.m; ++i)
+      for (int64_t j = 0; j < d.n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < d.k; ++p)
+          s += double(a[std::size_t(bi * d.a_strides[0] + i * d.a_strides[1] + p * d.a_strides[2])]) *
+               b[std::size_t(bi * d.b_strides[0] + p * d.b_strides[1] + j * d.b_strides[2])];
+        const std::size_t o = std::size_t((bi * d.m + i) * d.n + j);
+        c[o] = d.alpha * s + (d.beta != 0.f ? d.beta * double(c0[o]) : 0.0);
+      }
+  return c;
+}
+
+struct PackedCase {
+  int64_t batch, m, n, k;
+  bool a_transposed, b_transposed, a_broadcast, b_broadcast;
+  float alpha, beta;
+  DType c_dtype;
+};
+
+}  // namespace
+
+TEST(Gemm, PackedGemmMatchesAReferenceOnEveryEdgeWithTheSameBitsOnAnyThreadsAndKernel) {
+  const std::vector<PackedCase> cases = {
+      {1, 300, 32, 64, false, true, false, true, 1.f, 0.f, DType::F32},  // linear forward
+      {1, 13, 37, 19, false, false, false, false, 1.f, 0.f, DType::F32}, // edges everywhere
+      {3, 7, 40, 5, true, false, false, true, 0.5f, 1.f, DType::F32},    // transposed A, broadcast B, beta
+      {2, 150, 17, 300, false, true, true, false, 1.f, 1.f, DType::F32}, // long k, broadcast A
+      {1, 9, 9, 0, false, false, false, false, 1.f, 0.5f, DType::F32},   // k = 0: C = beta C
+      {1, 33, 50, 70, false, true, false, false, 1.f, 0.f, DType::BF16}, // bf16 output, rounded once
+      {2, 8, 24, 16, true, true, false, false, 2.f, 0.f, DType::F16},
+  };
+  for (const PackedCase& pc : cases) {
+    GemmDesc d;
+    d.batch = pc.batch, d.m = pc.m, d.n = pc.n, d.k = pc.k, d.alpha = pc.alpha, d.beta = pc.beta, d.c_dtype = pc.c_dtype;
+    d.a_strides[0] = pc.a_broadcast ? 0 : pc.m * pc.k;
+    d.a_strides[1] = pc.a_transposed ? 1 : pc.k, d.a_strides[2] = pc.a_transposed ? pc.m : 1;
+    d.b_strides[0] = pc.b_broadcast ? 0 : pc.k * pc.n;
+    d.b_strides[1] = pc.b_transposed ? 1 : pc.n, d.b_strides[2] = pc.b_transposed ? pc.k : 1;
+    const int64_t ab = pc.a_broadcast ? 1 : pc.batch, bb = pc.b_broadcast ? 1 : pc.batch;
+    std::vector<float> av(std::size_t(std::max<int64_t>(ab * pc.m * pc.k, 1))), bv(std::size_t(std::max<int64_t>(bb * pc.k * pc.n, 1)));
+    std::vector<float> cv(std::size_t(pc.batch * pc.m * pc.n));
+    for (std::size_t i = 0; i < av.size(); ++i) av[i] = float(int(i * 7 % 13) - 6) / 8.f;
+    for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = float(int(i * 5 % 11) - 5) / 4.f;
+    for (std::size_t i = 0; i < cv.size(); ++i) cv[i] = float(int(i % 9) - 4);
+    const std::vector<double> want = reference(d, av, bv, cv);
+    std::vector<float> first;
+    for (int threads : {1, 2, 3})
+      for (auto kernel : {hr::cpu::Microkernel::Auto, hr::cpu::Microkernel::Portable}) {
+        const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(d, threads);
+        GemmArgs g;
+        g.desc = d;
+        g.a = Tensor::from_floats(av, {int64_t(av.size())}, DType::F32, Device::cpu());
+        g.b = Tensor::from_floats(bv, {int64_t(bv.size())}, DType::F32, Device::cpu());
+        g.c = Tensor::from_floats(cv, {pc.batch, pc.m, pc.n}, pc.c_dtype, Device::cpu());
+        if (bl.scratchpad_bytes()) g.scratchpad = Tensor::empty({int64_t(bl.scratchpad_bytes())}, DType::U8, Device::cpu());
+        ThreadCount t(threads);
+        hr::cpu::packed_gemm(g, bl, kernel);
+        const std::vector<float> got = g.c.to_floats();
+        // f32 outputs agree to f32 rounding of the sum; bf16/f16 outputs are the f32 result rounded once.
+        const double tol = pc.c_dtype == DType::F32 ? 1e-5 : pc.c_dtype == DType::BF16 ? 8e-3 : 1e-3;
+        for (std::size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i])))
+              << pc.m << "x" << pc.n << "x" << pc.k << " element " << i << ", " << threads << " threads";
+        if (first.empty()) first = got;
+        EXPECT_EQ(got, first) << pc.m << "x" << pc.n << "x" << pc.k << ": bits differ at " << threads << " threads";
+      }
+  }
 }

@@ -11,6 +11,7 @@ const Kernels& cpu_kernels() {
     Kernels t;
     t.backend = "CPU";
     t.gemm_workspace_bytes = cpu::gemm_workspace_bytes;
+    t.gemm_scratchpad_bytes = cpu::gemm_scratchpad_bytes;
     t.attention_workspace_bytes = cpu::attention_workspace_bytes;
     t.norm_workspace_bytes = cpu::norm_workspace_bytes;
     t.fill = cpu::fill;

@@ -9,6 +9,9 @@ namespace hr::cpu {
 using namespace hr::core;  // kernels speak the core vocabulary
 
 std::size_t gemm_workspace_bytes(const GemmDesc& d);
+std::size_t gemm_scratchpad_bytes(const GemmDesc& d);
+// Which way this GEMM runs at the current thread count: "brgemm", "f32 copies + brgemm" or "packed".
+const char* gemm_path(const GemmDesc& d);
 std::size_t attention_workspace_bytes(const AttentionDesc& d, bool backward);
 std::size_t norm_workspace_bytes(int64_t rows, int64_t cols);
 

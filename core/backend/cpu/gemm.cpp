@@ -1,14 +1,23 @@
-// CPU GEMM through oneDNN matmul: strided (transposed) views, f32 accumulation, scratchpad from our allocator.
-// Where oneDNN has only its slow reference kernel for a dtype (bf16/f16 on CPUs without native support),
-// the operands are converted to f32 in the workspace and the fast f32 kernel runs instead.
+// CPU GEMM: oneDNN's brgemm matmul where the CPU has it, headroom's packed GEMM where it has not. Every
+// byte either uses comes from the caching allocator: oneDNN runs with scratchpad_mode::user and is handed
+// the scratchpad its primitive descriptor asks for; the packed GEMM is handed the one its blocking asks for.
+// oneDNN's other fast path, gemm:jit, mallocs packing buffers of its own on every call and is never used.
+//
+// Which path runs, for one GEMM and one thread count (the primitive's scratchpad depends on both):
+//   1. oneDNN has a brgemm kernel for these dtypes and strides        -> that kernel;
+//   2. it has one for contiguous f32 only (bf16 without AVX512-BF16)  -> f32 copies of the operands in the
+//      workspace, then that kernel (and the f32 result cast back when C is not f32);
+//   3. it has none (AVX2 and below)                                   -> the packed GEMM, any dtypes.
 #include <map>
 #include <mutex>
-#include <string>
-
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <array>
+#include <vector>
 
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
+#include "core/backend/cpu/packed_gemm.h"
 
 namespace hr::cpu {
 
@@ -18,10 +27,14 @@ using dnnl::memory;
 
 memory::data_type dnnl_type(DType t) {
   switch (t) {
-    case DType::F32: return memory::data_type::f32;
-    case DType::BF16: return memory::data_type::bf16;
-    case DType::F16: return memory::data_type::f16;
-    default: throw Error(str("[gemm] unsupported dtype ", core::dtype_name(t)));
+    case DType::F32:
+      return memory::data_type::f32;
+    case DType::BF16:
+      return memory::data_type::bf16;
+    case DType::F16:
+      return memory::data_type::f16;
+    default:
+      throw Error(str("[gemm] unsupported dtype ", core::dtype_name(t)));
   }
 }
 
@@ -30,21 +43,38 @@ dnnl::engine& engine() {
   return e;
 }
 
-// How one GEMM runs: either natively, or with f32 copies of the non-f32 operands in the workspace.
+dnnl::stream& stream() {
+  static dnnl::stream s(engine());
+  return s;
+}
+
+enum class Path : uint8_t { Brgemm, ConvertThenBrgemm, Packed };
+
+// How one GEMM runs, decided once per (desc, threads). The oneDNN memory objects and argument map are
+// built here too, so a call only points them at its buffers: running a GEMM allocates nothing.
 struct Plan {
-  bool convert = false;
-  std::size_t a_bytes = 0, b_bytes = 0, c_bytes = 0, scratch_bytes = 0;
+  Path path = Path::Packed;
+  std::size_t a_bytes = 0, b_bytes = 0, c_bytes = 0;  // f32 copies of A, B (and C when it is not f32)
+  std::size_t scratchpad_bytes = 0;
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
-  std::size_t total() const { return a_bytes + b_bytes + c_bytes + scratch_bytes; }
+  memory a_mem, b_mem, c_mem, s_mem;
+  std::vector<dnnl_exec_arg_t> args;  // for dnnl_primitive_execute: no container is built per call
+  PackedGemmBlocking blocking;
+  std::size_t conversion_bytes() const { return a_bytes + b_bytes + c_bytes; }
 };
 
-dnnl::matmul::primitive_desc make_pd(const GemmDesc& d, DType at, DType bt, DType ct, bool contiguous_ab) {
-  const int64_t ab = d.a_strides[0] == 0 ? 1 : d.batch, bb = d.b_strides[0] == 0 ? 1 : d.batch;
+int64_t operand_batch(int64_t stride0, int64_t batch) {
+  return stride0 == 0 ? 1 : batch;
+}
+
+// A matmul primitive descriptor with the desc's strides, or contiguous operands when `contiguous`.
+dnnl::matmul::primitive_desc make_pd(const GemmDesc& d, DType at, DType bt, DType ct, bool contiguous) {
+  const int64_t ab = operand_batch(d.a_strides[0], d.batch), bb = operand_batch(d.b_strides[0], d.batch);
   // A batch of one gets a non-zero batch stride: oneDNN 2.6 drops to its reference kernel on stride 0.
   memory::dims a_str = {ab == 1 ? d.m * d.k : d.a_strides[0], d.a_strides[1], d.a_strides[2]};
   memory::dims b_str = {bb == 1 ? d.k * d.n : d.b_strides[0], d.b_strides[1], d.b_strides[2]};
-  if (contiguous_ab) {
+  if (contiguous) {
     a_str = {d.m * d.k, d.k, 1};
     b_str = {d.k * d.n, d.n, 1};
   }
@@ -62,96 +92,168 @@ dnnl::matmul::primitive_desc make_pd(const GemmDesc& d, DType at, DType bt, DTyp
   return dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine());
 }
 
-bool is_reference(const dnnl::matmul::primitive_desc& pd) {
-  return std::string(pd.impl_info_str()).find("ref") != std::string::npos;
+// The brgemm primitive descriptor for these operands, if oneDNN has one (brgemm kernels take all their
+// memory from the scratchpad; anything else it offers is gemm:jit, which mallocs, or its reference loops).
+std::optional<dnnl::matmul::primitive_desc> brgemm_pd(const GemmDesc& d, DType at, DType bt, DType ct,
+                                                      bool contiguous) {
+  try {
+    auto pd = make_pd(d, at, bt, ct, contiguous);
+    if (std::string(pd.impl_info_str()).rfind("brg", 0) == 0) return pd;
+  } catch (const dnnl::error&) {
+  }
+  return std::nullopt;
 }
 
-std::string key_of(const GemmDesc& d) {
-  return str(d.batch, ',', d.m, ',', d.n, ',', d.k, ',', int(d.a_dtype), int(d.b_dtype), int(d.c_dtype), ',',
-             d.a_strides[0], ',', d.a_strides[1], ',', d.a_strides[2], ',', d.b_strides[0], ',', d.b_strides[1], ',',
-             d.b_strides[2], ',', d.alpha, ',', d.beta);
+// A plan's identity: the desc and the thread count. A plain value, so looking a plan up allocates nothing.
+struct Key {
+  std::array<int64_t, 14> dims;  // batch, m, n, k, dtypes, strides
+  float alpha, beta;
+  int threads;
+  auto operator<=>(const Key&) const = default;
+};
+
+Key key_of(const GemmDesc& d, int threads) {
+  return {{d.batch, d.m, d.n, d.k, int64_t(d.a_dtype), int64_t(d.b_dtype), int64_t(d.c_dtype), d.a_strides[0],
+           d.a_strides[1], d.a_strides[2], d.b_strides[0], d.b_strides[1], d.b_strides[2], 0},
+          d.alpha, d.beta, threads};
 }
 
+void bind_onednn(Plan& p) {
+  const dnnl::engine& e = engine();
+  p.a_mem = memory(p.pd.src_desc(), e, DNNL_MEMORY_NONE);
+  p.b_mem = memory(p.pd.weights_desc(), e, DNNL_MEMORY_NONE);
+  p.c_mem = memory(p.pd.dst_desc(), e, DNNL_MEMORY_NONE);
+  p.args = {{DNNL_ARG_SRC, p.a_mem.get()}, {DNNL_ARG_WEIGHTS, p.b_mem.get()}, {DNNL_ARG_DST, p.c_mem.get()}};
+  if (p.scratchpad_bytes) {
+    p.s_mem = memory(p.pd.scratchpad_desc(), e, DNNL_MEMORY_NONE);
+    p.args.push_back({DNNL_ARG_SCRATCHPAD, p.s_mem.get()});
+  }
+  p.prim = dnnl::matmul(p.pd);
+}
+
+std::unique_ptr<Plan> make_plan(const GemmDesc& d, int threads) {
+  auto p = std::make_unique<Plan>();
+  const bool one_dtype = d.a_dtype == d.b_dtype;
+  if (auto pd = one_dtype ? brgemm_pd(d, d.a_dtype, d.b_dtype, d.c_dtype, false) : std::nullopt) {
+    p->path = Path::Brgemm;
+    p->pd = *pd;
+  } else if (auto pd32 = brgemm_pd(d, DType::F32, DType::F32, DType::F32, true)) {
+    p->path = Path::ConvertThenBrgemm;
+    p->pd = *pd32;
+    p->a_bytes = WorkspaceCarver::bytes(std::size_t(operand_batch(d.a_strides[0], d.batch) * d.m * d.k));
+    p->b_bytes = WorkspaceCarver::bytes(std::size_t(operand_batch(d.b_strides[0], d.batch) * d.k * d.n));
+    p->c_bytes = d.c_dtype == DType::F32 ? 0 : WorkspaceCarver::bytes(std::size_t(d.batch * d.m * d.n));
+  } else {
+    p->path = Path::Packed;
+    p->blocking = packed_gemm_blocking(d, threads);
+    p->scratchpad_bytes = p->blocking.scratchpad_bytes();
+    return p;
+  }
+  p->scratchpad_bytes = p->pd.scratchpad_desc().get_size();
+  bind_onednn(*p);
+  return p;
+}
+
+// Plans are made on the thread that runs the ops (oneDNN reads its thread count there) and kept for the
+// process: a GEMM shape seen once is planned once.
 Plan& plan_for(const GemmDesc& d) {
   static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<Plan>> cache;
-  const std::string key = key_of(d);
+  static std::map<Key, std::unique_ptr<Plan>> cache;
+  const int threads = num_threads();
+  const Key key = key_of(d, threads);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
-  if (it != cache.end()) return *it->second;
-  auto p = std::make_unique<Plan>();
-  const bool all_f32 = d.a_dtype == DType::F32 && d.b_dtype == DType::F32 && d.c_dtype == DType::F32;
-  bool native = false;
-  if (all_f32 || d.a_dtype == d.b_dtype) {
-    try {
-      p->pd = make_pd(d, d.a_dtype, d.b_dtype, d.c_dtype, false);
-      native = !is_reference(p->pd);
-    } catch (const dnnl::error&) {
-      native = false;
-    }
-  }
-  if (!native) {
-    p->convert = true;
-    const int64_t ab = d.a_strides[0] == 0 ? 1 : d.batch, bb = d.b_strides[0] == 0 ? 1 : d.batch;
-    p->a_bytes = WorkspaceCarver::bytes(std::size_t(ab * d.m * d.k));
-    p->b_bytes = WorkspaceCarver::bytes(std::size_t(bb * d.k * d.n));
-    p->c_bytes = d.c_dtype == DType::F32 ? 0 : WorkspaceCarver::bytes(std::size_t(d.batch * d.m * d.n));
-    p->pd = make_pd(d, DType::F32, DType::F32, DType::F32, true);
-  }
-  p->scratch_bytes = p->pd.scratchpad_desc().get_size();
-  p->prim = dnnl::matmul(p->pd);
-  Plan& ref = *p;
-  cache.emplace(key, std::move(p));
-  return ref;
+  if (it == cache.end()) it = cache.emplace(key, make_plan(d, threads)).first;
+  return *it->second;
 }
 
-// Contiguous f32 copy of a strided 3-D operand into `dst`.
-void to_f32(const Tensor& src, int64_t batch, float* dst) {
-  Tensor view = src;
-  if (view.size(0) != batch) view = src.slice(0, 0, 1);
-  Tensor out = Tensor::wrap(dst, view.shape(), DType::F32, core::Device::host(), nullptr);
-  copy(out, view);
+// Contiguous f32 copy of a strided (batch, rows, cols) operand. Raw loops: a kernel builds no tensors.
+void to_f32(const Tensor& src, const int64_t* strides, int64_t batch, int64_t rows, int64_t cols, float* dst) {
+  dispatch_float(src.dtype(), "gemm", [&](auto tag) {
+    const auto* p = src.data<decltype(tag)>();
+#pragma omp parallel for schedule(static) if (batch * rows * cols > (1 << 16))
+    for (int64_t r = 0; r < batch * rows; ++r)
+      for (int64_t j = 0; j < cols; ++j)
+        dst[r * cols + j] = load(p, r / rows * strides[0] + r % rows * strides[1] + j * strides[2]);
+  });
+}
+
+// The contiguous C between its dtype and the f32 copy.
+void c_to_f32(const Tensor& c, float* dst) {
+  dispatch_float(c.dtype(), "gemm", [&](auto tag) {
+    const auto* p = c.data<decltype(tag)>();
+    for (int64_t i = 0; i < c.numel(); ++i) dst[i] = load(p, i);
+  });
+}
+
+void c_from_f32(const float* src, const Tensor& c) {
+  dispatch_float(c.dtype(), "gemm", [&](auto tag) {
+    auto* p = c.data<decltype(tag)>();
+    for (int64_t i = 0; i < c.numel(); ++i) store(p, i, src[i]);
+  });
+}
+
+void run_brgemm(Plan& p, const GemmArgs& g) {
+  const GemmDesc& d = g.desc;
+  void* a_ptr = g.a.data_ptr();
+  void* b_ptr = g.b.data_ptr();
+  void* c_ptr = g.c.data_ptr();
+  float* c32 = nullptr;
+  if (p.path == Path::ConvertThenBrgemm) {
+    char* ws = static_cast<char*>(g.workspace.data_ptr());
+    float* a32 = reinterpret_cast<float*>(ws);
+    float* b32 = reinterpret_cast<float*>(ws + p.a_bytes);
+    to_f32(g.a, d.a_strides, operand_batch(d.a_strides[0], d.batch), d.m, d.k, a32);
+    to_f32(g.b, d.b_strides, operand_batch(d.b_strides[0], d.batch), d.k, d.n, b32);
+    a_ptr = a32;
+    b_ptr = b32;
+    if (p.c_bytes) {
+      c32 = reinterpret_cast<float*>(ws + p.a_bytes + p.b_bytes);
+      if (d.beta != 0.f) c_to_f32(g.c, c32);
+      c_ptr = c32;
+    }
+  }
+  p.a_mem.set_data_handle(a_ptr);
+  p.b_mem.set_data_handle(b_ptr);
+  p.c_mem.set_data_handle(c_ptr);
+  if (p.scratchpad_bytes) p.s_mem.set_data_handle(g.scratchpad.data_ptr());
+  const dnnl_status_t st = dnnl_primitive_execute(p.prim.get(), stream().get(), int(p.args.size()), p.args.data());
+  HR_CHECK(st == dnnl_success, "[gemm] oneDNN matmul failed with status ", int(st));
+  stream().wait();
+  if (c32) c_from_f32(c32, g.c);
 }
 
 }  // namespace
 
 std::size_t gemm_workspace_bytes(const GemmDesc& d) {
   if (d.batch * d.m * d.n == 0) return 0;
-  return plan_for(d).total();
+  return plan_for(d).conversion_bytes();
+}
+
+std::size_t gemm_scratchpad_bytes(const GemmDesc& d) {
+  if (d.batch * d.m * d.n == 0) return 0;
+  return plan_for(d).scratchpad_bytes;
+}
+
+const char* gemm_path(const GemmDesc& d) {
+  switch (plan_for(d).path) {
+    case Path::Brgemm: return "brgemm";
+    case Path::ConvertThenBrgemm: return "f32 copies + brgemm";
+    case Path::Packed: return "packed";
+  }
+  return "?";
 }
 
 void gemm(const GemmArgs& g) {
-  const GemmDesc& d = g.desc;
-  Plan& p = plan_for(d);
-  char* ws = g.workspace.defined() ? static_cast<char*>(g.workspace.data_ptr()) : nullptr;
-  HR_ASSERT(!p.total() || (ws && g.workspace.nbytes() >= p.total()), "gemm workspace too small");
-  dnnl::stream stream(engine());
-  const dnnl::engine& e = engine();
-  void* a_ptr = g.a.data_ptr();
-  void* b_ptr = g.b.data_ptr();
-  void* c_ptr = g.c.data_ptr();
-  float* c32 = nullptr;
-  if (p.convert) {
-    float* a32 = reinterpret_cast<float*>(ws);
-    float* b32 = reinterpret_cast<float*>(ws + p.a_bytes);
-    to_f32(g.a, d.a_strides[0] == 0 ? 1 : d.batch, a32);
-    to_f32(g.b, d.b_strides[0] == 0 ? 1 : d.batch, b32);
-    a_ptr = a32;
-    b_ptr = b32;
-    if (p.c_bytes) {
-      c32 = reinterpret_cast<float*>(ws + p.a_bytes + p.b_bytes);
-      if (d.beta != 0.f) copy(Tensor::wrap(c32, g.c.shape(), DType::F32, core::Device::host(), nullptr), g.c);
-      c_ptr = c32;
-    }
-  }
-  memory a_mem(p.pd.src_desc(), e, a_ptr);
-  memory b_mem(p.pd.weights_desc(), e, b_ptr);
-  memory c_mem(p.pd.dst_desc(), e, c_ptr);
-  std::unordered_map<int, memory> io = {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}};
-  if (p.scratch_bytes) io.insert({DNNL_ARG_SCRATCHPAD, memory(p.pd.scratchpad_desc(), e, ws + p.a_bytes + p.b_bytes + p.c_bytes)});
-  p.prim.execute(stream, io);
-  stream.wait();
-  if (c32) copy(g.c, Tensor::wrap(c32, g.c.shape(), DType::F32, core::Device::host(), nullptr));
+  Plan& p = plan_for(g.desc);
+  HR_ASSERT(g.workspace.defined() ? g.workspace.nbytes() == p.conversion_bytes() : p.conversion_bytes() == 0,
+            "gemm workspace is not what gemm_workspace_bytes sized");
+  HR_ASSERT(g.scratchpad.defined() ? g.scratchpad.nbytes() == p.scratchpad_bytes : p.scratchpad_bytes == 0,
+            "gemm scratchpad is not what gemm_scratchpad_bytes sized");
+  if (p.path == Path::Packed)
+    packed_gemm(g, p.blocking);
+  else
+    run_brgemm(p, g);
 }
 
 }  // namespace hr::cpu

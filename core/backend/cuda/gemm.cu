@@ -1,6 +1,7 @@
 // CUDA GEMM through cublasGemmStridedBatchedEx with f32 compute. Row-major C = A B is computed as the
 // column-major C^T = B^T A^T; a transposed view is an op flag, never a copy. Operands of two different
-// dtypes are widened to f32 in the workspace (sized in sizing.cpp), after the cuBLAS workspace.
+// dtypes are widened to f32 in the workspace; cuBLAS works in the scratchpad it is given (both sized in
+// sizing.cpp), so it never allocates on its own.
 #include <mutex>
 
 #include "core/backend/cuda/cuda_common.h"
@@ -44,13 +45,15 @@ Operand as_operand(const int64_t strides[3], int64_t rows, int64_t cols, const c
 
 void gemm(const GemmArgs& g) {
   const GemmDesc& d = g.desc;
-  char* ws = static_cast<char*>(g.workspace.data_ptr());
-  HR_CUBLAS_CHECK(cublasSetWorkspace(handle(), ws, kCublasWorkspace));
+  HR_CHECK(g.scratchpad.defined() && g.scratchpad.nbytes() >= kCublasWorkspace, "[gemm] cuBLAS needs a ",
+           kCublasWorkspace, "-byte scratchpad");
+  HR_CUBLAS_CHECK(cublasSetWorkspace(handle(), g.scratchpad.data_ptr(), kCublasWorkspace));
+  char* ws = g.workspace.defined() ? static_cast<char*>(g.workspace.data_ptr()) : nullptr;
   HR_CUBLAS_CHECK(cublasSetStream(handle(), stream()));
   Tensor a = g.a, b = g.b;
   int64_t as[3] = {d.a_strides[0], d.a_strides[1], d.a_strides[2]};
   int64_t bs[3] = {d.b_strides[0], d.b_strides[1], d.b_strides[2]};
-  std::size_t at = kCublasWorkspace;
+  std::size_t at = 0;
   auto widen = [&](Tensor& t, int64_t* st) {
     const int64_t batch = st[0] ? t.size(0) : 1;
     Tensor view = st[0] ? t : t.slice(0, 0, 1);

@@ -14,8 +14,10 @@ constexpr int64_t kNormRowsPerPartial = 32;                     // rows summed p
 
 std::size_t align(std::size_t n) { return (n + 255) / 256 * 256; }
 
+std::size_t gemm_scratchpad(const GemmDesc&) { return kCublasWorkspace; }
+
 std::size_t gemm_bytes(const GemmDesc& d) {
-  std::size_t bytes = kCublasWorkspace;
+  std::size_t bytes = 0;
   if (d.a_dtype != d.b_dtype) {  // cuBLAS wants one input type: widen the narrower operand
     if (d.a_dtype != DType::F32) bytes += align(std::size_t((d.a_strides[0] ? d.batch : 1) * d.m * d.k) * 4);
     if (d.b_dtype != DType::F32) bytes += align(std::size_t((d.b_strides[0] ? d.batch : 1) * d.k * d.n) * 4);
@@ -41,6 +43,7 @@ const Kernels& cuda_sizing_kernels() {
     Kernels t;
     t.backend = "CUDA";
     t.gemm_workspace_bytes = gemm_bytes;
+    t.gemm_scratchpad_bytes = gemm_scratchpad;
     t.attention_workspace_bytes = attention_bytes;
     t.norm_workspace_bytes = norm_bytes;
     return t;

@@ -1,0 +1,177 @@
+// headroom's blocked GEMM (for CPUs where oneDNN has no brgemm): pack, 6 x 16 microkernel, write back.
+#include "core/backend/cpu/packed_gemm.h"
+
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "core/backend/cpu/cpu_common.h"
+
+namespace hr::cpu {
+
+namespace {
+
+constexpr int64_t kMR = 6, kNR = 16;                   // microkernel tile: 12 AVX2 accumulators
+constexpr std::size_t kABlockBytes = 512 * 1024;       // one thread's packed A block (L2-sized)
+constexpr std::size_t kBBlockBytes = 2 * 1024 * 1024;  // one thread's packed B block
+constexpr int64_t kMaxMc = 144, kMaxNc = 512;
+constexpr std::size_t kSlotAlignment = 64;
+
+int64_t round_up(int64_t x, int64_t to) {
+  return (x + to - 1) / to * to;
+}
+int64_t ceil_div(int64_t x, int64_t y) {
+  return (x + y - 1) / y;
+}
+std::size_t aligned_bytes(std::size_t floats) {
+  return (floats * sizeof(float) + kSlotAlignment - 1) / kSlotAlignment * kSlotAlignment;
+}
+
+// Largest multiple of `step` within budget / (4 k), at least `step`, at most `cap`.
+int64_t fit(std::size_t budget, int64_t k, int64_t step, int64_t cap) {
+  const int64_t n = int64_t(budget / (sizeof(float) * std::size_t(k))) / step * step;
+  return std::clamp<int64_t>(n, step, cap);
+}
+
+// acc (6 x 16, row-major) = A panel (k x 6) times B panel (k x 16).
+__attribute__((target("avx2,fma"))) void microkernel_avx2(int64_t k, const float* a, const float* b, float* acc) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  for (int64_t p = 0; p < k; ++p, a += kMR, b += kNR) {
+    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    __m256 x = _mm256_broadcast_ss(a + 0);
+    c00 = _mm256_fmadd_ps(x, b0, c00), c01 = _mm256_fmadd_ps(x, b1, c01);
+    x = _mm256_broadcast_ss(a + 1);
+    c10 = _mm256_fmadd_ps(x, b0, c10), c11 = _mm256_fmadd_ps(x, b1, c11);
+    x = _mm256_broadcast_ss(a + 2);
+    c20 = _mm256_fmadd_ps(x, b0, c20), c21 = _mm256_fmadd_ps(x, b1, c21);
+    x = _mm256_broadcast_ss(a + 3);
+    c30 = _mm256_fmadd_ps(x, b0, c30), c31 = _mm256_fmadd_ps(x, b1, c31);
+    x = _mm256_broadcast_ss(a + 4);
+    c40 = _mm256_fmadd_ps(x, b0, c40), c41 = _mm256_fmadd_ps(x, b1, c41);
+    x = _mm256_broadcast_ss(a + 5);
+    c50 = _mm256_fmadd_ps(x, b0, c50), c51 = _mm256_fmadd_ps(x, b1, c51);
+  }
+  const __m256 rows[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
+  for (int64_t r = 0; r < kMR; ++r) {
+    _mm256_storeu_ps(acc + r * kNR, rows[r][0]);
+    _mm256_storeu_ps(acc + r * kNR + 8, rows[r][1]);
+  }
+}
+
+// The same product in portable C++ (any x86-64; and the twin the AVX2 kernel is tested against). Each
+// element is a single multiply-add chain in k order, as in the AVX2 kernel, so both give the same bits.
+void microkernel_portable(int64_t k, const float* a, const float* b, float* acc) {
+  for (int64_t i = 0; i < kMR * kNR; ++i) acc[i] = 0.f;
+  for (int64_t p = 0; p < k; ++p, a += kMR, b += kNR)
+    for (int64_t r = 0; r < kMR; ++r)
+      for (int64_t j = 0; j < kNR; ++j) acc[r * kNR + j] = std::fma(a[r], b[j], acc[r * kNR + j]);
+}
+
+using MicrokernelFn = void (*)(int64_t, const float*, const float*, float*);
+
+MicrokernelFn choose(Microkernel m) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (m == Microkernel::Portable || (m == Microkernel::Auto && !avx2)) return microkernel_portable;
+  HR_CHECK(avx2, "[gemm] the AVX2 microkernel needs a CPU with AVX2 and FMA");
+  return microkernel_avx2;
+}
+
+// rows x k block of A (from row i0) as 6-row panels, each k x 6, zero-padded to whole panels.
+template <typename T>
+void pack_a(const T* a, const int64_t* st, int64_t i0, int64_t rows, int64_t k, float* out) {
+  for (int64_t p = 0; p < rows; p += kMR)
+    for (int64_t kk = 0; kk < k; ++kk, out += kMR)
+      for (int64_t r = 0; r < kMR; ++r) out[r] = p + r < rows ? load(a, (i0 + p + r) * st[1] + kk * st[2]) : 0.f;
+}
+
+// k x cols block of B (from column j0) as 16-column panels, each k x 16, zero-padded to whole panels.
+template <typename T>
+void pack_b(const T* b, const int64_t* st, int64_t j0, int64_t cols, int64_t k, float* out) {
+  for (int64_t q = 0; q < cols; q += kNR)
+    for (int64_t kk = 0; kk < k; ++kk, out += kNR)
+      for (int64_t c = 0; c < kNR; ++c) out[c] = q + c < cols ? load(b, kk * st[1] + (j0 + q + c) * st[2]) : 0.f;
+}
+
+// C tile (rows x cols of the 6 x 16 accumulator) = alpha acc + beta C.
+template <typename T>
+void write_tile(T* c, int64_t ldc, const float* acc, int64_t rows, int64_t cols, float alpha, float beta) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) {
+      float v = alpha * acc[r * kNR + j];
+      if (beta != 0.f) v += beta * load(c, r * ldc + j);
+      store(c, r * ldc + j, v);
+    }
+}
+
+template <typename TA, typename TB, typename TC>
+void run(const GemmArgs& g, const PackedGemmBlocking& bl, MicrokernelFn kernel) {
+  const GemmDesc& d = g.desc;
+  const TA* a = g.a.data<TA>();
+  const TB* b = g.b.data<TB>();
+  TC* c = g.c.data<TC>();
+  char* scratch = g.scratchpad.defined() ? static_cast<char*>(g.scratchpad.data_ptr()) : nullptr;
+  const std::size_t a_slot = aligned_bytes(bl.a_floats), slot = a_slot + aligned_bytes(bl.b_floats);
+  const int64_t row_tiles = ceil_div(d.m, bl.mc), col_tiles = ceil_div(d.n, bl.nc);
+#pragma omp parallel num_threads(bl.threads)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    float* ap = reinterpret_cast<float*>(scratch + std::size_t(t) * slot);
+    float* bp = reinterpret_cast<float*>(scratch + std::size_t(t) * slot + a_slot);
+    alignas(64) float acc[kMR * kNR];
+    int64_t packed_b = -1;  // which (batch, column tile) bp holds
+    for (int64_t tile = bl.tiles * t / nt; tile < bl.tiles * (t + 1) / nt; ++tile) {
+      const int64_t batch = tile / (row_tiles * col_tiles), jt = tile / row_tiles % col_tiles, it = tile % row_tiles;
+      const int64_t i0 = it * bl.mc, j0 = jt * bl.nc;
+      const int64_t rows = std::min(bl.mc, d.m - i0), cols = std::min(bl.nc, d.n - j0);
+      const int64_t b_key = (d.b_strides[0] ? batch : 0) * col_tiles + jt;
+      if (b_key != packed_b) {
+        pack_b(b + batch * d.b_strides[0], d.b_strides, j0, cols, d.k, bp);
+        packed_b = b_key;
+      }
+      pack_a(a + batch * d.a_strides[0], d.a_strides, i0, rows, d.k, ap);
+      TC* ct = c + batch * d.m * d.n + i0 * d.n + j0;
+      for (int64_t jr = 0; jr < cols; jr += kNR)
+        for (int64_t ir = 0; ir < rows; ir += kMR) {
+          kernel(d.k, ap + ir * d.k, bp + jr * d.k, acc);
+          write_tile(ct + ir * d.n + jr, d.n, acc, std::min(kMR, rows - ir), std::min(kNR, cols - jr), d.alpha, d.beta);
+        }
+    }
+  }
+}
+
+}  // namespace
+
+std::size_t PackedGemmBlocking::scratchpad_bytes() const {
+  return std::size_t(threads) * (aligned_bytes(a_floats) + aligned_bytes(b_floats));
+}
+
+PackedGemmBlocking packed_gemm_blocking(const GemmDesc& d, int threads) {
+  PackedGemmBlocking bl;
+  const int64_t k = std::max<int64_t>(d.k, 1);
+  bl.nc = std::min(fit(kBBlockBytes, k, kNR, kMaxNc), round_up(d.n, kNR));
+  bl.mc = std::min(fit(kABlockBytes, k, kMR, kMaxMc), round_up(d.m, kMR));
+  const int64_t col_tiles = ceil_div(d.n, bl.nc);
+  // Too few tiles for the threads: cut the rows finer (down to one microkernel panel).
+  const int64_t wanted_row_tiles = ceil_div(threads, d.batch * col_tiles);
+  if (ceil_div(d.m, bl.mc) < wanted_row_tiles) bl.mc = std::max(kMR, round_up(ceil_div(d.m, wanted_row_tiles), kMR));
+  bl.tiles = d.batch * ceil_div(d.m, bl.mc) * col_tiles;
+  bl.threads = int(std::max<int64_t>(1, std::min<int64_t>(threads, bl.tiles)));
+  bl.a_floats = std::size_t(bl.mc * d.k);
+  bl.b_floats = std::size_t(d.k * bl.nc);
+  return bl;
+}
+
+void packed_gemm(const GemmArgs& g, const PackedGemmBlocking& bl, Microkernel m) {
+  const GemmDesc& d = g.desc;
+  HR_ASSERT(!bl.scratchpad_bytes() || g.scratchpad.nbytes() >= bl.scratchpad_bytes(),
+            "packed gemm scratchpad too small");
+  const MicrokernelFn kernel = choose(m);
+  dispatch_float(d.a_dtype, "gemm", [&](auto ta) {
+    dispatch_float(d.b_dtype, "gemm", [&](auto tb) {
+      dispatch_float(d.c_dtype, "gemm", [&](auto tc) { run<decltype(ta), decltype(tb), decltype(tc)>(g, bl, kernel); });
+    });
+  });
+}
+
+}  // namespace hr::cpu
