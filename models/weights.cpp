@@ -32,6 +32,7 @@ void init_weights(ParamStore& store, uint64_t seed) {
       std::fill(v.begin(), v.end(), 0.f);
     else
       for (float& e : v) e = normal(rng);
+    MemoryScope scope(Category::IO, "init_weights");
     copy_(p->data, Tensor::from_floats(v, p->data.shape(), DType::F32, Device::host()));
   }
 }

@@ -96,8 +96,8 @@ Zero::Zero(models::Llava& model, Communicator& comm, const optim::OptimizerConfi
   validate(z, opt);
   device_ = model.params().device();
   // A plan on the meta device keeps its "host" on a second meta device: nothing is really allocated.
-  const Device host = device_.type == DeviceType::Meta ? Device{DeviceType::Meta, 1} : Device::host();
-  state_device_ = z.offload_optimizer == Offload::Cpu ? host : device_;
+  host_ = device_.type == DeviceType::Meta ? Device{DeviceType::Meta, 1} : Device::host();
+  state_device_ = z.offload_optimizer == Offload::Cpu ? host_ : device_;
   shard_world_ = z.stage >= 1 ? comm.world() : 1;
   shard_rank_ = z.stage >= 1 ? comm.rank() : 0;
   if (z.stage == 0 && z.offload_optimizer == Offload::None) {
@@ -141,7 +141,7 @@ Zero::Zero(models::Llava& model, Communicator& comm, const optim::OptimizerConfi
     }
     if (z.stage == 3) {
       MemoryScope scope(Category::Params, g->name);
-      g->params = Tensor::empty({g->S}, g->dtype, z.offload_params == Offload::Cpu ? host : device_);
+      g->params = Tensor::empty({g->S}, g->dtype, z.offload_params == Offload::Cpu ? host_ : device_);
       copy_(g->params, mine);
       mine = Tensor();
       for (auto& seg : g->segs) seg.p->data = Tensor();
@@ -233,17 +233,29 @@ void Zero::reduce_scatter_grads(Group& g) {
   add_(g.grads, mine);
 }
 
+std::vector<bool> Zero::on_any_rank(const std::vector<bool>& mine) {
+  if (comm_.world() == 1) return mine;
+  MemoryScope scope(Category::Comm, "zero.flags");
+  Tensor flags = Tensor::empty({int64_t(mine.size())}, DType::I64, host_);
+  if (host_.type == DeviceType::Meta) return mine;  // a plan: the planned world's ranks do what this one does
+  for (std::size_t i = 0; i < mine.size(); ++i) flags.data<int64_t>()[i] = mine[i];
+  comm_.all_reduce(flags);
+  std::vector<bool> any(mine.size());
+  for (std::size_t i = 0; i < mine.size(); ++i) any[i] = flags.data<int64_t>()[i] > 0;
+  return any;
+}
+
 void Zero::all_reduce_grads() {
   // Whether each trainable parameter has a gradient on some rank: those take part (zeros where missing).
   std::vector<Param*> params;
   for (const auto& p : model_.params().all())
     if (p->trainable) params.push_back(p.get());
-  Tensor mask = Tensor::zeros({int64_t(params.size())}, DType::I64, Device::host());
-  for (std::size_t i = 0; i < params.size(); ++i) mask.data<int64_t>()[i] = params[i]->grad.defined();
-  comm_.all_reduce(mask);
+  std::vector<bool> has(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) has[i] = params[i]->grad.defined();
+  has = on_any_rank(has);
   std::vector<Param*> live;
   for (std::size_t i = 0; i < params.size(); ++i)
-    if (mask.data<int64_t>()[i] > 0) {
+    if (has[i]) {
       params[i]->ensure_grad();
       live.push_back(params[i]);
     }
@@ -285,10 +297,10 @@ void Zero::finish_gradients() {
     for (auto& g : groups_)
       if (g && g->trainable)
         for (auto& seg : g->segs) segs.push_back(&seg);
-    Tensor mask = Tensor::zeros({int64_t(segs.size())}, DType::I64, Device::host());
-    for (std::size_t i = 0; i < segs.size(); ++i) mask.data<int64_t>()[i] = segs[i]->had_grad;
-    if (comm_.world() > 1) comm_.all_reduce(mask);
-    for (std::size_t i = 0; i < segs.size(); ++i) segs[i]->had_grad = mask.data<int64_t>()[i] > 0;
+    std::vector<bool> had(segs.size());
+    for (std::size_t i = 0; i < segs.size(); ++i) had[i] = segs[i]->had_grad;
+    had = on_any_rank(had);
+    for (std::size_t i = 0; i < segs.size(); ++i) segs[i]->had_grad = had[i];
   }
 }
 

@@ -76,6 +76,8 @@ class Zero final : public models::GroupHooks {
   void release(Group& g);
   void reduce_scatter_grads(Group& g);
   void all_reduce_grads();
+  // Which of this rank's flags are set on any rank (an i64 all-reduce of host buffers tagged comm).
+  std::vector<bool> on_any_rank(const std::vector<bool>& mine);
   void step_group(Group& g, float lr, float grad_scale);
 
   models::Llava& model_;
@@ -86,7 +88,7 @@ class Zero final : public models::GroupHooks {
   std::vector<std::unique_ptr<Group>> groups_;   // by model group id; null for groups with nothing to shard
   std::unique_ptr<optim::Optimizer> local_;       // stage 0 without offload
   int64_t steps_ = 0;
-  core::Device device_, state_device_;
+  core::Device device_, state_device_, host_;  // host_: where host-side buffers go (a meta host in a plan)
 };
 
 }  // namespace hr::parallel

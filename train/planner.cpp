@@ -23,35 +23,6 @@ namespace {
 
 const Device kMetaHost{DeviceType::Meta, 1};  // the host as a plan sees it: nothing is really allocated
 
-// A batch of the given shape: each row starts with BOS and its images' placeholders; every later token is an
-// answer token (the loss covers it). What the tokens are does not change what is allocated.
-LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s) {
-  LoadedBatch lb;
-  Batch& b = lb.batch;
-  b.batch = s.batch;
-  b.seq = s.seq;
-  const int64_t T = m.vision.tokens_per_image();
-  b.input_ids.assign(std::size_t(s.batch * s.seq), int64_t('a') + ByteTokenizer::kByteOffset);
-  b.labels = b.input_ids;
-  for (int64_t r = 0; r < s.batch; ++r) {
-    const int64_t images = s.images / s.batch + (r < s.images % s.batch ? 1 : 0);
-    HR_CHECK(1 + images * T < s.seq, "[plan] a sequence of ", s.seq, " tokens cannot hold ", images, " image(s) of ", T,
-             " tokens; raise data.max_seq_len or lower data.max_images_per_sample");
-    b.input_ids[std::size_t(r * s.seq)] = ByteTokenizer::kBos;
-    b.labels[std::size_t(r * s.seq)] = m.ignore_index;
-    for (int64_t t = 1; t <= images * T; ++t) {
-      b.input_ids[std::size_t(r * s.seq + t)] = m.image_token_id;
-      b.labels[std::size_t(r * s.seq + t)] = m.ignore_index;
-    }
-  }
-  if (s.images > 0) {
-    MemoryScope scope(Category::IO, "loader");
-    b.pixel_values = Tensor::empty({s.images, m.vision.channels, m.vision.image_size, m.vision.image_size}, DType::F32, kMetaHost);
-  }
-  lb.tokens = s.batch * s.seq;
-  return lb;
-}
-
 // Follows one allocator's events: the composition at the peak and who reached it.
 struct PeakWatch {
   CategoryBytes current{}, at_peak{};
@@ -89,6 +60,35 @@ struct PeakWatch {
 
 // ---- Predictor ----
 
+LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s, Device host) {
+  LoadedBatch lb;
+  Batch& b = lb.batch;
+  b.batch = s.batch;
+  b.seq = s.seq;
+  const int64_t T = m.vision.tokens_per_image();
+  b.input_ids.assign(std::size_t(s.batch * s.seq), int64_t('a') + ByteTokenizer::kByteOffset);
+  b.labels = b.input_ids;
+  for (int64_t r = 0; r < s.batch; ++r) {
+    const int64_t images = s.images / s.batch + (r < s.images % s.batch ? 1 : 0);
+    HR_CHECK(1 + images * T < s.seq, "[plan] a sequence of ", s.seq, " tokens cannot hold ", images, " image(s) of ", T,
+             " tokens; raise data.max_seq_len or lower data.max_images_per_sample");
+    b.input_ids[std::size_t(r * s.seq)] = ByteTokenizer::kBos;
+    b.labels[std::size_t(r * s.seq)] = m.ignore_index;
+    for (int64_t t = 1; t <= images * T; ++t) {
+      b.input_ids[std::size_t(r * s.seq + t)] = m.image_token_id;
+      b.labels[std::size_t(r * s.seq + t)] = m.ignore_index;
+    }
+  }
+  if (s.images > 0) {
+    MemoryScope scope(Category::IO, "loader");
+    const Shape shape{s.images, m.vision.channels, m.vision.image_size, m.vision.image_size};
+    b.pixel_values = host.type == DeviceType::Meta ? Tensor::empty(shape, DType::F32, host) : Tensor::zeros(shape, DType::F32, host);
+  }
+  lb.tokens = s.batch * s.seq;
+  return lb;
+}
+
+
 Predictor::Predictor(const RunConfig& c, int world, int rank, Backend target, std::size_t capacity) : config_(c) {
   configure_device(Device::meta(), {capacity, target});
   configure_device(kMetaHost, {0, target});
@@ -118,7 +118,7 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro) {
   host->set_trace([&](const TraceEvent& e) { hw(e); });
   try {
     std::size_t i = 0;
-    engine_->accumulate([&] { return synthetic_batch(config_.model.config, micro[i++]); }, int64_t(micro.size()), 1.f);
+    engine_->accumulate([&] { return synthetic_batch(config_.model.config, micro[i++], kMetaHost); }, int64_t(micro.size()), 1.f);
     engine_->update(1e-3f, 1.f);
   } catch (...) {
     dev->set_trace(nullptr);

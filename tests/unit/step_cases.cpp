@@ -1,0 +1,66 @@
+// Training-step cases: the strategy combinations and an in-process engine for any device.
+#include "step_cases.h"
+
+#include "models/weights.h"
+#include "train/planner.h"
+
+namespace hr::test {
+
+using namespace hr::core;
+
+namespace {
+
+const std::vector<std::string> kBase = {
+    "model.preset=tiny", "model.vision.image_size=8", "model.vision.patch_size=4", "model.llm.vocab_size=300",
+    "model.image_token_index=299", "data.max_seq_len=24", "train.stage=full", "train.micro_batch_size=2",
+    "train.learning_rate=0.001",
+};
+
+}  // namespace
+
+std::vector<StepCase> step_cases() {
+  return {
+      {"fp32", 1, {}},
+      {"bf16_selective_accumulate", 1, {"memory.precision=bf16", "memory.gradient_checkpointing=selective", "train.gradient_accumulation_steps=2"}},
+      {"fp16_full_micro1", 1, {"memory.precision=fp16", "memory.gradient_checkpointing=full", "train.micro_batch_size=1", "train.gradient_accumulation_steps=2"}},
+      {"finetune_llm_selective", 1, {"train.stage=finetune", "memory.gradient_checkpointing.llm=selective"}},
+      {"pretrain_bf16_llm_full", 1, {"train.stage=pretrain", "memory.precision=bf16", "memory.gradient_checkpointing.llm=full"}},
+      {"vision_fp32", 1, {"train.stage=finetune", "memory.precision=bf16", "memory.vision_precision=fp32"}},
+      {"every_second_block_sgd", 1, {"memory.gradient_checkpointing=full", "memory.gradient_checkpointing.every=2", "train.optimizer=sgd"}},
+      {"adafactor", 1, {"train.optimizer=adafactor"}},
+      {"offload_optimizer", 1, {"memory.offload_optimizer=cpu", "train.gradient_accumulation_steps=2"}},
+      {"z0_two_ranks", 2, {}},
+      {"z1_bf16", 2, {"memory.zero_stage=1", "memory.precision=bf16", "memory.gradient_checkpointing.vision=full"}},
+      {"z2", 2, {"memory.zero_stage=2"}},
+      {"z2_offload", 2, {"memory.zero_stage=2", "memory.offload_optimizer=cpu"}},
+      {"z3_bf16", 2, {"memory.zero_stage=3", "memory.precision=bf16"}},
+      {"z3_offload_everything", 2, {"memory.zero_stage=3", "memory.gradient_checkpointing=full", "memory.offload_optimizer=cpu", "memory.offload_params=cpu"}},
+  };
+}
+
+StepEngine::StepEngine(const StepCase& c, Device device, const std::function<void(bool)>& initialising)
+    : device_(device), host_(device.type == DeviceType::Meta ? Device{DeviceType::Meta, 1} : Device::host()) {
+  std::vector<std::string> sets = kBase;
+  sets.insert(sets.end(), c.sets.begin(), c.sets.end());
+  config_ = train::load_config("", sets, c.world);
+  comm_ = parallel::make_planned(c.world, 0);
+  engine_ = std::make_unique<train::Engine>(config_, device_, *comm_);
+  if (device_.type != DeviceType::Meta) {
+    if (initialising) initialising(true);
+    models::init_weights(engine_->model().params(), config_.seed);
+    if (initialising) initialising(false);
+  }
+  engine_->shard();
+}
+
+StepEngine::~StepEngine() = default;
+
+void StepEngine::step() {
+  const int64_t m = config_.micro_batch_size;
+  const train::MicroShape shape{m, config_.max_seq_len, m * config_.max_images_per_sample};
+  engine_->accumulate([&] { return train::synthetic_batch(config_.model.config, shape, host_); },
+                      config_.gradient_accumulation_steps, 1.f);
+  engine_->update(1e-3f, 1.f);
+}
+
+}  // namespace hr::test

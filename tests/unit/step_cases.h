@@ -1,0 +1,43 @@
+// Training-step cases for the exactness tests: one small model under every strategy combination the planner
+// can choose, run in process on any device through a planned communicator (no data moves between ranks;
+// every buffer a rank would allocate is allocated).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/comm.h"
+#include "train/config.h"
+#include "train/engine.h"
+
+namespace hr::test {
+
+struct StepCase {
+  std::string name;
+  int world = 1;
+  std::vector<std::string> sets;  // --set overrides on top of the small base config
+};
+
+std::vector<StepCase> step_cases();
+
+// The engine of a case on `device` (cpu: random weights, as a run starts; meta: as the planner builds it),
+// sharded and ready to step. Devices must be configured by the caller. `initialising(true/false)` is called
+// around the random initialisation, which only a real device does.
+class StepEngine {
+ public:
+  StepEngine(const StepCase& c, core::Device device, const std::function<void(bool)>& initialising = {});
+  ~StepEngine();
+  // One optimizer step at the worst-case shapes (every micro-batch of the accumulation).
+  void step();
+  const train::RunConfig& config() const { return config_; }
+
+ private:
+  train::RunConfig config_;
+  core::Device device_, host_;
+  std::unique_ptr<parallel::Communicator> comm_;
+  std::unique_ptr<train::Engine> engine_;
+};
+
+}  // namespace hr::test
