@@ -37,4 +37,9 @@ struct OpCase {
 
 std::vector<OpCase> op_cases();
 
+double round_to(double v, core::DType t);  // v as a value of dtype t holds it
+// The case's input values as a device of dtype `dt` holds them (floats rounded to it), and tensors of them.
+Values rounded_inputs(const OpCase& c, core::DType dt);
+std::vector<Tensor> make_tensors(const OpCase& c, const Values& v, core::DType dt, core::Device dev);
+
 }  // namespace hr::test

@@ -15,6 +15,9 @@ using hr::test::OpCase;
 namespace hr::core {
 void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }
 }  // namespace hr::core
+using hr::test::make_tensors;
+using hr::test::round_to;
+using hr::test::rounded_inputs;
 using hr::test::Values;
 
 namespace {
@@ -28,38 +31,6 @@ const OpCase& find(const std::string& name) {
   for (const OpCase& c : cases())
     if (c.name == name) return c;
   throw Error("no case " + name);
-}
-
-double round_to(double v, DType t) {
-  if (t == DType::BF16) return to_f32(to_bf16(float(v)));
-  if (t == DType::F16) return to_f32(to_f16(float(v)));
-  return double(float(v));
-}
-
-// The case's input values as the device will see them (rounded to dtype).
-Values rounded_inputs(const OpCase& c, DType dt) {
-  Values v;
-  for (const auto& in : c.inputs) {
-    std::vector<double> x = in.values;
-    if (!in.index)
-      for (double& e : x) e = round_to(e, dt);
-    v.push_back(x);
-  }
-  return v;
-}
-
-std::vector<Tensor> make_tensors(const OpCase& c, const Values& v, DType dt, Device dev) {
-  std::vector<Tensor> t;
-  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
-    const auto& in = c.inputs[i];
-    if (in.index) {
-      std::vector<int64_t> ids(v[i].begin(), v[i].end());
-      t.push_back(Tensor::from_ints(ids, in.shape, DType::I64, dev));
-    } else {
-      t.push_back(Tensor::from_floats(std::vector<float>(v[i].begin(), v[i].end()), in.shape, dt, dev));
-    }
-  }
-  return t;
 }
 
 double max_abs(const std::vector<double>& v) {
