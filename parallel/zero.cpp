@@ -320,6 +320,8 @@ float Zero::grad_norm() {
 
 // ---- the optimizer step ----
 
+void Zero::end_step() { model_.params().zero_grad(); }
+
 void Zero::step(float lr, float grad_scale) {
   if (local_) return local_->step(lr, grad_scale);
   ++steps_;

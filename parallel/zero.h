@@ -43,7 +43,8 @@ class Zero final : public models::GroupHooks {
   Zero(const Zero&) = delete;
   Zero& operator=(const Zero&) = delete;
 
-  // Before the first micro-batch of a step: drops last step's gradients.
+  // Before the first micro-batch of a step: starts from no gradients (end_step dropped the last step's; a
+  // step redone after an out-of-memory error drops what its failed attempt left).
   void begin_step();
   // After the last micro-batch's backward: the reductions still owed (all-reduce for stages 0 and 1).
   void finish_gradients();
@@ -51,6 +52,9 @@ class Zero final : public models::GroupHooks {
   float grad_norm();
   // One optimizer update: `grad_scale` multiplies gradients first (1/loss scale times clipping).
   void step(float lr, float grad_scale);
+  // After the update (or instead of it, for a skipped step): the per-parameter gradients are dropped, so
+  // nothing a step allocated outlives it and evaluation or checkpointing between steps runs without them.
+  void end_step();
   void set_lr_ratio(const std::string& prefix, float ratio);
   int64_t steps() const;
 

@@ -46,6 +46,11 @@ Engine::Accumulated Engine::accumulate(const std::function<LoadedBatch()>& next,
   return out;
 }
 
-void Engine::update(float lr, float grad_scale) { zero_->step(lr, grad_scale); }
+void Engine::update(float lr, float grad_scale) {
+  zero_->step(lr, grad_scale);
+  zero_->end_step();
+}
+
+void Engine::skip_update() { zero_->end_step(); }
 
 }  // namespace hr::train

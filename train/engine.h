@@ -34,8 +34,11 @@ class Engine {
   };
   // Forward and backward of `micro_batches` batches from `next`, then the reductions and the global norm.
   Accumulated accumulate(const std::function<models::LoadedBatch()>& next, int64_t micro_batches, float loss_scale);
-  // The optimizer update; `grad_scale` = clipping coefficient / loss scale.
+  // The optimizer update; `grad_scale` = clipping coefficient / loss scale. Ends the step: the gradients
+  // are released.
   void update(float lr, float grad_scale);
+  // Ends a step without updating (an fp16 overflow): the gradients are released all the same.
+  void skip_update();
 
  private:
   const RunConfig& config_;

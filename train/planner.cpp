@@ -114,7 +114,11 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro) {
   Prediction p;
   p.persistent = dev->stats().allocated_bytes.current;
   PeakWatch dw(dev->stats()), hw(host->stats());
-  dev->set_trace([&](const TraceEvent& e) { dw(e); });
+  auto requests = std::make_shared<RequestTrace>();
+  dev->set_trace([&](const TraceEvent& e) {
+    dw(e);
+    requests->record(e);
+  });
   host->set_trace([&](const TraceEvent& e) { hw(e); });
   try {
     std::size_t i = 0;
@@ -137,6 +141,8 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro) {
   p.activation_peak_owner = dw.activation_owner;
   p.host_peak = h.allocated_bytes.peak;
   p.host_at_peak = hw.at_peak;
+  requests->check();
+  p.requests = std::move(requests);
   return p;
 }
 

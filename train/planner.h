@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/memory/category.h"
+#include "core/memory/replay.h"
 #include "models/llava.h"
 #include "parallel/comm.h"
 #include "train/config.h"
@@ -41,6 +42,9 @@ struct Prediction {
   std::string activation_peak_owner;
   int64_t host_peak = 0;         // host memory of the step (offloaded states, batch buffers)
   CategoryBytes host_at_peak{};
+  // The step's device allocation requests in order: replayed on the state a real allocator is in when the
+  // step starts, they give its reserved peak, which depends on what that allocator has cached.
+  std::shared_ptr<const core::RequestTrace> requests;
 };
 
 // Holds an engine on the meta device (one at a time per process) and predicts training steps.

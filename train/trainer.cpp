@@ -272,6 +272,9 @@ int run_training(const RunConfig& given, const TrainOptions& topt, parallel::Com
     const auto t0 = Clock::now();
     alloc->reset_peak_stats();
     host_alloc->reset_peak_stats();
+    // Where the allocator starts this step from: what it has cached depends on every earlier step, eval and
+    // checkpoint, and so does the step's reserved peak.
+    AllocatorSnapshot start = alloc->snapshot();
     const float loss_scale = scaler.scale();
     // This step's batches from the loader, each split in `split` micro-batches (after an OOM was recovered).
     std::vector<LoadedBatch> drawn;
@@ -305,6 +308,7 @@ int run_training(const RunConfig& given, const TrainOptions& topt, parallel::Com
         ++state.oom_recoveries;
         alloc->empty_cache();
         alloc->reset_peak_stats();  // the step's peak is the redone step's; the OOM stays counted
+        start = alloc->snapshot();
         pending.clear();
         shapes.clear();
         at = 0;
@@ -329,8 +333,12 @@ int run_training(const RunConfig& given, const TrainOptions& topt, parallel::Com
                loss_sum / double(c.gradient_accumulation_steps), "); lower train.learning_rate or use bf16/fp32");
     }
     const float lr = sched.lr(step);
-    if (!skipped) engine.update(lr, optim::clip_coefficient(grad_norm, c.max_grad_norm) / loss_scale);
-    else ++state.skipped_steps;
+    if (!skipped) {
+      engine.update(lr, optim::clip_coefficient(grad_norm, c.max_grad_norm) / loss_scale);
+    } else {
+      engine.skip_update();
+      ++state.skipped_steps;
+    }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     StepRecord rec;
     rec.step = step + 1;
@@ -344,14 +352,17 @@ int run_training(const RunConfig& given, const TrainOptions& topt, parallel::Com
     auto it = predicted.find(shapes);
     if (it == predicted.end()) it = predicted.emplace(shapes, predictor->step(to_shapes(shapes))).first;
     rec.predicted_peak = it->second.peak_allocated;
-    rec.predicted_reserved = it->second.peak_reserved;
+    // The dry run's requests replayed from the state this step started in.
+    rec.predicted_reserved = replay(start, *it->second.requests, alloc->capacity()).peak_reserved;
     rec.planned_peak = plan.rank.peak_allocated;
-    if (!skipped && ms.allocated_bytes.peak != rec.predicted_peak) {
+    if (!skipped && (ms.allocated_bytes.peak != rec.predicted_peak || ms.reserved_bytes.peak != rec.predicted_reserved)) {
       ++mismatches;
-      std::printf("%s[memory] WARNING step %lld%s: measured peak %lld B differs from the dry run of this step's "
-                  "shapes, %lld B. The planner's prediction is exact by design on the CPU: this is a bug.\n",
+      std::printf("%s[memory] WARNING step %lld%s: measured peak %lld B allocated / %lld B reserved differs from the "
+                  "dry run of this step's shapes, %lld B / %lld B. The planner's prediction is exact by design on "
+                  "the CPU: this is a bug.\n",
                   tty ? "\n" : "", (long long)(step + 1), world > 1 ? str(" rank ", rank).c_str() : "",
-                  (long long)ms.allocated_bytes.peak, (long long)rec.predicted_peak);
+                  (long long)ms.allocated_bytes.peak, (long long)ms.reserved_bytes.peak, (long long)rec.predicted_peak,
+                  (long long)rec.predicted_reserved);
     }
     mlog.write(rec, ms, host_alloc->stats());
     if (skipped && lead) std::printf("%sstep %lld: fp16 overflow at loss scale %g; step skipped\n", tty ? "\n" : "", (long long)(step + 1), loss_scale);

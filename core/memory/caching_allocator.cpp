@@ -61,10 +61,93 @@ CachingAllocator::CachingAllocator(std::unique_ptr<RawAllocator> raw, std::strin
       small_(new Pool{true, {}}),
       large_(new Pool{false, {}}) {}
 
+CachingAllocator::CachingAllocator(const AllocatorSnapshot& state, std::unique_ptr<RawAllocator> raw,
+                                   std::string device_name)
+    : CachingAllocator(std::move(raw), std::move(device_name)) {
+  replica_ = true;
+  for (const AllocatorSnapshot::Segment& seg : state.segments) {
+    char* base = static_cast<char*>(raw_->allocate(seg.size));
+    HR_CHECK(base, "[memory] a replica of ", device_name_, " has no room for segment ", seg.id, " (",
+             format_bytes(double(seg.size)), ")");
+    Pool& pool = seg.small ? *small_ : *large_;
+    stats_.reserved_bytes.add(int64_t(seg.size));
+    stats_.segment.add(1);
+    Block* prev = nullptr;
+    for (const AllocatorSnapshot::Block& sb : seg.blocks) {
+      Block* b = new Block;
+      b->size = sb.size;
+      b->ptr = base + sb.offset;
+      b->segment = seg.id;
+      b->offset = sb.offset;
+      b->pool = &pool;
+      b->prev = prev;
+      if (prev) prev->next = b;
+      else segment_heads_[seg.id] = b;
+      prev = b;
+    }
+    // Tags and accounting once the neighbours are linked (a free block counts as split by its neighbours).
+    std::size_t i = 0;
+    for (Block* b = segment_heads_[seg.id]; b; b = b->next, ++i) {
+      const AllocatorSnapshot::Block& sb = seg.blocks[i];
+      if (sb.allocated) {
+        b->allocated = true;
+        b->requested = sb.requested;
+        b->category = sb.category;
+        b->owner = intern(sb.owner);
+        account(b, +1);
+      } else {
+        pool.free_blocks.insert(b);
+        if (b->is_split()) {
+          stats_.inactive_split_bytes.add(int64_t(b->size));
+          stats_.inactive_split.add(1);
+        }
+      }
+    }
+  }
+  segments_made_ = state.segments_made;
+}
+
 CachingAllocator::~CachingAllocator() {
   // Tensors outliving their allocator would be a bug elsewhere; free what is cached, leak nothing we own.
   std::lock_guard<std::mutex> lock(mutex_);
+  if (replica_) {  // nobody holds a replica's blocks: every segment goes back whole
+    for (auto& [id, head] : segment_heads_) {
+      char* base = head->ptr;
+      std::size_t size = 0;
+      for (Block* b = head; b;) {
+        Block* next = b->next;
+        size += b->size;
+        delete b;
+        b = next;
+      }
+      raw_->deallocate(base, size);
+    }
+    return;
+  }
   release_cached_blocks_locked();
+}
+
+AllocatorSnapshot CachingAllocator::snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  AllocatorSnapshot s;
+  s.segments_made = segments_made_;
+  for (const auto& [id, head] : segment_heads_) {
+    AllocatorSnapshot::Segment seg;
+    seg.id = id;
+    seg.small = head->pool->is_small;
+    for (const Block* b = head; b; b = b->next) {
+      AllocatorSnapshot::Block sb{b->offset, b->size, 0, b->allocated, Category::Activations, ""};
+      if (b->allocated) {  // a cached block keeps its last owner's tags inside; they describe nothing now
+        sb.requested = b->requested;
+        sb.category = b->category;
+        sb.owner = b->owner ? *b->owner : "";
+      }
+      seg.blocks.push_back(std::move(sb));
+      seg.size += b->size;
+    }
+    s.segments.push_back(std::move(seg));
+  }
+  return s;
 }
 
 void* CachingAllocator::data(const Block* b) { return b->ptr; }
@@ -108,6 +191,7 @@ CachingAllocator::Block* CachingAllocator::alloc_segment(Pool& pool, std::size_t
   b->ptr = static_cast<char*>(p);
   b->segment = ++segments_made_;
   b->pool = &pool;
+  segment_heads_[b->segment] = b;
   stats_.reserved_bytes.add(int64_t(segment_size));
   stats_.segment.add(1);
   if (trace_) trace_({TraceEvent::Kind::SegmentAlloc, segment_size, 0, Category::Activations, nullptr});
@@ -165,7 +249,7 @@ CachingAllocator::Block* CachingAllocator::malloc_locked(std::size_t bytes) {
   block->category = tag.category;
   block->owner = intern(tag.owner);
   account(block, +1);
-  if (trace_) trace_({TraceEvent::Kind::Alloc, block->size, bytes, block->category, block->owner});
+  if (trace_) trace_({TraceEvent::Kind::Alloc, block->size, bytes, block->category, block->owner, block});
   return block;
 }
 
@@ -186,7 +270,7 @@ void CachingAllocator::free(Block* block) {
 
 void CachingAllocator::free_locked(Block* block) {
   HR_ASSERT(block->allocated, "double free of a block on ", device_name_);
-  if (trace_) trace_({TraceEvent::Kind::Free, block->size, block->requested, block->category, block->owner});
+  if (trace_) trace_({TraceEvent::Kind::Free, block->size, block->requested, block->category, block->owner, block});
   account(block, -1);
   block->allocated = false;
   block->requested = 0;
@@ -199,6 +283,7 @@ void CachingAllocator::free_locked(Block* block) {
     stats_.inactive_split_bytes.add(-int64_t(nb->size));
     stats_.inactive_split.add(-1);
     if (nb == block->prev) {
+      if (!nb->prev) segment_heads_[nb->segment] = block;
       block->ptr = nb->ptr;
       block->offset = nb->offset;
       block->prev = nb->prev;
@@ -225,6 +310,7 @@ void CachingAllocator::release_pool(Pool& pool) {
       continue;
     }
     it = pool.free_blocks.erase(it);
+    segment_heads_.erase(b->segment);
     raw_->deallocate(b->ptr, b->size);
     stats_.reserved_bytes.add(-int64_t(b->size));
     stats_.segment.add(-1);

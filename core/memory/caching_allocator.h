@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -64,6 +65,26 @@ struct TraceEvent {
   std::size_t requested;  // caller's bytes (Alloc/Free/OOM)
   Category category;
   const std::string* owner;
+  const void* block = nullptr;  // Alloc/Free: which block (an identity while it is allocated, never data)
+};
+
+// An allocator's layout at one moment: every segment and its blocks, in segment order. What a replica is
+// built from, so a step can be replayed from exactly the state a real allocator was in.
+struct AllocatorSnapshot {
+  struct Block {
+    std::size_t offset = 0, size = 0, requested = 0;
+    bool allocated = false;
+    Category category = Category::Activations;
+    std::string owner;
+  };
+  struct Segment {
+    uint64_t id = 0;  // segments are numbered in the order they were obtained
+    bool small = false;
+    std::size_t size = 0;
+    std::vector<Block> blocks;  // by offset, covering the segment
+  };
+  std::vector<Segment> segments;
+  uint64_t segments_made = 0;
 };
 
 class OutOfMemory : public Error {
@@ -80,6 +101,10 @@ class CachingAllocator {
   struct Block;
 
   CachingAllocator(std::unique_ptr<RawAllocator> raw, std::string device_name);
+  // A replica of the allocator `state` was taken from: the same segments (numbers, sizes) and blocks
+  // (offsets, sizes, allocated or cached, tags) over `raw`, which must have room for them. Peaks start at
+  // the current values. Its allocated blocks belong to nobody: destroying the replica releases them.
+  CachingAllocator(const AllocatorSnapshot& state, std::unique_ptr<RawAllocator> raw, std::string device_name);
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
@@ -93,6 +118,8 @@ class CachingAllocator {
   // A block's place independent of the addresses the raw allocator returned: (segment number, offset).
   // Best fit breaks ties by it, so the meta device (fake addresses) chooses the same blocks as a real one.
   static std::pair<uint64_t, std::size_t> position(const Block* b);
+
+  AllocatorSnapshot snapshot() const;
 
   // Returns every whole free segment to the raw allocator.
   void empty_cache();
@@ -131,6 +158,8 @@ class CachingAllocator {
   std::unordered_map<const std::string*, Stat> owner_bytes_;
   std::function<void(const TraceEvent&)> trace_;
   uint64_t segments_made_ = 0;
+  std::map<uint64_t, Block*> segment_heads_;  // each segment's block at offset 0
+  bool replica_ = false;                      // a replica owns the blocks it was built with
 };
 
 // Rounding and segment-size rules, exposed for tests and the planner's closed form.

@@ -4,6 +4,7 @@
 
 #include "core/memory/caching_allocator.h"
 #include "core/memory/device_memory.h"
+#include "core/memory/replay.h"
 #include "core/tensor.h"
 
 using namespace hr;
@@ -227,4 +228,113 @@ TEST(CappedDevice, OutOfMemoryMessageNamesCategoriesAndOwners) {
 TEST(CappedDevice, CannotReconfigureWithLiveTensors) {
   Tensor t = Tensor::empty({10}, DType::F32, Device::cpu());
   EXPECT_THROW(configure_device(Device::cpu(), {1_MiB}), Error);
+}
+
+namespace {
+
+bool same_layout(const AllocatorSnapshot& a, const AllocatorSnapshot& b) {
+  if (a.segments_made != b.segments_made || a.segments.size() != b.segments.size()) return false;
+  for (std::size_t i = 0; i < a.segments.size(); ++i) {
+    const auto &x = a.segments[i], &y = b.segments[i];
+    if (x.id != y.id || x.small != y.small || x.size != y.size || x.blocks.size() != y.blocks.size()) return false;
+    for (std::size_t j = 0; j < x.blocks.size(); ++j) {
+      const auto &p = x.blocks[j], &q = y.blocks[j];
+      if (p.offset != q.offset || p.size != q.size || p.requested != q.requested || p.allocated != q.allocated ||
+          p.category != q.category || p.owner != q.owner)
+        return false;
+    }
+  }
+  return true;
+}
+
+// A history: small and large blocks, some freed (cached, split), tagged with categories and owners.
+std::vector<Block*> make_history(CachingAllocator& a) {
+  std::vector<Block*> kept;
+  std::vector<Block*> gone;
+  {
+    MemoryScope s(Category::Params, "layers.0");
+    kept.push_back(a.allocate(3000));
+    gone.push_back(a.allocate(700000));
+    kept.push_back(a.allocate(5_MiB));
+  }
+  {
+    MemoryScope s(Category::Activations, "layers.1");
+    gone.push_back(a.allocate(12_MiB));
+    kept.push_back(a.allocate(40000));
+    gone.push_back(a.allocate(3_MiB));
+    gone.push_back(a.allocate(30_MiB));  // its own segment, cached once freed
+  }
+  for (Block* b : gone) a.free(b);
+  return kept;
+}
+
+}  // namespace
+
+TEST(CachingAllocator, AReplicaOfASnapshotIsTheSameAllocator) {
+  CachingAllocator a(make_host_allocator(), "test");
+  std::vector<Block*> kept = make_history(a);
+  const AllocatorSnapshot s = a.snapshot();
+  ASSERT_EQ(s.segments.size(), 3u);  // the small segment, a 20 MiB one (split), the cached 30 MiB one
+  ASSERT_GT(a.stats().inactive_split_bytes.current, 0);
+  CachingAllocator r(s, make_meta_allocator(0), "replica");
+  EXPECT_TRUE(same_layout(s, r.snapshot()));
+  const MemoryStats sa = a.stats(), sr = r.stats();
+  EXPECT_EQ(sr.allocated_bytes.current, sa.allocated_bytes.current);
+  EXPECT_EQ(sr.reserved_bytes.current, sa.reserved_bytes.current);
+  EXPECT_EQ(sr.inactive_split_bytes.current, sa.inactive_split_bytes.current);
+  EXPECT_EQ(sr.requested_bytes.current, sa.requested_bytes.current);
+  for (Category c : kAllCategories) EXPECT_EQ(sr.category(c).current, sa.category(c).current) << category_name(c);
+  // The same next decisions: a request lands at the same place in both.
+  Block* x = a.allocate(2_MiB);
+  Block* y = r.allocate(2_MiB);
+  EXPECT_EQ(CachingAllocator::position(x), CachingAllocator::position(y));
+  a.free(x);
+  for (Block* b : kept) a.free(b);
+}
+
+TEST(CachingAllocator, ReplayedRequestsReachTheRealAllocatorsPeaksFromItsState) {
+  // The requests of a "step", recorded on a fresh meta allocator (a dry run).
+  RequestTrace trace;
+  {
+    CachingAllocator dry(make_meta_allocator(0), "meta");
+    dry.set_trace([&](const TraceEvent& e) { trace.record(e); });
+    Block* a1 = dry.allocate(1_MiB + 4096);
+    Block* a2 = dry.allocate(600000);
+    dry.free(a1);
+    Block* a3 = dry.allocate(8_MiB);
+    dry.free(a2);
+    dry.free(a3);
+    dry.set_trace({});
+  }
+  trace.check();
+  EXPECT_EQ(trace.unfreed(), 0u);
+  // A real allocator whose cache holds what earlier steps left: its reserved peak for the same requests is
+  // not the fresh dry run's, and replaying the requests from its snapshot gives exactly its peaks.
+  CachingAllocator real(make_host_allocator(), "real");
+  std::vector<Block*> kept = make_history(real);
+  const AllocatorSnapshot start = real.snapshot();
+  real.reset_peak_stats();
+  Block* a1 = real.allocate(1_MiB + 4096);
+  Block* a2 = real.allocate(600000);
+  real.free(a1);
+  Block* a3 = real.allocate(8_MiB);
+  real.free(a2);
+  real.free(a3);
+  const ReplayPeaks p = replay(start, trace, 0);
+  EXPECT_EQ(p.peak_allocated, real.stats().allocated_bytes.peak);
+  EXPECT_EQ(p.peak_reserved, real.stats().reserved_bytes.peak);
+  CachingAllocator fresh(make_meta_allocator(0), "fresh");
+  const ReplayPeaks from_nothing = replay(fresh.snapshot(), trace, 0);
+  EXPECT_NE(from_nothing.peak_reserved, p.peak_reserved);
+  for (Block* b : kept) real.free(b);
+}
+
+TEST(CachingAllocator, ARecordedStretchThatFreesAnOlderBlockIsRefused) {
+  CachingAllocator a(make_meta_allocator(0), "meta");
+  Block* before = a.allocate(1000);
+  RequestTrace trace;
+  a.set_trace([&](const TraceEvent& e) { trace.record(e); });
+  a.free(before);
+  a.set_trace({});
+  EXPECT_THROW(trace.check(), Error);
 }

@@ -1,0 +1,46 @@
+// Allocation requests recorded from one run (a dry run on the meta device) and replayed on a replica of an
+// allocator's state: the peaks a real allocator reaches when it runs the same requests from where it is.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/memory/caching_allocator.h"
+
+namespace hr::core {
+
+struct AllocRequest {
+  bool alloc = true;        // false: a free of an earlier request
+  std::size_t bytes = 0;    // requested (alloc)
+  Category category = Category::Activations;
+  std::string owner;
+  std::size_t pairs = 0;    // free: the index of the alloc it frees
+};
+
+// The requests of one recorded stretch (a training step), in order. Frees of blocks allocated before the
+// recording started are not requests of the stretch and are refused: a step frees only what it allocated.
+class RequestTrace {
+ public:
+  void record(const TraceEvent& e);
+  const std::vector<AllocRequest>& requests() const { return requests_; }
+  std::size_t unfreed() const;  // allocations still live at the end (what the stretch leaves behind)
+  // Throws if the stretch freed a block it had not allocated (recording runs inside the allocator, where a
+  // free may not throw, so the first such free is kept until this is called).
+  void check() const;
+
+ private:
+  std::string problem_;
+  std::vector<AllocRequest> requests_;
+  std::vector<std::pair<const void*, std::size_t>> live_;  // block identity -> its alloc request
+};
+
+struct ReplayPeaks {
+  int64_t peak_allocated = 0, peak_reserved = 0;
+};
+
+// Replays `trace` on a replica of `start` (capacity as the real device's; 0: none). Throws OutOfMemory
+// when the requests do not fit from that state, as the real allocator would.
+ReplayPeaks replay(const AllocatorSnapshot& start, const RequestTrace& trace, std::size_t capacity);
+
+}  // namespace hr::core
