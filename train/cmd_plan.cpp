@@ -15,6 +15,7 @@ int cmd_plan(const std::vector<std::string>& args) {
   const int world = p.options.count("--world-size") ? std::stoi(p.options["--world-size"]) : 1;
   HR_CHECK(world >= 1, "[plan] --world-size must be at least 1");
   RunConfig c = load_config(p.config, p.sets, world);
+  use_cpu_threads(c, world);
   DevicePreset dev = p.options.count("--device") ? device_preset(p.options["--device"]) : run_device(c);
   if (p.options.count("--capacity")) {
     if (!p.options.count("--device")) dev = device_preset("cpu");

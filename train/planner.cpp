@@ -2,10 +2,12 @@
 // search over strategies.
 #include "train/planner.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <functional>
 
@@ -334,6 +336,21 @@ std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
 }  // namespace
 
 // ---- plans ----
+
+void use_cpu_threads(const RunConfig& c, int world) {
+  if (c.threads > 0) {
+    omp_set_num_threads(c.threads);
+    return;
+  }
+  if (world == 1) return;
+  int local = world;  // ranks on this machine
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* s = std::getenv(v)) {
+      local = std::max(1, std::atoi(s));
+      break;
+    }
+  omp_set_num_threads(std::max(1, omp_get_num_procs() / local));
+}
 
 DevicePreset run_device(const RunConfig& c) {
   return device_preset(c.memory_limit ? str("cpu:", c.memory_limit) : std::string("cpu"));

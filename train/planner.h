@@ -133,4 +133,10 @@ std::string search_explanation(const Search& s, std::size_t show = 10);
 // The device preset a run on this machine plans for: cpu with device.memory_limit (or the machine's memory).
 DevicePreset run_device(const RunConfig& config);
 
+// Sets the OpenMP threads of a rank of this run on the CPU: device.threads, or with several ranks the
+// machine's cores shared among the ranks on it (mpirun's local size, else `world`). oneDNN's scratchpads
+// depend on the thread count, so the trainer and `headroom plan` both set it before planning: a plan is
+// sized for the threads the ranks will run with.
+void use_cpu_threads(const RunConfig& config, int world);
+
 }  // namespace hr::train

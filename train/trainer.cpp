@@ -1,7 +1,6 @@
 // The training loop.
 #include "train/trainer.h"
 
-#include <omp.h>
 #include <unistd.h>
 
 #include <array>
@@ -98,13 +97,6 @@ std::vector<MicroShape> to_shapes(const std::vector<std::array<int64_t, 3>>& v) 
   return out;
 }
 
-// Ranks on this machine (mpirun's local size), to share its cores among them.
-int local_world_size(int world) {
-  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
-    if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
-  return world;
-}
-
 std::string eval_summary(const EvalResult& r) {
   std::string s = str("eval loss ", r.loss, " | accuracy ", 100.0 * r.accuracy, "% (");
   bool first = true;
@@ -127,8 +119,7 @@ int run_training(const RunConfig& given, const TrainOptions& topt, parallel::Com
     f.write(given.resolved_yaml.data(), given.resolved_yaml.size());
     f.commit();
   }
-  if (given.threads > 0) omp_set_num_threads(given.threads);
-  else if (world > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / local_world_size(world)));
+  use_cpu_threads(given, world);
 
   // The plan, before a byte is allocated: every `auto` filled, the peak predicted; what does not fit stops here.
   const DevicePreset device = run_device(given);

@@ -117,6 +117,28 @@ TEST(Mpi, ZeroStagesMatchASingleProcessAndShrinkMemoryAsTheFormulasSay) {
   }
 }
 
+TEST(Mpi, APlanForTwoRanksIsWhatEachRankMeasures) {
+  // Fixed shapes, so every step is the planned worst case. `headroom plan --world-size 2` runs in one process
+  // and sizes each rank's workspaces for the threads that rank will have (oneDNN's scratchpads depend on it).
+  const std::string base = fresh_dir("mpi_plan");
+  const std::string cfg = config(base);
+  const std::string sets = " --set data.pad_to_max_length=true --set data.max_seq_len=40 --set train.max_steps=3";
+  for (int stage : {0, 3}) {
+    const std::string stage_set = str(" --set memory.zero_stage=", stage);
+    CmdResult p = run(str(HR_HEADROOM_BIN, " plan ", cfg, " --world-size 2 --json", sets, stage_set));
+    ASSERT_EQ(p.status, 0) << p.output;
+    const json plan = json::parse(p.output);
+    const std::string out = str(base, "/z", stage);
+    CmdResult r = train(2, cfg, out, sets + stage_set);
+    ASSERT_EQ(r.status, 0) << r.output;
+    for (int rank = 0; rank < 2; ++rank)
+      for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
+        EXPECT_EQ(l["peak_allocated"], plan["ranks"][0]["peak_allocated"]) << "stage " << stage << " rank " << rank;
+        EXPECT_EQ(l["peak_reserved"], plan["ranks"][0]["peak_reserved"]) << "stage " << stage << " rank " << rank;
+      }
+  }
+}
+
 TEST(Mpi, EvaluationIsShardedAcrossRanksAndMergesToOneProcesssResult) {
   // 9 samples in batches of 2: rank 0 evaluates 5, rank 1 4, so rank 1's third batch is a filler; at ZeRO-3
   // the ranks still gather every group together.
