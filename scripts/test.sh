@@ -6,4 +6,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
 cd "${HR_BUILD_DIR:-build}"
+if [[ -f isa_levels.txt ]]; then
+  { read -r top; read -r reruns; } < isa_levels.txt
+  echo "test: oneDNN ISA levels: the plain run at this CPU's ${top:-?}; the exactness tests (isa.* tests) again at: ${reruns:-none}"
+fi
 ctest --output-on-failure -LE gpu --timeout 1200 "$@"
