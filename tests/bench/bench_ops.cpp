@@ -1,8 +1,12 @@
 // Kernel throughput: GEMM (f32, bf16) and fused attention on the CPU back-end, in FLOP/s. The largest
-// square f32 GEMM is the machine's ceiling; compare the other rows to it.
+// square f32 GEMM is the machine's ceiling; compare the other rows to it. BM_Linear runs headroom's linear
+// layer and BM_OneDnnLinear the same product as a plain oneDNN matmul with whatever kernel oneDNN picks and
+// its own scratchpad handling: under ONEDNN_MAX_CPU_ISA=avx2 that is gemm:jit (which mallocs its packing
+// buffers) against headroom's packed GEMM, on the same machine in the same run.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/ops/attention.h"
 #include "core/ops/linear.h"
@@ -37,6 +41,40 @@ void BM_LinearWeightGrad(benchmark::State& state, DType dt) {
   set_flops(state, 2.0 * double(tokens) * double(in) * double(out));
 }
 
+// A linear layer's forward, y = x W^T, through headroom.
+void BM_Linear(benchmark::State& state, DType dt) {
+  const int64_t tokens = state.range(0), in = state.range(1), out = state.range(2);
+  Tensor x = Tensor::full({tokens, in}, 0.5f, dt, Device::cpu()), w = Tensor::full({out, in}, 0.1f, dt, Device::cpu());
+  for (auto _ : state) benchmark::DoNotOptimize(linear_forward(x, w, Tensor()));
+  set_flops(state, 2.0 * double(tokens) * double(in) * double(out));
+}
+
+// The same product as a plain oneDNN matmul (library-managed scratchpad, oneDNN's own kernel choice).
+void BM_OneDnnLinear(benchmark::State& state, DType dt) {
+  using dnnl::memory;
+  const int64_t tokens = state.range(0), in = state.range(1), out = state.range(2);
+  const auto t = dt == DType::F32 ? memory::data_type::f32 : memory::data_type::bf16;
+  dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  dnnl::stream st(e);
+  memory::desc xd({tokens, in}, t, memory::dims{in, 1}), wd({in, out}, t, memory::dims{1, in});
+  memory::desc yd({tokens, out}, t, memory::dims{out, 1});
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(xd, wd, yd), e);
+  } catch (const dnnl::error&) {
+    state.SkipWithError("oneDNN has no matmul for this dtype at this ISA level");
+    return;
+  }
+  dnnl::matmul prim(pd);
+  memory xm(xd, e), wm(wd, e), ym(yd, e);
+  for (auto _ : state) {
+    prim.execute(st, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, ym}});
+    st.wait();
+  }
+  state.SetLabel(pd.impl_info_str());
+  set_flops(state, 2.0 * double(tokens) * double(in) * double(out));
+}
+
 void BM_Attention(benchmark::State& state, DType dt, bool backward) {
   const int64_t L = state.range(0), H = 8, D = 64;
   Tensor q = Tensor::full({1, L, H, D}, 0.01f, dt, Device::cpu());
@@ -61,6 +99,12 @@ BENCHMARK_CAPTURE(BM_Gemm, f32, DType::F32)->Arg(256)->Arg(512)->Arg(1024)->Arg(
 BENCHMARK_CAPTURE(BM_Gemm, bf16, DType::BF16)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_LinearWeightGrad, f32, DType::F32)->Args({2048, 1024, 1024})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_LinearWeightGrad, bf16, DType::BF16)->Args({2048, 1024, 1024})->Unit(benchmark::kMillisecond);
+#define HR_LINEAR_SHAPES \
+  Args({512, 128, 128})->Args({2048, 384, 384})->Args({2048, 384, 1024})->Args({2048, 1024, 384})->Args({4096, 1024, 1024})
+BENCHMARK_CAPTURE(BM_Linear, f32, DType::F32)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_OneDnnLinear, f32, DType::F32)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Linear, bf16, DType::BF16)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_OneDnnLinear, bf16, DType::BF16)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Attention, fwd_f32, DType::F32, false)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Attention, bwd_f32, DType::F32, true)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Attention, fwd_bf16, DType::BF16, false)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
