@@ -75,6 +75,32 @@ void BM_OneDnnLinear(benchmark::State& state, DType dt) {
   set_flops(state, 2.0 * double(tokens) * double(in) * double(out));
 }
 
+// The weight gradient dW = dy^T x as a plain oneDNN matmul (dy^T a transposed view).
+void BM_OneDnnWeightGrad(benchmark::State& state, DType dt) {
+  using dnnl::memory;
+  const int64_t tokens = state.range(0), in = state.range(1), out = state.range(2);
+  const auto t = dt == DType::F32 ? memory::data_type::f32 : memory::data_type::bf16;
+  dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  dnnl::stream st(e);
+  memory::desc ad({out, tokens}, t, memory::dims{1, out}), bd({tokens, in}, t, memory::dims{in, 1});
+  memory::desc cd({out, in}, t, memory::dims{in, 1});
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, bd, cd), e);
+  } catch (const dnnl::error&) {
+    state.SkipWithError("oneDNN has no matmul for this dtype at this ISA level");
+    return;
+  }
+  dnnl::matmul prim(pd);
+  memory am(ad, e), bm(bd, e), cm(cd, e);
+  for (auto _ : state) {
+    prim.execute(st, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    st.wait();
+  }
+  state.SetLabel(pd.impl_info_str());
+  set_flops(state, 2.0 * double(tokens) * double(in) * double(out));
+}
+
 void BM_Attention(benchmark::State& state, DType dt, bool backward) {
   const int64_t L = state.range(0), H = 8, D = 64;
   Tensor q = Tensor::full({1, L, H, D}, 0.01f, dt, Device::cpu());
@@ -97,10 +123,11 @@ void BM_Attention(benchmark::State& state, DType dt, bool backward) {
 
 BENCHMARK_CAPTURE(BM_Gemm, f32, DType::F32)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Gemm, bf16, DType::BF16)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_LinearWeightGrad, f32, DType::F32)->Args({2048, 1024, 1024})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LinearWeightGrad, f32, DType::F32)->Args({768, 192, 512})->Args({2048, 1024, 1024})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_OneDnnWeightGrad, f32, DType::F32)->Args({768, 192, 512})->Args({2048, 1024, 1024})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_LinearWeightGrad, bf16, DType::BF16)->Args({2048, 1024, 1024})->Unit(benchmark::kMillisecond);
 #define HR_LINEAR_SHAPES \
-  Args({512, 128, 128})->Args({2048, 384, 384})->Args({2048, 384, 1024})->Args({2048, 1024, 384})->Args({4096, 1024, 1024})
+  Args({768, 192, 192})->Args({768, 192, 512})->Args({768, 512, 192})->Args({512, 128, 128})->Args({2048, 384, 384})->Args({2048, 384, 1024})->Args({2048, 1024, 384})->Args({4096, 1024, 1024})
 BENCHMARK_CAPTURE(BM_Linear, f32, DType::F32)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_OneDnnLinear, f32, DType::F32)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Linear, bf16, DType::BF16)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);

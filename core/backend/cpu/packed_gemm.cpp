@@ -37,6 +37,7 @@ int64_t fit(std::size_t budget, int64_t k, int64_t step, int64_t cap) {
 __attribute__((target("avx2,fma"))) void microkernel_avx2(int64_t k, const float* a, const float* b, float* acc) {
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+#pragma GCC unroll 4
   for (int64_t p = 0; p < k; ++p, a += kMR, b += kNR) {
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
     __m256 x = _mm256_broadcast_ss(a + 0);
@@ -77,20 +78,46 @@ MicrokernelFn choose(Microkernel m) {
   return microkernel_avx2;
 }
 
+// Packing walks k in chunks of kPackChunk and fills every panel for one chunk before the next: whichever of
+// an operand's dims has unit stride, the lines a chunk reads stay in L1 while all panels take from them.
+constexpr int64_t kPackChunk = 32;
+
 // rows x k block of A (from row i0) as 6-row panels, each k x 6, zero-padded to whole panels.
 template <typename T>
 void pack_a(const T* a, const int64_t* st, int64_t i0, int64_t rows, int64_t k, float* out) {
-  for (int64_t p = 0; p < rows; p += kMR)
-    for (int64_t kk = 0; kk < k; ++kk, out += kMR)
-      for (int64_t r = 0; r < kMR; ++r) out[r] = p + r < rows ? load(a, (i0 + p + r) * st[1] + kk * st[2]) : 0.f;
+  for (int64_t k0 = 0; k0 < k; k0 += kPackChunk) {
+    const int64_t k1 = std::min(k, k0 + kPackChunk);
+    for (int64_t p = 0; p < rows; p += kMR) {
+      float* o = out + (p * k + k0 * kMR);
+      const T* src = a + (i0 + p) * st[1];
+      if (p + kMR <= rows) {  // a whole panel: no edge test per element
+        for (int64_t kk = k0; kk < k1; ++kk, o += kMR)
+          for (int64_t r = 0; r < kMR; ++r) o[r] = load(src, r * st[1] + kk * st[2]);
+      } else {
+        for (int64_t kk = k0; kk < k1; ++kk, o += kMR)
+          for (int64_t r = 0; r < kMR; ++r) o[r] = p + r < rows ? load(src, r * st[1] + kk * st[2]) : 0.f;
+      }
+    }
+  }
 }
 
 // k x cols block of B (from column j0) as 16-column panels, each k x 16, zero-padded to whole panels.
 template <typename T>
 void pack_b(const T* b, const int64_t* st, int64_t j0, int64_t cols, int64_t k, float* out) {
-  for (int64_t q = 0; q < cols; q += kNR)
-    for (int64_t kk = 0; kk < k; ++kk, out += kNR)
-      for (int64_t c = 0; c < kNR; ++c) out[c] = q + c < cols ? load(b, kk * st[1] + (j0 + q + c) * st[2]) : 0.f;
+  for (int64_t k0 = 0; k0 < k; k0 += kPackChunk) {
+    const int64_t k1 = std::min(k, k0 + kPackChunk);
+    for (int64_t q = 0; q < cols; q += kNR) {
+      float* o = out + (q * k + k0 * kNR);
+      const T* src = b + (j0 + q) * st[2];
+      if (q + kNR <= cols) {  // a whole panel: no edge test per element
+        for (int64_t kk = k0; kk < k1; ++kk, o += kNR)
+          for (int64_t c = 0; c < kNR; ++c) o[c] = load(src, kk * st[1] + c * st[2]);
+      } else {
+        for (int64_t kk = k0; kk < k1; ++kk, o += kNR)
+          for (int64_t c = 0; c < kNR; ++c) o[c] = q + c < cols ? load(src, kk * st[1] + c * st[2]) : 0.f;
+      }
+    }
+  }
 }
 
 // C tile (rows x cols of the 6 x 16 accumulator) = alpha acc + beta C.

@@ -1,4 +1,5 @@
 // CPU softmax over the last dim and rotary position embedding.
+#include <array>
 #include <cmath>
 
 #include "core/backend/cpu/cpu_common.h"
@@ -49,6 +50,14 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
 void rope(const RopeArgs& a) {
   const int64_t batch = a.x.size(0), seq = a.x.size(1), heads = a.x.size(2), hd = a.x.size(3), half = hd / 2;
   const float sign = a.inverse ? -1.f : 1.f;
+  // The frequencies theta^(-2i/d), on the stack for every head size in use (d <= 2 kRopeTable); larger
+  // heads compute each where it is needed (the same values).
+  constexpr int64_t kRopeTable = 256;
+  std::array<double, kRopeTable> table;
+  const bool tabled = half <= kRopeTable;
+  auto freq = [&](int64_t i) { return std::pow(double(a.theta), -2.0 * double(i) / double(hd)); };
+  if (tabled)
+    for (int64_t i = 0; i < half; ++i) table[std::size_t(i)] = freq(i);
   dispatch_index(a.positions.dtype(), "rope", [&](auto itag) {
     using I = decltype(itag);
     const I* pos = a.positions.data<I>();
@@ -60,7 +69,7 @@ void rope(const RopeArgs& a) {
       for (int64_t bs = 0; bs < batch * seq; ++bs) {
         const double p = double(pos[bs]);
         for (int64_t i = 0; i < half; ++i) {
-          const double ang = p * std::pow(double(a.theta), -2.0 * double(i) / double(hd));
+          const double ang = p * (tabled ? table[std::size_t(i)] : freq(i));
           const float c = float(std::cos(ang)), s = sign * float(std::sin(ang));
           for (int64_t h = 0; h < heads; ++h) {
             const int64_t o = (bs * heads + h) * hd;
