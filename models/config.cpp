@@ -72,4 +72,8 @@ FeatureSelect parse_feature_select(const std::string& s) {
   throw Error(str("[config] model.vision.select_feature '", s, "' is not one of: patch, cls_patch"));
 }
 
+data::InputSpec input_spec(const LlavaConfig& c) {
+  return {c.llm.vocab, c.vision.image_size, c.vision.tokens_per_image(), c.image_token_id, c.ignore_index};
+}
+
 }  // namespace hr::models

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "data/batch.h"
 
 namespace hr::models {
 
@@ -52,5 +53,8 @@ std::vector<std::string> preset_names();
 const char* projector_name(ProjectorType t);
 ProjectorType parse_projector(const std::string& s);
 FeatureSelect parse_feature_select(const std::string& s);
+
+// What this model expects of its inputs, for the data pipeline.
+data::InputSpec input_spec(const LlavaConfig& c);
 
 }  // namespace hr::models

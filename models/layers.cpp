@@ -10,7 +10,7 @@ using namespace hr::core;
 Linear Linear::make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, bool bias) {
   Linear l;
   l.weight = &store.add(prefix + ".weight", {out, in});
-  if (bias) l.bias = &store.add(prefix + ".bias", {out});
+  if (bias) l.bias = &store.add(prefix + ".bias", {out}, ParamRole::Bias);
   return l;
 }
 
@@ -31,8 +31,8 @@ Tensor Linear::backward(const Tensor& dy, const Tensor& x, bool need_dx) const {
 
 LayerNorm LayerNorm::make(ParamStore& store, const std::string& prefix, int64_t dim, float eps) {
   LayerNorm n;
-  n.weight = &store.add(prefix + ".weight", {dim});
-  n.bias = &store.add(prefix + ".bias", {dim});
+  n.weight = &store.add(prefix + ".weight", {dim}, ParamRole::NormWeight);
+  n.bias = &store.add(prefix + ".bias", {dim}, ParamRole::Bias);
   n.eps = eps;
   return n;
 }
@@ -52,7 +52,7 @@ Tensor LayerNorm::backward(const Tensor& dy, const Tensor& x, const NormSaved& s
 
 RMSNorm RMSNorm::make(ParamStore& store, const std::string& prefix, int64_t dim, float eps) {
   RMSNorm n;
-  n.weight = &store.add(prefix + ".weight", {dim});
+  n.weight = &store.add(prefix + ".weight", {dim}, ParamRole::NormWeight);
   n.eps = eps;
   return n;
 }

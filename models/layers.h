@@ -3,9 +3,22 @@
 #pragma once
 
 #include "core/ops/norm.h"
-#include "models/params.h"
+#include "core/parameters.h"
 
 namespace hr::models {
+
+using core::DType;
+using core::Device;
+using core::GroupHooks;
+using core::GroupedParams;
+using core::GroupKind;
+using core::Param;
+using core::ParamGroup;
+using core::ParamRole;
+using core::ParamStore;
+using core::Pass;
+using core::Shape;
+using core::Tensor;
 
 struct Linear {
   Param* weight = nullptr;  // (out, in); a conv weight (out, c, p, p) is viewed as (out, c*p*p)

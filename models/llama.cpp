@@ -118,11 +118,22 @@ Tensor LlamaLayer::backward(const Tensor& dy, const Tensor& positions, S& s) con
   return dx;
 }
 
-LlamaModel::LlamaModel(ParamStore& store, const std::string& prefix, const std::string& head_name, const LlmConfig& cfg)
-    : cfg_(cfg), prefix_(prefix) {
-  embed_tokens_ = &store.add(prefix + ".embed_tokens.weight", {cfg.vocab, cfg.hidden});
-  for (int64_t i = 0; i < cfg.layers; ++i) layers_.emplace_back(store, str(prefix, ".layers.", i), cfg);
-  norm_ = RMSNorm::make(store, prefix + ".norm", cfg.hidden, cfg.rms_norm_eps);
+LlamaModel::LlamaModel(ParamStore& store, const std::string& prefix, const std::string& head_name, const LlmConfig& cfg,
+                       const Groups& groups)
+    : embed_group_(groups.embed), layer_group_(groups.first_layer), norm_group_(groups.norm), cfg_(cfg), prefix_(prefix) {
+  {
+    ParamStore::GroupScope in(store, groups.embed);
+    embed_tokens_ = &store.add(prefix + ".embed_tokens.weight", {cfg.vocab, cfg.hidden});
+  }
+  for (int64_t i = 0; i < cfg.layers; ++i) {
+    ParamStore::GroupScope in(store, groups.first_layer + int(i));
+    layers_.emplace_back(store, str(prefix, ".layers.", i), cfg);
+  }
+  {
+    ParamStore::GroupScope in(store, groups.norm);
+    norm_ = RMSNorm::make(store, prefix + ".norm", cfg.hidden, cfg.rms_norm_eps);
+  }
+  ParamStore::GroupScope in(store, groups.head);
   lm_head_ = Linear::make(store, head_name, cfg.hidden, cfg.vocab, false);
 }
 

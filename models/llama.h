@@ -48,7 +48,13 @@ struct LlamaSaved {
 
 class LlamaModel {
  public:
-  LlamaModel(ParamStore& store, const std::string& prefix, const std::string& head_name, const LlmConfig& cfg);
+  // The store's groups for the embedding table, the first layer (the others follow), the final norm and
+  // lm_head.
+  struct Groups {
+    int embed = 0, first_layer = 0, norm = 0, head = 0;
+  };
+  LlamaModel(ParamStore& store, const std::string& prefix, const std::string& head_name, const LlmConfig& cfg,
+             const Groups& groups);
   // Embeddings of ids (B, L) i64, shape (B, L, C).
   Tensor embed(const Tensor& ids) const;
   void embed_backward(const Tensor& ids, const Tensor& d_embeds) const;
@@ -58,10 +64,7 @@ class LlamaModel {
   Tensor backward(const Tensor& d_hidden, LlamaSaved& saved) const;
   const Linear& lm_head() const { return lm_head_; }
   const LlmConfig& config() const { return cfg_; }
-  // Group ids: the embedding table, the first layer (the others follow), the final norm.
-  void set_hooks(GroupHooks* hooks, int embed, int first_layer, int norm) {
-    hooks_ = hooks, embed_group_ = embed, layer_group_ = first_layer, norm_group_ = norm;
-  }
+  void set_hooks(GroupHooks* hooks) { hooks_ = hooks; }
 
  private:
   GroupHooks* hooks_ = nullptr;

@@ -20,71 +20,62 @@ constexpr const char* kHeadName = "language_model.lm_head";
 Llava::Llava(const LlavaConfig& cfg, Device device, DType dtype, std::optional<DType> vision_dtype) : cfg_(cfg) {
   cfg_.validate();
   store_ = std::make_unique<ParamStore>(device, dtype);
-  if (vision_dtype) store_->set_dtype_for("vision_tower.", *vision_dtype);
-  vision_ = std::make_unique<VisionTower>(*store_, kVisionPrefix, cfg_.vision);
-  projector_ = std::make_unique<Projector>(*store_, kProjectorPrefix, cfg_.projector, cfg_.vision.hidden, cfg_.llm.hidden);
-  llm_ = std::make_unique<LlamaModel>(*store_, kLlmPrefix, kHeadName, cfg_.llm);
-  // Groups: embed_tokens, vision embeddings (+ norms), vision layers, projector, LLM layers, norm, lm_head.
-  const int vl = int(cfg_.vision.layers), ll = int(cfg_.llm.layers);
-  projector_group_ = 2 + vl;
-  head_group_ = projector_group_ + ll + 2;
-  groups_.resize(std::size_t(head_group_ + 1));
-  groups_[0].name = str(kLlmPrefix, ".embed_tokens");
-  groups_[1].name = str(kVisionPrefix, ".embeddings");
-  for (int i = 0; i < vl; ++i) groups_[std::size_t(2 + i)].name = str(kVisionPrefix, ".encoder.layers.", i);
-  groups_[std::size_t(projector_group_)].name = kProjectorPrefix;
-  for (int i = 0; i < ll; ++i) groups_[std::size_t(projector_group_ + 1 + i)].name = str(kLlmPrefix, ".layers.", i);
-  groups_[std::size_t(head_group_ - 1)].name = str(kLlmPrefix, ".norm");
-  groups_[std::size_t(head_group_)].name = kHeadName;
-  auto layer_of = [](const std::string& name, const std::string& prefix) {
-    const std::size_t at = prefix.size();
-    return int(std::stol(name.substr(at, name.find('.', at) - at)));
-  };
-  const std::string vis_layers = str(kVisionPrefix, ".encoder.layers."), llm_layers = str(kLlmPrefix, ".layers.");
-  for (const auto& p : store_->all()) {
-    const std::string& n = p->name;
-    int g = -1;
-    if (n.rfind(vis_layers, 0) == 0) g = 2 + layer_of(n, vis_layers);
-    else if (n.rfind(kVisionPrefix, 0) == 0) g = 1;
-    else if (n.rfind(kProjectorPrefix, 0) == 0) g = projector_group_;
-    else if (n.rfind(llm_layers, 0) == 0) g = projector_group_ + 1 + layer_of(n, llm_layers);
-    else if (n.rfind(str(kLlmPrefix, ".embed_tokens"), 0) == 0) g = 0;
-    else if (n.rfind(str(kLlmPrefix, ".norm"), 0) == 0) g = head_group_ - 1;
-    else if (n.rfind(kHeadName, 0) == 0) g = head_group_;
-    HR_ASSERT(g >= 0, "parameter ", n, " belongs to no group");
-    groups_[std::size_t(g)].params.push_back(p.get());
+  if (vision_dtype)
+    for (GroupKind k : {GroupKind::EncoderStem, GroupKind::EncoderLayer}) store_->set_dtype_for(k, *vision_dtype);
+  // Groups in the order the forward pass first uses them.
+  embed_group_ = store_->add_group(str(kLlmPrefix, ".embed_tokens"), GroupKind::Embedding);
+  stem_group_ = store_->add_group(str(kVisionPrefix, ".embeddings"), GroupKind::EncoderStem);
+  for (int64_t i = 0; i < cfg_.vision.layers; ++i)
+    store_->add_group(str(kVisionPrefix, ".encoder.layers.", i), GroupKind::EncoderLayer);
+  projector_group_ = store_->add_group(kProjectorPrefix, GroupKind::Projector);
+  LlamaModel::Groups llm;
+  llm.embed = embed_group_;
+  for (int64_t i = 0; i < cfg_.llm.layers; ++i) {
+    const int g = store_->add_group(str(kLlmPrefix, ".layers.", i), GroupKind::DecoderLayer);
+    if (i == 0) llm.first_layer = g;
   }
+  llm.norm = store_->add_group(str(kLlmPrefix, ".norm"), GroupKind::Head);
+  llm.head = head_group_ = store_->add_group(kHeadName, GroupKind::Head);
+  vision_ = std::make_unique<VisionTower>(*store_, kVisionPrefix, cfg_.vision, stem_group_);
+  {
+    ParamStore::GroupScope in(*store_, projector_group_);
+    projector_ = std::make_unique<Projector>(*store_, kProjectorPrefix, cfg_.projector, cfg_.vision.hidden, cfg_.llm.hidden);
+  }
+  llm_ = std::make_unique<LlamaModel>(*store_, kLlmPrefix, kHeadName, cfg_.llm, llm);
+  set_pass_orders();
 }
 
-void Llava::skip_groups(int first, int last, Pass pass) const {
-  if (!hooks_) return;
-  for (int g = first; first <= last ? g <= last : g >= last; g += first <= last ? 1 : -1) {
-    hooks_->before(g, pass);
-    hooks_->after(g, pass);
-  }
+void Llava::set_pass_orders() {
+  const int used = int(cfg_.vision.layers_used()), first_llm = projector_group_ + 1;
+  forward_order_.clear();
+  for (int g = embed_group_; g <= stem_group_ + used; ++g) forward_order_.push_back(g);
+  for (int g = projector_group_; g <= head_group_; ++g) forward_order_.push_back(g);
+  backward_order_.clear();
+  for (int g = head_group_; g >= first_llm; --g) backward_order_.push_back(g);
+  if (llm_trainable_) backward_order_.push_back(embed_group_);
+  if (projector_trainable_ || vision_trainable_) backward_order_.push_back(projector_group_);
+  if (vision_trainable_)
+    for (int g = stem_group_ + used; g >= stem_group_; --g) backward_order_.push_back(g);
 }
 
-void Llava::skip_vision_and_projector(Pass pass) const {
-  const int used = int(cfg_.vision.layers_used());
-  if (pass == Pass::Forward) return skip_groups(1, 1 + used, pass), skip_groups(projector_group_, projector_group_, pass);
-  if (!(projector_trainable_ || vision_trainable_)) return;
-  skip_groups(projector_group_, projector_group_, pass);
-  if (vision_trainable_) skip_groups(1 + used, 1, pass);
+const std::vector<int>& Llava::pass_order(Pass pass) const {
+  return pass == Pass::Forward ? forward_order_ : backward_order_;
 }
 
 void Llava::set_hooks(GroupHooks* hooks) {
   hooks_ = hooks;
-  vision_->set_hooks(hooks, 1);
-  llm_->set_hooks(hooks, 0, projector_group_ + 1, head_group_ - 1);
+  vision_->set_hooks(hooks);
+  llm_->set_hooks(hooks);
 }
 
 void Llava::set_trainable(bool vision, bool projector, bool llm) {
   vision_trainable_ = vision;
   projector_trainable_ = projector;
   llm_trainable_ = llm;
-  store_->set_trainable("vision_tower.", vision);
-  store_->set_trainable("multi_modal_projector.", projector);
-  store_->set_trainable("language_model.", llm);
+  for (GroupKind k : {GroupKind::EncoderStem, GroupKind::EncoderLayer}) store_->set_trainable(k, vision);
+  store_->set_trainable(GroupKind::Projector, projector);
+  for (GroupKind k : {GroupKind::Embedding, GroupKind::DecoderLayer, GroupKind::Head}) store_->set_trainable(k, llm);
+  set_pass_orders();
 }
 
 float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) const {
@@ -141,8 +132,6 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
     Tensor flat = embeds.view({B * L, C});
     for (std::size_t i = 0; i < st.image_offsets.size(); ++i)
       copy_(flat.slice(0, st.image_offsets[i], st.image_offsets[i] + T), proj.select(0, int64_t(i)));
-  } else {
-    skip_vision_and_projector(Pass::Forward);
   }
   Tensor hidden = llm_->forward(embeds, st.llm, opt.llm_policy, !need_llm_grad);
   embeds = Tensor();
@@ -178,19 +167,19 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   if (opt.inference && st.valid_labels == 0) {  // generation: only the logits are wanted
     st.hidden_shift = Tensor();
     hook_after(hooks_, head_group_, Pass::Forward);
+    hook_end_pass(hooks_, Pass::Forward);
     return 0.f;
   }
   st.ce = cross_entropy_forward(st.hidden_shift, llm_->lm_head().weight->data, st.labels_shift, st.ce_options);
   hook_after(hooks_, head_group_, Pass::Forward);
+  hook_end_pass(hooks_, Pass::Forward);
   if (opt.inference) st.hidden_shift = Tensor();
   return dev.type == DeviceType::Meta ? 0.f : st.ce.loss.item();
 }
 
 void Llava::backward(LlavaState& st, float loss_scale) const {
   if (!st.backward_ready) {  // frozen LLM and no images: nothing to do here, but other ranks may backpropagate
-    skip_groups(head_group_, projector_group_ + 1, Pass::Backward);
-    if (llm_trainable_) skip_groups(0, 0, Pass::Backward);
-    skip_vision_and_projector(Pass::Backward);
+    hook_end_pass(hooks_, Pass::Backward);
     return;
   }
   const Device dev = store_->device();
@@ -237,12 +226,12 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
     hook_after(hooks_, projector_group_, Pass::Backward);
     d_proj = Tensor();
     if (vision_trainable_) {
-      if (d_feats.dtype() != store_->dtype_of("vision_tower.")) d_feats = cast(d_feats, store_->dtype_of("vision_tower."));
+      const DType vision_dtype = store_->dtype_of(GroupKind::EncoderLayer);
+      if (d_feats.dtype() != vision_dtype) d_feats = cast(d_feats, vision_dtype);
       vision_->backward(d_feats, st.vision);
     }
-  } else if (!st.has_images) {
-    skip_vision_and_projector(Pass::Backward);
   }
+  hook_end_pass(hooks_, Pass::Backward);
   st.llm = {};
   st.vision = {};
 }

@@ -7,21 +7,14 @@
 #include <vector>
 
 #include "core/ops/cross_entropy.h"
+#include "data/batch.h"
 #include "models/llama.h"
 #include "models/projector.h"
 #include "models/vision.h"
 
 namespace hr::models {
 
-// One micro-batch. Token ids and labels are host data (the loader has them there); each image stands in
-// input_ids as tokens_per_image consecutive image_token_id placeholders (the expanded format of current
-// llava-hf processors), images in row-major order of their placeholders. Sequences are right-padded.
-struct Batch {
-  int64_t batch = 0, seq = 0;
-  std::vector<int64_t> input_ids;  // (batch * seq)
-  std::vector<int64_t> labels;     // (batch * seq); ignore_index where no loss
-  Tensor pixel_values;             // (images, channels, size, size) float on any device; undefined if none
-};
+using data::Batch;
 
 struct ModelOptions {
   CheckpointPolicy vision_policy, llm_policy;
@@ -50,11 +43,11 @@ struct LlavaState {
   bool backward_ready = false;             // forward kept what backward needs
 };
 
-class Llava {
+class Llava final : public GroupedParams {
  public:
   // `vision_dtype` (default: dtype) lets the vision tower run in another precision (vision_precision: fp32).
   Llava(const LlavaConfig& cfg, Device device, DType dtype, std::optional<DType> vision_dtype = std::nullopt);
-  ParamStore& params() { return *store_; }
+  ParamStore& params() override { return *store_; }
   const ParamStore& params() const { return *store_; }
   const LlavaConfig& config() const { return cfg_; }
 
@@ -63,9 +56,14 @@ class Llava {
 
   // Parameter groups in the order the forward pass first uses them: the token embeddings, the vision
   // embeddings, each vision layer, the projector, each LLM layer, the final norm, lm_head.
-  const std::vector<ParamGroup>& groups() const { return groups_; }
-  // Hooks called around each group's use (ZeRO); null for none. The hooks outlive their use here.
-  void set_hooks(GroupHooks* hooks);
+  const std::vector<ParamGroup>& groups() const { return store_->groups(); }
+  using GroupedParams::groups;
+  // Forward: every group in order (vision layers up to the selected one). Backward: the head, the final
+  // norm, the LLM layers in reverse, then what trains of the embeddings, the projector and the vision tower.
+  const std::vector<int>& pass_order(Pass pass) const override;
+  // Hooks called around each group's use and at the end of each pass (ZeRO); null for none. The hooks
+  // outlive their use here.
+  void set_hooks(GroupHooks* hooks) override;
 
   // Returns the mean loss over the micro-batch's valid labels (0 on the meta device).
   float forward(const Batch& batch, LlavaState& state, const ModelOptions& options) const;
@@ -78,14 +76,11 @@ class Llava {
   std::unique_ptr<VisionTower> vision_;
   std::unique_ptr<Projector> projector_;
   std::unique_ptr<LlamaModel> llm_;
-  // Calls the hooks of groups this rank skips (no images in its micro-batch, nothing to backpropagate), so
-  // every rank makes the same sequence of hook calls and so the same collectives.
-  void skip_groups(int first, int last, Pass pass) const;
-  void skip_vision_and_projector(Pass pass) const;
+  void set_pass_orders();
   bool vision_trainable_ = true, projector_trainable_ = true, llm_trainable_ = true;
-  std::vector<ParamGroup> groups_;
   GroupHooks* hooks_ = nullptr;
-  int projector_group_ = 0, head_group_ = 0;
+  int embed_group_ = 0, stem_group_ = 0, projector_group_ = 0, head_group_ = 0;
+  std::vector<int> forward_order_, backward_order_;
 };
 
 }  // namespace hr::models

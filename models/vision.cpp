@@ -112,14 +112,21 @@ Tensor VisionLayer::backward(const Tensor& dy, S& s) const {
   return dx;
 }
 
-VisionTower::VisionTower(ParamStore& store, const std::string& prefix, const VisionConfig& cfg)
-    : prefix_(prefix), cfg_(cfg) {
+VisionTower::VisionTower(ParamStore& store, const std::string& prefix, const VisionConfig& cfg, int stem)
+    : group_(stem), prefix_(prefix), cfg_(cfg) {
   const int64_t c = cfg.hidden, p = cfg.patch;
-  class_embedding_ = &store.add(prefix + ".embeddings.class_embedding", {c});
-  patch_embedding_ = &store.add(prefix + ".embeddings.patch_embedding.weight", {c, cfg.channels, p, p});
-  position_embedding_ = &store.add(prefix + ".embeddings.position_embedding.weight", {cfg.num_positions(), c});
-  pre_ln_ = LayerNorm::make(store, prefix + ".pre_layrnorm", c, cfg.layer_norm_eps);
-  for (int64_t i = 0; i < cfg.layers; ++i) layers_.emplace_back(store, str(prefix, ".encoder.layers.", i), cfg);
+  {
+    ParamStore::GroupScope in(store, stem);
+    class_embedding_ = &store.add(prefix + ".embeddings.class_embedding", {c});
+    patch_embedding_ = &store.add(prefix + ".embeddings.patch_embedding.weight", {c, cfg.channels, p, p});
+    position_embedding_ = &store.add(prefix + ".embeddings.position_embedding.weight", {cfg.num_positions(), c});
+    pre_ln_ = LayerNorm::make(store, prefix + ".pre_layrnorm", c, cfg.layer_norm_eps);
+  }
+  for (int64_t i = 0; i < cfg.layers; ++i) {
+    ParamStore::GroupScope in(store, stem + 1 + int(i));
+    layers_.emplace_back(store, str(prefix, ".encoder.layers.", i), cfg);
+  }
+  ParamStore::GroupScope in(store, stem);
   post_ln_ = LayerNorm::make(store, prefix + ".post_layernorm", c, cfg.layer_norm_eps);
   patch_linear_.weight = patch_embedding_;
 }

@@ -46,14 +46,15 @@ struct VisionSaved {
 
 class VisionTower {
  public:
-  VisionTower(ParamStore& store, const std::string& prefix, const VisionConfig& cfg);
+  // Parameters go to group `stem` (patch/class/position embeddings and the layer norms) and one group per
+  // layer after it (stem + 1 + i), which the store must already have.
+  VisionTower(ParamStore& store, const std::string& prefix, const VisionConfig& cfg, int stem);
   // pixels (I, 3, S, S) -> features (I, T, C) of hidden_states[select_layer], CLS dropped for `patch`.
   Tensor forward(const Tensor& pixels, VisionSaved& saved, const CheckpointPolicy& policy, bool keep_nothing) const;
   // Accumulates parameter gradients from d(features); pixels need no gradient.
   void backward(const Tensor& d_features, VisionSaved& saved) const;
   bool trainable() const;
-  // Group ids: `embeddings` (patch/class/position embeddings and the layer norms), then one per layer.
-  void set_hooks(GroupHooks* hooks, int embeddings) { hooks_ = hooks, group_ = embeddings; }
+  void set_hooks(GroupHooks* hooks) { hooks_ = hooks; }
 
  private:
   GroupHooks* hooks_ = nullptr;

@@ -11,12 +11,6 @@ namespace hr::models {
 using namespace hr::core;
 
 namespace {
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-bool is_norm(const std::string& n) {
-  return n.find("norm") != std::string::npos || n.find("layrnorm") != std::string::npos;
-}
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 }  // namespace
 
@@ -26,12 +20,13 @@ void init_weights(ParamStore& store, uint64_t seed) {
   std::normal_distribution<float> normal(0.f, 0.02f);
   for (const auto& p : store.all()) {
     std::vector<float> v(std::size_t(p->numel()));
-    if (is_norm(p->name) && ends_with(p->name, ".weight"))
-      std::fill(v.begin(), v.end(), 1.f);
-    else if (ends_with(p->name, ".bias"))
-      std::fill(v.begin(), v.end(), 0.f);
-    else
-      for (float& e : v) e = normal(rng);
+    switch (p->role) {
+      case ParamRole::NormWeight: std::fill(v.begin(), v.end(), 1.f); break;
+      case ParamRole::Bias: std::fill(v.begin(), v.end(), 0.f); break;
+      case ParamRole::Weight:
+        for (float& e : v) e = normal(rng);
+        break;
+    }
     MemoryScope scope(Category::IO, "init_weights");
     copy_(p->data, Tensor::from_floats(v, p->data.shape(), DType::F32, Device::host()));
   }

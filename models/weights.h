@@ -5,9 +5,11 @@
 #include <string>
 
 #include "core/io/safetensors.h"
-#include "models/params.h"
+#include "core/parameters.h"
 
 namespace hr::models {
+
+using core::ParamStore;
 
 // Normal(0, 0.02) for matrices and embeddings, ones for norm weights, zeros for biases. Deterministic.
 void init_weights(ParamStore& store, uint64_t seed);

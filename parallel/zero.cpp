@@ -14,30 +14,33 @@
 namespace hr::parallel {
 
 using namespace hr::core;
-using models::Param;
-using models::Pass;
 using optim::OptimizerKind;
 
 struct Zero::Group {
-  struct Seg {
-    Param* p;
-    int64_t n = 0, s = 0, off = 0;  // elements; per-rank block; offset of the block in the group shard
+  // One parameter's part of the group: rank q owns elements [q * block, q * block + valid(q)) of it, kept at
+  // `offset` in the group's shard.
+  struct Segment {
+    Param* param;
+    int64_t numel = 0, block = 0, offset = 0;
     bool decay = true;
     float lr_ratio = 1.f;
-    bool had_grad = false;          // on any rank this step (after finish_gradients)
+    bool had_grad = false;  // on any rank this step (after finish_gradients)
   };
   std::string name;
+  GroupKind kind = GroupKind::DecoderLayer;
   bool trainable = false;
   DType dtype = DType::F32;
-  std::vector<Seg> segs;
-  int64_t S = 0;                    // shard elements
-  Tensor master, a, b;              // (S) f32 on the state device: master weights, exp_avg / momentum, exp_avg_sq
-  Tensor grads;                     // (S) stage >= 2: this rank's reduced gradients
-  Tensor params;                    // (S) stage 3: this rank's parameter shard (on the host with offload_params)
+  std::vector<Segment> segs;
+  int64_t shard = 0;               // elements of each rank's shard (the sum of the segments' blocks)
+  optim::OptimizerState state;     // (shard) f32 on the state device: master weights and moments
+  Tensor grads;                    // (shard) stage >= 2: this rank's reduced gradients
+  Tensor params;                   // (shard) stage 3: this rank's parameters (on the host with offload_params)
   bool gathered = false;
 
-  // Elements of `seg` held by rank q of `world`: [q * s, q * s + valid).
-  static int64_t valid(const Seg& seg, int q) { return std::clamp<int64_t>(seg.n - int64_t(q) * seg.s, 0, seg.s); }
+  // Elements of `seg` held by rank q of `world`.
+  static int64_t valid(const Segment& seg, int q) {
+    return std::clamp<int64_t>(seg.numel - int64_t(q) * seg.block, 0, seg.block);
+  }
 };
 
 namespace {
@@ -49,9 +52,9 @@ template <typename F>
 void pack(const Zero::Group& g, int q, const Tensor& dst, F&& src) {
   for (const auto& seg : g.segs) {
     const int64_t v = Zero::Group::valid(seg, q);
-    Tensor full = src(seg.p);
+    Tensor full = src(seg.param);
     if (v == 0 || !full.defined()) continue;
-    copy_(dst.slice(0, seg.off, seg.off + v), flat(full).slice(0, q * seg.s, q * seg.s + v));
+    copy_(dst.slice(0, seg.offset, seg.offset + v), flat(full).slice(0, q * seg.block, q * seg.block + v));
   }
 }
 
@@ -59,25 +62,23 @@ void pack(const Zero::Group& g, int q, const Tensor& dst, F&& src) {
 template <typename F>
 void unpack(const Zero::Group& g, int world, const Tensor& whole, F&& dst) {
   for (const auto& seg : g.segs) {
-    Tensor full = flat(dst(seg.p));
+    Tensor full = flat(dst(seg.param));
     for (int q = 0; q < world; ++q) {
       const int64_t v = Zero::Group::valid(seg, q);
-      if (v) copy_(full.slice(0, q * seg.s, q * seg.s + v), whole.slice(0, q * g.S + seg.off, q * g.S + seg.off + v));
+      if (v) copy_(full.slice(0, q * seg.block, q * seg.block + v), whole.slice(0, q * g.shard + seg.offset, q * g.shard + seg.offset + v));
     }
   }
 }
 
-int64_t shard_size(std::vector<Zero::Group::Seg>& segs, int world) {
+int64_t shard_size(std::vector<Zero::Group::Segment>& segs, int world) {
   int64_t S = 0;
   for (auto& seg : segs) {
-    seg.s = (seg.n + world - 1) / world;
-    seg.off = S;
-    S += seg.s;
+    seg.block = (seg.numel + world - 1) / world;
+    seg.offset = S;
+    S += seg.block;
   }
   return S;
 }
-
-const char* a_name(OptimizerKind k) { return k == OptimizerKind::SGD ? "momentum_buffer" : "exp_avg"; }
 
 }  // namespace
 
@@ -91,7 +92,7 @@ void validate(const ZeroOptions& z, const optim::OptimizerConfig& opt) {
   HR_CHECK(z.bucket_bytes > 0, "[config] parallel.bucket_size must be positive");
 }
 
-Zero::Zero(models::Llava& model, Communicator& comm, const optim::OptimizerConfig& opt, const ZeroOptions& z)
+Zero::Zero(GroupedParams& model, Communicator& comm, const optim::OptimizerConfig& opt, const ZeroOptions& z)
     : model_(model), comm_(comm), opt_(opt), z_(z) {
   validate(z, opt);
   device_ = model.params().device();
@@ -112,39 +113,41 @@ Zero::Zero(models::Llava& model, Communicator& comm, const optim::OptimizerConfi
     if (mg[gi].params.empty() || (!trainable && z.stage < 3)) continue;
     auto g = std::make_unique<Group>();
     g->name = mg[gi].name;
+    g->kind = mg[gi].kind;
     g->trainable = trainable;
     g->dtype = mg[gi].params[0]->dtype;
     for (Param* p : mg[gi].params) {
       HR_ASSERT(p->trainable == trainable && p->dtype == g->dtype, "group ", g->name, " mixes trainable/frozen or dtypes");
-      g->segs.push_back({p, p->numel(), 0, 0, optim::decays(p->name)});
+      g->segs.push_back({p, p->numel(), 0, 0, optim::decays(*p)});
     }
-    g->S = shard_size(g->segs, shard_world_);
+    g->shard = shard_size(g->segs, shard_world_);
     Tensor mine;  // this rank's block of the current parameters
     {
       MemoryScope scope(Category::Workspace, g->name);
-      mine = Tensor::zeros({g->S}, g->dtype, device_);
+      mine = Tensor::zeros({g->shard}, g->dtype, device_);
       pack(*g, shard_rank_, mine, [](Param* p) { return p->data; });
     }
     if (trainable) {
+      Tensor master;
       if (z.offload_optimizer == Offload::Cpu || g->dtype != DType::F32) {
         MemoryScope scope(Category::MasterParams, g->name);
-        g->master = Tensor::empty({g->S}, DType::F32, state_device_);
-        copy_(g->master, mine);
+        master = Tensor::empty({g->shard}, DType::F32, state_device_);
+        copy_(master, mine);
       }
       MemoryScope scope(Category::Optimizer, g->name);
-      if (opt.kind == OptimizerKind::AdamW || opt.momentum != 0.f) g->a = Tensor::zeros({g->S}, DType::F32, state_device_);
-      if (opt.kind == OptimizerKind::AdamW) g->b = Tensor::zeros({g->S}, DType::F32, state_device_);
+      g->state = optim::zero_moments(opt, {g->shard}, state_device_);
+      g->state.master = master;
       if (z.stage >= 2) {
         MemoryScope gs(Category::Grads, g->name);
-        g->grads = Tensor::zeros({g->S}, g->dtype, device_);
+        g->grads = Tensor::zeros({g->shard}, g->dtype, device_);
       }
     }
     if (z.stage == 3) {
       MemoryScope scope(Category::Params, g->name);
-      g->params = Tensor::empty({g->S}, g->dtype, z.offload_params == Offload::Cpu ? host_ : device_);
+      g->params = Tensor::empty({g->shard}, g->dtype, z.offload_params == Offload::Cpu ? host_ : device_);
       copy_(g->params, mine);
       mine = Tensor();
-      for (auto& seg : g->segs) seg.p->data = Tensor();
+      for (auto& seg : g->segs) seg.param->data = Tensor();
     }
     groups_[gi] = std::move(g);
   }
@@ -155,12 +158,11 @@ Zero::~Zero() { model_.set_hooks(nullptr); }
 
 int64_t Zero::steps() const { return local_ ? local_->steps() : steps_; }
 
-void Zero::set_lr_ratio(const std::string& prefix, float ratio) {
-  if (local_) return local_->set_lr_ratio(prefix, ratio);
+void Zero::set_lr_ratio(GroupKind kind, float ratio) {
+  if (local_) return local_->set_lr_ratio(kind, ratio);
   for (auto& g : groups_)
-    if (g)
-      for (auto& seg : g->segs)
-        if (seg.p->name.rfind(prefix, 0) == 0) seg.lr_ratio = ratio;
+    if (g && g->kind == kind)
+      for (auto& seg : g->segs) seg.lr_ratio = ratio;
 }
 
 // ---- parameters (stage 3) ----
@@ -169,12 +171,12 @@ void Zero::gather(Group& g) {
   if (g.gathered) return;
   const int W = shard_world_;
   for (auto& seg : g.segs) {
-    MemoryScope scope(Category::Params, models::owner_of(seg.p->name));
-    seg.p->data = Tensor::empty(seg.p->shape, g.dtype, device_);
+    MemoryScope scope(Category::Params, core::owner_of(seg.param->name));
+    seg.param->data = Tensor::empty(seg.param->shape, g.dtype, device_);
   }
   MemoryScope scope(Category::Comm, g.name);
-  Tensor whole = Tensor::empty({int64_t(W) * g.S}, g.dtype, device_);
-  Tensor block = whole.slice(0, int64_t(shard_rank_) * g.S, int64_t(shard_rank_ + 1) * g.S);
+  Tensor whole = Tensor::empty({int64_t(W) * g.shard}, g.dtype, device_);
+  Tensor block = whole.slice(0, int64_t(shard_rank_) * g.shard, int64_t(shard_rank_ + 1) * g.shard);
   copy_(block, g.params);  // brings an offloaded shard in
   if (W > 1) comm_.all_gather(block, whole);
   unpack(g, W, whole, [](Param* p) { return p->data; });
@@ -182,16 +184,46 @@ void Zero::gather(Group& g) {
 }
 
 void Zero::release(Group& g) {
-  for (auto& seg : g.segs) seg.p->data = Tensor();
+  for (auto& seg : g.segs) seg.param->data = Tensor();
   g.gathered = false;
 }
 
-void Zero::before(int group, Pass) {
+// ---- the hooks, and every rank's collectives in the same order ----
+
+void Zero::before(int group, Pass pass) {
+  catch_up(pass, group);
+  use(group, pass);
+}
+
+void Zero::after(int group, Pass pass) {
+  const std::vector<int>& order = model_.pass_order(pass);
+  std::size_t& at = cursor_[int(pass)];
+  HR_ASSERT(at < order.size() && order[at] == group, "group ", group, " ended out of its pass's order");
+  done(group, pass);
+  ++at;
+}
+
+void Zero::end_pass(Pass pass) {
+  catch_up(pass, -1);
+  cursor_[int(pass)] = 0;
+}
+
+void Zero::catch_up(Pass pass, int until) {
+  const std::vector<int>& order = model_.pass_order(pass);
+  std::size_t& at = cursor_[int(pass)];
+  for (; at < order.size() && order[at] != until; ++at) {  // groups this rank skipped: their collectives still
+    use(order[at], pass);
+    done(order[at], pass);
+  }
+  HR_ASSERT(until < 0 || at < order.size(), "group ", until, " is not in its pass's order");
+}
+
+void Zero::use(int group, Pass) {
   Group* g = groups_[std::size_t(group)].get();
   if (g && z_.stage == 3) gather(*g);
 }
 
-void Zero::after(int group, Pass pass) {
+void Zero::done(int group, Pass pass) {
   Group* g = groups_[std::size_t(group)].get();
   if (!g) return;
   if (pass == Pass::Backward && z_.stage >= 2 && g->trainable) reduce_scatter_grads(*g);
@@ -201,6 +233,7 @@ void Zero::after(int group, Pass pass) {
 // ---- gradients ----
 
 void Zero::begin_step() {
+  cursor_ = {};  // a step redone after an out-of-memory error starts its passes again
   if (z_.stage >= 2) {
     for (auto& g : groups_)
       if (g && g->trainable) {
@@ -216,18 +249,18 @@ void Zero::reduce_scatter_grads(Group& g) {
   Tensor whole, mine;
   {
     MemoryScope scope(Category::Comm, g.name);
-    whole = Tensor::zeros({int64_t(W) * g.S}, g.dtype, device_);
+    whole = Tensor::zeros({int64_t(W) * g.shard}, g.dtype, device_);
     for (auto& seg : g.segs) {
-      if (!seg.p->grad.defined()) continue;
+      if (!seg.param->grad.defined()) continue;
       seg.had_grad = true;
-      Tensor gf = flat(seg.p->grad);
+      Tensor gf = flat(seg.param->grad);
       for (int q = 0; q < W; ++q) {
         const int64_t v = Group::valid(seg, q);
-        if (v) copy_(whole.slice(0, q * g.S + seg.off, q * g.S + seg.off + v), gf.slice(0, q * seg.s, q * seg.s + v));
+        if (v) copy_(whole.slice(0, q * g.shard + seg.offset, q * g.shard + seg.offset + v), gf.slice(0, q * seg.block, q * seg.block + v));
       }
     }
-    for (auto& seg : g.segs) seg.p->grad = Tensor();
-    mine = Tensor::empty({g.S}, g.dtype, device_);
+    for (auto& seg : g.segs) seg.param->grad = Tensor();
+    mine = Tensor::empty({g.shard}, g.dtype, device_);
     comm_.reduce_scatter(whole, mine);
   }
   add_(g.grads, mine);
@@ -293,7 +326,7 @@ void Zero::finish_gradients() {
   if (comm_.world() > 1 && z_.stage <= 1) all_reduce_grads();
   if (z_.stage >= 2) {
     // Which parameters had a gradient on any rank this step: the others are not stepped (as a single process).
-    std::vector<Group::Seg*> segs;
+    std::vector<Group::Segment*> segs;
     for (auto& g : groups_)
       if (g && g->trainable)
         for (auto& seg : g->segs) segs.push_back(&seg);
@@ -336,15 +369,15 @@ void Zero::step_group(Group& g, float lr, float grad_scale) {
   Tensor grad = g.grads;
   if (z_.stage <= 1) {
     MemoryScope scope(Category::Grads, g.name);
-    grad = Tensor::zeros({g.S}, g.dtype, device_);
+    grad = Tensor::zeros({g.shard}, g.dtype, device_);
     pack(g, r, grad, [](Param* p) { return p->grad; });
   }
   // Where the updated parameters go: the stage-3 shard, or this rank's block of a buffer to all-gather.
   Tensor whole, dst = g.params;
   if (z_.stage <= 2) {
     MemoryScope scope(Category::Comm, g.name);
-    whole = Tensor::empty({int64_t(W) * g.S}, g.dtype, device_);
-    dst = whole.slice(0, int64_t(r) * g.S, int64_t(r + 1) * g.S);
+    whole = Tensor::empty({int64_t(W) * g.shard}, g.dtype, device_);
+    dst = whole.slice(0, int64_t(r) * g.shard, int64_t(r + 1) * g.shard);
     pack(g, r, dst, [](Param* p) { return p->data; });
   }
   Tensor upd_param = dst, upd_grad = grad;
@@ -359,16 +392,11 @@ void Zero::step_group(Group& g, float lr, float grad_scale) {
   for (const auto& seg : g.segs) {
     const int64_t v = Group::valid(seg, r);
     if (!seg.had_grad && z_.stage >= 2) continue;
-    if (z_.stage <= 1 && !seg.p->grad.defined()) continue;
+    if (z_.stage <= 1 && !seg.param->grad.defined()) continue;
     if (v == 0) continue;
-    auto part = [&](const Tensor& t) { return t.defined() ? t.slice(0, seg.off, seg.off + v) : Tensor(); };
-    const float wd = seg.decay ? opt_.weight_decay : 0.f;
-    if (opt_.kind == OptimizerKind::AdamW)
-      adamw_update(part(upd_param), part(upd_grad), part(g.master), part(g.a), part(g.b),
-                   {lr * seg.lr_ratio, opt_.beta1, opt_.beta2, opt_.eps, wd, steps_, grad_scale});
-    else
-      sgd_update(part(upd_param), part(upd_grad), part(g.master), part(g.a),
-                 {lr * seg.lr_ratio, opt_.momentum, wd, grad_scale, opt_.nesterov});
+    const int64_t end = seg.offset + v;
+    optim::update(opt_, upd_param.slice(0, seg.offset, end), upd_grad.slice(0, seg.offset, end),
+                  g.state.slice(seg.offset, end), {lr * seg.lr_ratio, seg.decay ? opt_.weight_decay : 0.f, steps_, grad_scale});
   }
   if (!upd_param.same_storage(dst)) copy_(dst, upd_param);
   upd_param = upd_grad = grad = Tensor();
@@ -387,9 +415,7 @@ core::NamedTensors Zero::state() const {
   out.emplace_back("zero.shard_world", world);
   for (const auto& g : groups_) {
     if (!g) continue;
-    if (g->master.defined()) out.emplace_back(g->name + ".master", g->master);
-    if (g->a.defined()) out.emplace_back(g->name + "." + a_name(opt_.kind), g->a);
-    if (g->b.defined()) out.emplace_back(g->name + ".exp_avg_sq", g->b);
+    g->state.for_each([&](const char* suffix, const Tensor& t) { out.emplace_back(g->name + suffix, t); });
     if (g->params.defined()) out.emplace_back(g->name + ".params", g->params);
   }
   return out;
@@ -413,15 +439,15 @@ void reshard(const Zero::Group& g, int new_rank, const Tensor& dst, const std::v
              const std::string& name, int w_old) {
   int64_t off_old = 0;
   for (const auto& seg : g.segs) {
-    const int64_t s_old = (seg.n + w_old - 1) / w_old;
-    const int64_t v = Zero::Group::valid(seg, new_rank), start = int64_t(new_rank) * seg.s;
+    const int64_t s_old = (seg.numel + w_old - 1) / w_old;
+    const int64_t v = Zero::Group::valid(seg, new_rank), start = int64_t(new_rank) * seg.block;
     for (int64_t e = start; e < start + v;) {
       const int q = int(e / s_old);
       const int64_t in_q = e - int64_t(q) * s_old, run = std::min(start + v - e, s_old - in_q);
       const Checkpoint& f = *files[std::size_t(w_old == 1 ? 0 : q)];
       HR_CHECK(f.contains(name), "[checkpoint] the shard file of rank ", q, " has no tensor '", name, "'");
       Tensor src = f.get(name);
-      copy_(dst.slice(0, seg.off + (e - start), seg.off + (e - start) + run), src.slice(0, off_old + in_q, off_old + in_q + run));
+      copy_(dst.slice(0, seg.offset + (e - start), seg.offset + (e - start) + run), src.slice(0, off_old + in_q, off_old + in_q + run));
       e += run;
     }
     off_old += s_old;
@@ -443,33 +469,28 @@ void Zero::load_state(const std::vector<const Checkpoint*>& files, int64_t steps
     if (!g) continue;
     if (g->params.defined()) reshard(*g, shard_rank_, g->params, files, g->name + ".params", w);
     if (!g->trainable) continue;
-    if (g->master.defined()) {
-      if (files[0]->contains(g->name + ".master")) {
-        reshard(*g, shard_rank_, g->master, files, g->name + ".master", w);
-      } else if (g->params.defined()) {
-        copy_(g->master, g->params);
-      } else {
-        pack(*g, shard_rank_, g->master, [](Param* p) { return p->data; });
-      }
-    }
-    if (g->a.defined()) reshard(*g, shard_rank_, g->a, files, g->name + "." + a_name(opt_.kind), w);
-    if (g->b.defined()) reshard(*g, shard_rank_, g->b, files, g->name + ".exp_avg_sq", w);
+    g->state.for_each([&](const char* suffix, const Tensor& t) {
+      const std::string name = g->name + suffix;
+      if (files[0]->contains(name) || std::string(suffix) != ".master") reshard(*g, shard_rank_, t, files, name, w);
+      else if (g->params.defined()) copy_(t, g->params);  // written without master weights (an f32 run)
+      else pack(*g, shard_rank_, t, [](Param* p) { return p->data; });
+    });
   }
   steps_ = steps;
 }
 
-core::NamedTensors Zero::consolidate(const models::Llava& model, const std::vector<const Checkpoint*>& files) {
+core::NamedTensors Zero::consolidate(const std::vector<ParamGroup>& groups, const std::vector<const Checkpoint*>& files) {
   const int w = old_world(files, "parameter");
   NamedTensors out;
-  for (const auto& mg : model.groups()) {
+  for (const auto& mg : groups) {
     if (mg.params.empty() || !files[0]->contains(mg.name + ".params")) continue;
     Group g;
     g.name = mg.name;
     for (Param* p : mg.params) g.segs.push_back({p, p->numel(), 0, 0, true});
-    g.S = shard_size(g.segs, 1);  // the full layout: one "rank" holding everything
-    Tensor full = Tensor::empty({g.S}, files[0]->get(mg.name + ".params").dtype(), Device::host());
+    g.shard = shard_size(g.segs, 1);  // the full layout: one "rank" holding everything
+    Tensor full = Tensor::empty({g.shard}, files[0]->get(mg.name + ".params").dtype(), Device::host());
     reshard(g, 0, full, files, mg.name + ".params", w);
-    for (const auto& seg : g.segs) out.emplace_back(seg.p->name, full.slice(0, seg.off, seg.off + seg.n).view(seg.p->shape));
+    for (const auto& seg : g.segs) out.emplace_back(seg.param->name, full.slice(0, seg.offset, seg.offset + seg.numel).view(seg.param->shape));
   }
   return out;
 }

@@ -7,17 +7,19 @@
 //
 // Shards are per parameter: a parameter of n elements is padded to world x ceil(n / world) and rank r owns
 // the r-th block. A group's shard is the concatenation of its parameters' blocks, so one collective moves a
-// whole group. Every rank issues the same collectives in the same order: the model calls the group hooks
-// for groups it skips on this rank (a micro-batch without images), and gradients missing on a rank count as
-// zeros.
+// whole group. Every rank issues the same collectives in the same order: the model publishes the order in
+// which each pass visits its groups, and the groups a rank skips (a micro-batch without images) get their
+// collectives here, in that order; gradients missing on a rank count as zeros. Zero knows parameters and
+// groups, never the model behind them.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/io/safetensors.h"
-#include "models/llava.h"
+#include "core/parameters.h"
 #include "optim/optimizer.h"
 #include "parallel/comm.h"
 
@@ -35,10 +37,11 @@ struct ZeroOptions {
 // Throws with the reason when the combination cannot be honoured (nothing is silently downgraded).
 void validate(const ZeroOptions& z, const optim::OptimizerConfig& opt);
 
-class Zero final : public models::GroupHooks {
+class Zero final : public core::GroupHooks {
  public:
-  // Takes the model with its full, initialised parameters (identical on every rank) and shards them.
-  Zero(models::Llava& model, Communicator& comm, const optim::OptimizerConfig& opt, const ZeroOptions& z);
+  // Takes the model's full, initialised parameters (identical on every rank), shards them, and hooks itself
+  // into the model's passes.
+  Zero(core::GroupedParams& model, Communicator& comm, const optim::OptimizerConfig& opt, const ZeroOptions& z);
   ~Zero() override;
   Zero(const Zero&) = delete;
   Zero& operator=(const Zero&) = delete;
@@ -55,7 +58,8 @@ class Zero final : public models::GroupHooks {
   // After the update (or instead of it, for a skipped step): the per-parameter gradients are dropped, so
   // nothing a step allocated outlives it and evaluation or checkpointing between steps runs without them.
   void end_step();
-  void set_lr_ratio(const std::string& prefix, float ratio);
+  // Groups of `kind` step with lr * ratio.
+  void set_lr_ratio(core::GroupKind kind, float ratio);
   int64_t steps() const;
 
   // Checkpoint state of this rank. Stage 0 without offload: the optimizer's own names (as a single process
@@ -65,17 +69,23 @@ class Zero final : public models::GroupHooks {
   // rank's shards; parameters sharded at stage 3 come back from "<group>.params".
   void load_state(const std::vector<const core::Checkpoint*>& files, int64_t steps);
   // Full parameters of a checkpoint written by any world size from shard files (for consolidation).
-  static core::NamedTensors consolidate(const models::Llava& model, const std::vector<const core::Checkpoint*>& files);
+  static core::NamedTensors consolidate(const std::vector<core::ParamGroup>& groups,
+                                        const std::vector<const core::Checkpoint*>& files);
 
   bool shards_parameters() const { return z_.stage == 3; }
   const ZeroOptions& options() const { return z_; }
 
-  void before(int group, models::Pass pass) override;
-  void after(int group, models::Pass pass) override;
+  void before(int group, core::Pass pass) override;
+  void after(int group, core::Pass pass) override;
+  void end_pass(core::Pass pass) override;
 
   struct Group;
 
  private:
+  // Runs the hooks of the groups of `pass` before `until` (-1: all that remain) that the model skipped.
+  void catch_up(core::Pass pass, int until);
+  void use(int group, core::Pass pass);   // what before() does for a group
+  void done(int group, core::Pass pass);  // what after() does
   void gather(Group& g);
   void release(Group& g);
   void reduce_scatter_grads(Group& g);
@@ -84,7 +94,8 @@ class Zero final : public models::GroupHooks {
   std::vector<bool> on_any_rank(const std::vector<bool>& mine);
   void step_group(Group& g, float lr, float grad_scale);
 
-  models::Llava& model_;
+  core::GroupedParams& model_;
+  std::array<std::size_t, 2> cursor_{};  // per pass: the position in its order
   Communicator& comm_;
   optim::OptimizerConfig opt_;
   ZeroOptions z_;

@@ -174,12 +174,12 @@ void load_model_weights(const std::string& dir, models::Llava& model) {
     return;
   }
   auto files = open_all(optimizer_files(dir));
-  NamedTensors w = parallel::Zero::consolidate(model, pointers(files));
+  NamedTensors w = parallel::Zero::consolidate(model.params().groups(), pointers(files));
   HR_CHECK(!w.empty(), "[checkpoint] ", dir, " has no model.safetensors and no ZeRO-3 parameter shards");
   HR_CHECK(w.size() == model.params().all().size(), "[checkpoint] ", dir, ": the shards hold ", w.size(),
            " of the model's ", model.params().all().size(), " parameters");
   for (const auto& [name, t] : w) {
-    models::Param* p = model.params().find(name);
+    core::Param* p = model.params().find(name);
     HR_CHECK(p && p->shape == t.shape(), "[checkpoint] ", dir, ": shard tensor ", name, " ", shape_str(t.shape()),
              " does not match the model");
     copy_(p->data, t);
@@ -200,7 +200,7 @@ void consolidate_checkpoint(const std::string& dir, const models::Llava& model, 
     return;
   }
   auto files = open_all(optimizer_files(dir));
-  w = parallel::Zero::consolidate(model, pointers(files));
+  w = parallel::Zero::consolidate(model.params().groups(), pointers(files));
   HR_CHECK(w.size() == model.params().all().size(), "[ckpt consolidate] ", dir, ": the shards hold ", w.size(),
            " of the model's ", model.params().all().size(), " parameters");
   save_safetensors(out, w);

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "models/data/loader.h"
+#include "data/loader.h"
 #include "models/llava.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -18,7 +18,7 @@ namespace hr::train {
 
 struct TrainerState {
   int64_t step = 0;  // optimizer steps completed
-  models::LoaderPosition loader;
+  data::LoaderPosition loader;
   optim::LossScaler::State scaler{65536.f, 0, -1, 2};
   int64_t skipped_steps = 0;
   int64_t optimizer_steps = 0;

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "core/io/safetensors.h"
-#include "models/data/synth.h"
+#include "data/synth.h"
 #include "models/weights.h"
 #include "train/checkpoint.h"
 #include "train/cli_args.h"
@@ -37,7 +37,7 @@ int cmd_data(const std::vector<std::string>& args) {
   Parsed p = parse({args.begin() + 1, args.end()}, "data synth",
                    {"--out", "--train", "--eval", "--seed", "--image-size", "--questions", "--captions"}, {});
   HR_CHECK(p.options.count("--out"), "[data synth] --out DIR is required");
-  models::SynthOptions o;
+  data::SynthOptions o;
   o.out_dir = p.options["--out"];
   auto num = [&](const char* k, int64_t def) { return p.options.count(k) ? std::stoll(p.options[k]) : def; };
   o.train = num("--train", 2000);
@@ -46,7 +46,7 @@ int cmd_data(const std::vector<std::string>& args) {
   o.image_size = int(num("--image-size", 32));
   o.questions = int(num("--questions", 1));
   if (p.options.count("--captions")) o.captions = std::stod(p.options["--captions"]);
-  const int64_t n = models::write_synthetic_vqa(o);
+  const int64_t n = data::write_synthetic_vqa(o);
   std::printf("wrote %lld samples to %s (train.json, eval.json, images/)\n", (long long)n, o.out_dir.c_str());
   return 0;
 }
@@ -81,8 +81,8 @@ int cmd_eval(const std::vector<std::string>& args) {
     eval_json = c.output_dir + "/data/eval.json";
     if (images.empty()) images = c.output_dir + "/data";
   }
-  models::DataOptions d{eval_json, images, c.chat_template, c.system_prompt, c.aspect, c.max_seq_len, c.blank_images};
-  models::LlavaDataset data(d, c.model.config);
+  data::DataOptions d{eval_json, images, c.chat_template, c.system_prompt, c.aspect, c.max_seq_len, c.blank_images};
+  data::LlavaDataset data(d, models::input_spec(c.model.config));
   models::Llava model(c.model.config, core::Device::cpu(), param_dtype(c.precision));
   std::string weights = p.options["--checkpoint"];
   if (std::filesystem::is_directory(weights) && std::filesystem::exists(weights + "/model.safetensors"))

@@ -139,13 +139,13 @@ const std::vector<Key>& schema() {
        }},
       {"data.synthetic.seed", "0",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.synth_seed = get<uint64_t>(n, k, "a non-negative integer"); }},
-      {"data.template", "vicuna_v1", choice(&RunConfig::chat_template, models::parse_template)},
+      {"data.template", "vicuna_v1", choice(&RunConfig::chat_template, data::parse_template)},
       {"data.system_prompt", "default",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          const std::string s = get<std::string>(n, k, "a string");
-         c.system_prompt = s == "default" ? models::kVicunaSystem : s;
+         c.system_prompt = s == "default" ? data::kVicunaSystem : s;
        }},
-      {"data.image_aspect_ratio", "pad", choice(&RunConfig::aspect, models::parse_aspect)},
+      {"data.image_aspect_ratio", "pad", choice(&RunConfig::aspect, data::parse_aspect)},
       {"data.max_seq_len", "2048", i64(&RunConfig::max_seq_len, 2)},
       {"data.group_by_modality_length", "false", flag(&RunConfig::group_by_modality_length)},
       {"data.pad_to_max_length", "false", flag(&RunConfig::pad_to_max_length)},
@@ -155,7 +155,7 @@ const std::vector<Key>& schema() {
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.num_workers = int(get<int64_t>(n, k, "an integer")); }},
       {"data.prefetch", "16",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.prefetch = int(get<int64_t>(n, k, "an integer")); }},
-      {"data.on_bad_sample", "skip", choice(&RunConfig::on_bad_sample, models::parse_on_bad_sample)},
+      {"data.on_bad_sample", "skip", choice(&RunConfig::on_bad_sample, data::parse_on_bad_sample)},
       {"train.stage", "full", choice(&RunConfig::stage, parse_stage)},
       {"train.micro_batch_size", "4",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "models/checkpoint_policy.h"
-#include "models/data/conversation.h"
-#include "models/data/image.h"
-#include "models/data/loader.h"
+#include "data/conversation.h"
+#include "data/image.h"
+#include "data/loader.h"
 #include "models/model_spec.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -38,13 +38,13 @@ struct RunConfig {
   int64_t synth_train = 4000, synth_eval = 200, synth_image_size = 32, synth_questions = 1;  // when train_json is empty
   uint64_t synth_seed = 0;
   double synth_captions = 0;
-  models::Template chat_template = models::Template::VicunaV1;
-  std::string system_prompt = models::kVicunaSystem;
-  models::AspectMode aspect = models::AspectMode::Pad;
+  data::Template chat_template = data::Template::VicunaV1;
+  std::string system_prompt = data::kVicunaSystem;
+  data::AspectMode aspect = data::AspectMode::Pad;
   int64_t max_seq_len = 2048;
   bool group_by_modality_length = false, pad_to_max_length = false, blank_images = false;
   int num_workers = 2, prefetch = 16;
-  models::OnBadSample on_bad_sample = models::OnBadSample::Skip;
+  data::OnBadSample on_bad_sample = data::OnBadSample::Skip;
   // train
   Stage stage = Stage::Full;
   int64_t micro_batch_size = 4, gradient_accumulation_steps = 1, global_batch_size = 0;

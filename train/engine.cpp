@@ -5,6 +5,7 @@ namespace hr::train {
 
 using namespace hr::core;
 using namespace hr::models;
+using namespace hr::data;
 
 DType param_dtype(Precision p) {
   return p == Precision::FP32 ? DType::F32 : p == Precision::BF16 ? DType::BF16 : DType::F16;
@@ -26,9 +27,11 @@ Engine::~Engine() = default;
 
 void Engine::shard() {
   zero_ = std::make_unique<parallel::Zero>(*model_, comm_, config_.optimizer, config_.zero);
-  if (config_.vision_lr > 0.f) zero_->set_lr_ratio("vision_tower.", config_.vision_lr / config_.learning_rate);
+  if (config_.vision_lr > 0.f)
+    for (GroupKind k : {GroupKind::EncoderStem, GroupKind::EncoderLayer})
+      zero_->set_lr_ratio(k, config_.vision_lr / config_.learning_rate);
   if (config_.projector_lr > 0.f)
-    zero_->set_lr_ratio("multi_modal_projector.", config_.projector_lr / config_.learning_rate);
+    zero_->set_lr_ratio(GroupKind::Projector, config_.projector_lr / config_.learning_rate);
 }
 
 Engine::Accumulated Engine::accumulate(const std::function<LoadedBatch()>& next, int64_t micro_batches, float loss_scale) {

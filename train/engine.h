@@ -7,7 +7,7 @@
 #include <functional>
 #include <memory>
 
-#include "models/data/loader.h"
+#include "data/loader.h"
 #include "models/llava.h"
 #include "parallel/zero.h"
 #include "train/config.h"
@@ -33,7 +33,7 @@ class Engine {
     float scaled_norm = 0;   // global gradient norm, still multiplied by the loss scale
   };
   // Forward and backward of `micro_batches` batches from `next`, then the reductions and the global norm.
-  Accumulated accumulate(const std::function<models::LoadedBatch()>& next, int64_t micro_batches, float loss_scale);
+  Accumulated accumulate(const std::function<data::LoadedBatch()>& next, int64_t micro_batches, float loss_scale);
   // The optimizer update; `grad_scale` = clipping coefficient / loss scale. Ends the step: the gradients
   // are released.
   void update(float lr, float grad_scale);

@@ -4,13 +4,14 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "models/data/loader.h"
-#include "models/data/tokenizer.h"
+#include "data/loader.h"
+#include "data/tokenizer.h"
 
 namespace hr::train {
 
 using namespace hr::core;
 using namespace hr::models;
+using namespace hr::data;
 
 namespace {
 std::string normalise(std::string s) {

@@ -12,13 +12,14 @@
 #include <functional>
 
 #include "core/memory/device_memory.h"
-#include "models/data/tokenizer.h"
+#include "data/tokenizer.h"
 #include "train/engine.h"
 
 namespace hr::train {
 
 using namespace hr::core;
 using namespace hr::models;
+using namespace hr::data;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -182,26 +183,15 @@ struct Counts {
   bool vision_trainable = false, projector_trainable = false, llm_trainable = false;
 };
 
-enum class Module : uint8_t { VisionLayer, VisionOther, Projector, LlmLayer, Embed, Head };
-
-// Which part of the model a parameter group is, from its llava-hf name.
-Module module_of(const ParamGroup& g) {
-  auto has = [&](const char* s) { return g.name.find(s) != std::string::npos; };
-  if (has("vision_tower")) return has(".layers.") ? Module::VisionLayer : Module::VisionOther;
-  if (has("projector")) return Module::Projector;
-  if (has(".layers.")) return Module::LlmLayer;
-  if (has("embed_tokens")) return Module::Embed;
-  return Module::Head;
-}
-
-const char* module_name(Module m) {
-  switch (m) {
-    case Module::VisionLayer:
-    case Module::VisionOther: return "vision_tower";
-    case Module::Projector: return "multi_modal_projector";
-    case Module::LlmLayer: return "language_model.layers";
-    case Module::Embed: return "language_model.embed_tokens";
-    case Module::Head: return "language_model.norm + lm_head";
+// The rows of the parameter table: both vision kinds are the tower, the norm and lm_head one row.
+const char* module_name(GroupKind k) {
+  switch (k) {
+    case GroupKind::EncoderStem:
+    case GroupKind::EncoderLayer: return "vision_tower";
+    case GroupKind::Projector: return "multi_modal_projector";
+    case GroupKind::DecoderLayer: return "language_model.layers";
+    case GroupKind::Embedding: return "language_model.embed_tokens";
+    case GroupKind::Head: return "language_model.norm + lm_head";
   }
   return "?";
 }
@@ -212,13 +202,13 @@ Counts counts_of(const Llava& m) {
     double n = 0;
     bool trainable = false;
     for (const Param* p : g.params) n += double(p->numel()), trainable |= p->trainable;
-    switch (module_of(g)) {
-      case Module::VisionLayer: k.vision_layer = n, k.vision_trainable |= trainable; break;
-      case Module::VisionOther: k.vision_other = n, k.vision_trainable |= trainable; break;
-      case Module::Projector: k.projector = n, k.projector_trainable = trainable; break;
-      case Module::LlmLayer: k.llm_layer = n, k.llm_trainable |= trainable; break;
-      case Module::Embed: k.embed = n; break;
-      case Module::Head: k.head += n; break;
+    switch (g.kind) {
+      case GroupKind::EncoderLayer: k.vision_layer = n, k.vision_trainable |= trainable; break;
+      case GroupKind::EncoderStem: k.vision_other = n, k.vision_trainable |= trainable; break;
+      case GroupKind::Projector: k.projector = n, k.projector_trainable = trainable; break;
+      case GroupKind::DecoderLayer: k.llm_layer = n, k.llm_trainable |= trainable; break;
+      case GroupKind::Embedding: k.embed = n; break;
+      case GroupKind::Head: k.head += n; break;
     }
   }
   return k;
@@ -401,7 +391,7 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
   for (const ParamGroup& g : model.groups()) {
     int64_t n = 0;
     for (const Param* q : g.params) n += q->numel();
-    add(module_name(module_of(g)), n);
+    add(module_name(g.kind), n);
   }
   p.time = step_time(p, counts_of(model));
   p.closed_form = closed_form(p, model);

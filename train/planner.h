@@ -29,7 +29,7 @@ struct MicroShape {
 // A batch of shape `s` for dry runs and tests: each row starts with BOS and its images' placeholders; every
 // later token is an answer token (the loss covers it). What the tokens are does not change what is allocated.
 // Pixel values live on `host`: zeros on a real host, nothing at all on a meta one.
-models::LoadedBatch synthetic_batch(const models::LlavaConfig& m, const MicroShape& s, core::Device host);
+data::LoadedBatch synthetic_batch(const models::LlavaConfig& m, const MicroShape& s, core::Device host);
 
 using CategoryBytes = std::array<int64_t, core::kNumCategories>;
 

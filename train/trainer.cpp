@@ -15,7 +15,7 @@
 #include "core/io/atomic_file.h"
 #include "core/memory/device_memory.h"
 #include "core/ops/reduce.h"
-#include "models/data/synth.h"
+#include "data/synth.h"
 #include "models/weights.h"
 #include "train/checkpoint.h"
 #include "train/engine.h"
@@ -28,6 +28,7 @@ namespace hr::train {
 namespace fs = std::filesystem;
 using namespace hr::core;
 using namespace hr::models;
+using namespace hr::data;
 using Clock = std::chrono::steady_clock;
 
 void ensure_synthetic_data(const RunConfig& c, const std::string& dir) {
@@ -169,12 +170,12 @@ int run_training(const RunConfig& given, const TrainOptions& topt, parallel::Com
     images = images.empty() ? dir : images;
   }
   DataOptions dopt{train_json, images, c.chat_template, c.system_prompt, c.aspect, c.max_seq_len, c.blank_images};
-  LlavaDataset train_set(dopt, c.model.config);
+  LlavaDataset train_set(dopt, models::input_spec(c.model.config));
   std::unique_ptr<LlavaDataset> eval_set;
   if (!eval_json.empty()) {
     DataOptions e = dopt;
     e.json_path = eval_json;
-    eval_set = std::make_unique<LlavaDataset>(e, c.model.config);
+    eval_set = std::make_unique<LlavaDataset>(e, models::input_spec(c.model.config));
   }
 
   // Model: initialised (same seed on every rank) or resumed in full, then sharded by the ZeRO stage.

@@ -13,9 +13,9 @@ namespace hr::test {
 inline std::string golden(const std::string& file) { return std::string(HR_SOURCE_DIR) + "/tests/golden/" + file; }
 
 // A batch from a golden *_batch.safetensors (input_ids, labels, optional pixel_values).
-inline models::Batch load_batch(const std::string& path) {
+inline data::Batch load_batch(const std::string& path) {
   core::SafetensorsFile f = core::SafetensorsFile::open(path);
-  models::Batch b;
+  data::Batch b;
   core::Tensor ids = f.get("input_ids");
   b.batch = ids.size(0);
   b.seq = ids.size(1);

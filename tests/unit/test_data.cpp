@@ -8,12 +8,14 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
-#include "models/data/loader.h"
-#include "models/data/synth.h"
+#include "data/loader.h"
+#include "data/synth.h"
+#include "models/config.h"
 
 using namespace hr;
 using namespace hr::core;
 using namespace hr::models;
+using namespace hr::data;
 
 namespace {
 
@@ -124,7 +126,7 @@ TEST(Dataset, BadSamplesAreSkippedAndNamedOrFail) {
   DataOptions o;
   o.json_path = d + "/mixed.jsonl";
   o.image_folder = d;
-  LlavaDataset data(o, small_model());
+  LlavaDataset data(o, models::input_spec(small_model()));
   ASSERT_EQ(data.size(), 7);
   LoaderOptions lo;
   lo.micro_batch = 3;
@@ -159,7 +161,7 @@ TEST(Dataset, TruncationNeverCutsInsideImageFeatures) {
   o.image_folder = d;
   o.system_prompt = "";
   o.max_seq_len = 9;  // "<s>USER: " is 7 tokens, then the 4 image tokens: the cut falls inside them
-  LlavaDataset data(o, small_model());
+  LlavaDataset data(o, models::input_spec(small_model()));
   Example e = data.get(0);
   EXPECT_EQ(e.ids.size(), 7u);
   EXPECT_TRUE(e.images.empty());
@@ -172,7 +174,7 @@ TEST(Loader, DeterministicOrderAndExactResume) {
   DataOptions o;
   o.json_path = d + "/train.json";
   o.image_folder = d;
-  LlavaDataset data(o, small_model());
+  LlavaDataset data(o, models::input_spec(small_model()));
   LoaderOptions lo;
   lo.micro_batch = 3;
   lo.seed = 9;

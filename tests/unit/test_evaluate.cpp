@@ -8,14 +8,15 @@
 #include <nlohmann/json.hpp>
 
 #include "core/ops/copy.h"
-#include "models/data/synth.h"
-#include "models/data/tokenizer.h"
+#include "data/synth.h"
+#include "data/tokenizer.h"
 #include "models/weights.h"
 #include "train/evaluate.h"
 
 using namespace hr;
 using namespace hr::core;
 using namespace hr::models;
+using namespace hr::data;
 using namespace hr::train;
 
 namespace {
@@ -92,7 +93,7 @@ class Evaluate : public testing::Test {
 }  // namespace
 
 TEST_F(Evaluate, LossPassSettlesExactlyTheAnswersGreedyDecodingProduces) {
-  LlavaDataset data(options, model.config());
+  LlavaDataset data(options, models::input_spec(model.config()));
 
   // The construction holds: greedy decoding answers "x" everywhere.
   std::vector<Example> prompts;
@@ -120,9 +121,9 @@ TEST_F(Evaluate, LossPassSettlesExactlyTheAnswersGreedyDecodingProduces) {
 }
 
 TEST_F(Evaluate, TruncatedAnswersAreDecodedNotSettled) {
-  const int64_t full = int64_t(LlavaDataset(options, model.config()).get(0).ids.size());
+  const int64_t full = int64_t(LlavaDataset(options, models::input_spec(model.config())).get(0).ids.size());
   options.max_seq_len = full - 1;  // sample 0 loses its </s>
-  LlavaDataset data(options, model.config());
+  LlavaDataset data(options, models::input_spec(model.config()));
   ASSERT_EQ(int64_t(data.get(0).ids.size()), full - 1);
   EvalOptions eo;
   eo.batch_size = 4;

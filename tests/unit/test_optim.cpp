@@ -107,18 +107,22 @@ TEST(LossScaler, DeepSpeedHysteresisBackoffAndGrowth) {
   EXPECT_EQ(floor.scale(), 1.f);  // never below min
 }
 
-TEST(AdamW, LearningRateRatiosByNamePrefixAsLlavasMmProjectorAndVisionTowerLr) {
-  models::ParamStore store(Device::cpu(), DType::F32);
-  for (const char* n : {"multi_modal_projector.linear_1.weight", "vision_tower.x.weight", "language_model.y.weight"}) {
-    models::Param& p = store.add(n, {4});
+TEST(AdamW, LearningRateRatiosByModuleKindAsLlavasMmProjectorAndVisionTowerLr) {
+  core::ParamStore store(Device::cpu(), DType::F32);
+  const std::pair<const char*, core::GroupKind> params[] = {{"multi_modal_projector.linear_1.weight", core::GroupKind::Projector},
+                                                            {"vision_tower.x.weight", core::GroupKind::EncoderLayer},
+                                                            {"language_model.y.weight", core::GroupKind::DecoderLayer}};
+  for (const auto& [n, kind] : params) {
+    core::ParamStore::GroupScope in(store, store.add_group(n, kind));
+    core::Param& p = store.add(n, {4});
     p.data = Tensor::full({4}, 1.f, DType::F32, Device::cpu());
     p.ensure_grad() = Tensor::full({4}, 0.5f, DType::F32, Device::cpu());
   }
   Optimizer opt(store, {});
-  opt.set_lr_ratio("multi_modal_projector.", 10.f);
-  opt.set_lr_ratio("vision_tower.", 0.1f);
+  opt.set_lr_ratio(core::GroupKind::Projector, 10.f);
+  opt.set_lr_ratio(core::GroupKind::EncoderLayer, 0.1f);
   opt.step(1e-3f, 1.f);
-  // AdamW's first step moves every element by lr (m̂ / sqrt(v̂) = 1), times the prefix's ratio.
+  // AdamW's first step moves every element by lr (m̂ / sqrt(v̂) = 1), times its module's ratio.
   EXPECT_NEAR(store.find("multi_modal_projector.linear_1.weight")->data.to_floats()[0], 1.f - 1e-2f, 1e-6);
   EXPECT_NEAR(store.find("vision_tower.x.weight")->data.to_floats()[0], 1.f - 1e-4f, 1e-6);
   EXPECT_NEAR(store.find("language_model.y.weight")->data.to_floats()[0], 1.f - 1e-3f, 1e-6);

@@ -1,9 +1,9 @@
 // Prompt templates and label masking, following LLaVA's preprocess_plain and preprocess_v1.
-#include "models/data/conversation.h"
+#include "data/conversation.h"
 
 #include "core/check.h"
 
-namespace hr::models {
+namespace hr::data {
 
 namespace {
 constexpr const char* kImageTag = "<image>";
@@ -83,4 +83,4 @@ Tokenized apply_template(Template t, const std::vector<Turn>& turns, const ByteT
   return out;
 }
 
-}  // namespace hr::models
+}  // namespace hr::data

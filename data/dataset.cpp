@@ -1,5 +1,5 @@
 // LLaVA JSON dataset: parsing, per-sample processing, truncation that never splits image features.
-#include "models/data/dataset.h"
+#include "data/dataset.h"
 
 #include <filesystem>
 #include <fstream>
@@ -7,13 +7,13 @@
 #include "core/memory/category.h"
 #include "core/ops/copy.h"
 
-namespace hr::models {
+namespace hr::data {
 
 using json = nlohmann::json;
 using namespace hr::core;
 
-LlavaDataset::LlavaDataset(const DataOptions& opt, const LlavaConfig& model)
-    : opt_(opt), model_(model), tok_(model.llm.vocab, model.image_token_id) {
+LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs)
+    : opt_(opt), inputs_(inputs), tok_(inputs.vocab, inputs.image_token_id) {
   std::ifstream in(opt.json_path);
   HR_CHECK(in, "[data] cannot open ", opt.json_path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -39,7 +39,7 @@ LlavaDataset::LlavaDataset(const DataOptions& opt, const LlavaConfig& model)
       line_start = end + 1;
     }
   }
-  const int64_t tpi = model.vision.tokens_per_image();
+  const int64_t tpi = inputs.tokens_per_image;
   for (const json& e : entries_) {
     int64_t len = 0;
     bool img = e.is_object() && e.contains("image");
@@ -80,8 +80,8 @@ Example LlavaDataset::get(int64_t index) const {
     turns[0].value = "<image>\n" + turns[0].value;  // LLaVA adds the tag when an entry has an image but no tag
   Tokenized tk;
   try {
-    tk = apply_template(opt_.chat_template, turns, tok_, model_.vision.tokens_per_image(), opt_.system_prompt,
-                        model_.ignore_index);
+    tk = apply_template(opt_.chat_template, turns, tok_, inputs_.tokens_per_image, opt_.system_prompt,
+                        inputs_.ignore_index);
   } catch (const Error& err) {
     throw bad(err.what());
   }
@@ -91,7 +91,7 @@ Example LlavaDataset::get(int64_t index) const {
     const std::string path = (std::filesystem::path(opt_.image_folder) / e["image"].get<std::string>()).string();
     if (!std::filesystem::exists(path)) throw bad("image " + path + " does not exist");
     try {
-      ex.images.push_back(load_clip_image(path, model_.vision.image_size, opt_.aspect));
+      ex.images.push_back(load_clip_image(path, inputs_.image_size, opt_.aspect));
     } catch (const Error& err) {
       throw bad(err.what());
     }
@@ -100,7 +100,7 @@ Example LlavaDataset::get(int64_t index) const {
   // Truncate to max_seq_len, never inside an image's placeholders: a cut there drops the whole image.
   if (int64_t(tk.ids.size()) > opt_.max_seq_len) {
     int64_t cut = opt_.max_seq_len;
-    const int64_t img = model_.image_token_id;
+    const int64_t img = inputs_.image_token_id;
     if (tk.ids[cut] == img) {
       while (cut > 0 && tk.ids[cut - 1] == img) --cut;
       ex.images.clear();
@@ -115,4 +115,4 @@ Example LlavaDataset::get(int64_t index) const {
   return ex;
 }
 
-}  // namespace hr::models
+}  // namespace hr::data

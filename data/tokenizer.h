@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace hr::models {
+namespace hr::data {
 
 class ByteTokenizer {
  public:
@@ -23,4 +23,4 @@ class ByteTokenizer {
   int64_t vocab_, image_token_;
 };
 
-}  // namespace hr::models
+}  // namespace hr::data

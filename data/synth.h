@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace hr::models {
+namespace hr::data {
 
 struct SynthOptions {
   std::string out_dir;
@@ -23,4 +23,4 @@ struct SynthOptions {
 // question do not depend on `questions` or `captions`. Returns the number of entries written.
 int64_t write_synthetic_vqa(const SynthOptions& options);
 
-}  // namespace hr::models
+}  // namespace hr::data

@@ -8,7 +8,7 @@
 
 #include "core/tensor.h"
 
-namespace hr::models {
+namespace hr::data {
 
 enum class AspectMode : uint8_t { Pad, Resize };  // LLaVA's image_aspect_ratio: pad | resize
 AspectMode parse_aspect(const std::string& s);
@@ -31,4 +31,4 @@ RgbImage resize_bicubic(const RgbImage& image, int width, int height);
 core::Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode);
 core::Tensor clip_tensor(const RgbImage& square, int64_t size);
 
-}  // namespace hr::models
+}  // namespace hr::data

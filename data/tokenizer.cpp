@@ -1,9 +1,9 @@
 // Byte-level tokenizer.
-#include "models/data/tokenizer.h"
+#include "data/tokenizer.h"
 
 #include "core/check.h"
 
-namespace hr::models {
+namespace hr::data {
 
 ByteTokenizer::ByteTokenizer(int64_t vocab, int64_t image_token) : vocab_(vocab), image_token_(image_token) {
   HR_CHECK(vocab >= kMinVocab, "[tokenizer] the byte-level tokenizer needs model.llm.vocab_size >= ", kMinVocab,
@@ -28,4 +28,4 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
   return s;
 }
 
-}  // namespace hr::models
+}  // namespace hr::data

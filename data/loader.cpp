@@ -1,5 +1,5 @@
 // Data loader: order, background processing, collation.
-#include "models/data/loader.h"
+#include "data/loader.h"
 
 #include <algorithm>
 #include <random>
@@ -7,7 +7,7 @@
 #include "core/memory/category.h"
 #include "core/ops/copy.h"
 
-namespace hr::models {
+namespace hr::data {
 
 using namespace hr::core;
 
@@ -165,4 +165,4 @@ Batch collate(const std::vector<Example>& ex, int64_t seq, int64_t ignore) {
   return b;
 }
 
-}  // namespace hr::models
+}  // namespace hr::data

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "models/config.h"
-#include "models/data/conversation.h"
-#include "models/data/image.h"
+#include "data/batch.h"
+#include "data/conversation.h"
+#include "data/image.h"
 
-namespace hr::models {
+namespace hr::data {
 
 struct DataOptions {
   std::string json_path, image_folder;
@@ -39,7 +39,7 @@ class BadSample : public Error {
 class LlavaDataset {
  public:
   // Throws if the file is missing or not JSON; a malformed entry only fails when processed.
-  LlavaDataset(const DataOptions& options, const LlavaConfig& model);
+  LlavaDataset(const DataOptions& options, const InputSpec& inputs);
   int64_t size() const { return int64_t(entries_.size()); }
   // Throws BadSample for a malformed entry, a missing or undecodable image.
   Example get(int64_t index) const;
@@ -50,11 +50,11 @@ class LlavaDataset {
 
  private:
   DataOptions opt_;
-  LlavaConfig model_;
+  InputSpec inputs_;
   ByteTokenizer tok_;
   std::vector<nlohmann::json> entries_;
   std::vector<int64_t> lengths_;
   std::vector<bool> has_image_;
 };
 
-}  // namespace hr::models
+}  // namespace hr::data

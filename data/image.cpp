@@ -1,5 +1,5 @@
 // Image decode (stb), padding, bicubic resize and CLIP normalisation.
-#include "models/data/image.h"
+#include "data/image.h"
 
 #include <stb/stb_image.h>
 #include <stb/stb_image_write.h>
@@ -10,7 +10,7 @@
 #include "core/check.h"
 #include "core/memory/category.h"
 
-namespace hr::models {
+namespace hr::data {
 
 using namespace hr::core;
 
@@ -131,4 +131,4 @@ Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode) {
   return clip_tensor(img, size);
 }
 
-}  // namespace hr::models
+}  // namespace hr::data

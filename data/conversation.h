@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "models/data/tokenizer.h"
+#include "data/tokenizer.h"
 
-namespace hr::models {
+namespace hr::data {
 
 // plain: pretraining captions ("<image>" + caption + "\n", loss on the caption);
 // vicuna_v1: "SYSTEM USER: <image>\nQ ASSISTANT: A</s>USER: ..." with loss on the answers (and their </s>).
@@ -35,4 +35,4 @@ struct Tokenized {
 Tokenized apply_template(Template t, const std::vector<Turn>& turns, const ByteTokenizer& tok, int64_t tokens_per_image,
                          const std::string& system_prompt, int64_t ignore_index);
 
-}  // namespace hr::models
+}  // namespace hr::data

@@ -1,5 +1,5 @@
 // Synthetic VQA scenes and questions.
-#include "models/data/synth.h"
+#include "data/synth.h"
 
 #include <algorithm>
 #include <array>
@@ -11,9 +11,9 @@
 
 #include "core/check.h"
 #include "core/io/atomic_file.h"
-#include "models/data/image.h"
+#include "data/image.h"
 
-namespace hr::models {
+namespace hr::data {
 
 namespace {
 
@@ -152,4 +152,4 @@ int64_t write_synthetic_vqa(const SynthOptions& o) {
   return o.train + o.eval;
 }
 
-}  // namespace hr::models
+}  // namespace hr::data

@@ -10,10 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "models/data/dataset.h"
-#include "models/llava.h"
+#include "data/dataset.h"
+#include "data/batch.h"
 
-namespace hr::models {
+namespace hr::data {
 
 enum class OnBadSample : uint8_t { Skip, Fail };
 OnBadSample parse_on_bad_sample(const std::string& s);
@@ -84,4 +84,4 @@ class DataLoader {
 // Collates examples into a right-padded batch (pad id 0, label ignore_index) of length `seq`.
 Batch collate(const std::vector<Example>& examples, int64_t seq, int64_t ignore_index);
 
-}  // namespace hr::models
+}  // namespace hr::data

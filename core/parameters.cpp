@@ -1,0 +1,101 @@
+// The parameter store and its groups.
+#include "core/parameters.h"
+
+#include "core/check.h"
+#include "core/memory/category.h"
+
+namespace hr::core {
+
+std::string owner_of(const std::string& name) {
+  std::size_t dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+const char* group_kind_name(GroupKind k) {
+  switch (k) {
+    case GroupKind::Embedding: return "embedding";
+    case GroupKind::EncoderStem: return "encoder stem";
+    case GroupKind::EncoderLayer: return "encoder layer";
+    case GroupKind::Projector: return "projector";
+    case GroupKind::DecoderLayer: return "decoder layer";
+    case GroupKind::Head: return "head";
+  }
+  return "?";
+}
+
+bool is_encoder(GroupKind k) { return k == GroupKind::EncoderStem || k == GroupKind::EncoderLayer; }
+bool is_decoder(GroupKind k) { return k == GroupKind::Embedding || k == GroupKind::DecoderLayer || k == GroupKind::Head; }
+
+Tensor& Param::ensure_grad() {
+  HR_ASSERT(trainable, "gradient requested for frozen parameter ", name);
+  if (!grad.defined()) {
+    MemoryScope scope(Category::Grads, owner_of(name));
+    grad = Tensor::zeros(shape, dtype, data.device());
+  }
+  return grad;
+}
+
+int ParamStore::add_group(const std::string& name, GroupKind kind) {
+  groups_.push_back({name, kind, {}});
+  return int(groups_.size()) - 1;
+}
+
+ParamStore::GroupScope::GroupScope(ParamStore& store, int group) : store_(store), saved_(store.current_group_) {
+  HR_ASSERT(group >= 0 && group < int(store.groups_.size()), "no parameter group ", group);
+  store.current_group_ = group;
+}
+
+ParamStore::GroupScope::~GroupScope() { store_.current_group_ = saved_; }
+
+Param& ParamStore::add(const std::string& name, const Shape& shape, ParamRole role) {
+  HR_ASSERT(!by_name_.count(name), "duplicate parameter ", name);
+  HR_ASSERT(current_group_ >= 0, "parameter ", name, " added outside any group");
+  ParamGroup& g = groups_[std::size_t(current_group_)];
+  auto p = std::make_unique<Param>();
+  p->name = name;
+  p->shape = shape;
+  p->dtype = dtype_of(g.kind);
+  p->group = current_group_;
+  p->role = role;
+  {
+    MemoryScope scope(Category::Params, owner_of(name));
+    p->data = Tensor::empty(shape, p->dtype, device_);
+  }
+  Param& ref = *p;
+  by_name_[name] = p.get();
+  g.params.push_back(p.get());
+  params_.push_back(std::move(p));
+  return ref;
+}
+
+DType ParamStore::dtype_of(GroupKind kind) const {
+  auto it = dtype_for_.find(kind);
+  return it == dtype_for_.end() ? dtype_ : it->second;
+}
+
+Param* ParamStore::find(const std::string& name) {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+void ParamStore::set_trainable(GroupKind kind, bool trainable) {
+  for (ParamGroup& g : groups_)
+    if (g.kind == kind)
+      for (Param* p : g.params) {
+        p->trainable = trainable;
+        if (!trainable) p->grad = Tensor();
+      }
+}
+
+void ParamStore::zero_grad() {
+  for (auto& p : params_) p->grad = Tensor();
+}
+
+int64_t ParamStore::count(bool trainable_only) const {
+  int64_t n = 0;
+  for (const auto& p : params_)
+    if (!trainable_only || p->trainable) n += p->numel();
+  return n;
+}
+
+}  // namespace hr::core

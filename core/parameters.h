@@ -1,0 +1,147 @@
+// Named parameters (llava-hf names) in typed groups, their gradients, the store that owns them, and the hooks
+// a model calls around each group's use: what the optimizer, ZeRO and checkpoints see of a model.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace hr::core {
+
+// What a parameter is within its layer: how it is initialised and whether it takes weight decay follow from
+// this, never from its name.
+enum class ParamRole : uint8_t {
+  Weight,      // a matrix or an embedding: Normal(0, 0.02), weight decay
+  Bias,        // zeros, no weight decay
+  NormWeight,  // a norm's scale: ones, no weight decay
+};
+
+struct Param {
+  std::string name;
+  Shape shape;  // the full shape, also while ZeRO-3 holds only a shard and `data` is released
+  DType dtype = DType::F32;
+  Tensor data;
+  Tensor grad;  // undefined until the first backward that produces it; never allocated when frozen
+  bool trainable = true;
+  int group = -1;  // index of its group in the store
+  ParamRole role = ParamRole::Weight;
+
+  // The gradient buffer, zero-filled on first use (tagged `grads`, owned by the parameter's module).
+  Tensor& ensure_grad();
+  int64_t numel() const { return shape_numel(shape); }
+};
+
+// The module a parameter belongs to: its name up to the last '.' ("a.b.weight" -> "a.b").
+std::string owner_of(const std::string& param_name);
+
+// What a group of parameters is in a vision-language model (a vision encoder, a projector, a decoder): the
+// planner's cost model, per-module learning rates, freezing and precision go by it, never by names.
+enum class GroupKind : uint8_t {
+  Embedding,     // the token embeddings
+  EncoderStem,   // the vision encoder's patch and position embeddings and its norms
+  EncoderLayer,  // one vision encoder layer
+  Projector,     // the multimodal projector
+  DecoderLayer,  // one language-model layer
+  Head,          // the decoder's final norm, or its output projection
+};
+const char* group_kind_name(GroupKind k);
+bool is_encoder(GroupKind k);  // EncoderStem or EncoderLayer
+bool is_decoder(GroupKind k);  // Embedding, DecoderLayer or Head
+
+// A set of parameters used together (a transformer block, the embeddings, the head), in the order the
+// forward pass first uses them. ZeRO shards, gathers and reduces per group.
+struct ParamGroup {
+  std::string name;
+  GroupKind kind = GroupKind::DecoderLayer;
+  std::vector<Param*> params;
+};
+
+enum class Pass : uint8_t { Forward, Backward };
+
+// Called by the model around each group's use, and when a pass ends. ZeRO-3 gathers a group's parameters
+// before and releases them after; ZeRO-2 reduce-scatters a group's gradients after its backward.
+class GroupHooks {
+ public:
+  virtual ~GroupHooks() = default;
+  virtual void before(int group, Pass pass) = 0;
+  virtual void after(int group, Pass pass) = 0;
+  virtual void end_pass(Pass pass) = 0;
+};
+
+inline void hook_before(GroupHooks* h, int group, Pass pass) {
+  if (h) h->before(group, pass);
+}
+inline void hook_after(GroupHooks* h, int group, Pass pass) {
+  if (h) h->after(group, pass);
+}
+inline void hook_end_pass(GroupHooks* h, Pass pass) {
+  if (h) h->end_pass(pass);
+}
+
+class ParamStore {
+ public:
+  ParamStore(Device device, DType dtype) : device_(device), dtype_(dtype) {}
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
+
+  // A new, empty group; returns its index.
+  int add_group(const std::string& name, GroupKind kind);
+  // While a scope lives, parameters added to the store join its group.
+  class GroupScope {
+   public:
+    GroupScope(ParamStore& store, int group);
+    ~GroupScope();
+    GroupScope(const GroupScope&) = delete;
+    GroupScope& operator=(const GroupScope&) = delete;
+
+   private:
+    ParamStore& store_;
+    int saved_;
+  };
+  // Allocates an uninitialised parameter in the current group (category params, owner = its module), in
+  // the store's dtype or the one set for its group's kind.
+  Param& add(const std::string& name, const Shape& shape, ParamRole role = ParamRole::Weight);
+  void set_dtype_for(GroupKind kind, DType dtype) { dtype_for_[kind] = dtype; }
+  DType dtype_of(GroupKind kind) const;
+  Param* find(const std::string& name);
+  const std::vector<std::unique_ptr<Param>>& all() const { return params_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  GroupKind kind_of(const Param& p) const { return groups_[std::size_t(p.group)].kind; }
+  Device device() const { return device_; }
+  DType dtype() const { return dtype_; }
+
+  // Marks every parameter of the groups of `kind` as frozen (no gradient) or trainable.
+  void set_trainable(GroupKind kind, bool trainable);
+  // Releases every gradient buffer (the next backward allocates zeroed ones).
+  void zero_grad();
+  int64_t count(bool trainable_only = false) const;
+
+ private:
+  Device device_;
+  DType dtype_;
+  std::vector<std::unique_ptr<Param>> params_;
+  std::vector<ParamGroup> groups_;
+  std::map<std::string, Param*> by_name_;
+  std::map<GroupKind, DType> dtype_for_;
+  int current_group_ = -1;
+};
+
+// A model as data parallelism and ZeRO see it: parameters in groups, the order each pass visits the groups,
+// and where the hooks go. Sharding needs nothing else of a model.
+class GroupedParams {
+ public:
+  virtual ~GroupedParams() = default;
+  virtual ParamStore& params() = 0;
+  const std::vector<ParamGroup>& groups() { return params().groups(); }
+  // Every group a pass can visit, in the order it visits them whatever the data. A rank that skips some (a
+  // micro-batch without images) leaves them out of its hook calls, and the sharding makes their collectives
+  // in this order, so that every rank issues the same ones.
+  virtual const std::vector<int>& pass_order(Pass pass) const = 0;
+  // Hooks called around each group's use and at the end of each pass; nullptr for none.
+  virtual void set_hooks(GroupHooks* hooks) = 0;
+};
+
+}  // namespace hr::core
