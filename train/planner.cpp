@@ -93,6 +93,7 @@ LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s, Device ho
 
 
 Predictor::Predictor(const RunConfig& c, int world, int rank, Backend target, std::size_t capacity) : config_(c) {
+  MemoryContext::Use use(memory_);
   configure_device(Device::meta(), {capacity, target});
   configure_device(kMetaHost, {0, target});
   comm_ = parallel::make_planned(world, rank);
@@ -111,6 +112,7 @@ std::vector<MicroShape> Predictor::worst_case() const {
 const Llava& Predictor::model() const { return engine_->model(); }
 
 Prediction Predictor::step(const std::vector<MicroShape>& micro) {
+  MemoryContext::Use use(memory_);
   auto dev = allocator_for(Device::meta()), host = allocator_for(kMetaHost);
   dev->reset_peak_stats();
   host->reset_peak_stats();
@@ -362,25 +364,18 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
   // First uncapped: the peaks as they are. If the reserved peak passes the usable bytes, again on a meta
   // device capped there: the allocator frees its cache and retries exactly as the real one would, so the
   // step either fits that way or runs out of memory here instead of on the device.
-  auto pred = std::make_unique<Predictor>(config, world, 0, target);
-  p.rank = pred->step(pred->worst_case());
+  Predictor pred(config, world, 0, target);
+  p.rank = pred.step(pred.worst_case());
   p.fits = p.usable > 0 && p.rank.peak_reserved <= p.usable;
   if (!p.fits && p.usable > 0 && p.rank.peak_allocated <= p.usable) {
-    Prediction uncapped = p.rank;
-    pred.reset();
     try {
-      pred = std::make_unique<Predictor>(config, world, 0, target, std::size_t(p.usable));
-      p.rank = pred->step(pred->worst_case());
+      Predictor capped(config, world, 0, target, std::size_t(p.usable));
+      p.rank = capped.step(capped.worst_case());
       p.fits = p.retries = true;
-    } catch (const OutOfMemory&) {
-      p.rank = uncapped;
-    }
-    if (!p.fits) {
-      pred.reset();
-      pred = std::make_unique<Predictor>(config, world, 0, target);
+    } catch (const OutOfMemory&) {  // the uncapped prediction stands, with its reserved peak over the budget
     }
   }
-  const Llava& model = pred->model();
+  const Llava& model = pred.model();
   p.params_total = model.params().count();
   p.params_trainable = model.params().count(true);
   auto add = [&](const std::string& module, int64_t n) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/memory/category.h"
+#include "core/memory/device_memory.h"
 #include "core/memory/replay.h"
 #include "models/llava.h"
 #include "parallel/comm.h"
@@ -47,7 +48,8 @@ struct Prediction {
   std::shared_ptr<const core::RequestTrace> requests;
 };
 
-// Holds an engine on the meta device (one at a time per process) and predicts training steps.
+// Holds an engine on a meta device of its own (its own memory context: several predictors can exist at once)
+// and predicts training steps.
 class Predictor {
  public:
   // `target`: whose workspace sizes the meta device mirrors. `capacity` (0: none) caps the meta device like
@@ -64,6 +66,7 @@ class Predictor {
 
  private:
   RunConfig config_;
+  core::MemoryContext memory_;  // the meta device and the meta host; outlives the engine
   std::unique_ptr<parallel::Communicator> comm_;
   std::unique_ptr<Engine> engine_;
 };

@@ -1,23 +1,9 @@
-// Per-device allocator registry.
+// Memory contexts: an allocator per device, the meta target, the context current on each thread.
 #include "core/memory/device_memory.h"
-
-#include <map>
-#include <mutex>
 
 namespace hr::core {
 
 namespace {
-
-struct Registry {
-  std::mutex mutex;
-  std::map<std::pair<int, int>, std::shared_ptr<CachingAllocator>> allocators;
-  Backend meta_target = Backend::CPU;
-};
-
-Registry& registry() {
-  static Registry r;
-  return r;
-}
 
 std::shared_ptr<CachingAllocator> make_allocator(Device d, const DeviceMemoryOptions& o) {
   std::unique_ptr<RawAllocator> raw;
@@ -32,40 +18,57 @@ std::shared_ptr<CachingAllocator> make_allocator(Device d, const DeviceMemoryOpt
   return std::make_shared<CachingAllocator>(std::move(raw), d.name());
 }
 
+std::pair<int, int> key_of(Device d) { return {int(d.type), d.index}; }
+
+MemoryContext& default_context() {
+  static MemoryContext c;
+  return c;
+}
+
+thread_local MemoryContext* t_current = nullptr;
+
 }  // namespace
 
-std::shared_ptr<CachingAllocator> allocator_for(Device device) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto key = std::make_pair(int(device.type), device.index);
-  auto it = r.allocators.find(key);
-  if (it != r.allocators.end()) return it->second;
+std::shared_ptr<CachingAllocator> MemoryContext::allocator(Device device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = allocators_.find(key_of(device));
+  if (it != allocators_.end()) return it->second;
   auto a = make_allocator(device, {});
-  r.allocators.emplace(key, a);
+  allocators_.emplace(key_of(device), a);
   return a;
 }
 
-void configure_device(Device device, const DeviceMemoryOptions& options) {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto key = std::make_pair(int(device.type), device.index);
-  auto it = r.allocators.find(key);
-  if (it != r.allocators.end()) {
+void MemoryContext::configure(Device device, const DeviceMemoryOptions& options) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = allocators_.find(key_of(device));
+  if (it != allocators_.end()) {
     int64_t live = it->second->stats().allocated_bytes.current;
     HR_CHECK(live == 0, "[device] cannot reconfigure ", device.name(), " while ", format_bytes(double(live)),
              " of tensors are alive on it");
-    r.allocators.erase(it);
+    allocators_.erase(it);
   }
   HR_CHECK(!(device.type == DeviceType::Host && options.capacity), "[device] the host device cannot be capped; cap 'cpu'");
-  r.allocators.emplace(key, make_allocator(device, options));
-  if (device.type == DeviceType::Meta) r.meta_target = options.meta_target;
+  allocators_.emplace(key_of(device), make_allocator(device, options));
+  if (device.type == DeviceType::Meta) meta_target_ = options.meta_target;
 }
 
-Backend meta_target() {
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  return r.meta_target;
+Backend MemoryContext::meta_target() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return meta_target_;
 }
+
+MemoryContext::Use::Use(MemoryContext& context) : saved_(t_current) { t_current = &context; }
+MemoryContext::Use::~Use() { t_current = saved_; }
+
+MemoryContext& current_memory_context() { return t_current ? *t_current : default_context(); }
+
+std::shared_ptr<CachingAllocator> allocator_for(Device device) { return current_memory_context().allocator(device); }
+
+void configure_device(Device device, const DeviceMemoryOptions& options) {
+  current_memory_context().configure(device, options);
+}
+
+Backend meta_target() { return current_memory_context().meta_target(); }
 
 Backend workspace_backend(Device device) {
   switch (device.type) {

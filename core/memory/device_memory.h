@@ -1,7 +1,10 @@
-// The caching allocator of each device, and how a device is configured (capacity, meta target).
+// The memory of a run or of a plan (a MemoryContext: an allocator per device, the backend a meta device
+// mirrors), and the functions that reach the current one.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "core/device.h"
 #include "core/memory/caching_allocator.h"
@@ -13,15 +16,50 @@ struct DeviceMemoryOptions {
   Backend meta_target = Backend::CPU;  // meta only: whose workspace sizes to mirror
 };
 
-// The allocator serving `device`, created with default options on first use.
+// One caching allocator per device and the backend a meta device mirrors. A process starts with a default
+// context, which a real run uses (its devices are the machine's); a predictor owns one of its own, so that
+// dry runs at different capacities or for different targets can exist at once beside each other and the
+// real run. Tensors allocate from the context current on their thread: the default one unless a `Use`
+// guard made another current.
+class MemoryContext {
+ public:
+  MemoryContext() = default;
+  MemoryContext(const MemoryContext&) = delete;
+  MemoryContext& operator=(const MemoryContext&) = delete;
+
+  // The allocator serving `device`, created with default options on first use.
+  std::shared_ptr<CachingAllocator> allocator(Device device);
+  // Replaces the device's allocator. Throws if the current one still has live allocations.
+  void configure(Device device, const DeviceMemoryOptions& options);
+  // The backend whose workspace sizes this context's meta device mirrors.
+  Backend meta_target() const;
+
+  // Makes a context current on this thread while it lives.
+  class Use {
+   public:
+    explicit Use(MemoryContext& context);
+    ~Use();
+    Use(const Use&) = delete;
+    Use& operator=(const Use&) = delete;
+
+   private:
+    MemoryContext* saved_;
+  };
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<int, int>, std::shared_ptr<CachingAllocator>> allocators_;
+  Backend meta_target_ = Backend::CPU;
+};
+
+MemoryContext& current_memory_context();
+
+// The current context's allocator for `device` (created with default options on first use).
 std::shared_ptr<CachingAllocator> allocator_for(Device device);
-
-// Replaces the device's allocator. Throws if the current one still has live allocations.
+// Configures `device` in the current context. Throws if its allocator still has live allocations.
 void configure_device(Device device, const DeviceMemoryOptions& options);
-
-// The backend whose workspace sizes a meta device mirrors.
+// The backend the current context's meta device mirrors.
 Backend meta_target();
-
 // The backend an op on `device` sizes its workspace for.
 Backend workspace_backend(Device device);
 
