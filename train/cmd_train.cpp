@@ -60,11 +60,10 @@ int cmd_ckpt(const std::vector<std::string>& args) {
            "/config.yaml is missing (is this a checkpoint-STEP directory?)");
   // The resolved config carries the global batch of the run's world size.
   RunConfig c = load_config(dir + "/config.yaml", {}, read_trainer_state(dir).world_size);
-  models::Llava model(c.model.config, core::Device::meta(), param_dtype(c.precision),
-                      c.vision_fp32 ? std::optional<core::DType>(core::DType::F32) : std::nullopt);
+  const auto model = build_model(c, core::Device::meta());
   const std::string out = p.options.count("--out") ? p.options["--out"] : dir + "/consolidated.safetensors";
-  consolidate_checkpoint(dir, model, out);
-  std::printf("wrote %s (%lld parameters in the llava-hf layout)\n", out.c_str(), (long long)model.params().count());
+  consolidate_checkpoint(dir, *model, out);
+  std::printf("wrote %s (%lld parameters in the llava-hf layout)\n", out.c_str(), (long long)model->params().count());
   return 0;
 }
 
@@ -75,20 +74,18 @@ int cmd_eval(const std::vector<std::string>& args) {
   p.sets.insert(p.sets.begin(), "train.global_batch_size=0");
   RunConfig c = load_config(p.config, p.sets);
   HR_CHECK(p.options.count("--checkpoint"), "[eval] --checkpoint DIR (or a model .safetensors) is required");
-  std::string eval_json = c.eval_json, images = c.image_folder;
-  if (eval_json.empty()) {
-    ensure_synthetic_data(c, c.output_dir + "/data");
-    eval_json = c.output_dir + "/data/eval.json";
-    if (images.empty()) images = c.output_dir + "/data";
-  }
-  data::DataOptions d{eval_json, images, c.chat_template, c.system_prompt, c.aspect, c.max_seq_len, c.blank_images};
-  data::LlavaDataset data(d, models::input_spec(c.model.config));
-  models::Llava model(c.model.config, core::Device::cpu(), param_dtype(c.precision));
+  auto single = parallel::make_single_process();
+  const DataPaths paths = resolve_data_paths(c, *single);
+  HR_CHECK(!paths.eval_json.empty(), "[eval] the config names no data.eval_json to evaluate on");
+  data::DataOptions d{paths.eval_json, paths.image_folder, c.chat_template, c.system_prompt, c.aspect, c.max_seq_len,
+                      c.blank_images};
+  data::LlavaDataset eval_set(d, models::input_spec(c.model.config));
+  const auto model = build_model(c, core::Device::cpu());
   std::string weights = p.options["--checkpoint"];
   if (std::filesystem::is_directory(weights) && std::filesystem::exists(weights + "/model.safetensors"))
     weights += "/model.safetensors";
-  models::load_weights(model.params(), core::Checkpoint::open(weights));
-  EvalResult r = evaluate(model, data, {c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows});
+  models::load_weights(model->params(), core::Checkpoint::open(weights));
+  EvalResult r = evaluate(*model, eval_set, {c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows});
   std::printf("eval loss %.4f | accuracy %.2f%% over %lld samples\n", r.loss, 100.0 * r.accuracy, (long long)r.samples);
   for (const auto& [type, ct] : r.by_type)
     std::printf("  %-10s %.2f%% (%lld/%lld)\n", type.c_str(), 100.0 * double(ct.first) / double(std::max<int64_t>(ct.second, 1)),

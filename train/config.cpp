@@ -110,8 +110,9 @@ Setter checkpointing(bool vision, bool llm) {
   };
 }
 
-const std::vector<Key>& schema() {
-  static const std::vector<Key> keys = {
+// run.*, device.* and model.*.
+std::vector<Key> run_device_model_keys() {
+  return {
       {"run.output_dir", "runs/default", text(&RunConfig::output_dir)},
       {"run.seed", "42",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.seed = get<uint64_t>(n, k, "a non-negative integer"); }},
@@ -125,6 +126,12 @@ const std::vector<Key>& schema() {
       {"device.threads", "0",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.threads = int(get<int64_t>(n, k, "an integer")); }},
       {"model.weights", "''", text(&RunConfig::init_weights)},
+  };
+}
+
+// data.*.
+std::vector<Key> data_keys() {
+  return {
       {"data.train_json", "''", text(&RunConfig::train_json)},
       {"data.eval_json", "''", text(&RunConfig::eval_json)},
       {"data.image_folder", "''", text(&RunConfig::image_folder)},
@@ -156,6 +163,12 @@ const std::vector<Key>& schema() {
       {"data.prefetch", "16",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.prefetch = int(get<int64_t>(n, k, "an integer")); }},
       {"data.on_bad_sample", "skip", choice(&RunConfig::on_bad_sample, data::parse_on_bad_sample)},
+  };
+}
+
+// train.*.
+std::vector<Key> train_keys() {
+  return {
       {"train.stage", "full", choice(&RunConfig::stage, parse_stage)},
       {"train.micro_batch_size", "4",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
@@ -198,6 +211,12 @@ const std::vector<Key>& schema() {
       {"train.max_new_tokens", "12", i64(&RunConfig::max_new_tokens, 1)},
       {"train.save_steps", "0", i64(&RunConfig::save_steps, 0)},
       {"train.save_total_limit", "2", i64(&RunConfig::save_total_limit, 1)},
+  };
+}
+
+// memory.*, parallel.* and log.*.
+std::vector<Key> memory_parallel_log_keys() {
+  return {
       {"memory.precision", "fp32", choice(&RunConfig::precision, parse_precision)},
       {"memory.vision_precision", "same",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
@@ -254,6 +273,15 @@ const std::vector<Key>& schema() {
       {"log.logging_steps", "10", i64(&RunConfig::logging_steps, 1)},
       {"log.progress_bar", "auto", choice(&RunConfig::progress_bar, parse_bar)},
   };
+}
+
+const std::vector<Key>& schema() {
+  static const std::vector<Key> keys = [] {
+    std::vector<Key> all;
+    for (auto section : {run_device_model_keys, data_keys, train_keys, memory_parallel_log_keys})
+      for (Key& k : section()) all.push_back(std::move(k));
+    return all;
+  }();
   return keys;
 }
 

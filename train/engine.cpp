@@ -1,5 +1,7 @@
-// The engine: model construction by stage and precision, sharding, and the training step.
+// The engine: model construction by stage and precision, starting or resuming, sharding, the step, saving.
 #include "train/engine.h"
+
+#include "models/weights.h"
 
 namespace hr::train {
 
@@ -11,13 +13,18 @@ DType param_dtype(Precision p) {
   return p == Precision::FP32 ? DType::F32 : p == Precision::BF16 ? DType::BF16 : DType::F16;
 }
 
-Engine::Engine(const RunConfig& c, Device device, parallel::Communicator& comm) : config_(c), comm_(comm) {
-  model_ = std::make_unique<Llava>(c.model.config, device, param_dtype(c.precision),
-                                   c.vision_fp32 ? std::optional<DType>(DType::F32) : std::nullopt);
+std::unique_ptr<Llava> build_model(const RunConfig& c, Device device) {
+  auto model = std::make_unique<Llava>(c.model.config, device, param_dtype(c.precision),
+                                       c.vision_fp32 ? std::optional<DType>(DType::F32) : std::nullopt);
   const bool vision = c.stage == Stage::Full && !c.model.freeze_vision;
   const bool projector = !c.model.freeze_projector;
   const bool llm = c.stage != Stage::Pretrain && !c.model.freeze_llm;
-  model_->set_trainable(vision, projector, llm);
+  model->set_trainable(vision, projector, llm);
+  return model;
+}
+
+Engine::Engine(const RunConfig& c, Device device, parallel::Communicator& comm)
+    : config_(c), comm_(comm), model_(build_model(c, device)) {
   options_.vision_policy = c.vision_ckpt;
   options_.llm_policy = c.llm_ckpt;
   options_.ce_chunk_rows = c.ce_chunk_rows;
@@ -34,18 +41,44 @@ void Engine::shard() {
     zero_->set_lr_ratio(GroupKind::Projector, config_.projector_lr / config_.learning_rate);
 }
 
-Engine::Accumulated Engine::accumulate(const std::function<LoadedBatch()>& next, int64_t micro_batches, float loss_scale) {
-  Accumulated out;
+TrainerState Engine::start() {
+  if (config_.init_weights.empty()) init_weights(model_->params(), config_.seed);
+  else load_weights(model_->params(), Checkpoint::open(config_.init_weights), MissingWeights::Error);
+  shard();
+  return {};
+}
+
+TrainerState Engine::load(const std::string& dir) {
+  TrainerState state = read_trainer_state(dir);
+  load_model_weights(dir, *model_);
+  shard();
+  load_optimizer_state(dir, *zero_, state.optimizer_steps);
+  return state;
+}
+
+void Engine::save(const TrainerState& state) {
+  save_checkpoint(config_.output_dir, *model_, *zero_, state, config_.save_total_limit, comm_, config_.resolved_yaml);
+}
+
+Engine::StepStats Engine::step(const std::function<LoadedBatch()>& next, int64_t micro_batches, float loss_scale) {
+  StepStats out;
+  out.loss_scale = loss_scale;
+  double loss_sum = 0;
   zero_->begin_step();
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     LoadedBatch lb = next();
     out.tokens += lb.tokens;
     LlavaState st;
-    out.loss_sum += model_->forward(lb.batch, st, options_);
+    loss_sum += model_->forward(lb.batch, st, options_);
     model_->backward(st, loss_scale / float(micro_batches * comm_.world()));
   }
   zero_->finish_gradients();
   out.scaled_norm = zero_->grad_norm();
+  if (comm_.world() > 1) {
+    loss_sum = comm_.sum(loss_sum) / comm_.world();
+    out.tokens = int64_t(comm_.sum(double(out.tokens)));
+  }
+  out.loss = loss_sum / double(micro_batches);
   return out;
 }
 

@@ -1,44 +1,60 @@
-// The training engine: the model on a device as the plan decided (precision, trainable groups), its ZeRO
-// sharding, and one training step (every micro-batch's forward and backward, the gradient reductions, the
-// global norm, the optimizer update). The trainer runs it on the real device; the planner runs exactly the
-// same code on the meta device, which is why its prediction is exact.
+// The training engine: the model on a device as the config says (precision, trainable groups), its ZeRO
+// sharding, and its lifecycle: start (fresh) or load (resume), step (every micro-batch's forward and
+// backward, the reductions, the global norm), update, save. The trainer runs it on the real device; the
+// planner runs exactly the same code on the meta device, which is why its prediction is exact.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "data/loader.h"
 #include "models/llava.h"
 #include "parallel/zero.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 
 namespace hr::train {
 
 core::DType param_dtype(Precision p);
 
+// The model a config describes, on `device`: its dtype (and the vision tower's, with vision_precision: fp32)
+// and which groups train at the config's stage. Parameters are uninitialised.
+std::unique_ptr<models::Llava> build_model(const RunConfig& config, core::Device device);
+
 class Engine {
  public:
-  // Builds the model (parameters uninitialised) with its trainable groups set by the config's stage.
   Engine(const RunConfig& config, core::Device device, parallel::Communicator& comm);
   ~Engine();
   models::Llava& model() { return *model_; }
-  // Shards the (now initialised or loaded) parameters and allocates the optimizer states.
-  void shard();
   parallel::Zero& zero() { return *zero_; }
   parallel::Communicator& comm() { return comm_; }
 
-  struct Accumulated {
-    double loss_sum = 0;     // over this rank's micro-batches
-    int64_t tokens = 0;      // this rank's
-    float scaled_norm = 0;   // global gradient norm, still multiplied by the loss scale
+  // A fresh run: random weights from the run's seed (the same on every rank) or train.init_weights, then
+  // sharded by the ZeRO stage.
+  TrainerState start();
+  // A resumed run: the full weights of checkpoint `dir`, sharded, then this rank's optimizer state (any world
+  // size and stage wrote it). Returns where the run continues.
+  TrainerState load(const std::string& dir);
+  // Shards the parameters as they are, with nothing to load (the planner's dry runs).
+  void shard();
+
+  struct StepStats {
+    double loss = 0;          // mean over the micro-batches and the ranks
+    int64_t tokens = 0;       // over all ranks
+    float scaled_norm = 0;    // global gradient norm, still multiplied by the loss scale (inf/NaN: overflow)
+    float loss_scale = 1;     // the scale the backward ran with
   };
-  // Forward and backward of `micro_batches` batches from `next`, then the reductions and the global norm.
-  Accumulated accumulate(const std::function<data::LoadedBatch()>& next, int64_t micro_batches, float loss_scale);
-  // The optimizer update; `grad_scale` = clipping coefficient / loss scale. Ends the step: the gradients
-  // are released.
+  // Forward and backward of `micro_batches` batches from `next`, then the gradient reductions and the global
+  // norm. This is what can run out of memory and be redone with smaller micro-batches.
+  StepStats step(const std::function<data::LoadedBatch()>& next, int64_t micro_batches, float loss_scale);
+  // The optimizer update; `grad_scale` = clipping coefficient / loss scale. Ends the step: the gradients are
+  // released.
   void update(float lr, float grad_scale);
   // Ends a step without updating (an fp16 overflow): the gradients are released all the same.
   void skip_update();
+  // A checkpoint of `state` in the output dir (collective: every rank writes its part).
+  void save(const TrainerState& state);
 
  private:
   const RunConfig& config_;

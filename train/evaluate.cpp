@@ -113,6 +113,34 @@ void add(Partial& into, const nlohmann::json& j) {
                                  e[4].get<std::string>(), e[5].get<bool>()}});
 }
 
+// Every rank's share (`comm` null: this process's only) merged on every rank in eval-set order, and summed up.
+EvalResult merged(Partial part, parallel::Communicator* comm) {
+  if (comm && comm->world() > 1) {
+    Partial all;
+    for (const std::string& text : all_gather_text(*comm, to_json(part).dump(-1, ' ', false, kReplace)))
+      add(all, nlohmann::json::parse(text));
+    part = std::move(all);
+  }
+  std::sort(part.predictions.begin(), part.predictions.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  EvalResult r;
+  r.skipped = part.skipped;
+  r.decoded = part.decoded;
+  int64_t correct = 0;
+  for (auto& [index, p] : part.predictions) {
+    correct += p.correct;
+    auto& t = r.by_type[p.question_type.empty() ? "all" : p.question_type];
+    t.first += p.correct;
+    ++t.second;
+    if (r.examples.size() < 4) r.examples.push_back(str(p.id, ": '", p.prediction, "' (answer '", p.answer, "')"));
+    r.predictions.push_back(std::move(p));
+  }
+  r.samples = int64_t(r.predictions.size());
+  r.loss = part.loss_tokens ? part.loss_sum / double(part.loss_tokens) : 0.0;
+  r.accuracy = r.samples ? double(correct) / double(r.samples) : 0.0;
+  return r;
+}
+
 }  // namespace
 
 std::vector<std::vector<int64_t>> generate_greedy(const Llava& model, const std::vector<Example>& prompts,
@@ -224,31 +252,7 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
     auto gen = decode(model, batch, counted, o.max_new_tokens, o.comm);
     for (std::size_t i = 0; i < counted; ++i) record(undecided[from + i], batch[i], gen[i]);
   }
-  // Every rank's share, merged on every rank in eval-set order.
-  if (world > 1) {
-    Partial all;
-    for (const std::string& text : all_gather_text(*o.comm, to_json(part).dump(-1, ' ', false, kReplace)))
-      add(all, nlohmann::json::parse(text));
-    part = std::move(all);
-  }
-  std::sort(part.predictions.begin(), part.predictions.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  EvalResult r;
-  r.skipped = part.skipped;
-  r.decoded = part.decoded;
-  int64_t correct = 0;
-  for (auto& [index, p] : part.predictions) {
-    correct += p.correct;
-    auto& t = r.by_type[p.question_type.empty() ? "all" : p.question_type];
-    t.first += p.correct;
-    ++t.second;
-    if (r.examples.size() < 4) r.examples.push_back(str(p.id, ": '", p.prediction, "' (answer '", p.answer, "')"));
-    r.predictions.push_back(std::move(p));
-  }
-  r.samples = int64_t(r.predictions.size());
-  r.loss = part.loss_tokens ? part.loss_sum / double(part.loss_tokens) : 0.0;
-  r.accuracy = r.samples ? double(correct) / double(r.samples) : 0.0;
-  return r;
+  return merged(std::move(part), o.comm);
 }
 
 }  // namespace hr::train

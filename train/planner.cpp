@@ -127,7 +127,7 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro) {
   host->set_trace([&](const TraceEvent& e) { hw(e); });
   try {
     std::size_t i = 0;
-    engine_->accumulate([&] { return synthetic_batch(config_.model.config, micro[i++], kMetaHost); }, int64_t(micro.size()), 1.f);
+    engine_->step([&] { return synthetic_batch(config_.model.config, micro[i++], kMetaHost); }, int64_t(micro.size()), 1.f);
     engine_->update(1e-3f, 1.f);
   } catch (...) {
     dev->set_trace(nullptr);

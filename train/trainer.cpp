@@ -1,27 +1,25 @@
-// The training loop.
+// The training run: plan and pre-flight, data, the engine's start or resume, and the step loop with its
+// out-of-memory recovery, memory log, console, evaluations and checkpoints.
 #include "train/trainer.h"
 
 #include <unistd.h>
 
 #include <array>
 #include <chrono>
-#include <map>
-#include <cstdlib>
 #include <cmath>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/io/atomic_file.h"
 #include "core/memory/device_memory.h"
-#include "core/ops/reduce.h"
 #include "data/synth.h"
-#include "models/weights.h"
 #include "train/checkpoint.h"
 #include "train/engine.h"
-#include "train/planner.h"
 #include "train/evaluate.h"
 #include "train/memory_log.h"
+#include "train/planner.h"
 
 namespace hr::train {
 
@@ -47,6 +45,18 @@ void ensure_synthetic_data(const RunConfig& c, const std::string& dir) {
   AtomicFile f(stamp_path);
   f.write(stamp.data(), stamp.size());
   f.commit();
+}
+
+DataPaths resolve_data_paths(const RunConfig& c, parallel::Communicator& comm) {
+  DataPaths p{c.train_json, c.eval_json, c.image_folder};
+  if (!p.train_json.empty()) return p;
+  const std::string dir = c.output_dir + "/data";
+  if (comm.rank() == 0) ensure_synthetic_data(c, dir);
+  comm.barrier();
+  p.train_json = dir + "/train.json";
+  if (p.eval_json.empty()) p.eval_json = dir + "/eval.json";
+  if (p.image_folder.empty()) p.image_folder = dir;
+  return p;
 }
 
 namespace {
@@ -108,26 +118,65 @@ std::string eval_summary(const EvalResult& r) {
   return s + str(") over ", r.samples, " samples");
 }
 
-}  // namespace
+// One training run as one rank: everything run_training's loop needs, and the parts of a step.
+class Trainer {
+ public:
+  Trainer(const RunConfig& given, const TrainOptions& options, parallel::Communicator& comm);
+  int64_t step() const { return state_.step; }
+  int64_t total() const { return total_; }
+  float lr() const { return sched_->lr(state_.step); }
+  // Resets the step's peaks and returns where the allocator starts it from: what it has cached depends on
+  // every earlier step, evaluation and checkpoint, and so does the step's reserved peak.
+  AllocatorSnapshot begin_step();
 
-int run_training(const RunConfig& given, const TrainOptions& topt, parallel::Communicator& comm) {
-  const auto t_start = Clock::now();
-  const int rank = comm.rank(), world = comm.world();
-  const bool lead = rank == 0;  // prints, writes eval.jsonl, plan.json and the resolved config
-  if (lead) {
-    fs::create_directories(given.output_dir);
-    AtomicFile f(given.output_dir + "/config.yaml");
-    f.write(given.resolved_yaml.data(), given.resolved_yaml.size());
-    f.commit();
-  }
-  use_cpu_threads(given, world);
+  // This step's batches from the loader, each cut in `split_` micro-batches (after recovered OOMs).
+  struct Drawn {
+    std::vector<LoadedBatch> batches, pending;  // as the loader gave them; their micro-batches
+    std::vector<std::array<int64_t, 3>> shapes;  // (batch, seq, images) of each micro-batch run
+    std::size_t at = 0;
+  };
+  // Forward and backward of the step; an OutOfMemory error halves the micro-batches and redoes it.
+  Engine::StepStats step_redone_on_oom(Drawn& d, AllocatorSnapshot& start);
+  // The loss scaler's verdict, clipping, the optimizer update; returns whether the step was skipped.
+  bool update(const Engine::StepStats& s, float lr);
+  // The memory log line (measured beside predicted), leak and mismatch warnings, the console line.
+  void record(const Engine::StepStats& s, const Drawn& d, const AllocatorSnapshot& start, float lr, bool skipped,
+              Clock::time_point t0);
+  void maybe_save_or_evaluate();
+  int finish();
 
-  // The plan, before a byte is allocated: every `auto` filled, the peak predicted; what does not fit stops here.
+ private:
+  Plan plan_and_preflight(const RunConfig& given);
+  void evaluate_now();
+
+  parallel::Communicator& comm_;
+  const bool lead_;  // rank 0 prints, writes eval.jsonl, plan.json and the resolved config
+  Clock::time_point t_start_ = Clock::now();
+  Plan plan_;
+  const RunConfig& c_;
+  std::unique_ptr<Predictor> predictor_;  // every step dry-run at its own shapes
+  std::map<std::vector<std::array<int64_t, 3>>, Prediction> predicted_;
+  std::unique_ptr<LlavaDataset> train_set_, eval_set_;
+  std::unique_ptr<Engine> engine_;
+  TrainerState state_;
+  int64_t total_ = 0;
+  std::unique_ptr<optim::Schedule> sched_;
+  std::unique_ptr<optim::LossScaler> scaler_;
+  std::unique_ptr<DataLoader> loader_;
+  std::unique_ptr<MemoryLog> mlog_;
+  std::shared_ptr<CachingAllocator> alloc_, host_alloc_;
+  bool tty_ = false;
+  int64_t split_ = 1;  // micro-batches per loader batch: doubled by each recovered out-of-memory error
+  int64_t mismatches_ = 0;
+  std::size_t skipped_reported_ = 0;
+};
+
+Plan Trainer::plan_and_preflight(const RunConfig& given) {
   const DevicePreset device = run_device(given);
-  const Search search = search_plans(given, device, world);
-  const Plan plan = search.ranked.front();
+  const Search search = search_plans(given, device, comm_.world());
+  Plan plan = search.ranked.front();
   const RunConfig& c = plan.config;
-  if (lead) {
+  if (lead_) {
     std::printf("%s", plan_table(plan).c_str());
     if (search.any_auto) std::printf("%s", search_explanation(search, 5).c_str());
     AtomicFile f(c.output_dir + "/plan.json");
@@ -136,266 +185,275 @@ int run_training(const RunConfig& given, const TrainOptions& topt, parallel::Com
     f.commit();
     std::fflush(stdout);
   }
-  if (!plan.fits) {
-    std::string fixes;
-    for (const Plan& f : suggest_fixes(c, device, world))
-      fixes += str("\n  --set ", f.decisions_changed, ": peak ", format_bytes(double(f.total_predicted())), ", step ",
-                   f.time.total(), " s");
-    const std::string msg = str("[plan] the run does not fit: predicted ", format_bytes(double(plan.total_predicted())),
-                                " per rank against ", format_bytes(double(plan.usable + plan.runtime_reserve)), " (",
-                                int(c.budget * 100 + 0.5f), "% of ", format_bytes(double(plan.capacity)),
-                                "). The cheapest changes that fit:", fixes.empty() ? std::string("\n  (none of the single changes tried)") : fixes);
-    if (c.preflight) throw Error(msg + "\n(memory.preflight: false starts it anyway)");
-    if (lead) std::printf("%s\nstarting anyway (memory.preflight: false): expect an out-of-memory error\n", msg.c_str());
-  }
-  // Every step is also dry-run at its own shapes: the prediction beside each measured peak.
-  auto predictor = std::make_unique<Predictor>(c, world, rank, Backend::CPU);
-  std::map<std::vector<std::array<int64_t, 3>>, Prediction> predicted;
-  int64_t mismatches = 0;
-  HR_CHECK(c.device == "cpu", "[train] device.type '", c.device,
+  if (plan.fits) return plan;
+  std::string fixes;
+  for (const Plan& f : suggest_fixes(c, device, comm_.world()))
+    fixes += str("\n  --set ", f.decisions_changed, ": peak ", format_bytes(double(f.total_predicted())), ", step ",
+                 f.time.total(), " s");
+  const std::string msg = str("[plan] the run does not fit: predicted ", format_bytes(double(plan.total_predicted())),
+                              " per rank against ", format_bytes(double(plan.usable + plan.runtime_reserve)), " (",
+                              int(c.budget * 100 + 0.5f), "% of ", format_bytes(double(plan.capacity)),
+                              "). The cheapest changes that fit:",
+                              fixes.empty() ? std::string("\n  (none of the single changes tried)") : fixes);
+  if (c.preflight) throw Error(msg + "\n(memory.preflight: false starts it anyway)");
+  if (lead_) std::printf("%s\nstarting anyway (memory.preflight: false): expect an out-of-memory error\n", msg.c_str());
+  return plan;
+}
+
+Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::Communicator& comm)
+    : comm_(comm), lead_(comm.rank() == 0), plan_(plan_and_preflight((use_cpu_threads(given, comm.world()), given))),
+      c_(plan_.config) {
+  const int rank = comm.rank(), world = comm.world();
+  predictor_ = std::make_unique<Predictor>(c_, world, rank, Backend::CPU);
+  HR_CHECK(c_.device == "cpu", "[train] device.type '", c_.device,
            "': training runs on the CPU back-end in this build (the CUDA back-end has GEMM and element-wise kernels "
            "only)");
-  const Device dev = Device::cpu();
-  configure_device(dev, {c.memory_limit});
-  auto alloc = allocator_for(dev);
+  configure_device(Device::cpu(), {c_.memory_limit});
+  alloc_ = allocator_for(Device::cpu());
+  host_alloc_ = allocator_for(Device::host());
 
-  // Data: rank 0 writes the synthetic set; the others wait for it.
-  std::string train_json = c.train_json, eval_json = c.eval_json, images = c.image_folder;
-  if (train_json.empty()) {
-    const std::string dir = c.output_dir + "/data";
-    if (lead) ensure_synthetic_data(c, dir);
-    comm.barrier();
-    train_json = dir + "/train.json";
-    eval_json = eval_json.empty() ? dir + "/eval.json" : eval_json;
-    images = images.empty() ? dir : images;
-  }
-  DataOptions dopt{train_json, images, c.chat_template, c.system_prompt, c.aspect, c.max_seq_len, c.blank_images};
-  LlavaDataset train_set(dopt, models::input_spec(c.model.config));
-  std::unique_ptr<LlavaDataset> eval_set;
-  if (!eval_json.empty()) {
-    DataOptions e = dopt;
-    e.json_path = eval_json;
-    eval_set = std::make_unique<LlavaDataset>(e, models::input_spec(c.model.config));
+  const DataPaths paths = resolve_data_paths(c_, comm);
+  DataOptions dopt{paths.train_json, paths.image_folder, c_.chat_template, c_.system_prompt, c_.aspect, c_.max_seq_len,
+                   c_.blank_images};
+  train_set_ = std::make_unique<LlavaDataset>(dopt, models::input_spec(c_.model.config));
+  if (!paths.eval_json.empty()) {
+    dopt.json_path = paths.eval_json;
+    eval_set_ = std::make_unique<LlavaDataset>(dopt, models::input_spec(c_.model.config));
   }
 
-  // Model: initialised (same seed on every rank) or resumed in full, then sharded by the ZeRO stage.
-  Engine engine(c, dev, comm);
-  Llava& model = engine.model();
-  std::optional<std::string> resume_dir;
-  if (topt.resume) resume_dir = latest_checkpoint(c.output_dir);
-  TrainerState state;
+  engine_ = std::make_unique<Engine>(c_, Device::cpu(), comm);
+  const std::optional<std::string> resume_dir = options.resume ? latest_checkpoint(c_.output_dir) : std::nullopt;
+  state_ = resume_dir ? engine_->load(*resume_dir) : engine_->start();
+
+  const int64_t per_epoch = std::max<int64_t>(1, train_set_->size() / c_.global_batch_size);
+  total_ = c_.max_steps > 0 ? c_.max_steps
+                            : std::max<int64_t>(1, int64_t(std::ceil(c_.num_train_epochs * double(per_epoch))));
+  sched_ = std::make_unique<optim::Schedule>(optim::Schedule{
+      c_.scheduler, c_.learning_rate,
+      c_.warmup_steps >= 0 ? c_.warmup_steps : int64_t(std::ceil(c_.warmup_ratio * double(total_))), total_});
+  scaler_ = std::make_unique<optim::LossScaler>(c_.precision == Precision::FP16 ? c_.loss_scale_initial : 1.f,
+                                                c_.loss_scale_window, c_.loss_scale_hysteresis, c_.loss_scale_min);
   if (resume_dir) {
-    state = read_trainer_state(*resume_dir);
-    load_model_weights(*resume_dir, model);
-  } else if (c.init_weights.empty()) {
-    init_weights(model.params(), c.seed);
-  } else {
-    load_weights(model.params(), Checkpoint::open(c.init_weights), MissingWeights::Error);
-  }
-  engine.shard();
-  parallel::Zero& zero = engine.zero();
-
-  // Schedule.
-  const int64_t per_epoch = std::max<int64_t>(1, train_set.size() / c.global_batch_size);
-  const int64_t total = c.max_steps > 0 ? c.max_steps : std::max<int64_t>(1, int64_t(std::ceil(c.num_train_epochs * double(per_epoch))));
-  optim::Schedule sched{c.scheduler, c.learning_rate,
-                        c.warmup_steps >= 0 ? c.warmup_steps : int64_t(std::ceil(c.warmup_ratio * double(total))), total};
-  optim::LossScaler scaler(c.precision == Precision::FP16 ? c.loss_scale_initial : 1.f, c.loss_scale_window,
-                           c.loss_scale_hysteresis, c.loss_scale_min);
-
-  if (resume_dir) {
-    load_optimizer_state(*resume_dir, zero, state.optimizer_steps);
-    scaler.load(state.scaler);
-    if (lead)
+    scaler_->load(state_.scaler);
+    if (lead_)
       std::printf("resumed from %s at step %lld (written by %d rank%s at ZeRO stage %d)\n", resume_dir->c_str(),
-                  (long long)state.step, state.world_size, state.world_size == 1 ? "" : "s", state.zero_stage);
-  } else if (topt.resume && lead) {
-    std::printf("no checkpoint in %s: starting from scratch\n", c.output_dir.c_str());
+                  (long long)state_.step, state_.world_size, state_.world_size == 1 ? "" : "s", state_.zero_stage);
+  } else if (options.resume && lead_) {
+    std::printf("no checkpoint in %s: starting from scratch\n", c_.output_dir.c_str());
   }
+
   LoaderOptions lopt;
-  lopt.micro_batch = c.micro_batch_size;
-  lopt.workers = c.num_workers;
-  lopt.prefetch = std::max<int>(c.prefetch, int(c.micro_batch_size));
-  lopt.seed = c.seed;
-  lopt.group_by_modality_length = c.group_by_modality_length;
-  lopt.pad_to_max_seq_len = c.pad_to_max_length;
-  lopt.max_seq_len = c.max_seq_len;
-  lopt.on_bad_sample = c.on_bad_sample;
+  lopt.micro_batch = c_.micro_batch_size;
+  lopt.workers = c_.num_workers;
+  lopt.prefetch = std::max<int>(c_.prefetch, int(c_.micro_batch_size));
+  lopt.seed = c_.seed;
+  lopt.group_by_modality_length = c_.group_by_modality_length;
+  lopt.pad_to_max_seq_len = c_.pad_to_max_length;
+  lopt.max_seq_len = c_.max_seq_len;
+  lopt.on_bad_sample = c_.on_bad_sample;
   lopt.rank = rank;
   lopt.world = world;
-  DataLoader loader(train_set, lopt, state.loader);
+  loader_ = std::make_unique<DataLoader>(*train_set_, lopt, state_.loader);
 
   // Under an MPI launcher stdout is the launcher's pipe or pty, whatever the user's terminal is: plain lines
   // unless the bar is asked for.
   const bool terminal = isatty(STDOUT_FILENO) && !parallel::launched_by_mpi();
-  const bool tty = lead && (c.progress_bar == ProgressBar::On || (c.progress_bar == ProgressBar::Auto && terminal));
-  if (lead) {
+  tty_ = lead_ && (c_.progress_bar == ProgressBar::On || (c_.progress_bar == ProgressBar::Auto && terminal));
+  if (lead_) {
+    const Llava& model = engine_->model();
     std::printf("training %s (%s, stage %s): %lld parameters, %lld trainable; %lld steps of %lld samples "
                 "(micro %lld x accumulation %lld x %d rank%s); precision %s; ZeRO stage %d%s%s\n",
-                c.model.config.name.c_str(), projector_name(c.model.config.projector), stage_name(c.stage),
-                (long long)model.params().count(), (long long)model.params().count(true), (long long)total,
-                (long long)c.global_batch_size, (long long)c.micro_batch_size, (long long)c.gradient_accumulation_steps,
-                world, world == 1 ? "" : "s", precision_name(c.precision), c.zero.stage,
-                c.zero.offload_optimizer == parallel::Offload::Cpu ? ", optimizer offloaded to the host" : "",
-                c.zero.offload_params == parallel::Offload::Cpu ? ", parameters offloaded to the host" : "");
+                c_.model.config.name.c_str(), projector_name(c_.model.config.projector), stage_name(c_.stage),
+                (long long)model.params().count(), (long long)model.params().count(true), (long long)total_,
+                (long long)c_.global_batch_size, (long long)c_.micro_batch_size,
+                (long long)c_.gradient_accumulation_steps, world, world == 1 ? "" : "s", precision_name(c_.precision),
+                c_.zero.stage, c_.zero.offload_optimizer == parallel::Offload::Cpu ? ", optimizer offloaded to the host" : "",
+                c_.zero.offload_params == parallel::Offload::Cpu ? ", parameters offloaded to the host" : "");
     std::fflush(stdout);
   }
-
   const std::string mlog_name = world == 1 ? std::string("memory.jsonl") : str("memory.rank", rank, ".jsonl");
-  MemoryLog mlog(str(c.output_dir, "/", mlog_name), c.leak_window);
-  EvalOptions eopt{c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows, &comm};
-  // Each rank evaluates its share in step with the others (ZeRO-3 gathers parameters collectively); rank 0
-  // reports the merged result.
-  auto run_eval = [&](int64_t step) {
-    if (!eval_set) return;
-    EvalResult r = evaluate(model, *eval_set, eopt);
-    if (!lead) return;
-    write_eval_line(c.output_dir + "/eval.jsonl", step, r);
-    write_predictions(c.output_dir + "/eval_predictions.jsonl", step, r);
-    std::printf("%sstep %lld | %s\n", tty ? "\n" : "", (long long)step, eval_summary(r).c_str());
-    for (const std::string& e : r.examples) std::printf("    %s\n", e.c_str());
-    std::fflush(stdout);
-  };
-  auto host_alloc = allocator_for(Device::host());
-  std::size_t skipped_reported = 0;
-  int64_t split = 1;  // micro-batches per loader batch: doubled by each recovered out-of-memory error
+  mlog_ = std::make_unique<MemoryLog>(str(c_.output_dir, "/", mlog_name), c_.leak_window);
+}
 
-  for (int64_t step = state.step; step < total; ++step) {
-    const auto t0 = Clock::now();
-    alloc->reset_peak_stats();
-    host_alloc->reset_peak_stats();
-    // Where the allocator starts this step from: what it has cached depends on every earlier step, eval and
-    // checkpoint, and so does the step's reserved peak.
-    AllocatorSnapshot start = alloc->snapshot();
-    const float loss_scale = scaler.scale();
-    // This step's batches from the loader, each split in `split` micro-batches (after an OOM was recovered).
-    std::vector<LoadedBatch> drawn;
-    std::vector<LoadedBatch> pending;
-    std::vector<std::array<int64_t, 3>> shapes;
-    std::size_t at = 0;
-    auto next = [&] {
-      if (at == pending.size()) {
-        drawn.push_back(loader.next());
-        for (LoadedBatch& b : split_batch(drawn.back(), split, c)) pending.push_back(std::move(b));
-      }
-      LoadedBatch& lb = pending[at++];
-      const Batch& b = lb.batch;
-      shapes.push_back({b.batch, b.seq, b.pixel_values.defined() ? b.pixel_values.size(0) : 0});
-      return lb;
-    };
-    Engine::Accumulated acc;
-    for (;;) {
-      try {
-        acc = engine.accumulate(next, c.gradient_accumulation_steps * split, loss_scale);
-        break;
-      } catch (const OutOfMemory& e) {
-        const int64_t micro = c.micro_batch_size / split;
-        if (!c.shrink_on_oom || micro <= 1) throw;
-        split *= 2;
-        if (lead)
-          std::printf("%sstep %lld: out of memory with micro-batch %lld; re-planned with micro-batch %lld x "
-                      "accumulation %lld (the same samples, the same global batch) and redoing the step\n",
-                      tty ? "\n" : "", (long long)(step + 1), (long long)micro, (long long)(micro / 2),
-                      (long long)(c.gradient_accumulation_steps * split));
-        ++state.oom_recoveries;
-        alloc->empty_cache();
-        alloc->reset_peak_stats();  // the step's peak is the redone step's; the OOM stays counted
-        start = alloc->snapshot();
-        pending.clear();
-        shapes.clear();
-        at = 0;
-        for (const LoadedBatch& d : drawn)
-          for (LoadedBatch& b : split_batch(d, split, c)) pending.push_back(std::move(b));
-      }
+AllocatorSnapshot Trainer::begin_step() {
+  alloc_->reset_peak_stats();
+  host_alloc_->reset_peak_stats();
+  return alloc_->snapshot();
+}
+
+Engine::StepStats Trainer::step_redone_on_oom(Drawn& d, AllocatorSnapshot& start) {
+  auto next = [&] {
+    if (d.at == d.pending.size()) {
+      d.batches.push_back(loader_->next());
+      for (LoadedBatch& b : split_batch(d.batches.back(), split_, c_)) d.pending.push_back(std::move(b));
     }
-    double loss_sum = acc.loss_sum;
-    int64_t tokens = acc.tokens;
-    const float scaled_norm = acc.scaled_norm;
-    const float grad_norm = scaled_norm / loss_scale;
-    const bool overflow = !std::isfinite(scaled_norm);
-    if (world > 1) {
-      loss_sum = comm.sum(loss_sum) / world;
-      tokens = int64_t(comm.sum(double(tokens)));
+    LoadedBatch& lb = d.pending[d.at++];
+    const Batch& b = lb.batch;
+    d.shapes.push_back({b.batch, b.seq, b.pixel_values.defined() ? b.pixel_values.size(0) : 0});
+    return lb;
+  };
+  for (;;) {
+    try {
+      return engine_->step(next, c_.gradient_accumulation_steps * split_, scaler_->scale());
+    } catch (const OutOfMemory&) {
+      const int64_t micro = c_.micro_batch_size / split_;
+      if (!c_.shrink_on_oom || micro <= 1) throw;
+      split_ *= 2;
+      if (lead_)
+        std::printf("%sstep %lld: out of memory with micro-batch %lld; re-planned with micro-batch %lld x "
+                    "accumulation %lld (the same samples, the same global batch) and redoing the step\n",
+                    tty_ ? "\n" : "", (long long)(state_.step + 1), (long long)micro, (long long)(micro / 2),
+                    (long long)(c_.gradient_accumulation_steps * split_));
+      ++state_.oom_recoveries;
+      alloc_->empty_cache();
+      alloc_->reset_peak_stats();  // the step's peak is the redone step's; the OOM stays counted
+      start = alloc_->snapshot();
+      d.pending.clear();
+      d.shapes.clear();
+      d.at = 0;
+      for (const LoadedBatch& b : d.batches)
+        for (LoadedBatch& part : split_batch(b, split_, c_)) d.pending.push_back(std::move(part));
     }
-    bool skipped = false;
-    if (c.precision == Precision::FP16) {
-      skipped = scaler.update(overflow);
-    } else {
-      HR_CHECK(!overflow, "[train] step ", step + 1, ": the gradient norm is not finite (loss ",
-               loss_sum / double(c.gradient_accumulation_steps), "); lower train.learning_rate or use bf16/fp32");
-    }
-    const float lr = sched.lr(step);
-    if (!skipped) {
-      engine.update(lr, optim::clip_coefficient(grad_norm, c.max_grad_norm) / loss_scale);
-    } else {
-      engine.skip_update();
-      ++state.skipped_steps;
-    }
-    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    StepRecord rec;
-    rec.step = step + 1;
-    rec.loss = float(loss_sum / double(c.gradient_accumulation_steps));
-    rec.lr = lr;
-    rec.grad_norm = grad_norm;
-    rec.loss_scale = loss_scale;
-    rec.skipped = skipped;
-    rec.tokens_per_s = double(tokens) / std::max(secs, 1e-9);
-    const MemoryStats ms = alloc->stats();
-    auto it = predicted.find(shapes);
-    if (it == predicted.end()) it = predicted.emplace(shapes, predictor->step(to_shapes(shapes))).first;
-    rec.predicted_peak = it->second.peak_allocated;
-    // The dry run's requests replayed from the state this step started in.
-    rec.predicted_reserved = replay(start, *it->second.requests, alloc->capacity()).peak_reserved;
-    rec.planned_peak = plan.rank.peak_allocated;
-    if (!skipped && (ms.allocated_bytes.peak != rec.predicted_peak || ms.reserved_bytes.peak != rec.predicted_reserved)) {
-      ++mismatches;
-      std::printf("%s[memory] WARNING step %lld%s: measured peak %lld B allocated / %lld B reserved differs from the "
-                  "dry run of this step's shapes, %lld B / %lld B. The planner's prediction is exact by design on "
-                  "the CPU: this is a bug.\n",
-                  tty ? "\n" : "", (long long)(step + 1), world > 1 ? str(" rank ", rank).c_str() : "",
-                  (long long)ms.allocated_bytes.peak, (long long)ms.reserved_bytes.peak, (long long)rec.predicted_peak,
-                  (long long)rec.predicted_reserved);
-    }
-    mlog.write(rec, ms, host_alloc->stats());
-    if (skipped && lead) std::printf("%sstep %lld: fp16 overflow at loss scale %g; step skipped\n", tty ? "\n" : "", (long long)(step + 1), loss_scale);
-    const std::string leak = mlog.leak_check(step + 1, ms);
-    if (!leak.empty()) std::printf("%s%s%s\n", tty ? "\n" : "", world > 1 ? str("rank ", rank, ": ").c_str() : "", leak.c_str());
-    while (skipped_reported < loader.skipped().size()) {
-      const std::string& what = loader.skipped()[skipped_reported++];
-      if (lead) std::printf("%sskipped bad sample: %s\n", tty ? "\n" : "", what.c_str());
-    }
-    if (lead && ((step + 1) % c.logging_steps == 0 || step + 1 == total || tty)) {
-      const std::string line = str("step ", step + 1, "/", total, " | loss ", rec.loss, " | lr ", lr, " | grad_norm ",
-                                   grad_norm, " | tok/s ", int64_t(rec.tokens_per_s), " | mem ",
-                                   format_bytes(double(ms.allocated_bytes.peak)), " peak / ",
-                                   format_bytes(double(ms.reserved_bytes.peak)), " reserved");
-      if (tty) std::printf("\r%s %s", bar(step + 1, total).c_str(), line.c_str());
-      else std::printf("%s\n", line.c_str());
-      std::fflush(stdout);
-    }
-    state.step = step + 1;
-    state.loader = loader.position();
-    state.scaler = scaler.state();
-    if (c.save_steps > 0 && state.step % c.save_steps == 0 && state.step < total)
-      save_checkpoint(c.output_dir, model, zero, state, c.save_total_limit, comm, c.resolved_yaml);
-    if (c.eval_steps > 0 && state.step % c.eval_steps == 0 && state.step < total) run_eval(state.step);
   }
-  if (tty) std::printf("\n");
-  save_checkpoint(c.output_dir, model, zero, state, c.save_total_limit, comm, c.resolved_yaml);
-  run_eval(state.step);
-  if (mismatches) std::printf("%s[memory] %lld steps measured a peak other than predicted\n", world > 1 ? str("rank ", rank, ": ").c_str() : "", (long long)mismatches);
-  if (lead) {
-    if (state.oom_recoveries) std::printf("%lld out-of-memory errors recovered by halving the micro-batch (now %lld x accumulation %lld)\n",
-                                          (long long)state.oom_recoveries, (long long)(c.micro_batch_size / split),
-                                          (long long)(c.gradient_accumulation_steps * split));
-    if (!loader.skipped().empty()) std::printf("%zu bad samples skipped (named above)\n", loader.skipped().size());
-    if (state.skipped_steps) std::printf("%lld optimizer steps skipped on fp16 overflow\n", (long long)state.skipped_steps);
-    std::printf("%s", alloc->memory_summary().c_str());
-    std::printf("done in %.1f s; outputs in %s\n", std::chrono::duration<double>(Clock::now() - t_start).count(),
-                c.output_dir.c_str());
+}
+
+bool Trainer::update(const Engine::StepStats& s, float lr) {
+  const float loss_scale = s.loss_scale;
+  const float grad_norm = s.scaled_norm / loss_scale;
+  const bool overflow = !std::isfinite(s.scaled_norm);
+  bool skipped = false;
+  if (c_.precision == Precision::FP16) {
+    skipped = scaler_->update(overflow);
+  } else {
+    HR_CHECK(!overflow, "[train] step ", state_.step + 1, ": the gradient norm is not finite (loss ", s.loss,
+             "); lower train.learning_rate or use bf16/fp32");
   }
-  comm.barrier();
+  if (skipped) {
+    engine_->skip_update();
+    ++state_.skipped_steps;
+  } else {
+    engine_->update(lr, optim::clip_coefficient(grad_norm, c_.max_grad_norm) / loss_scale);
+  }
+  return skipped;
+}
+
+void Trainer::record(const Engine::StepStats& s, const Drawn& d, const AllocatorSnapshot& start, float lr,
+                     bool skipped, Clock::time_point t0) {
+  const int rank = comm_.rank(), world = comm_.world();
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  StepRecord rec;
+  rec.step = state_.step + 1;
+  rec.loss = float(s.loss);
+  rec.lr = lr;
+  rec.loss_scale = s.loss_scale;
+  rec.grad_norm = s.scaled_norm / rec.loss_scale;
+  rec.skipped = skipped;
+  rec.tokens_per_s = double(s.tokens) / std::max(secs, 1e-9);
+  const MemoryStats ms = alloc_->stats();
+  auto it = predicted_.find(d.shapes);
+  if (it == predicted_.end()) it = predicted_.emplace(d.shapes, predictor_->step(to_shapes(d.shapes))).first;
+  rec.predicted_peak = it->second.peak_allocated;
+  // The dry run's requests replayed from the state this step started in.
+  rec.predicted_reserved = replay(start, *it->second.requests, alloc_->capacity()).peak_reserved;
+  rec.planned_peak = plan_.rank.peak_allocated;
+  if (!skipped && (ms.allocated_bytes.peak != rec.predicted_peak || ms.reserved_bytes.peak != rec.predicted_reserved)) {
+    ++mismatches_;
+    std::printf("%s[memory] WARNING step %lld%s: measured peak %lld B allocated / %lld B reserved differs from the "
+                "dry run of this step's shapes, %lld B / %lld B. The planner's prediction is exact by design on "
+                "the CPU: this is a bug.\n",
+                tty_ ? "\n" : "", (long long)rec.step, world > 1 ? str(" rank ", rank).c_str() : "",
+                (long long)ms.allocated_bytes.peak, (long long)ms.reserved_bytes.peak, (long long)rec.predicted_peak,
+                (long long)rec.predicted_reserved);
+  }
+  mlog_->write(rec, ms, host_alloc_->stats());
+  if (skipped && lead_)
+    std::printf("%sstep %lld: fp16 overflow at loss scale %g; step skipped\n", tty_ ? "\n" : "", (long long)rec.step,
+                rec.loss_scale);
+  const std::string leak = mlog_->leak_check(rec.step, ms);
+  if (!leak.empty())
+    std::printf("%s%s%s\n", tty_ ? "\n" : "", world > 1 ? str("rank ", rank, ": ").c_str() : "", leak.c_str());
+  while (skipped_reported_ < loader_->skipped().size()) {
+    const std::string& what = loader_->skipped()[skipped_reported_++];
+    if (lead_) std::printf("%sskipped bad sample: %s\n", tty_ ? "\n" : "", what.c_str());
+  }
+  if (lead_ && (rec.step % c_.logging_steps == 0 || rec.step == total_ || tty_)) {
+    const std::string line = str("step ", rec.step, "/", total_, " | loss ", rec.loss, " | lr ", lr, " | grad_norm ",
+                                 rec.grad_norm, " | tok/s ", int64_t(rec.tokens_per_s), " | mem ",
+                                 format_bytes(double(ms.allocated_bytes.peak)), " peak / ",
+                                 format_bytes(double(ms.reserved_bytes.peak)), " reserved");
+    if (tty_) std::printf("\r%s %s", bar(rec.step, total_).c_str(), line.c_str());
+    else std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+  state_.step = rec.step;
+  state_.loader = loader_->position();
+  state_.scaler = scaler_->state();
+}
+
+// Each rank evaluates its share in step with the others (ZeRO-3 gathers parameters collectively); rank 0
+// reports the merged result.
+void Trainer::evaluate_now() {
+  if (!eval_set_) return;
+  EvalResult r =
+      evaluate(engine_->model(), *eval_set_, {c_.eval_samples, c_.eval_batch_size, c_.max_new_tokens, c_.ce_chunk_rows, &comm_});
+  if (!lead_) return;
+  write_eval_line(c_.output_dir + "/eval.jsonl", state_.step, r);
+  write_predictions(c_.output_dir + "/eval_predictions.jsonl", state_.step, r);
+  std::printf("%sstep %lld | %s\n", tty_ ? "\n" : "", (long long)state_.step, eval_summary(r).c_str());
+  for (const std::string& e : r.examples) std::printf("    %s\n", e.c_str());
+  std::fflush(stdout);
+}
+
+void Trainer::maybe_save_or_evaluate() {
+  if (state_.step >= total_) return;  // finish() saves and evaluates the last step
+  if (c_.save_steps > 0 && state_.step % c_.save_steps == 0) engine_->save(state_);
+  if (c_.eval_steps > 0 && state_.step % c_.eval_steps == 0) evaluate_now();
+}
+
+int Trainer::finish() {
+  if (tty_) std::printf("\n");
+  engine_->save(state_);
+  evaluate_now();
+  const int world = comm_.world();
+  if (mismatches_)
+    std::printf("%s[memory] %lld steps measured a peak other than predicted\n",
+                world > 1 ? str("rank ", comm_.rank(), ": ").c_str() : "", (long long)mismatches_);
+  if (lead_) {
+    if (state_.oom_recoveries)
+      std::printf("%lld out-of-memory errors recovered by halving the micro-batch (now %lld x accumulation %lld)\n",
+                  (long long)state_.oom_recoveries, (long long)(c_.micro_batch_size / split_),
+                  (long long)(c_.gradient_accumulation_steps * split_));
+    if (!loader_->skipped().empty()) std::printf("%zu bad samples skipped (named above)\n", loader_->skipped().size());
+    if (state_.skipped_steps) std::printf("%lld optimizer steps skipped on fp16 overflow\n", (long long)state_.skipped_steps);
+    std::printf("%s", alloc_->memory_summary().c_str());
+    std::printf("done in %.1f s; outputs in %s\n", std::chrono::duration<double>(Clock::now() - t_start_).count(),
+                c_.output_dir.c_str());
+  }
+  comm_.barrier();
   return 0;
+}
+
+}  // namespace
+
+int run_training(const RunConfig& given, const TrainOptions& options, parallel::Communicator& comm) {
+  if (comm.rank() == 0) {
+    fs::create_directories(given.output_dir);
+    AtomicFile f(given.output_dir + "/config.yaml");
+    f.write(given.resolved_yaml.data(), given.resolved_yaml.size());
+    f.commit();
+  }
+  Trainer t(given, options, comm);  // plan, pre-flight, data, engine started or resumed, loader
+  while (t.step() < t.total()) {
+    const auto t0 = Clock::now();
+    AllocatorSnapshot start = t.begin_step();
+    Trainer::Drawn drawn;
+    const Engine::StepStats s = t.step_redone_on_oom(drawn, start);  // draw, forward, backward, reduce
+    const float lr = t.lr();
+    const bool skipped = t.update(s, lr);                            // loss scale, clip, optimizer
+    t.record(s, drawn, start, lr, skipped, t0);                      // memory log, console
+    t.maybe_save_or_evaluate();
+  }
+  return t.finish();
 }
 
 }  // namespace hr::train

@@ -20,4 +20,11 @@ int run_training(const RunConfig& config, const TrainOptions& options, parallel:
 // Prepares the synthetic data set in `dir` unless it is already there with the same parameters.
 void ensure_synthetic_data(const RunConfig& config, const std::string& dir);
 
+// Where a run's data is: the config's files, or the synthetic set under output_dir/data, which rank 0 of
+// `comm` writes on first use while the others wait.
+struct DataPaths {
+  std::string train_json, eval_json, image_folder;
+};
+DataPaths resolve_data_paths(const RunConfig& config, parallel::Communicator& comm);
+
 }  // namespace hr::train
