@@ -58,8 +58,8 @@ StepEngine::~StepEngine() = default;
 void StepEngine::step() {
   const int64_t m = config_.micro_batch_size;
   const train::MicroShape shape{m, config_.max_seq_len, m * config_.max_images_per_sample};
-  engine_->accumulate([&] { return train::synthetic_batch(config_.model.config, shape, host_); },
-                      config_.gradient_accumulation_steps, 1.f);
+  engine_->step([&] { return train::synthetic_batch(config_.model.config, shape, host_); },
+                config_.gradient_accumulation_steps, 1.f);
   engine_->update(1e-3f, 1.f);
 }
 
