@@ -444,6 +444,23 @@ std::vector<OpCase> op_cases() {
     };
     cases.push_back(c);
   }
+  {  // a strided copy: a transposed view made contiguous; its backward is the transposed copy back
+    OpCase c;
+    c.name = "transpose_copy";
+    c.inputs = {rnd({2, 6, 7})};
+    c.forward = [](const std::vector<Tensor>& t) { return t[0].transpose(1, 2).contiguous(); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{dy.transpose(1, 2).contiguous()};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y;
+      for (int a = 0; a < 2; ++a)
+        for (int e = 0; e < 7; ++e)
+          for (int b = 0; b < 6; ++b) y.push_back(v[0][(a * 6 + b) * 7 + e]);
+      return y;
+    };
+    cases.push_back(c);
+  }
   {  // the middle piece of a split; its backward concatenates zero gradients for the other pieces
     OpCase c;
     c.name = "split";

@@ -1,10 +1,15 @@
-// The table-driven op test: for every case, forward vs a naive double reference, backward vs central finite
-// differences of that reference, in f32 and bf16; and meta allocates exactly what the CPU allocates.
+// The table-driven op test, on every backend of the build (this binary: HR_OPS_BACKEND, "cpu" or "cuda"): for
+// every case, forward vs a naive double reference, backward vs central finite differences of that reference,
+// in f32 and bf16; on a backend other than the CPU also forward and backward vs the CPU twin; and the meta
+// device, mirroring the backend's workspace sizes, allocates exactly what the backend allocates. A kernel a
+// backend lacks is reported at the end, not failed: adding one is the kernel file, a registration line, and
+// this table.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
+#include "core/backend/kernels.h"
 #include "core/memory/device_memory.h"
 #include "op_cases.h"
 
@@ -21,6 +26,67 @@ using hr::test::rounded_inputs;
 using hr::test::Values;
 
 namespace {
+
+// The backend this binary tests and whose kernels it reports missing.
+const Device kBackend = std::string(HR_OPS_BACKEND) == "cuda" ? Device::cuda() : Device::cpu();
+const Backend kBackendKind = kBackend.type == DeviceType::CUDA ? Backend::CUDA : Backend::CPU;
+
+std::vector<std::string>& missing() {
+  static std::vector<std::string> m;
+  return m;
+}
+
+// Runs `body`; an op the backend has no kernel for is noted ("[op] has no X implementation") and ends the
+// test quietly. Anything else propagates.
+template <typename F>
+bool runs(const std::string& what, F&& body) {
+  try {
+    body();
+    return true;
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    if (m.find(" implementation") == std::string::npos || m.find("] has no ") == std::string::npos) throw;
+    missing().push_back(what + ": " + m.substr(0, m.find(" implementation") + 15));
+    return false;
+  }
+}
+
+// On the backend, from host values; and back on the host for comparing.
+std::vector<Tensor> on_backend(const std::vector<Tensor>& t) {
+  std::vector<Tensor> out;
+  for (const Tensor& x : t) out.push_back(x.device() == kBackend ? x : x.to(kBackend));
+  return out;
+}
+std::vector<float> host_floats(const Tensor& t) { return t.device() == Device::cpu() ? t.to_floats() : t.to(Device::cpu()).to_floats(); }
+
+// Which backends this build runs the table on, said once per run.
+class Report : public testing::Environment {
+ public:
+  void SetUp() override {
+    std::printf("op table: backend %s in this binary; %s\n", HR_OPS_BACKEND,
+                have_cuda_build() ? "the CUDA back-end is built: test_ops_cuda (ctest -L gpu) runs the table on a GPU"
+                                  : "no CUDA back-end in this build: the table ran on the CPU only");
+    if (kBackend.type == DeviceType::CPU) return;
+    try {  // one clear failure, not one per case, where the machine has no usable GPU
+      Tensor::zeros({1}, DType::F32, kBackend);
+    } catch (const Error& e) {
+      FAIL() << "the op table on " << HR_OPS_BACKEND << " needs a usable device: " << e.what();
+    }
+  }
+  void TearDown() override {
+    std::printf("op table on %s: %zu case(s) reached a missing kernel\n", HR_OPS_BACKEND, missing().size());
+    for (const std::string& m : missing()) std::printf("  %s\n", m.c_str());
+  }
+  static bool have_cuda_build() {
+    try {
+      cuda_kernels();
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  }
+};
+const auto* const kReport = testing::AddGlobalTestEnvironment(new Report);
 
 const std::vector<OpCase>& cases() {
   static const std::vector<OpCase> c = hr::test::op_cases();
@@ -57,8 +123,8 @@ TEST_P(OpTest, ForwardMatchesReference) {
   const OpCase& c = find(std::get<0>(GetParam()));
   const DType dt = std::get<1>(GetParam());
   Values v = rounded_inputs(c, dt);
-  Tensor out = c.forward(make_tensors(c, v, dt, Device::cpu()));
-  std::vector<float> got = out.to_floats();
+  std::vector<float> got;
+  if (!runs(c.name, [&] { got = host_floats(c.forward(on_backend(make_tensors(c, v, dt, Device::cpu())))); })) return;
   std::vector<double> ref = c.reference(v);
   ASSERT_EQ(got.size(), ref.size()) << c.name;
   double worst = 0;
@@ -76,15 +142,20 @@ TEST_P(OpTest, BackwardMatchesFiniteDifferences) {
   const OpCase& c = find(std::get<0>(GetParam()));
   const DType dt = std::get<1>(GetParam());
   Values v = rounded_inputs(c, dt);
-  std::vector<Tensor> t = make_tensors(c, v, dt, Device::cpu());
-  Tensor out = c.forward(t);
-  // Upstream gradient R, rounded to the output dtype; the loss is sum(out * R).
-  std::mt19937 rng(99);
-  std::uniform_real_distribution<double> u(-1, 1);
-  std::vector<double> r(std::size_t(out.numel()));
-  for (double& e : r) e = round_to(u(rng), out.dtype());
-  Tensor dy = Tensor::from_floats(std::vector<float>(r.begin(), r.end()), out.shape(), out.dtype(), Device::cpu());
-  std::vector<Tensor> grads = c.backward(t, dy);
+  std::vector<Tensor> grads;
+  std::vector<double> r;
+  if (!runs(c.name, [&] {
+        std::vector<Tensor> t = on_backend(make_tensors(c, v, dt, Device::cpu()));
+        Tensor out = c.forward(t);
+        // Upstream gradient R, rounded to the output dtype; the loss is sum(out * R).
+        std::mt19937 rng(99);
+        std::uniform_real_distribution<double> u(-1, 1);
+        r.resize(std::size_t(out.numel()));
+        for (double& e : r) e = round_to(u(rng), out.dtype());
+        Tensor dy = Tensor::from_floats(std::vector<float>(r.begin(), r.end()), out.shape(), out.dtype(), Device::cpu());
+        grads = c.backward(t, dy.to(kBackend));
+      }))
+    return;
 
   auto loss = [&](const Values& x) {
     std::vector<double> y = c.reference(x);
@@ -98,7 +169,7 @@ TEST_P(OpTest, BackwardMatchesFiniteDifferences) {
     ASSERT_LT(g, grads.size()) << c.name << ": backward returned too few gradients";
     const Tensor& grad = grads[g++];
     ASSERT_EQ(grad.shape(), c.inputs[k].shape) << c.name << " gradient " << k;
-    std::vector<float> an = grad.to_floats();
+    std::vector<float> an = host_floats(grad);
     const int64_t n = int64_t(v[k].size());
     const int64_t step = std::max<int64_t>(1, n / 64);
     std::vector<double> fd, got;
@@ -141,13 +212,14 @@ struct TracedRun {
 };
 
 TracedRun traced_run(const OpCase& c, DType dt, Device dev) {
-  configure_device(dev, {});
+  configure_device(dev, {0, kBackendKind});  // a meta device mirrors the backend under test
   auto alloc = allocator_for(dev);
   TracedRun run;
   alloc->set_trace([&](const TraceEvent& e) { run.events.push_back({e.kind, e.size, e.requested, e.category}); });
   {
     Values v = rounded_inputs(c, dt);
-    std::vector<Tensor> t = make_tensors(c, v, dt, dev);
+    std::vector<Tensor> t = make_tensors(c, v, dt, dev.type == DeviceType::Meta ? dev : Device::cpu());
+    if (dev.type != DeviceType::Meta) t = on_backend(t);
     Tensor out = c.forward(t);
     Tensor dy = Tensor::full(out.shape(), 0.5f, out.dtype(), dev);
     std::vector<Tensor> grads = c.backward(t, dy);
@@ -160,18 +232,52 @@ TracedRun traced_run(const OpCase& c, DType dt, Device dev) {
 }
 }  // namespace
 
-TEST_P(OpTest, MetaAllocatesExactlyAsCpu) {
+TEST_P(OpTest, MetaAllocatesExactlyAsTheBackend) {
   const OpCase& c = find(std::get<0>(GetParam()));
   const DType dt = std::get<1>(GetParam());
-  TracedRun cpu = traced_run(c, dt, Device::cpu());
+  TracedRun real;
+  if (!runs(c.name, [&] { real = traced_run(c, dt, kBackend); })) return;
   TracedRun meta = traced_run(c, dt, Device::meta());
-  ASSERT_FALSE(cpu.events.empty());
-  ASSERT_EQ(cpu.events.size(), meta.events.size()) << c.name;
-  for (std::size_t i = 0; i < cpu.events.size(); ++i)
-    ASSERT_TRUE(cpu.events[i] == meta.events[i]) << c.name << ": event " << i << " differs: cpu size "
-                                                 << cpu.events[i].size << " meta size " << meta.events[i].size;
-  EXPECT_EQ(cpu.peak_allocated, meta.peak_allocated);
-  EXPECT_EQ(cpu.peak_reserved, meta.peak_reserved);
+  ASSERT_FALSE(real.events.empty());
+  ASSERT_EQ(real.events.size(), meta.events.size()) << c.name;
+  for (std::size_t i = 0; i < real.events.size(); ++i)
+    ASSERT_TRUE(real.events[i] == meta.events[i]) << c.name << ": event " << i << " differs: " << HR_OPS_BACKEND
+                                                  << " size " << real.events[i].size << " meta size "
+                                                  << meta.events[i].size;
+  EXPECT_EQ(real.peak_allocated, meta.peak_allocated);
+  EXPECT_EQ(real.peak_reserved, meta.peak_reserved);
+}
+
+// A backend other than the CPU against its CPU twin on the same inputs: the output and every gradient.
+TEST_P(OpTest, MatchesTheCpuTwin) {
+  if (kBackend == Device::cpu()) return;  // the CPU is the twin; the reference checks above are its test
+  const OpCase& c = find(std::get<0>(GetParam()));
+  const DType dt = std::get<1>(GetParam());
+  const Values v = rounded_inputs(c, dt);
+  std::vector<Tensor> on_cpu = make_tensors(c, v, dt, Device::cpu());
+  Tensor cpu_out = c.forward(on_cpu);
+  const Tensor dy = Tensor::full(cpu_out.shape(), 0.5f, cpu_out.dtype(), Device::cpu());
+  std::vector<Tensor> cpu_grads = c.backward(on_cpu, dy);
+  std::vector<float> out;
+  std::vector<std::vector<float>> grads;
+  if (!runs(c.name, [&] {
+        std::vector<Tensor> t = on_backend(on_cpu);
+        out = host_floats(c.forward(t));
+        for (const Tensor& g : c.backward(t, dy.to(kBackend))) grads.push_back(host_floats(g));
+      }))
+    return;
+  auto close = [&](const std::vector<float>& got, const std::vector<float>& want, double tol, const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    double worst = 0, scale = 1e-6;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      worst = std::max(worst, double(std::fabs(got[i] - want[i]))), scale = std::max(scale, double(std::fabs(want[i])));
+    EXPECT_LE(worst, tol * scale) << what;
+  };
+  close(out, cpu_out.to_floats(), dt == DType::F32 ? c.tol_f32 : c.tol_bf16_fwd, c.name + " forward");
+  ASSERT_EQ(grads.size(), cpu_grads.size()) << c.name;
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    close(grads[i], cpu_grads[i].to_floats(), dt == DType::F32 ? c.tol_f32 : c.tol_bf16_bwd,
+          str(c.name, " gradient ", i));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, OpTest,
