@@ -180,11 +180,6 @@ Tensor Tensor::expand(const Shape& shape) const {
   return t;
 }
 
-Tensor Tensor::flatten_to_2d() const {
-  HR_CHECK(dim() >= 1, "[flatten] scalar tensor ", describe());
-  return reshape({numel() / std::max<int64_t>(shape_.back(), 1), shape_.back()});
-}
-
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::clone() const {

@@ -83,7 +83,6 @@ class Tensor {
   Tensor select(int dim, int64_t index) const;  // drops `dim`
   // A broadcast view: dims of size 1 (or new leading dims) repeat with stride 0. Read-only use.
   Tensor expand(const Shape& shape) const;
-  Tensor flatten_to_2d() const;  // (prod of leading dims, last dim)
 
   Tensor contiguous() const;  // this, if already contiguous
   Tensor clone() const;

@@ -53,7 +53,6 @@ class DataLoader {
   LoaderPosition position() const { return pos_; }
   // Samples skipped as bad so far, with their names and reasons.
   const std::vector<std::string>& skipped() const { return skipped_; }
-  int64_t samples_per_epoch() const { return data_.size(); }
 
  private:
   std::vector<int64_t> order_for(int64_t epoch) const;

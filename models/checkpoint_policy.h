@@ -44,11 +44,6 @@ void apply_policy(Saved& s, const std::array<std::pair<core::Tensor Saved::*, Ke
     if (!survives(keep, kind)) s.*field = core::Tensor();
 }
 
-template <typename Saved, std::size_t N>
-void drop_all(Saved& s, const std::array<std::pair<core::Tensor Saved::*, Keep>, N>& table) {
-  for (const auto& [field, keep] : table) s.*field = core::Tensor();
-}
-
 const char* checkpoint_name(CheckpointKind k);
 CheckpointKind parse_checkpoint(const std::string& s);  // none | selective | full
 

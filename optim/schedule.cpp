@@ -15,10 +15,6 @@ ScheduleKind parse_schedule(const std::string& s) {
   throw Error(str("[config] train.lr_scheduler_type '", s, "' is not one of: cosine, linear, constant"));
 }
 
-const char* schedule_name(ScheduleKind k) {
-  return k == ScheduleKind::Cosine ? "cosine" : k == ScheduleKind::Linear ? "linear" : "constant";
-}
-
 float Schedule::lr(int64_t step) const {
   if (step < warmup_steps) return peak_lr * float(step + 1) / float(warmup_steps + 1);
   if (kind == ScheduleKind::Constant) return peak_lr;

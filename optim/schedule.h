@@ -9,7 +9,6 @@ namespace hr::optim {
 
 enum class ScheduleKind : uint8_t { Cosine, Linear, Constant };
 ScheduleKind parse_schedule(const std::string& s);  // cosine | linear | constant
-const char* schedule_name(ScheduleKind k);
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::Cosine;

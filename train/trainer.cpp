@@ -300,7 +300,7 @@ Engine::StepStats Trainer::step_redone_on_oom(Drawn& d, AllocatorSnapshot& start
       if (!c_.shrink_on_oom || micro <= 1) throw;
       split_ *= 2;
       if (lead_)
-        std::printf("%sstep %lld: out of memory with micro-batch %lld; re-planned with micro-batch %lld x "
+        std::printf("%sstep %lld: out of memory with micro-batch %lld; halving it to micro-batch %lld x "
                     "accumulation %lld (the same samples, the same global batch) and redoing the step\n",
                     tty_ ? "\n" : "", (long long)(state_.step + 1), (long long)micro, (long long)(micro / 2),
                     (long long)(c_.gradient_accumulation_steps * split_));

@@ -23,13 +23,6 @@ const char* category_name(Category c) {
   return "?";
 }
 
-Category parse_category(const std::string& name) {
-  for (Category c : kAllCategories)
-    if (name == category_name(c)) return c;
-  throw Error(str("[memory] unknown category '", name,
-                  "'; allowed: params, master_params, grads, optimizer, activations, workspace, comm, io"));
-}
-
 const MemoryTag& current_memory_tag() { return t_tag; }
 
 MemoryScope::MemoryScope(Category category, std::string owner) : saved_(t_tag) {

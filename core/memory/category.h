@@ -23,7 +23,6 @@ constexpr std::array<Category, kNumCategories> kAllCategories = {
     Category::Activations, Category::Workspace,    Category::Comm,  Category::IO};
 
 const char* category_name(Category c);  // "params", "master_params", ...
-Category parse_category(const std::string& name);
 
 // What the current thread is allocating for. Allocations made outside any scope count as activations
 // owned by "" (shown as "(unscoped)"), so a forgotten scope is visible in the owner table.

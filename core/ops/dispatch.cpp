@@ -33,10 +33,6 @@ void check_shape(const char* op, const char* name, const Tensor& t, const Shape&
            t.describe());
 }
 
-void check_defined(const char* op, const char* name, const Tensor& t) {
-  HR_CHECK(t.defined(), "[", op, "] ", name, " is undefined");
-}
-
 const Kernels* kernels_for(Device device) {
   switch (device.type) {
     case DeviceType::CPU:

@@ -55,6 +55,5 @@ Tensor allocate_workspace(std::size_t bytes, Device device);
 void check_same_device(const char* op, const Tensor& a, const Tensor& b);
 void check_float(const char* op, const char* name, const Tensor& t);
 void check_shape(const char* op, const char* name, const Tensor& t, const Shape& expected);
-void check_defined(const char* op, const char* name, const Tensor& t);
 
 }  // namespace hr::core

@@ -32,9 +32,7 @@ MulGrads mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b);
 Tensor unary_forward(UnaryOp op, const Tensor& x);
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy);
 inline Tensor gelu(const Tensor& x) { return unary_forward(UnaryOp::Gelu, x); }
-inline Tensor gelu_tanh(const Tensor& x) { return unary_forward(UnaryOp::GeluTanh, x); }
 inline Tensor quick_gelu(const Tensor& x) { return unary_forward(UnaryOp::QuickGelu, x); }
-inline Tensor silu(const Tensor& x) { return unary_forward(UnaryOp::Silu, x); }
 const char* unary_name(UnaryOp op);
 
 // y = silu(gate) * up.

@@ -44,15 +44,33 @@ TEST(AdamW, Bf16ParamsUpdateTheirF32Master) {
   EXPECT_THROW(adamw_update(p, g, Tensor(), m, v, {}), Error);  // a bf16 parameter without master weights
 }
 
-TEST(Sgd, MomentumAndNesterovMatchTorch) {
-  Tensor p = Tensor::from_floats({1.f}, {1}, DType::F32, Device::cpu()), buf = Tensor::zeros({1}, DType::F32, Device::cpu());
-  double rp = 1, rb = 0;
-  for (float g : {0.5f, -0.25f, 1.f}) {
-    sgd_update(p, Tensor::from_floats({g}, {1}, DType::F32, Device::cpu()), Tensor(), buf, {0.1f, 0.9f, 0.f, 1.f, false});
-    rb = 0.9 * rb + g;
-    rp -= 0.1 * rb;
+// torch.optim.SGD's documented algorithm: g += wd p; b = mu b + g (b = g at the first step, the same from
+// b = 0); g = g + mu b with Nesterov, else b; p -= lr g. Both variants, with coupled weight decay.
+TEST(Sgd, MomentumWithAndWithoutNesterovFollowsTorchsAlgorithm) {
+  for (bool nesterov : {false, true}) {
+    Tensor p = Tensor::from_floats({1.f, -2.f}, {2}, DType::F32, Device::cpu());
+    Tensor buf = Tensor::zeros({2}, DType::F32, Device::cpu());
+    double rp[2] = {1, -2}, rb[2] = {0, 0};
+    for (float g : {0.5f, -0.25f, 1.f}) {
+      const float grads[2] = {g, -2 * g};
+      sgd_update(p, Tensor::from_floats({grads[0], grads[1]}, {2}, DType::F32, Device::cpu()), Tensor(), buf,
+                 {0.1f, 0.9f, 0.01f, 1.f, nesterov});
+      for (int i = 0; i < 2; ++i) {
+        const double gi = grads[i] + 0.01 * rp[i];
+        rb[i] = 0.9 * rb[i] + gi;
+        rp[i] -= 0.1 * (nesterov ? gi + 0.9 * rb[i] : rb[i]);
+      }
+    }
+    const std::vector<float> got = p.to_floats();
+    for (int i = 0; i < 2; ++i) EXPECT_NEAR(got[i], rp[i], 1e-6) << (nesterov ? "nesterov" : "heavy ball") << " " << i;
   }
-  EXPECT_NEAR(p.to_floats()[0], rp, 1e-6);
+  // The two variants differ after the first step, so the test tells them apart.
+  Tensor a = Tensor::from_floats({1.f}, {1}, DType::F32, Device::cpu()), b = a.clone();
+  Tensor ba = Tensor::zeros({1}, DType::F32, Device::cpu()), bb = ba.clone();
+  const Tensor g = Tensor::from_floats({0.5f}, {1}, DType::F32, Device::cpu());
+  sgd_update(a, g, Tensor(), ba, {0.1f, 0.9f, 0.f, 1.f, false});
+  sgd_update(b, g, Tensor(), bb, {0.1f, 0.9f, 0.f, 1.f, true});
+  EXPECT_NE(a.to_floats()[0], b.to_floats()[0]);
 }
 
 TEST(Adafactor, FactoredUpdateDescendsAQuadratic) {
