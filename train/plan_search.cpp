@@ -38,11 +38,13 @@ RunConfig with_micro(const RunConfig& c, int64_t m, int64_t per_rank, int world)
   return r;
 }
 
-bool valid(const RunConfig& c) {
+// Whether the sharding settings are a valid combination; the reason when not, if `why` is given.
+bool valid(const RunConfig& c, std::string* why = nullptr) {
   try {
     parallel::validate(c.zero, c.optimizer);
     return true;
-  } catch (const Error&) {
+  } catch (const Error& e) {
+    if (why && why->empty()) *why = e.what();
     return false;
   }
 }
@@ -63,6 +65,7 @@ Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
   std::vector<CheckpointKind> llm = c.llm_ckpt_auto ? all : std::vector<CheckpointKind>{c.llm_ckpt.kind};
   const int64_t per_rank = c.micro_auto ? c.global_batch_size / world : 0;
   std::vector<int64_t> micros = c.micro_auto ? divisors(per_rank) : std::vector<int64_t>{c.micro_batch_size};
+  std::string invalid;
   for (int stage : stages)
     for (Offload off : offloads)
       for (CheckpointKind v : vis)
@@ -73,7 +76,7 @@ Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
           r.vision_ckpt.kind = v;
           r.llm_ckpt.kind = l;
           r.zero_auto = r.offload_auto = r.vision_ckpt_auto = r.llm_ckpt_auto = false;
-          if (!valid(r)) continue;
+          if (!valid(r, &invalid)) continue;
           // The peak grows with the micro-batch: binary search for the largest that fits.
           std::size_t lo = 0, hi = micros.size();
           while (lo < hi) {
@@ -86,6 +89,8 @@ Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
             else hi = mid;
           }
         }
+  // No combination the search may choose from is valid: the user's own setting is the error.
+  if (s.ranked.empty()) throw Error(invalid);
   std::stable_sort(s.ranked.begin(), s.ranked.end(), faster);
   s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return s;
