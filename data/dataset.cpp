@@ -88,7 +88,12 @@ Example LlavaDataset::get(int64_t index) const {
   if (tk.images > 0 && !has_image) throw bad("<image> in the text but no 'image' field");
   if (has_image) {
     if (!e["image"].is_string()) throw bad("'image' must be a file name");
-    const std::string path = (std::filesystem::path(opt_.image_folder) / e["image"].get<std::string>()).string();
+    const std::filesystem::path rel = std::filesystem::path(e["image"].get<std::string>()).lexically_normal();
+    if (!opt_.allow_outside_image_folder && (rel.is_absolute() || rel.has_root_name() || rel.empty() ||
+                                             *rel.begin() == ".."))
+      throw bad("image '" + e["image"].get<std::string>() +
+                "' is outside data.image_folder (set data.allow_outside_image_folder: true to allow it)");
+    const std::string path = (std::filesystem::path(opt_.image_folder) / rel).string();
     if (!std::filesystem::exists(path)) throw bad("image " + path + " does not exist");
     try {
       ex.images.push_back(load_clip_image(path, inputs_.image_size, opt_.aspect));

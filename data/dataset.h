@@ -19,6 +19,8 @@ struct DataOptions {
   AspectMode aspect = AspectMode::Pad;
   int64_t max_seq_len = 2048;
   bool blank_images = false;  // replace every image by zeros (an ablation: can the text alone answer?)
+  // An entry's image path must stay inside image_folder (no absolute path, no "..") unless this is set.
+  bool allow_outside_image_folder = false;
 };
 
 // One processed sample. `ids` hold tokens_per_image placeholders per image.
@@ -47,6 +49,7 @@ class LlavaDataset {
   int64_t length(int64_t index) const { return lengths_[index]; }
   bool has_image(int64_t index) const { return has_image_[index]; }
   std::string name(int64_t index) const;  // "file.json[12] (id 000012)"
+  const std::string& path() const { return opt_.json_path; }
 
  private:
   DataOptions opt_;

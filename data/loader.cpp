@@ -83,6 +83,7 @@ void DataLoader::worker_loop() {
       slots_[k];
     }
     Slot result;
+    result.index = index;
     try {
       result.example = std::make_unique<Example>(data_.get(index));
     } catch (const Error& e) {
@@ -122,7 +123,11 @@ LoadedBatch DataLoader::next() {
       if (++pos_.offset == n) pos_ = {pos_.epoch + 1, 0};
       if (!s.example) {
         if (opt_.on_bad_sample == OnBadSample::Fail) throw Error(s.error + " (data.on_bad_sample: fail)");
-        skipped_.push_back(s.error);
+        ++skips_;
+        if (bad_.insert(s.index).second) skipped_.push_back(s.error);
+        // Every entry of the file is bad: there is nothing to train on.
+        HR_CHECK(int64_t(bad_.size()) < n, "[data] no usable sample in ", data_.path(), " (", bad_.size(), " of ", n,
+                 " skipped; the first: ", skipped_.front(), ")");
         continue;
       }
       mine.push_back(std::move(*s.example));

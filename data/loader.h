@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -51,8 +52,10 @@ class DataLoader {
 
   LoadedBatch next();
   LoaderPosition position() const { return pos_; }
-  // Samples skipped as bad so far, with their names and reasons.
+  // The bad samples met so far, each once (the first time it was skipped), with its name and reason.
   const std::vector<std::string>& skipped() const { return skipped_; }
+  // How many times a bad sample was skipped (once per epoch for each).
+  int64_t skips() const { return skips_; }
 
  private:
   std::vector<int64_t> order_for(int64_t epoch) const;
@@ -62,6 +65,7 @@ class DataLoader {
   // The processed sample at global stream index k (epoch * size + offset), waiting for a worker.
   struct Slot {
     bool ready = false;
+    int64_t index = -1;  // in the dataset
     std::unique_ptr<Example> example;
     std::string error;
   };
@@ -78,6 +82,8 @@ class DataLoader {
   bool stopping_ = false;
   std::vector<std::thread> threads_;
   std::vector<std::string> skipped_;
+  std::set<int64_t> bad_;  // dataset indices known to be bad
+  int64_t skips_ = 0;
 };
 
 // Collates examples into a right-padded batch (pad id 0, label ignore_index) of length `seq`.

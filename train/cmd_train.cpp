@@ -77,8 +77,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   auto single = parallel::make_single_process();
   const DataPaths paths = resolve_data_paths(c, *single);
   HR_CHECK(!paths.eval_json.empty(), "[eval] the config names no data.eval_json to evaluate on");
-  data::DataOptions d{paths.eval_json, paths.image_folder, c.chat_template, c.system_prompt, c.aspect, c.max_seq_len,
-                      c.blank_images};
+  const data::DataOptions d = data_options(c, paths.eval_json, paths.image_folder);
   data::LlavaDataset eval_set(d, models::input_spec(c.model.config));
   const auto model = build_model(c, core::Device::cpu());
   std::string weights = p.options["--checkpoint"];

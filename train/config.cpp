@@ -3,6 +3,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <unistd.h>
+
 #include <functional>
 
 #include "core/suggest.h"
@@ -11,6 +13,28 @@
 namespace hr::train {
 
 namespace {
+
+// Bounds on the batch keys, checked before anything is sized from them: the products must not overflow, and
+// one micro-batch's inputs (token ids and labels, pixel values) must fit in this machine's memory.
+void check_batch_bounds(const RunConfig& c, int world) {
+  const auto& m = c.model.config;
+  int64_t tokens = 0, per_step = 0, pixels = 0, images = 0, bytes = 0;
+  const bool overflow = __builtin_mul_overflow(c.micro_batch_size, c.max_seq_len, &tokens) ||
+                        __builtin_mul_overflow(c.micro_batch_size, c.gradient_accumulation_steps, &per_step) ||
+                        __builtin_mul_overflow(per_step, int64_t(world), &per_step) ||
+                        __builtin_mul_overflow(c.micro_batch_size, c.max_images_per_sample, &images) ||
+                        __builtin_mul_overflow(images, m.vision.channels * m.vision.image_size * m.vision.image_size, &pixels) ||
+                        __builtin_mul_overflow(tokens, int64_t(16), &bytes) || pixels > INT64_MAX / 4 ||
+                        __builtin_add_overflow(bytes, pixels * 4, &bytes);
+  HR_CHECK(!overflow, "[config] train.micro_batch_size ", c.micro_batch_size, " with max_seq_len ", c.max_seq_len,
+           ", gradient_accumulation_steps ", c.gradient_accumulation_steps, " and world size ", world,
+           ": the batch's sizes overflow 64 bits");
+  const double host = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+  HR_CHECK(host <= 0 || double(bytes) <= host, "[config] train.micro_batch_size ", c.micro_batch_size,
+           ": one micro-batch's inputs (", tokens, " tokens of max_seq_len ", c.max_seq_len, ", ", images,
+           " images) take ", format_bytes(double(bytes)), ", more than this machine's ", format_bytes(host),
+           " of memory");
+}
 
 using Setter = std::function<void(RunConfig&, const YAML::Node&, const std::string& key)>;
 
@@ -157,6 +181,7 @@ std::vector<Key> data_keys() {
       {"data.group_by_modality_length", "false", flag(&RunConfig::group_by_modality_length)},
       {"data.pad_to_max_length", "false", flag(&RunConfig::pad_to_max_length)},
       {"data.blank_images", "false", flag(&RunConfig::blank_images)},
+      {"data.allow_outside_image_folder", "false", flag(&RunConfig::allow_outside_image_folder)},
       {"data.max_images_per_sample", "1", i64(&RunConfig::max_images_per_sample, 0)},
       {"data.num_workers", "2",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.num_workers = int(get<int64_t>(n, k, "an integer")); }},
@@ -407,6 +432,7 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   }
   c.model = models::parse_model_spec(model, where);
   // Global batch = micro x accumulation x world size: infer one from the other two, refuse a contradiction.
+  check_batch_bounds(c, world_size);  // the given values, before they are multiplied below
   const bool has_micro = has_path(root, "train.micro_batch_size"), has_accum = has_path(root, "train.gradient_accumulation_steps");
   if (c.micro_auto) {  // the planner picks micro and accumulation for the global batch
     HR_CHECK(c.global_batch_size > 0, "[config] train.micro_batch_size: auto needs train.global_batch_size");
@@ -430,6 +456,7 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
       c.gradient_accumulation_steps = g / (c.micro_batch_size * w);
     }
   }
+  check_batch_bounds(c, world_size);
   c.global_batch_size = c.micro_batch_size * c.gradient_accumulation_steps * world_size;
   // The resolved configuration: every key with its value.
   YAML::Node resolved(YAML::NodeType::Map);

@@ -43,6 +43,7 @@ struct RunConfig {
   data::AspectMode aspect = data::AspectMode::Pad;
   int64_t max_seq_len = 2048;
   bool group_by_modality_length = false, pad_to_max_length = false, blank_images = false;
+  bool allow_outside_image_folder = false;
   int num_workers = 2, prefetch = 16;
   data::OnBadSample on_bad_sample = data::OnBadSample::Skip;
   // train

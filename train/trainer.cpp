@@ -47,6 +47,12 @@ void ensure_synthetic_data(const RunConfig& c, const std::string& dir) {
   f.commit();
 }
 
+DataOptions data_options(const RunConfig& c, const std::string& json_path, const std::string& image_folder) {
+  DataOptions d{json_path, image_folder, c.chat_template, c.system_prompt, c.aspect, c.max_seq_len, c.blank_images};
+  d.allow_outside_image_folder = c.allow_outside_image_folder;
+  return d;
+}
+
 DataPaths resolve_data_paths(const RunConfig& c, parallel::Communicator& comm) {
   DataPaths p{c.train_json, c.eval_json, c.image_folder};
   if (!p.train_json.empty()) return p;
@@ -213,8 +219,7 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   host_alloc_ = allocator_for(Device::host());
 
   const DataPaths paths = resolve_data_paths(c_, comm);
-  DataOptions dopt{paths.train_json, paths.image_folder, c_.chat_template, c_.system_prompt, c_.aspect, c_.max_seq_len,
-                   c_.blank_images};
+  DataOptions dopt = data_options(c_, paths.train_json, paths.image_folder);
   train_set_ = std::make_unique<LlavaDataset>(dopt, models::input_spec(c_.model.config));
   if (!paths.eval_json.empty()) {
     dopt.json_path = paths.eval_json;
@@ -423,7 +428,9 @@ int Trainer::finish() {
       std::printf("%lld out-of-memory errors recovered by halving the micro-batch (now %lld x accumulation %lld)\n",
                   (long long)state_.oom_recoveries, (long long)(c_.micro_batch_size / split_),
                   (long long)(c_.gradient_accumulation_steps * split_));
-    if (!loader_->skipped().empty()) std::printf("%zu bad samples skipped (named above)\n", loader_->skipped().size());
+    if (!loader_->skipped().empty())
+      std::printf("%zu bad samples (named above), skipped %lld times\n", loader_->skipped().size(),
+                  (long long)loader_->skips());
     if (state_.skipped_steps) std::printf("%lld optimizer steps skipped on fp16 overflow\n", (long long)state_.skipped_steps);
     std::printf("%s", alloc_->memory_summary().c_str());
     std::printf("done in %.1f s; outputs in %s\n", std::chrono::duration<double>(Clock::now() - t_start_).count(),

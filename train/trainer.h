@@ -26,5 +26,7 @@ struct DataPaths {
   std::string train_json, eval_json, image_folder;
 };
 DataPaths resolve_data_paths(const RunConfig& config, parallel::Communicator& comm);
+// The dataset options of `config` for one of its files.
+data::DataOptions data_options(const RunConfig& config, const std::string& json_path, const std::string& image_folder);
 
 }  // namespace hr::train

@@ -251,5 +251,19 @@ TEST(Train, ConfigErrorsStopBeforeTraining) {
   EXPECT_NE(bad.output.find("train.lr_scheduler_type: 'exponential' is not one of: cosine, linear, constant"),
             std::string::npos)
       << bad.output;
+  // A combination the sharding refuses is the error, not an empty plan search.
+  CmdResult offload = headroom("train " + config_file(d) + " --set memory.offload_params=cpu");
+  EXPECT_NE(offload.status, 0) << offload.output;
+  EXPECT_NE(offload.output.find("memory.offload_params: cpu needs memory.zero_stage: 3"), std::string::npos)
+      << offload.output;
+  // Batch sizes are bounded before anything is sized from them.
+  CmdResult huge = headroom("train " + config_file(d) +
+                            " --set train.micro_batch_size=1000000000000");
+  EXPECT_NE(huge.status, 0) << huge.output;
+  EXPECT_NE(huge.output.find("train.micro_batch_size 1000000000000: one micro-batch's inputs"), std::string::npos)
+      << huge.output;
+  CmdResult overflow = headroom("train " + config_file(d) + " --set train.micro_batch_size=4611686018427387904");
+  EXPECT_NE(overflow.status, 0) << overflow.output;
+  EXPECT_NE(overflow.output.find("the batch's sizes overflow 64 bits"), std::string::npos) << overflow.output;
   EXPECT_FALSE(fs::exists(d + "/memory.jsonl"));
 }

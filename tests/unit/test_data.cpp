@@ -153,6 +153,76 @@ TEST(Dataset, BadSamplesAreSkippedAndNamedOrFail) {
   }
 }
 
+TEST(Loader, ABadSampleIsNamedOnceHoweverManyEpochsSkipIt) {
+  const std::string d = bad_dataset();
+  DataOptions o;
+  o.json_path = d + "/mixed.jsonl";
+  o.image_folder = d;
+  LlavaDataset data(o, models::input_spec(small_model()));
+  LoaderOptions lo;
+  lo.micro_batch = 3;
+  DataLoader loader(data, lo);
+  for (int i = 0; i < 10; ++i) loader.next();  // 30 good samples: 10 epochs of 3
+  EXPECT_EQ(loader.skipped().size(), 4u);
+  EXPECT_GE(loader.skips(), 4 * 9);
+}
+
+TEST(Loader, AFileWithNoUsableSampleStopsAndSaysSo) {
+  const std::string d = dir("all_bad");
+  std::ofstream j(d + "/bad.jsonl");
+  for (int i = 0; i < 5; ++i)
+    j << nlohmann::json{{"id", "b" + std::to_string(i)}, {"image", "images/nope.png"},
+                        {"conversations", {{{"from", "human"}, {"value", "q"}}, {{"from", "gpt"}, {"value", "a"}}}}}
+             .dump()
+      << "\n";
+  j.close();
+  DataOptions o;
+  o.json_path = d + "/bad.jsonl";
+  o.image_folder = d;
+  LlavaDataset data(o, models::input_spec(small_model()));
+  LoaderOptions lo;
+  lo.micro_batch = 2;
+  DataLoader loader(data, lo);
+  try {
+    loader.next();
+    FAIL() << "expected the loader to stop";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("no usable sample in " + o.json_path + " (5 of 5 skipped; the first: "), std::string::npos) << m;
+    EXPECT_NE(m.find("images/nope.png"), std::string::npos) << m;
+  }
+}
+
+TEST(Dataset, ImagePathsStayInsideTheImageFolderUnlessAllowed) {
+  const std::string d = dir("escape");
+  write_synthetic_vqa({d + "/inside", 1, 1, 1, 8});
+  const std::string outside = d + "/outside.png", inside = "images/train-000000.png";
+  std::filesystem::copy_file(d + "/inside/" + inside, outside, std::filesystem::copy_options::overwrite_existing);
+  std::ofstream j(d + "/inside/paths.jsonl");
+  for (const std::string& image : {inside, std::string("../outside.png"), outside, std::string("images/../../outside.png")})
+    j << nlohmann::json{{"id", image}, {"image", image},
+                        {"conversations", {{{"from", "human"}, {"value", "<image>\nq?"}}, {{"from", "gpt"}, {"value", "a"}}}}}
+             .dump()
+      << "\n";
+  j.close();
+  DataOptions o;
+  o.json_path = d + "/inside/paths.jsonl";
+  o.image_folder = d + "/inside";
+  LlavaDataset data(o, models::input_spec(small_model()));
+  EXPECT_EQ(data.get(0).images.size(), 1u);
+  for (int i = 1; i < 4; ++i) {
+    try {
+      data.get(i);
+      FAIL() << "entry " << i << " escaped the image folder";
+    } catch (const BadSample& e) {
+      EXPECT_NE(std::string(e.what()).find("is outside data.image_folder"), std::string::npos) << e.what();
+    }
+  }
+  o.allow_outside_image_folder = true;
+  LlavaDataset allowed(o, models::input_spec(small_model()));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(allowed.get(i).images.size(), 1u) << i;
+}
+
 TEST(Dataset, TruncationNeverCutsInsideImageFeatures) {
   const std::string d = dir("trunc");
   write_synthetic_vqa({d, 2, 1, 1, 8});
