@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <array>
+#include <csignal>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -149,6 +151,10 @@ class Trainer {
   void record(const Engine::StepStats& s, const Drawn& d, const AllocatorSnapshot& start, float lr, bool skipped,
               Clock::time_point t0);
   void maybe_save_or_evaluate();
+  // Whether any rank was asked to stop (SIGTERM, SIGINT); every rank calls it after every step.
+  bool stop_requested();
+  // Ends a stopped run: the checkpoint of the step just finished, no evaluation; returns 0.
+  int stop();
   int finish();
 
  private:
@@ -415,6 +421,24 @@ void Trainer::maybe_save_or_evaluate() {
   if (c_.eval_steps > 0 && state_.step % c_.eval_steps == 0) evaluate_now();
 }
 
+bool Trainer::stop_requested() {
+  const double mine = stop_signal() ? 1.0 : 0.0;
+  return (comm_.world() > 1 ? comm_.sum(mine) : mine) > 0;
+}
+
+int Trainer::stop() {
+  if (tty_) std::printf("\n");
+  const int sig = stop_signal();
+  if (lead_)
+    std::printf("stop requested (%s): saving the checkpoint of step %lld and exiting; --resume continues from it\n",
+                sig ? strsignal(sig) : "on another rank", (long long)state_.step);
+  engine_->save(state_);
+  if (lead_) std::printf("stopped at step %lld of %lld; outputs in %s\n", (long long)state_.step, (long long)total_,
+                         c_.output_dir.c_str());
+  comm_.barrier();
+  return 0;
+}
+
 int Trainer::finish() {
   if (tty_) std::printf("\n");
   engine_->save(state_);
@@ -440,7 +464,43 @@ int Trainer::finish() {
   return 0;
 }
 
+// SIGTERM and SIGINT ask the run to stop after the current step with a checkpoint, the way cluster
+// schedulers stop jobs (a grace period between SIGTERM and SIGKILL); a second signal ends it at once.
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (std::size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &sa, &saved_[i]);
+  }
+  ~StopSignals() {
+    for (std::size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &saved_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr std::array<int, 2> kSignals = {SIGTERM, SIGINT};
+  std::array<struct sigaction, 2> saved_{};
+};
+
 }  // namespace
+
+int stop_signal() { return int(g_stop_signal); }
 
 int run_training(const RunConfig& given, const TrainOptions& options, parallel::Communicator& comm) {
   if (comm.rank() == 0) {
@@ -449,6 +509,7 @@ int run_training(const RunConfig& given, const TrainOptions& options, parallel::
     f.write(given.resolved_yaml.data(), given.resolved_yaml.size());
     f.commit();
   }
+  const StopSignals signals;         // from here on, SIGTERM/SIGINT stop after a step with a checkpoint
   Trainer t(given, options, comm);  // plan, pre-flight, data, engine started or resumed, loader
   while (t.step() < t.total()) {
     const auto t0 = Clock::now();
@@ -458,6 +519,7 @@ int run_training(const RunConfig& given, const TrainOptions& options, parallel::
     const float lr = t.lr();
     const bool skipped = t.update(s, lr);                            // loss scale, clip, optimizer
     t.record(s, drawn, start, lr, skipped, t0);                      // memory log, console
+    if (t.stop_requested()) return t.stop();
     t.maybe_save_or_evaluate();
   }
   return t.finish();

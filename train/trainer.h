@@ -17,6 +17,9 @@ struct TrainOptions {
 // Errors throw hr::Error.
 int run_training(const RunConfig& config, const TrainOptions& options, parallel::Communicator& comm);
 
+// The stop signal (SIGTERM, SIGINT) this process received during run_training, or 0.
+int stop_signal();
+
 // Prepares the synthetic data set in `dir` unless it is already there with the same parameters.
 void ensure_synthetic_data(const RunConfig& config, const std::string& dir);
 

@@ -2,13 +2,20 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
+
+extern char** environ;
 
 namespace hr::testing_cli {
 
@@ -48,6 +55,31 @@ inline std::vector<nlohmann::json> jsonl(const std::string& path) {
   while (std::getline(in, line))
     if (!line.empty()) v.push_back(nlohmann::json::parse(line));
   return v;
+}
+
+// Starts a shell command line in the background, its stdout and stderr into `output`; returns its pid.
+inline pid_t spawn(const std::string& command, const std::string& output) {
+  const std::string line = command + " > " + output + " 2>&1";
+  const char* argv[] = {"/bin/sh", "-c", line.c_str(), nullptr};
+  pid_t pid = -1;
+  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) != 0) return -1;
+  return pid;
+}
+
+// Waits until `path` has at least `lines` complete lines (false after `seconds`).
+inline bool wait_for_lines(const std::string& path, std::size_t lines, int seconds) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    std::ifstream in(path);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (std::size_t(std::count(text.begin(), text.end(), '\n')) >= lines) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace hr::testing_cli

@@ -249,3 +249,42 @@ TEST(Mpi, AKilledRankEndsEveryRankWithinAMinute) {
   EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
   std::printf("job ended %.1f s after rank 1 was killed\n", secs);
 }
+
+// A scheduler's SIGTERM reaching only one rank stops every rank after the same step, with one checkpoint of
+// it, and the job exits 0.
+TEST(Mpi, SigtermToOneRankStopsEveryRankAfterTheSameStep) {
+  const std::string base = fresh_dir("mpi_sigterm");
+  const std::string cfg = config(base);
+  const pid_t launcher = testing_cli::spawn("exec " + kMpirun + "2 " + HR_HEADROOM_BIN + " train " + cfg +
+                                                " --set run.output_dir=" + base +
+                                                "/run --set train.max_steps=1000000 --set memory.zero_stage=2",
+                                            base + "/log.txt");
+  ASSERT_GT(launcher, 0);
+  ASSERT_TRUE(testing_cli::wait_for_lines(base + "/run/memory.rank1.jsonl", 3, 120))
+      << testing_cli::read_file(base + "/log.txt");
+  CmdResult ps = run(str("pgrep -P ", launcher, " -f 'headroom train'"));
+  std::vector<pid_t> ranks;
+  std::istringstream in(ps.output);
+  for (pid_t p; in >> p;) ranks.push_back(p);
+  ASSERT_EQ(ranks.size(), 2u) << ps.output;
+  ASSERT_EQ(kill(ranks[1], SIGTERM), 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  pid_t done = 0;
+  while ((done = waitpid(launcher, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (done == 0) {
+    kill(launcher, SIGKILL);
+    for (pid_t p : ranks) kill(p, SIGKILL);
+    waitpid(launcher, &status, 0);
+    FAIL() << "the job was still running 60 s after SIGTERM";
+  }
+  const std::string log = testing_cli::read_file(base + "/log.txt");
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+  const int64_t step0 = last_line(base + "/run/memory.rank0.jsonl")["step"];
+  const int64_t step1 = last_line(base + "/run/memory.rank1.jsonl")["step"];
+  EXPECT_EQ(step0, step1);
+  EXPECT_TRUE(fs::exists(str(base, "/run/checkpoint-", step0))) << log;
+  EXPECT_NE(log.find(str("saving the checkpoint of step ", step0)), std::string::npos) << log;
+}

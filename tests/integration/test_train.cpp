@@ -139,6 +139,31 @@ TEST(Train, ResumeContinuesBitForBit) {
   }
 }
 
+// SIGTERM (a scheduler's stop) finishes the step, writes its checkpoint and exits 0; --resume goes on from it.
+TEST(Train, SigtermStopsAfterTheStepWithACheckpointAndExitsZero) {
+  const std::string d = fresh_dir("sigterm");
+  const std::string cmd = std::string(HR_HEADROOM_BIN) + " train " + config_file(d) + " --set run.output_dir=" + d +
+                          " --set train.max_steps=100000 --set train.save_steps=0";
+  const pid_t pid = testing_cli::spawn("exec " + cmd, d + "/out.txt");
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(testing_cli::wait_for_lines(d + "/memory.jsonl", 3, 120)) << testing_cli::read_file(d + "/out.txt");
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  const std::string out = testing_cli::read_file(d + "/out.txt");
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  const int64_t last = jsonl(d + "/memory.jsonl").back()["step"];
+  EXPECT_NE(out.find(str("stop requested (Terminated): saving the checkpoint of step ", last)), std::string::npos) << out;
+  EXPECT_EQ(train::latest_checkpoint(d), d + "/checkpoint-" + std::to_string(last));
+  CmdResult resumed = headroom("train " + config_file(d) + " --set run.output_dir=" + d +
+                               " --set train.save_steps=0 --set train.max_steps=" +
+                               std::to_string(last + 2) + " --resume");
+  EXPECT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find(str("at step ", last)), std::string::npos) << resumed.output;
+  EXPECT_EQ(jsonl(d + "/memory.jsonl").back()["step"], last + 2);
+}
+
 TEST(Train, KillDuringCheckpointingLeavesTheLastCheckpointLoadable) {
   const std::string d = fresh_dir("kill");
   const std::string cfg = config_file(d);
