@@ -71,6 +71,17 @@ class GroupHooks {
   virtual void end_pass(Pass pass) = 0;
 };
 
+// Sees what each group's block computed, before its `after` hook: the output in the forward pass, the gradient
+// it passes back in the backward pass. Installed only while a numerical fault is diagnosed.
+class OutputWatch {
+ public:
+  virtual ~OutputWatch() = default;
+  virtual void output(int group, Pass pass, const Tensor& t) = 0;
+};
+inline void watch_output(OutputWatch* w, int group, Pass pass, const Tensor& t) {
+  if (w) w->output(group, pass, t);
+}
+
 inline void hook_before(GroupHooks* h, int group, Pass pass) {
   if (h) h->before(group, pass);
 }

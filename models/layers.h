@@ -10,6 +10,7 @@ namespace hr::models {
 using core::DType;
 using core::Device;
 using core::GroupHooks;
+using core::OutputWatch;
 using core::GroupedParams;
 using core::GroupKind;
 using core::Param;

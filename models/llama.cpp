@@ -141,6 +141,7 @@ Tensor LlamaModel::embed(const Tensor& ids) const {
   MemoryScope scope(Category::Activations, prefix_ + ".embed_tokens");
   hook_before(hooks_, embed_group_, Pass::Forward);
   Tensor out = embedding_forward(ids, embed_tokens_->data);
+  watch_output(watch_, embed_group_, Pass::Forward, out);
   hook_after(hooks_, embed_group_, Pass::Forward);
   return out;
 }
@@ -170,12 +171,14 @@ Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const Checkp
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     hook_before(hooks_, layer_group_ + int(i), Pass::Forward);
     x = layers_[i].forward(x, positions, saved.layers[i], policy.for_block(int64_t(i)));
+    watch_output(watch_, layer_group_ + int(i), Pass::Forward, x);
     hook_after(hooks_, layer_group_ + int(i), Pass::Forward);
     if (keep_nothing) saved.layers[i] = {};
   }
   MemoryScope scope(Category::Activations, prefix_ + ".norm");
   hook_before(hooks_, norm_group_, Pass::Forward);
   NormOut n = norm_.forward(x);
+  watch_output(watch_, norm_group_, Pass::Forward, n.y);
   hook_after(hooks_, norm_group_, Pass::Forward);
   if (!keep_nothing) {
     saved.final_in = x;
@@ -197,6 +200,7 @@ Tensor LlamaModel::backward(const Tensor& d_hidden, LlamaSaved& saved) const {
   for (std::size_t i = layers_.size(); i-- > 0;) {
     hook_before(hooks_, layer_group_ + int(i), Pass::Backward);
     dx = layers_[i].backward(dx, positions, saved.layers[i]);
+    watch_output(watch_, layer_group_ + int(i), Pass::Backward, dx);
     hook_after(hooks_, layer_group_ + int(i), Pass::Backward);
   }
   return dx;

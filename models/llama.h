@@ -65,9 +65,11 @@ class LlamaModel {
   const Linear& lm_head() const { return lm_head_; }
   const LlmConfig& config() const { return cfg_; }
   void set_hooks(GroupHooks* hooks) { hooks_ = hooks; }
+  void set_watch(OutputWatch* watch) { watch_ = watch; }
 
  private:
   GroupHooks* hooks_ = nullptr;
+  OutputWatch* watch_ = nullptr;
   int embed_group_ = 0, layer_group_ = 0, norm_group_ = 0;
   Tensor positions_for(const Tensor& embeds) const;
 

@@ -68,6 +68,12 @@ void Llava::set_hooks(GroupHooks* hooks) {
   llm_->set_hooks(hooks);
 }
 
+void Llava::set_watch(OutputWatch* watch) {
+  watch_ = watch;
+  vision_->set_watch(watch);
+  llm_->set_watch(watch);
+}
+
 void Llava::set_trainable(bool vision, bool projector, bool llm) {
   vision_trainable_ = vision;
   projector_trainable_ = projector;
@@ -128,6 +134,7 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
     }
     hook_before(hooks_, projector_group_, Pass::Forward);
     Tensor proj = projector_->forward(feats, st.projector, opt.inference || !(projector_trainable_ || vision_trainable_));
+    watch_output(watch_, projector_group_, Pass::Forward, proj);
     hook_after(hooks_, projector_group_, Pass::Forward);
     Tensor flat = embeds.view({B * L, C});
     for (std::size_t i = 0; i < st.image_offsets.size(); ++i)
@@ -200,6 +207,7 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
                                                  st.ce_options, bo);
     st.hidden_shift = st.labels_shift = Tensor();
     st.ce = {};
+    watch_output(watch_, head_group_, Pass::Backward, g.dhidden);
     hook_after(hooks_, head_group_, Pass::Backward);
     d_hidden = slice_backward(g.dhidden.view({B, L - 1, C}), {B, L, C}, 1, 0);
   }
@@ -223,6 +231,7 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
   if (d_proj.defined()) {
     hook_before(hooks_, projector_group_, Pass::Backward);
     Tensor d_feats = projector_->backward(d_proj, st.projector, vision_trainable_);
+    watch_output(watch_, projector_group_, Pass::Backward, d_feats);
     hook_after(hooks_, projector_group_, Pass::Backward);
     d_proj = Tensor();
     if (vision_trainable_) {

@@ -64,6 +64,8 @@ class Llava final : public GroupedParams {
   // Hooks called around each group's use and at the end of each pass (ZeRO); null for none. The hooks
   // outlive their use here.
   void set_hooks(GroupHooks* hooks) override;
+  // The watch that sees each group's output and input gradient (diagnosing a numerical fault); null for none.
+  void set_watch(OutputWatch* watch);
 
   // Returns the mean loss over the micro-batch's valid labels (0 on the meta device).
   float forward(const Batch& batch, LlavaState& state, const ModelOptions& options) const;
@@ -79,6 +81,7 @@ class Llava final : public GroupedParams {
   void set_pass_orders();
   bool vision_trainable_ = true, projector_trainable_ = true, llm_trainable_ = true;
   GroupHooks* hooks_ = nullptr;
+  OutputWatch* watch_ = nullptr;
   int embed_group_ = 0, stem_group_ = 0, projector_group_ = 0, head_group_ = 0;
   std::vector<int> forward_order_, backward_order_;
 };

@@ -165,12 +165,14 @@ Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const Chec
     }
     h = n.y;
   }
+  watch_output(watch_, group_, Pass::Forward, h);
   hook_after(hooks_, group_, Pass::Forward);
   const int64_t used = cfg_.layers_used();
   saved.layers.resize(std::size_t(used));
   for (int64_t i = 0; i < used; ++i) {
     hook_before(hooks_, group_ + 1 + int(i), Pass::Forward);
     h = layers_[i].forward(h, saved.layers[i], policy.for_block(i));
+    watch_output(watch_, group_ + 1 + int(i), Pass::Forward, h);
     hook_after(hooks_, group_ + 1 + int(i), Pass::Forward);
     if (keep_nothing) saved.layers[i] = {};
   }
@@ -190,11 +192,13 @@ void VisionTower::backward(const Tensor& d_features, VisionSaved& saved) const {
   for (std::size_t i = saved.layers.size(); i-- > 0;) {
     hook_before(hooks_, group_ + 1 + int(i), Pass::Backward);
     dh = layers_[i].backward(dh, saved.layers[i]);
+    watch_output(watch_, group_ + 1 + int(i), Pass::Backward, dh);
     hook_after(hooks_, group_ + 1 + int(i), Pass::Backward);
   }
   hook_before(hooks_, group_, Pass::Backward);
   MemoryScope scope(Category::Activations, prefix_ + ".embeddings");
   Tensor dx = pre_ln_.backward(dh, saved.pre_in, {saved.pre_mean, saved.pre_rstd});
+  watch_output(watch_, group_, Pass::Backward, dx);
   dh = saved.pre_in = saved.pre_mean = saved.pre_rstd = Tensor();
   if (position_embedding_->trainable) sum_leading(dx.view({I, N * C}), position_embedding_->ensure_grad().view({N * C}), Accumulate::Yes);
   if (class_embedding_->trainable) sum_leading(dx.select(1, 0), class_embedding_->ensure_grad(), Accumulate::Yes);

@@ -55,9 +55,11 @@ class VisionTower {
   void backward(const Tensor& d_features, VisionSaved& saved) const;
   bool trainable() const;
   void set_hooks(GroupHooks* hooks) { hooks_ = hooks; }
+  void set_watch(OutputWatch* watch) { watch_ = watch; }
 
  private:
   GroupHooks* hooks_ = nullptr;
+  OutputWatch* watch_ = nullptr;
   int group_ = 0;
   std::string prefix_;
   VisionConfig cfg_;

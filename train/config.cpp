@@ -12,6 +12,12 @@
 
 namespace hr::train {
 
+OnNonfinite parse_on_nonfinite(const std::string& s) {
+  if (s == "stop") return OnNonfinite::Stop;
+  if (s == "skip") return OnNonfinite::Skip;
+  throw Error(str("[config] train.on_nonfinite '", s, "' is not one of: stop, skip"));
+}
+
 namespace {
 
 // Bounds on the batch keys, checked before anything is sized from them: the products must not overflow, and
@@ -188,6 +194,7 @@ std::vector<Key> data_keys() {
       {"data.prefetch", "16",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.prefetch = int(get<int64_t>(n, k, "an integer")); }},
       {"data.on_bad_sample", "skip", choice(&RunConfig::on_bad_sample, data::parse_on_bad_sample)},
+      {"train.on_nonfinite", "stop", choice(&RunConfig::on_nonfinite, parse_on_nonfinite)},
   };
 }
 

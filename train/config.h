@@ -19,6 +19,9 @@
 namespace hr::train {
 
 enum class Precision : uint8_t { FP32, BF16, FP16 };
+// A non-finite loss or gradient in bf16/fp32 (fp16 has its loss scaler): stop the run, or skip the step.
+enum class OnNonfinite : uint8_t { Stop, Skip };
+OnNonfinite parse_on_nonfinite(const std::string& s);
 enum class Stage : uint8_t { Pretrain, Finetune, Full };  // projector only; projector + LLM; everything
 enum class ProgressBar : uint8_t { Auto, On, Off };
 
@@ -46,6 +49,7 @@ struct RunConfig {
   bool allow_outside_image_folder = false;
   int num_workers = 2, prefetch = 16;
   data::OnBadSample on_bad_sample = data::OnBadSample::Skip;
+  OnNonfinite on_nonfinite = OnNonfinite::Stop;
   // train
   Stage stage = Stage::Full;
   int64_t micro_batch_size = 4, gradient_accumulation_steps = 1, global_batch_size = 0;

@@ -1,6 +1,9 @@
 // The engine: model construction by stage and precision, starting or resuming, sharding, the step, saving.
 #include "train/engine.h"
 
+#include <cmath>
+
+#include "core/ops/reduce.h"
 #include "models/weights.h"
 
 namespace hr::train {
@@ -88,5 +91,48 @@ void Engine::update(float lr, float grad_scale) {
 }
 
 void Engine::skip_update() { zero_->end_step(); }
+
+namespace {
+
+bool all_finite(const core::Tensor& t) {
+  if (!t.defined() || t.device().type == core::DeviceType::Meta || t.numel() == 0) return true;
+  return std::isfinite(core::global_norm({t}).to(core::Device::cpu()).to_floats()[0]);
+}
+
+// The first group whose output (forward) or input gradient (backward) holds a NaN or an infinity.
+class NonfiniteWatch : public core::OutputWatch {
+ public:
+  explicit NonfiniteWatch(const core::ParamStore& store) : store_(store) {}
+  void output(int group, core::Pass pass, const core::Tensor& t) override {
+    if (!found.empty() || all_finite(t)) return;
+    const core::ParamGroup& g = store_.groups()[std::size_t(group)];
+    found = str(g.name, pass == core::Pass::Forward ? " (its forward output)" : " (the gradient its backward passes on)");
+    // The group's parameters are in place while it runs (gathered under ZeRO-3).
+    for (const core::Param* p : g.params)
+      if (!all_finite(p->data)) found += str("; parameter ", p->name, " is not finite");
+  }
+  std::string found;
+
+ private:
+  const core::ParamStore& store_;
+};
+
+}  // namespace
+
+std::string Engine::diagnose_nonfinite(const data::LoadedBatch& batch, float loss_scale) {
+  NonfiniteWatch watch(model_->params());
+  model_->set_watch(&watch);
+  struct Unwatch {
+    models::Llava& m;
+    ~Unwatch() { m.set_watch(nullptr); }
+  } unwatch{*model_};
+  zero_->begin_step();
+  models::LlavaState st;
+  const float loss = model_->forward(batch.batch, st, options_);
+  if (watch.found.empty() && !std::isfinite(loss)) watch.found = "the loss (cross-entropy of finite logits)";
+  model_->backward(st, loss_scale / float(comm_.world()));
+  zero_->finish_gradients();
+  return watch.found;
+}
 
 }  // namespace hr::train

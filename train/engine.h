@@ -53,6 +53,11 @@ class Engine {
   void update(float lr, float grad_scale);
   // Ends a step without updating (an fp16 overflow): the gradients are released all the same.
   void skip_update();
+  // After a step with a non-finite loss or gradient norm: redoes the forward and backward of `batch` with a
+  // watch on every group's output and input gradient, and returns the first group that produced a
+  // non-finite value, its pass and its non-finite parameters ("" if this rank's batch produced none). Every
+  // rank calls it (ZeRO's collectives run in lockstep); the step then ends with skip_update().
+  std::string diagnose_nonfinite(const data::LoadedBatch& batch, float loss_scale);
   // A checkpoint of `state` in the output dir (collective: every rank writes its part).
   void save(const TrainerState& state);
 

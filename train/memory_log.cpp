@@ -36,6 +36,7 @@ void MemoryLog::write(const StepRecord& r, const MemoryStats& s, const MemorySta
   j["grad_norm"] = r.grad_norm;
   j["loss_scale"] = r.loss_scale;
   j["skipped"] = r.skipped;
+  j["nonfinite"] = r.nonfinite.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.nonfinite);
   j["tokens_per_s"] = r.tokens_per_s;
   j["allocated"] = s.allocated_bytes.current;
   j["reserved"] = s.reserved_bytes.current;

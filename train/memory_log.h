@@ -15,7 +15,8 @@ struct StepRecord {
   int64_t step = 0;
   float loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
   double tokens_per_s = 0;
-  bool skipped = false;  // fp16 overflow: the optimizer step was skipped
+  bool skipped = false;  // fp16 overflow or a non-finite step: the optimizer step was skipped
+  std::string nonfinite;  // a non-finite loss or gradient (bf16/fp32): the first group that produced one
   // The dry run of this step's exact shapes on the meta device (peak allocated and reserved), and the
   // plan's worst case; -1: none.
   int64_t predicted_peak = -1, predicted_reserved = -1, planned_peak = -1;

@@ -145,11 +145,16 @@ class Trainer {
   };
   // Forward and backward of the step; an OutOfMemory error halves the micro-batches and redoes it.
   Engine::StepStats step_redone_on_oom(Drawn& d, AllocatorSnapshot& start);
-  // The loss scaler's verdict, clipping, the optimizer update; returns whether the step was skipped.
-  bool update(const Engine::StepStats& s, float lr);
+  // The loss scaler's verdict, clipping, the optimizer update; returns whether the step was skipped. A
+  // non-finite loss or gradient in bf16/fp32 is diagnosed on the step's first micro-batch and skips the step.
+  bool update(const Engine::StepStats& s, const Drawn& d, float lr);
   // The memory log line (measured beside predicted), leak and mismatch warnings, the console line.
   void record(const Engine::StepStats& s, const Drawn& d, const AllocatorSnapshot& start, float lr, bool skipped,
               Clock::time_point t0);
+  // After a non-finite step with train.on_nonfinite: stop; ends the run (exit 1) without a checkpoint, so
+  // that the last one written stays the last good one.
+  bool stopped_on_nonfinite() const { return nonfinite_ && c_.on_nonfinite == OnNonfinite::Stop; }
+  int stop_on_nonfinite();
   void maybe_save_or_evaluate();
   // Whether any rank was asked to stop (SIGTERM, SIGINT); every rank calls it after every step.
   bool stop_requested();
@@ -181,6 +186,9 @@ class Trainer {
   int64_t split_ = 1;  // micro-batches per loader batch: doubled by each recovered out-of-memory error
   int64_t mismatches_ = 0;
   std::size_t skipped_reported_ = 0;
+  bool nonfinite_ = false;      // this step's loss or gradient norm was not finite (bf16/fp32)
+  std::string nonfinite_where_;  // what the diagnosis found on this rank
+  int64_t nonfinite_steps_ = 0;
 };
 
 Plan Trainer::plan_and_preflight(const RunConfig& given) {
@@ -328,20 +336,23 @@ Engine::StepStats Trainer::step_redone_on_oom(Drawn& d, AllocatorSnapshot& start
   }
 }
 
-bool Trainer::update(const Engine::StepStats& s, float lr) {
+bool Trainer::update(const Engine::StepStats& s, const Drawn& d, float lr) {
   const float loss_scale = s.loss_scale;
   const float grad_norm = s.scaled_norm / loss_scale;
   const bool overflow = !std::isfinite(s.scaled_norm);
   bool skipped = false;
+  nonfinite_ = false;
+  nonfinite_where_.clear();
   if (c_.precision == Precision::FP16) {
     skipped = scaler_->update(overflow);
-  } else {
-    HR_CHECK(!overflow, "[train] step ", state_.step + 1, ": the gradient norm is not finite (loss ", s.loss,
-             "); lower train.learning_rate or use bf16/fp32");
+  } else if (overflow || !std::isfinite(s.loss)) {  // the same verdict on every rank: both are all-reduced
+    nonfinite_ = skipped = true;
+    ++nonfinite_steps_;
+    nonfinite_where_ = engine_->diagnose_nonfinite(d.pending.front(), loss_scale / float(d.pending.size()));
   }
   if (skipped) {
     engine_->skip_update();
-    ++state_.skipped_steps;
+    if (!nonfinite_) ++state_.skipped_steps;
   } else {
     engine_->update(lr, optim::clip_coefficient(grad_norm, c_.max_grad_norm) / loss_scale);
   }
@@ -359,6 +370,7 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   rec.loss_scale = s.loss_scale;
   rec.grad_norm = s.scaled_norm / rec.loss_scale;
   rec.skipped = skipped;
+  if (nonfinite_) rec.nonfinite = nonfinite_where_.empty() ? "elsewhere (another rank's micro-batch)" : nonfinite_where_;
   rec.tokens_per_s = double(s.tokens) / std::max(secs, 1e-9);
   const MemoryStats ms = alloc_->stats();
   auto it = predicted_.find(d.shapes);
@@ -377,7 +389,13 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
                 (long long)rec.predicted_reserved);
   }
   mlog_->write(rec, ms, host_alloc_->stats());
-  if (skipped && lead_)
+  if (nonfinite_ && !nonfinite_where_.empty())
+    std::printf("%s%sstep %lld: non-finite loss (%g) or gradient norm (%g); the first non-finite value came from %s. "
+                "The step is skipped%s\n",
+                tty_ ? "\n" : "", world > 1 ? str("rank ", rank, ": ").c_str() : "", (long long)rec.step, rec.loss,
+                rec.grad_norm, nonfinite_where_.c_str(),
+                c_.on_nonfinite == OnNonfinite::Stop ? " and the run stops (train.on_nonfinite: stop)" : "");
+  else if (skipped && !nonfinite_ && lead_)
     std::printf("%sstep %lld: fp16 overflow at loss scale %g; step skipped\n", tty_ ? "\n" : "", (long long)rec.step,
                 rec.loss_scale);
   const std::string leak = mlog_->leak_check(rec.step, ms);
@@ -421,6 +439,18 @@ void Trainer::maybe_save_or_evaluate() {
   if (c_.eval_steps > 0 && state_.step % c_.eval_steps == 0) evaluate_now();
 }
 
+int Trainer::stop_on_nonfinite() {
+  const std::optional<std::string> last = latest_checkpoint(c_.output_dir);
+  if (lead_)
+    std::printf("stopped at step %lld on a non-finite loss or gradient; %s. Lower train.learning_rate, "
+                "check the data and weights, or set train.on_nonfinite: skip\n",
+                (long long)state_.step,
+                last ? str("the last checkpoint, ", *last, ", is from before it and was not overwritten").c_str()
+                     : "no checkpoint was written before it");
+  comm_.barrier();
+  return 1;
+}
+
 bool Trainer::stop_requested() {
   const double mine = stop_signal() ? 1.0 : 0.0;
   return (comm_.world() > 1 ? comm_.sum(mine) : mine) > 0;
@@ -456,6 +486,8 @@ int Trainer::finish() {
       std::printf("%zu bad samples (named above), skipped %lld times\n", loader_->skipped().size(),
                   (long long)loader_->skips());
     if (state_.skipped_steps) std::printf("%lld optimizer steps skipped on fp16 overflow\n", (long long)state_.skipped_steps);
+    if (nonfinite_steps_)
+      std::printf("%lld steps skipped on a non-finite loss or gradient (named above)\n", (long long)nonfinite_steps_);
     std::printf("%s", alloc_->memory_summary().c_str());
     std::printf("done in %.1f s; outputs in %s\n", std::chrono::duration<double>(Clock::now() - t_start_).count(),
                 c_.output_dir.c_str());
@@ -517,8 +549,9 @@ int run_training(const RunConfig& given, const TrainOptions& options, parallel::
     Trainer::Drawn drawn;
     const Engine::StepStats s = t.step_redone_on_oom(drawn, start);  // draw, forward, backward, reduce
     const float lr = t.lr();
-    const bool skipped = t.update(s, lr);                            // loss scale, clip, optimizer
+    const bool skipped = t.update(s, drawn, lr);                     // loss scale, clip, optimizer
     t.record(s, drawn, start, lr, skipped, t0);                      // memory log, console
+    if (t.stopped_on_nonfinite()) return t.stop_on_nonfinite();
     if (t.stop_requested()) return t.stop();
     t.maybe_save_or_evaluate();
   }

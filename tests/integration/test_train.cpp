@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "core/io/safetensors.h"
 #include "models/llava.h"
 #include "optim/optimizer.h"
 #include "integration/cli.h"
@@ -71,7 +73,7 @@ TEST(Train, MemoryLogHasEveryFieldOnEveryStep) {
   for (const json& l : lines) {
     for (const char* f : {"step", "loss", "lr", "tokens_per_s", "allocated", "reserved", "active", "peak_allocated",
                           "peak_reserved", "predicted_peak", "fragmentation", "alloc_retries", "ooms", "by_category",
-                          "host_rss", "grad_norm", "loss_scale", "skipped"})
+                          "host_rss", "grad_norm", "loss_scale", "skipped", "nonfinite"})
       EXPECT_TRUE(l.contains(f)) << f << " missing in " << l.dump();
     for (const char* c : {"params", "master_params", "grads", "optimizer", "activations", "workspace", "comm", "io"})
       EXPECT_TRUE(l["by_category"].contains(c)) << c;
@@ -162,6 +164,57 @@ TEST(Train, SigtermStopsAfterTheStepWithACheckpointAndExitsZero) {
   EXPECT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_NE(resumed.output.find(str("at step ", last)), std::string::npos) << resumed.output;
   EXPECT_EQ(jsonl(d + "/memory.jsonl").back()["step"], last + 2);
+}
+
+namespace {
+// Rewrites `file` with one value of `tensor` set to NaN.
+void poison(const std::string& file, const std::string& tensor) {
+  core::NamedTensors all;
+  {
+    core::SafetensorsFile f = core::SafetensorsFile::open(file);
+    for (const std::string& n : f.names()) {
+      core::Tensor t = f.get(n);
+      std::vector<float> v = t.to_floats();
+      if (n == tensor) v[0] = std::nanf("");
+      all.emplace_back(n, core::Tensor::from_floats(v, t.shape(), t.dtype(), core::Device::host()));
+    }
+  }
+  core::save_safetensors(file, all);
+}
+}  // namespace
+
+// A NaN in one parameter: the step is diagnosed, the console and memory.jsonl name the layer and the parameter,
+// and the run stops without writing a checkpoint (the last one stays the last good one); with
+// train.on_nonfinite: skip the steps are skipped and the run goes on.
+TEST(Train, ANanInAParameterIsNamedAndStopsTheRunKeepingTheLastGoodCheckpoint) {
+  const std::string d = fresh_dir("nan");
+  const std::string base = "train " + config_file(d) + " --set run.output_dir=" + d;
+  CmdResult first = headroom(base + " --set train.max_steps=4 --set train.save_steps=2");
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::string bad = "language_model.model.layers.1.mlp.down_proj.weight";
+  poison(d + "/checkpoint-4/model.safetensors", bad);
+  const auto written = fs::last_write_time(d + "/checkpoint-4/model.safetensors");
+  CmdResult stopped = headroom(base + " --set train.max_steps=8 --set train.save_steps=1 --resume");
+  EXPECT_NE(stopped.status, 0) << stopped.output;
+  EXPECT_NE(stopped.output.find("step 5: non-finite loss"), std::string::npos) << stopped.output;
+  const std::string where = "language_model.model.layers.1 (its forward output); parameter " + bad + " is not finite";
+  EXPECT_NE(stopped.output.find("the first non-finite value came from " + where), std::string::npos) << stopped.output;
+  EXPECT_NE(stopped.output.find("the last checkpoint, " + d + "/checkpoint-4, is from before it"), std::string::npos)
+      << stopped.output;
+  const json last = jsonl(d + "/memory.jsonl").back();
+  EXPECT_EQ(last["step"], 5);
+  EXPECT_EQ(last["nonfinite"], where);
+  EXPECT_TRUE(last["skipped"].get<bool>());
+  EXPECT_FALSE(fs::exists(d + "/checkpoint-5"));
+  EXPECT_EQ(fs::last_write_time(d + "/checkpoint-4/model.safetensors"), written);
+
+  CmdResult skipped = headroom(base + " --set train.max_steps=6 --set train.on_nonfinite=skip --resume");
+  EXPECT_EQ(skipped.status, 0) << skipped.output;
+  EXPECT_NE(skipped.output.find("2 steps skipped on a non-finite loss or gradient"), std::string::npos)
+      << skipped.output;
+  const auto lines = jsonl(d + "/memory.jsonl");
+  EXPECT_EQ(lines.back()["step"], 6);
+  EXPECT_EQ(lines.back()["nonfinite"], where);
 }
 
 TEST(Train, KillDuringCheckpointingLeavesTheLastCheckpointLoadable) {
