@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -62,24 +63,44 @@ void MemoryLog::write(const StepRecord& r, const MemoryStats& s, const MemorySta
   std::fflush(file_);
 }
 
-std::string MemoryLog::leak_check(int64_t step, const MemoryStats& s) {
+std::string MemoryLog::leak_check(int64_t step, const MemoryStats& device, const MemoryStats& host, int64_t rss) {
+  std::string out = device_.check(step, device, window_, "allocated bytes");
+  const std::string h = host_.check(step, host, window_, "host allocator's allocated bytes");
+  if (!h.empty()) out += (out.empty() ? "" : "\n") + h;
+  // The resident set: its level once the first window is over (loader, caches and kernels warmed up), and
+  // growth past it. A warning moves the level, so that each further growth warns once.
+  if (rss <= 0) return out;
+  if (++steps_seen_ == window_ || (rss_base_ >= 0 && rss < rss_base_)) rss_base_ = rss, rss_base_step_ = step;
+  if (rss_base_ < 0) return out;
+  const int64_t slack = std::max(kRssSlack, rss_base_ / 10);
+  if (rss > rss_base_ + slack) {
+    out += str(out.empty() ? "" : "\n", "[memory] warning: the process's resident memory grew from ",
+               format_bytes(double(rss_base_)), " at step ", rss_base_step_, " to ", format_bytes(double(rss)),
+               " at step ", step, " while the allocators' bytes stayed within their bounds: memory outside the "
+               "allocators (a library cache, the data loader) keeps growing.");
+    rss_base_ = rss, rss_base_step_ = step;
+  }
+  return out;
+}
+
+std::string MemoryLog::Watch::check(int64_t step, const MemoryStats& s, int64_t window, const char* what) {
   Sample now{step, s.allocated_bytes.current, {}};
   for (Category c : kAllCategories) now.by_category[category_name(c)] = s.category(c).current;
-  history_.push_back(now);
-  if (int64_t(history_.size()) > window_) history_.pop_front();
-  if (int64_t(history_.size()) < window_ || step - last_warned_ < window_) return "";
+  history.push_back(now);
+  if (int64_t(history.size()) > window) history.pop_front();
+  if (int64_t(history.size()) < window || step - last_warned < window) return "";
   // Sustained growth: allocated never went down across the window and ended higher.
-  for (std::size_t i = 1; i < history_.size(); ++i)
-    if (history_[i].allocated < history_[i - 1].allocated) return "";
-  const Sample& first = history_.front();
+  for (std::size_t i = 1; i < history.size(); ++i)
+    if (history[i].allocated < history[i - 1].allocated) return "";
+  const Sample& first = history.front();
   if (now.allocated <= first.allocated) return "";
   std::string grew;
   for (const auto& [name, bytes] : now.by_category) {
     const int64_t d = bytes - first.by_category.at(name);
     if (d > 0) grew += str(grew.empty() ? "" : ", ", name, " +", format_bytes(double(d)));
   }
-  last_warned_ = step;
-  return str("[memory] warning: allocated bytes grew for ", window_, " steps in a row (step ", first.step, " -> ", step,
+  last_warned = step;
+  return str("[memory] warning: ", what, " grew for ", window, " steps in a row (step ", first.step, " -> ", step,
              ", ", format_bytes(double(first.allocated)), " -> ", format_bytes(double(now.allocated)), "): ", grew,
              ". Something keeps tensors alive across steps.");
 }

@@ -32,8 +32,13 @@ class MemoryLog {
   // Writes the line for a finished step from the allocator's stats (peaks since the last reset_peak_stats).
   // `host`: the host allocator (offloaded optimizer states, loader buffers), logged under "host".
   void write(const StepRecord& r, const core::MemoryStats& s, const core::MemoryStats& host);
-  // Records allocated bytes at a step boundary; returns a warning when they grew over the whole window.
-  std::string leak_check(int64_t step, const core::MemoryStats& s);
+  // Records the memory at a step boundary; returns warnings (one per line, "" for none) when
+  //  - the device's or the host allocator's allocated bytes grew at every step of the window (naming the
+  //    categories that grew: something keeps tensors alive across steps), or
+  //  - the process's resident set (`rss` bytes) has grown past its level after the first window by more than
+  //    max(kRssSlack, 10%): memory outside the allocators (libraries, caches, the loader) that keeps growing.
+  std::string leak_check(int64_t step, const core::MemoryStats& device, const core::MemoryStats& host, int64_t rss);
+  static constexpr int64_t kRssSlack = int64_t(64) << 20;
 
  private:
   std::FILE* file_ = nullptr;
@@ -42,8 +47,14 @@ class MemoryLog {
     int64_t step, allocated;
     std::map<std::string, int64_t> by_category;
   };
-  std::deque<Sample> history_;
-  int64_t last_warned_ = -1;
+  // Sustained growth of one allocator's allocated bytes over the window.
+  struct Watch {
+    std::deque<Sample> history;
+    int64_t last_warned = -1;
+    std::string check(int64_t step, const core::MemoryStats& s, int64_t window, const char* what);
+  };
+  Watch device_, host_;
+  int64_t rss_base_ = -1, rss_base_step_ = 0, steps_seen_ = 0;
 };
 
 }  // namespace hr::train

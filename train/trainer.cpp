@@ -398,7 +398,7 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   else if (skipped && !nonfinite_ && lead_)
     std::printf("%sstep %lld: fp16 overflow at loss scale %g; step skipped\n", tty_ ? "\n" : "", (long long)rec.step,
                 rec.loss_scale);
-  const std::string leak = mlog_->leak_check(rec.step, ms);
+  const std::string leak = mlog_->leak_check(rec.step, ms, host_alloc_->stats(), host_rss_bytes());
   if (!leak.empty())
     std::printf("%s%s%s\n", tty_ ? "\n" : "", world > 1 ? str("rank ", rank, ": ").c_str() : "", leak.c_str());
   while (skipped_reported_ < loader_->skipped().size()) {

@@ -182,3 +182,22 @@ TEST(Gemm, PackedGemmMatchesAReferenceOnEveryEdgeWithTheSameBitsOnAnyThreadsAndK
       }
   }
 }
+
+// Sequence lengths that change from batch to batch make new GEMM shapes: the plans (each a JIT-compiled oneDNN
+// primitive) are bounded to the most recently used, and a shape evicted and seen again computes the same.
+TEST(Gemm, PlansForShapesThatComeAndGoStayBounded) {
+  Tensor w = Tensor::zeros({16, 32}, DType::F32, Device::cpu());
+  std::vector<float> wv(16 * 32);
+  for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = float(i % 11) * 0.25f - 1.f;
+  w = Tensor::from_floats(wv, {16, 32}, DType::F32, Device::cpu());
+  auto run = [&](int64_t rows) {
+    std::vector<float> xv(std::size_t(rows * 32));
+    for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = float(i % 7) - 3.f;
+    return linear_forward(Tensor::from_floats(xv, {rows, 32}, DType::F32, Device::cpu()), w, Tensor()).to_floats();
+  };
+  const std::vector<float> first = run(3);
+  for (int64_t rows = 4; rows < 4 + 400; ++rows) run(rows);
+  EXPECT_LE(hr::cpu::gemm_plans_cached(), 256u);
+  EXPECT_GE(hr::cpu::gemm_plans_cached(), 200u);
+  EXPECT_EQ(run(3), first);
+}

@@ -12,6 +12,8 @@ std::size_t gemm_workspace_bytes(const GemmDesc& d);
 std::size_t gemm_scratchpad_bytes(const GemmDesc& d);
 // Which way this GEMM runs at the current thread count: "brgemm", "f32 copies + brgemm" or "packed".
 const char* gemm_path(const GemmDesc& d);
+// GEMM plans kept (at most the 256 most recently used: shapes that vary with the batch do not pile up).
+std::size_t gemm_plans_cached();
 std::size_t attention_workspace_bytes(const AttentionDesc& d, bool backward);
 std::size_t norm_workspace_bytes(int64_t rows, int64_t cols);
 

@@ -154,17 +154,38 @@ std::unique_ptr<Plan> make_plan(const GemmDesc& d, int threads) {
   return p;
 }
 
-// Plans are made on the thread that runs the ops (oneDNN reads its thread count there) and kept for the
-// process: a GEMM shape seen once is planned once.
-Plan& plan_for(const GemmDesc& d) {
-  static std::mutex mutex;
-  static std::map<Key, std::unique_ptr<Plan>> cache;
+// Plans are made on the thread that runs the ops (oneDNN reads its thread count there) and the most recently
+// used kPlanCapacity are kept. Shapes that change from batch to batch (sequence lengths) would otherwise keep a
+// JIT-compiled primitive each for the life of the process: host memory that grows with every new length.
+// oneDNN's own primitive cache is turned off, so that this is the one cache and evicting a plan frees it.
+constexpr std::size_t kPlanCapacity = 256;
+
+struct PlanCache {
+  std::mutex mutex;
+  std::map<Key, std::pair<std::shared_ptr<Plan>, uint64_t>> plans;  // plan, last use
+  uint64_t uses = 0;
+  PlanCache() { dnnl::set_primitive_cache_capacity(0); }
+};
+PlanCache& plan_cache() {
+  static PlanCache c;
+  return c;
+}
+
+std::shared_ptr<Plan> plan_for(const GemmDesc& d) {
+  PlanCache& c = plan_cache();
+  auto& cache = c.plans;
   const int threads = num_threads();
   const Key key = key_of(d, threads);
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(c.mutex);
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, make_plan(d, threads)).first;
-  return *it->second;
+  if (it == cache.end()) {
+    if (cache.size() >= kPlanCapacity)
+      cache.erase(std::min_element(cache.begin(), cache.end(),
+                                   [](const auto& a, const auto& b) { return a.second.second < b.second.second; }));
+    it = cache.emplace(key, std::make_pair(std::shared_ptr<Plan>(make_plan(d, threads)), uint64_t(0))).first;
+  }
+  it->second.second = ++c.uses;
+  return it->second.first;
 }
 
 // Contiguous f32 copy of a strided (batch, rows, cols) operand. Raw loops: a kernel builds no tensors.
@@ -227,16 +248,22 @@ void run_brgemm(Plan& p, const GemmArgs& g) {
 
 std::size_t gemm_workspace_bytes(const GemmDesc& d) {
   if (d.batch * d.m * d.n == 0) return 0;
-  return plan_for(d).conversion_bytes();
+  return plan_for(d)->conversion_bytes();
 }
 
 std::size_t gemm_scratchpad_bytes(const GemmDesc& d) {
   if (d.batch * d.m * d.n == 0) return 0;
-  return plan_for(d).scratchpad_bytes;
+  return plan_for(d)->scratchpad_bytes;
+}
+
+std::size_t gemm_plans_cached() {
+  PlanCache& c = plan_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.plans.size();
 }
 
 const char* gemm_path(const GemmDesc& d) {
-  switch (plan_for(d).path) {
+  switch (plan_for(d)->path) {
     case Path::Brgemm: return "brgemm";
     case Path::ConvertThenBrgemm: return "f32 copies + brgemm";
     case Path::Packed: return "packed";
@@ -245,7 +272,8 @@ const char* gemm_path(const GemmDesc& d) {
 }
 
 void gemm(const GemmArgs& g) {
-  Plan& p = plan_for(g.desc);
+  const std::shared_ptr<Plan> plan = plan_for(g.desc);
+  Plan& p = *plan;
   HR_ASSERT(g.workspace.defined() ? g.workspace.nbytes() == p.conversion_bytes() : p.conversion_bytes() == 0,
             "gemm workspace is not what gemm_workspace_bytes sized");
   HR_ASSERT(g.scratchpad.defined() ? g.scratchpad.nbytes() == p.scratchpad_bytes : p.scratchpad_bytes == 0,
