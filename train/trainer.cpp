@@ -172,7 +172,12 @@ class Trainer {
   Plan plan_;
   const RunConfig& c_;
   std::unique_ptr<Predictor> predictor_;  // every step dry-run at its own shapes
-  std::map<std::vector<std::array<int64_t, 3>>, Prediction> predicted_;
+  // Dry runs of the step shapes seen, the kPredictionsKept most recently used: batches whose lengths vary
+  // make new shapes for the whole run, and each dry run keeps the step's request trace.
+  static constexpr std::size_t kPredictionsKept = 64;
+  std::map<std::vector<std::array<int64_t, 3>>, std::pair<Prediction, int64_t>> predicted_;  // and last use
+  int64_t dry_runs_ = 0;
+  const Prediction& prediction_for(const std::vector<std::array<int64_t, 3>>& shapes);
   std::unique_ptr<LlavaDataset> train_set_, eval_set_;
   std::unique_ptr<Engine> engine_;
   TrainerState state_;
@@ -373,11 +378,10 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   if (nonfinite_) rec.nonfinite = nonfinite_where_.empty() ? "elsewhere (another rank's micro-batch)" : nonfinite_where_;
   rec.tokens_per_s = double(s.tokens) / std::max(secs, 1e-9);
   const MemoryStats ms = alloc_->stats();
-  auto it = predicted_.find(d.shapes);
-  if (it == predicted_.end()) it = predicted_.emplace(d.shapes, predictor_->step(to_shapes(d.shapes))).first;
-  rec.predicted_peak = it->second.peak_allocated;
+  const Prediction& predicted = prediction_for(d.shapes);
+  rec.predicted_peak = predicted.peak_allocated;
   // The dry run's requests replayed from the state this step started in.
-  rec.predicted_reserved = replay(start, *it->second.requests, alloc_->capacity()).peak_reserved;
+  rec.predicted_reserved = replay(start, *predicted.requests, alloc_->capacity()).peak_reserved;
   rec.planned_peak = plan_.rank.peak_allocated;
   if (!skipped && (ms.allocated_bytes.peak != rec.predicted_peak || ms.reserved_bytes.peak != rec.predicted_reserved)) {
     ++mismatches_;
@@ -439,6 +443,20 @@ void Trainer::maybe_save_or_evaluate() {
   if (c_.eval_steps > 0 && state_.step % c_.eval_steps == 0) evaluate_now();
 }
 
+const Prediction& Trainer::prediction_for(const std::vector<std::array<int64_t, 3>>& shapes) {
+  auto it = predicted_.find(shapes);
+  if (it == predicted_.end()) {
+    if (predicted_.size() >= kPredictionsKept)
+      predicted_.erase(std::min_element(predicted_.begin(), predicted_.end(), [](const auto& a, const auto& b) {
+        return a.second.second < b.second.second;
+      }));
+    it = predicted_.emplace(shapes, std::make_pair(predictor_->step(to_shapes(shapes)), int64_t(0))).first;
+    ++dry_runs_;
+  }
+  it->second.second = state_.step;
+  return it->second.first;
+}
+
 int Trainer::stop_on_nonfinite() {
   const std::optional<std::string> last = latest_checkpoint(c_.output_dir);
   if (lead_)
@@ -478,6 +496,7 @@ int Trainer::finish() {
     std::printf("%s[memory] %lld steps measured a peak other than predicted\n",
                 world > 1 ? str("rank ", comm_.rank(), ": ").c_str() : "", (long long)mismatches_);
   if (lead_) {
+    std::printf("every step's peak was predicted by a dry run of its shapes: %lld dry runs\n", (long long)dry_runs_);
     if (state_.oom_recoveries)
       std::printf("%lld out-of-memory errors recovered by halving the micro-batch (now %lld x accumulation %lld)\n",
                   (long long)state_.oom_recoveries, (long long)(c_.micro_batch_size / split_),
