@@ -74,6 +74,10 @@ std::vector<std::string> optimizer_files(const std::string& dir) {
   return files;
 }
 
+// This rank's files of a checkpoint, into `tmp`.
+static void write_checkpoint_files(const fs::path& tmp, const models::Llava& model, const parallel::Zero& zero,
+                                   const TrainerState& st, parallel::Communicator& comm, const std::string& config_yaml);
+
 void save_checkpoint(const std::string& output_dir, const models::Llava& model, const parallel::Zero& zero,
                      const TrainerState& st, int64_t keep_last, parallel::Communicator& comm,
                      const std::string& config_yaml) {
@@ -85,6 +89,32 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
     fs::create_directories(tmp);
   }
   comm.barrier();
+  try {
+    write_checkpoint_files(tmp, model, zero, st, comm, config_yaml);
+  } catch (const Error& e) {
+    // A full disk or a failed write: the partial directory goes, the previous checkpoints stay as they were.
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    const auto last = latest_checkpoint(output_dir);
+    throw Error(str("[checkpoint] writing ", final_dir.string(), " failed: ", e.what(), "; ",
+                    last ? "the last checkpoint, " + *last + ", is intact" : std::string("no earlier checkpoint")));
+  }
+  comm.barrier();
+  if (rank == 0) {
+    fsync_dir(tmp);
+    if (fs::exists(final_dir)) discard(final_dir);
+    fs::rename(tmp, final_dir);
+    fsync_dir(output_dir);
+    auto all = checkpoints(output_dir);
+    for (std::size_t i = 0; i + std::size_t(keep_last) < all.size(); ++i) discard(all[i].second);
+  }
+  comm.barrier();
+}
+
+static void write_checkpoint_files(const fs::path& tmp, const models::Llava& model, const parallel::Zero& zero,
+                                   const TrainerState& st, parallel::Communicator& comm,
+                                   const std::string& config_yaml) {
+  const int rank = comm.rank();
   if (rank == 0 && !zero.shards_parameters())
     save_safetensors((tmp / "model.safetensors").string(), models::named_weights(model.params()));
   const bool sharded = zero.options().stage > 0 || zero.options().offload_optimizer != parallel::Offload::None;
@@ -108,16 +138,6 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
       f.commit();
     }
   }
-  comm.barrier();
-  if (rank == 0) {
-    fsync_dir(tmp);
-    if (fs::exists(final_dir)) discard(final_dir);
-    fs::rename(tmp, final_dir);
-    fsync_dir(output_dir);
-    auto all = checkpoints(output_dir);
-    for (std::size_t i = 0; i + std::size_t(keep_last) < all.size(); ++i) discard(all[i].second);
-  }
-  comm.barrier();
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& output_dir) {

@@ -1,4 +1,5 @@
 // headroom command line: sub-command dispatch. Each command lives in its own file.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = args[0];
   args.erase(args.begin());
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported like a full disk, instead of
+  // killing the process mid-checkpoint.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     if (cmd == "train") return hr::train::cmd_train(args);
     if (cmd == "data") return hr::train::cmd_data(args);

@@ -217,6 +217,33 @@ TEST(Train, ANanInAParameterIsNamedAndStopsTheRunKeepingTheLastGoodCheckpoint) {
   EXPECT_EQ(lines.back()["nonfinite"], where);
 }
 
+// A checkpoint write that fails (a full disk; here a file-size limit makes every write past 64 KiB fail): a
+// clear error naming the checkpoint and the file, no partial directory, the previous checkpoint intact.
+TEST(Train, AFailedCheckpointWriteLeavesThePreviousCheckpointIntact) {
+  const std::string d = fresh_dir("disk_full");
+  const std::string base = "train " + config_file(d) + " --set run.output_dir=" + d;
+  CmdResult first = headroom(base + " --set train.max_steps=2");
+  ASSERT_EQ(first.status, 0) << first.output;
+  ASSERT_GT(fs::file_size(d + "/checkpoint-2/model.safetensors"), 64u << 10);
+  const auto written = fs::last_write_time(d + "/checkpoint-2/model.safetensors");
+  CmdResult full = testing_cli::run("ulimit -f 64; exec " + std::string(HR_HEADROOM_BIN) + " " + base +
+                                    " --set train.max_steps=4 --resume");
+  EXPECT_NE(full.status, 0) << full.output;
+  EXPECT_NE(full.output.find("[checkpoint] writing " + d + "/checkpoint-4 failed: [io] writing " + d +
+                             "/.tmp-checkpoint-4/model.safetensors"),
+            std::string::npos)
+      << full.output;
+  EXPECT_NE(full.output.find("File too large; the last checkpoint, " + d + "/checkpoint-2, is intact"),
+            std::string::npos)
+      << full.output;
+  EXPECT_FALSE(fs::exists(d + "/checkpoint-4"));
+  EXPECT_FALSE(fs::exists(d + "/.tmp-checkpoint-4"));
+  EXPECT_EQ(fs::last_write_time(d + "/checkpoint-2/model.safetensors"), written);
+  CmdResult again = headroom(base + " --set train.max_steps=4 --resume");
+  EXPECT_EQ(again.status, 0) << again.output;
+  EXPECT_TRUE(fs::exists(d + "/checkpoint-4"));
+}
+
 TEST(Train, KillDuringCheckpointingLeavesTheLastCheckpointLoadable) {
   const std::string d = fresh_dir("kill");
   const std::string cfg = config_file(d);
