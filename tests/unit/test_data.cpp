@@ -188,6 +188,22 @@ TEST(Image, DecompressionBombsAreRefusedBeforeDecoding) {
   EXPECT_EQ(clip_image(tall, "tall.png", 8, AspectMode::Resize).numel(), 3 * 8 * 8);
 }
 
+TEST(Dataset, EntriesCannotForgeTheMalformedLineMarker) {
+  DataOptions o;
+  o.json_path = "forged.jsonl";
+  const std::string text = R"({"__malformed_line__": "x", "conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]})"
+                           "\n{not json\n";
+  LlavaDataset data(o, models::input_spec(small_model()), text);
+  ASSERT_EQ(data.size(), 2);
+  EXPECT_EQ(data.get(0).answer, "a");
+  try {
+    data.get(1);
+    FAIL() << "expected a bad sample";
+  } catch (const BadSample& e) {
+    EXPECT_NE(std::string(e.what()).find("forged.jsonl[1] (id ?): line 2 is not valid JSON"), std::string::npos) << e.what();
+  }
+}
+
 namespace {
 // A dataset with good entries, a missing image, an undecodable image, a malformed line and a bad role.
 std::string bad_dataset() {
