@@ -155,7 +155,8 @@ void check_jpeg_segments(const uint8_t* data, std::size_t size, const std::strin
 
 }  // namespace
 
-RgbImage decode_image_bytes(const uint8_t* data, std::size_t size, const std::string& name) {
+RgbImage decode_image_bytes(const uint8_t* data, std::size_t size, const std::string& name, int64_t max_pixels) {
+  max_pixels = std::min(max_pixels, kMaxImagePixels);
   const bool png = size >= sizeof kPngSignature && std::memcmp(data, kPngSignature, sizeof kPngSignature) == 0;
   const bool jpeg = size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
   HR_CHECK(png || jpeg, "[image] ", name, ": not a PNG or JPEG file");
@@ -169,8 +170,8 @@ RgbImage decode_image_bytes(const uint8_t* data, std::size_t size, const std::st
   int w = 0, h = 0, c = 0;
   HR_CHECK(stbi_info_from_memory(data, int(size), &w, &h, &c), "[image] ", name, ": cannot decode (",
            stbi_failure_reason() ? stbi_failure_reason() : "unknown", ")");
-  HR_CHECK(int64_t(w) * h <= kMaxImagePixels, "[image] ", name, ": ", w, " x ", h, " pixels is above the limit of ",
-           kMaxImagePixels, " (a decompression bomb?)");
+  HR_CHECK(int64_t(w) * h <= max_pixels, "[image] ", name, ": ", w, " x ", h, " pixels is above the limit of ",
+           max_pixels, " (a decompression bomb?)");
   unsigned char* pixels = stbi_load_from_memory(data, int(size), &w, &h, &c, 3);
   HR_CHECK(pixels, "[image] ", name, ": cannot decode (", stbi_failure_reason() ? stbi_failure_reason() : "unknown", ")");
   RgbImage img{w, h, std::vector<uint8_t>(pixels, pixels + std::size_t(w) * h * 3)};

@@ -25,8 +25,9 @@ constexpr int64_t kMaxImagePixels = 89'478'485;
 // Throws naming the file when it is missing or not a decodable PNG/JPEG: other formats, a PNG chunk whose CRC
 // is wrong, a JPEG without its end-of-image marker (truncated) and images above kMaxImagePixels are refused.
 RgbImage decode_image(const std::string& path);
-// The same on bytes in memory; `name` stands for the path in errors.
-RgbImage decode_image_bytes(const uint8_t* data, std::size_t size, const std::string& name);
+// The same on bytes in memory; `name` stands for the path in errors. `max_pixels` may only lower the limit.
+RgbImage decode_image_bytes(const uint8_t* data, std::size_t size, const std::string& name,
+                            int64_t max_pixels = kMaxImagePixels);
 void write_png(const std::string& path, const RgbImage& image);
 
 // Pads the shorter side with `fill` so the image becomes square, content centred (LLaVA's expand2square).
