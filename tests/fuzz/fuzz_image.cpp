@@ -8,14 +8,20 @@
 using namespace hr;
 using namespace hr::data;
 
+namespace {
+// A lower pixel limit than headroom's: a few hundred bytes of JPEG can declare tens of millions of pixels that stb
+// decodes as zeros, seconds under ASan each, which slows the fuzzer a hundredfold and finds nothing new. The
+// limit's error path still runs; the production limit itself is a unit test (tests/unit/test_data.cpp).
+constexpr int64_t kFuzzMaxPixels = int64_t(1) << 16;
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    RgbImage img = decode_image_bytes(data, size, "fuzz.img");
+    RgbImage img = decode_image_bytes(data, size, "fuzz.img", kFuzzMaxPixels);
     if (img.pixels.size() != std::size_t(img.width) * img.height * 3) __builtin_trap();
-    for (AspectMode mode : {AspectMode::Pad, AspectMode::Resize}) {
-      core::Tensor t = clip_image(img, "fuzz.img", 8, mode);
-      if (t.numel() != 3 * 8 * 8) __builtin_trap();
-    }
+    const AspectMode mode = size % 2 ? AspectMode::Resize : AspectMode::Pad;  // both, without twice the work
+    core::Tensor t = clip_image(img, "fuzz.img", 8, mode);
+    if (t.numel() != 3 * 8 * 8) __builtin_trap();
   } catch (const Error&) {
   }
   return 0;
