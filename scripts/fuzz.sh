@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${HR_FUZZ_BUILD_DIR:-build-fuzz}
 if [[ $# -lt 1 || ($1 != --build && $# -lt 2) ]]; then
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 # -O1 as libFuzzer's docs advise: fast enough to fuzz, quick to build. No CUDA, MPI, tests or benchmarks.
