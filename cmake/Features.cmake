@@ -60,4 +60,5 @@ hr_feature("CUDA" HR_HAVE_CUDA "(${CMAKE_CUDA_COMPILER_VERSION} sm_${CMAKE_CUDA_
 hr_feature("cuDNN" HR_HAVE_CUDNN "")
 hr_feature("NCCL" HR_HAVE_NCCL "")
 hr_feature("MPI" HR_HAVE_MPI "(${MPI_CXX_VERSION})")
+hr_feature("fuzz targets" HR_BUILD_FUZZ "(libFuzzer, ASan, UBSan: tests/fuzz)")
 include(${CMAKE_CURRENT_LIST_DIR}/CpuIsa.cmake)

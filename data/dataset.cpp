@@ -12,16 +12,25 @@ namespace hr::data {
 using json = nlohmann::json;
 using namespace hr::core;
 
+namespace {
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  HR_CHECK(in, "[data] cannot open ", path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+}  // namespace
+
 LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs)
+    : LlavaDataset(opt, inputs, read_text(opt.json_path)) {}
+
+LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs, const std::string& text)
     : opt_(opt), inputs_(inputs), tok_(inputs.vocab, inputs.image_token_id) {
-  std::ifstream in(opt.json_path);
-  HR_CHECK(in, "[data] cannot open ", opt.json_path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '[') {
     try {
       json all = json::parse(text);
       for (auto& e : all) entries_.push_back(std::move(e));
+      malformed_line_.assign(entries_.size(), 0);
     } catch (const json::exception& e) {
       throw Error(str("[data] ", opt.json_path, " is not valid JSON: ", e.what()));
     }
@@ -34,7 +43,9 @@ LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs)
       ++line_no;
       if (line.find_first_not_of(" \t\r") != std::string::npos) {
         json j = json::parse(line, nullptr, false);
-        entries_.push_back(j.is_discarded() ? json{{"__malformed_line__", line_no}} : j);
+        const bool malformed = j.is_discarded();
+        entries_.push_back(malformed ? json() : std::move(j));
+        malformed_line_.push_back(malformed ? int64_t(line_no) : 0);
       }
       line_start = end + 1;
     }
@@ -60,8 +71,7 @@ std::string LlavaDataset::name(int64_t i) const {
 Example LlavaDataset::get(int64_t index) const {
   const json& e = entries_[index];
   auto bad = [&](const std::string& why) { return BadSample(str("[data] ", name(index), ": ", why)); };
-  if (e.is_object() && e.contains("__malformed_line__"))
-    throw bad(str("line ", e["__malformed_line__"].get<int64_t>(), " is not valid JSON"));
+  if (malformed_line_[index] > 0) throw bad(str("line ", malformed_line_[index], " is not valid JSON"));
   if (!e.is_object() || !e.contains("conversations") || !e["conversations"].is_array())
     throw bad("entry has no 'conversations' array");
   std::vector<Turn> turns;

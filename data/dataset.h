@@ -42,6 +42,8 @@ class LlavaDataset {
  public:
   // Throws if the file is missing or not JSON; a malformed entry only fails when processed.
   LlavaDataset(const DataOptions& options, const InputSpec& inputs);
+  // The same on `text`, the contents of options.json_path already in memory.
+  LlavaDataset(const DataOptions& options, const InputSpec& inputs, const std::string& text);
   int64_t size() const { return int64_t(entries_.size()); }
   // Throws BadSample for a malformed entry, a missing or undecodable image.
   Example get(int64_t index) const;
@@ -56,6 +58,7 @@ class LlavaDataset {
   InputSpec inputs_;
   ByteTokenizer tok_;
   std::vector<nlohmann::json> entries_;
+  std::vector<int64_t> malformed_line_;  // per entry: its JSON-lines line number when it did not parse, else 0
   std::vector<int64_t> lengths_;
   std::vector<bool> has_image_;
 };

@@ -4,8 +4,12 @@
 #include <stb/stb_image.h>
 #include <stb/stb_image_write.h>
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 
 #include "core/check.h"
 #include "core/memory/category.h"
@@ -59,13 +63,127 @@ AspectMode parse_aspect(const std::string& s) {
   throw Error(str("[config] data.image_aspect_ratio '", s, "' is not one of: pad, resize"));
 }
 
-RgbImage decode_image(const std::string& path) {
+namespace {
+
+constexpr uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+constexpr std::size_t kPngChunkOverhead = 12;  // length, type, CRC: 4 bytes each
+
+uint32_t big_endian32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
+
+std::string chunk_name(const uint8_t* type) {
+  std::string s;
+  for (int i = 0; i < 4; ++i) {
+    const bool letter = (type[i] >= 'A' && type[i] <= 'Z') || (type[i] >= 'a' && type[i] <= 'z');
+    s += letter ? std::string(1, char(type[i])) : str("\\x", "0123456789abcdef"[type[i] >> 4], "0123456789abcdef"[type[i] & 15]);
+  }
+  return s;
+}
+
+// stb skips PNG CRCs, so a corrupt file would decode into wrong pixels and train silently; libpng and Pillow
+// refuse it. Every chunk up to IEND must be whole and carry the CRC (zlib's crc32) of its type and data.
+void check_png_chunks(const uint8_t* data, std::size_t size, const std::string& name) {
+  std::size_t at = sizeof kPngSignature;
+  for (bool first = true;; first = false) {
+    HR_CHECK(size - at >= kPngChunkOverhead, "[image] ", name, ": PNG ends at byte ", size,
+             " before its IEND chunk (truncated file?)");
+    const uint32_t length = big_endian32(data + at);
+    const uint8_t* type = data + at + 4;
+    const std::string chunk = chunk_name(type);
+    HR_CHECK(length <= size - at - kPngChunkOverhead, "[image] ", name, ": PNG chunk '", chunk, "' at byte ", at,
+             " claims ", length, " bytes, past the end of the ", size, "-byte file (truncated file?)");
+    HR_CHECK(!first || std::memcmp(type, "IHDR", 4) == 0, "[image] ", name, ": PNG starts with chunk '", chunk,
+             "', not IHDR");
+    const uint32_t stored = big_endian32(type + 4 + length);
+    const uint32_t computed = uint32_t(crc32(crc32(0L, Z_NULL, 0), type, 4 + length));
+    HR_CHECK(stored == computed, "[image] ", name, ": PNG chunk '", chunk, "' at byte ", at, " has CRC ",
+             str(std::hex, stored), " but its bytes give ", str(std::hex, computed), " (corrupt file)");
+    if (std::memcmp(type, "IEND", 4) == 0) return;
+    at += kPngChunkOverhead + length;
+  }
+}
+
+// A JPEG cut short still decodes in stb (missing data reads as zeros); its end-of-image marker is gone. Byte
+// stuffing keeps FF D9 out of entropy-coded data, so its absence means the file is truncated.
+void check_jpeg_end(const uint8_t* data, std::size_t size, const std::string& name) {
+  for (std::size_t i = size; i >= 4; --i)
+    if (data[i - 2] == 0xFF && data[i - 1] == 0xD9) return;
+  throw Error(str("[image] ", name, ": JPEG has no end-of-image marker (truncated file?)"));
+}
+
+constexpr uint8_t kJpegDht = 0xC4, kJpegEoi = 0xD9;
+constexpr std::size_t kHuffmanCounts = 16, kMaxHuffmanCodes = 256;
+
+// The Huffman tables of one DHT segment: per table a class/id byte, 16 code counts, then that many symbols.
+void check_jpeg_dht(const uint8_t* p, std::size_t length, std::size_t at, const std::string& name) {
+  while (length > 0) {
+    HR_CHECK(length >= 1 + kHuffmanCounts, "[image] ", name, ": JPEG Huffman table segment at byte ", at, " is cut short");
+    std::size_t codes = 0;
+    for (std::size_t i = 0; i < kHuffmanCounts; ++i) codes += p[1 + i];
+    HR_CHECK(codes <= kMaxHuffmanCodes, "[image] ", name, ": JPEG Huffman table at byte ", at, " has ", codes,
+             " codes; at most ", kMaxHuffmanCodes, " exist (corrupt file)");
+    HR_CHECK(length >= 1 + kHuffmanCounts + codes, "[image] ", name, ": JPEG Huffman table segment at byte ", at,
+             " is cut short");
+    p += 1 + kHuffmanCounts + codes;
+    length -= 1 + kHuffmanCounts + codes;
+  }
+}
+
+// stb_image 2.27 (Debian 12's libstb) does not check that a Huffman table's code counts sum to at most 256
+// and writes past its tables when they do (checked upstream since 2.28). Every marker segment, before and
+// between scans, is walked here as stb reads them and each DHT checked before stb sees it.
+void check_jpeg_segments(const uint8_t* data, std::size_t size, const std::string& name) {
+  std::size_t at = 2;  // after SOI
+  while (at + 1 < size) {
+    if (data[at] != 0xFF || data[at + 1] == 0xFF) {  // entropy-coded data, or fill bytes before a marker
+      ++at;
+      continue;
+    }
+    const uint8_t marker = data[at + 1];
+    if (marker == kJpegEoi) return;
+    if (marker == 0x00 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) {  // stuffed FF, TEM, RSTn: no length
+      at += 2;
+      continue;
+    }
+    HR_CHECK(at + 4 <= size, "[image] ", name, ": JPEG segment at byte ", at, " is cut short (truncated file?)");
+    const std::size_t length = std::size_t(data[at + 2]) << 8 | data[at + 3];
+    HR_CHECK(length >= 2 && length <= size - at - 2, "[image] ", name, ": JPEG segment at byte ", at, " claims ",
+             length, " bytes, past the end of the ", size, "-byte file (truncated file?)");
+    if (marker == kJpegDht) check_jpeg_dht(data + at + 4, length - 2, at, name);
+    at += 2 + length;
+  }
+}
+
+}  // namespace
+
+RgbImage decode_image_bytes(const uint8_t* data, std::size_t size, const std::string& name, int64_t max_pixels) {
+  max_pixels = std::min(max_pixels, kMaxImagePixels);
+  const bool png = size >= sizeof kPngSignature && std::memcmp(data, kPngSignature, sizeof kPngSignature) == 0;
+  const bool jpeg = size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF;
+  HR_CHECK(png || jpeg, "[image] ", name, ": not a PNG or JPEG file");
+  if (png) {
+    check_png_chunks(data, size, name);
+  } else {
+    check_jpeg_end(data, size, name);
+    check_jpeg_segments(data, size, name);
+  }
+  HR_CHECK(size <= std::size_t(INT32_MAX), "[image] ", name, ": ", size, " bytes is more than stb reads");
   int w = 0, h = 0, c = 0;
-  unsigned char* data = stbi_load(path.c_str(), &w, &h, &c, 3);
-  HR_CHECK(data, "[image] ", path, ": cannot decode (", stbi_failure_reason() ? stbi_failure_reason() : "unknown", ")");
-  RgbImage img{w, h, std::vector<uint8_t>(data, data + std::size_t(w) * h * 3)};
-  stbi_image_free(data);
+  HR_CHECK(stbi_info_from_memory(data, int(size), &w, &h, &c), "[image] ", name, ": cannot decode (",
+           stbi_failure_reason() ? stbi_failure_reason() : "unknown", ")");
+  HR_CHECK(int64_t(w) * h <= max_pixels, "[image] ", name, ": ", w, " x ", h, " pixels is above the limit of ",
+           max_pixels, " (a decompression bomb?)");
+  unsigned char* pixels = stbi_load_from_memory(data, int(size), &w, &h, &c, 3);
+  HR_CHECK(pixels, "[image] ", name, ": cannot decode (", stbi_failure_reason() ? stbi_failure_reason() : "unknown", ")");
+  RgbImage img{w, h, std::vector<uint8_t>(pixels, pixels + std::size_t(w) * h * 3)};
+  stbi_image_free(pixels);
   return img;
+}
+
+RgbImage decode_image(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  HR_CHECK(in, "[image] ", path, ": cannot open");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return decode_image_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
 }
 
 void write_png(const std::string& path, const RgbImage& image) {
@@ -121,14 +239,20 @@ Tensor clip_tensor(const RgbImage& sq, int64_t size) {
   return t;
 }
 
-Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode) {
-  RgbImage img = decode_image(path);
+Tensor clip_image(RgbImage img, const std::string& name, int64_t size, AspectMode mode) {
   if (mode == AspectMode::Pad) {
+    const int64_t side = std::max(img.width, img.height);
+    HR_CHECK(side * side <= kMaxImagePixels, "[image] ", name, ": ", img.width, " x ", img.height, " pads to a ",
+             side, " x ", side, " square, above the limit of ", kMaxImagePixels, " pixels");
     const uint8_t fill[3] = {uint8_t(std::lround(kClipMean[0] * 255)), uint8_t(std::lround(kClipMean[1] * 255)),
                              uint8_t(std::lround(kClipMean[2] * 255))};
     img = expand_to_square(img, fill);
   }
   return clip_tensor(img, size);
+}
+
+Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode) {
+  return clip_image(decode_image(path), path, size, mode);
 }
 
 }  // namespace hr::data

@@ -18,8 +18,16 @@ struct RgbImage {
   std::vector<uint8_t> pixels;  // row-major RGB
 };
 
-// Throws naming the file when it is missing or not a decodable PNG/JPEG.
+// Images above Pillow's decompression-bomb warning size (its Image.MAX_IMAGE_PIXELS) are refused before any
+// pixel is decoded; so is a padded square above it.
+constexpr int64_t kMaxImagePixels = 89'478'485;
+
+// Throws naming the file when it is missing or not a decodable PNG/JPEG: other formats, a PNG chunk whose CRC
+// is wrong, a JPEG without its end-of-image marker (truncated) and images above kMaxImagePixels are refused.
 RgbImage decode_image(const std::string& path);
+// The same on bytes in memory; `name` stands for the path in errors. `max_pixels` may only lower the limit.
+RgbImage decode_image_bytes(const uint8_t* data, std::size_t size, const std::string& name,
+                            int64_t max_pixels = kMaxImagePixels);
 void write_png(const std::string& path, const RgbImage& image);
 
 // Pads the shorter side with `fill` so the image becomes square, content centred (LLaVA's expand2square).
@@ -29,6 +37,8 @@ RgbImage resize_bicubic(const RgbImage& image, int width, int height);
 
 // decode + pad/resize + normalise: a (3, size, size) f32 tensor on the host, tagged io.
 core::Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode);
+// pad/resize + normalise of a decoded image; `name` stands for its file in errors.
+core::Tensor clip_image(RgbImage image, const std::string& name, int64_t size, AspectMode mode);
 core::Tensor clip_tensor(const RgbImage& square, int64_t size);
 
 }  // namespace hr::data

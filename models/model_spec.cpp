@@ -45,6 +45,7 @@ void apply(const YAML::Node& node, const std::string& path, const std::map<std::
 
 ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
   ModelSpec s;
+  HR_CHECK(model.IsMap() || model.IsNull(), "[config] ", where, ": model must be a mapping, not '", YAML::Dump(model), "'");
   if (model["preset"]) s.config = preset(as<std::string>(model["preset"], "preset", where));
   VisionConfig& v = s.config.vision;
   LlmConfig& l = s.config.llm;

@@ -4,9 +4,10 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libdnnl-dev libeigen3-dev libyaml-cpp-dev nlohmann-json3-dev libstb-dev
+  libdnnl-dev libeigen3-dev libyaml-cpp-dev nlohmann-json3-dev libstb-dev zlib1g-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev libomp-dev  # the fuzz build (tests/fuzz): libFuzzer, ASan, UBSan, OpenMP for clang
 )
 # python3-torch only generates golden files; the tests read the committed files.
 if [[ "${HR_WITH_TORCH:-0}" == 1 ]]; then packages+=(python3-torch python3-numpy); fi

@@ -11,3 +11,11 @@ if [[ -f isa_levels.txt ]]; then
   echo "test: oneDNN ISA levels: the plain run at this CPU's ${top:-?}; the exactness tests (isa.* tests) again at: ${reruns:-none}"
 fi
 ctest --output-on-failure -LE gpu --timeout 1200 "$@"
+
+# The fuzz targets (tests/fuzz, README "Robustness"): a clang build under ASan and UBSan in build-fuzz, then a
+# bounded run of each. Part of the whole suite (no ctest arguments); HR_FUZZ=0 skips it, HR_FUZZ=1 forces it.
+if [[ ${HR_FUZZ:-$(($# == 0))} == 1 ]]; then
+  cd "$OLDPWD"  # the repository root
+  scripts/fuzz.sh --build
+  ctest --test-dir "${HR_FUZZ_BUILD_DIR:-build-fuzz}" --output-on-failure -L fuzz
+fi

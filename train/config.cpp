@@ -5,7 +5,9 @@
 
 #include <unistd.h>
 
+#include <fstream>
 #include <functional>
+#include <map>
 
 #include "core/suggest.h"
 #include "core/check.h"
@@ -380,23 +382,55 @@ YAML::Node lookup(const YAML::Node& root, const std::string& path) {
 
 bool has_path(const YAML::Node& root, const std::string& path) { return lookup(root, path).IsDefined(); }
 
+constexpr int64_t kMaxConfigNodes = 100'000;  // a real config has hundreds; aliases can make a tree look endless
+
+// yaml-cpp keeps the first of two equal keys in a mapping and says nothing, so `train:` twice would drop a
+// whole section. Every mapping key must be a scalar that appears once; a repeat names both lines. Aliased
+// subtrees are visited once per use: the node budget stops an alias bomb before anything copies it.
+void check_keys(const YAML::Node& node, const std::string& prefix, const std::string& where, int64_t& budget) {
+  HR_CHECK(--budget >= 0, "[config] ", where, ": more than ", kMaxConfigNodes, " YAML nodes (aliases nested too deep?)");
+  if (node.IsSequence()) {
+    for (const YAML::Node& item : node) check_keys(item, prefix, where, budget);
+    return;
+  }
+  if (!node.IsMap()) return;
+  std::map<std::string, int> line_of;
+  for (const auto& kv : node) {
+    const int line = kv.first.Mark().line + 1;
+    HR_CHECK(kv.first.IsScalar(), "[config] ", where, ": line ", line, ": a key ",
+             prefix.empty() ? std::string("at the top level") : "under '" + prefix + "'", " is not a plain name");
+    const std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
+    const auto [seen, fresh] = line_of.emplace(kv.first.Scalar(), line);
+    HR_CHECK(fresh, "[config] ", where, ": duplicate key '", key, "' at lines ", seen->second, " and ", line);
+    check_keys(kv.second, key, where, budget);
+  }
+}
+
 }  // namespace
 
 const char* precision_name(Precision p) { return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16"; }
 const char* stage_name(Stage s) { return s == Stage::Pretrain ? "pretrain" : s == Stage::Finetune ? "finetune" : "full"; }
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
-  const std::string where = path.empty() ? "(defaults)" : path;
+  if (path.empty()) return load_config_text("", "(defaults)", overrides, world_size);
+  std::ifstream in(path, std::ios::binary);
+  HR_CHECK(in, "[config] ", path, ": cannot open");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return load_config_text(text, path, overrides, world_size);
+}
+
+RunConfig load_config_text(const std::string& yaml, const std::string& where, const std::vector<std::string>& overrides,
+                           int world_size) {
   YAML::Node root(YAML::NodeType::Map);
-  if (!path.empty()) {
-    try {
-      root = YAML::LoadFile(path);
-    } catch (const YAML::Exception& e) {
-      throw Error(str("[config] ", path, ": ", e.what()));
-    }
-    if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-    HR_CHECK(root.IsMap(), "[config] ", path, ": the top level must be a mapping of sections");
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    throw Error(str("[config] ", where, ": ", e.what()));
   }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  HR_CHECK(root.IsMap(), "[config] ", where, ": the top level must be a mapping of sections");
+  int64_t budget = kMaxConfigNodes;
+  check_keys(root, "", where, budget);
   for (const std::string& o : overrides) {
     const std::size_t eq = o.find('=');
     HR_CHECK(eq != std::string::npos && eq > 0, "[config] --set '", o, "': expected key=value");
@@ -406,6 +440,7 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
     } catch (const YAML::Exception& e) {
       throw Error(str("[config] --set ", o, ": value is not valid YAML: ", e.what()));
     }
+    check_keys(value, o.substr(0, eq), "--set " + o, budget);
     set_path(root, o.substr(0, eq), value);
   }
   static const std::vector<std::string> sections = {"run", "device", "model", "data", "train", "memory", "parallel", "log"};
@@ -434,7 +469,7 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   // The model section (minus model.weights, read above).
   YAML::Node model = root["model"] ? YAML::Clone(root["model"]) : YAML::Node(YAML::NodeType::Map);
   if (model.IsMap() && model["weights"]) {
-    c.init_weights = model["weights"].as<std::string>();
+    c.init_weights = get<std::string>(model["weights"], "model.weights", "a string");
     model.remove("weights");
   }
   c.model = models::parse_model_spec(model, where);

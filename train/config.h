@@ -91,6 +91,9 @@ struct RunConfig {
 // Loads `path` (may be empty: defaults only), applies "a.b=v" overrides, validates, resolves derived values
 // (global batch = micro x accumulation x world size).
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size = 1);
+// The same on YAML text already in memory; `where` names it in errors (as the path does).
+RunConfig load_config_text(const std::string& yaml, const std::string& where, const std::vector<std::string>& overrides,
+                           int world_size = 1);
 
 const char* precision_name(Precision p);
 const char* stage_name(Stage s);

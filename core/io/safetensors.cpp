@@ -64,14 +64,29 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   HR_CHECK(m != MAP_FAILED, where, "mmap failed: ", std::strerror(errno));
+  std::shared_ptr<void> mapping(m, [size](void* p) { munmap(p, size); });
+  return parse(path, std::move(mapping), static_cast<const char*>(m), size);
+}
+
+SafetensorsFile SafetensorsFile::from_bytes(const std::string& name, std::string bytes) {
+  auto owned = std::make_shared<std::string>(std::move(bytes));
+  const char* base = owned->data();
+  const std::size_t size = owned->size();
+  return parse(name, std::move(owned), base, size);
+}
+
+SafetensorsFile SafetensorsFile::parse(const std::string& path, std::shared_ptr<void> keep, const char* base,
+                                       std::size_t size) {
+  const std::string where = "[safetensors] " + path + ": ";
+  HR_CHECK(size >= 8, where, "file is ", size, " bytes; a safetensors file starts with an 8-byte header length");
   SafetensorsFile f;
   f.path_ = path;
-  f.mapping_ = std::shared_ptr<void>(m, [size](void* p) { munmap(p, size); });
-  const char* base = static_cast<const char*>(m);
+  f.mapping_ = std::move(keep);
   uint64_t n = 0;
   std::memcpy(&n, base, 8);  // little-endian on every platform we build for
+  // Both checks come before anything is allocated for the header.
   HR_CHECK(n <= kMaxHeaderBytes, where, "header length ", n, " exceeds the 100 MiB limit (corrupt or not safetensors)");
-  HR_CHECK(n + 8 <= size, where, "header length ", n, " runs past the end of the ", size, "-byte file (truncated?)");
+  HR_CHECK(n <= size - 8, where, "header length ", n, " runs past the end of the ", size, "-byte file (truncated?)");
   HR_CHECK(n >= 2 && base[8] == '{', where, "header is not a JSON object");
   json header;
   try {
@@ -100,14 +115,21 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     HR_CHECK(e["dtype"].is_string() && parse_st_dtype(e["dtype"].get<std::string>(), &en.dtype), where, "tensor '",
              name, "' has unsupported dtype ", e["dtype"].dump(), " (supported: F32, BF16, F16, I32, I64, U8)");
     HR_CHECK(e["shape"].is_array(), where, "tensor '", name, "' shape is not an array");
-    uint64_t count = 1;
+    // Every count is checked for overflow and against the data section before anything trusts it: a shape
+    // such as [2^31, 2^31] of f32 must not wrap to 0 bytes and pass as an empty tensor.
+    uint64_t count = 1, nonzero = 1;  // `nonzero`: the product without zero dims, which strides still multiply
     for (const json& d : e["shape"]) {
       HR_CHECK(d.is_number_unsigned(), where, "tensor '", name, "' has a negative or non-integer dimension");
       const uint64_t v = d.get<uint64_t>();
-      HR_CHECK(v == 0 || count <= (uint64_t(1) << 62) / v, where, "tensor '", name, "' shape overflows");
-      count *= v;
+      HR_CHECK(v <= uint64_t(INT64_MAX) && (v == 0 || !__builtin_mul_overflow(nonzero, v, &nonzero)) &&
+                   nonzero <= uint64_t(INT64_MAX),
+               where, "tensor '", name, "' shape ", e["shape"].dump(), " overflows 64-bit element counts");
+      count = v == 0 ? 0 : count * v;  // count <= nonzero, which did not overflow
       en.shape.push_back(int64_t(v));
     }
+    uint64_t bytes = 0;
+    HR_CHECK(!__builtin_mul_overflow(count, uint64_t(dtype_size(en.dtype)), &bytes), where, "tensor '", name,
+             "' shape ", e["shape"].dump(), " of ", dtype_name(en.dtype), " overflows a 64-bit byte count");
     const json& off = e["data_offsets"];
     HR_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), where,
              "tensor '", name, "' data_offsets must be [begin, end]");
@@ -115,9 +137,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     en.end = off[1].get<std::size_t>();
     HR_CHECK(en.begin <= en.end && en.end <= data_size, where, "tensor '", name, "' bytes [", en.begin, ", ", en.end,
              ") lie outside the ", data_size, "-byte data section (truncated file?)");
-    HR_CHECK(en.end - en.begin == count * dtype_size(en.dtype), where, "tensor '", name, "' has ", en.end - en.begin,
-             " bytes but shape ", shape_str(en.shape), " of ", dtype_name(en.dtype), " needs ",
-             count * dtype_size(en.dtype));
+    HR_CHECK(en.end - en.begin == bytes, where, "tensor '", name, "' has ", en.end - en.begin, " bytes but shape ",
+             shape_str(en.shape), " of ", dtype_name(en.dtype), " needs ", bytes);
     spans.emplace_back(en.begin, name);
     f.entries_.emplace(name, en);
   }
@@ -157,9 +178,17 @@ DType SafetensorsFile::dtype(const std::string& name) const { return entry(name)
 
 Tensor SafetensorsFile::get(const std::string& name) const {
   const Entry& e = entry(name);
+  const char* at = data_ + e.begin;
+  // Offsets need not be multiples of the dtype's size (a U8 tensor of odd length before an F32 one): a
+  // misaligned tensor is copied, since kernels read elements through typed pointers.
+  if (reinterpret_cast<std::uintptr_t>(at) % dtype_size(e.dtype) != 0) {
+    Tensor t = Tensor::empty(e.shape, e.dtype, Device::host());
+    if (e.end > e.begin) std::memcpy(t.data_ptr(), at, e.end - e.begin);
+    return t;
+  }
   std::shared_ptr<void> keep = mapping_;
   // The mapping is read-only: writers must copy first (the returned tensor is for reading and casting).
-  return Tensor::wrap(const_cast<char*>(data_ + e.begin), e.shape, e.dtype, Device::host(), [keep] {});
+  return Tensor::wrap(const_cast<char*>(at), e.shape, e.dtype, Device::host(), [keep] {});
 }
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors, std::map<std::string, std::string> metadata) {
@@ -214,6 +243,30 @@ void save_sharded(const std::string& dir, const NamedTensors& tensors, std::size
   out.commit();
 }
 
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& index_path) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(str("[checkpoint] ", index_path, ": not valid JSON: ", e.what()));
+  }
+  HR_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), "[checkpoint] ", index_path,
+           ": no weight_map object");
+  std::map<std::string, std::string> wanted;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    HR_CHECK(it->is_string(), "[checkpoint] ", index_path, ": weight_map maps '", it.key(), "' to ", it->dump(),
+             ", not a file name");
+    const std::string& file = it->get_ref<const std::string&>();
+    // Shards sit next to the index: a path that leaves the folder is refused, not followed.
+    HR_CHECK(!file.empty() && file != "." && file != ".." && file.find('/') == std::string::npos &&
+                 file.find('\0') == std::string::npos,
+             "[checkpoint] ", index_path, ": weight_map maps '", it.key(), "' to '", file,
+             "', which is not a file name in the index's folder");
+    wanted[it.key()] = file;
+  }
+  return wanted;
+}
+
 Checkpoint Checkpoint::open(const std::string& path) {
   namespace fs = std::filesystem;
   Checkpoint c;
@@ -221,16 +274,10 @@ Checkpoint Checkpoint::open(const std::string& path) {
   if (fs::is_directory(path)) {
     const std::string index = path + "/model.safetensors.index.json";
     if (fs::exists(index)) {
-      std::ifstream in(index);
-      json j;
-      try {
-        j = json::parse(in);
-      } catch (const json::exception& e) {
-        throw Error(str("[checkpoint] ", index, ": not valid JSON: ", e.what()));
-      }
-      HR_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), "[checkpoint] ", index, ": no weight_map");
-      std::map<std::string, std::string> wanted;
-      for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) wanted[it.key()] = it->get<std::string>();
+      std::ifstream in(index, std::ios::binary);
+      HR_CHECK(in, "[checkpoint] ", index, ": cannot open");
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const std::map<std::string, std::string> wanted = parse_safetensors_index(text, index);
       std::vector<std::string> unique;
       for (const auto& [n, f] : wanted)
         if (std::find(unique.begin(), unique.end(), f) == unique.end()) unique.push_back(f);

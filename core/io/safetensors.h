@@ -18,6 +18,8 @@ class SafetensorsFile {
  public:
   // Throws hr::Error naming the file and what is wrong (size, offsets, dtype, overlap, truncation).
   static SafetensorsFile open(const std::string& path);
+  // The same checks on a file's bytes held in memory; `name` stands for the path in errors.
+  static SafetensorsFile from_bytes(const std::string& name, std::string bytes);
 
   const std::string& path() const { return path_; }
   std::vector<std::string> names() const;  // in file order of their data
@@ -34,6 +36,8 @@ class SafetensorsFile {
     std::size_t begin, end;  // within the data section
   };
   const Entry& entry(const std::string& name) const;
+  // Validates the header of the `size` bytes at `base`, which `keep` keeps alive.
+  static SafetensorsFile parse(const std::string& path, std::shared_ptr<void> keep, const char* base, std::size_t size);
 
   std::string path_;
   std::shared_ptr<void> mapping_;  // munmap on release
@@ -52,6 +56,10 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 // Writes model-0000i-of-0000n.safetensors shards of at most `max_shard_bytes` each (a tensor larger
 // than that gets its own shard) and model.safetensors.index.json into `dir`.
 void save_sharded(const std::string& dir, const NamedTensors& tensors, std::size_t max_shard_bytes);
+
+// The weight_map of a model.safetensors.index.json (tensor name -> shard file name in the index's folder),
+// validated: an object of strings, each a plain file name. `index_path` names the file in errors.
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& index_path);
 
 // All tensors of a checkpoint: a .safetensors file, or a directory holding model.safetensors or a
 // model.safetensors.index.json with its shards.

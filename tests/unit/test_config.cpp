@@ -75,3 +75,36 @@ TEST(Config, GlobalBatchIsInferredOrChecked) {
                 .find("disagrees"),
             std::string::npos);
 }
+
+TEST(Config, DuplicateKeysNameTheKeyAndBothLines) {
+  // yaml-cpp would keep the first `train:` and drop the second section silently.
+  const std::string p = write("train:\n  max_steps: 5\nmemory:\n  precision: bf16\ntrain:\n  learning_rate: 0.1\n");
+  EXPECT_NE(error_of(p).find(p + ": duplicate key 'train' at lines 1 and 5"), std::string::npos) << error_of(p);
+  const std::string q = write("train:\n  max_steps: 5\n  learning_rate: 0.1\n  max_steps: 7\n");
+  EXPECT_NE(error_of(q).find("duplicate key 'train.max_steps' at lines 2 and 4"), std::string::npos) << error_of(q);
+  EXPECT_NE(error_of("", {"train={max_steps: 1, max_steps: 2}"}).find("--set train={max_steps: 1, max_steps: 2}: "
+                                                                     "duplicate key 'train.max_steps' at lines 1 and 1"),
+            std::string::npos)
+      << error_of("", {"train={max_steps: 1, max_steps: 2}"});
+}
+
+TEST(Config, KeysMustBeNamesAndAliasesCannotExplode) {
+  const std::string p = write("train:\n  ? [a, b]\n  : 1\n");
+  EXPECT_NE(error_of(p).find(p + ": line 2: a key under 'train' is not a plain name"), std::string::npos) << error_of(p);
+  // Nine levels of ten aliases each stand for 10^9 nodes; the loader must refuse, not copy them.
+  std::string bomb = "model:\n  l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    bomb += "  l" + std::to_string(i) + ": &l" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) bomb += (k ? ", *l" : "*l") + std::to_string(i - 1);
+    bomb += "]\n";
+  }
+  EXPECT_NE(error_of(write(bomb)).find("more than 100000 YAML nodes"), std::string::npos) << error_of(write(bomb));
+}
+
+TEST(Config, AModelSectionOfTheWrongShapeIsAConfigError) {
+  const std::string p = write("model: 5\n");
+  EXPECT_NE(error_of(p).find(p + ": model must be a mapping, not '5'"), std::string::npos) << error_of(p);
+  const std::string q = write("model:\n  weights: {a: 1}\n");
+  EXPECT_NE(error_of(q).find("[config] model.weights: "), std::string::npos) << error_of(q);
+  EXPECT_NE(error_of(q).find("is not a string"), std::string::npos) << error_of(q);
+}

@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 #include <nlohmann/json.hpp>
+#include <stb/stb_image_write.h>
+#include <zlib.h>
 
 #include "data/loader.h"
 #include "data/synth.h"
@@ -95,6 +97,111 @@ TEST(Image, ResizeKeepsFlatImagesFlatAndPadCentres) {
   EXPECT_EQ(sq.height, 7);
   EXPECT_EQ(sq.pixels[0], 1);                 // top row is padding
   EXPECT_EQ(sq.pixels[(7 * 3 + 3) * 3], 100);  // the middle is the image
+}
+
+namespace {
+// Bytes of a file; a PNG's chunk at `offset` has its type at offset + 4.
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+std::string decode_error(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+  try {
+    decode_image(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Image, CorruptPngAndTruncatedJpegAreRefusedByName) {
+  const std::string d = dir("corrupt_images");
+  RgbImage img{5, 3, std::vector<uint8_t>(5 * 3 * 3, 77)};
+  write_png(d + "/ok.png", img);
+  const std::string png = bytes_of(d + "/ok.png");
+  EXPECT_EQ(decode_image(d + "/ok.png").pixels, img.pixels);
+  // One flipped bit in IHDR's CRC: stb would decode it; libpng and Pillow refuse.
+  std::string bad = png;
+  bad[8 + 8 + 13] ^= 1;  // signature, IHDR length and type, 13 data bytes: the CRC's first byte
+  const std::string p = d + "/bad_crc.png";
+  EXPECT_NE(decode_error(p, bad).find("[image] " + p + ": PNG chunk 'IHDR' at byte 8 has CRC"), std::string::npos)
+      << decode_error(p, bad);
+  EXPECT_NE(decode_error(p, bad).find("(corrupt file)"), std::string::npos);
+  // A flipped pixel byte inside IDAT is caught by that chunk's CRC.
+  bad = png;
+  const std::size_t idat = png.find("IDAT");
+  bad[idat + 6] ^= 0x10;
+  EXPECT_NE(decode_error(p, bad).find("PNG chunk 'IDAT' at byte " + std::to_string(idat - 4)), std::string::npos)
+      << decode_error(p, bad);
+  EXPECT_NE(decode_error(p, png.substr(0, png.size() - 12)).find("before its IEND chunk (truncated file?)"),
+            std::string::npos);
+  EXPECT_NE(decode_error(p, png.substr(0, idat + 10)).find("past the end"), std::string::npos);
+  // JPEG: stb decodes a truncated file with zeros for the missing data.
+  ASSERT_TRUE(stbi_write_jpg((d + "/ok.jpg").c_str(), 5, 3, 3, img.pixels.data(), 90));
+  const std::string jpg = bytes_of(d + "/ok.jpg");
+  EXPECT_EQ(decode_image(d + "/ok.jpg").width, 5);
+  const std::string j = d + "/cut.jpg";
+  EXPECT_NE(decode_error(j, jpg.substr(0, jpg.size() - 2)).find("[image] " + j + ": JPEG has no end-of-image marker"),
+            std::string::npos);
+  std::string broken = jpg;
+  broken[3] = 0x01;  // the first marker segment becomes garbage: stb's own reason is reported
+  EXPECT_NE(decode_error(j, broken).find("[image] " + j + ": cannot decode ("), std::string::npos)
+      << decode_error(j, broken);
+  EXPECT_NE(decode_error(d + "/x.gif", "GIF89a....").find("not a PNG or JPEG file"), std::string::npos);
+  // A Huffman table claiming more than 256 codes: stb 2.27 would write past its tables.
+  std::string dht = jpg;
+  const std::size_t at = dht.find("\xFF\xC4");
+  ASSERT_NE(at, std::string::npos);
+  for (int i = 0; i < 16; ++i) dht[at + 5 + i] = char(0xFF);
+  EXPECT_NE(decode_error(j, dht).find("JPEG Huffman table at byte " + std::to_string(at) + " has 4080 codes; at most 256"),
+            std::string::npos)
+      << decode_error(j, dht);
+}
+
+TEST(Image, DecompressionBombsAreRefusedBeforeDecoding) {
+  const std::string d = dir("bomb_images");
+  // A 10000 x 9000 PNG header: 90M pixels, above Pillow's limit (stb itself refuses only above 1 GiB).
+  RgbImage small{1, 1, {0, 0, 0}};
+  write_png(d + "/tiny.png", small);
+  std::string png = bytes_of(d + "/tiny.png");
+  auto set_ihdr_size = [&](uint32_t w, uint32_t h) {
+    for (int i = 0; i < 4; ++i) png[16 + i] = char(w >> (24 - 8 * i)), png[20 + i] = char(h >> (24 - 8 * i));
+    const uint32_t crc = uint32_t(crc32(0, reinterpret_cast<const Bytef*>(png.data() + 12), 17));
+    for (int i = 0; i < 4; ++i) png[29 + i] = char(crc >> (24 - 8 * i));
+  };
+  set_ihdr_size(10000, 9000);
+  const std::string p = d + "/bomb.png";
+  EXPECT_NE(decode_error(p, png).find(p + ": 10000 x 9000 pixels is above the limit of 89478485"), std::string::npos)
+      << decode_error(p, png);
+  // One pixel wide and 20000 tall is few pixels, but padding makes it a 20000 x 20000 square.
+  RgbImage tall{1, 20000, std::vector<uint8_t>(20000 * 3, 9)};
+  try {
+    clip_image(tall, "tall.png", 8, AspectMode::Pad);
+    FAIL() << "expected the padded square to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tall.png: 1 x 20000 pads to a 20000 x 20000 square, above the limit"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(clip_image(tall, "tall.png", 8, AspectMode::Resize).numel(), 3 * 8 * 8);
+}
+
+TEST(Dataset, EntriesCannotForgeTheMalformedLineMarker) {
+  DataOptions o;
+  o.json_path = "forged.jsonl";
+  const std::string text = R"({"__malformed_line__": "x", "conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]})"
+                           "\n{not json\n";
+  LlavaDataset data(o, models::input_spec(small_model()), text);
+  ASSERT_EQ(data.size(), 2);
+  EXPECT_EQ(data.get(0).answer, "a");
+  try {
+    data.get(1);
+    FAIL() << "expected a bad sample";
+  } catch (const BadSample& e) {
+    EXPECT_NE(std::string(e.what()).find("forged.jsonl[1] (id ?): line 2 is not valid JSON"), std::string::npos) << e.what();
+  }
 }
 
 namespace {

@@ -107,6 +107,77 @@ TEST(Safetensors, RejectsCorruptFilesByName) {
   EXPECT_NE(error_of(p).find(p), std::string::npos) << "the error names the file";
 }
 
+TEST(Safetensors, ByteCountsThatOverflowAreRejectedBeforeAnyAllocation) {
+  const std::string p = tmp("overflow.safetensors");
+  // 2^31 x 2^31 f32 elements are 2^64 bytes: a wrapping count would make it 0 and match data_offsets [0, 0].
+  write_raw(p, R"({"w":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})", 0);
+  EXPECT_NE(error_of(p).find("tensor 'w' shape [2147483648,2147483648] of f32 overflows a 64-bit byte count"),
+            std::string::npos) << error_of(p);
+  // A dimension above INT64_MAX, and a zero dim beside dims whose product overflows (strides would).
+  write_raw(p, R"({"w":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,0]}})", 0);
+  EXPECT_NE(error_of(p).find("tensor 'w' shape [18446744073709551615] overflows"), std::string::npos) << error_of(p);
+  write_raw(p, R"({"w":{"dtype":"U8","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", 0);
+  EXPECT_NE(error_of(p).find("tensor 'w' shape [0,4294967296,4294967296] overflows"), std::string::npos) << error_of(p);
+  // A header length near 2^64 must not wrap the "fits in the file" check.
+  {
+    std::ofstream out(p, std::ios::binary);
+    uint64_t n = ~uint64_t(0) - 3;
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << "{}";
+  }
+  EXPECT_NE(error_of(p).find("exceeds the 100 MiB limit"), std::string::npos) << error_of(p);
+  // The in-memory entry point applies the same checks and names what it was given.
+  std::string bytes(8, '\0');
+  const std::string header = R"({"w":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})";
+  const uint64_t n = header.size();
+  std::memcpy(bytes.data(), &n, 8);
+  std::string got;
+  try {
+    SafetensorsFile::from_bytes("mem.safetensors", bytes + header);
+  } catch (const Error& e) {
+    got = e.what();
+  }
+  EXPECT_NE(got.find("[safetensors] mem.safetensors: tensor 'w'"), std::string::npos) << got;
+}
+
+TEST(Safetensors, MisalignedTensorsAreReadThroughAnAlignedCopy) {
+  // One U8 byte puts the F32 tensor after it at an odd address; kernels read it through a float pointer.
+  std::string header = R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"F32","shape":[2],"data_offsets":[1,9]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
+  const float values[2] = {1.25f, -3.5f};
+  std::string bytes(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(bytes.data(), &n, 8);
+  bytes += header + std::string(1, '\x07') + std::string(reinterpret_cast<const char*>(values), 8);
+  const std::string p = tmp("misaligned.safetensors");
+  std::ofstream(p, std::ios::binary) << bytes;
+  for (const SafetensorsFile& f : {SafetensorsFile::open(p), SafetensorsFile::from_bytes("mem", bytes)}) {
+    Tensor b = f.get("b");
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data_ptr()) % alignof(float), 0u);
+    EXPECT_EQ(b.to_floats(), (std::vector<float>{1.25f, -3.5f}));
+    EXPECT_EQ(f.get("a").to_ints(), (std::vector<int64_t>{7}));
+  }
+}
+
+TEST(Safetensors, IndexMustMapTensorsToFileNamesBesideIt) {
+  const std::string idx = "ck/model.safetensors.index.json";
+  auto error = [&](const std::string& text) {
+    try {
+      parse_safetensors_index(text, idx);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(parse_safetensors_index(R"({"weight_map":{"a":"model-1.safetensors"}})", idx).at("a"), "model-1.safetensors");
+  EXPECT_NE(error(R"({"weight_map":{"a":7}})").find(idx + ": weight_map maps 'a' to 7, not a file name"), std::string::npos)
+      << error(R"({"weight_map":{"a":7}})");
+  EXPECT_NE(error(R"({"weight_map":{"a":"../../secret"}})").find("maps 'a' to '../../secret', which is not a file name"),
+            std::string::npos);
+  EXPECT_NE(error("[1, 2]").find(idx + ": no weight_map object"), std::string::npos);
+  EXPECT_NE(error("{\"weight_map\":").find(idx + ": not valid JSON"), std::string::npos);
+}
+
 TEST(Safetensors, AtomicWriteLeavesNoPartialFile) {
   const std::string path = tmp("atomic.safetensors");
   save_safetensors(path, {{"a", Tensor::full({4}, 1.f, DType::F32, Device::cpu())}});

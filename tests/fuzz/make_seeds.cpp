@@ -1,0 +1,106 @@
+// Writes the seed corpora of the fuzz targets with headroom's own writers: safetensors files and a sharded
+// index, the synthetic VQA set as JSON and JSON lines, the configs in configs/ with overrides, PNG and JPEG.
+// Usage: fuzz_make_seeds OUT_DIR SOURCE_DIR
+#include <stb/stb_image_write.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/image.h"
+#include "fuzz_inputs.h"
+
+using namespace hr;
+using namespace hr::core;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+void write(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+
+void safetensors_seeds(const fs::path& out, const fs::path& scratch) {
+  save_safetensors((out / "mixed.safetensors").string(),
+                   {{"a", Tensor::from_floats({1, 2, 3, 4, 5, 6}, {2, 3}, DType::F32, Device::cpu())},
+                    {"b", Tensor::from_floats({1.5f, -2.25f}, {2}, DType::BF16, Device::cpu())},
+                    {"c", Tensor::from_floats({0.5f}, {1, 1}, DType::F16, Device::cpu())},
+                    {"d", Tensor::from_ints({7, -8, 9}, {3}, DType::I64, Device::cpu())},
+                    {"e", Tensor::from_ints({1, 2}, {2}, DType::I32, Device::cpu())},
+                    {"f", Tensor::from_ints({255}, {1}, DType::U8, Device::cpu())},
+                    {"empty", Tensor::full({0, 4}, 0.f, DType::F32, Device::cpu())}},
+                   {{"note", "seed"}});
+  save_sharded(scratch.string(), fuzz::shard_tensors(), fuzz::kShardBytes);
+  fs::copy_file(scratch / "model-00001-of-00003.safetensors", out / "shard.safetensors");
+}
+
+void index_seeds(const fs::path& out, const fs::path& scratch) {
+  const std::string index = read(scratch / "model.safetensors.index.json");
+  write(out / "index.json", index);
+  nlohmann::json j = nlohmann::json::parse(index);
+  j["weight_map"].erase("w4");  // a subset of the shards' tensors is a valid index too
+  write(out / "subset.json", j.dump());
+}
+
+void dataset_seeds(const fs::path& out, const fs::path& scratch) {
+  data::write_synthetic_vqa(fuzz::synth_options(scratch.string()));
+  for (const char* split : {"train", "eval"}) {
+    const std::string text = read(scratch / (std::string(split) + ".json"));
+    write(out / (std::string(split) + ".json"), text);
+    std::string lines;
+    for (const auto& e : nlohmann::json::parse(text)) lines += e.dump() + "\n";
+    write(out / (std::string(split) + ".jsonl"), lines);
+  }
+}
+
+void config_seeds(const fs::path& out, const fs::path& source) {
+  for (const auto& e : fs::directory_iterator(source / "configs"))
+    if (e.path().extension() == ".yaml") fs::copy_file(e.path(), out / e.path().filename());
+  // A config then NUL-separated --set overrides, as fuzz_config splits its input.
+  const std::string sets[] = {"train.max_steps=5", "memory.precision=bf16", "memory.gradient_checkpointing=selective",
+                              "train.global_batch_size=12", "model.preset=tiny", "data.synthetic.train=10"};
+  std::string text = read(source / "configs/quickstart.yaml");
+  for (const std::string& s : sets) text += '\0' + s;
+  write(out / "quickstart_sets.yaml", text);
+  write(out / "sets_only.yaml", std::string("model:\n  preset: tiny\n") + '\0' + "memory.zero_stage=auto" + '\0' +
+                                     "train.micro_batch_size=auto" + '\0' + "train.global_batch_size=6");
+}
+
+void image_seeds(const fs::path& out) {
+  constexpr int w = 12, h = 7;
+  data::RgbImage img{w, h, std::vector<uint8_t>(w * h * 3)};
+  for (std::size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = uint8_t(i * 37 % 251);
+  data::write_png((out / "rgb.png").string(), img);
+  std::vector<uint8_t> rgba(w * h * 4), grey(w * h);
+  for (std::size_t i = 0; i < rgba.size(); ++i) rgba[i] = uint8_t(i * 13 % 256);
+  for (std::size_t i = 0; i < grey.size(); ++i) grey[i] = uint8_t(i * 3);
+  stbi_write_png((out / "rgba.png").string().c_str(), w, h, 4, rgba.data(), w * 4);
+  stbi_write_png((out / "grey.png").string().c_str(), w, h, 1, grey.data(), w);
+  stbi_write_jpg((out / "rgb.jpg").string().c_str(), w, h, 3, img.pixels.data(), 90);
+  stbi_write_jpg((out / "grey.jpg").string().c_str(), w, h, 1, grey.data(), 50);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s OUT_DIR SOURCE_DIR\n", argv[0]);
+    return 2;
+  }
+  const fs::path out = argv[1], source = argv[2];
+  const fs::path scratch = fuzz::scratch_dir("seeds");
+  fs::remove_all(out);
+  for (const char* t : {"safetensors", "safetensors_index", "dataset", "config", "image"}) fs::create_directories(out / t);
+  safetensors_seeds(out / "safetensors", scratch / "shards");
+  index_seeds(out / "safetensors_index", scratch / "shards");
+  dataset_seeds(out / "dataset", scratch / "synth");
+  config_seeds(out / "config", source);
+  image_seeds(out / "image");
+  std::size_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(out)) n += e.is_regular_file();
+  std::printf("fuzz seeds: %zu files in %s\n", n, out.c_str());
+  return 0;
+}
