@@ -278,7 +278,7 @@ TEST(Loader, AFileWithNoUsableSampleStopsAndSaysSo) {
   const std::string d = dir("all_bad");
   std::ofstream j(d + "/bad.jsonl");
   for (int i = 0; i < 5; ++i)
-    j << nlohmann::json{{"id", "b" + std::to_string(i)}, {"image", "images/nope.png"},
+    j << nlohmann::json{{"id", str("b", i)}, {"image", "images/nope.png"},
                         {"conversations", {{{"from", "human"}, {"value", "q"}}, {{"from", "gpt"}, {"value", "a"}}}}}
              .dump()
       << "\n";
