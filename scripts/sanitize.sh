@@ -25,6 +25,9 @@ asan="detect_leaks=1:halt_on_error=1:check_initialization_order=1:log_path=$logs
 export ASAN_OPTIONS=$asan
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logs/ubsan"
 export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
+# The tests' scratch directories (testing::TempDir) apart from those of a plain run in /tmp.
+export TEST_TMPDIR=$root/$build/tmp
+mkdir -p "$TEST_TMPDIR"
 # mpirun passes its environment to the ranks it starts on this machine (another host would need -x).
 
 cd "$build"
