@@ -62,6 +62,16 @@ using testing_cli::jsonl;
 
 CmdResult headroom(const std::string& args) { return testing_cli::run(std::string(HR_HEADROOM_BIN) + " " + args); }
 
+// The complete checkpoints in an output directory (an unfinished one is still a .tmp- directory).
+std::set<std::string> checkpoint_names(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind("checkpoint-", 0) == 0) names.insert(std::move(name));
+  }
+  return names;
+}
+
 }  // namespace
 
 TEST(Train, MemoryLogHasEveryFieldOnEveryStep) {
@@ -256,12 +266,23 @@ TEST(Train, KillDuringCheckpointingLeavesTheLastCheckpointLoadable) {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    const std::set<std::string> before = checkpoint_names(d);
     pid_t pid;
     ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500 + 170 * attempt));
-    kill(pid, SIGKILL);
+    // Waits for this attempt's first checkpoint rather than a fixed time, so that a slow build (sanitizers, a
+    // loaded machine) still kills during training; each attempt then kills at another point of the save cycle.
     int status = 0;
-    waitpid(pid, &status, 0);
+    bool exited = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!exited && checkpoint_names(d) == before && std::chrono::steady_clock::now() < deadline) {
+      exited = waitpid(pid, &status, WNOHANG) == pid;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!exited) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(170 * attempt));
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+    }
     posix_spawn_file_actions_destroy(&fa);
     // Every checkpoint directory present is complete and loads.
     int found = 0;
