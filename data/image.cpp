@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "core/check.h"
@@ -180,9 +181,17 @@ RgbImage decode_image_bytes(const uint8_t* data, std::size_t size, const std::st
 }
 
 RgbImage decode_image(const std::string& path) {
+  // A directory opens as a stream and fails only when read, with std::ios_base::failure.
+  std::error_code ec;
+  HR_CHECK(std::filesystem::is_regular_file(path, ec), "[image] ", path, ": not a regular file");
   std::ifstream in(path, std::ios::binary);
   HR_CHECK(in, "[image] ", path, ": cannot open");
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string bytes;
+  try {
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::exception& e) {
+    throw Error(str("[image] ", path, ": cannot read (", e.what(), ")"));
+  }
   return decode_image_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
 }
 

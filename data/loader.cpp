@@ -88,6 +88,8 @@ void DataLoader::worker_loop() {
       result.example = std::make_unique<Example>(data_.get(index));
     } catch (const Error& e) {
       result.error = e.what();
+    } catch (const std::exception& e) {  // anything else a library throws: a bad sample, not a dead thread
+      result.error = str("[data] ", data_.name(index), ": ", e.what());
     }
     result.ready = true;
     {

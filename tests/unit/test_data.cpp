@@ -330,6 +330,29 @@ TEST(Dataset, ImagePathsStayInsideTheImageFolderUnlessAllowed) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(allowed.get(i).images.size(), 1u) << i;
 }
 
+// Found by fuzzing: an image path naming a directory opened as a stream and threw std::ios_base::failure when
+// read, which no bad-sample handler caught.
+TEST(Dataset, AnImagePathThatIsADirectoryIsABadSample) {
+  const std::string d = dir("image_dir");
+  write_synthetic_vqa({d, 1, 1, 1, 8});
+  std::ofstream j(d + "/dir.jsonl");
+  j << nlohmann::json{{"id", "dir"}, {"image", "images"},
+                      {"conversations", {{{"from", "human"}, {"value", "<image>\nq?"}}, {{"from", "gpt"}, {"value", "a"}}}}}
+           .dump()
+    << "\n";
+  j.close();
+  DataOptions o;
+  o.json_path = d + "/dir.jsonl";
+  o.image_folder = d;
+  LlavaDataset data(o, models::input_spec(small_model()));
+  try {
+    data.get(0);
+    FAIL() << "expected a bad sample";
+  } catch (const BadSample& e) {
+    EXPECT_NE(std::string(e.what()).find("images: not a regular file"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Dataset, TruncationNeverCutsInsideImageFeatures) {
   const std::string d = dir("trunc");
   write_synthetic_vqa({d, 2, 1, 1, 8});
