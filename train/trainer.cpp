@@ -9,12 +9,12 @@
 #include <cstring>
 #include <chrono>
 #include <cmath>
-#include <map>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/io/atomic_file.h"
+#include "core/lru_map.h"
 #include "core/memory/device_memory.h"
 #include "data/synth.h"
 #include "train/checkpoint.h"
@@ -175,7 +175,7 @@ class Trainer {
   // Dry runs of the step shapes seen, the kPredictionsKept most recently used: batches whose lengths vary
   // make new shapes for the whole run, and each dry run keeps the step's request trace.
   static constexpr std::size_t kPredictionsKept = 64;
-  std::map<std::vector<std::array<int64_t, 3>>, std::pair<Prediction, int64_t>> predicted_;  // and last use
+  LruMap<std::vector<std::array<int64_t, 3>>, Prediction> predicted_{kPredictionsKept};
   int64_t dry_runs_ = 0;
   const Prediction& prediction_for(const std::vector<std::array<int64_t, 3>>& shapes);
   std::unique_ptr<LlavaDataset> train_set_, eval_set_;
@@ -444,17 +444,10 @@ void Trainer::maybe_save_or_evaluate() {
 }
 
 const Prediction& Trainer::prediction_for(const std::vector<std::array<int64_t, 3>>& shapes) {
-  auto it = predicted_.find(shapes);
-  if (it == predicted_.end()) {
-    if (predicted_.size() >= kPredictionsKept)
-      predicted_.erase(std::min_element(predicted_.begin(), predicted_.end(), [](const auto& a, const auto& b) {
-        return a.second.second < b.second.second;
-      }));
-    it = predicted_.emplace(shapes, std::make_pair(predictor_->step(to_shapes(shapes)), int64_t(0))).first;
+  return predicted_.get(shapes, [&] {
     ++dry_runs_;
-  }
-  it->second.second = state_.step;
-  return it->second.first;
+    return predictor_->step(to_shapes(shapes));
+  });
 }
 
 int Trainer::stop_on_nonfinite() {

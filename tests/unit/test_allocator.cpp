@@ -294,16 +294,19 @@ TEST(CachingAllocator, AReplicaOfASnapshotIsTheSameAllocator) {
 
 TEST(CachingAllocator, ReplayedRequestsReachTheRealAllocatorsPeaksFromItsState) {
   // The requests of a "step", recorded on a fresh meta allocator (a dry run).
+  auto step = [](CachingAllocator& a) {
+    Block* a1 = a.allocate(1_MiB + 4096);
+    Block* a2 = a.allocate(600000);
+    a.free(a1);
+    Block* a3 = a.allocate(8_MiB);
+    a.free(a2);
+    a.free(a3);
+  };
   RequestTrace trace;
   {
     CachingAllocator dry(make_meta_allocator(0), "meta");
     dry.set_trace([&](const TraceEvent& e) { trace.record(e); });
-    Block* a1 = dry.allocate(1_MiB + 4096);
-    Block* a2 = dry.allocate(600000);
-    dry.free(a1);
-    Block* a3 = dry.allocate(8_MiB);
-    dry.free(a2);
-    dry.free(a3);
+    step(dry);
     dry.set_trace({});
   }
   trace.check();
@@ -314,12 +317,7 @@ TEST(CachingAllocator, ReplayedRequestsReachTheRealAllocatorsPeaksFromItsState) 
   std::vector<Block*> kept = make_history(real);
   const AllocatorSnapshot start = real.snapshot();
   real.reset_peak_stats();
-  Block* a1 = real.allocate(1_MiB + 4096);
-  Block* a2 = real.allocate(600000);
-  real.free(a1);
-  Block* a3 = real.allocate(8_MiB);
-  real.free(a2);
-  real.free(a3);
+  step(real);
   const ReplayPeaks p = replay(start, trace, 0);
   EXPECT_EQ(p.peak_allocated, real.stats().allocated_bytes.peak);
   EXPECT_EQ(p.peak_reserved, real.stats().reserved_bytes.peak);

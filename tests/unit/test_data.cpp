@@ -205,6 +205,14 @@ TEST(Dataset, EntriesCannotForgeTheMalformedLineMarker) {
 }
 
 namespace {
+// One LLaVA entry: an image and one question with its answer, as a JSON line.
+std::string image_entry(const std::string& id, const std::string& image, const std::string& question = "q") {
+  return nlohmann::json{{"id", id}, {"image", image},
+                        {"conversations", {{{"from", "human"}, {"value", question}}, {{"from", "gpt"}, {"value", "a"}}}}}
+             .dump() +
+         "\n";
+}
+
 // A dataset with good entries, a missing image, an undecodable image, a malformed line and a bad role.
 std::string bad_dataset() {
   const std::string d = dir("bad_data");
@@ -216,11 +224,9 @@ std::string bad_dataset() {
                           {"conversations", {{{"from", "human"}, {"value", "<image>\nq?"}}, {{"from", "gpt"}, {"value", "a"}}}}};
   };
   j << good(0).dump() << "\n";
-  j << nlohmann::json{{"id", "missing"}, {"image", "images/nope.png"},
-                      {"conversations", {{{"from", "human"}, {"value", "q"}}, {{"from", "gpt"}, {"value", "a"}}}}}.dump() << "\n";
+  j << image_entry("missing", "images/nope.png");
   j << "{\"id\": \"truncated\", \"conv\n";
-  j << nlohmann::json{{"id", "corrupt"}, {"image", "broken.png"},
-                      {"conversations", {{{"from", "human"}, {"value", "q"}}, {{"from", "gpt"}, {"value", "a"}}}}}.dump() << "\n";
+  j << image_entry("corrupt", "broken.png");
   j << nlohmann::json{{"id", "role"}, {"conversations", {{{"from", "bot"}, {"value", "q"}}, {{"from", "gpt"}, {"value", "a"}}}}}.dump() << "\n";
   j << good(1).dump() << "\n";
   j << nlohmann::json{{"id", "text-only"}, {"conversations", {{{"from", "human"}, {"value", "hi"}}, {{"from", "gpt"}, {"value", "yo"}}}}}.dump() << "\n";
@@ -277,11 +283,7 @@ TEST(Loader, ABadSampleIsNamedOnceHoweverManyEpochsSkipIt) {
 TEST(Loader, AFileWithNoUsableSampleStopsAndSaysSo) {
   const std::string d = dir("all_bad");
   std::ofstream j(d + "/bad.jsonl");
-  for (int i = 0; i < 5; ++i)
-    j << nlohmann::json{{"id", str("b", i)}, {"image", "images/nope.png"},
-                        {"conversations", {{{"from", "human"}, {"value", "q"}}, {{"from", "gpt"}, {"value", "a"}}}}}
-             .dump()
-      << "\n";
+  for (int i = 0; i < 5; ++i) j << image_entry(str("b", i), "images/nope.png");
   j.close();
   DataOptions o;
   o.json_path = d + "/bad.jsonl";
@@ -307,10 +309,7 @@ TEST(Dataset, ImagePathsStayInsideTheImageFolderUnlessAllowed) {
   std::filesystem::copy_file(d + "/inside/" + inside, outside, std::filesystem::copy_options::overwrite_existing);
   std::ofstream j(d + "/inside/paths.jsonl");
   for (const std::string& image : {inside, std::string("../outside.png"), outside, std::string("images/../../outside.png")})
-    j << nlohmann::json{{"id", image}, {"image", image},
-                        {"conversations", {{{"from", "human"}, {"value", "<image>\nq?"}}, {{"from", "gpt"}, {"value", "a"}}}}}
-             .dump()
-      << "\n";
+    j << image_entry(image, image, "<image>\nq?");
   j.close();
   DataOptions o;
   o.json_path = d + "/inside/paths.jsonl";
@@ -336,10 +335,7 @@ TEST(Dataset, AnImagePathThatIsADirectoryIsABadSample) {
   const std::string d = dir("image_dir");
   write_synthetic_vqa({d, 1, 1, 1, 8});
   std::ofstream j(d + "/dir.jsonl");
-  j << nlohmann::json{{"id", "dir"}, {"image", "images"},
-                      {"conversations", {{{"from", "human"}, {"value", "<image>\nq?"}}, {{"from", "gpt"}, {"value", "a"}}}}}
-           .dump()
-    << "\n";
+  j << image_entry("dir", "images", "<image>\nq?");
   j.close();
   DataOptions o;
   o.json_path = d + "/dir.jsonl";

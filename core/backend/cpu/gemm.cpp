@@ -17,6 +17,7 @@
 
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
+#include "core/lru_map.h"
 #include "core/backend/cpu/packed_gemm.h"
 
 namespace hr::cpu {
@@ -162,8 +163,7 @@ constexpr std::size_t kPlanCapacity = 256;
 
 struct PlanCache {
   std::mutex mutex;
-  std::map<Key, std::pair<std::shared_ptr<Plan>, uint64_t>> plans;  // plan, last use
-  uint64_t uses = 0;
+  LruMap<Key, std::shared_ptr<Plan>> plans{kPlanCapacity};
   PlanCache() { dnnl::set_primitive_cache_capacity(0); }
 };
 PlanCache& plan_cache() {
@@ -173,19 +173,10 @@ PlanCache& plan_cache() {
 
 std::shared_ptr<Plan> plan_for(const GemmDesc& d) {
   PlanCache& c = plan_cache();
-  auto& cache = c.plans;
   const int threads = num_threads();
   const Key key = key_of(d, threads);
   std::lock_guard<std::mutex> lock(c.mutex);
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    if (cache.size() >= kPlanCapacity)
-      cache.erase(std::min_element(cache.begin(), cache.end(),
-                                   [](const auto& a, const auto& b) { return a.second.second < b.second.second; }));
-    it = cache.emplace(key, std::make_pair(std::shared_ptr<Plan>(make_plan(d, threads)), uint64_t(0))).first;
-  }
-  it->second.second = ++c.uses;
-  return it->second.first;
+  return c.plans.get(key, [&] { return std::shared_ptr<Plan>(make_plan(d, threads)); });
 }
 
 // Contiguous f32 copy of a strided (batch, rows, cols) operand. Raw loops: a kernel builds no tensors.

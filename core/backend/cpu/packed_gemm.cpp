@@ -82,39 +82,21 @@ MicrokernelFn choose(Microkernel m) {
 // an operand's dims has unit stride, the lines a chunk reads stay in L1 while all panels take from them.
 constexpr int64_t kPackChunk = 32;
 
-// rows x k block of A (from row i0) as 6-row panels, each k x 6, zero-padded to whole panels.
-template <typename T>
-void pack_a(const T* a, const int64_t* st, int64_t i0, int64_t rows, int64_t k, float* out) {
+// `n` lanes (rows of A, columns of B) from lane l0, k deep, as W-lane panels, each k x W, zero-padded to
+// whole panels. `lane` and `depth` are the operand's strides along its lane index and along k.
+template <int64_t W, typename T>
+void pack_panels(const T* x, int64_t lane, int64_t depth, int64_t l0, int64_t n, int64_t k, float* out) {
   for (int64_t k0 = 0; k0 < k; k0 += kPackChunk) {
     const int64_t k1 = std::min(k, k0 + kPackChunk);
-    for (int64_t p = 0; p < rows; p += kMR) {
-      float* o = out + (p * k + k0 * kMR);
-      const T* src = a + (i0 + p) * st[1];
-      if (p + kMR <= rows) {  // a whole panel: no edge test per element
-        for (int64_t kk = k0; kk < k1; ++kk, o += kMR)
-          for (int64_t r = 0; r < kMR; ++r) o[r] = load(src, r * st[1] + kk * st[2]);
+    for (int64_t p = 0; p < n; p += W) {
+      float* o = out + (p * k + k0 * W);
+      const T* src = x + (l0 + p) * lane;
+      if (p + W <= n) {  // a whole panel: no edge test per element
+        for (int64_t kk = k0; kk < k1; ++kk, o += W)
+          for (int64_t r = 0; r < W; ++r) o[r] = load(src, r * lane + kk * depth);
       } else {
-        for (int64_t kk = k0; kk < k1; ++kk, o += kMR)
-          for (int64_t r = 0; r < kMR; ++r) o[r] = p + r < rows ? load(src, r * st[1] + kk * st[2]) : 0.f;
-      }
-    }
-  }
-}
-
-// k x cols block of B (from column j0) as 16-column panels, each k x 16, zero-padded to whole panels.
-template <typename T>
-void pack_b(const T* b, const int64_t* st, int64_t j0, int64_t cols, int64_t k, float* out) {
-  for (int64_t k0 = 0; k0 < k; k0 += kPackChunk) {
-    const int64_t k1 = std::min(k, k0 + kPackChunk);
-    for (int64_t q = 0; q < cols; q += kNR) {
-      float* o = out + (q * k + k0 * kNR);
-      const T* src = b + (j0 + q) * st[2];
-      if (q + kNR <= cols) {  // a whole panel: no edge test per element
-        for (int64_t kk = k0; kk < k1; ++kk, o += kNR)
-          for (int64_t c = 0; c < kNR; ++c) o[c] = load(src, kk * st[1] + c * st[2]);
-      } else {
-        for (int64_t kk = k0; kk < k1; ++kk, o += kNR)
-          for (int64_t c = 0; c < kNR; ++c) o[c] = q + c < cols ? load(src, kk * st[1] + c * st[2]) : 0.f;
+        for (int64_t kk = k0; kk < k1; ++kk, o += W)
+          for (int64_t r = 0; r < W; ++r) o[r] = p + r < n ? load(src, r * lane + kk * depth) : 0.f;
       }
     }
   }
@@ -153,10 +135,10 @@ void run(const GemmArgs& g, const PackedGemmBlocking& bl, MicrokernelFn kernel) 
       const int64_t rows = std::min(bl.mc, d.m - i0), cols = std::min(bl.nc, d.n - j0);
       const int64_t b_key = (d.b_strides[0] ? batch : 0) * col_tiles + jt;
       if (b_key != packed_b) {
-        pack_b(b + batch * d.b_strides[0], d.b_strides, j0, cols, d.k, bp);
+        pack_panels<kNR>(b + batch * d.b_strides[0], d.b_strides[2], d.b_strides[1], j0, cols, d.k, bp);
         packed_b = b_key;
       }
-      pack_a(a + batch * d.a_strides[0], d.a_strides, i0, rows, d.k, ap);
+      pack_panels<kMR>(a + batch * d.a_strides[0], d.a_strides[1], d.a_strides[2], i0, rows, d.k, ap);
       TC* ct = c + batch * d.m * d.n + i0 * d.n + j0;
       for (int64_t jr = 0; jr < cols; jr += kNR)
         for (int64_t ir = 0; ir < rows; ir += kMR) {
