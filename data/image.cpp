@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "core/memory/category.h"
+#include "data/stb.h"
 
 namespace hr::data {
 
@@ -111,11 +112,18 @@ void check_jpeg_end(const uint8_t* data, std::size_t size, const std::string& na
   throw Error(str("[image] ", name, ": JPEG has no end-of-image marker (truncated file?)"));
 }
 
-constexpr uint8_t kJpegDht = 0xC4, kJpegEoi = 0xD9;
-constexpr std::size_t kHuffmanCounts = 16, kMaxHuffmanCodes = 256;
+constexpr uint8_t kJpegDht = 0xC4, kJpegEoi = 0xD9, kJpegSos = 0xDA, kJpegSof0 = 0xC0, kJpegSof2 = 0xC2;
+constexpr std::size_t kHuffmanCounts = 16, kMaxHuffmanCodes = 256, kHuffmanSlots = 4;
+
+// The Huffman tables defined so far, by class (DC, AC) and slot, and the frame type: stb keeps them in memory
+// it does not initialise, so a scan may only use a table a DHT segment defined before it.
+struct JpegTables {
+  bool defined[2][kHuffmanSlots] = {};
+  bool progressive = false;
+};
 
 // The Huffman tables of one DHT segment: per table a class/id byte, 16 code counts, then that many symbols.
-void check_jpeg_dht(const uint8_t* p, std::size_t length, std::size_t at, const std::string& name) {
+void check_jpeg_dht(const uint8_t* p, std::size_t length, std::size_t at, const std::string& name, JpegTables& tables) {
   while (length > 0) {
     HR_CHECK(length >= 1 + kHuffmanCounts, "[image] ", name, ": JPEG Huffman table segment at byte ", at, " is cut short");
     std::size_t codes = 0;
@@ -124,15 +132,41 @@ void check_jpeg_dht(const uint8_t* p, std::size_t length, std::size_t at, const 
              " codes; at most ", kMaxHuffmanCodes, " exist (corrupt file)");
     HR_CHECK(length >= 1 + kHuffmanCounts + codes, "[image] ", name, ": JPEG Huffman table segment at byte ", at,
              " is cut short");
+    const int table_class = p[0] >> 4, slot = p[0] & 15;
+    if (table_class <= 1 && slot < int(kHuffmanSlots)) tables.defined[table_class][slot] = true;  // else stb refuses
     p += 1 + kHuffmanCounts + codes;
     length -= 1 + kHuffmanCounts + codes;
   }
 }
 
+// A scan header: component count, then per component its id and DC/AC table slots, then the spectral range
+// and successive-approximation bits. The tables the scan decodes with must be defined: a baseline scan uses
+// both, a progressive DC scan its DC table (none when refining), a progressive AC scan its AC table.
+void check_jpeg_sos(const uint8_t* p, std::size_t length, std::size_t at, const std::string& name,
+                    const JpegTables& tables) {
+  if (length < 1 || length != 1 + 2 * std::size_t(p[0]) + 3) return;  // stb refuses the header itself
+  const std::size_t components = p[0];
+  const uint8_t spectral_start = p[1 + 2 * components], high_bit = p[1 + 2 * components + 2] >> 4;
+  const bool uses_dc = !tables.progressive || (spectral_start == 0 && high_bit == 0);
+  const bool uses_ac = !tables.progressive || spectral_start != 0;
+  for (std::size_t i = 0; i < components; ++i) {
+    const int dc = p[2 + 2 * i] >> 4, ac = p[2 + 2 * i] & 15;
+    const auto check = [&](bool used, int table_class, int slot) {
+      if (!used || slot >= int(kHuffmanSlots)) return;  // stb refuses slots past 3
+      HR_CHECK(tables.defined[table_class][slot], "[image] ", name, ": JPEG scan at byte ", at, " decodes with ",
+               table_class == 0 ? "DC" : "AC", " Huffman table ", slot, ", which no DHT segment before it defines (corrupt file)");
+    };
+    check(uses_dc, 0, dc);
+    check(uses_ac, 1, ac);
+  }
+}
+
 // stb_image 2.27 (Debian 12's libstb) does not check that a Huffman table's code counts sum to at most 256
-// and writes past its tables when they do (checked upstream since 2.28). Every marker segment, before and
-// between scans, is walked here as stb reads them and each DHT checked before stb sees it.
+// and writes past its tables when they do (checked upstream since 2.28), nor that a scan's tables were ever
+// defined. Every marker segment, before and between scans, is walked here as stb reads them, and each DHT
+// and SOS checked before stb sees it.
 void check_jpeg_segments(const uint8_t* data, std::size_t size, const std::string& name) {
+  JpegTables tables;
   std::size_t at = 2;  // after SOI
   while (at + 1 < size) {
     if (data[at] != 0xFF || data[at + 1] == 0xFF) {  // entropy-coded data, or fill bytes before a marker
@@ -149,7 +183,9 @@ void check_jpeg_segments(const uint8_t* data, std::size_t size, const std::strin
     const std::size_t length = std::size_t(data[at + 2]) << 8 | data[at + 3];
     HR_CHECK(length >= 2 && length <= size - at - 2, "[image] ", name, ": JPEG segment at byte ", at, " claims ",
              length, " bytes, past the end of the ", size, "-byte file (truncated file?)");
-    if (marker == kJpegDht) check_jpeg_dht(data + at + 4, length - 2, at, name);
+    if (marker >= kJpegSof0 && marker <= kJpegSof2) tables.progressive = marker == kJpegSof2;
+    if (marker == kJpegDht) check_jpeg_dht(data + at + 4, length - 2, at, name, tables);
+    if (marker == kJpegSos) check_jpeg_sos(data + at + 4, length - 2, at, name, tables);
     at += 2 + length;
   }
 }
@@ -168,16 +204,19 @@ RgbImage decode_image_bytes(const uint8_t* data, std::size_t size, const std::st
     check_jpeg_segments(data, size, name);
   }
   HR_CHECK(size <= std::size_t(INT32_MAX), "[image] ", name, ": ", size, " bytes is more than stb reads");
-  int w = 0, h = 0, c = 0;
-  HR_CHECK(stbi_info_from_memory(data, int(size), &w, &h, &c), "[image] ", name, ": cannot decode (",
-           stbi_failure_reason() ? stbi_failure_reason() : "unknown", ")");
-  HR_CHECK(int64_t(w) * h <= max_pixels, "[image] ", name, ": ", w, " x ", h, " pixels is above the limit of ",
-           max_pixels, " (a decompression bomb?)");
-  unsigned char* pixels = stbi_load_from_memory(data, int(size), &w, &h, &c, 3);
-  HR_CHECK(pixels, "[image] ", name, ": cannot decode (", stbi_failure_reason() ? stbi_failure_reason() : "unknown", ")");
-  RgbImage img{w, h, std::vector<uint8_t>(pixels, pixels + std::size_t(w) * h * 3)};
-  stbi_image_free(pixels);
-  return img;
+  const auto reason = [] { return stbi_failure_reason() ? stbi_failure_reason() : "unknown"; };
+  stb::DecodeScope scope;  // frees what stb holds if anything below throws
+  try {
+    int w = 0, h = 0, c = 0;
+    HR_CHECK(stbi_info_from_memory(data, int(size), &w, &h, &c), "[image] ", name, ": cannot decode (", reason(), ")");
+    HR_CHECK(int64_t(w) * h <= max_pixels, "[image] ", name, ": ", w, " x ", h, " pixels is above the limit of ",
+             max_pixels, " (a decompression bomb?)");
+    unsigned char* pixels = stbi_load_from_memory(data, int(size), &w, &h, &c, 3);
+    HR_CHECK(pixels, "[image] ", name, ": cannot decode (", reason(), ")");
+    return RgbImage{w, h, std::vector<uint8_t>(pixels, pixels + std::size_t(w) * h * 3)};
+  } catch (const stb::StbAssertion& e) {
+    throw Error(str("[image] ", name, ": cannot decode (corrupt ", png ? "PNG" : "JPEG", ": ", e.what(), ")"));
+  }
 }
 
 RgbImage decode_image(const std::string& path) {

@@ -1,5 +1,6 @@
 // Writes the seed corpora of the fuzz targets with headroom's own writers: safetensors files and a sharded
-// index, the synthetic VQA set as JSON and JSON lines, the configs in configs/ with overrides, PNG and JPEG.
+// index, the synthetic VQA set as JSON and JSON lines, the configs in configs/ with overrides, PNG and JPEG, and
+// the inputs that once failed a target (tests/fuzz/regressions).
 // Usage: fuzz_make_seeds OUT_DIR SOURCE_DIR
 #include <stb/stb_image_write.h>
 
@@ -99,6 +100,15 @@ int main(int argc, char** argv) {
   dataset_seeds(out / "dataset", scratch / "synth");
   config_seeds(out / "config", source);
   image_seeds(out / "image");
+  // Inputs that once failed a target (tests/fuzz/regressions/TARGET-*) are seeds of it: every run replays them.
+  for (const auto& e : fs::directory_iterator(source / "tests/fuzz/regressions")) {
+    const std::string name = e.path().filename().string();
+    for (const char* t : {"safetensors_index", "safetensors", "dataset", "config", "image"})
+      if (name.rfind(std::string(t) + "-", 0) == 0) {
+        fs::copy_file(e.path(), out / t / name, fs::copy_options::overwrite_existing);
+        break;
+      }
+  }
   std::size_t n = 0;
   for (const auto& e : fs::recursive_directory_iterator(out)) n += e.is_regular_file();
   std::printf("fuzz seeds: %zu files in %s\n", n, out.c_str());

@@ -7,10 +7,12 @@
 #include <map>
 #include <set>
 #include <nlohmann/json.hpp>
+#include <stb/stb_image.h>
 #include <stb/stb_image_write.h>
 #include <zlib.h>
 
 #include "data/loader.h"
+#include "data/stb.h"
 #include "data/synth.h"
 #include "models/config.h"
 
@@ -158,6 +160,66 @@ TEST(Image, CorruptPngAndTruncatedJpegAreRefusedByName) {
   EXPECT_NE(decode_error(j, dht).find("JPEG Huffman table at byte " + std::to_string(at) + " has 4080 codes; at most 256"),
             std::string::npos)
       << decode_error(j, dht);
+}
+
+TEST(Image, AJpegScanUsingAnUndefinedHuffmanTableIsRefusedByName) {
+  const std::string d = dir("undefined_table_images");
+  RgbImage img{16, 8, std::vector<uint8_t>(16 * 8 * 3, 140)};
+  ASSERT_TRUE(stbi_write_jpg((d + "/ok.jpg").c_str(), img.width, img.height, 3, img.pixels.data(), 90));
+  std::string jpg = bytes_of(d + "/ok.jpg");
+  // The scan header: FF DA, length, component count, then per component its id and DC/AC table slots.
+  const std::size_t sos = jpg.find("\xFF\xDA");
+  ASSERT_NE(sos, std::string::npos);
+  jpg[sos + 6] = char(0x23);  // the first component decodes with DC table 2 and AC table 3: no DHT defines them
+  const std::string j = d + "/undefined.jpg";
+  EXPECT_NE(decode_error(j, jpg).find("[image] " + j + ": JPEG scan at byte " + std::to_string(sos) +
+                                      " decodes with DC Huffman table 2, which no DHT segment before it defines"),
+            std::string::npos)
+      << decode_error(j, jpg);
+  // The file fuzzing found (it made stb 2.27 read 57377 bytes before a table, or assert): refused by name.
+  const std::string found = std::string(HR_SOURCE_DIR) + "/tests/fuzz/regressions/image-undefined-huffman-table.jpg";
+  try {
+    decode_image(found);
+    ADD_FAILURE() << "expected " << found << " to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("which no DHT segment before it defines"), std::string::npos) << e.what();
+  }
+  // stb itself, past headroom's checks, reads the tables it never filled: its memory starts zeroed, so it
+  // decodes garbage or fails, and neither aborts nor keeps a byte.
+  {
+    stb::DecodeScope scope;
+    int w = 0, h = 0, c = 0;
+    unsigned char* pixels = nullptr;
+    try {
+      pixels = stbi_load_from_memory(reinterpret_cast<const uint8_t*>(jpg.data()), int(jpg.size()), &w, &h, &c, 3);
+    } catch (const stb::StbAssertion&) {
+    }
+    stbi_image_free(pixels);
+  }
+  EXPECT_EQ(stb::live_bytes(), 0u);
+}
+
+TEST(Image, AFailedStbAssertionThrowsAndTheScopeFreesWhatStbHeld) {
+  try {
+    stb::DecodeScope scope;
+    void* a = stb::allocate(1000);
+    void* b = stb::allocate(10);
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(static_cast<unsigned char*>(a)[999], 0);  // zeroed
+    a = stb::reallocate(a, 1 << 20);
+    ASSERT_TRUE(a);
+    stb::release(b);
+    EXPECT_EQ(stb::live_bytes(), std::size_t(1) << 20);
+    stb::assertion_failed("h->code[c] == code");
+  } catch (const Error& e) {  // an hr::Error, so every handler that names a bad sample takes it
+    EXPECT_NE(std::string(e.what()).find("stb_image's internal check `h->code[c] == code` failed"), std::string::npos);
+  }
+  EXPECT_EQ(stb::live_bytes(), 0u);
+  // Outside a scope, stb's own frees keep the count.
+  void* p = stb::allocate(64);
+  EXPECT_EQ(stb::live_bytes(), 64u);
+  stb::release(p);
+  EXPECT_EQ(stb::live_bytes(), 0u);
 }
 
 TEST(Image, DecompressionBombsAreRefusedBeforeDecoding) {
