@@ -63,17 +63,21 @@ void Engine::save(const TrainerState& state) {
   save_checkpoint(config_.output_dir, *model_, *zero_, state, config_.save_total_limit, comm_, config_.resolved_yaml);
 }
 
-Engine::StepStats Engine::step(const std::function<LoadedBatch()>& next, int64_t micro_batches, float loss_scale) {
+Engine::StepStats Engine::step(const std::function<LoadedBatch()>& next, int64_t micro_batches, float loss_scale,
+                               const std::function<int64_t(int64_t)>& after_micro) {
   StepStats out;
   out.loss_scale = loss_scale;
   double loss_sum = 0;
   zero_->begin_step();
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
-    LoadedBatch lb = next();
-    out.tokens += lb.tokens;
-    LlavaState st;
-    loss_sum += model_->forward(lb.batch, st, options_);
-    model_->backward(st, loss_scale / float(micro_batches * comm_.world()));
+    {
+      LoadedBatch lb = next();
+      out.tokens += lb.tokens;
+      LlavaState st;
+      loss_sum += model_->forward(lb.batch, st, options_);
+      model_->backward(st, loss_scale / float(micro_batches * comm_.world()));
+    }  // the micro-batch's tensors are gone before it counts as done
+    if (after_micro) micro += after_micro(micro);
   }
   zero_->finish_gradients();
   out.scaled_norm = zero_->grad_norm();

@@ -46,8 +46,11 @@ class Engine {
     float loss_scale = 1;     // the scale the backward ran with
   };
   // Forward and backward of `micro_batches` batches from `next`, then the gradient reductions and the global
-  // norm. This is what can run out of memory and be redone with smaller micro-batches.
-  StepStats step(const std::function<data::LoadedBatch()>& next, int64_t micro_batches, float loss_scale);
+  // norm. This is what can run out of memory and be redone with smaller micro-batches. `after_micro`, when
+  // given, is called after each micro-batch with its index and returns how many of the following ones to
+  // leave out (a dry run that has seen them all repeat, see Predictor::step).
+  StepStats step(const std::function<data::LoadedBatch()>& next, int64_t micro_batches, float loss_scale,
+                 const std::function<int64_t(int64_t)>& after_micro = nullptr);
   // The optimizer update; `grad_scale` = clipping coefficient / loss scale. Ends the step: the gradients are
   // released.
   void update(float lr, float grad_scale);

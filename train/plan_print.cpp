@@ -79,7 +79,9 @@ std::string plan_json(const Plan& p) {
                {"peak_owner", p.rank.peak_owner},
                {"activation_peak_owner", p.rank.activation_peak_owner},
                {"host_peak", p.rank.host_peak},
-               {"host_by_category", cats(p.rank.host_at_peak)}};
+               {"host_by_category", cats(p.rank.host_at_peak)},
+               // micro-batches the dry run recorded as repetitions instead of running (the same peaks)
+               {"micro_batches_repeated", p.rank.micro_batches_repeated}};
   json ranks = json::array();
   for (int r = 0; r < p.world; ++r) {
     json x = rank;

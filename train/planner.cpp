@@ -125,9 +125,36 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro) {
     requests->record(e);
   });
   host->set_trace([&](const TraceEvent& e) { hw(e); });
+  // Micro-batches of one shape after the first (which creates the gradients) make the same requests; once
+  // one leaves both allocators exactly as the one before it did, every later one would too, and the rest
+  // are recorded as repetitions of it instead of being run: a dry run costs the same at any accumulation.
+  std::vector<std::size_t> begins;  // where each micro-batch's requests start
+  std::size_t i = 0;                // the next micro-batch's shape
+  AllocatorSnapshot dev_was, host_was;
+  const auto after_micro = [&](int64_t k) -> int64_t {
+    const std::size_t end = requests->requests().size();
+    const bool same_shape = k >= 2 && micro[std::size_t(k)] == micro[std::size_t(k - 1)];
+    AllocatorSnapshot dev_now = dev->snapshot(), host_now = host->snapshot();
+    if (same_shape && requests->periodic(begins[std::size_t(k - 1)], begins[std::size_t(k)], end) &&
+        dev_now == dev_was && host_now == host_was) {
+      int64_t rest = 0;
+      while (k + 1 + rest < int64_t(micro.size()) && micro[std::size_t(k + 1 + rest)] == micro[std::size_t(k)]) ++rest;
+      requests->repeat_last(begins[std::size_t(k)], std::size_t(rest));
+      p.micro_batches_repeated += rest;
+      i += std::size_t(rest);
+      return rest;
+    }
+    dev_was = std::move(dev_now);
+    host_was = std::move(host_now);
+    return 0;
+  };
   try {
-    std::size_t i = 0;
-    engine_->step([&] { return synthetic_batch(config_.model.config, micro[i++], kMetaHost); }, int64_t(micro.size()), 1.f);
+    engine_->step(
+        [&] {
+          begins.push_back(requests->requests().size());
+          return synthetic_batch(config_.model.config, micro[i++], kMetaHost);
+        },
+        int64_t(micro.size()), 1.f, after_micro);
     engine_->update(1e-3f, 1.f);
   } catch (...) {
     dev->set_trace(nullptr);

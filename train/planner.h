@@ -46,6 +46,8 @@ struct Prediction {
   // The step's device allocation requests in order: replayed on the state a real allocator is in when the
   // step starts, they give its reserved peak, which depends on what that allocator has cached.
   std::shared_ptr<const core::RequestTrace> requests;
+  // Micro-batches recorded as repetitions of the one before them rather than run (see Predictor::step).
+  int64_t micro_batches_repeated = 0;
 };
 
 // Holds an engine on a meta device of its own (its own memory context: several predictors can exist at once)

@@ -127,6 +127,21 @@ CachingAllocator::~CachingAllocator() {
   release_cached_blocks_locked();
 }
 
+// Spelled out rather than defaulted: nvcc 13's front end compiles this header too and refuses `= default`
+// comparisons.
+bool AllocatorSnapshot::operator==(const AllocatorSnapshot& o) const {
+  const auto same_block = [](const Block& a, const Block& b) {
+    return a.offset == b.offset && a.size == b.size && a.requested == b.requested && a.allocated == b.allocated &&
+           a.category == b.category && a.owner == b.owner;
+  };
+  const auto same_segment = [&](const Segment& a, const Segment& b) {
+    return a.id == b.id && a.small == b.small && a.size == b.size &&
+           std::equal(a.blocks.begin(), a.blocks.end(), b.blocks.begin(), b.blocks.end(), same_block);
+  };
+  return segments_made == o.segments_made &&
+         std::equal(segments.begin(), segments.end(), o.segments.begin(), o.segments.end(), same_segment);
+}
+
 AllocatorSnapshot CachingAllocator::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
   AllocatorSnapshot s;

@@ -85,6 +85,8 @@ struct AllocatorSnapshot {
   };
   std::vector<Segment> segments;
   uint64_t segments_made = 0;
+  // Equal snapshots behave alike: the same requests from either give the same blocks and the same peaks.
+  bool operator==(const AllocatorSnapshot&) const;
 };
 
 class OutOfMemory : public Error {

@@ -24,21 +24,80 @@ void RequestTrace::record(const TraceEvent& e) {
 
 std::size_t RequestTrace::unfreed() const { return live_.size(); }
 
+bool RequestTrace::periodic(std::size_t prev, std::size_t begin, std::size_t end) const {
+  const std::size_t len = end - begin;
+  if (prev > begin || begin > end || end > requests_.size() || begin - prev != len || len == 0) return false;
+  if (!repeats_.empty() && prev < repeats_.back().end) return false;
+  for (std::size_t j = 0; j < len; ++j) {
+    const AllocRequest &a = requests_[prev + j], &b = requests_[begin + j];
+    if (a.alloc != b.alloc || a.bytes != b.bytes || a.category != b.category || a.owner != b.owner) return false;
+    if (!b.alloc && (b.pairs != a.pairs + len || b.pairs < prev)) return false;
+  }
+  return true;
+}
+
+void RequestTrace::repeat_last(std::size_t begin, std::size_t times) {
+  const std::size_t len = requests_.size() - begin;
+  HR_ASSERT(begin >= len && periodic(begin - len, begin, requests_.size()), "requests ", begin, "..",
+            requests_.size(), " do not repeat the stretch before them");
+  if (times > 0) repeats_.push_back({begin, requests_.size(), times});
+}
+
 void RequestTrace::check() const { HR_ASSERT(problem_.empty(), problem_); }
+
+namespace {
+
+using Block = CachingAllocator::Block;
+
+Block* allocate(CachingAllocator& a, const AllocRequest& r) {
+  MemoryScope scope(r.category, r.owner);
+  return a.allocate(r.bytes);
+}
+
+// The repetitions of requests [r.begin, r.end) after their recorded pass. `blocks` holds the recorded
+// passes' blocks on entry and the last two repetitions' on return, where later requests look for them.
+void repeat(CachingAllocator& a, const std::vector<AllocRequest>& reqs, std::vector<Block*>& blocks,
+            const RequestTrace::Repeat& r) {
+  const std::size_t len = r.end - r.begin, prev = r.begin - len;
+  std::vector<Block*> before(blocks.begin() + std::ptrdiff_t(prev), blocks.begin() + std::ptrdiff_t(r.begin));
+  std::vector<Block*> last(blocks.begin() + std::ptrdiff_t(r.begin), blocks.begin() + std::ptrdiff_t(r.end));
+  for (std::size_t t = 0; t < r.times; ++t) {
+    const AllocatorSnapshot was = a.snapshot();
+    std::vector<Block*> now(len, nullptr);
+    for (std::size_t j = 0; j < len; ++j) {
+      const AllocRequest& q = reqs[r.begin + j];
+      if (q.alloc) {
+        now[j] = allocate(a, q);
+        continue;
+      }
+      Block*& freed = q.pairs >= r.begin ? now[q.pairs - r.begin] : last[q.pairs - prev];
+      a.free(freed);
+      freed = nullptr;
+    }
+    before = std::move(last);
+    last = std::move(now);
+    if (a.snapshot() == was) break;  // back where this repetition started: every further one is this one again
+  }
+  std::copy(before.begin(), before.end(), blocks.begin() + std::ptrdiff_t(prev));
+  std::copy(last.begin(), last.end(), blocks.begin() + std::ptrdiff_t(r.begin));
+}
+
+}  // namespace
 
 ReplayPeaks replay(const AllocatorSnapshot& start, const RequestTrace& trace, std::size_t capacity) {
   CachingAllocator a(start, make_meta_allocator(capacity), "replay");
   const std::vector<AllocRequest>& reqs = trace.requests();
-  std::vector<CachingAllocator::Block*> blocks(reqs.size(), nullptr);
+  std::vector<Block*> blocks(reqs.size(), nullptr);
+  auto next_repeat = trace.repeats().begin();
   for (std::size_t i = 0; i < reqs.size(); ++i) {
     const AllocRequest& r = reqs[i];
     if (r.alloc) {
-      MemoryScope scope(r.category, r.owner);
-      blocks[i] = a.allocate(r.bytes);
+      blocks[i] = allocate(a, r);
     } else {
       a.free(blocks[r.pairs]);
       blocks[r.pairs] = nullptr;
     }
+    if (next_repeat != trace.repeats().end() && next_repeat->end == i + 1) repeat(a, reqs, blocks, *next_repeat++);
   }
   const MemoryStats s = a.stats();
   return {s.allocated_bytes.peak, s.reserved_bytes.peak};

@@ -29,9 +29,22 @@ class RequestTrace {
   // free may not throw, so the first such free is kept until this is called).
   void check() const;
 
+  // A run of identical sub-stretches (the micro-batches of a step with gradient accumulation) is recorded
+  // once and repeated on replay. periodic: whether requests [begin, end) repeat [prev, begin) exactly (as
+  // long, the same sizes and tags, every free freeing the request one sub-stretch later than its counterpart
+  // did, none reaching back past the sub-stretch before). repeat_last: requests [begin, size()), which
+  // periodic accepted, happen `times` more times after themselves.
+  bool periodic(std::size_t prev, std::size_t begin, std::size_t end) const;
+  void repeat_last(std::size_t begin, std::size_t times);
+  struct Repeat {
+    std::size_t begin = 0, end = 0, times = 0;
+  };
+  const std::vector<Repeat>& repeats() const { return repeats_; }
+
  private:
   std::string problem_;
   std::vector<AllocRequest> requests_;
+  std::vector<Repeat> repeats_;
   std::vector<std::pair<const void*, std::size_t>> live_;  // block identity -> its alloc request
 };
 
@@ -40,7 +53,9 @@ struct ReplayPeaks {
 };
 
 // Replays `trace` on a replica of `start` (capacity as the real device's; 0: none). Throws OutOfMemory
-// when the requests do not fit from that state, as the real allocator would.
+// when the requests do not fit from that state, as the real allocator would. A repeated sub-stretch is
+// replayed until the replica comes back to the state it started it in: from there every further repetition
+// is the same again, so the peaks are those of all of them.
 ReplayPeaks replay(const AllocatorSnapshot& start, const RequestTrace& trace, std::size_t capacity);
 
 }  // namespace hr::core

@@ -50,22 +50,23 @@ json plan_json(const std::string& cfg, const std::string& sets) {
 TEST(Plan, DryRunPeaksEqualMeasuredPeaksForEveryStrategyCombination) {
   const std::string base = fresh_dir("plan_exact");
   const std::string cfg = config(base);
+  // Accumulation of 4 or more: the dry run records the later micro-batches as repetitions (Predictor::step).
   const std::vector<std::string> combos = {
       "--set memory.precision=fp32",
       "--set memory.precision=bf16 --set memory.gradient_checkpointing=selective --set train.gradient_accumulation_steps=2",
-      "--set memory.precision=fp16 --set memory.gradient_checkpointing=full --set train.micro_batch_size=1 --set train.gradient_accumulation_steps=2",
+      "--set memory.precision=fp16 --set memory.gradient_checkpointing=full --set train.micro_batch_size=1 --set train.gradient_accumulation_steps=7",
       "--set train.stage=finetune --set memory.gradient_checkpointing.llm=selective --set train.micro_batch_size=4",
       "--set train.stage=pretrain --set memory.precision=bf16 --set memory.gradient_checkpointing.llm=full",
-      "--set memory.gradient_checkpointing.vision=selective --set memory.offload_optimizer=cpu --set train.gradient_accumulation_steps=2",
+      "--set memory.gradient_checkpointing.vision=selective --set memory.offload_optimizer=cpu --set train.gradient_accumulation_steps=5",
       "--set memory.precision=bf16 --set memory.gradient_checkpointing.vision=full --set memory.gradient_checkpointing.llm=selective --set memory.zero_stage=1 --set train.micro_batch_size=1",
-      "--set memory.zero_stage=2",
-      "--set memory.precision=bf16 --set memory.zero_stage=3",
+      "--set memory.zero_stage=2 --set train.gradient_accumulation_steps=4",
+      "--set memory.precision=bf16 --set memory.zero_stage=3 --set train.micro_batch_size=1 --set train.gradient_accumulation_steps=5",
       "--set memory.gradient_checkpointing=full --set memory.zero_stage=3 --set memory.offload_optimizer=cpu --set memory.offload_params=cpu --set train.micro_batch_size=4",
       "--set train.stage=finetune --set memory.precision=bf16 --set memory.vision_precision=fp32 --set memory.gradient_checkpointing.llm=full --set train.gradient_accumulation_steps=2",
       "--set train.stage=pretrain --set memory.precision=fp16 --set memory.offload_optimizer=cpu",
       "--set memory.gradient_checkpointing=full --set memory.gradient_checkpointing.every=2 --set train.optimizer=sgd",
   };
-  int i = 0;
+  int i = 0, repeated = 0;
   for (const std::string& sets : combos) {
     const std::string out = str(base, "/c", i++);
     CmdResult r = headroom(str("train ", cfg, " --set run.output_dir=", out, " ", sets));
@@ -81,8 +82,13 @@ TEST(Plan, DryRunPeaksEqualMeasuredPeaksForEveryStrategyCombination) {
       EXPECT_EQ(s["peak_reserved"], s["predicted_reserved"]) << sets;
     }
     EXPECT_EQ(r.output.find("WARNING"), std::string::npos) << r.output;
+    // Micro-batches 0, 1 and 2 run; from 4 on, the later ones are repetitions of the third.
+    const int accumulation = plan["decisions"]["gradient_accumulation_steps"];
+    EXPECT_EQ(plan["ranks"][0]["micro_batches_repeated"], std::max(0, accumulation - 3)) << sets;
+    repeated += accumulation > 3;
   }
   EXPECT_GE(i, 12);
+  EXPECT_GE(repeated, 4);
 }
 
 TEST(Plan, PreflightRefusesWhatDoesNotFitAndNamesTheCheapestFixes) {

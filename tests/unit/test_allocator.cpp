@@ -327,6 +327,89 @@ TEST(CachingAllocator, ReplayedRequestsReachTheRealAllocatorsPeaksFromItsState) 
   for (Block* b : kept) real.free(b);
 }
 
+TEST(CachingAllocator, ARepeatedStretchReplaysAsEveryRepetitionWould) {
+  // A step of `n` micro-batches: the first creates the accumulated gradient, every later one makes the same
+  // requests, replacing the gradient out of place (a free of the micro-batch before's block), and the update
+  // frees the last gradient.
+  struct Step {
+    Block* grad = nullptr;
+    void micro(CachingAllocator& a) {
+      Block* act = a.allocate(3_MiB + 1000);
+      Block* wide = a.allocate(5_MiB);
+      Block* g = a.allocate(2_MiB);
+      a.free(wide);
+      if (grad) a.free(grad);
+      grad = g;
+      Block* tmp = a.allocate(700000);
+      a.free(tmp);
+      a.free(act);
+    }
+    void update(CachingAllocator& a) {
+      Block* state = a.allocate(4_MiB);
+      a.free(grad);
+      a.free(state);
+    }
+  };
+  const int n = 9;
+  auto record = [&](bool repeat) {
+    auto trace = std::make_shared<RequestTrace>();
+    CachingAllocator dry(make_meta_allocator(0), "meta");
+    dry.set_trace([&](const TraceEvent& e) { trace->record(e); });
+    Step s;
+    std::vector<std::size_t> begins;
+    for (int k = 0; k < n; ++k) {
+      begins.push_back(trace->requests().size());
+      s.micro(dry);
+      // The first micro-batch differs, and the second frees a block of the first: the third is the first
+      // to repeat the one before it.
+      if (repeat && k >= 1 && trace->periodic(begins[std::size_t(k - 1)], begins[std::size_t(k)], trace->requests().size())) {
+        EXPECT_EQ(k, 3);
+        trace->repeat_last(begins[std::size_t(k)], std::size_t(n - 1 - k));
+        break;
+      }
+    }
+    s.update(dry);
+    dry.set_trace({});
+    trace->check();
+    return trace;
+  };
+  const auto full = record(false), compact = record(true);
+  EXPECT_LT(compact->requests().size(), full->requests().size());
+  ASSERT_EQ(compact->repeats().size(), 1u);
+  // From a fresh allocator and from one whose cache holds an earlier history (where the first repetitions
+  // are not yet alike), the compact trace gives the full one's peaks, and those of a real run.
+  CachingAllocator fresh(make_meta_allocator(0), "fresh");
+  CachingAllocator real(make_host_allocator(), "real");
+  std::vector<Block*> kept = make_history(real);
+  for (const AllocatorSnapshot& start : {fresh.snapshot(), real.snapshot()}) {
+    const ReplayPeaks a = replay(start, *full, 0), b = replay(start, *compact, 0);
+    EXPECT_EQ(a.peak_allocated, b.peak_allocated);
+    EXPECT_EQ(a.peak_reserved, b.peak_reserved);
+  }
+  real.reset_peak_stats();
+  const AllocatorSnapshot start = real.snapshot();
+  Step s;
+  for (int k = 0; k < n; ++k) s.micro(real);
+  s.update(real);
+  const ReplayPeaks p = replay(start, *compact, 0);
+  EXPECT_EQ(p.peak_allocated, real.stats().allocated_bytes.peak);
+  EXPECT_EQ(p.peak_reserved, real.stats().reserved_bytes.peak);
+  for (Block* b : kept) real.free(b);
+  // Not a repetition: a stretch of other sizes, or one freeing a block from two stretches back.
+  RequestTrace t;
+  CachingAllocator m(make_meta_allocator(0), "meta");
+  m.set_trace([&](const TraceEvent& e) { t.record(e); });
+  Block* x = m.allocate(1000);
+  Block* y = m.allocate(1000);
+  m.free(x);
+  Block* z = m.allocate(2000);
+  m.free(y);
+  m.free(z);
+  m.set_trace({});
+  EXPECT_FALSE(t.periodic(0, 2, 4));  // (alloc, alloc) then (free, alloc 2000)
+  EXPECT_FALSE(t.periodic(0, 3, 6));  // (alloc 1000, alloc 1000, free) then (alloc 2000, free, free)
+}
+
 TEST(CachingAllocator, ARecordedStretchThatFreesAnOlderBlockIsRefused) {
   CachingAllocator a(make_meta_allocator(0), "meta");
   Block* before = a.allocate(1000);
