@@ -23,15 +23,23 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }  // namespace
 
 std::string closest_match(const std::string& name, const std::vector<std::string>& candidates) {
+  const std::size_t limit = std::max<std::size_t>(2, name.size() / 3);
   std::string best;
   std::size_t best_d = std::string::npos;
   for (const std::string& c : candidates) {
-    std::size_t d = edit_distance(name, c);
-    // A shared prefix of the whole shorter word counts as close (gradient_checkpoint -> ..._checkpointing).
-    if (c.rfind(name, 0) == 0 || name.rfind(c, 0) == 0) d = std::min(d, std::size_t(1));
+    std::size_t d;
+    if (c.rfind(name, 0) == 0 || name.rfind(c, 0) == 0) {
+      // A shared prefix of the whole shorter word counts as close (gradient_checkpoint -> ..._checkpointing).
+      d = c == name ? 0 : 1;
+    } else {
+      // The distance is at least the difference in length: past the limit, no need to compute it (a long
+      // garbage key would cost its length times every candidate's).
+      const std::size_t gap = c.size() > name.size() ? c.size() - name.size() : name.size() - c.size();
+      if (gap > limit) continue;
+      d = edit_distance(name, c);
+    }
     if (d < best_d) best_d = d, best = c;
   }
-  const std::size_t limit = std::max<std::size_t>(2, name.size() / 3);
   return best_d <= limit ? best : "";
 }
 

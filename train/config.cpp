@@ -406,6 +406,25 @@ void check_keys(const YAML::Node& node, const std::string& prefix, const std::st
   }
 }
 
+const RunConfig& defaults() {
+  static const RunConfig c = [] {
+    RunConfig d;
+    for (const Key& k : schema()) k.set(d, YAML::Load(k.fallback), k.path);
+    return d;
+  }();
+  return c;
+}
+
+// The schema's defaults as YAML nodes, in schema order; never handed out uncloned, so never changed.
+const std::vector<YAML::Node>& default_nodes() {
+  static const std::vector<YAML::Node> nodes = [] {
+    std::vector<YAML::Node> n;
+    for (const Key& k : schema()) n.push_back(YAML::Load(k.fallback));
+    return n;
+  }();
+  return nodes;
+}
+
 }  // namespace
 
 const char* precision_name(Precision p) { return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16"; }
@@ -450,9 +469,8 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
       throw Error(str("[config] ", where, ": unknown section '", s, "'", did_you_mean(s, sections),
                       " (sections: run, device, model, data, train, memory, parallel, log)"));
   }
-  RunConfig c;
-  // Defaults first, then what the file and overrides say.
-  for (const Key& k : schema()) k.set(c, YAML::Load(k.fallback), k.path);
+  // Defaults first (parsed once per process), then what the file and overrides say.
+  RunConfig c = defaults();
   const std::vector<std::string> paths = all_paths();
   walk(root, "", [&](const std::string& key, const YAML::Node& value) {
     if (key == "memory.gradient_checkpointing") {  // one policy for both groups
@@ -504,7 +522,7 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
   YAML::Node resolved(YAML::NodeType::Map);
   for (const Key& k : schema()) {
     YAML::Node given = lookup(root, k.path);
-    set_path(resolved, k.path, given.IsDefined() ? given : YAML::Load(k.fallback));
+    set_path(resolved, k.path, given.IsDefined() ? given : YAML::Clone(default_nodes()[std::size_t(&k - schema().data())]));
   }
   set_path(resolved, "memory.gradient_checkpointing.vision", YAML::Node(models::checkpoint_name(c.vision_ckpt.kind)));
   set_path(resolved, "memory.gradient_checkpointing.llm", YAML::Node(models::checkpoint_name(c.llm_ckpt.kind)));
