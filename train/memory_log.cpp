@@ -56,7 +56,8 @@ void MemoryLog::write(const StepRecord& r, const MemoryStats& s, const MemorySta
   j["by_category"] = cat;
   nlohmann::json hcat = nlohmann::json::object();
   for (Category c : kAllCategories) hcat[category_name(c)] = host.category(c).peak;
-  j["host"] = {{"allocated", host.allocated_bytes.current}, {"peak_allocated", host.allocated_bytes.peak}, {"by_category", hcat}};
+  j["host"] = {{"allocated", host.allocated_bytes.current}, {"peak_allocated", host.allocated_bytes.peak},
+               {"reserved", host.reserved_bytes.current}, {"by_category", hcat}};
   j["host_rss"] = host_rss_bytes();
   const std::string line = j.dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), file_);

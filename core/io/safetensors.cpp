@@ -195,16 +195,14 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, std:
   json header = json::object();
   if (!metadata.count("format")) metadata["format"] = "pt";
   header["__metadata__"] = metadata;
-  std::vector<Tensor> host;
   std::size_t at = 0;
   for (const auto& [name, t] : tensors) {
     HR_CHECK(!header.contains(name), "[safetensors] ", path, ": duplicate tensor name '", name, "'");
-    Tensor h = t.device().type == DeviceType::Host && t.is_contiguous() ? t : t.contiguous().to(Device::host());
     json shape = json::array();
     for (int64_t d : t.shape()) shape.push_back(d);
-    header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", shape}, {"data_offsets", {at, at + h.nbytes()}}};
-    at += h.nbytes();
-    host.push_back(h);
+    const std::size_t bytes = std::size_t(t.numel()) * dtype_size(t.dtype());
+    header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", shape}, {"data_offsets", {at, at + bytes}}};
+    at += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // pad so the data starts 8-byte aligned
@@ -212,7 +210,18 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, std:
   uint64_t n = text.size();
   out.write(&n, 8);
   out.write(text.data(), text.size());
-  for (const Tensor& h : host) out.write(h.data_ptr(), h.nbytes());
+  // One tensor at a time: memory the CPU can read is written as it is; anything else (a GPU tensor, a
+  // strided view) goes through one host copy, freed before the next, so a checkpoint never stages the
+  // whole model in host memory.
+  for (const auto& [name, t] : tensors) {
+    const DeviceType d = t.device().type;
+    if ((d == DeviceType::Host || d == DeviceType::CPU) && t.is_contiguous()) {
+      out.write(t.data_ptr(), t.nbytes());
+      continue;
+    }
+    const Tensor h = t.contiguous().to(Device::host());
+    out.write(h.data_ptr(), h.nbytes());
+  }
   out.commit();
 }
 

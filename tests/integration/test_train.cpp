@@ -87,6 +87,9 @@ TEST(Train, MemoryLogHasEveryFieldOnEveryStep) {
       EXPECT_TRUE(l.contains(f)) << f << " missing in " << l.dump();
     for (const char* c : {"params", "master_params", "grads", "optimizer", "activations", "workspace", "comm", "io"})
       EXPECT_TRUE(l["by_category"].contains(c)) << c;
+    for (const char* f : {"allocated", "peak_allocated", "reserved", "by_category"})
+      EXPECT_TRUE(l["host"].contains(f)) << "host." << f << " missing in " << l.dump();
+    EXPECT_GE(l["host"]["reserved"].get<int64_t>(), l["host"]["allocated"].get<int64_t>());
     EXPECT_GT(l["peak_allocated"].get<int64_t>(), 0);
     EXPECT_GT(l["by_category"]["activations"].get<int64_t>(), 0);
   }
