@@ -91,6 +91,21 @@ TEST(Plan, DryRunPeaksEqualMeasuredPeaksForEveryStrategyCombination) {
   EXPECT_GE(repeated, 4);
 }
 
+TEST(Plan, ADryRunRecordsLaterMicroBatchesAsRepetitionsAtAnyAccumulation) {
+  // Accumulation 100,000 used to run 100,000 micro-batches on the meta device (what a fix suggested for
+  // train.micro_batch_size: 100000 costs): three run, the rest are repetitions with the same peaks.
+  const std::string cfg = config(fresh_dir("plan_repeat"));
+  auto at = [&](int accumulation) {
+    return plan_json(cfg, str("--set train.micro_batch_size=1 --set train.gradient_accumulation_steps=", accumulation,
+                              " --set train.global_batch_size=", accumulation));
+  };
+  const json many = at(100000), four = at(4);
+  EXPECT_EQ(many["ranks"][0]["micro_batches_repeated"], 99997);
+  EXPECT_EQ(four["ranks"][0]["micro_batches_repeated"], 1);
+  EXPECT_EQ(many["ranks"][0]["peak_allocated"], four["ranks"][0]["peak_allocated"]);
+  EXPECT_EQ(many["ranks"][0]["peak_reserved"], four["ranks"][0]["peak_reserved"]);
+}
+
 TEST(Plan, PreflightRefusesWhatDoesNotFitAndNamesTheCheapestFixes) {
   const std::string base = fresh_dir("plan_refuse");
   const std::string cfg = config(base);
