@@ -520,9 +520,10 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
   c.global_batch_size = c.micro_batch_size * c.gradient_accumulation_steps * world_size;
   // The resolved configuration: every key with its value.
   YAML::Node resolved(YAML::NodeType::Map);
-  for (const Key& k : schema()) {
+  for (std::size_t i = 0; i < schema().size(); ++i) {
+    const Key& k = schema()[i];
     YAML::Node given = lookup(root, k.path);
-    set_path(resolved, k.path, given.IsDefined() ? given : YAML::Clone(default_nodes()[std::size_t(&k - schema().data())]));
+    set_path(resolved, k.path, given.IsDefined() ? given : YAML::Clone(default_nodes()[i]));
   }
   set_path(resolved, "memory.gradient_checkpointing.vision", YAML::Node(models::checkpoint_name(c.vision_ckpt.kind)));
   set_path(resolved, "memory.gradient_checkpointing.llm", YAML::Node(models::checkpoint_name(c.llm_ckpt.kind)));

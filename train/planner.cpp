@@ -132,19 +132,21 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro) {
   std::size_t i = 0;                // the next micro-batch's shape
   AllocatorSnapshot dev_was, host_was;
   const auto after_micro = [&](int64_t k) -> int64_t {
-    const std::size_t end = requests->requests().size();
-    const bool same_shape = k >= 2 && micro[std::size_t(k)] == micro[std::size_t(k - 1)];
+    const std::size_t at = std::size_t(k);
+    // Only a micro-batch followed by one of its shape can be repeated, and the first is never a repetition:
+    // the allocators are compared (snapshots cost a walk over every block) only where it can pay.
+    if (at == 0 || at + 1 >= micro.size() || micro[at + 1] != micro[at]) return 0;
     AllocatorSnapshot dev_now = dev->snapshot(), host_now = host->snapshot();
-    if (same_shape && requests->periodic(begins[std::size_t(k - 1)], begins[std::size_t(k)], end) &&
+    if (at >= 2 && micro[at] == micro[at - 1] && requests->periodic(begins[at - 1], begins[at], requests->requests().size()) &&
         dev_now == dev_was && host_now == host_was) {
-      int64_t rest = 0;
-      while (k + 1 + rest < int64_t(micro.size()) && micro[std::size_t(k + 1 + rest)] == micro[std::size_t(k)]) ++rest;
-      requests->repeat_last(begins[std::size_t(k)], std::size_t(rest));
-      p.micro_batches_repeated += rest;
-      i += std::size_t(rest);
-      return rest;
+      std::size_t rest = 0;
+      while (at + 1 + rest < micro.size() && micro[at + 1 + rest] == micro[at]) ++rest;
+      requests->repeat_last(begins[at], rest);
+      p.micro_batches_repeated += int64_t(rest);
+      i += rest;
+      return int64_t(rest);
     }
-    dev_was = std::move(dev_now);
+    dev_was = std::move(dev_now);  // the micro-batch after this one, of the same shape, compares with these
     host_was = std::move(host_now);
     return 0;
   };

@@ -61,8 +61,8 @@ void repeat(CachingAllocator& a, const std::vector<AllocRequest>& reqs, std::vec
   const std::size_t len = r.end - r.begin, prev = r.begin - len;
   std::vector<Block*> before(blocks.begin() + std::ptrdiff_t(prev), blocks.begin() + std::ptrdiff_t(r.begin));
   std::vector<Block*> last(blocks.begin() + std::ptrdiff_t(r.begin), blocks.begin() + std::ptrdiff_t(r.end));
+  AllocatorSnapshot was = a.snapshot();  // where the next repetition starts
   for (std::size_t t = 0; t < r.times; ++t) {
-    const AllocatorSnapshot was = a.snapshot();
     std::vector<Block*> now(len, nullptr);
     for (std::size_t j = 0; j < len; ++j) {
       const AllocRequest& q = reqs[r.begin + j];
@@ -76,7 +76,9 @@ void repeat(CachingAllocator& a, const std::vector<AllocRequest>& reqs, std::vec
     }
     before = std::move(last);
     last = std::move(now);
-    if (a.snapshot() == was) break;  // back where this repetition started: every further one is this one again
+    AllocatorSnapshot after = a.snapshot();
+    if (after == was) break;  // back where this repetition started: every further one is this one again
+    was = std::move(after);
   }
   std::copy(before.begin(), before.end(), blocks.begin() + std::ptrdiff_t(prev));
   std::copy(last.begin(), last.end(), blocks.begin() + std::ptrdiff_t(r.begin));
