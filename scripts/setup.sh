@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs every Debian package headroom needs to build, test and run. Idempotent.
+# Installs every Debian package headroom needs to build, test and run, then the PyPI oracles of tests/py in a
+# venv (${HR_PYENV:-<repo>/.pyenv}). Idempotent; a rerun with everything present takes about a second.
 set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -9,8 +11,11 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev libomp-dev  # the fuzz build (tests/fuzz): libFuzzer, ASan, UBSan, OpenMP for clang
 )
-# python3-torch only generates golden files; the tests read the committed files.
-if [[ "${HR_WITH_TORCH:-0}" == 1 ]]; then packages+=(python3-torch python3-numpy); fi
+# The reference libraries the outputs are checked against (tests/py, run with Debian's /usr/bin/python3 or the
+# venv below): PyTorch's memory_viz reads the allocator snapshots (python3-torch also generates the golden
+# files, scripts/make_golden.py; the C++ tests read the committed files), headless Chromium renders the HTML
+# report (fonts-dejavu-core so that its text has glyphs; chromium only recommends fonts).
+packages+=(python3-torch python3-numpy python3-venv chromium fonts-dejavu-core)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -24,3 +29,19 @@ if ((${#missing[@]})); then
   $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "setup: all packages present (${#packages[@]})"
+
+# tensorboard's own EventAccumulator reads the tfevents files (tests/py/check_tfevents.py). It is on PyPI only, so
+# it goes in a venv that also sees Debian's torch and numpy (--system-site-packages). Pinned to a release of the
+# numpy 1.24 / torch 1.13 era; protobuf pinned so that a later major release cannot break its generated code.
+# Debian's interpreter on purpose: a `python3` earlier on PATH (pyenv) would not see Debian's torch.
+pyenv="${HR_PYENV:-$root/.pyenv}"
+pypi_pins=(tensorboard==2.16.2 protobuf==4.25.3)
+stamp="$pyenv/.headroom-pins"
+if [[ ! -x "$pyenv/bin/python3" ]]; then
+  /usr/bin/python3 -m venv --system-site-packages "$pyenv"
+fi
+if [[ "$(cat "$stamp" 2>/dev/null)" != "${pypi_pins[*]}" ]]; then
+  "$pyenv/bin/python3" -m pip install -q --disable-pip-version-check "${pypi_pins[@]}"
+  echo "${pypi_pins[*]}" >"$stamp"
+fi
+echo "setup: python oracles present in $pyenv (${pypi_pins[*]})"
