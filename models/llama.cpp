@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/memory/category.h"
+#include "core/memory/timeline.h"
 #include "core/ops/attention.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
@@ -84,7 +85,12 @@ Tensor LlamaLayer::forward(const Tensor& x, const Tensor& positions, S& s, Check
 
 Tensor LlamaLayer::backward(const Tensor& dy, const Tensor& positions, S& s) const {
   MemoryScope scope(Category::Activations, prefix_);
-  compute(s, positions);
+  {
+    const bool missing = !s.xn1.defined() || !s.q.defined() || !s.k.defined() || !s.v.defined() || !s.attn.defined() ||
+                         !s.h.defined() || !s.xn2.defined() || !s.act.defined();
+    TraceSpan span(TraceSpan::When{missing}, "recompute", "recompute ", prefix_);
+    compute(s, positions);
+  }
   const int64_t B = s.x.size(0), L = s.x.size(1), D = cfg_.head_dim();
   // MLP: y = h + down(silu(gate) * up)
   Tensor d_act = down_.backward(dy, s.act);

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -29,6 +30,9 @@ class Communicator {
   virtual void barrier() = 0;
   // Host scalars (losses, norms, flags): the sum over ranks.
   virtual double sum(double v) = 0;
+  // Host values of every rank in one collective: each rank's `mine` (the same length on every rank),
+  // concatenated in rank order, on every rank.
+  virtual std::vector<double> gather(const std::vector<double>& mine) = 0;
 };
 
 // One process: collectives are copies or nothing.

@@ -100,6 +100,13 @@ class MpiComm final : public Communicator {
     return out;
   }
 
+  std::vector<double> gather(const std::vector<double>& mine) override {
+    std::vector<double> all(mine.size() * std::size_t(world_));
+    HR_MPI_CHECK(MPI_Allgather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), int(mine.size()), MPI_DOUBLE,
+                               MPI_COMM_WORLD));
+    return all;
+  }
+
  private:
   static void check_host(const char* op, const Tensor& t) {
     HR_CHECK(t.device().runs_cpu_kernels(), "[", op, "] MpiComm moves host tensors; ", t.describe(),

@@ -88,6 +88,7 @@ class NcclComm final : public Communicator {
   }
   void barrier() override { bootstrap_.barrier(); }
   double sum(double v) override { return bootstrap_.sum(v); }
+  std::vector<double> gather(const std::vector<double>& mine) override { return bootstrap_.gather(mine); }
 
  private:
   static void check_device(const char* op, const Tensor& t) {

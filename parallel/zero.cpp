@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/memory/category.h"
+#include "core/memory/timeline.h"
 #include "core/ops/copy.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/optimizer.h"
@@ -101,12 +102,13 @@ Zero::Zero(GroupedParams& model, Communicator& comm, const optim::OptimizerConfi
   state_device_ = z.offload_optimizer == Offload::Cpu ? host_ : device_;
   shard_world_ = z.stage >= 1 ? comm.world() : 1;
   shard_rank_ = z.stage >= 1 ? comm.rank() : 0;
-  if (z.stage == 0 && z.offload_optimizer == Offload::None) {
-    local_ = std::make_unique<optim::Optimizer>(model.params(), opt);
-    return;
-  }
   const auto& mg = model.groups();
   groups_.resize(mg.size());
+  if (z.stage == 0 && z.offload_optimizer == Offload::None) {
+    local_ = std::make_unique<optim::Optimizer>(model.params(), opt);
+    model.set_hooks(this);  // no group of its own: the hooks only mark the phases in a memory timeline
+    return;
+  }
   for (std::size_t gi = 0; gi < mg.size(); ++gi) {
     bool trainable = false;
     for (const Param* p : mg[gi].params) trainable |= p->trainable;
@@ -178,7 +180,10 @@ void Zero::gather(Group& g) {
   Tensor whole = Tensor::empty({int64_t(W) * g.shard}, g.dtype, device_);
   Tensor block = whole.slice(0, int64_t(shard_rank_) * g.shard, int64_t(shard_rank_ + 1) * g.shard);
   copy_(block, g.params);  // brings an offloaded shard in
-  if (W > 1) comm_.all_gather(block, whole);
+  if (W > 1) {
+    core::TraceSpan span("comm", "all_gather ", g.name);
+    comm_.all_gather(block, whole);
+  }
   unpack(g, W, whole, [](Param* p) { return p->data; });
   g.gathered = true;
 }
@@ -192,7 +197,18 @@ void Zero::release(Group& g) {
 
 void Zero::before(int group, Pass pass) {
   catch_up(pass, group);
+  // The group's slice spans its gather, its computation and its reduction (ended in after()).
+  if (core::tracing()) {
+    core::trace_begin(pass == Pass::Forward ? "forward" : "backward",
+                      str(pass == Pass::Forward ? "forward " : "backward ", group_name(group)));
+    ++open_slices_;
+  }
   use(group, pass);
+}
+
+std::string Zero::group_name(int group) const {
+  const auto& all = model_.params().groups();
+  return group >= 0 && std::size_t(group) < all.size() ? all[std::size_t(group)].name : str("group ", group);
 }
 
 void Zero::after(int group, Pass pass) {
@@ -200,6 +216,7 @@ void Zero::after(int group, Pass pass) {
   std::size_t& at = cursor_[int(pass)];
   HR_ASSERT(at < order.size() && order[at] == group, "group ", group, " ended out of its pass's order");
   done(group, pass);
+  if (open_slices_ > 0) core::trace_end(), --open_slices_;
   ++at;
 }
 
@@ -234,6 +251,7 @@ void Zero::done(int group, Pass pass) {
 
 void Zero::begin_step() {
   cursor_ = {};  // a step redone after an out-of-memory error starts its passes again
+  for (; open_slices_ > 0; --open_slices_) core::trace_end();  // the slices an out-of-memory error left open
   if (z_.stage >= 2) {
     for (auto& g : groups_)
       if (g && g->trainable) {
@@ -261,6 +279,7 @@ void Zero::reduce_scatter_grads(Group& g) {
     }
     for (auto& seg : g.segs) seg.param->grad = Tensor();
     mine = Tensor::empty({g.shard}, g.dtype, device_);
+    core::TraceSpan span("comm", "reduce_scatter ", g.name);
     comm_.reduce_scatter(whole, mine);
   }
   add_(g.grads, mine);
@@ -270,6 +289,7 @@ std::vector<bool> Zero::on_any_rank(const std::vector<bool>& mine) {
   if (comm_.world() == 1) return mine;
   MemoryScope scope(Category::Comm, "zero.flags");
   Tensor flags = Tensor::empty({int64_t(mine.size())}, DType::I64, host_);
+  core::TraceSpan span("comm", "all_reduce gradient flags");
   if (host_.type == DeviceType::Meta) return mine;  // a plan: the planned world's ranks do what this one does
   for (std::size_t i = 0; i < mine.size(); ++i) flags.data<int64_t>()[i] = mine[i];
   comm_.all_reduce(flags);
@@ -297,6 +317,7 @@ void Zero::all_reduce_grads() {
   int64_t elems = 0;
   auto flush = [&] {
     if (bucket.empty()) return;
+    core::TraceSpan span("comm", "all_reduce gradients (", bucket.size(), bucket.size() == 1 ? " tensor)" : " tensors)");
     if (bucket.size() == 1) {
       comm_.all_reduce(bucket[0]->grad);
     } else {
@@ -343,6 +364,7 @@ float Zero::grad_norm() {
     for (auto& g : groups_)
       if (g && g->trainable) grads.push_back(g->grads);
     const double local = grads.empty() ? 0.0 : double(global_norm(grads).item());
+    core::TraceSpan span("comm", "all_reduce gradient norm");
     const double total = comm_.world() > 1 ? comm_.sum(local * local) : local * local;
     return float(std::sqrt(total));
   }
@@ -401,7 +423,10 @@ void Zero::step_group(Group& g, float lr, float grad_scale) {
   if (!upd_param.same_storage(dst)) copy_(dst, upd_param);
   upd_param = upd_grad = grad = Tensor();
   if (z_.stage <= 2) {
-    if (W > 1) comm_.all_gather(dst, whole);
+    if (W > 1) {
+      core::TraceSpan span("comm", "all_gather updated ", g.name);
+      comm_.all_gather(dst, whole);
+    }
     unpack(g, W, whole, [](Param* p) { return p->data; });
   }
 }

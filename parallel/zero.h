@@ -85,6 +85,8 @@ class Zero final : public core::GroupHooks {
   // Runs the hooks of the groups of `pass` before `until` (-1: all that remain) that the model skipped.
   void catch_up(core::Pass pass, int until);
   void use(int group, core::Pass pass);   // what before() does for a group
+  std::string group_name(int group) const;
+  int open_slices_ = 0;  // group slices begun in a memory timeline and not yet ended
   void done(int group, core::Pass pass);  // what after() does
   void gather(Group& g);
   void release(Group& g);

@@ -1,17 +1,55 @@
 // `headroom plan CONFIG [--device NAME | --capacity BYTES] [--world-size N] [--set k=v ...] [--json]
-// [--explain] [--max-micro-batch]`: the memory plan of a run before anything is allocated.
+// [--explain] [--max-micro-batch] [--trace FILE] [--snapshot FILE]`: the memory plan of a run before anything
+// is allocated; --trace writes the dry run's memory timeline (Chrome trace-event JSON, its clock the
+// allocator's events), --snapshot the allocator at the dry run's peak in PyTorch's memory_viz format.
 #include <chrono>
 #include <cstdio>
 
+#include "core/io/atomic_file.h"
+#include "core/memory/memviz.h"
+#include "core/memory/timeline.h"
 #include "train/cli_args.h"
 #include "train/commands.h"
 #include "train/planner.h"
 
 namespace hr::train {
 
+namespace {
+
+void write_file(const std::string& path, const std::string& data) {
+  core::AtomicFile f(path);
+  f.write(data.data(), data.size());
+  f.commit();
+}
+
+// The chosen plan's step dry-run again with a recording: every micro-batch run, the timeline and the
+// allocator's starting state kept.
+void write_trace_and_snapshot(const Plan& plan, const std::string& trace, const std::string& snapshot, std::FILE* out) {
+  core::Timeline timeline(true);
+  StepRecording rec;
+  rec.timeline = trace.empty() ? nullptr : &timeline;
+  Predictor pred(plan.config, plan.world, 0, plan.device.cuda ? core::Backend::CUDA : core::Backend::CPU);
+  const Prediction p = pred.step(pred.worst_case(), &rec);
+  if (!trace.empty()) {
+    write_file(trace, timeline.chrome_json(0, str("rank 0 (planned: dry run of the worst-case step on ", plan.device.name, ")")));
+    std::fprintf(out, "memory timeline of the dry run (%zu events) in %s: open it in ui.perfetto.dev\n", timeline.events(),
+                trace.c_str());
+  }
+  if (!snapshot.empty()) {
+    const core::PeakState at = core::state_at_peak(rec.start, *p.requests);
+    HR_ASSERT(at.peak_allocated == p.peak_allocated, "the replayed peak ", at.peak_allocated,
+              " differs from the dry run's ", p.peak_allocated);
+    write_file(snapshot, core::memviz_snapshot(at.state, at.history, plan.device.name));
+    std::fprintf(out, "allocator at the dry run's peak (%s allocated in %zu segments) in %s: open it in pytorch.org/memory_viz\n",
+                format_bytes(double(at.peak_allocated)).c_str(), at.state.segments.size(), snapshot.c_str());
+  }
+}
+
+}  // namespace
+
 int cmd_plan(const std::vector<std::string>& args) {
   const auto t0 = std::chrono::steady_clock::now();
-  Parsed p = parse(args, "plan", {"--device", "--capacity", "--world-size"}, {"--json", "--explain", "--max-micro-batch"});
+  Parsed p = parse(args, "plan", {"--device", "--capacity", "--world-size", "--trace", "--snapshot"}, {"--json", "--explain", "--max-micro-batch"});
   const int world = p.options.count("--world-size") ? std::stoi(p.options["--world-size"]) : 1;
   HR_CHECK(world >= 1, "[plan] --world-size must be at least 1");
   RunConfig c = load_config(p.config, p.sets, world);
@@ -34,6 +72,9 @@ int cmd_plan(const std::vector<std::string>& args) {
   Search s = search_plans(c, dev, world);
   HR_CHECK(!s.ranked.empty(), "[plan] no valid combination of strategies for this config");
   const Plan& plan = s.ranked.front();
+  if (p.options.count("--trace") || p.options.count("--snapshot"))
+    write_trace_and_snapshot(plan, p.options.count("--trace") ? p.options["--trace"] : "",
+                             p.options.count("--snapshot") ? p.options["--snapshot"] : "", json ? stderr : stdout);
   if (json) {
     std::printf("%s", plan_json(plan).c_str());
     return plan.fits ? 0 : 3;

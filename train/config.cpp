@@ -297,6 +297,20 @@ std::vector<Key> memory_parallel_log_keys() {
          if (s != "fail" && s != "shrink_micro_batch") bad_value(k, n, "one of: fail, shrink_micro_batch");
          c.shrink_on_oom = s == "shrink_micro_batch";
        }},
+      {"memory.trace_steps", "[]",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         if (n.IsScalar()) c.trace_steps = {get<int64_t>(n, k, "a step number or a list of them")};
+         else c.trace_steps = get<std::vector<int64_t>>(n, k, "a list of step numbers");
+         for (int64_t s : c.trace_steps)
+           if (s < 1) bad_value(k, n, "a list of step numbers >= 1");
+       }},
+      {"memory.trace_clock", "time",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::string s = get<std::string>(n, k, "a string");
+         if (s != "time" && s != "events") bad_value(k, n, "one of: time, events");
+         c.trace_event_clock = s == "events";
+       }},
+      {"memory.snapshot_on_oom", "false", flag(&RunConfig::snapshot_on_oom)},
       {"memory.offload_params", "none",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.zero.offload_params = parse_offload(n, k); }},
       {"parallel.bucket_size", "25MiB",
@@ -306,6 +320,19 @@ std::vector<Key> memory_parallel_log_keys() {
        }},
       {"log.logging_steps", "10", i64(&RunConfig::logging_steps, 1)},
       {"log.progress_bar", "auto", choice(&RunConfig::progress_bar, parse_bar)},
+      // Hugging Face's key: a name or a list of names of the integrations to report to.
+      {"log.report_to", "none",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         std::vector<std::string> names;
+         if (n.IsSequence()) names = get<std::vector<std::string>>(n, k, "a list of names");
+         else names = {get<std::string>(n, k, "a name or a list of names")};
+         c.tensorboard = false;
+         for (const std::string& s : names) {
+           if (s == "tensorboard" || s == "all") c.tensorboard = true;
+           else if (s != "none") bad_value(k, n, "tensorboard, all, none, or a list of them");
+         }
+       }},
+      {"log.tensorboard_dir", "''", text(&RunConfig::tensorboard_dir)},
   };
 }
 

@@ -80,9 +80,14 @@ struct RunConfig {
   bool shrink_on_oom = false;  // memory.on_oom: shrink_micro_batch
   bool preflight = true;       // memory.preflight: false starts a run whose plan does not fit (it will OOM)
   int64_t max_images_per_sample = 1;  // data.max_images_per_sample: the planner's worst case
+  std::vector<int64_t> trace_steps;   // memory.trace_steps: steps written as Chrome trace-event timelines
+  bool trace_event_clock = false;     // memory.trace_clock: events (the allocator's events as the time axis)
+  bool snapshot_on_oom = false;       // memory.snapshot_on_oom: a memory_viz snapshot when a step runs out
   // log
   int64_t logging_steps = 10;
   ProgressBar progress_bar = ProgressBar::Auto;
+  bool tensorboard = false;     // log.report_to: tensorboard
+  std::string tensorboard_dir;  // log.tensorboard_dir; empty: output_dir/runs
 
   // Written to output_dir/config.yaml and printed by --print-config: every key with its resolved value.
   std::string resolved_yaml;

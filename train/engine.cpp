@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/memory/timeline.h"
 #include "core/ops/reduce.h"
 #include "models/weights.h"
 
@@ -90,6 +91,7 @@ Engine::StepStats Engine::step(const std::function<LoadedBatch()>& next, int64_t
 }
 
 void Engine::update(float lr, float grad_scale) {
+  core::TraceSpan span("optimizer", "optimizer step");
   zero_->step(lr, grad_scale);
   zero_->end_step();
 }

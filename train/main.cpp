@@ -19,11 +19,16 @@ void usage(std::FILE* to) {
                "  train CONFIG [--set key=value ...] [--print-config] [--resume]\n"
                "                       train (the synthetic VQA set when data.train_json is empty)\n"
                "  plan CONFIG [--device NAME | --capacity BYTES] [--world-size N] [--set key=value ...]\n"
-               "       [--json] [--explain] [--max-micro-batch]\n"
+               "       [--json] [--explain] [--max-micro-batch] [--trace FILE] [--snapshot FILE]\n"
                "                       predict every rank's peak memory by category before anything is\n"
                "                       allocated, fill `auto` strategy keys, suggest fixes when it does not fit\n"
                "                       (devices: a100-40g a100-80g h100-80g h200-141g l4-24g rtx4090-24g\n"
                "                       v100-32g cpu:<capacity>)\n"
+               "                       --trace: the dry run's memory timeline for ui.perfetto.dev; --snapshot:\n"
+               "                       the allocator at its peak for pytorch.org/memory_viz\n"
+               "  report RUN_DIR [--out FILE.html] [--png FILE.png]\n"
+               "                       one self-contained HTML page of a run: memory by category per step,\n"
+               "                       predicted against measured peaks, loss, accuracy, tokens/s, the plan\n"
                "  ckpt consolidate DIR [--out FILE]\n"
                "                       one llava-hf safetensors model from a checkpoint's shards (any ZeRO stage)\n"
                "  eval CONFIG --checkpoint DIR [--predictions FILE] [--set key=value ...]\n"
@@ -61,6 +66,7 @@ int main(int argc, char** argv) {
     if (cmd == "eval") return hr::train::cmd_eval(args);
     if (cmd == "ckpt") return hr::train::cmd_ckpt(args);
     if (cmd == "plan") return hr::train::cmd_plan(args);
+    if (cmd == "report") return hr::train::cmd_report(args);
     if (cmd == "info") return hr::train::cmd_info(args);
     if (cmd == "demo") return hr::train::cmd_demo(args);
     if (cmd == "model") return hr::train::cmd_model(args);

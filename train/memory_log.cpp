@@ -21,15 +21,17 @@ int64_t host_rss_bytes() {
 }
 
 MemoryLog::MemoryLog(const std::string& path, int64_t window) : window_(window) {
-  file_ = std::fopen(path.c_str(), "a");
+  file_ = std::fopen(path.c_str(), "a+");
   HR_CHECK(file_, "[log] cannot open ", path);
+  // A run killed mid-line left a partial last line: the resumed run's lines start on a line of their own.
+  if (std::fseek(file_, -1, SEEK_END) == 0 && std::fgetc(file_) != '\n') std::fputc('\n', file_);
 }
 
 MemoryLog::~MemoryLog() {
   if (file_) std::fclose(file_);
 }
 
-void MemoryLog::write(const StepRecord& r, const MemoryStats& s, const MemoryStats& host) {
+std::string MemoryLog::write(const StepRecord& r, const MemoryStats& s, const MemoryStats& host, int64_t rss) {
   nlohmann::json j;
   j["step"] = r.step;
   j["loss"] = r.loss;
@@ -39,6 +41,7 @@ void MemoryLog::write(const StepRecord& r, const MemoryStats& s, const MemorySta
   j["skipped"] = r.skipped;
   j["nonfinite"] = r.nonfinite.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.nonfinite);
   j["tokens_per_s"] = r.tokens_per_s;
+  j["samples_per_s"] = r.samples_per_s;
   j["allocated"] = s.allocated_bytes.current;
   j["reserved"] = s.reserved_bytes.current;
   j["active"] = s.active_bytes.current;
@@ -54,14 +57,21 @@ void MemoryLog::write(const StepRecord& r, const MemoryStats& s, const MemorySta
   nlohmann::json cat = nlohmann::json::object();
   for (Category c : kAllCategories) cat[category_name(c)] = s.category(c).peak;
   j["by_category"] = cat;
+  nlohmann::json at = nlohmann::json::object();
+  for (Category c : kAllCategories) at[category_name(c)] = s.at_peak[std::size_t(c)];
+  j["at_peak"] = at;
   nlohmann::json hcat = nlohmann::json::object();
   for (Category c : kAllCategories) hcat[category_name(c)] = host.category(c).peak;
   j["host"] = {{"allocated", host.allocated_bytes.current}, {"peak_allocated", host.allocated_bytes.peak},
                {"reserved", host.reserved_bytes.current}, {"by_category", hcat}};
-  j["host_rss"] = host_rss_bytes();
-  const std::string line = j.dump() + "\n";
+  j["host_rss"] = rss;
+  j["warnings"] = r.warnings;
+  std::string line = j.dump();
+  line += "\n";
   std::fwrite(line.data(), 1, line.size(), file_);
   std::fflush(file_);
+  line.pop_back();
+  return line;
 }
 
 std::string MemoryLog::leak_check(int64_t step, const MemoryStats& device, const MemoryStats& host, int64_t rss) {

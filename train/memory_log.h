@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/memory/caching_allocator.h"
 
@@ -14,12 +15,13 @@ namespace hr::train {
 struct StepRecord {
   int64_t step = 0;
   float loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
-  double tokens_per_s = 0;
+  double tokens_per_s = 0, samples_per_s = 0;
   bool skipped = false;  // fp16 overflow or a non-finite step: the optimizer step was skipped
   std::string nonfinite;  // a non-finite loss or gradient (bf16/fp32): the first group that produced one
   // The dry run of this step's exact shapes on the meta device (peak allocated and reserved), and the
   // plan's worst case; -1: none.
   int64_t predicted_peak = -1, predicted_reserved = -1, planned_peak = -1;
+  std::vector<std::string> warnings;  // the leak watch's and the prediction check's, as printed
 };
 
 // Resident set size of this process in bytes (from /proc/self/statm; 0 where unavailable).
@@ -30,8 +32,9 @@ class MemoryLog {
   MemoryLog(const std::string& path, int64_t leak_window);
   ~MemoryLog();
   // Writes the line for a finished step from the allocator's stats (peaks since the last reset_peak_stats).
-  // `host`: the host allocator (offloaded optimizer states, loader buffers), logged under "host".
-  void write(const StepRecord& r, const core::MemoryStats& s, const core::MemoryStats& host);
+  // `host`: the host allocator (offloaded optimizer states, loader buffers), logged under "host"; `rss`: the
+  // process's resident set. Returns the line's JSON.
+  std::string write(const StepRecord& r, const core::MemoryStats& s, const core::MemoryStats& host, int64_t rss);
   // Records the memory at a step boundary; returns warnings (one per line, "" for none) when
   //  - the device's or the host allocator's allocated bytes grew at every step of the window (naming the
   //    categories that grew: something keeps tensors alive across steps), or

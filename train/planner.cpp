@@ -111,7 +111,7 @@ std::vector<MicroShape> Predictor::worst_case() const {
 
 const Llava& Predictor::model() const { return engine_->model(); }
 
-Prediction Predictor::step(const std::vector<MicroShape>& micro) {
+Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* rec) {
   MemoryContext::Use use(memory_);
   auto dev = allocator_for(Device::meta()), host = allocator_for(kMetaHost);
   dev->reset_peak_stats();
@@ -120,11 +120,20 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro) {
   p.persistent = dev->stats().allocated_bytes.current;
   PeakWatch dw(dev->stats()), hw(host->stats());
   auto requests = std::make_shared<RequestTrace>();
+  Timeline* timeline = rec ? rec->timeline : nullptr;
+  if (rec) rec->start = dev->snapshot();
+  const int dev_track = timeline ? timeline->add_allocator("device", dev->stats()) : -1;
+  const int host_track = timeline ? timeline->add_allocator("host", host->stats(), false) : -1;
   dev->set_trace([&](const TraceEvent& e) {
     dw(e);
     requests->record(e);
+    if (timeline) timeline->allocator_event(dev_track, e);
   });
-  host->set_trace([&](const TraceEvent& e) { hw(e); });
+  host->set_trace([&](const TraceEvent& e) {
+    hw(e);
+    if (timeline) timeline->allocator_event(host_track, e);
+  });
+  if (timeline) set_span_timeline(timeline);
   // Micro-batches of one shape after the first (which creates the gradients) make the same requests; once
   // one leaves both allocators exactly as the one before it did, every later one would too, and the rest
   // are recorded as repetitions of it instead of being run: a dry run costs the same at any accumulation.
@@ -135,7 +144,7 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro) {
     const std::size_t at = std::size_t(k);
     // Only a micro-batch followed by one of its shape can be repeated, and the first is never a repetition:
     // the allocators are compared (snapshots cost a walk over every block) only where it can pay.
-    if (at == 0 || at + 1 >= micro.size() || micro[at + 1] != micro[at]) return 0;
+    if (rec || at == 0 || at + 1 >= micro.size() || micro[at + 1] != micro[at]) return 0;
     AllocatorSnapshot dev_now = dev->snapshot(), host_now = host->snapshot();
     if (at >= 2 && micro[at] == micro[at - 1] && requests->periodic(begins[at - 1], begins[at], requests->requests().size()) &&
         dev_now == dev_was && host_now == host_was) {
@@ -161,15 +170,18 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro) {
   } catch (...) {
     dev->set_trace(nullptr);
     host->set_trace(nullptr);
+    if (timeline) set_span_timeline(nullptr);
     throw;
   }
   dev->set_trace(nullptr);
   host->set_trace(nullptr);
+  if (timeline) set_span_timeline(nullptr);
   const MemoryStats s = dev->stats(), h = host->stats();
   p.peak_allocated = s.allocated_bytes.peak;
   p.peak_reserved = s.reserved_bytes.peak;
   HR_ASSERT(p.peak_allocated == dw.best, "peak watch ", dw.best, " disagrees with the allocator's peak ", p.peak_allocated);
   p.at_peak = dw.at_peak;
+  HR_ASSERT(p.at_peak == s.at_peak, "the allocator's breakdown at its peak disagrees with the peak watch's");
   for (Category c : kAllCategories) p.category_peaks[std::size_t(c)] = s.category(c).peak;
   p.peak_owner = dw.owner;
   p.activation_peak_owner = dw.activation_owner;

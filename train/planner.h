@@ -13,6 +13,7 @@
 #include "core/memory/category.h"
 #include "core/memory/device_memory.h"
 #include "core/memory/replay.h"
+#include "core/memory/timeline.h"
 #include "models/llava.h"
 #include "parallel/comm.h"
 #include "train/config.h"
@@ -50,6 +51,12 @@ struct Prediction {
   int64_t micro_batches_repeated = 0;
 };
 
+// What a traced dry run keeps besides its prediction (headroom plan --trace / --snapshot).
+struct StepRecording {
+  core::Timeline* timeline = nullptr;  // receives the step's allocator events and phase slices (may be null)
+  core::AllocatorSnapshot start;       // the meta device's allocator when the step started
+};
+
 // Holds an engine on a meta device of its own (its own memory context: several predictors can exist at once)
 // and predicts training steps.
 class Predictor {
@@ -60,8 +67,9 @@ class Predictor {
   ~Predictor();
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;
-  // One step of the given micro-batches (their count is the accumulation).
-  Prediction step(const std::vector<MicroShape>& micro_batches);
+  // One step of the given micro-batches (their count is the accumulation). With `recording`, every
+  // micro-batch runs (none is recorded as a repetition) and the recording is filled.
+  Prediction step(const std::vector<MicroShape>& micro_batches, StepRecording* recording = nullptr);
   // Accumulation x (micro, max_seq_len, micro x max_images_per_sample).
   std::vector<MicroShape> worst_case() const;
   const models::Llava& model() const;

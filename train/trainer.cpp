@@ -21,6 +21,8 @@
 #include "train/engine.h"
 #include "train/evaluate.h"
 #include "train/memory_log.h"
+#include "train/observe.h"
+#include "train/report.h"
 #include "train/planner.h"
 
 namespace hr::train {
@@ -78,6 +80,22 @@ std::string bar(int64_t done, int64_t total) {
   for (int i = 0; i < fill && i < width; ++i) s[std::size_t(1 + i)] = '=';
   if (fill < width) s[std::size_t(1 + fill)] = '>';
   return s;
+}
+
+// "42s", "3m05s", "1h02m": the ETA on the console line.
+std::string format_duration(double seconds) {
+  const int64_t s = int64_t(std::llround(std::max(seconds, 0.0)));
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof(buf), "%llds", (long long)s);
+  else if (s < 3600) std::snprintf(buf, sizeof(buf), "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  else std::snprintf(buf, sizeof(buf), "%lldh%02lldm", (long long)(s / 3600), (long long)(s / 60 % 60));
+  return buf;
+}
+
+std::string format_rate(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), v >= 100 ? "%.0f" : "%.3g", v);
+  return buf;
 }
 
 void write_eval_line(const std::string& path, int64_t step, const EvalResult& r) {
@@ -165,6 +183,8 @@ class Trainer {
  private:
   Plan plan_and_preflight(const RunConfig& given);
   void evaluate_now();
+  // output_dir/report.html (headroom report); a failure to write it is reported, never fatal.
+  void write_report();
 
   parallel::Communicator& comm_;
   const bool lead_;  // rank 0 prints, writes eval.jsonl, plan.json and the resolved config
@@ -187,6 +207,14 @@ class Trainer {
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<MemoryLog> mlog_;
   std::shared_ptr<CachingAllocator> alloc_, host_alloc_;
+  std::unique_ptr<RunObservers> observers_;  // TensorBoard, memory timelines, out-of-memory snapshots
+  // For the console's ETA and the end-of-run summary.
+  Clock::time_point loop_start_;
+  int64_t first_step_ = -1;
+  struct PeakStep {
+    int64_t step = 0, measured = -1, predicted = -1;
+    CategoryBytes at_peak{};
+  } peak_step_;
   bool tty_ = false;
   int64_t split_ = 1;  // micro-batches per loader batch: doubled by each recovered out-of-memory error
   int64_t mismatches_ = 0;
@@ -297,12 +325,16 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   }
   const std::string mlog_name = world == 1 ? std::string("memory.jsonl") : str("memory.rank", rank, ".jsonl");
   mlog_ = std::make_unique<MemoryLog>(str(c_.output_dir, "/", mlog_name), c_.leak_window);
+  observers_ = std::make_unique<RunObservers>(c_, comm, *alloc_, *host_alloc_);
 }
 
 AllocatorSnapshot Trainer::begin_step() {
+  if (first_step_ < 0) first_step_ = state_.step, loop_start_ = Clock::now();
   alloc_->reset_peak_stats();
   host_alloc_->reset_peak_stats();
-  return alloc_->snapshot();
+  AllocatorSnapshot start = alloc_->snapshot();
+  observers_->begin_step(state_.step + 1);
+  return start;
 }
 
 Engine::StepStats Trainer::step_redone_on_oom(Drawn& d, AllocatorSnapshot& start) {
@@ -321,7 +353,15 @@ Engine::StepStats Trainer::step_redone_on_oom(Drawn& d, AllocatorSnapshot& start
       return engine_->step(next, c_.gradient_accumulation_steps * split_, scaler_->scale());
     } catch (const OutOfMemory&) {
       const int64_t micro = c_.micro_batch_size / split_;
-      if (!c_.shrink_on_oom || micro <= 1) throw;
+      const std::string snapshot = observers_->write_oom_snapshot();
+      if (!snapshot.empty())
+        std::printf("%s%sthe allocator at the out-of-memory error: %s (open it in pytorch.org/memory_viz)\n",
+                    tty_ ? "\n" : "", comm_.world() > 1 ? str("rank ", comm_.rank(), ": ").c_str() : "",
+                    snapshot.c_str());
+      if (!c_.shrink_on_oom || micro <= 1) {
+        observers_->end_step();
+        throw;
+      }
       split_ *= 2;
       if (lead_)
         std::printf("%sstep %lld: out of memory with micro-batch %lld; halving it to micro-batch %lld x "
@@ -368,6 +408,9 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
                      bool skipped, Clock::time_point t0) {
   const int rank = comm_.rank(), world = comm_.world();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const std::string trace = observers_->end_step();  // before the dry run below, whose phases are not this step's
+  if (!trace.empty() && lead_) std::printf("%sstep %lld: memory timeline in %s%s (open it in ui.perfetto.dev)\n", tty_ ? "\n" : "",
+                                           (long long)(state_.step + 1), trace.c_str(), world > 1 ? " and the other ranks'" : "");
   StepRecord rec;
   rec.step = state_.step + 1;
   rec.loss = float(s.loss);
@@ -377,6 +420,7 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   rec.skipped = skipped;
   if (nonfinite_) rec.nonfinite = nonfinite_where_.empty() ? "elsewhere (another rank's micro-batch)" : nonfinite_where_;
   rec.tokens_per_s = double(s.tokens) / std::max(secs, 1e-9);
+  rec.samples_per_s = double(c_.global_batch_size) / std::max(secs, 1e-9);
   const MemoryStats ms = alloc_->stats();
   const Prediction& predicted = prediction_for(d.shapes);
   rec.predicted_peak = predicted.peak_allocated;
@@ -385,14 +429,24 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   rec.planned_peak = plan_.rank.peak_allocated;
   if (!skipped && (ms.allocated_bytes.peak != rec.predicted_peak || ms.reserved_bytes.peak != rec.predicted_reserved)) {
     ++mismatches_;
-    std::printf("%s[memory] WARNING step %lld%s: measured peak %lld B allocated / %lld B reserved differs from the "
-                "dry run of this step's shapes, %lld B / %lld B. The planner's prediction is exact by design on "
-                "the CPU: this is a bug.\n",
-                tty_ ? "\n" : "", (long long)rec.step, world > 1 ? str(" rank ", rank).c_str() : "",
-                (long long)ms.allocated_bytes.peak, (long long)ms.reserved_bytes.peak, (long long)rec.predicted_peak,
-                (long long)rec.predicted_reserved);
+    rec.warnings.push_back(str("[memory] WARNING step ", rec.step, world > 1 ? str(" rank ", rank) : std::string(),
+                               ": measured peak ", ms.allocated_bytes.peak, " B allocated / ", ms.reserved_bytes.peak,
+                               " B reserved differs from the dry run of this step's shapes, ", rec.predicted_peak, " B / ",
+                               rec.predicted_reserved, " B. The planner's prediction is exact by design on the CPU: "
+                               "this is a bug."));
+    std::printf("%s%s\n", tty_ ? "\n" : "", rec.warnings.back().c_str());
   }
-  mlog_->write(rec, ms, host_alloc_->stats());
+  if (!skipped && ms.allocated_bytes.peak > peak_step_.measured)
+    peak_step_ = {rec.step, ms.allocated_bytes.peak, rec.predicted_peak, ms.at_peak};
+  const MemoryStats host_stats = host_alloc_->stats();
+  const int64_t rss = host_rss_bytes();
+  const std::string leak = mlog_->leak_check(rec.step, ms, host_stats, rss);
+  for (std::size_t at = 0; at < leak.size();) {
+    const std::size_t nl = std::min(leak.find('\n', at), leak.size());
+    rec.warnings.push_back(leak.substr(at, nl - at));
+    at = nl + 1;
+  }
+  observers_->step(nlohmann::json::parse(mlog_->write(rec, ms, host_stats, rss)));
   if (nonfinite_ && !nonfinite_where_.empty())
     std::printf("%s%sstep %lld: non-finite loss (%g) or gradient norm (%g); the first non-finite value came from %s. "
                 "The step is skipped%s\n",
@@ -402,7 +456,6 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   else if (skipped && !nonfinite_ && lead_)
     std::printf("%sstep %lld: fp16 overflow at loss scale %g; step skipped\n", tty_ ? "\n" : "", (long long)rec.step,
                 rec.loss_scale);
-  const std::string leak = mlog_->leak_check(rec.step, ms, host_alloc_->stats(), host_rss_bytes());
   if (!leak.empty())
     std::printf("%s%s%s\n", tty_ ? "\n" : "", world > 1 ? str("rank ", rank, ": ").c_str() : "", leak.c_str());
   while (skipped_reported_ < loader_->skipped().size()) {
@@ -410,10 +463,15 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
     if (lead_) std::printf("%sskipped bad sample: %s\n", tty_ ? "\n" : "", what.c_str());
   }
   if (lead_ && (rec.step % c_.logging_steps == 0 || rec.step == total_ || tty_)) {
+    // The ETA from the mean step time of this session's steps so far (evaluations and checkpoints included).
+    const double elapsed = std::chrono::duration<double>(Clock::now() - loop_start_).count();
+    const int64_t done = rec.step - first_step_;
+    const double eta = done > 0 ? elapsed / double(done) * double(total_ - rec.step) : 0.0;
     const std::string line = str("step ", rec.step, "/", total_, " | loss ", rec.loss, " | lr ", lr, " | grad_norm ",
-                                 rec.grad_norm, " | tok/s ", int64_t(rec.tokens_per_s), " | mem ",
-                                 format_bytes(double(ms.allocated_bytes.peak)), " peak / ",
-                                 format_bytes(double(ms.reserved_bytes.peak)), " reserved");
+                                 rec.grad_norm, " | tok/s ", int64_t(rec.tokens_per_s), " | samples/s ",
+                                 format_rate(rec.samples_per_s), " | mem ", format_bytes(double(ms.allocated_bytes.peak)),
+                                 " peak / ", format_bytes(double(ms.reserved_bytes.peak)), " reserved | ETA ",
+                                 format_duration(eta));
     if (tty_) std::printf("\r%s %s", bar(rec.step, total_).c_str(), line.c_str());
     else std::printf("%s\n", line.c_str());
     std::fflush(stdout);
@@ -431,10 +489,23 @@ void Trainer::evaluate_now() {
       evaluate(engine_->model(), *eval_set_, {c_.eval_samples, c_.eval_batch_size, c_.max_new_tokens, c_.ce_chunk_rows, &comm_});
   if (!lead_) return;
   write_eval_line(c_.output_dir + "/eval.jsonl", state_.step, r);
+  observers_->eval(state_.step, r);
   write_predictions(c_.output_dir + "/eval_predictions.jsonl", state_.step, r);
   std::printf("%sstep %lld | %s\n", tty_ ? "\n" : "", (long long)state_.step, eval_summary(r).c_str());
   for (const std::string& e : r.examples) std::printf("    %s\n", e.c_str());
   std::fflush(stdout);
+}
+
+void Trainer::write_report() {
+  try {
+    const std::string html = run_report_html(c_.output_dir);
+    AtomicFile f(c_.output_dir + "/report.html");
+    f.write(html.data(), html.size());
+    f.commit();
+    std::printf("run report: %s/report.html\n", c_.output_dir.c_str());
+  } catch (const std::exception& e) {  // the run is done: a report that cannot be written is only reported
+    std::printf("run report not written: %s\n", e.what());
+  }
 }
 
 void Trainer::maybe_save_or_evaluate() {
@@ -474,6 +545,7 @@ int Trainer::stop() {
     std::printf("stop requested (%s): saving the checkpoint of step %lld and exiting; --resume continues from it\n",
                 sig ? strsignal(sig) : "on another rank", (long long)state_.step);
   engine_->save(state_);
+  if (lead_) write_report();
   if (lead_) std::printf("stopped at step %lld of %lld; outputs in %s\n", (long long)state_.step, (long long)total_,
                          c_.output_dir.c_str());
   comm_.barrier();
@@ -501,6 +573,20 @@ int Trainer::finish() {
     if (nonfinite_steps_)
       std::printf("%lld steps skipped on a non-finite loss or gradient (named above)\n", (long long)nonfinite_steps_);
     std::printf("%s", alloc_->memory_summary().c_str());
+    if (peak_step_.measured >= 0) {
+      std::string cats;
+      for (Category cat : kAllCategories)
+        if (const int64_t b = peak_step_.at_peak[std::size_t(cat)])
+          cats += str(cats.empty() ? "" : ", ", category_name(cat), " ", format_bytes(double(b)));
+      const int64_t err = peak_step_.measured - peak_step_.predicted;
+      std::printf("peak step %lld: %s allocated (%s); predicted %s by its dry run, error %s%s%s; the plan's worst "
+                  "case %s\n",
+                  (long long)peak_step_.step, format_bytes(double(peak_step_.measured)).c_str(), cats.c_str(),
+                  format_bytes(double(peak_step_.predicted)).c_str(), err < 0 ? "-" : "",
+                  format_bytes(double(err < 0 ? -err : err)).c_str(), err == 0 ? " (exact)" : "",
+                  format_bytes(double(plan_.rank.peak_allocated)).c_str());
+    }
+    write_report();
     std::printf("done in %.1f s; outputs in %s\n", std::chrono::duration<double>(Clock::now() - t_start_).count(),
                 c_.output_dir.c_str());
   }

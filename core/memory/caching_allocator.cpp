@@ -144,6 +144,10 @@ bool AllocatorSnapshot::operator==(const AllocatorSnapshot& o) const {
 
 AllocatorSnapshot CachingAllocator::snapshot() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  return snapshot_locked();
+}
+
+AllocatorSnapshot CachingAllocator::snapshot_locked() const {
   AllocatorSnapshot s;
   s.segments_made = segments_made_;
   for (const auto& [id, head] : segment_heads_) {
@@ -178,6 +182,11 @@ const std::string* CachingAllocator::intern(const std::string& owner) {
   return p;
 }
 
+void CachingAllocator::set_oom_observer(std::function<void(const AllocatorSnapshot&, std::size_t)> observer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  oom_observer_ = std::move(observer);
+}
+
 void CachingAllocator::set_trace(std::function<void(const TraceEvent&)> trace) {
   std::lock_guard<std::mutex> lock(mutex_);
   trace_ = std::move(trace);
@@ -209,7 +218,7 @@ CachingAllocator::Block* CachingAllocator::alloc_segment(Pool& pool, std::size_t
   segment_heads_[b->segment] = b;
   stats_.reserved_bytes.add(int64_t(segment_size));
   stats_.segment.add(1);
-  if (trace_) trace_({TraceEvent::Kind::SegmentAlloc, segment_size, 0, Category::Activations, nullptr});
+  if (trace_) trace_({TraceEvent::Kind::SegmentAlloc, segment_size, 0, Category::Activations, nullptr, b});
   return b;
 }
 
@@ -235,6 +244,7 @@ CachingAllocator::Block* CachingAllocator::malloc_locked(std::size_t bytes) {
     if (!block) {
       ++stats_.num_ooms;
       if (trace_) trace_({TraceEvent::Kind::OOM, size, bytes, tag.category, intern(tag.owner)});
+      if (oom_observer_) oom_observer_(snapshot_locked(), bytes);
       throw OutOfMemory(oom_message(bytes, size, seg), bytes);
     }
   }
@@ -270,12 +280,15 @@ CachingAllocator::Block* CachingAllocator::malloc_locked(std::size_t bytes) {
 
 void CachingAllocator::account(Block* b, int sign) {
   const int64_t s = sign * int64_t(b->size);
+  const bool new_peak = stats_.allocated_bytes.current + s > stats_.allocated_bytes.peak;
   stats_.allocated_bytes.add(s);
   stats_.active_bytes.add(s);
   stats_.requested_bytes.add(sign * int64_t(b->requested));
   stats_.allocation.add(sign);
   stats_.by_category[std::size_t(b->category)].add(s);
   owner_bytes_[b->owner].add(s);
+  if (new_peak)
+    for (Category c : kAllCategories) stats_.at_peak[std::size_t(c)] = stats_.category(c).current;
 }
 
 void CachingAllocator::free(Block* block) {
@@ -329,7 +342,7 @@ void CachingAllocator::release_pool(Pool& pool) {
     raw_->deallocate(b->ptr, b->size);
     stats_.reserved_bytes.add(-int64_t(b->size));
     stats_.segment.add(-1);
-    if (trace_) trace_({TraceEvent::Kind::SegmentFree, b->size, 0, Category::Activations, nullptr});
+    if (trace_) trace_({TraceEvent::Kind::SegmentFree, b->size, 0, Category::Activations, nullptr, b});
     delete b;
   }
 }
@@ -351,6 +364,7 @@ void CachingAllocator::reset_peak_stats() {
                   &stats_.segment, &stats_.inactive_split})
     s->reset_peak();
   for (Stat& s : stats_.by_category) s.reset_peak();
+  for (Category c : kAllCategories) stats_.at_peak[std::size_t(c)] = stats_.category(c).current;
   for (auto& [owner, s] : owner_bytes_) s.reset_peak();
 }
 

@@ -51,6 +51,8 @@ struct MemoryStats {
   int64_t num_alloc_retries = 0;
   int64_t num_ooms = 0;
   std::array<Stat, kNumCategories> by_category;  // allocated bytes per category
+  // Allocated bytes per category at the moment allocated_bytes reached its peak (the first time it did).
+  std::array<int64_t, kNumCategories> at_peak{};
 
   const Stat& category(Category c) const { return by_category[std::size_t(c)]; }
   // 1 - allocated / reserved (0 when nothing is reserved).
@@ -65,7 +67,9 @@ struct TraceEvent {
   std::size_t requested;  // caller's bytes (Alloc/Free/OOM)
   Category category;
   const std::string* owner;
-  const void* block = nullptr;  // Alloc/Free: which block (an identity while it is allocated, never data)
+  // Alloc/Free: which block (an identity while it is allocated, never data); SegmentAlloc/SegmentFree: the
+  // segment's block at offset 0. Valid only during the call (position() reads where it is).
+  const void* block = nullptr;
 };
 
 // An allocator's layout at one moment: every segment and its blocks, in segment order. What a replica is
@@ -138,6 +142,9 @@ class CachingAllocator {
 
   // Called for every event while set; pass {} to stop. Runs under the allocator's lock.
   void set_trace(std::function<void(const TraceEvent&)> trace);
+  // Called, under the allocator's lock, with its layout and the request's bytes when a request fails after
+  // the cache was released: the moment an out-of-memory snapshot shows (PyTorch's out-of-memory observer).
+  void set_oom_observer(std::function<void(const AllocatorSnapshot&, std::size_t)> observer);
 
  private:
   struct Pool;
@@ -145,6 +152,7 @@ class CachingAllocator {
   Block* find_free_block(Pool& pool, std::size_t size);
   Block* alloc_segment(Pool& pool, std::size_t segment_size);
   void release_cached_blocks_locked();
+  AllocatorSnapshot snapshot_locked() const;
   void release_pool(Pool& pool);
   void free_locked(Block* block);
   void account(Block* b, int sign);
@@ -159,6 +167,7 @@ class CachingAllocator {
   std::unordered_map<std::string, std::unique_ptr<std::string>> owners_;
   std::unordered_map<const std::string*, Stat> owner_bytes_;
   std::function<void(const TraceEvent&)> trace_;
+  std::function<void(const AllocatorSnapshot&, std::size_t)> oom_observer_;
   uint64_t segments_made_ = 0;
   std::map<uint64_t, Block*> segment_heads_;  // each segment's block at offset 0
   bool replica_ = false;                      // a replica owns the blocks it was built with

@@ -92,6 +92,15 @@ TEST(Train, MemoryLogHasEveryFieldOnEveryStep) {
     EXPECT_GE(l["host"]["reserved"].get<int64_t>(), l["host"]["allocated"].get<int64_t>());
     EXPECT_GT(l["peak_allocated"].get<int64_t>(), 0);
     EXPECT_GT(l["by_category"]["activations"].get<int64_t>(), 0);
+    // The breakdown at the peak adds up to the peak; no step of this run warns.
+    int64_t at_peak = 0;
+    for (const auto& [name, b] : l["at_peak"].items()) {
+      at_peak += b.get<int64_t>();
+      EXPECT_LE(b.get<int64_t>(), l["by_category"][name].get<int64_t>()) << name;
+    }
+    EXPECT_EQ(at_peak, l["peak_allocated"].get<int64_t>()) << l.dump();
+    EXPECT_GT(l["samples_per_s"].get<double>(), 0);
+    EXPECT_TRUE(l["warnings"].is_array() && l["warnings"].empty()) << l.dump();
   }
   EXPECT_EQ(lines.back()["step"], 8);
   auto evals = jsonl(d + "/eval.jsonl");
@@ -111,6 +120,40 @@ TEST(Train, MemoryLogHasEveryFieldOnEveryStep) {
   EXPECT_TRUE(fs::exists(d + "/config.yaml"));
   EXPECT_TRUE(fs::exists(d + "/checkpoint-8/model.safetensors"));
   EXPECT_NE(r.output.find("memory summary"), std::string::npos);
+  EXPECT_NE(r.output.find("| ETA "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("error 0 B (exact)"), std::string::npos) << r.output;
+}
+
+// memory.trace_clock: events makes a step's memory timeline and its dry run's (headroom plan --trace) the
+// same picture: every device counter point and every phase slice at the same time, with the same bytes.
+TEST(Train, AStepsMemoryTimelineIsItsDryRunsEventForEvent) {
+  const std::string d = fresh_dir("timeline");
+  const std::string sets = " --set run.output_dir=" + d +
+                           " --set train.max_steps=1 --set data.pad_to_max_length=true --set data.max_seq_len=48"
+                           " --set memory.trace_steps=[1] --set memory.trace_clock=events"
+                           " --set memory.gradient_checkpointing.llm=selective --set train.eval_steps=0";
+  CmdResult r = headroom("train " + config_file(d) + sets);
+  ASSERT_EQ(r.status, 0) << r.output;
+  CmdResult p = headroom("plan " + config_file(d) + sets + " --trace " + d + "/plan.trace.json");
+  ASSERT_EQ(p.status, 0) << p.output;
+  auto device_side = [](const std::string& path) {
+    std::ifstream in(path);
+    const json t = json::parse(in);
+    std::vector<std::string> out;
+    for (const json& e : t["traceEvents"]) {
+      const std::string ph = e["ph"];
+      if (ph == "C" && e["name"].get<std::string>().rfind("device ", 0) == 0 && e["name"] != "device reserved")
+        out.push_back(str(e["ts"].get<double>(), " ", e["name"].get<std::string>(), " ", e["args"]["bytes"].get<int64_t>()));
+      if (ph == "B" || ph == "E") out.push_back(str(e["ts"].get<double>(), " ", ph, " ", e.value("name", "")));
+    }
+    return out;
+  };
+  const auto measured = device_side(d + "/trace.rank0.step1.json"), planned = device_side(d + "/plan.trace.json");
+  ASSERT_GT(measured.size(), 200u);
+  EXPECT_EQ(measured, planned);
+  bool recompute = false;
+  for (const std::string& e : measured) recompute |= e.find(" B recompute language_model.model.layers.") != std::string::npos;
+  EXPECT_TRUE(recompute);
 }
 
 TEST(Train, EveryStepsPeaksArePredictedWhateverTheAllocatorCachedBefore) {
