@@ -52,3 +52,13 @@ def require(*modules):
                      f"run scripts/setup.sh, which installs them (Debian packages and the venv "
                      f"{os.environ.get('HR_PYENV') or os.path.join(REPO, '.pyenv')})\n")
     sys.exit(2)
+
+
+def print_faults(prog, faults, shown=50):
+    """Prints one FAIL line per fault (the first `shown`, then how many more) to stderr; returns whether there
+    were any, for `return 1` in a checker's main."""
+    for line in faults[:shown]:
+        print(f"{prog}: FAIL: {line}", file=sys.stderr)
+    if len(faults) > shown:
+        print(f"{prog}: FAIL: ... {len(faults) - shown} more", file=sys.stderr)
+    return bool(faults)

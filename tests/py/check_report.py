@@ -385,9 +385,7 @@ def main():
           f"{'' if args.png is None else ' -> ' + args.png}; {len(have_series)} data-series; "
           f"{len(console)} console line(s)"
           + ("" if n_requests is None else f"; {n_requests} request(s) seen over DevTools"))
-    if faults:
-        for line in faults[:50]:
-            print(f"{PROG}: FAIL: {line}", file=sys.stderr)
+    if _oracle_env.print_faults(PROG, faults):
         return 1
     print(f"{PROG}: OK: {args.html}")
     return 0

@@ -301,11 +301,7 @@ def main():
               f"{sum(len(rendered[w].splitlines()) for w in ('segments', 'memory'))} stack lines; "
               f"stats {rendered.get('stats', '-')}")
 
-    if c.faults:
-        for line in c.faults[:50]:
-            print(f"{PROG}: FAIL: {line}", file=sys.stderr)
-        if len(c.faults) > 50:
-            print(f"{PROG}: FAIL: ... {len(c.faults) - 50} more", file=sys.stderr)
+    if _oracle_env.print_faults(PROG, c.faults):
         return 1
     states = collections.Counter(b["state"] for s in segs for b in s["blocks"])
     names = collections.Counter(f["name"] for s in segs for b in s["blocks"]

@@ -308,11 +308,7 @@ def main():
         if bad > 3:
             faults.add(at, f"tag {tag}: {bad - 3} more values differ")
 
-    if faults.lines:
-        for line in faults.lines[:50]:
-            print(f"{PROG}: FAIL: {line}", file=sys.stderr)
-        if len(faults.lines) > 50:
-            print(f"{PROG}: FAIL: ... {len(faults.lines) - 50} more", file=sys.stderr)
+    if _oracle_env.print_faults(PROG, faults.lines):
         return 1
     steps = len(rows0 or [])
     print(f"{PROG}: OK: {run_dir}: {len(files)} event file(s), {n_records} records, {len(expected)} tags, "

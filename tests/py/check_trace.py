@@ -23,7 +23,11 @@ Prints a summary per file (events per ph, counter tracks, the 10 commonest slice
 import argparse
 import collections
 import json
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _oracle_env  # noqa: E402  (no oracle module needed: only the shared fault printing)
 
 PROG = "check_trace"
 PHASES = {
@@ -212,11 +216,7 @@ def main():
     for want in args.expect_slice:
         if not any(want in (n or "") for n in stats["slices"]):
             faults.append(f"{', '.join(args.files)}: no slice whose name contains {want!r}")
-    if faults:
-        for line in faults[:50]:
-            print(f"{PROG}: FAIL: {line}", file=sys.stderr)
-        if len(faults) > 50:
-            print(f"{PROG}: FAIL: ... {len(faults) - 50} more", file=sys.stderr)
+    if _oracle_env.print_faults(PROG, faults):
         return 1
     print(f"{PROG}: OK: {len(args.files)} file(s)")
     return 0
