@@ -322,7 +322,7 @@ std::string run_report_html(const std::string& run_dir) {
   const json& last = m.back();
   const std::size_t per = bucket(m.size());
   const std::string head =
-      str("<h1>headroom run report</h1><p class=\"note\">", esc(fs::absolute(dir).string()), ": ", m.size(), " steps logged (last ",
+      str("<h1>headroom run report</h1><p class=\"note\">", esc(dir.string()), ": ", m.size(), " steps logged (last ",
           last["step"].get<int64_t>(), "), ", ranks.size(), ranks.size() == 1 ? " rank" : " ranks", evals.empty() ? "" : str(", ", evals.size(), " evaluations"),
           plan.contains("model") ? str(", model ", esc(text_of(plan["model"]))) : std::string(),
           skipped ? str(", ", skipped, " log lines that are not JSON skipped") : std::string(),
@@ -337,6 +337,7 @@ h1{font-size:22px}h2{font-size:16px;margin:18px 0 4px}
 .grid{stroke:#e4e4e4}.ytick{font-size:11px;text-anchor:end;fill:#555}.xtick{font-size:11px;text-anchor:middle;fill:#555}
 .legend{font-size:12px;margin:2px 0 10px 90px}.key{margin-right:14px;cursor:pointer;user-select:none}
 .key i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}.key.off{opacity:.35}
+code{white-space:normal;word-break:break-word}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
 .warn li{color:#a33;font-size:13px}
 </style></head><body>
