@@ -279,10 +279,12 @@ std::string run_report_html(const std::string& run_dir) {
       if (e.contains("accuracy_by_type") && e["accuracy_by_type"].is_object())
         for (const auto& [t, v] : e["accuracy_by_type"].items()) types.emplace(t, 0);
     int i = 0;
-    for (const auto& [t, unused] : types)
+    for (const auto& type : types) {
+      const std::string& t = type.first;  // a named variable: clang 14 cannot capture a structured binding
       s.push_back({"accuracy " + t, kPalette[(i++ + 3) % 10], pick(evals, [&](const json& j) {
                      return j.contains("accuracy_by_type") && j["accuracy_by_type"].is_object() ? num(j["accuracy_by_type"], t.c_str()) : NAN;
                    }), false, true});
+    }
     body += chart("Eval accuracy", s, false, false);
   }
   body += chart("Throughput", {{"tokens/s", "#76b7b2", pick(m, [](const json& j) { return num(j, "tokens_per_s"); }, Merge::Mean)}},
