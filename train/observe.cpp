@@ -101,7 +101,7 @@ void RunObservers::on_event(bool device, const TraceEvent& e) noexcept {
   // the observation stops and the run goes on.
   try {
     if (Timeline* t = timeline_.load()) t->allocator_event(device ? device_track_ : host_track_, e);
-    if (device && c_.snapshot_on_oom && !history_off_) {
+    if (device && c_.snapshot_on_oom && !history_off_ && memviz_records(e)) {
       history_.push_back(memviz_action(e));
       if (history_.size() > kHistoryKept) history_.pop_front();
     }

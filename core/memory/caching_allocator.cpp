@@ -237,6 +237,7 @@ CachingAllocator::Block* CachingAllocator::malloc_locked(std::size_t bytes) {
   } else {
     block = alloc_segment(pool, seg);
     if (!block) {
+      if (trace_) trace_({TraceEvent::Kind::Retry, size, bytes, tag.category, intern(tag.owner)});
       release_cached_blocks_locked();
       ++stats_.num_alloc_retries;
       block = alloc_segment(pool, seg);

@@ -61,7 +61,8 @@ struct MemoryStats {
 
 // One event in the allocation trace (for tests comparing meta and real devices, and timelines).
 struct TraceEvent {
-  enum class Kind : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree, OOM };
+  // Retry: a request found no segment and releases the cache to try once more (its segment frees follow).
+  enum class Kind : uint8_t { Alloc, Free, SegmentAlloc, SegmentFree, OOM, Retry };
   Kind kind;
   std::size_t size;       // block or segment size (rounded)
   std::size_t requested;  // caller's bytes (Alloc/Free/OOM)

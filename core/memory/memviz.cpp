@@ -101,6 +101,8 @@ json frames(Category c, const std::string& owner) {
 
 uint64_t memviz_address(uint64_t segment, std::size_t offset) { return ((segment + 1) << 36) + offset; }
 
+bool memviz_records(const TraceEvent& e) { return e.kind != TraceEvent::Kind::Retry; }
+
 MemvizAction memviz_action(const TraceEvent& e) {
   MemvizAction a{"alloc", 0, e.size, e.category, e.owner ? *e.owner : ""};
   if (e.block) {
@@ -113,6 +115,7 @@ MemvizAction memviz_action(const TraceEvent& e) {
     case TraceEvent::Kind::SegmentAlloc: a.action = "segment_alloc", a.owner.clear(); break;
     case TraceEvent::Kind::SegmentFree: a.action = "segment_free", a.owner.clear(); break;
     case TraceEvent::Kind::OOM: a.action = "oom", a.size = e.requested; break;
+    case TraceEvent::Kind::Retry: HR_ASSERT(false, "memory_viz has no action for a retry"); break;
   }
   return a;
 }
@@ -166,7 +169,9 @@ using Block = CachingAllocator::Block;
 std::size_t replay_until(const AllocatorSnapshot& start, const RequestTrace& trace, std::size_t stop, PeakState* out) {
   CachingAllocator a(start, make_meta_allocator(0), "replay");
   std::vector<MemvizAction> history;
-  if (out) a.set_trace([&](const TraceEvent& e) { history.push_back(memviz_action(e)); });
+  if (out) a.set_trace([&](const TraceEvent& e) {
+    if (memviz_records(e)) history.push_back(memviz_action(e));
+  });
   const std::vector<AllocRequest>& reqs = trace.requests();
   HR_CHECK(trace.repeats().empty(), "[memviz] a trace with repeated stretches (record the step without them)");
   std::vector<Block*> blocks(reqs.size(), nullptr);

@@ -25,7 +25,9 @@ struct MemvizAction {
 };
 
 uint64_t memviz_address(uint64_t segment, std::size_t offset);
-// The entry for one allocator event (`e.block` still valid: call from the trace function).
+// Whether memory_viz has an action for this kind of event (a retry has none: its segment frees follow).
+bool memviz_records(const TraceEvent& e);
+// The entry for one allocator event memviz_records (`e.block` still valid: call from the trace function).
 MemvizAction memviz_action(const TraceEvent& e);
 
 // The pickle. `history` becomes device_traces[0]; `device` names the device in the allocator settings.

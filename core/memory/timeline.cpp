@@ -60,6 +60,13 @@ void Timeline::allocator_event(int track, const TraceEvent& e) {
                          "memory", size});
       break;
     }
+    case TraceEvent::Kind::Retry:
+      events_.push_back({'i', ts,
+                         str(t.name, " no segment for ", format_bytes(double(e.requested)), " (",
+                             e.owner && !e.owner->empty() ? *e.owner : std::string("(unscoped)"),
+                             "): the cache is released and the request retried"),
+                         "memory", int64_t(e.requested)});
+      break;
     case TraceEvent::Kind::OOM:
       events_.push_back({'i', ts,
                          str(t.name, " out of memory: ", format_bytes(double(e.requested)), " for ",

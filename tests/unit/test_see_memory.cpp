@@ -199,6 +199,28 @@ TEST(Timeline, CountersFollowTheAllocatorAndSlicesNest) {
   a.free(x);
 }
 
+TEST(Timeline, ARetryIsAnInstantBeforeTheCacheItReleases) {
+  CachingAllocator a(make_meta_allocator(30_MiB), "meta");
+  Timeline t(true);
+  const int track = t.add_allocator("device", a.stats());
+  a.set_trace([&](const TraceEvent& e) { t.allocator_event(track, e); });
+  a.free(a.allocate(3_MiB));   // a 20 MiB segment, cached
+  Block* big = a.allocate(22_MiB);  // no room beside it: the cache goes, the request is retried and fits
+  a.set_trace({});
+  const json trace = json::parse(t.chrome_json(0, "p"));
+  std::vector<std::string> instants;
+  for (const json& e : trace["traceEvents"])
+    if (e["ph"] == "i") instants.push_back(e["name"]);
+  ASSERT_EQ(instants.size(), 4u);
+  EXPECT_EQ(instants[0], "device segment allocated 20.00 MiB");
+  EXPECT_NE(instants[1].find("no segment for 22.00 MiB"), std::string::npos) << instants[1];
+  EXPECT_NE(instants[1].find("retried"), std::string::npos) << instants[1];
+  EXPECT_EQ(instants[2], "device cached segment freed 20.00 MiB");
+  EXPECT_EQ(instants[3], "device segment allocated 22.00 MiB");
+  EXPECT_EQ(a.stats().num_alloc_retries, 1);
+  a.free(big);
+}
+
 TEST(Memviz, TheStateAtAStretchsPeakAndItsHistory) {
   CachingAllocator a(make_meta_allocator(0), "meta");
   Block* kept;

@@ -24,7 +24,7 @@ struct Event {
 };
 
 std::string describe(const Event& e) {
-  static const char* kinds[] = {"alloc", "free", "segment alloc", "segment free", "out of memory"};
+  static const char* kinds[] = {"alloc", "free", "segment alloc", "segment free", "out of memory", "retry"};
   return str(kinds[int(e.kind)], " ", e.size, " B (", e.requested, " requested), ", category_name(e.category),
              ", owner '", e.owner, "'");
 }
