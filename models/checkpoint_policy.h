@@ -44,6 +44,14 @@ void apply_policy(Saved& s, const std::array<std::pair<core::Tensor Saved::*, Ke
     if (!survives(keep, kind)) s.*field = core::Tensor();
 }
 
+// Whether a block still holds every field of its table: its backward has nothing to recompute.
+template <typename Saved, std::size_t N>
+bool all_kept(const Saved& s, const std::array<std::pair<core::Tensor Saved::*, Keep>, N>& table) {
+  for (const auto& [field, keep] : table)
+    if (!(s.*field).defined()) return false;
+  return true;
+}
+
 const char* checkpoint_name(CheckpointKind k);
 CheckpointKind parse_checkpoint(const std::string& s);  // none | selective | full
 

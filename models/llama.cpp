@@ -86,9 +86,7 @@ Tensor LlamaLayer::forward(const Tensor& x, const Tensor& positions, S& s, Check
 Tensor LlamaLayer::backward(const Tensor& dy, const Tensor& positions, S& s) const {
   MemoryScope scope(Category::Activations, prefix_);
   {
-    const bool missing = !s.xn1.defined() || !s.q.defined() || !s.k.defined() || !s.v.defined() || !s.attn.defined() ||
-                         !s.h.defined() || !s.xn2.defined() || !s.act.defined();
-    TraceSpan span(TraceSpan::When{missing}, "recompute", "recompute ", prefix_);
+    TraceSpan span(TraceSpan::When{!all_kept(s, kFields)}, "recompute", "recompute ", prefix_);
     compute(s, positions);
   }
   const int64_t B = s.x.size(0), L = s.x.size(1), D = cfg_.head_dim();

@@ -87,9 +87,7 @@ Tensor VisionLayer::forward(const Tensor& x, S& s, CheckpointKind kind) const {
 Tensor VisionLayer::backward(const Tensor& dy, S& s) const {
   MemoryScope scope(Category::Activations, prefix_);
   {
-    const bool missing = !s.xn1.defined() || !s.q.defined() || !s.k.defined() || !s.v.defined() || !s.attn.defined() ||
-                         !s.h.defined() || !s.xn2.defined() || !s.act.defined();
-    TraceSpan span(TraceSpan::When{missing}, "recompute", "recompute ", prefix_);
+    TraceSpan span(TraceSpan::When{!all_kept(s, kFields)}, "recompute", "recompute ", prefix_);
     compute(s);
   }
   const int64_t I = s.x.size(0), N = s.x.size(1), H = cfg_.heads, D = cfg_.hidden / cfg_.heads;

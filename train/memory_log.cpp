@@ -31,7 +31,7 @@ MemoryLog::~MemoryLog() {
   if (file_) std::fclose(file_);
 }
 
-std::string MemoryLog::write(const StepRecord& r, const MemoryStats& s, const MemoryStats& host, int64_t rss) {
+nlohmann::json MemoryLog::write(const StepRecord& r, const MemoryStats& s, const MemoryStats& host, int64_t rss) {
   nlohmann::json j;
   j["step"] = r.step;
   j["loss"] = r.loss;
@@ -66,12 +66,10 @@ std::string MemoryLog::write(const StepRecord& r, const MemoryStats& s, const Me
                {"reserved", host.reserved_bytes.current}, {"by_category", hcat}};
   j["host_rss"] = rss;
   j["warnings"] = r.warnings;
-  std::string line = j.dump();
-  line += "\n";
+  const std::string line = j.dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), file_);
   std::fflush(file_);
-  line.pop_back();
-  return line;
+  return j;
 }
 
 std::string MemoryLog::leak_check(int64_t step, const MemoryStats& device, const MemoryStats& host, int64_t rss) {

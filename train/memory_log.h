@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,8 @@ class MemoryLog {
   ~MemoryLog();
   // Writes the line for a finished step from the allocator's stats (peaks since the last reset_peak_stats).
   // `host`: the host allocator (offloaded optimizer states, loader buffers), logged under "host"; `rss`: the
-  // process's resident set. Returns the line's JSON.
-  std::string write(const StepRecord& r, const core::MemoryStats& s, const core::MemoryStats& host, int64_t rss);
+  // process's resident set. Returns the line.
+  nlohmann::json write(const StepRecord& r, const core::MemoryStats& s, const core::MemoryStats& host, int64_t rss);
   // Records the memory at a step boundary; returns warnings (one per line, "" for none) when
   //  - the device's or the host allocator's allocated bytes grew at every step of the window (naming the
   //    categories that grew: something keeps tensors alive across steps), or

@@ -26,16 +26,15 @@ namespace {
 
 const Device kMetaHost{DeviceType::Meta, 1};  // the host as a plan sees it: nothing is really allocated
 
-// Follows one allocator's events: the composition at the peak and who reached it.
+// Follows one allocator's events: who reached the peak (the breakdown at it is MemoryStats::at_peak).
 struct PeakWatch {
-  CategoryBytes current{}, at_peak{};
+  CategoryBytes current{};
   int64_t allocated = 0, best = 0, activations_best = 0;
   std::string owner, activation_owner;
 
   explicit PeakWatch(const MemoryStats& s) {
     for (Category c : kAllCategories) current[std::size_t(c)] = s.category(c).current;
     allocated = best = s.allocated_bytes.current;
-    at_peak = current;
     activations_best = current[std::size_t(Category::Activations)];
   }
   void operator()(const TraceEvent& e) {
@@ -45,7 +44,6 @@ struct PeakWatch {
       current[c] += int64_t(e.size);
       if (allocated > best) {
         best = allocated;
-        at_peak = current;
         owner = e.owner ? *e.owner : "";
       }
       if (e.category == Category::Activations && current[c] > activations_best) {
@@ -118,7 +116,7 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
   host->reset_peak_stats();
   Prediction p;
   p.persistent = dev->stats().allocated_bytes.current;
-  PeakWatch dw(dev->stats()), hw(host->stats());
+  PeakWatch dw(dev->stats());
   auto requests = std::make_shared<RequestTrace>();
   Timeline* timeline = rec ? rec->timeline : nullptr;
   if (rec) rec->start = dev->snapshot();
@@ -129,10 +127,7 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
     requests->record(e);
     if (timeline) timeline->allocator_event(dev_track, e);
   });
-  host->set_trace([&](const TraceEvent& e) {
-    hw(e);
-    if (timeline) timeline->allocator_event(host_track, e);
-  });
+  if (timeline) host->set_trace([&](const TraceEvent& e) { timeline->allocator_event(host_track, e); });
   if (timeline) set_span_timeline(timeline);
   // Micro-batches of one shape after the first (which creates the gradients) make the same requests; once
   // one leaves both allocators exactly as the one before it did, every later one would too, and the rest
@@ -180,13 +175,12 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
   p.peak_allocated = s.allocated_bytes.peak;
   p.peak_reserved = s.reserved_bytes.peak;
   HR_ASSERT(p.peak_allocated == dw.best, "peak watch ", dw.best, " disagrees with the allocator's peak ", p.peak_allocated);
-  p.at_peak = dw.at_peak;
-  HR_ASSERT(p.at_peak == s.at_peak, "the allocator's breakdown at its peak disagrees with the peak watch's");
+  p.at_peak = s.at_peak;
   for (Category c : kAllCategories) p.category_peaks[std::size_t(c)] = s.category(c).peak;
   p.peak_owner = dw.owner;
   p.activation_peak_owner = dw.activation_owner;
   p.host_peak = h.allocated_bytes.peak;
-  p.host_at_peak = hw.at_peak;
+  p.host_at_peak = h.at_peak;
   requests->check();
   p.requests = std::move(requests);
   return p;

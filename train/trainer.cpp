@@ -446,7 +446,7 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
     rec.warnings.push_back(leak.substr(at, nl - at));
     at = nl + 1;
   }
-  observers_->step(nlohmann::json::parse(mlog_->write(rec, ms, host_stats, rss)));
+  observers_->step(mlog_->write(rec, ms, host_stats, rss));
   if (nonfinite_ && !nonfinite_where_.empty())
     std::printf("%s%sstep %lld: non-finite loss (%g) or gradient norm (%g); the first non-finite value came from %s. "
                 "The step is skipped%s\n",
