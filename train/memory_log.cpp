@@ -94,7 +94,13 @@ std::string MemoryLog::leak_check(int64_t step, const MemoryStats& device, const
 
 std::string MemoryLog::Watch::check(int64_t step, const MemoryStats& s, int64_t window, const char* what) {
   Sample now{step, s.allocated_bytes.current, {}};
-  for (Category c : kAllCategories) now.by_category[category_name(c)] = s.category(c).current;
+  for (Category c : kAllCategories) {
+    if (c == ignored) {
+      now.allocated -= s.category(c).current;
+      continue;
+    }
+    now.by_category[category_name(c)] = s.category(c).current;
+  }
   history.push_back(now);
   if (int64_t(history.size()) > window) history.pop_front();
   if (int64_t(history.size()) < window || step - last_warned < window) return "";

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -53,11 +54,15 @@ class MemoryLog {
   };
   // Sustained growth of one allocator's allocated bytes over the window.
   struct Watch {
+    // A category left out of the watch: the host's io, the loader's batches in flight, as many as the
+    // workers happen to be ahead at a step boundary (bounded by data.prefetch; a queue filling up over a
+    // window is not a leak, and memory that does keep growing shows in the resident-set watch).
+    std::optional<core::Category> ignored;
     std::deque<Sample> history;
     int64_t last_warned = -1;
     std::string check(int64_t step, const core::MemoryStats& s, int64_t window, const char* what);
   };
-  Watch device_, host_;
+  Watch device_, host_{core::Category::IO, {}, -1};
   int64_t rss_base_ = -1, rss_base_step_ = 0, steps_seen_ = 0;
 };
 
