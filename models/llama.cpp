@@ -6,6 +6,7 @@
 #include "core/memory/category.h"
 #include "core/memory/timeline.h"
 #include "core/ops/attention.h"
+#include "core/ops/copy.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/softmax.h"
@@ -122,6 +123,39 @@ Tensor LlamaLayer::backward(const Tensor& dy, const Tensor& positions, S& s) con
   return dx;
 }
 
+Tensor LlamaLayer::forward_cached(const Tensor& x, const Tensor& positions, const Tensor& past,
+                                  const std::vector<int64_t>& past_host, Tensor& k_cache, Tensor& v_cache) const {
+  MemoryScope scope(Category::Activations, prefix_);
+  const int64_t B = x.size(0), L = x.size(1), D = cfg_.head_dim();
+  Tensor h;
+  {
+    Tensor xn1 = input_norm_.forward(x).y;
+    Tensor q = rope_forward(q_.forward(xn1).view({B, L, cfg_.heads, D}), positions, cfg_.rope_theta);
+    Tensor k = rope_forward(k_.forward(xn1).view({B, L, cfg_.kv_heads, D}), positions, cfg_.rope_theta);
+    Tensor v = v_.forward(xn1).view({B, L, cfg_.kv_heads, D});
+    xn1 = Tensor();
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t p = past_host[std::size_t(b)];
+      copy_(k_cache.select(0, b).slice(0, p, p + L), k.select(0, b));
+      copy_(v_cache.select(0, b).slice(0, p, p + L), v.select(0, b));
+    }
+    k = v = Tensor();
+    Tensor attn = attention_cached(q, k_cache, v_cache, past, 1.f / std::sqrt(float(D))).out;
+    q = Tensor();
+    h = o_.forward(attn.view({B, L, cfg_.hidden}));
+  }
+  add_(h, x);
+  Tensor act;
+  {
+    Tensor xn2 = post_norm_.forward(h).y;
+    act = swiglu_forward(gate_.forward(xn2), up_.forward(xn2));
+  }
+  Tensor y = down_.forward(act);
+  act = Tensor();
+  add_(y, h);
+  return y;
+}
+
 LlamaModel::LlamaModel(ParamStore& store, const std::string& prefix, const std::string& head_name, const LlmConfig& cfg,
                        const Groups& groups)
     : embed_group_(groups.embed), layer_group_(groups.first_layer), norm_group_(groups.norm), cfg_(cfg), prefix_(prefix) {
@@ -208,6 +242,61 @@ Tensor LlamaModel::backward(const Tensor& d_hidden, LlamaSaved& saved) const {
     hook_after(hooks_, layer_group_ + int(i), Pass::Backward);
   }
   return dx;
+}
+
+}  // namespace hr::models
+
+namespace hr::models {
+
+int64_t KvCache::bytes(const LlmConfig& cfg, int64_t batch, int64_t capacity, DType dtype) {
+  return 2 * cfg.layers * batch * capacity * cfg.kv_heads * cfg.head_dim() * int64_t(dtype_size(dtype));
+}
+
+KvCache make_kv_cache(const LlmConfig& cfg, const std::string& prefix, int64_t batch, int64_t capacity, DType dtype,
+                      Device device) {
+  HR_CHECK(batch > 0 && capacity > 0, "[kv_cache] needs at least one row and one position; got ", batch, " x ",
+           capacity);
+  KvCache c;
+  c.capacity = capacity;
+  c.length.assign(std::size_t(batch), 0);
+  for (int64_t i = 0; i < cfg.layers; ++i) {
+    MemoryScope scope(Category::Activations, str(prefix, ".layers.", i, ".kv_cache"));
+    c.k.push_back(Tensor::empty({batch, capacity, cfg.kv_heads, cfg.head_dim()}, dtype, device));
+    c.v.push_back(Tensor::empty({batch, capacity, cfg.kv_heads, cfg.head_dim()}, dtype, device));
+  }
+  return c;
+}
+
+Tensor LlamaModel::forward_cached(const Tensor& embeds, KvCache& cache) const {
+  const int64_t B = embeds.size(0), L = embeds.size(1);
+  HR_CHECK(B == cache.batch() && int64_t(cache.k.size()) == cfg_.layers, "[llama.forward_cached] a batch of ", B,
+           " rows needs a cache of ", B, " rows and ", cfg_.layers, " layers; it has ", cache.batch(), " and ",
+           cache.k.size());
+  std::vector<int64_t> pos(std::size_t(B * L));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t p = cache.length[std::size_t(b)];
+    HR_CHECK(p + L <= cache.capacity, "[llama.forward_cached] row ", b, " would reach position ", p + L,
+             " but the KV cache holds ", cache.capacity);
+    for (int64_t t = 0; t < L; ++t) pos[std::size_t(b * L + t)] = p + t;
+  }
+  Tensor positions, past;
+  {
+    MemoryScope scope(Category::IO, prefix_);
+    positions = Tensor::from_ints(pos, {B, L}, DType::I64, embeds.device());
+    past = Tensor::from_ints(cache.length, {B}, DType::I64, embeds.device());
+  }
+  Tensor x = embeds;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    hook_before(hooks_, layer_group_ + int(i), Pass::Forward);
+    x = layers_[i].forward_cached(x, positions, past, cache.length, cache.k[i], cache.v[i]);
+    hook_after(hooks_, layer_group_ + int(i), Pass::Forward);
+  }
+  for (int64_t& n : cache.length) n += L;
+  MemoryScope scope(Category::Activations, prefix_ + ".norm");
+  hook_before(hooks_, norm_group_, Pass::Forward);
+  Tensor y = norm_.forward(x).y;
+  hook_after(hooks_, norm_group_, Pass::Forward);
+  return y;
 }
 
 }  // namespace hr::models

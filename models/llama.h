@@ -6,6 +6,7 @@
 
 #include "models/checkpoint_policy.h"
 #include "models/config.h"
+#include "models/kv_cache.h"
 #include "models/layers.h"
 
 namespace hr::models {
@@ -29,6 +30,11 @@ class LlamaLayer {
   Tensor forward(const Tensor& x, const Tensor& positions, LlamaLayerSaved& saved, CheckpointKind kind) const;
   // Recomputes what the policy dropped, then returns dx and accumulates parameter gradients.
   Tensor backward(const Tensor& dy, const Tensor& positions, LlamaLayerSaved& saved) const;
+  // Inference with a KV cache: x (B, Lq, C) are the tokens at positions (B, Lq) i64, row b's first at past_host[b]
+  // (past, the same as an i64 (B) tensor on the device); their keys and values are written into k_cache and
+  // v_cache (B, capacity, Hkv, D) at those positions, and each query attends to its row's cache up to itself.
+  Tensor forward_cached(const Tensor& x, const Tensor& positions, const Tensor& past,
+                        const std::vector<int64_t>& past_host, Tensor& k_cache, Tensor& v_cache) const;
   const std::string& name() const { return prefix_; }
 
  private:
@@ -62,6 +68,10 @@ class LlamaModel {
   Tensor forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy, bool keep_nothing) const;
   // From d(final hidden) to d(embeds); parameter gradients accumulate.
   Tensor backward(const Tensor& d_hidden, LlamaSaved& saved) const;
+  // Inference with a KV cache: runs embeds (B, Lq, C), row b's tokens at positions cache.length[b] onwards,
+  // through the blocks and the final norm, appends their keys and values to the cache and advances its lengths
+  // by Lq. Returns the final hidden states (B, Lq, C). Nothing is kept for backward.
+  Tensor forward_cached(const Tensor& embeds, KvCache& cache) const;
   const Linear& lm_head() const { return lm_head_; }
   const LlmConfig& config() const { return cfg_; }
   void set_hooks(GroupHooks* hooks) { hooks_ = hooks; }

@@ -84,10 +84,11 @@ void Llava::set_trainable(bool vision, bool projector, bool llm) {
   set_pass_orders();
 }
 
-float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) const {
+Tensor Llava::embed_inputs(const Batch& b, LlavaState& st, const ModelOptions& opt) const {
+  const bool inference = opt.inference;
   const Device dev = store_->device();
   const int64_t B = b.batch, L = b.seq, C = cfg_.llm.hidden, T = cfg_.vision.tokens_per_image();
-  HR_CHECK(B > 0 && L > 1, "[llava] a batch needs at least one sequence of at least 2 tokens; got ", B, " x ", L);
+  HR_CHECK(B > 0 && L > 0, "[llava] a batch needs at least one sequence of at least 1 token; got ", B, " x ", L);
   HR_CHECK(int64_t(b.input_ids.size()) == B * L && int64_t(b.labels.size()) == B * L, "[llava] batch of ", B, " x ", L,
            " needs ", B * L, " input_ids and labels; got ", b.input_ids.size(), " and ", b.labels.size());
   st = LlavaState{};
@@ -117,8 +118,6 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
     MemoryScope scope(Category::IO, "batch");
     st.ids = Tensor::from_ints(b.input_ids, {B, L}, DType::I64, dev);
   }
-  const bool need_llm_grad =
-      !opt.inference && (llm_trainable_ || (st.has_images && (projector_trainable_ || vision_trainable_)));
   Tensor embeds = llm_->embed(st.ids);
   if (st.has_images) {
     Tensor pixels;
@@ -126,20 +125,30 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
       MemoryScope scope(Category::IO, "batch");
       pixels = b.pixel_values.to(dev);
     }
-    Tensor feats = vision_->forward(pixels, st.vision, opt.vision_policy, opt.inference || !vision_trainable_);
+    Tensor feats = vision_->forward(pixels, st.vision, opt.vision_policy, inference || !vision_trainable_);
     const DType llm_dtype = store_->dtype();
     if (feats.dtype() != llm_dtype) {  // a vision tower kept in f32 feeds a low-precision projector
       MemoryScope scope(Category::Activations, "multi_modal_projector");
       feats = cast(feats, llm_dtype);
     }
     hook_before(hooks_, projector_group_, Pass::Forward);
-    Tensor proj = projector_->forward(feats, st.projector, opt.inference || !(projector_trainable_ || vision_trainable_));
+    Tensor proj = projector_->forward(feats, st.projector, inference || !(projector_trainable_ || vision_trainable_));
     watch_output(watch_, projector_group_, Pass::Forward, proj);
     hook_after(hooks_, projector_group_, Pass::Forward);
     Tensor flat = embeds.view({B * L, C});
     for (std::size_t i = 0; i < st.image_offsets.size(); ++i)
       copy_(flat.slice(0, st.image_offsets[i], st.image_offsets[i] + T), proj.select(0, int64_t(i)));
   }
+  return embeds;
+}
+
+float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) const {
+  const Device dev = store_->device();
+  const int64_t B = b.batch, L = b.seq, C = cfg_.llm.hidden;
+  HR_CHECK(B > 0 && L > 1, "[llava] a batch needs at least one sequence of at least 2 tokens; got ", B, " x ", L);
+  Tensor embeds = embed_inputs(b, st, opt);
+  const bool need_llm_grad =
+      !opt.inference && (llm_trainable_ || (st.has_images && (projector_trainable_ || vision_trainable_)));
   Tensor hidden = llm_->forward(embeds, st.llm, opt.llm_policy, !need_llm_grad);
   embeds = Tensor();
   MemoryScope scope(Category::Activations, "language_model.loss");
@@ -149,13 +158,7 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
     for (int64_t p : opt.logits_at)
       HR_CHECK(p >= 0 && p < B * L, "[llava.forward] logits_at position ", p, " is outside the batch's ", B, " x ", L,
                " tokens");
-    Tensor at;
-    {
-      MemoryScope io(Category::IO, "batch");
-      at = Tensor::from_ints(opt.logits_at, {int64_t(opt.logits_at.size())}, DType::I64, dev);
-    }
-    // The rows wanted, gathered as an embedding lookup in the (B*L, C) hidden states.
-    st.logits = llm_->lm_head().forward(embedding_forward(at, hidden.view({B * L, C})));
+    st.logits = head_rows(hidden.view({B * L, C}), opt.logits_at);
   }
   std::vector<int64_t> shifted(std::size_t(B * (L - 1)));
   for (int64_t r = 0; r < B; ++r)
@@ -243,6 +246,65 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
   hook_end_pass(hooks_, Pass::Backward);
   st.llm = {};
   st.vision = {};
+}
+
+Tensor Llava::head_rows(const Tensor& hidden, const std::vector<int64_t>& rows) const {
+  Tensor at;
+  {
+    MemoryScope io(Category::IO, "batch");
+    at = Tensor::from_ints(rows, {int64_t(rows.size())}, DType::I64, hidden.device());
+  }
+  // The rows wanted, gathered as an embedding lookup in the hidden states.
+  return llm_->lm_head().forward(embedding_forward(at, hidden));
+}
+
+KvCache Llava::make_cache(int64_t batch, int64_t capacity) const {
+  return make_kv_cache(cfg_.llm, kLlmPrefix, batch, capacity, store_->dtype(), store_->device());
+}
+
+Tensor Llava::prefill(const Batch& b, const std::vector<int64_t>& lengths, KvCache& cache) const {
+  const int64_t B = b.batch, L = b.seq, C = cfg_.llm.hidden;
+  HR_CHECK(int64_t(lengths.size()) == B && cache.batch() == B, "[llava.prefill] ", B, " prompts need ", B,
+           " lengths and a cache of ", B, " rows; got ", lengths.size(), " and ", cache.batch());
+  for (int64_t r = 0; r < B; ++r) {
+    HR_CHECK(lengths[std::size_t(r)] >= 1 && lengths[std::size_t(r)] <= L, "[llava.prefill] prompt ", r, " has length ",
+             lengths[std::size_t(r)], " in a batch of ", L, " positions");
+    HR_CHECK(cache.length[std::size_t(r)] == 0, "[llava.prefill] the cache's row ", r, " is not empty");
+  }
+  LlavaState st;
+  ModelOptions opt;
+  opt.inference = true;
+  Tensor embeds = embed_inputs(b, st, opt);
+  st = LlavaState{};
+  Tensor hidden = llm_->forward_cached(embeds, cache);
+  embeds = Tensor();
+  cache.length = lengths;  // a shorter prompt's padding is overwritten by its first generated token
+  MemoryScope scope(Category::Activations, "language_model.loss");
+  hook_before(hooks_, head_group_, Pass::Forward);
+  std::vector<int64_t> rows(static_cast<std::size_t>(B));
+  for (int64_t r = 0; r < B; ++r) rows[std::size_t(r)] = r * L + lengths[std::size_t(r)] - 1;
+  Tensor logits = head_rows(hidden.view({B * L, C}), rows);
+  hook_after(hooks_, head_group_, Pass::Forward);
+  hook_end_pass(hooks_, Pass::Forward);
+  return logits;
+}
+
+Tensor Llava::decode(const std::vector<int64_t>& tokens, KvCache& cache) const {
+  const int64_t B = cache.batch(), C = cfg_.llm.hidden;
+  HR_CHECK(int64_t(tokens.size()) == B, "[llava.decode] a cache of ", B, " rows needs ", B, " tokens; got ",
+           tokens.size());
+  Tensor ids;
+  {
+    MemoryScope scope(Category::IO, "batch");
+    ids = Tensor::from_ints(tokens, {B, 1}, DType::I64, store_->device());
+  }
+  Tensor hidden = llm_->forward_cached(llm_->embed(ids), cache);
+  MemoryScope scope(Category::Activations, "language_model.loss");
+  hook_before(hooks_, head_group_, Pass::Forward);
+  Tensor logits = llm_->lm_head().forward(hidden.view({B, C}));
+  hook_after(hooks_, head_group_, Pass::Forward);
+  hook_end_pass(hooks_, Pass::Forward);
+  return logits;
 }
 
 }  // namespace hr::models

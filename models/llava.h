@@ -72,7 +72,21 @@ class Llava final : public GroupedParams {
   // Adds d(loss * loss_scale)/d(param) into the gradient buffers of trainable parameters.
   void backward(LlavaState& state, float loss_scale = 1.f) const;
 
+  // Generation with a KV cache. A cache of `capacity` positions for each of `batch` rows.
+  KvCache make_cache(int64_t batch, int64_t capacity) const;
+  // Runs the prompts of `prompts` (right-padded: row b's prompt is its first lengths[b] tokens, images spliced
+  // in as in forward) into an empty cache and returns the logits at each row's last prompt token,
+  // (batch, vocab) in the model precision: the [tokens, vocab] logits of the prompt never exist.
+  Tensor prefill(const Batch& prompts, const std::vector<int64_t>& lengths, KvCache& cache) const;
+  // Appends one token per row (at the row's cache length) and returns the next logits, (batch, vocab).
+  Tensor decode(const std::vector<int64_t>& tokens, KvCache& cache) const;
+
  private:
+  // The token embeddings of `b` with the projected image features spliced in at their placeholders; fills
+  // st.ids, st.image_offsets and the vision and projector states (kept unless options.inference).
+  Tensor embed_inputs(const Batch& b, LlavaState& st, const ModelOptions& options) const;
+  // lm_head over the rows `rows` of hidden (tokens, C): (rows, vocab).
+  Tensor head_rows(const Tensor& hidden, const std::vector<int64_t>& rows) const;
   LlavaConfig cfg_;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<VisionTower> vision_;

@@ -1,4 +1,4 @@
-// Evaluation loop and greedy generation.
+// Evaluation loop: the loss pass, then greedy decoding of the samples it does not settle.
 #include "train/evaluate.h"
 
 #include <algorithm>
@@ -6,6 +6,7 @@
 
 #include "data/loader.h"
 #include "data/tokenizer.h"
+#include "train/generate.h"
 
 namespace hr::train {
 
@@ -24,50 +25,14 @@ std::string normalise(std::string s) {
   return s;
 }
 
-// Greedy decoding of `prompts`, of which the first `counted` are real and the rest fillers (already done).
-// With a communicator of several ranks, decoding stops when every rank's prompts are done, so that all ranks
-// run the same forwards (ZeRO-3 gathers parameters inside them).
+// Greedy decoding with the KV cache of `prompts`, of which the first `counted` are real and the rest fillers.
+// With a communicator of several ranks, every rank runs as many decode steps as the longest of them.
 std::vector<std::vector<int64_t>> decode(const Llava& model, const std::vector<Example>& prompts, std::size_t counted,
                                          int64_t max_new_tokens, parallel::Communicator* comm) {
-  const int64_t vocab = model.config().llm.vocab;
-  std::vector<Example> cur;
-  for (const Example& e : prompts) {
-    Example p;
-    p.ids = e.prompt;
-    p.labels.assign(p.ids.size(), model.config().ignore_index);
-    p.images = e.images;
-    cur.push_back(std::move(p));
-  }
-  std::vector<std::vector<int64_t>> out(prompts.size());
-  std::vector<bool> done(prompts.size(), false);
-  for (std::size_t i = counted; i < done.size(); ++i) done[i] = true;
-  ModelOptions opt;
-  opt.inference = true;
-  for (int64_t step = 0; step < max_new_tokens; ++step) {
-    int64_t seq = 0;
-    for (const Example& e : cur) seq = std::max<int64_t>(seq, int64_t(e.ids.size()));
-    Batch b = collate(cur, seq, model.config().ignore_index);
-    opt.logits_at.clear();  // each prompt's last position
-    for (std::size_t i = 0; i < cur.size(); ++i)
-      opt.logits_at.push_back(int64_t(i) * seq + int64_t(cur[i].ids.size()) - 1);
-    LlavaState st;
-    model.forward(b, st, opt);
-    std::vector<float> logits = st.logits.to_floats();
-    int64_t open = 0;
-    for (std::size_t i = 0; i < cur.size(); ++i) {
-      if (done[i]) continue;
-      const float* row = logits.data() + int64_t(i) * vocab;
-      const int64_t next = std::max_element(row, row + vocab) - row;
-      out[i].push_back(next);
-      cur[i].ids.push_back(next);
-      cur[i].labels.push_back(model.config().ignore_index);
-      if (next == ByteTokenizer::kEos) done[i] = true;
-      open += !done[i];
-    }
-    const double open_anywhere = comm && comm->world() > 1 ? comm->sum(double(open)) : double(open);
-    if (open_anywhere == 0) break;
-  }
-  return out;
+  GenerationOptions g;
+  g.max_new_tokens = max_new_tokens;
+  g.comm = comm;
+  return generate(model, prompts, g, counted).tokens;
 }
 
 // Every rank's text, on every rank (rank order): a length, then the bytes, broadcast from each rank in turn.

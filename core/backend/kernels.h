@@ -49,6 +49,7 @@ struct Kernels {
   // Fused blocks
   void (*attention_forward)(const AttentionArgs&) = nullptr;
   void (*attention_backward)(const AttentionArgs&) = nullptr;
+  void (*attention_cached)(const AttentionArgs&) = nullptr;  // forward with `past` set: queries against a KV cache
   void (*cross_entropy_forward)(const CrossEntropyArgs&) = nullptr;
   void (*cross_entropy_backward)(const CrossEntropyArgs&) = nullptr;
 

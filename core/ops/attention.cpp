@@ -49,6 +49,26 @@ AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v
   return out;
 }
 
+AttentionOut attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
+                              float scale) {
+  AttentionArgs a;
+  a.desc = describe("attention_cached", q, k_cache, v_cache, Mask::Causal);
+  HR_CHECK(past.dtype() == DType::I64 && past.dim() == 1 && past.size(0) == a.desc.batch, "[attention_cached] past must be i64 (",
+           a.desc.batch, "); got ", past.describe());
+  check_same_device("attention_cached", q, past);
+  a.scale = scale;
+  a.q = q.contiguous();
+  a.k = k_cache.contiguous();
+  a.v = v_cache.contiguous();
+  a.past = past.contiguous();
+  AttentionOut out;
+  a.out = out.out = Tensor::empty(q.shape(), q.dtype(), q.device());
+  a.lse = out.lse = Tensor::empty({a.desc.batch, a.desc.q_heads, a.desc.q_len}, DType::F32, q.device());
+  a.workspace = allocate_workspace(sizing_kernels(q.device()).attention_workspace_bytes(a.desc, false), q.device());
+  launch("attention_cached", q.device(), &Kernels::attention_cached, a);
+  return out;
+}
+
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const AttentionOut& saved, Mask mask, float scale) {
   AttentionArgs a;

@@ -14,6 +14,12 @@ struct AttentionOut {
 // kv_heads (grouped-query attention). scale is usually 1/sqrt(head_dim).
 AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Mask mask, float scale);
 
+// Attention of new queries against a KV cache (generation; forward only, causal): q (batch, q_len, q_heads,
+// head_dim); k_cache, v_cache (batch, capacity, kv_heads, head_dim); past i64 (batch) on q's device. Row b's
+// query i sits at position past[b] + i and sees the cache entries j <= past[b] + i, which must be written.
+AttentionOut attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
+                              float scale);
+
 struct AttentionGrads {
   Tensor dq, dk, dv;
 };

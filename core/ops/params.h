@@ -59,6 +59,9 @@ struct AttentionArgs {
   AttentionDesc desc;
   float scale = 1.f;
   Tensor q, k, v, out, lse;
+  // Optional, forward only (a KV cache): i64 (batch) on q's device. Row b's query i sits at position
+  // past[b] + i and sees keys j <= past[b] + i; k and v are the cache, kv_len its capacity.
+  Tensor past;
   Tensor dout, dq, dk, dv;
   Tensor workspace;
 };

@@ -58,9 +58,10 @@ std::size_t attention_workspace_bytes(const AttentionDesc& a, bool backward) {
 
 void attention_forward(const AttentionArgs& a) {
   const AttentionDesc& s = a.desc;
-  const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, off = s.kv_len - s.q_len;
+  const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, uniform_off = s.kv_len - s.q_len;
   const int64_t qblocks = (s.q_len + kBlockQ - 1) / kBlockQ;
   const bool causal = s.mask == Mask::Causal;
+  const int64_t* past = a.past.defined() ? a.past.data<int64_t>() : nullptr;
   char* ws = static_cast<char*>(a.workspace.data_ptr());
   float* lse = a.lse.data<float>();
   dispatch_float(s.dtype, "attention", [&](auto tag) {
@@ -73,6 +74,7 @@ void attention_forward(const AttentionArgs& a) {
     for (int64_t task = 0; task < s.batch * s.q_heads * qblocks; ++task) {
       const int64_t b = task / (s.q_heads * qblocks), h = (task / qblocks) % s.q_heads, qb = task % qblocks;
       const int64_t kvh = h / group, i0 = qb * kBlockQ, bq = std::min(kBlockQ, s.q_len - i0);
+      const int64_t off = past ? past[b] : uniform_off;  // query i sits at key position i + off
       WorkspaceCarver wc(ws + std::size_t(omp_get_thread_num()) * fwd_slot_bytes(d));
       float* Q = wc.floats(kBlockQ * d);
       float* O = wc.floats(kBlockQ * d);

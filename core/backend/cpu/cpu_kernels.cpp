@@ -33,6 +33,7 @@ const Kernels& cpu_kernels() {
     t.patchify = cpu::patchify;
     t.attention_forward = cpu::attention_forward;
     t.attention_backward = cpu::attention_backward;
+    t.attention_cached = cpu::attention_forward;
     t.cross_entropy_forward = cpu::cross_entropy_forward;
     t.cross_entropy_backward = cpu::cross_entropy_backward;
     t.sum_leading = cpu::sum_leading;

@@ -1,0 +1,187 @@
+// Generation: prefill and one decode step per token through the KV cache (or whole-sequence forwards), then the
+// next token of each row by argmax or by sampling.
+#include "train/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "data/loader.h"
+
+namespace hr::train {
+
+using namespace hr::core;
+using namespace hr::models;
+using namespace hr::data;
+
+namespace {
+
+// splitmix64: a small, well-mixed generator whose whole state is one integer (a row's state is its seed).
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double uniform01(uint64_t& state) { return double(splitmix64(state) >> 11) * 0x1.0p-53; }
+
+// What a row has produced so far and whether it is done.
+struct Row {
+  std::vector<int64_t> tokens;
+  std::string text;
+  bool done = false;
+  Finish finish = Finish::Length;
+};
+
+// Appends `next` to the row and ends it at </s> or a stop string.
+void advance(Row& row, int64_t next, const GenerationOptions& o, const ByteTokenizer& tok) {
+  row.tokens.push_back(next);
+  if (next == o.eos_token_id) {
+    row.done = true;
+    row.finish = Finish::Eos;
+    return;
+  }
+  row.text += tok.decode({next});
+  for (const std::string& s : o.stop) {
+    if (s.empty()) continue;
+    // Only the tail the new token can have completed needs searching.
+    const std::size_t from = row.text.size() > s.size() + 8 ? row.text.size() - s.size() - 8 : 0;
+    const std::size_t at = row.text.find(s, from);
+    if (at != std::string::npos) {
+      row.text.resize(at);
+      row.done = true;
+      row.finish = Finish::Stop;
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+const char* finish_name(Finish f) {
+  switch (f) {
+    case Finish::Eos: return "eos";
+    case Finish::Stop: return "stop";
+    case Finish::Length: return "length";
+  }
+  return "?";
+}
+
+int64_t next_token(const float* logits, int64_t vocab, const GenerationOptions& o, uint64_t& rng) {
+  if (!o.do_sample) return std::max_element(logits, logits + vocab) - logits;
+  HR_CHECK(o.temperature > 0.f, "[generate] temperature must be > 0 when sampling; got ", o.temperature);
+  HR_CHECK(o.top_p > 0.f && o.top_p <= 1.f, "[generate] top_p must be in (0, 1]; got ", o.top_p);
+  HR_CHECK(o.top_k >= 0, "[generate] top_k must be >= 0; got ", o.top_k);
+  // Temperature, then top-k, then top-p over what is left, in the order Hugging Face's samplers apply them.
+  std::vector<int64_t> idx(static_cast<std::size_t>(vocab));
+  std::iota(idx.begin(), idx.end(), 0);
+  const auto by_logit = [&](int64_t a, int64_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const int64_t k = o.top_k > 0 ? std::min(o.top_k, vocab) : vocab;
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), by_logit);
+  idx.resize(std::size_t(k));
+  std::vector<double> p(idx.size());
+  const double top = double(logits[idx[0]]) / o.temperature;
+  double sum = 0;
+  for (std::size_t i = 0; i < idx.size(); ++i) sum += p[i] = std::exp(double(logits[idx[i]]) / o.temperature - top);
+  std::size_t keep = idx.size();
+  if (o.top_p < 1.f) {
+    double cum = 0;
+    for (keep = 0; keep < idx.size();) {
+      cum += p[keep++] / sum;
+      if (cum >= double(o.top_p) - 1e-6) break;  // float top_p (0.8f is 0.80000001) against a double sum
+    }
+    sum = std::accumulate(p.begin(), p.begin() + long(keep), 0.0);
+  }
+  double u = uniform01(rng) * sum;
+  for (std::size_t i = 0; i < keep; ++i) {
+    if (u < p[i]) return idx[i];
+    u -= p[i];
+  }
+  return idx[keep - 1];
+}
+
+GenerationResult generate(const Llava& model, const std::vector<Example>& prompts, const GenerationOptions& o,
+                          std::size_t counted) {
+  const auto t0 = std::chrono::steady_clock::now();
+  HR_CHECK(!prompts.empty(), "[generate] no prompts");
+  HR_CHECK(o.max_new_tokens >= 1, "[generate] max_new_tokens must be >= 1; got ", o.max_new_tokens);
+  const LlavaConfig& cfg = model.config();
+  const int64_t vocab = cfg.llm.vocab, B = int64_t(prompts.size());
+  const ByteTokenizer tok(vocab, cfg.image_token_id);
+  std::vector<Row> rows(prompts.size());
+  std::vector<uint64_t> rng(prompts.size());
+  std::vector<int64_t> lengths;
+  GenerationResult r;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    HR_CHECK(!prompts[i].prompt.empty(), "[generate] prompt ", i, " (", prompts[i].id, ") is empty");
+    lengths.push_back(int64_t(prompts[i].prompt.size()));
+    rows[i].done = i >= counted;
+    uint64_t seed = o.seed + 0x632BE59BD9B4E019ull * (i + 1);  // each row its own stream
+    rng[i] = splitmix64(seed);
+    if (i < counted) r.prompt_tokens += lengths.back();
+  }
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  // The prompts as a right-padded batch (each row's prompt first, its images in order).
+  std::vector<Example> cur;
+  for (const Example& e : prompts) {
+    Example p;
+    p.id = e.id;
+    p.ids = e.prompt;
+    p.labels.assign(p.ids.size(), cfg.ignore_index);
+    p.images = e.images;
+    cur.push_back(std::move(p));
+  }
+  KvCache cache;
+  Tensor logits;
+  if (o.use_cache) {
+    // Every position ever fed: the longest prompt and every generated token but the last.
+    cache = model.make_cache(B, longest + o.max_new_tokens - 1);
+    r.cache_bytes = KvCache::bytes(cfg.llm, B, cache.capacity, model.params().dtype());
+    logits = model.prefill(collate(cur, longest, cfg.ignore_index), lengths, cache);
+  }
+  for (int64_t step = 0;; ++step) {
+    if (!o.use_cache) {  // the whole sequence again, and the logits of each row's last position only
+      int64_t seq = 0;
+      for (const Example& e : cur) seq = std::max<int64_t>(seq, int64_t(e.ids.size()));
+      ModelOptions mo;
+      mo.inference = true;
+      for (std::size_t i = 0; i < cur.size(); ++i) mo.logits_at.push_back(int64_t(i) * seq + int64_t(cur[i].ids.size()) - 1);
+      LlavaState st;
+      model.forward(collate(cur, std::max<int64_t>(seq, 2), cfg.ignore_index), st, mo);
+      logits = st.logits;
+    }
+    ++r.forwards;
+    const std::vector<float> host = logits.to_floats();
+    logits = Tensor();
+    int64_t open = 0;
+    std::vector<int64_t> fed(prompts.size(), ByteTokenizer::kPad);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i].done) continue;
+      const int64_t next = next_token(host.data() + int64_t(i) * vocab, vocab, o, rng[i]);
+      advance(rows[i], next, o, tok);
+      fed[i] = next;
+      if (!o.use_cache) {
+        cur[i].ids.push_back(next);
+        cur[i].labels.push_back(cfg.ignore_index);
+      }
+      if (step + 1 >= o.max_new_tokens) rows[i].done = true;
+      open += !rows[i].done;
+    }
+    const double open_anywhere = o.comm && o.comm->world() > 1 ? o.comm->sum(double(open)) : double(open);
+    if (open_anywhere == 0 || step + 1 >= o.max_new_tokens) break;
+    if (o.use_cache) logits = model.decode(fed, cache);
+  }
+  cache = KvCache{};
+  for (std::size_t i = 0; i < counted && i < rows.size(); ++i) {
+    r.new_tokens += int64_t(rows[i].tokens.size());
+    r.tokens.push_back(std::move(rows[i].tokens));
+    r.text.push_back(std::move(rows[i].text));
+    r.finish.push_back(rows[i].finish);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace hr::train
