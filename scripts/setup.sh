@@ -35,7 +35,12 @@ echo "setup: all packages present (${#packages[@]})"
 # numpy 1.24 / torch 1.13 era; protobuf pinned so that a later major release cannot break its generated code.
 # Debian's interpreter on purpose: a `python3` earlier on PATH (pyenv) would not see Debian's torch.
 pyenv="${HR_PYENV:-$root/.pyenv}"
-pypi_pins=(tensorboard==2.16.2 protobuf==4.25.3)
+# transformers: LlavaForConditionalGeneration.generate is the oracle of headroom's generation
+# (tests/py/check_generate_hf.py); 4.45.2 is the last release whose generate() runs on torch 1.13 (later ones
+# import torch.distributed.fsdp / torch.distributed.tensor). Its dependencies are pinned with it.
+pypi_pins=(tensorboard==2.16.2 protobuf==4.25.3
+  transformers==4.45.2 tokenizers==0.20.3 safetensors==0.8.0 huggingface-hub==0.36.2 hf-xet==1.8.0
+  regex==2026.11.15 tqdm==4.70.1 filelock==4.2.12 fsspec==2026.9.0 packaging==26.3)
 stamp="$pyenv/.headroom-pins"
 if [[ ! -x "$pyenv/bin/python3" ]]; then
   /usr/bin/python3 -m venv --system-site-packages "$pyenv"

@@ -226,4 +226,16 @@ void consolidate_checkpoint(const std::string& dir, const models::Llava& model, 
   save_safetensors(out, w);
 }
 
+void load_inference_weights(models::Llava& model, const std::string& path) {
+  std::string weights = path;
+  if (fs::is_directory(weights)) {
+    const bool whole = fs::exists(weights + "/model.safetensors");
+    HR_CHECK(whole || fs::exists(weights + "/consolidated.safetensors"), "[checkpoint] ", weights,
+             " has no model.safetensors (a ZeRO-3 checkpoint: run `headroom ckpt consolidate ", weights, "` first)");
+    weights += whole ? "/model.safetensors" : "/consolidated.safetensors";
+  }
+  HR_CHECK(fs::exists(weights), "[checkpoint] ", weights, " does not exist");
+  models::load_weights(model.params(), core::Checkpoint::open(weights));
+}
+
 }  // namespace hr::train

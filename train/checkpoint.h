@@ -34,6 +34,10 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
 // The newest complete checkpoint directory in output_dir, if any.
 std::optional<std::string> latest_checkpoint(const std::string& output_dir);
 
+// Loads a model's weights for inference from a checkpoint-STEP directory (its model.safetensors, or at ZeRO-3
+// the consolidated.safetensors `headroom ckpt consolidate` writes) or a .safetensors file of llava-hf names.
+void load_inference_weights(models::Llava& model, const std::string& path);
+
 // Resuming is in three parts: the trainer state, the full model weights (before the model is sharded), and
 // the optimizer state (after: each rank keeps its shard, whatever the world size that wrote it). Errors name
 // the file and what is wrong.

@@ -80,10 +80,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   const data::DataOptions d = data_options(c, paths.eval_json, paths.image_folder);
   data::LlavaDataset eval_set(d, models::input_spec(c.model.config));
   const auto model = build_model(c, core::Device::cpu());
-  std::string weights = p.options["--checkpoint"];
-  if (std::filesystem::is_directory(weights) && std::filesystem::exists(weights + "/model.safetensors"))
-    weights += "/model.safetensors";
-  models::load_weights(model->params(), core::Checkpoint::open(weights));
+  load_inference_weights(*model, p.options["--checkpoint"]);
   EvalResult r = evaluate(*model, eval_set, {c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows});
   std::printf("eval loss %.4f | accuracy %.2f%% over %lld samples\n", r.loss, 100.0 * r.accuracy, (long long)r.samples);
   for (const auto& [type, ct] : r.by_type)

@@ -13,6 +13,7 @@ int cmd_debug(const std::vector<std::string>& args);
 int cmd_train(const std::vector<std::string>& args);
 int cmd_data(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
+int cmd_generate(const std::vector<std::string>& args);
 int cmd_ckpt(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);

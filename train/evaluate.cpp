@@ -25,16 +25,6 @@ std::string normalise(std::string s) {
   return s;
 }
 
-// Greedy decoding with the KV cache of `prompts`, of which the first `counted` are real and the rest fillers.
-// With a communicator of several ranks, every rank runs as many decode steps as the longest of them.
-std::vector<std::vector<int64_t>> decode(const Llava& model, const std::vector<Example>& prompts, std::size_t counted,
-                                         int64_t max_new_tokens, parallel::Communicator* comm) {
-  GenerationOptions g;
-  g.max_new_tokens = max_new_tokens;
-  g.comm = comm;
-  return generate(model, prompts, g, counted).tokens;
-}
-
 // Every rank's text, on every rank (rank order): a length, then the bytes, broadcast from each rank in turn.
 std::vector<std::string> all_gather_text(parallel::Communicator& comm, const std::string& mine) {
   std::vector<std::string> all(std::size_t(comm.world()));
@@ -110,7 +100,9 @@ EvalResult merged(Partial part, parallel::Communicator* comm) {
 
 std::vector<std::vector<int64_t>> generate_greedy(const Llava& model, const std::vector<Example>& prompts,
                                                   int64_t max_new_tokens) {
-  return decode(model, prompts, prompts.size(), max_new_tokens, nullptr);
+  GenerationOptions g;
+  g.max_new_tokens = max_new_tokens;
+  return generate(model, prompts, g).tokens;
 }
 
 std::string prediction_line(const EvalPrediction& p, int64_t step) {
@@ -179,13 +171,20 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
       target[i] = std::move(want);
       for (int64_t k = 0; k < int64_t(target[i].size()); ++k) opt.logits_at.push_back(int64_t(i) * seq + p - 1 + k);
     }
-    LlavaState st;
-    const float loss = model.forward(b, st, opt);
-    if (st.valid_labels > 0) {
-      part.loss_sum += double(loss) * double(st.valid_labels);
-      part.loss_tokens += st.valid_labels;
+    if (o.watch) o.watch->begin();
+    std::vector<float> logits;
+    {
+      LlavaState st;
+      const float loss = model.forward(b, st, opt);
+      if (st.valid_labels > 0) {
+        part.loss_sum += double(loss) * double(st.valid_labels);
+        part.loss_tokens += st.valid_labels;
+      }
+      if (!opt.logits_at.empty()) logits = st.logits.to_floats();
     }
-    const std::vector<float> logits = opt.logits_at.empty() ? std::vector<float>() : st.logits.to_floats();
+    if (o.watch)
+      o.watch->end(EvalShape{b.batch, b.seq, b.pixel_values.defined() ? b.pixel_values.size(0) : 0,
+                             int64_t(opt.logits_at.size())});
     const float* row = logits.data();
     for (std::size_t i = 0; i < counted; ++i) {
       bool greedy = !target[i].empty();
@@ -214,8 +213,21 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
     for (std::size_t k = from; k < to; ++k) batch.push_back(data.get(undecided[k]));
     const std::size_t counted = batch.size();
     if (batch.empty()) batch.push_back(filler);
-    auto gen = decode(model, batch, counted, o.max_new_tokens, o.comm);
-    for (std::size_t i = 0; i < counted; ++i) record(undecided[from + i], batch[i], gen[i]);
+    GenerationOptions g;
+    g.max_new_tokens = o.max_new_tokens;
+    g.comm = o.comm;
+    g.use_cache = o.use_cache;
+    if (o.watch) o.watch->begin();
+    const GenerationResult gen = generate(model, batch, g, counted);
+    if (o.watch) {
+      GenerationShape shape{{}, 0, g.max_new_tokens, gen.forwards - 1};
+      for (const Example& e : batch) {
+        shape.prompt_lengths.push_back(int64_t(e.prompt.size()));
+        shape.images += int64_t(e.images.size());
+      }
+      o.watch->end(shape);
+    }
+    for (std::size_t i = 0; i < counted; ++i) record(undecided[from + i], batch[i], gen.tokens[i]);
   }
   return merged(std::move(part), o.comm);
 }

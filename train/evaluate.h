@@ -14,6 +14,31 @@
 
 namespace hr::train {
 
+// An evaluation loss pass: `batch` sequences of `seq` tokens holding `images` images, and the logits of
+// `logit_rows` positions (what evaluation reads to settle answers).
+struct EvalShape {
+  int64_t batch = 0, seq = 0, images = 0, logit_rows = 0;
+  bool operator==(const EvalShape&) const = default;
+};
+// Generation: prompts of these lengths (holding `images` images) and up to max_new_tokens new tokens each.
+// decode_steps: how many ran (0 when every row ended at its first token); after the first, every decode step
+// allocates the same.
+struct GenerationShape {
+  std::vector<int64_t> prompt_lengths;
+  int64_t images = 0, max_new_tokens = 1, decode_steps = 1;
+  bool operator==(const GenerationShape&) const = default;
+};
+
+// Sees the passes evaluation runs: begin() before each, end() after it with its shape (the trainer measures
+// each pass's peak against a dry run of that shape).
+class EvalWatch {
+ public:
+  virtual ~EvalWatch() = default;
+  virtual void begin() = 0;
+  virtual void end(const EvalShape& loss_pass) = 0;
+  virtual void end(const GenerationShape& generation) = 0;
+};
+
 struct EvalOptions {
   int64_t samples = 0;  // 0: the whole set
   int64_t batch_size = 16;
@@ -24,6 +49,8 @@ struct EvalOptions {
   parallel::Communicator* comm = nullptr;
   // Decode every sample, even those the loss pass already settles (a check of that shortcut).
   bool decode_all = false;
+  EvalWatch* watch = nullptr;
+  bool use_cache = true;  // false: decode by whole-sequence forwards (the benchmark's baseline)
 };
 
 // One evaluated sample: what the model answered and whether it matched.

@@ -33,6 +33,10 @@ void usage(std::FILE* to) {
                "                       one llava-hf safetensors model from a checkpoint's shards (any ZeRO stage)\n"
                "  eval CONFIG --checkpoint DIR [--predictions FILE] [--set key=value ...]\n"
                "                       eval loss and exact-match accuracy of greedy answers\n"
+               "  generate CONFIG --checkpoint DIR [--image FILE] [--prompt TEXT] [--max-new-tokens N]\n"
+               "       [--temperature T] [--top-p P] [--top-k K] [--seed S] [--stop TEXT] [--json] [--no-cache]\n"
+               "                       answer a question about an image (no --prompt: one question per line on\n"
+               "                       stdin, the conversation kept, as LLaVA's CLI); temperature 0 is greedy\n"
                "  data synth --out DIR [--train N] [--eval M] [--seed S] [--image-size PX]\n"
                "                       write the synthetic VQA set (LLaVA JSON + PNG)\n"
                "  info                 build features, devices and threads\n"
@@ -64,6 +68,7 @@ int main(int argc, char** argv) {
     if (cmd == "train") return hr::train::cmd_train(args);
     if (cmd == "data") return hr::train::cmd_data(args);
     if (cmd == "eval") return hr::train::cmd_eval(args);
+    if (cmd == "generate") return hr::train::cmd_generate(args);
     if (cmd == "ckpt") return hr::train::cmd_ckpt(args);
     if (cmd == "plan") return hr::train::cmd_plan(args);
     if (cmd == "report") return hr::train::cmd_report(args);

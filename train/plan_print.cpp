@@ -50,6 +50,24 @@ std::string plan_table(const Plan& p) {
   o += str("  ", pad("runtime reserve", 20), lpad(gib(p.runtime_reserve), 14), "   context and library workspaces (no allocator sees them)\n");
   o += str("  ", pad("total", 20), lpad(gib(p.total_predicted()), 14), "   of ", gib(int64_t(double(c.budget) * double(p.capacity))),
            " budget: ", p.fits ? "fits" : "DOES NOT FIT", "\n");
+  if (p.evaluates) {
+    const models::LlmConfig& llm = c.model.config.llm;
+    const int64_t positions = c.max_seq_len + c.max_new_tokens - 1;
+    const int64_t rows = p.eval_rows;
+    o += str("evaluation on the state the step leaves (", rows, " sequences a batch: train.eval_batch_size ",
+             c.eval_batch_size, ", max_new_tokens ", c.max_new_tokens, "): ", p.eval_fits ? "fits" : "DOES NOT FIT", "\n");
+    o += str("  ", pad("loss pass", 20), lpad(gib(p.eval.peak_allocated), 14), " allocated, ", gib(p.eval.peak_reserved),
+             " reserved: ", rows, " x ", c.max_seq_len, " tokens, logits of ", rows * c.max_new_tokens,
+             " positions, peak in ", p.eval.peak_owner, "\n");
+    o += str("  ", pad("generation", 20), lpad(gib(p.generation.peak_allocated), 14), " allocated, ",
+             gib(p.generation.peak_reserved), " reserved: ", rows, " prompts of ", c.max_seq_len,
+             " tokens, peak in ", p.generation.peak_owner, "\n");
+    o += str("  ", pad("KV cache", 20), lpad(gib(p.kv_cache_bytes), 14), " = 2 x ", llm.layers, " layers x ",
+             llm.kv_heads, " kv_heads x ", llm.head_dim(), " head_dim x ", rows, " x ", positions,
+             " positions x ", p.model_element_bytes, " B\n");
+    o += str("  ", pad("next-token logits", 20), lpad(gib(p.generation_logits_bytes), 14), " = [", rows,
+             ", ", llm.vocab, "]: the prompt's [tokens, vocab] logits never exist\n");
+  }
   if (p.rank.host_peak) o += str("  host (offload, batches): ", gib(p.rank.host_peak), "\n");
   o += str("  peak reached in ", p.rank.peak_owner.empty() ? "(unscoped)" : p.rank.peak_owner, "; activation peak in ",
            p.rank.activation_peak_owner.empty() ? "-" : p.rank.activation_peak_owner, "\n");
@@ -104,6 +122,22 @@ std::string plan_json(const Plan& p) {
             {"budget", c.budget},
             {"usable", p.usable},
             {"fits", p.fits},
+            {"evaluation",
+             p.evaluates ? json{{"fits", p.eval_fits},
+                                {"eval_batch_size", c.eval_batch_size},
+                                {"rows", p.eval_rows},
+                                {"max_new_tokens", c.max_new_tokens},
+                                {"loss_pass", {{"peak_allocated", p.eval.peak_allocated},
+                                               {"peak_reserved", p.eval.peak_reserved},
+                                               {"by_category", cats(p.eval.at_peak)},
+                                               {"peak_owner", p.eval.peak_owner}}},
+                                {"generation", {{"peak_allocated", p.generation.peak_allocated},
+                                                {"peak_reserved", p.generation.peak_reserved},
+                                                {"by_category", cats(p.generation.at_peak)},
+                                                {"peak_owner", p.generation.peak_owner},
+                                                {"kv_cache_bytes", p.kv_cache_bytes},
+                                                {"logits_bytes", p.generation_logits_bytes}}}}
+                        : json(nullptr)},
             {"decisions",
              {{"precision", precision_name(c.precision)},
               {"gradient_checkpointing", {{"vision", models::checkpoint_name(c.vision_ckpt.kind)}, {"llm", models::checkpoint_name(c.llm_ckpt.kind)}}},

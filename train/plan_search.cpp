@@ -127,10 +127,19 @@ std::vector<Plan> suggest_fixes(const RunConfig& c, const DevicePreset& device, 
           r = with_micro(r, m, c.micro_batch_size * c.gradient_accumulation_steps, world);
           r.llm_ckpt.kind = CheckpointKind::Full;
         });
+  // Evaluation's batch, largest first (it changes nothing of the training step): only the largest that fits.
+  const std::size_t eval_fixes = changes.size();
+  if (plans_evaluation(c))
+    for (int64_t b = c.eval_batch_size / 2; b >= 1; b /= 2)
+      change(str("train.eval_batch_size=", b), [&](RunConfig& r) { r.eval_batch_size = b; });
   std::vector<Plan> fits;
-  for (auto& [what, r] : changes) {
+  bool eval_fix_found = false;
+  for (std::size_t i = 0; i < changes.size(); ++i) {
+    auto& [what, r] = changes[i];
+    if (i >= eval_fixes && eval_fix_found) break;
     Plan p = make_plan(r, device, world);
     if (!p.fits) continue;
+    eval_fix_found = i >= eval_fixes;
     p.decisions_changed = what;
     fits.push_back(std::move(p));
   }

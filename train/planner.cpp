@@ -186,6 +186,82 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
   return p;
 }
 
+int64_t Predictor::eval_rows() const {
+  // Each rank evaluates its share of the samples, in batches of eval_batch_size.
+  int64_t n = config_.eval_samples > 0 ? config_.eval_samples : 0;
+  if (config_.eval_json.empty() && config_.synth_eval > 0) n = n > 0 ? std::min(n, config_.synth_eval) : config_.synth_eval;
+  const int64_t world = comm_->world();
+  return n > 0 ? std::max<int64_t>(1, std::min(config_.eval_batch_size, (n + world - 1) / world)) : config_.eval_batch_size;
+}
+
+EvalShape Predictor::eval_worst_case() const {
+  const int64_t b = eval_rows();
+  return {b, config_.max_seq_len, b * config_.max_images_per_sample, b * config_.max_new_tokens};
+}
+
+GenerationShape Predictor::generation_worst_case() const {
+  const int64_t b = eval_rows();
+  return {std::vector<int64_t>(std::size_t(b), config_.max_seq_len), b * config_.max_images_per_sample,
+          config_.max_new_tokens};
+}
+
+Prediction Predictor::inference(const std::function<void()>& pass) {
+  MemoryContext::Use use(memory_);
+  auto dev = allocator_for(Device::meta()), host = allocator_for(kMetaHost);
+  dev->reset_peak_stats();
+  host->reset_peak_stats();
+  Prediction p;
+  p.persistent = dev->stats().allocated_bytes.current;
+  PeakWatch dw(dev->stats());
+  dev->set_trace([&](const TraceEvent& e) { dw(e); });
+  try {
+    pass();
+  } catch (...) {
+    dev->set_trace(nullptr);
+    throw;
+  }
+  dev->set_trace(nullptr);
+  const MemoryStats s = dev->stats(), h = host->stats();
+  p.peak_allocated = s.allocated_bytes.peak;
+  p.peak_reserved = s.reserved_bytes.peak;
+  p.at_peak = s.at_peak;
+  for (Category c : kAllCategories) p.category_peaks[std::size_t(c)] = s.category(c).peak;
+  p.peak_owner = dw.owner;
+  p.activation_peak_owner = dw.activation_owner;
+  p.host_peak = h.allocated_bytes.peak;
+  p.host_at_peak = h.at_peak;
+  return p;
+}
+
+Prediction Predictor::evaluation(const EvalShape& e) {
+  return inference([&] {
+    const LoadedBatch lb = synthetic_batch(config_.model.config, {e.batch, e.seq, e.images}, kMetaHost);
+    ModelOptions o;
+    o.inference = true;
+    o.ce_chunk_rows = config_.ce_chunk_rows;
+    for (int64_t i = 0; i < e.logit_rows; ++i) o.logits_at.push_back(i % (e.batch * e.seq));
+    LlavaState st;
+    engine_->model().forward(lb.batch, st, o);
+  });
+}
+
+Prediction Predictor::generation(const GenerationShape& g) {
+  HR_CHECK(!g.prompt_lengths.empty() && g.max_new_tokens >= 1, "[plan] generation needs prompts and max_new_tokens >= 1");
+  return inference([&] {
+    const Llava& model = engine_->model();
+    const int64_t B = int64_t(g.prompt_lengths.size());
+    const int64_t longest = *std::max_element(g.prompt_lengths.begin(), g.prompt_lengths.end());
+    // As generate() does it: the cache, the prompts' batch, the prefill, then decode steps.
+    KvCache cache = model.make_cache(B, longest + g.max_new_tokens - 1);
+    const LoadedBatch lb = synthetic_batch(model.config(), {B, longest, g.images}, kMetaHost);
+    Tensor logits = model.prefill(lb.batch, g.prompt_lengths, cache);
+    if (g.max_new_tokens > 1 && g.decode_steps > 0) {
+      logits = Tensor();
+      logits = model.decode(std::vector<int64_t>(std::size_t(B), ByteTokenizer::kPad), cache);
+    }
+  });
+}
+
 // ---- decisions ----
 
 std::string Decisions::describe() const {
@@ -379,6 +455,17 @@ void use_cpu_threads(const RunConfig& c, int world) {
   omp_set_num_threads(std::max(1, omp_get_num_procs() / local));
 }
 
+bool plans_evaluation(const RunConfig& c) { return !c.eval_json.empty() || (c.train_json.empty() && c.synth_eval > 0); }
+
+int64_t Plan::total_predicted() const {
+  int64_t peak = rank.peak_reserved;
+  // Past the usable bytes the allocator frees its cached blocks and retries: then what is allocated counts.
+  if (evaluates)
+    for (const Prediction* e : {&eval, &generation})
+      peak = std::max(peak, e->peak_reserved <= usable ? e->peak_reserved : e->peak_allocated);
+  return peak + runtime_reserve;
+}
+
 DevicePreset run_device(const RunConfig& c) {
   return device_preset(c.memory_limit ? str("cpu:", c.memory_limit) : std::string("cpu"));
 }
@@ -409,6 +496,20 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
       p.fits = p.retries = true;
     } catch (const OutOfMemory&) {  // the uncapped prediction stands, with its reserved peak over the budget
     }
+  }
+  if (config.eval_batch_size > 0 && plans_evaluation(config)) {
+    p.evaluates = true;
+    p.eval = pred.evaluation(pred.eval_worst_case());
+    const GenerationShape g = pred.generation_worst_case();
+    p.generation = pred.generation(g);
+    const models::LlmConfig& llm = config.model.config.llm;
+    const int64_t rows = p.eval_rows = int64_t(g.prompt_lengths.size());
+    p.kv_cache_bytes = KvCache::bytes(llm, rows, config.max_seq_len + g.max_new_tokens - 1, pred.model().params().dtype());
+    p.model_element_bytes = int64_t(dtype_size(pred.model().params().dtype()));
+    p.generation_logits_bytes = rows * llm.vocab * p.model_element_bytes;
+    // The allocator frees its cached blocks and retries before it fails, so what must fit is what is allocated.
+    p.eval_fits = p.usable > 0 && std::max(p.eval.peak_allocated, p.generation.peak_allocated) <= p.usable;
+    p.fits = p.fits && p.eval_fits;
   }
   const Llava& model = pred.model();
   p.params_total = model.params().count();

@@ -18,6 +18,7 @@
 #include "parallel/comm.h"
 #include "train/config.h"
 #include "train/devices.h"
+#include "train/evaluate.h"
 
 namespace hr::train {
 
@@ -72,6 +73,16 @@ class Predictor {
   Prediction step(const std::vector<MicroShape>& micro_batches, StepRecording* recording = nullptr);
   // Accumulation x (micro, max_seq_len, micro x max_images_per_sample).
   std::vector<MicroShape> worst_case() const;
+  // Inference on the engine as a step has left it (parameters, gradients, states persist): an evaluation loss
+  // pass, and generation (the KV cache, the prefill, one decode step: every later step allocates the same).
+  Prediction evaluation(const EvalShape& shape);
+  Prediction generation(const GenerationShape& shape);
+  // What evaluation runs at its largest: eval_rows() sequences of max_seq_len tokens (their images, the logits
+  // of max_new_tokens positions each), and as many prompts of max_seq_len tokens generating train.max_new_tokens.
+  EvalShape eval_worst_case() const;
+  GenerationShape generation_worst_case() const;
+  // Sequences per evaluation batch: train.eval_batch_size, or fewer when a rank's share of the samples is smaller.
+  int64_t eval_rows() const;
   const models::Llava& model() const;
 
  private:
@@ -79,6 +90,7 @@ class Predictor {
   core::MemoryContext memory_;  // the meta device and the meta host; outlives the engine
   std::unique_ptr<parallel::Communicator> comm_;
   std::unique_ptr<Engine> engine_;
+  Prediction inference(const std::function<void()>& pass);
 };
 
 struct Decisions {
@@ -117,8 +129,20 @@ struct Plan {
   std::vector<std::pair<std::string, int64_t>> params_by_module;
   std::vector<ClosedFormRow> closed_form;
   std::string decisions_changed;  // for a suggested fix: what changed from the input config
-  int64_t total_predicted() const { return rank.peak_reserved + runtime_reserve; }
+  // Evaluation, when the run evaluates (an eval set, or the synthetic set's): the loss pass and generation at
+  // their largest, run on the engine as the training step leaves it.
+  bool evaluates = false, eval_fits = true;
+  Prediction eval, generation;
+  int64_t kv_cache_bytes = 0, generation_logits_bytes = 0;  // the closed forms beside the generation dry run
+  int64_t model_element_bytes = 0;                           // of the model precision (the cache's and logits')
+  int64_t eval_rows = 0;                                     // sequences per evaluation batch
+  // The largest reserved peak of the run (training step, evaluation, generation) plus the runtime reserve.
+  int64_t total_predicted() const;
+  int64_t train_predicted() const { return rank.peak_reserved + runtime_reserve; }
 };
+
+// Whether a run of `config` evaluates: it names an eval set, or trains on the synthetic set (which has one).
+bool plans_evaluation(const RunConfig& config);
 
 // The plan for `config` exactly as given (every auto must already be decided).
 Plan make_plan(const RunConfig& config, const DevicePreset& device, int world);

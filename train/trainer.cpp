@@ -98,8 +98,37 @@ std::string format_rate(double v) {
   return buf;
 }
 
-void write_eval_line(const std::string& path, int64_t step, const EvalResult& r) {
+// Each evaluation pass's measured peak against the dry run of its shape on the predictor's engine (which a
+// step has left as the real one: parameters, gradients and states in place).
+class EvalMemory final : public EvalWatch {
+ public:
+  struct Peaks {
+    int64_t measured = 0, predicted = 0, passes = 0, mismatches = 0;
+    nlohmann::json json() const {
+      return {{"peak_allocated", measured}, {"predicted_peak", predicted}, {"passes", passes}, {"mismatches", mismatches}};
+    }
+  };
+  EvalMemory(CachingAllocator& device, Predictor& predictor) : device_(device), predictor_(predictor) {}
+  void begin() override { device_.reset_peak_stats(); }
+  void end(const EvalShape& s) override { add(loss, predictor_.evaluation(s).peak_allocated); }
+  void end(const GenerationShape& s) override { add(generation, predictor_.generation(s).peak_allocated); }
+  Peaks loss, generation;
+
+ private:
+  void add(Peaks& p, int64_t predicted) {
+    const int64_t measured = device_.stats().allocated_bytes.peak;
+    p.measured = std::max(p.measured, measured);
+    p.predicted = std::max(p.predicted, predicted);
+    ++p.passes;
+    p.mismatches += measured != predicted;
+  }
+  CachingAllocator& device_;
+  Predictor& predictor_;
+};
+
+void write_eval_line(const std::string& path, int64_t step, const EvalResult& r, const EvalMemory& m) {
   nlohmann::json j = {{"step", step}, {"loss", r.loss}, {"accuracy", r.accuracy}, {"samples", r.samples}};
+  j["memory"] = {{"loss_pass", m.loss.json()}, {"generation", m.generation.json()}};
   nlohmann::json by = nlohmann::json::object();
   for (const auto& [type, ct] : r.by_type) by[type] = ct.second ? double(ct.first) / double(ct.second) : 0.0;
   j["accuracy_by_type"] = by;
@@ -243,7 +272,14 @@ Plan Trainer::plan_and_preflight(const RunConfig& given) {
   for (const Plan& f : suggest_fixes(c, device, comm_.world()))
     fixes += str("\n  --set ", f.decisions_changed, ": peak ", format_bytes(double(f.total_predicted())), ", step ",
                  f.time.total(), " s");
-  const std::string msg = str("[plan] the run does not fit: predicted ", format_bytes(double(plan.total_predicted())),
+  const bool step_fits = plan.train_predicted() <= plan.usable + plan.runtime_reserve;
+  const std::string what = plan.evaluates && !plan.eval_fits && step_fits
+                               ? str("the training step fits but evaluation does not (loss pass ",
+                                     format_bytes(double(plan.eval.peak_allocated)), ", generation ",
+                                     format_bytes(double(plan.generation.peak_allocated)), " allocated at train.eval_batch_size ",
+                                     c.eval_batch_size, ")")
+                               : std::string("the run does not fit");
+  const std::string msg = str("[plan] ", what, ": predicted ", format_bytes(double(plan.total_predicted())),
                               " per rank against ", format_bytes(double(plan.usable + plan.runtime_reserve)), " (",
                               int(c.budget * 100 + 0.5f), "% of ", format_bytes(double(plan.capacity)),
                               "). The cheapest changes that fit:",
@@ -485,13 +521,25 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
 // reports the merged result.
 void Trainer::evaluate_now() {
   if (!eval_set_) return;
-  EvalResult r =
-      evaluate(engine_->model(), *eval_set_, {c_.eval_samples, c_.eval_batch_size, c_.max_new_tokens, c_.ce_chunk_rows, &comm_});
+  EvalMemory memory(*alloc_, *predictor_);
+  EvalOptions eo{c_.eval_samples, c_.eval_batch_size, c_.max_new_tokens, c_.ce_chunk_rows, &comm_};
+  eo.watch = &memory;
+  EvalResult r = evaluate(engine_->model(), *eval_set_, eo);
+  const int64_t mismatches = memory.loss.mismatches + memory.generation.mismatches;
+  if (mismatches)
+    std::printf("%s[memory] rank %d: %lld evaluation passes measured a peak other than their dry runs (loss pass %lld "
+                "B measured / %lld B predicted, generation %lld / %lld)\n",
+                tty_ ? "\n" : "", comm_.rank(), (long long)mismatches, (long long)memory.loss.measured,
+                (long long)memory.loss.predicted, (long long)memory.generation.measured,
+                (long long)memory.generation.predicted);
   if (!lead_) return;
-  write_eval_line(c_.output_dir + "/eval.jsonl", state_.step, r);
+  write_eval_line(c_.output_dir + "/eval.jsonl", state_.step, r, memory);
   observers_->eval(state_.step, r);
   write_predictions(c_.output_dir + "/eval_predictions.jsonl", state_.step, r);
-  std::printf("%sstep %lld | %s\n", tty_ ? "\n" : "", (long long)state_.step, eval_summary(r).c_str());
+  std::printf("%sstep %lld | %s | memory: loss pass %s, generation %s (%s)\n", tty_ ? "\n" : "", (long long)state_.step,
+              eval_summary(r).c_str(), format_bytes(double(memory.loss.measured)).c_str(),
+              format_bytes(double(memory.generation.measured)).c_str(),
+              mismatches ? "NOT as predicted" : "as predicted");
   for (const std::string& e : r.examples) std::printf("    %s\n", e.c_str());
   std::fflush(stdout);
 }

@@ -74,6 +74,15 @@ TEST(Plan, DryRunPeaksEqualMeasuredPeaksForEveryStrategyCombination) {
     const json plan = json::parse(std::ifstream(out + "/plan.json"));
     const auto steps = jsonl(out + "/memory.jsonl");
     ASSERT_EQ(steps.size(), 2u) << sets;
+    // The final evaluation: each loss pass and generation measured its dry run's peak.
+    const auto evals = jsonl(out + "/eval.jsonl");
+    ASSERT_EQ(evals.size(), 1u) << sets;
+    EXPECT_GT(evals[0]["memory"]["loss_pass"]["passes"], 0) << sets;
+    for (const char* pass : {"loss_pass", "generation"}) {
+      const json& m = evals[0]["memory"][pass];
+      EXPECT_EQ(m["mismatches"], 0) << sets << " " << pass;
+      EXPECT_EQ(m["peak_allocated"], m["predicted_peak"]) << sets << " " << pass;
+    }
     for (const json& s : steps) {
       // Fixed shapes (pad_to_max_length): every step is the planned worst case.
       EXPECT_EQ(s["peak_allocated"], plan["ranks"][0]["peak_allocated"]) << sets << " step " << s["step"];
@@ -124,6 +133,29 @@ TEST(Plan, PreflightRefusesWhatDoesNotFitAndNamesTheCheapestFixes) {
   CmdResult p = headroom(str("plan ", cfg, " --set memory.budget=1.0 --capacity ", cap));
   EXPECT_EQ(WEXITSTATUS(p.status), 3) << p.output;
   EXPECT_NE(p.output.find("DOES NOT FIT"), std::string::npos) << p.output;
+}
+
+TEST(Plan, PreflightRefusesARunWhoseEvaluationDoesNotFitBeforeItsFirstStep) {
+  const std::string base = fresh_dir("plan_refuse_eval");
+  const std::string cfg = config(base);
+  const std::string big_eval = "--set memory.budget=1.0 --set data.synthetic.eval=64 --set train.eval_batch_size=64";
+  const json p = plan_json(cfg, big_eval);
+  // A cap between what the training step reserves and what evaluation allocates: the step fits, evaluation not.
+  const int64_t step = p["ranks"][0]["peak_reserved"], eval = p["evaluation"]["loss_pass"]["peak_allocated"];
+  ASSERT_LT(step, eval);
+  EXPECT_EQ(p["evaluation"]["rows"], 64);
+  const int64_t cap = (step + eval) / 2;
+  CmdResult r = headroom(str("train ", cfg, " --set run.output_dir=", base, "/run ", big_eval, " --set device.memory_limit=", cap));
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("the training step fits but evaluation does not"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--set train.eval_batch_size="), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(base + "/run/memory.jsonl")) << "the run must not start";
+  // Its generation (preset small: 4 layers, 4 KV heads of 32; f32): the KV cache is 2 x layers x kv_heads x
+  // head_dim x rows x positions (max_seq_len 112 + max_new_tokens 2 - 1) x 4 B, the next-token logits [64, 512].
+  const json g = p["evaluation"]["generation"];
+  EXPECT_EQ(g["kv_cache_bytes"], int64_t(2) * 4 * 4 * 32 * 64 * (112 + 2 - 1) * 4);
+  EXPECT_EQ(g["logits_bytes"], 64 * 512 * 4);
+  EXPECT_GT(g["peak_allocated"], p["ranks"][0]["persistent"].get<int64_t>() + g["kv_cache_bytes"].get<int64_t>());
 }
 
 TEST(Plan, AutoPicksSelectiveWhenNoneDoesNotFitAndALargerMicroBatchWhenMemoryAllows) {

@@ -128,6 +128,32 @@ OpCase attention_case(const std::string& name, int64_t B, int64_t Lq, int64_t Lk
   return c;
 }
 
+// Queries against a KV cache (generation; forward only): row b's query i at position past[b] + i sees the cache
+// entries j <= past[b] + i, nothing beyond (those rows hold values that must not leak in).
+OpCase attention_cached_case() {
+  const int64_t B = 2, Lq = 2, cap = 9, Hq = 4, Hk = 2, D = 8;
+  const std::vector<double> past = {3, 6};
+  const float scale = 1.f / std::sqrt(float(D));
+  OpCase c;
+  c.name = "attention_cached";
+  c.inputs = {rnd({B, Lq, Hq, D}, -2, 2), rnd({B, cap, Hk, D}, -2, 2), rnd({B, cap, Hk, D}), ints({B}, past)};
+  c.forward = [=](const std::vector<Tensor>& t) { return attention_cached(t[0], t[1], t[2], t[3], scale).out; };
+  c.reference = [=](const Values& v) {
+    std::vector<double> out;
+    for (int64_t b = 0; b < B; ++b) {
+      // Row b alone, its cache cut after its last query's position: plain causal attention.
+      const int64_t kv = int64_t(past[std::size_t(b)]) + Lq;
+      Values row(3);
+      row[0].assign(v[0].begin() + b * Lq * Hq * D, v[0].begin() + (b + 1) * Lq * Hq * D);
+      for (int i : {1, 2}) row[std::size_t(i)].assign(v[std::size_t(i)].begin() + b * cap * Hk * D, v[std::size_t(i)].begin() + (b * cap + kv) * Hk * D);
+      const std::vector<double> o = attention_ref(row, 1, Lq, kv, Hq, Hk, D, true);
+      out.insert(out.end(), o.begin(), o.end());
+    }
+    return out;
+  };
+  return c;
+}
+
 OpCase unary_case(UnaryOp op) {
   OpCase c;
   c.name = unary_name(op);
@@ -363,6 +389,7 @@ std::vector<OpCase> op_cases() {
   // Longer than one 64-row tile, so the online softmax crosses tiles.
   cases.push_back(attention_case("attention_mha", 2, 70, 70, 2, 2, 8, false));
   cases.push_back(attention_case("attention_causal_gqa", 1, 70, 70, 4, 2, 8, true));
+  cases.push_back(attention_cached_case());
   cases.push_back(attention_case("attention_causal_kv_longer", 1, 5, 70, 2, 1, 8, true));
   {  // fused cross-entropy in 3-row chunks with ignored labels
     OpCase c;

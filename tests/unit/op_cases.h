@@ -26,7 +26,8 @@ struct OpCase {
   std::vector<Input> inputs;
   // The output whose gradient is checked.
   std::function<Tensor(const std::vector<Tensor>&)> forward;
-  // Gradients of sum(forward(inputs) * dy) for each differentiable input, in input order.
+  // Gradients of sum(forward(inputs) * dy) for each differentiable input, in input order; empty for a
+  // forward-only op (inference: the KV-cache attention).
   std::function<std::vector<Tensor>(const std::vector<Tensor>&, const Tensor& dy)> backward;
   // The same forward, naively, in double precision on the host.
   std::function<std::vector<double>(const Values&)> reference;

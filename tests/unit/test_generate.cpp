@@ -3,7 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "core/io/safetensors.h"
 #include "core/ops/attention.h"
 #include "core/ops/copy.h"
 #include "data/loader.h"
@@ -233,4 +238,55 @@ TEST_F(Generate, StopsAtAStopStringAndCutsIt) {
   EXPECT_TRUE(std::equal(stopped.tokens[0].begin(), stopped.tokens[0].end(), free.tokens[0].begin()));
   EXPECT_EQ(free.finish[0], Finish::Length);
   EXPECT_EQ(int64_t(free.tokens[0].size()), g.max_new_tokens);
+}
+
+// Writes the case tests/py/check_generate_hf.py checks against transformers' LlavaForConditionalGeneration:
+// the model's dimensions and llava-hf weights, prompts of different lengths with and without images, and
+// headroom's greedy output with an end-of-sequence token some prompts reach part-way (into $HR_CASE_DIR, else
+// the test's temporary directory).
+TEST_F(Generate, WritesTheTransformersOracleCase) {
+  const char* env = std::getenv("HR_CASE_DIR");
+  const std::string dir = env && *env ? env : testing::TempDir() + "/generate_hf_case";
+  std::filesystem::create_directories(dir);
+  const LlavaConfig& c = model.config();
+  const std::vector<Example> ps = prompts(c);
+  GenerationOptions g;
+  g.max_new_tokens = 10;
+  g.eos_token_id = -1;
+  const GenerationResult free = generate(model, ps, g);
+  g.eos_token_id = free.tokens[0][3];  // the first prompt stops at its fourth token, others maybe elsewhere
+  const GenerationResult r = generate(model, ps, g);
+  ASSERT_EQ(r.finish[0], Finish::Eos);
+
+  save_safetensors(dir + "/model.safetensors", named_weights(model.params()));
+  std::vector<Tensor> images;
+  for (const Example& e : ps) images.insert(images.end(), e.images.begin(), e.images.end());
+  Tensor pixels = Tensor::empty({int64_t(images.size()), 3, c.vision.image_size, c.vision.image_size}, DType::F32, Device::cpu());
+  for (std::size_t i = 0; i < images.size(); ++i) copy_(pixels.select(0, int64_t(i)), images[i]);
+  save_safetensors(dir + "/pixels.safetensors", {{"pixel_values", pixels}});
+  nlohmann::json prompts_json = nlohmann::json::array();
+  for (const Example& e : ps) prompts_json.push_back({{"input_ids", e.prompt}, {"images", e.images.size()}});
+  const nlohmann::json j = {
+      {"model",
+       {{"vision",
+         {{"hidden", c.vision.hidden}, {"layers", c.vision.layers}, {"heads", c.vision.heads},
+          {"intermediate", c.vision.intermediate}, {"image_size", c.vision.image_size}, {"patch", c.vision.patch},
+          {"channels", c.vision.channels}, {"layer_norm_eps", c.vision.layer_norm_eps},
+          {"select_layer", c.vision.select_layer},
+          {"select_feature", c.vision.select_feature == FeatureSelect::Patch ? "patch" : "cls_patch"}}},
+        {"llm",
+         {{"vocab", c.llm.vocab}, {"hidden", c.llm.hidden}, {"layers", c.llm.layers}, {"heads", c.llm.heads},
+          {"kv_heads", c.llm.kv_heads}, {"intermediate", c.llm.intermediate}, {"rms_norm_eps", c.llm.rms_norm_eps},
+          {"rope_theta", c.llm.rope_theta}}},
+        {"projector", projector_name(c.projector)},
+        {"image_token_id", c.image_token_id}}},
+      {"weights", "model.safetensors"},
+      {"pixel_values", "pixels.safetensors"},
+      {"prompts", prompts_json},
+      {"max_new_tokens", g.max_new_tokens},
+      {"eos_token_id", g.eos_token_id},
+      {"pad_token_id", ByteTokenizer::kPad},
+      {"generated", r.tokens}};
+  std::ofstream(dir + "/case.json") << j.dump(1) << "\n";
+  EXPECT_TRUE(std::filesystem::exists(dir + "/case.json"));
 }

@@ -1,4 +1,5 @@
-// The CUDA back-end's kernel table: GEMM (cuBLAS), copies and element-wise kernels; the rest is not there yet.
+// The CUDA back-end's kernel table: GEMM (cuBLAS), copies, element-wise kernels and the attention forward (with
+// a KV cache too); the rest is not there yet.
 #include "core/backend/cuda/cuda_kernels.h"
 #include "core/backend/kernels.h"
 
@@ -17,6 +18,8 @@ const Kernels& cuda_kernels() {
     t.swiglu_forward = cuda::swiglu_forward;
     t.swiglu_backward = cuda::swiglu_backward;
     t.broadcast_scalar = cuda::broadcast_scalar;
+    t.attention_forward = cuda::attention_forward;
+    t.attention_cached = cuda::attention_forward;
     return t;
   }();
   return k;

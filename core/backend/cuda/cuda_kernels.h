@@ -18,5 +18,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor&
 void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& y);
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& dgate, const Tensor& dup);
 void broadcast_scalar(const Tensor& out, const Tensor& scalar, float scale);
+// Forward only; with a.past set, queries against a KV cache (generation).
+void attention_forward(const AttentionArgs& a);
 
 }  // namespace hr::cuda

@@ -1,0 +1,112 @@
+// `headroom generate CONFIG --checkpoint DIR [--image FILE] [--prompt TEXT] ...`: asks a trained model about an
+// image, once (--prompt) or turn after turn on stdin as LLaVA's CLI does, in the config's conversation template.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "data/conversation.h"
+#include "data/image.h"
+#include "train/checkpoint.h"
+#include "train/cli_args.h"
+#include "train/commands.h"
+#include "train/config.h"
+#include "train/engine.h"
+#include "train/generate.h"
+
+namespace hr::train {
+
+namespace {
+
+template <typename T>
+T number(const Parsed& p, const char* flag, T fallback) {
+  const auto it = p.options.find(flag);
+  if (it == p.options.end()) return fallback;
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(it->second, &used);
+    if (used == it->second.size()) return T(v);
+  } catch (const std::exception&) {
+  }
+  throw Error(str("[generate] ", flag, " needs a number; got '", it->second, "'"));
+}
+
+// One exchange of the conversation so far, as a prompt (the template up to the assistant's answer).
+data::Example make_prompt(const RunConfig& c, const std::vector<data::Turn>& history, const core::Tensor& image) {
+  const models::LlavaConfig& m = c.model.config;
+  const data::ByteTokenizer tok(m.llm.vocab, m.image_token_id);
+  std::vector<data::Turn> turns = history;
+  turns.push_back({false, ""});
+  const data::Tokenized t = data::apply_template(c.chat_template, turns, tok, m.vision.tokens_per_image(),
+                                                 c.system_prompt, m.ignore_index);
+  data::Example e;
+  e.id = "prompt";
+  e.prompt = t.prompt;
+  if (t.images) e.images.push_back(image);
+  return e;
+}
+
+}  // namespace
+
+int cmd_generate(const std::vector<std::string>& args) {
+  Parsed p = parse(args, "generate",
+                   {"--checkpoint", "--image", "--prompt", "--max-new-tokens", "--temperature", "--top-p", "--top-k",
+                    "--seed", "--stop"},
+                   {"--json", "--no-cache"});
+  p.sets.insert(p.sets.begin(), "train.global_batch_size=0");  // as in eval: the run's batch is of no use here
+  const RunConfig c = load_config(p.config, p.sets);
+  HR_CHECK(p.options.count("--checkpoint"), "[generate] --checkpoint DIR (or a model .safetensors) is required");
+  const auto model = build_model(c, core::Device::cpu());
+  load_inference_weights(*model, p.options["--checkpoint"]);
+
+  core::Tensor image;
+  if (p.options.count("--image"))
+    image = data::load_clip_image(p.options["--image"], c.model.config.vision.image_size, c.aspect);
+  GenerationOptions g;
+  g.max_new_tokens = number<int64_t>(p, "--max-new-tokens", c.max_new_tokens);
+  g.temperature = number<float>(p, "--temperature", 0.f);
+  g.do_sample = g.temperature > 0.f;  // LLaVA's CLI: temperature 0 is greedy
+  if (!g.do_sample) g.temperature = 1.f;
+  g.top_p = number<float>(p, "--top-p", 1.f);
+  g.top_k = number<int64_t>(p, "--top-k", 0);
+  g.seed = number<uint64_t>(p, "--seed", c.seed);
+  if (p.options.count("--stop")) g.stop.push_back(p.options["--stop"]);
+  g.use_cache = !p.flags.count("--no-cache");
+  const bool json = p.flags.count("--json") > 0;
+
+  std::vector<data::Turn> history;
+  auto ask = [&](const std::string& question) {
+    // The image goes with the first question, as LLaVA's CLI sends it.
+    history.push_back({true, history.empty() && image.defined() ? "<image>\n" + question : question});
+    const GenerationResult r = generate(*model, {make_prompt(c, history, image)}, g);
+    history.push_back({false, r.text[0]});
+    if (json) {
+      const nlohmann::json j = {{"prompt", question},
+                                {"answer", r.text[0]},
+                                {"tokens", r.tokens[0]},
+                                {"finish", finish_name(r.finish[0])},
+                                {"prompt_tokens", r.prompt_tokens},
+                                {"new_tokens", r.new_tokens},
+                                {"kv_cache_bytes", r.cache_bytes},
+                                {"seconds", r.seconds},
+                                {"tokens_per_s", r.seconds > 0 ? double(r.new_tokens) / r.seconds : 0.0}};
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    } else {
+      std::printf("%s\n", r.text[0].c_str());
+    }
+    std::fflush(stdout);
+  };
+  if (p.options.count("--prompt")) {
+    ask(p.options["--prompt"]);
+    return 0;
+  }
+  // Interactive: one question per line until an empty line or the end of input.
+  for (std::string line;;) {
+    if (!json) std::printf("USER: "), std::fflush(stdout);
+    if (!std::getline(std::cin, line) || line.empty()) break;
+    if (!json) std::printf("ASSISTANT: "), std::fflush(stdout);
+    ask(line);
+  }
+  return 0;
+}
+
+}  // namespace hr::train
