@@ -153,12 +153,20 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   embeds = Tensor();
   MemoryScope scope(Category::Activations, "language_model.loss");
   hook_before(hooks_, head_group_, Pass::Forward);
-  if (opt.return_logits) st.logits = llm_->lm_head().forward(hidden);
-  if (!opt.logits_at.empty()) {
-    for (int64_t p : opt.logits_at)
+  HR_CHECK(opt.logits_to_keep >= -1, "[llava.forward] logits_to_keep must be -1 (none), 0 (all) or a count; got ",
+           opt.logits_to_keep);
+  if (opt.return_logits || opt.logits_to_keep == 0) st.logits = llm_->lm_head().forward(hidden);
+  std::vector<int64_t> rows = opt.logits_at;
+  if (opt.logits_to_keep > 0) {
+    const int64_t k = std::min(opt.logits_to_keep, L);
+    for (int64_t r = 0; r < B; ++r)
+      for (int64_t t = L - k; t < L; ++t) rows.push_back(r * L + t);
+  }
+  if (!rows.empty()) {
+    for (int64_t p : rows)
       HR_CHECK(p >= 0 && p < B * L, "[llava.forward] logits_at position ", p, " is outside the batch's ", B, " x ", L,
                " tokens");
-    st.logits = head_rows(hidden.view({B * L, C}), opt.logits_at);
+    st.logits = head_rows(hidden.view({B * L, C}), rows);
   }
   std::vector<int64_t> shifted(std::size_t(B * (L - 1)));
   for (int64_t r = 0; r < B; ++r)

@@ -22,6 +22,9 @@ struct ModelOptions {
   // Logits of these flat positions (b * seq + t) only, as (positions, vocab): what evaluation and generation
   // read, without the (batch, seq, vocab) tensor a large vocabulary makes expensive.
   std::vector<int64_t> logits_at;
+  // transformers' logits_to_keep: k > 0 keeps the logits of each row's last k positions, as (batch * k, vocab)
+  // in row order; 0 keeps all (as return_logits); -1 (the default) none. Adds to logits_at.
+  int64_t logits_to_keep = -1;
   int64_t ce_chunk_rows = 0;   // rows of the fused cross-entropy per chunk; 0: default
   bool inference = false;      // no backward will follow: keep no activations (evaluation, generation)
 };

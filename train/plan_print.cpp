@@ -50,6 +50,9 @@ std::string plan_table(const Plan& p) {
   o += str("  ", pad("runtime reserve", 20), lpad(gib(p.runtime_reserve), 14), "   context and library workspaces (no allocator sees them)\n");
   o += str("  ", pad("total", 20), lpad(gib(p.total_predicted()), 14), "   of ", gib(int64_t(double(c.budget) * double(p.capacity))),
            " budget: ", p.fits ? "fits" : "DOES NOT FIT", "\n");
+  if (p.rank.host_peak) o += str("  host (offload, batches): ", gib(p.rank.host_peak), "\n");
+  o += str("  peak reached in ", p.rank.peak_owner.empty() ? "(unscoped)" : p.rank.peak_owner, "; activation peak in ",
+           p.rank.activation_peak_owner.empty() ? "-" : p.rank.activation_peak_owner, "\n");
   if (p.evaluates) {
     const models::LlmConfig& llm = c.model.config.llm;
     const int64_t positions = c.max_seq_len + c.max_new_tokens - 1;
@@ -68,9 +71,6 @@ std::string plan_table(const Plan& p) {
     o += str("  ", pad("next-token logits", 20), lpad(gib(p.generation_logits_bytes), 14), " = [", rows,
              ", ", llm.vocab, "]: the prompt's [tokens, vocab] logits never exist\n");
   }
-  if (p.rank.host_peak) o += str("  host (offload, batches): ", gib(p.rank.host_peak), "\n");
-  o += str("  peak reached in ", p.rank.peak_owner.empty() ? "(unscoped)" : p.rank.peak_owner, "; activation peak in ",
-           p.rank.activation_peak_owner.empty() ? "-" : p.rank.activation_peak_owner, "\n");
   const double tokens = double(c.global_batch_size * c.max_seq_len);
   o += str("step time (cost model): ", p.time.total(), " s = compute ", p.time.compute_s, " s (recompute ",
            p.time.recompute_s, " s) + collectives ", p.time.comm_s, " s + offload ", p.time.offload_s, " s; ",

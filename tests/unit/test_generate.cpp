@@ -290,3 +290,37 @@ TEST_F(Generate, WritesTheTransformersOracleCase) {
   std::ofstream(dir + "/case.json") << j.dump(1) << "\n";
   EXPECT_TRUE(std::filesystem::exists(dir + "/case.json"));
 }
+
+// transformers' logits_to_keep: the last k positions of each row, the same numbers as the full logits there.
+TEST_F(Generate, LogitsToKeepAreTheLastPositionsOfTheFullLogits) {
+  std::vector<Example> ps = prompts(model.config());
+  int64_t seq = 0;
+  for (Example& e : ps) {
+    e.ids = e.prompt;
+    e.labels.assign(e.ids.size(), model.config().ignore_index);
+    seq = std::max<int64_t>(seq, int64_t(e.ids.size()));
+  }
+  const Batch b = collate(ps, seq, model.config().ignore_index);
+  const int64_t V = model.config().llm.vocab, B = b.batch, k = 3;
+  ModelOptions all;
+  all.inference = true;
+  all.logits_to_keep = 0;
+  LlavaState full;
+  model.forward(b, full, all);
+  ASSERT_EQ(full.logits.shape(), (Shape{B, seq, V}));
+  ModelOptions last = all;
+  last.logits_to_keep = k;
+  LlavaState kept;
+  model.forward(b, kept, last);
+  ASSERT_EQ(kept.logits.shape(), (Shape{B * k, V}));
+  const std::vector<float> f = full.logits.to_floats(), g = kept.logits.to_floats();
+  std::vector<float> want;  // the full logits' last k rows of each sequence (GEMMs of other shapes: not bit-equal)
+  for (int64_t r = 0; r < B; ++r)
+    want.insert(want.end(), f.begin() + (r * seq + seq - k) * V, f.begin() + (r * seq + seq) * V);
+  EXPECT_LT(max_diff(g, want), 1e-5);
+  ModelOptions none = all;
+  none.logits_to_keep = -1;
+  LlavaState nothing;
+  model.forward(b, nothing, none);
+  EXPECT_FALSE(nothing.logits.defined());
+}
