@@ -57,6 +57,19 @@ struct PeakWatch {
   }
 };
 
+// A dry run's peaks from its allocators' statistics and the watch that followed its device allocations.
+void record_peaks(Prediction& p, const MemoryStats& s, const MemoryStats& h, const PeakWatch& dw) {
+  p.peak_allocated = s.allocated_bytes.peak;
+  p.peak_reserved = s.reserved_bytes.peak;
+  HR_ASSERT(p.peak_allocated == dw.best, "peak watch ", dw.best, " disagrees with the allocator's peak ", p.peak_allocated);
+  p.at_peak = s.at_peak;
+  for (Category c : kAllCategories) p.category_peaks[std::size_t(c)] = s.category(c).peak;
+  p.peak_owner = dw.owner;
+  p.activation_peak_owner = dw.activation_owner;
+  p.host_peak = h.allocated_bytes.peak;
+  p.host_at_peak = h.at_peak;
+}
+
 }  // namespace
 
 // ---- Predictor ----
@@ -171,16 +184,7 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
   dev->set_trace(nullptr);
   host->set_trace(nullptr);
   if (timeline) set_span_timeline(nullptr);
-  const MemoryStats s = dev->stats(), h = host->stats();
-  p.peak_allocated = s.allocated_bytes.peak;
-  p.peak_reserved = s.reserved_bytes.peak;
-  HR_ASSERT(p.peak_allocated == dw.best, "peak watch ", dw.best, " disagrees with the allocator's peak ", p.peak_allocated);
-  p.at_peak = s.at_peak;
-  for (Category c : kAllCategories) p.category_peaks[std::size_t(c)] = s.category(c).peak;
-  p.peak_owner = dw.owner;
-  p.activation_peak_owner = dw.activation_owner;
-  p.host_peak = h.allocated_bytes.peak;
-  p.host_at_peak = h.at_peak;
+  record_peaks(p, dev->stats(), host->stats(), dw);
   requests->check();
   p.requests = std::move(requests);
   return p;
@@ -221,15 +225,7 @@ Prediction Predictor::inference(const std::function<void()>& pass) {
     throw;
   }
   dev->set_trace(nullptr);
-  const MemoryStats s = dev->stats(), h = host->stats();
-  p.peak_allocated = s.allocated_bytes.peak;
-  p.peak_reserved = s.reserved_bytes.peak;
-  p.at_peak = s.at_peak;
-  for (Category c : kAllCategories) p.category_peaks[std::size_t(c)] = s.category(c).peak;
-  p.peak_owner = dw.owner;
-  p.activation_peak_owner = dw.activation_owner;
-  p.host_peak = h.allocated_bytes.peak;
-  p.host_at_peak = h.at_peak;
+  record_peaks(p, dev->stats(), host->stats(), dw);
   return p;
 }
 
