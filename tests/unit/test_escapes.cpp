@@ -189,7 +189,7 @@ TEST_P(OpEscapes, KernelsAllocateNothingOfTheirOwn) {
   auto run = [&] {
     std::vector<Tensor> t = hr::test::make_tensors(c, hr::test::rounded_inputs(c, dt), dt, Device::cpu());
     Tensor out = c.forward(t);
-    c.backward(t, Tensor::full(out.shape(), 0.5f, out.dtype(), Device::cpu()));
+    if (c.backward) c.backward(t, Tensor::full(out.shape(), 0.5f, out.dtype(), Device::cpu()));
   };
   run();
   Watch w;
