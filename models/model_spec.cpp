@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/suggest.h"
+#include "models/hf_config.h"
 
 namespace hr::models {
 
@@ -46,7 +47,13 @@ void apply(const YAML::Node& node, const std::string& path, const std::map<std::
 ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
   ModelSpec s;
   HR_CHECK(model.IsMap() || model.IsNull(), "[config] ", where, ": model must be a mapping, not '", YAML::Dump(model), "'");
+  HR_CHECK(!(model["preset"] && model["name_or_path"]), "[config] ", where,
+           ": model.preset and model.name_or_path both give the dimensions; keep one");
   if (model["preset"]) s.config = preset(as<std::string>(model["preset"], "preset", where));
+  if (model["name_or_path"]) {
+    s.name_or_path = as<std::string>(model["name_or_path"], "name_or_path", where);
+    s.config = read_hf_config(s.name_or_path);
+  }
   VisionConfig& v = s.config.vision;
   LlmConfig& l = s.config.llm;
   auto i64 = [&](int64_t& dst, const std::string& key) {
@@ -88,6 +95,7 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
   };
   std::map<std::string, Setter> top = {
       {"preset", [](const YAML::Node&) {}},
+      {"name_or_path", [](const YAML::Node&) {}},
       {"dtype", [&](const YAML::Node& n) { s.dtype = core::parse_dtype(as<std::string>(n, "dtype", where)); }},
       {"vision", [&](const YAML::Node& n) { apply(n, "model.vision", vision_keys, where); }},
       {"llm", [&](const YAML::Node& n) { apply(n, "model.llm", llm_keys, where); }},

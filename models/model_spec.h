@@ -15,6 +15,9 @@ namespace hr::models {
 
 struct ModelSpec {
   LlavaConfig config;
+  // model.name_or_path: a Hugging Face LLaVA directory whose config.json gives the dimensions (and whose
+  // weights the run starts from unless model.weights says otherwise).
+  std::string name_or_path;
   core::DType dtype = core::DType::F32;
   bool freeze_vision = false, freeze_projector = false, freeze_llm = false;
 };

@@ -11,6 +11,7 @@
 
 #include "core/io/atomic_file.h"
 #include "core/ops/copy.h"
+#include "models/hf_config.h"
 #include "models/weights.h"
 
 namespace hr::train {
@@ -117,6 +118,9 @@ static void write_checkpoint_files(const fs::path& tmp, const models::Llava& mod
   const int rank = comm.rank();
   if (rank == 0 && !zero.shards_parameters())
     save_safetensors((tmp / "model.safetensors").string(), models::named_weights(model.params()));
+  // config.json and generation_config.json: with model.safetensors, a directory transformers opens.
+  if (rank == 0 && models::hf_expressible(model.config()))
+    models::write_hf_config(tmp.string(), model.config(), model.params().dtype());
   const bool sharded = zero.options().stage > 0 || zero.options().offload_optimizer != parallel::Offload::None;
   if (!sharded && rank == 0) save_safetensors((tmp / "optimizer.safetensors").string(), zero.state());
   if (sharded && (rank == 0 || zero.options().stage > 0))

@@ -8,6 +8,7 @@
 
 #include "core/io/safetensors.h"
 #include "data/synth.h"
+#include "models/hf_config.h"
 #include "models/weights.h"
 #include "train/checkpoint.h"
 #include "train/cli_args.h"
@@ -52,7 +53,7 @@ int cmd_data(const std::vector<std::string>& args) {
 }
 
 int cmd_ckpt(const std::vector<std::string>& args) {
-  HR_CHECK(!args.empty() && args[0] == "consolidate", "[ckpt] usage: headroom ckpt consolidate DIR [--out FILE]");
+  HR_CHECK(!args.empty() && args[0] == "consolidate", "[ckpt] usage: headroom ckpt consolidate DIR [--out FILE | --out OUT_DIR/]");
   Parsed p = parse({args.begin() + 1, args.end()}, "ckpt consolidate", {"--out"}, {});
   HR_CHECK(!p.config.empty(), "[ckpt consolidate] the checkpoint directory is required");
   const std::string dir = p.config;
@@ -61,9 +62,19 @@ int cmd_ckpt(const std::vector<std::string>& args) {
   // The resolved config carries the global batch of the run's world size.
   RunConfig c = load_config(dir + "/config.yaml", {}, read_trainer_state(dir).world_size);
   const auto model = build_model(c, core::Device::meta());
-  const std::string out = p.options.count("--out") ? p.options["--out"] : dir + "/consolidated.safetensors";
+  std::string out = p.options.count("--out") ? p.options["--out"] : dir + "/consolidated.safetensors";
+  // --out DIR/ (or an existing directory): a Hugging Face model directory, model.safetensors and config.json.
+  const bool to_dir = std::filesystem::is_directory(out) || (!out.empty() && out.back() == '/');
+  if (to_dir) {
+    std::filesystem::create_directories(out);
+    std::string why;
+    HR_CHECK(models::hf_expressible(c.model.config, &why), "[ckpt consolidate] ", out, ": ", why);
+    models::write_hf_config(out, c.model.config, model->params().dtype());
+    out = (std::filesystem::path(out) / "model.safetensors").string();
+  }
   consolidate_checkpoint(dir, *model, out);
-  std::printf("wrote %s (%lld parameters in the llava-hf layout)\n", out.c_str(), (long long)model->params().count());
+  std::printf("wrote %s (%lld parameters in the llava-hf layout)%s\n", out.c_str(), (long long)model->params().count(),
+              to_dir ? " with config.json and generation_config.json beside it" : "");
   return 0;
 }
 

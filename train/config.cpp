@@ -518,6 +518,7 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
     model.remove("weights");
   }
   c.model = models::parse_model_spec(model, where);
+  if (c.init_weights.empty()) c.init_weights = c.model.name_or_path;  // a Hugging Face directory's own weights
   // Global batch = micro x accumulation x world size: infer one from the other two, refuse a contradiction.
   check_batch_bounds(c, world_size);  // the given values, before they are multiplied below
   const bool has_micro = has_path(root, "train.micro_batch_size"), has_accum = has_path(root, "train.gradient_accumulation_steps");

@@ -1,0 +1,204 @@
+// transformers' LlavaConfig (model_type "llava", a "llama" text_config and a "clip_vision_model"
+// vision_config) to and from headroom's LlavaConfig.
+#include "models/hf_config.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/check.h"
+#include "core/io/atomic_file.h"
+#include "data/tokenizer.h"
+
+namespace hr::models {
+
+namespace {
+
+using json = nlohmann::json;
+
+// The positions RoPE is computed for have no limit in headroom; transformers wants a number.
+constexpr int64_t kMaxPositions = 4096;
+
+const char* torch_dtype(core::DType t) {
+  switch (t) {
+    case core::DType::BF16: return "bfloat16";
+    case core::DType::F16: return "float16";
+    default: return "float32";
+  }
+}
+
+template <typename T>
+T get(const json& j, const char* key, const std::string& where, const std::string& path) {
+  HR_CHECK(j.contains(key), "[hf] ", where, ": ", path, key, " is missing");
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception&) {
+    throw Error(str("[hf] ", where, ": ", path, key, " has value ", j.at(key).dump(), " of the wrong type"));
+  }
+}
+
+// A key's value, or transformers' default when the key is absent or null.
+template <typename T>
+T get_or(const json& j, const char* key, T fallback, const std::string& where, const std::string& path) {
+  if (!j.contains(key) || j.at(key).is_null()) return fallback;
+  return get<T>(j, key, where, path);
+}
+
+// A key headroom implements one way only: absent, or the value given.
+template <typename T>
+void require(const json& j, const char* key, const T& want, const std::string& where, const std::string& path,
+             const std::string& why) {
+  if (!j.contains(key) || j.at(key).is_null()) return;
+  HR_CHECK(j.at(key) == json(want), "[hf] ", where, ": ", path, key, " is ", j.at(key).dump(), "; headroom supports ",
+           json(want).dump(), " only (", why, ")");
+}
+
+}  // namespace
+
+bool hf_expressible(const LlavaConfig& c, std::string* why) {
+  if (c.projector == ProjectorType::Mlp2xGelu) return true;
+  if (why) *why = "transformers' LLaVA has only the mlp2x_gelu projector (linear_1, gelu, linear_2), not 'linear'";
+  return false;
+}
+
+json to_hf_config(const LlavaConfig& c, core::DType dtype) {
+  std::string why;
+  HR_CHECK(hf_expressible(c, &why), "[hf] cannot write config.json: ", why);
+  const VisionConfig& v = c.vision;
+  const LlmConfig& l = c.llm;
+  json text = {{"model_type", "llama"},
+               {"architectures", {"LlamaForCausalLM"}},
+               {"vocab_size", l.vocab},
+               {"hidden_size", l.hidden},
+               {"intermediate_size", l.intermediate},
+               {"num_hidden_layers", l.layers},
+               {"num_attention_heads", l.heads},
+               {"num_key_value_heads", l.kv_heads},
+               {"hidden_act", "silu"},
+               {"rms_norm_eps", l.rms_norm_eps},
+               {"rope_theta", l.rope_theta},
+               {"rope_scaling", nullptr},
+               {"max_position_embeddings", kMaxPositions},
+               {"attention_bias", false},
+               {"mlp_bias", false},
+               {"tie_word_embeddings", false},
+               {"bos_token_id", data::ByteTokenizer::kBos},
+               {"eos_token_id", data::ByteTokenizer::kEos},
+               {"pad_token_id", data::ByteTokenizer::kPad},
+               {"torch_dtype", torch_dtype(dtype)}};
+  json vision = {{"model_type", "clip_vision_model"},
+                 {"hidden_size", v.hidden},
+                 {"intermediate_size", v.intermediate},
+                 {"num_hidden_layers", v.layers},
+                 {"num_attention_heads", v.heads},
+                 {"image_size", v.image_size},
+                 {"patch_size", v.patch},
+                 {"num_channels", v.channels},
+                 {"layer_norm_eps", v.layer_norm_eps},
+                 {"hidden_act", "quick_gelu"},
+                 {"projection_dim", v.hidden}};
+  return {{"architectures", {"LlavaForConditionalGeneration"}},
+          {"model_type", "llava"},
+          {"image_token_index", c.image_token_id},
+          {"image_seq_length", v.tokens_per_image()},
+          {"projector_hidden_act", "gelu"},
+          {"vision_feature_layer", v.select_layer},
+          {"vision_feature_select_strategy", v.select_feature == FeatureSelect::Patch ? "default" : "full"},
+          {"ignore_index", c.ignore_index},
+          {"tie_word_embeddings", false},
+          {"torch_dtype", torch_dtype(dtype)},
+          {"text_config", text},
+          {"vision_config", vision}};
+}
+
+LlavaConfig from_hf_config(const json& j, const std::string& where) {
+  HR_CHECK(j.is_object(), "[hf] ", where, ": not a JSON object");
+  const std::string type = j.value("model_type", "");
+  HR_CHECK(type == "llava", "[hf] ", where, ": model_type '", type,
+           "' is not 'llava' (a LLaVA model directory, as llava-hf's, is needed)");
+  HR_CHECK(j.contains("text_config") && j.contains("vision_config"), "[hf] ", where,
+           ": needs text_config and vision_config");
+  const json& t = j.at("text_config");
+  const json& vj = j.at("vision_config");
+  LlavaConfig c;
+  c.name = where;
+  const std::string tt = t.value("model_type", "llama"), vt = vj.value("model_type", "clip_vision_model");
+  HR_CHECK(tt == "llama", "[hf] ", where, ": text_config.model_type '", tt, "': headroom's decoder is LLaMA's");
+  HR_CHECK(vt == "clip_vision_model", "[hf] ", where, ": vision_config.model_type '", vt,
+           "': headroom's vision tower is CLIP's");
+  // What the JSON leaves out takes the default of transformers' LlamaConfig and CLIPVisionConfig, as
+  // from_pretrained does (llava-hf's config.json writes only what differs from them).
+  const std::string tp = "text_config.", vp = "vision_config.";
+  LlmConfig& l = c.llm;
+  l.vocab = get_or<int64_t>(t, "vocab_size", 32000, where, tp);
+  l.hidden = get_or<int64_t>(t, "hidden_size", 4096, where, tp);
+  l.intermediate = get_or<int64_t>(t, "intermediate_size", 11008, where, tp);
+  l.layers = get_or<int64_t>(t, "num_hidden_layers", 32, where, tp);
+  l.heads = get_or<int64_t>(t, "num_attention_heads", 32, where, tp);
+  l.kv_heads = get_or<int64_t>(t, "num_key_value_heads", l.heads, where, tp);
+  l.rms_norm_eps = get_or<float>(t, "rms_norm_eps", 1e-6f, where, tp);
+  l.rope_theta = get_or<float>(t, "rope_theta", 10000.f, where, tp);
+  require(t, "hidden_act", std::string("silu"), where, tp, "SwiGLU with SiLU");
+  require(t, "rope_scaling", json(nullptr), where, tp, "plain RoPE");
+  require(t, "attention_bias", false, where, tp, "the projections have no bias");
+  require(t, "mlp_bias", false, where, tp, "the projections have no bias");
+  require(t, "tie_word_embeddings", false, where, tp, "lm_head is its own matrix");
+  require(j, "tie_word_embeddings", false, where, "", "lm_head is its own matrix");
+  if (t.contains("head_dim") && !t.at("head_dim").is_null())
+    HR_CHECK(t.at("head_dim") == json(l.hidden / l.heads), "[hf] ", where, ": text_config.head_dim ", t.at("head_dim").dump(),
+             " is not hidden_size / num_attention_heads");
+  VisionConfig& v = c.vision;
+  v.hidden = get_or<int64_t>(vj, "hidden_size", 768, where, vp);
+  v.intermediate = get_or<int64_t>(vj, "intermediate_size", 3072, where, vp);
+  v.layers = get_or<int64_t>(vj, "num_hidden_layers", 12, where, vp);
+  v.heads = get_or<int64_t>(vj, "num_attention_heads", 12, where, vp);
+  v.image_size = get_or<int64_t>(vj, "image_size", 224, where, vp);
+  v.patch = get_or<int64_t>(vj, "patch_size", 32, where, vp);
+  v.channels = get_or<int64_t>(vj, "num_channels", 3, where, vp);
+  v.layer_norm_eps = get_or<float>(vj, "layer_norm_eps", 1e-5f, where, vp);
+  require(vj, "hidden_act", std::string("quick_gelu"), where, vp, "CLIP's MLP activation");
+  require(j, "projector_hidden_act", std::string("gelu"), where, "", "the mlp2x_gelu projector");
+  HR_CHECK(!j.contains("multimodal_projector_bias") || j.at("multimodal_projector_bias") == json(true), "[hf] ", where,
+           ": multimodal_projector_bias false is not supported (the projector's linears have biases)");
+  c.projector = ProjectorType::Mlp2xGelu;
+  const json layer = j.value("vision_feature_layer", json(-2));
+  HR_CHECK(layer.is_number_integer(), "[hf] ", where, ": vision_feature_layer ", layer.dump(),
+           " must be one layer (a list of layers is not supported)");
+  v.select_layer = layer.get<int>();
+  const std::string strategy = j.value("vision_feature_select_strategy", "default");
+  HR_CHECK(strategy == "default" || strategy == "full", "[hf] ", where, ": vision_feature_select_strategy '", strategy,
+           "' is not 'default' or 'full'");
+  v.select_feature = strategy == "default" ? FeatureSelect::Patch : FeatureSelect::ClsPatch;
+  c.image_token_id = j.contains("image_token_index") ? get<int64_t>(j, "image_token_index", where, "")
+                                                     : get<int64_t>(j, "image_token_id", where, "");
+  c.ignore_index = j.value("ignore_index", int64_t(-100));
+  c.validate();
+  return c;
+}
+
+LlavaConfig read_hf_config(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  std::ifstream in(path, std::ios::binary);
+  HR_CHECK(in, "[hf] ", path, ": cannot open (model.name_or_path must be a Hugging Face model directory)");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(str("[hf] ", path, ": not valid JSON: ", e.what()));
+  }
+  return from_hf_config(j, path);
+}
+
+void write_hf_config(const std::string& dir, const LlavaConfig& c, core::DType dtype) {
+  const json gen = {{"bos_token_id", data::ByteTokenizer::kBos},
+                    {"eos_token_id", data::ByteTokenizer::kEos},
+                    {"pad_token_id", data::ByteTokenizer::kPad}};
+  for (const auto& [name, j] : {std::pair<const char*, json>{"config.json", to_hf_config(c, dtype)},
+                                std::pair<const char*, json>{"generation_config.json", gen}}) {
+    const std::string text = j.dump(2) + "\n";
+    core::AtomicFile f(dir + "/" + name);
+    f.write(text.data(), text.size());
+    f.commit();
+  }
+}
+
+}  // namespace hr::models

@@ -1,0 +1,28 @@
+// Hugging Face model directories: a LlavaConfig as transformers' LlavaConfig JSON (config.json with its
+// text_config and vision_config, generation_config.json) and back, so that headroom opens what
+// `save_pretrained` writes and transformers opens what headroom writes.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/dtype.h"
+#include "models/config.h"
+
+namespace hr::models {
+
+// config.json of a LlavaForConditionalGeneration with these dimensions; `dtype` becomes torch_dtype.
+// Throws for what transformers' LLaVA cannot express (the linear projector), naming it.
+nlohmann::json to_hf_config(const LlavaConfig& config, core::DType dtype);
+// Whether to_hf_config can express `config` (and why not, when it cannot).
+bool hf_expressible(const LlavaConfig& config, std::string* why = nullptr);
+// The LlavaConfig of a transformers LlavaConfig JSON; `where` (the file) names errors. What headroom does
+// not implement (another text model type, rope_scaling, attention or MLP biases, tied embeddings, another
+// activation, a feature-select strategy other than default/full) is an error naming the key.
+LlavaConfig from_hf_config(const nlohmann::json& config, const std::string& where);
+// DIR/config.json read and converted.
+LlavaConfig read_hf_config(const std::string& dir);
+// Writes DIR/config.json and DIR/generation_config.json (the byte tokenizer's <s>, </s>, <pad>).
+void write_hf_config(const std::string& dir, const LlavaConfig& config, core::DType dtype);
+
+}  // namespace hr::models

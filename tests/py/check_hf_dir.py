@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Hugging Face model directories in and out of headroom, checked with transformers' own LLaVA.
+
+    check_hf_dir.py make OUT
+        A tiny random LlavaForConditionalGeneration (CLIP vision tower with quick_gelu, mlp2x_gelu projector,
+        LLaMA decoder with grouped-query heads), saved with save_pretrained to OUT/hf (config.json,
+        generation_config.json, model.safetensors), a batch OUT/batch.safetensors (input_ids with the image
+        placeholders expanded, labels with -100 on the prompts, pixel_values), OUT/model.yaml (a headroom config
+        whose model.name_or_path is OUT/hf) and transformers' loss, logits and gradients on that batch in
+        OUT/ref.safetensors.
+    check_hf_dir.py compare REF OURS
+        headroom's `debug grads --logits` output OURS against REF: the loss and the logits within 1e-4, every
+        parameter gradient within 1e-4 of the largest (a parameter transformers never uses, with no gradient,
+        must have zeros in OURS).
+    check_hf_dir.py load DIR BATCH OURS
+        transformers opens DIR (a headroom checkpoint) with LlavaForConditionalGeneration.from_pretrained, and its
+        loss and logits on BATCH must equal headroom's (OURS, from `debug grads --logits` on DIR) within 1e-4.
+
+The forward is float32 and eager attention (torch 1.13 has no SDPA); no attention_mask is passed, so every
+position counts, as in headroom's loss (mean cross-entropy over the labels that are not -100, shifted by one).
+Exit 0 when everything agrees; 1 on a difference; 2 on a usage or input error.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _oracle_env  # noqa: E402
+
+_oracle_env.require("torch", "transformers", "safetensors")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration  # noqa: E402
+
+transformers.logging.set_verbosity_error()
+
+PROG = "check_hf_dir"
+TOL = 1e-4
+VOCAB, IMAGE_TOKEN, IMAGE_SIZE, PATCH = 300, 299, 8, 4
+T = (IMAGE_SIZE // PATCH) ** 2  # image tokens per image (patch features: CLS dropped)
+
+
+def fail(msg, code=1):
+    print(f"{PROG}: {msg}")
+    sys.exit(code)
+
+
+def eager(model):
+    for c in (model.config, model.config.vision_config, model.config.text_config):
+        c._attn_implementation = "eager"
+    return model
+
+
+def forward(model, batch, grads=False):
+    model.zero_grad(set_to_none=True)
+    with torch.set_grad_enabled(grads):
+        out = model(input_ids=batch["input_ids"], pixel_values=batch["pixel_values"], labels=batch["labels"])
+    if grads:
+        out.loss.backward()
+    return out
+
+
+def make(out):
+    torch.manual_seed(0)
+    vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
+                              image_size=IMAGE_SIZE, patch_size=PATCH, hidden_act="quick_gelu", layer_norm_eps=1e-5)
+    text = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, hidden_act="silu", max_position_embeddings=256,
+                       rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1,
+                       eos_token_id=2, pad_token_id=0)
+    cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=IMAGE_TOKEN,
+                      projector_hidden_act="gelu", vision_feature_select_strategy="default", vision_feature_layer=-2,
+                      image_seq_length=T, tie_word_embeddings=False)
+    model = eager(LlavaForConditionalGeneration(cfg)).float()
+    with torch.no_grad():  # larger than the default init, so that the checks compare numbers that matter
+        for name, p in model.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.3)
+            elif "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.1)
+    os.makedirs(out, exist_ok=True)
+    model.save_pretrained(os.path.join(out, "hf"), safe_serialization=True)
+    # Two sequences of 16 tokens: <s>, an image's placeholders, text; the loss on the last 5 tokens of each.
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, 259, (2, 16), generator=g)
+    ids[:, 0] = 1
+    ids[:, 1:1 + T] = IMAGE_TOKEN
+    labels = ids.clone()
+    labels[:, :11] = -100
+    batch = {"input_ids": ids, "labels": labels, "pixel_values": torch.randn(2, 3, IMAGE_SIZE, IMAGE_SIZE, generator=g)}
+    save_file(batch, os.path.join(out, "batch.safetensors"))
+    o = forward(model, batch, grads=True)
+    ref = {"loss": o.loss.detach().reshape(()), "logits": o.logits.detach().contiguous()}
+    for name, p in model.named_parameters():
+        ref["grad." + name] = (p.grad if p.grad is not None else torch.zeros_like(p)).contiguous()
+    save_file(ref, os.path.join(out, "ref.safetensors"))
+    with open(os.path.join(out, "model.yaml"), "w") as f:
+        f.write(f"model:\n  name_or_path: {os.path.join(os.path.abspath(out), 'hf')}\n")
+    print(f"{PROG}: wrote {out}/hf (transformers {transformers.__version__}), batch, reference loss {o.loss.item():.6f}")
+
+
+def close(name, ours, ref):
+    ours, ref = ours.double(), ref.double()
+    if ours.shape != ref.shape:
+        fail(f"{name}: shape {tuple(ours.shape)} against transformers' {tuple(ref.shape)}")
+    scale = max(1.0, ref.abs().max().item())
+    err = (ours - ref).abs().max().item() / scale
+    if err > TOL:
+        fail(f"{name}: max |difference| {err:.3g} (relative to max(1, |ref|)) > {TOL}")
+    return err
+
+
+def compare(ref_path, ours_path):
+    ref, ours = load_file(ref_path), load_file(ours_path)
+    worst = close("loss", ours["loss"].reshape(()), ref["loss"])
+    worst = max(worst, close("logits", ours["logits"], ref["logits"]))
+    n = 0
+    for key, r in ref.items():
+        if not key.startswith("grad."):
+            continue
+        name = key[len("grad."):]
+        if name not in ours:
+            if r.abs().max().item() == 0:  # unused by transformers (layers past the selected one) and absent here
+                continue
+            fail(f"gradient of {name}: transformers has one, headroom's output does not")
+        worst = max(worst, close(f"gradient of {name}", ours[name], r))
+        n += 1
+    print(f"{PROG}: OK: loss {ours['loss'].item():.6f} (transformers {ref['loss'].item():.6f}), logits and {n} "
+          f"gradients agree, worst {worst:.2g}")
+
+
+def load(model_dir, batch_path, ours_path):
+    for f in ("config.json", "generation_config.json", "model.safetensors"):
+        if not os.path.exists(os.path.join(model_dir, f)):
+            fail(f"{model_dir} has no {f}")
+    model = eager(LlavaForConditionalGeneration.from_pretrained(model_dir, torch_dtype=torch.float32)).eval()
+    batch = load_file(batch_path)
+    o = forward(model, batch)
+    ours = load_file(ours_path)
+    worst = max(close("loss", ours["loss"].reshape(()), o.loss.reshape(())), close("logits", ours["logits"], o.logits))
+    gen = json.load(open(os.path.join(model_dir, "generation_config.json")))
+    print(f"{PROG}: OK: transformers {transformers.__version__} opened {model_dir} "
+          f"(eos {gen.get('eos_token_id')}); loss {o.loss.item():.6f} and logits equal headroom's, worst {worst:.2g}")
+
+
+def main(argv):
+    if len(argv) == 2 and argv[0] == "make":
+        make(argv[1])
+    elif len(argv) == 3 and argv[0] == "compare":
+        compare(argv[1], argv[2])
+    elif len(argv) == 4 and argv[0] == "load":
+        load(argv[1], argv[2], argv[3])
+    else:
+        fail("usage: check_hf_dir.py make OUT | compare REF OURS | load DIR BATCH OURS", 2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Hugging Face model directories in and out (README "Hugging Face directories"), checked with transformers:
+# headroom loads a directory transformers' save_pretrained wrote (model.name_or_path) and its loss, logits and
+# gradients equal transformers'; headroom trains from it and saves a checkpoint, and transformers'
+# from_pretrained opens that checkpoint with logits equal to headroom's. Usage: hf_dir.sh HEADROOM WORK_DIR.
+set -euo pipefail
+bin=$1 work=$2
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+python3 "$here/check_hf_dir.py" make .
+"$bin" debug grads --config model.yaml --weights hf --batch batch.safetensors --out in.safetensors --logits
+python3 "$here/check_hf_dir.py" compare ref.safetensors in.safetensors
+cat > train.yaml <<YAML
+run: {output_dir: $work/run}
+model: {name_or_path: $work/hf}
+data:
+  synthetic: {train: 32, eval: 8, image_size: 16}
+  system_prompt: ""
+  max_seq_len: 96
+  num_workers: 1
+train: {micro_batch_size: 4, max_steps: 3, learning_rate: 0.001, max_new_tokens: 2}
+log: {progress_bar: false, logging_steps: 1}
+YAML
+"$bin" train train.yaml > train.log
+printf 'model: {name_or_path: %s/run/checkpoint-3}\n' "$work" > checkpoint.yaml
+"$bin" debug grads --config checkpoint.yaml --weights run/checkpoint-3 --batch batch.safetensors --out out.safetensors --logits
+python3 "$here/check_hf_dir.py" load run/checkpoint-3 batch.safetensors out.safetensors
+# `ckpt consolidate --out DIR/` writes the same as a Hugging Face directory of its own.
+"$bin" ckpt consolidate run/checkpoint-3 --out "$work/consolidated/" > /dev/null
+python3 "$here/check_hf_dir.py" load consolidated batch.safetensors out.safetensors

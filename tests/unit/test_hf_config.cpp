@@ -1,0 +1,121 @@
+// Hugging Face config.json to and from headroom's LlavaConfig: a round trip, llava-hf's 7B values, and a named
+// error for every part of transformers' LlavaConfig headroom does not implement.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "models/hf_config.h"
+#include "models/model_spec.h"
+
+using namespace hr;
+using namespace hr::models;
+using json = nlohmann::json;
+
+namespace {
+
+void expect_error(const json& j, const std::string& fragment) {
+  try {
+    from_hf_config(j, "config.json");
+    ADD_FAILURE() << "no error for " << fragment;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(HfConfig, RoundTripsEveryDimension) {
+  LlavaConfig c = preset("small");
+  c.vision.select_layer = -1;
+  c.vision.select_feature = FeatureSelect::ClsPatch;
+  c.llm.rope_theta = 500000.f;
+  const json j = to_hf_config(c, core::DType::BF16);
+  EXPECT_EQ(j["model_type"], "llava");
+  EXPECT_EQ(j["torch_dtype"], "bfloat16");
+  EXPECT_EQ(j["vision_feature_select_strategy"], "full");
+  EXPECT_EQ(j["image_seq_length"], c.vision.tokens_per_image());
+  const LlavaConfig back = from_hf_config(j, "config.json");
+  EXPECT_EQ(back.vision.hidden, c.vision.hidden);
+  EXPECT_EQ(back.vision.layers, c.vision.layers);
+  EXPECT_EQ(back.vision.image_size, c.vision.image_size);
+  EXPECT_EQ(back.vision.select_layer, -1);
+  EXPECT_EQ(back.vision.select_feature, FeatureSelect::ClsPatch);
+  EXPECT_EQ(back.llm.vocab, c.llm.vocab);
+  EXPECT_EQ(back.llm.kv_heads, c.llm.kv_heads);
+  EXPECT_EQ(back.llm.intermediate, c.llm.intermediate);
+  EXPECT_EQ(back.llm.rope_theta, 500000.f);
+  EXPECT_EQ(back.image_token_id, c.image_token_id);
+  EXPECT_EQ(back.projector, ProjectorType::Mlp2xGelu);
+}
+
+TEST(HfConfig, ReadsLlavaHfSevenBAsThePreset) {
+  // llava-hf/llava-1.5-7b-hf's config.json, abridged to the keys that matter (values as published).
+  const json j = json::parse(R"({
+    "architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "ignore_index": -100,
+    "image_token_index": 32000, "projector_hidden_act": "gelu", "vision_feature_layer": -2,
+    "vision_feature_select_strategy": "default", "tie_word_embeddings": false,
+    "text_config": {"architectures": ["LlamaForCausalLM"], "max_position_embeddings": 4096, "model_type": "llama",
+                    "rms_norm_eps": 1e-05, "torch_dtype": "float16", "vocab_size": 32064},
+    "vision_config": {"hidden_size": 1024, "image_size": 336, "intermediate_size": 4096, "model_type": "clip_vision_model",
+                      "num_attention_heads": 16, "num_hidden_layers": 24, "patch_size": 14, "projection_dim": 768}})");
+  // The text config's other dimensions are LlamaConfig's defaults (Llama-2-7B's), filled as transformers does.
+  const LlavaConfig c = from_hf_config(j, "config.json"), want = preset("llava-1.5-7b");
+  EXPECT_EQ(c.llm.hidden, want.llm.hidden);
+  EXPECT_EQ(c.llm.layers, want.llm.layers);
+  EXPECT_EQ(c.llm.intermediate, want.llm.intermediate);
+  EXPECT_EQ(c.vision.hidden, want.vision.hidden);
+  EXPECT_EQ(c.vision.layers, want.vision.layers);
+  EXPECT_EQ(c.llm.kv_heads, want.llm.kv_heads);  // absent: as many as the attention heads
+  EXPECT_EQ(c.llm.vocab, want.llm.vocab);
+  EXPECT_EQ(c.vision.tokens_per_image(), 576);
+  EXPECT_EQ(c.image_token_id, 32000);
+}
+
+TEST(HfConfig, RefusesWhatHeadroomDoesNotImplementNamingTheKey) {
+  const json good = to_hf_config(preset("tiny"), core::DType::F32);
+  auto with = [&](const std::string& section, const std::string& key, const json& value) {
+    json j = good;
+    (section.empty() ? j : j[section])[key] = value;
+    return j;
+  };
+  expect_error(with("", "model_type", "llava_next"), "model_type 'llava_next'");
+  expect_error(with("text_config", "hidden_size", "big"), "text_config.hidden_size has value \"big\" of the wrong type");
+  expect_error(with("text_config", "model_type", "mistral"), "text_config.model_type 'mistral'");
+  expect_error(with("text_config", "rope_scaling", json{{"type", "linear"}, {"factor", 2.0}}), "text_config.rope_scaling");
+  expect_error(with("text_config", "attention_bias", true), "text_config.attention_bias");
+  expect_error(with("text_config", "hidden_act", "gelu"), "text_config.hidden_act");
+  expect_error(with("", "tie_word_embeddings", true), "tie_word_embeddings");
+  expect_error(with("vision_config", "hidden_act", "gelu"), "vision_config.hidden_act");
+  expect_error(with("", "projector_hidden_act", "relu"), "projector_hidden_act");
+  expect_error(with("", "vision_feature_layer", json::array({-2, -5})), "vision_feature_layer");
+  expect_error(with("", "vision_feature_select_strategy", "cls"), "vision_feature_select_strategy 'cls'");
+  LlavaConfig linear = preset("tiny");
+  linear.projector = ProjectorType::Linear;
+  std::string why;
+  EXPECT_FALSE(hf_expressible(linear, &why));
+  EXPECT_NE(why.find("mlp2x_gelu"), std::string::npos);
+  EXPECT_THROW(to_hf_config(linear, core::DType::F32), Error);
+}
+
+TEST(HfConfig, ModelNameOrPathReadsTheDirectory) {
+  const std::string dir = testing::TempDir() + "/hf_config_dir";
+  std::filesystem::create_directories(dir);
+  write_hf_config(dir, preset("tiny"), core::DType::F32);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/generation_config.json"));
+  const std::string yaml = dir + "/model.yaml";
+  std::ofstream(yaml) << "model:\n  name_or_path: " << dir << "\n  llm: {rope_theta: 20000.0}\n";
+  const ModelSpec s = load_model_spec(yaml);
+  EXPECT_EQ(s.name_or_path, dir);
+  EXPECT_EQ(s.config.llm.hidden, preset("tiny").llm.hidden);
+  EXPECT_EQ(s.config.llm.rope_theta, 20000.f);  // explicit keys still override
+  std::ofstream(yaml) << "model:\n  preset: tiny\n  name_or_path: " << dir << "\n";
+  EXPECT_THROW(load_model_spec(yaml), Error);
+  std::ofstream(yaml) << "model:\n  name_or_path: " << dir << "/missing\n";
+  try {
+    load_model_spec(yaml);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing/config.json: cannot open"), std::string::npos) << e.what();
+  }
+}
