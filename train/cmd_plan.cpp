@@ -49,7 +49,9 @@ void write_trace_and_snapshot(const Plan& plan, const std::string& trace, const 
 
 int cmd_plan(const std::vector<std::string>& args) {
   const auto t0 = std::chrono::steady_clock::now();
-  Parsed p = parse(args, "plan", {"--device", "--capacity", "--world-size", "--trace", "--snapshot"}, {"--json", "--explain", "--max-micro-batch"});
+  Parsed p = parse(args, "plan", {"--device", "--capacity", "--world-size", "--trace", "--snapshot", "--deepspeed"},
+                   {"--json", "--explain", "--max-micro-batch"});
+  if (p.options.count("--deepspeed")) p.sets.insert(p.sets.begin(), "deepspeed=" + p.options["--deepspeed"]);
   const int world = p.options.count("--world-size") ? std::stoi(p.options["--world-size"]) : 1;
   HR_CHECK(world >= 1, "[plan] --world-size must be at least 1");
   RunConfig c = load_config(p.config, p.sets, world);

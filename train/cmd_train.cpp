@@ -16,12 +16,22 @@
 #include "train/config.h"
 #include "train/engine.h"
 #include "train/evaluate.h"
+#include "train/llava_args.h"
 #include "train/trainer.h"
 
 namespace hr::train {
 
-int cmd_train(const std::vector<std::string>& args) {
-  Parsed p = parse(args, "train", {}, {"--print-config", "--resume"});
+int cmd_train(const std::vector<std::string>& given) {
+  // LLaVA's and TrainingArguments' flags (finetune.sh's command line) become overrides first.
+  const LlavaArgs llava = translate_llava_args(given);
+  Parsed p = parse(llava.rest, "train", {"--deepspeed"}, {"--print-config", "--resume"});
+  if (p.options.count("--deepspeed")) p.sets.insert(p.sets.begin(), "deepspeed=" + p.options["--deepspeed"]);
+  p.sets.insert(p.sets.begin(), llava.sets.begin(), llava.sets.end());
+  if (!llava.not_acted_on.empty()) {
+    std::string list;
+    for (const std::string& f : llava.not_acted_on) list += (list.empty() ? "" : ", ") + f;
+    std::fprintf(stderr, "[args] accepted, changing nothing here: %s\n", list.c_str());
+  }
   if (p.flags.count("--print-config")) {
     std::printf("%s", load_config(p.config, p.sets).resolved_yaml.c_str());
     return 0;

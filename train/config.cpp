@@ -1,5 +1,6 @@
 // Run configuration: schema, overrides, validation, derived values.
 #include "train/config.h"
+#include "train/deepspeed.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -477,7 +478,22 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
   HR_CHECK(root.IsMap(), "[config] ", where, ": the top level must be a mapping of sections");
   int64_t budget = kMaxConfigNodes;
   check_keys(root, "", where, budget);
+  // DeepSpeed JSON (`deepspeed: FILE` at the top level, or --deepspeed FILE): its keys land on headroom's
+  // before the --set overrides, which still win.
+  std::string deepspeed;
+  if (root["deepspeed"]) {
+    deepspeed = get<std::string>(root["deepspeed"], "deepspeed", "a file name");
+    root.remove("deepspeed");
+  }
+  for (const std::string& o : overrides)
+    if (o.rfind("deepspeed=", 0) == 0) deepspeed = o.substr(10);
+  DeepSpeedConfig ds;
+  if (!deepspeed.empty()) {
+    ds = read_deepspeed(deepspeed, world_size);
+    for (const auto& [key, value] : ds.sets) set_path(root, key, YAML::Load(value));
+  }
   for (const std::string& o : overrides) {
+    if (o.rfind("deepspeed=", 0) == 0) continue;
     const std::size_t eq = o.find('=');
     HR_CHECK(eq != std::string::npos && eq > 0, "[config] --set '", o, "': expected key=value");
     YAML::Node value;
@@ -498,6 +514,8 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
   }
   // Defaults first (parsed once per process), then what the file and overrides say.
   RunConfig c = defaults();
+  c.deepspeed = deepspeed;
+  c.deepspeed_not_acted_on = ds.not_acted_on;
   const std::vector<std::string> paths = all_paths();
   walk(root, "", [&](const std::string& key, const YAML::Node& value) {
     if (key == "memory.gradient_checkpointing") {  // one policy for both groups

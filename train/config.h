@@ -26,6 +26,9 @@ enum class Stage : uint8_t { Pretrain, Finetune, Full };  // projector only; pro
 enum class ProgressBar : uint8_t { Auto, On, Off };
 
 struct RunConfig {
+  // DeepSpeed JSON read onto the keys below (empty: none), and the keys of it read but not acted on.
+  std::string deepspeed;
+  std::vector<std::string> deepspeed_not_acted_on;
   // run
   std::string output_dir = "runs/default";
   uint64_t seed = 42;

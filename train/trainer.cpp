@@ -259,6 +259,12 @@ Plan Trainer::plan_and_preflight(const RunConfig& given) {
   Plan plan = search.ranked.front();
   const RunConfig& c = plan.config;
   if (lead_) {
+    if (!c.deepspeed.empty()) {
+      std::string ignored;
+      for (const std::string& k : c.deepspeed_not_acted_on) ignored += (ignored.empty() ? "" : ", ") + k;
+      std::printf("[deepspeed] %s read onto headroom's keys (config.yaml shows them); read but not acted on: %s\n",
+                  c.deepspeed.c_str(), ignored.empty() ? "none" : ignored.c_str());
+    }
     std::printf("%s", plan_table(plan).c_str());
     if (search.any_auto) std::printf("%s", search_explanation(search, 5).c_str());
     AtomicFile f(c.output_dir + "/plan.json");

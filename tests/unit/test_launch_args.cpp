@@ -1,0 +1,215 @@
+// DeepSpeed JSON and LLaVA's command line onto headroom's keys: LLaVA's zero2.json, zero3.json and
+// zero3_offload.json (written here from their published content), explicit values, DeepSpeed's batch-triplet rule,
+// the refusals; a finetune.sh command line against a LLaVA directory, and the flags headroom cannot honour.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "models/hf_config.h"
+#include "train/config.h"
+#include "train/llava_args.h"
+
+using namespace hr;
+using namespace hr::train;
+
+namespace {
+
+std::string dir() {
+  const std::string d = testing::TempDir() + "/launch_args";
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+std::string file(const std::string& name, const std::string& text) {
+  const std::string path = dir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char* kFp16 = R"("fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+                                 "hysteresis": 2, "min_loss_scale": 1},
+                        "bf16": {"enabled": "auto"},)";
+
+RunConfig with_deepspeed(const std::string& json, std::vector<std::string> sets = {}, int world = 1,
+                         const std::string& yaml = "model: {preset: tiny}\ntrain: {micro_batch_size: 2}\n") {
+  sets.insert(sets.begin(), "deepspeed=" + file("ds.json", json));
+  return load_config_text(yaml, "test.yaml", sets, world);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+
+}  // namespace
+
+TEST(DeepSpeed, LlavasZeroConfigsReadOntoHeadroomsKeys) {
+  const RunConfig z2 = with_deepspeed(str("{", kFp16, R"(
+    "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": "auto",
+    "zero_optimization": {"stage": 2, "overlap_comm": true, "contiguous_gradients": true, "sub_group_size": 1e9,
+                          "reduce_bucket_size": "auto"}})"), {}, 2);
+  EXPECT_EQ(z2.zero.stage, 2);
+  EXPECT_EQ(z2.precision, Precision::FP32);  // "auto": the config's own precision
+  EXPECT_EQ(z2.micro_batch_size, 2);         // "auto": the config's own batch
+  EXPECT_EQ(z2.global_batch_size, 4);
+  EXPECT_EQ(z2.loss_scale_initial, 65536.f);
+  EXPECT_TRUE(has(z2.deepspeed_not_acted_on, "zero_optimization.overlap_comm"));
+  EXPECT_TRUE(has(z2.deepspeed_not_acted_on, "zero_optimization.sub_group_size"));
+  EXPECT_NE(z2.resolved_yaml.find("zero_stage: 2"), std::string::npos) << z2.resolved_yaml;
+
+  const RunConfig z3 = with_deepspeed(str("{", kFp16, R"(
+    "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": "auto",
+    "zero_optimization": {"stage": 3, "overlap_comm": true, "contiguous_gradients": true, "sub_group_size": 1e9,
+                          "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                          "stage3_param_persistence_threshold": "auto", "stage3_max_live_parameters": 1e9,
+                          "stage3_max_reuse_distance": 1e9, "stage3_gather_16bit_weights_on_model_save": true}})"),
+                                      {"memory.precision=bf16"}, 2);
+  EXPECT_EQ(z3.zero.stage, 3);
+  EXPECT_EQ(z3.precision, Precision::BF16);
+  EXPECT_EQ(z3.zero.offload_optimizer, parallel::Offload::None);
+  EXPECT_TRUE(has(z3.deepspeed_not_acted_on, "zero_optimization.stage3_max_live_parameters"));
+
+  const RunConfig off = with_deepspeed(str("{", kFp16, R"(
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto"}},
+    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+                          "offload_param": {"device": "cpu", "pin_memory": true}, "overlap_comm": true,
+                          "contiguous_gradients": true, "sub_group_size": 1e9, "reduce_bucket_size": "auto",
+                          "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+                          "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
+                          "gather_16bit_weights_on_model_save": true},
+    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto", "steps_per_print": 1e5, "wall_clock_breakdown": false})"),
+                                       {"train.learning_rate=2e-5"}, 2);
+  EXPECT_EQ(off.zero.stage, 3);
+  EXPECT_EQ(off.zero.offload_optimizer, parallel::Offload::Cpu);
+  EXPECT_EQ(off.zero.offload_params, parallel::Offload::Cpu);
+  EXPECT_EQ(off.scheduler, optim::ScheduleKind::Constant);  // WarmupLR: warmup, then constant
+  EXPECT_FLOAT_EQ(off.learning_rate, 2e-5f);                 // "auto": the config's
+  EXPECT_TRUE(has(off.deepspeed_not_acted_on, "zero_optimization.offload_param.pin_memory"));
+  EXPECT_TRUE(has(off.deepspeed_not_acted_on, "steps_per_print"));
+}
+
+TEST(DeepSpeed, ExplicitValuesOverrideTheConfigAndSetWinsOverThem) {
+  const RunConfig c = with_deepspeed(R"({"bf16": {"enabled": true}, "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": 3, "train_batch_size": 24, "gradient_clipping": 0.5,
+    "fp16": {"initial_scale_power": 12, "loss_scale_window": 500, "hysteresis": 4, "min_loss_scale": 2},
+    "zero_optimization": {"stage": 1, "reduce_bucket_size": 500000000},
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-6, "weight_decay": 0.1}},
+    "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 7, "total_num_steps": 100}}})",
+                                     {"train.max_grad_norm=2.0"}, 2);
+  EXPECT_EQ(c.precision, Precision::BF16);
+  EXPECT_EQ(c.micro_batch_size, 4);
+  EXPECT_EQ(c.gradient_accumulation_steps, 3);
+  EXPECT_EQ(c.global_batch_size, 24);
+  EXPECT_FLOAT_EQ(c.max_grad_norm, 2.f);  // --set comes after the DeepSpeed file
+  EXPECT_EQ(c.loss_scale_initial, 4096.f);
+  EXPECT_EQ(c.loss_scale_window, 500);
+  EXPECT_EQ(c.loss_scale_hysteresis, 4);
+  EXPECT_EQ(c.loss_scale_min, 2.f);
+  EXPECT_EQ(c.zero.stage, 1);
+  EXPECT_EQ(c.zero.bucket_bytes, int64_t(2000000000));  // elements x 4 B
+  EXPECT_FLOAT_EQ(c.learning_rate, 3e-4f);
+  EXPECT_FLOAT_EQ(c.optimizer.beta2, 0.95f);
+  EXPECT_FLOAT_EQ(c.optimizer.weight_decay, 0.1f);
+  EXPECT_EQ(c.scheduler, optim::ScheduleKind::Linear);
+  EXPECT_EQ(c.warmup_steps, 7);
+  EXPECT_EQ(c.max_steps, 100);
+  // The same file named by the top-level `deepspeed:` key of the YAML.
+  const RunConfig y = load_config_text(str("deepspeed: ", dir(), "/ds.json\nmodel: {preset: tiny}\n"), "test.yaml", {}, 2);
+  EXPECT_EQ(y.zero.stage, 1);
+  EXPECT_EQ(y.deepspeed, dir() + "/ds.json");
+}
+
+TEST(DeepSpeed, RefusesWhatItCannotHonourNamingTheKey) {
+  EXPECT_EQ(error_of([] { with_deepspeed(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4,
+                                               "gradient_accumulation_steps": 2})", {}, 1); }).substr(0, 12), "[deepspeed] ");
+  EXPECT_NE(error_of([] { with_deepspeed(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4,
+                                               "gradient_accumulation_steps": 2})", {}, 1); })
+                .find("Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+                      "gradient_acc_step * world_size 16 != 4 * 2 * 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { with_deepspeed(R"({"zero_optimization": {"offload_optimizer": {"device": "nvme"}}})"); })
+                .find("zero_optimization.offload_optimizer.device: NVMe offload is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { with_deepspeed(R"({"fp16": {"enabled": true, "loss_scale": 128}})"); }).find("fp16.loss_scale: a static"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { with_deepspeed(R"({"zero_optimisation": {"stage": 2}})"); })
+                .find("zero_optimisation: unknown DeepSpeed key; did you mean 'zero_optimization'?"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { with_deepspeed(R"({"optimizer": {"type": "Lamb"}})"); }).find("optimizer.type: optimizer 'Lamb'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { with_deepspeed(R"({"bf16": {"enabled": true}, "fp16": {"enabled": true}})"); }).find("both true"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { with_deepspeed("{not json"); }).find("not valid JSON"), std::string::npos);
+}
+
+TEST(LlavaArgs, FinetuneShCommandLinePortsAsItIs) {
+  // A LLaVA directory in place of finetune.sh's checkpoint.
+  const std::string model = dir() + "/llava";
+  std::filesystem::create_directories(model);
+  models::write_hf_config(model, models::preset("tiny"), core::DType::F32);
+  const std::string data = file("data.json", "[]"), zero3 = file("zero3.json", str("{", kFp16, R"(
+    "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": "auto",
+    "zero_optimization": {"stage": 3}})"));
+  const std::vector<std::string> args = {
+      "--deepspeed", zero3, "--model_name_or_path", model, "--version", "v1", "--data_path", data, "--image_folder",
+      dir(), "--mm_projector_type", "mlp2x_gelu", "--mm_vision_select_layer", "-2", "--mm_use_im_start_end", "False",
+      "--mm_use_im_patch_token", "False", "--image_aspect_ratio", "pad", "--group_by_modality_length", "True",
+      "--bf16", "True", "--output_dir", dir() + "/out", "--num_train_epochs", "1", "--per_device_train_batch_size", "16",
+      "--per_device_eval_batch_size", "4", "--gradient_accumulation_steps", "1", "--evaluation_strategy", "no",
+      "--save_strategy", "steps", "--save_steps", "50000", "--save_total_limit", "1", "--learning_rate", "2e-5",
+      "--weight_decay", "0.", "--warmup_ratio", "0.03", "--lr_scheduler_type", "cosine", "--logging_steps", "1",
+      "--tf32", "True", "--model_max_length", "2048", "--gradient_checkpointing", "True", "--dataloader_num_workers",
+      "4", "--lazy_preprocess", "True", "--report_to", "none", "--resume"};
+  const LlavaArgs a = translate_llava_args(args);
+  EXPECT_EQ(a.rest, std::vector<std::string>{"--resume"});  // not a LLaVA flag: left for headroom's parser
+  EXPECT_TRUE(has(a.not_acted_on, "--tf32 True"));
+  const RunConfig c = load_config_text("", "(flags)", a.sets, 8);
+  EXPECT_EQ(c.model.name_or_path, model);
+  EXPECT_EQ(c.init_weights, model);
+  EXPECT_EQ(c.zero.stage, 3);
+  EXPECT_EQ(c.precision, Precision::BF16);
+  EXPECT_EQ(c.chat_template, data::Template::VicunaV1);
+  EXPECT_EQ(c.train_json, data);
+  EXPECT_TRUE(c.group_by_modality_length);
+  EXPECT_EQ(c.micro_batch_size, 16);
+  EXPECT_EQ(c.global_batch_size, 128);  // 16 x 1 x 8 ranks
+  EXPECT_EQ(c.eval_batch_size, 4);
+  EXPECT_EQ(c.max_seq_len, 2048);
+  EXPECT_EQ(c.llm_ckpt.kind, models::CheckpointKind::Full);
+  EXPECT_EQ(c.vision_ckpt.kind, models::CheckpointKind::Full);
+  EXPECT_EQ(c.save_steps, 50000);
+  EXPECT_EQ(c.eval_steps, 0);
+  EXPECT_FLOAT_EQ(c.learning_rate, 2e-5f);
+  EXPECT_FLOAT_EQ(c.warmup_ratio, 0.03f);
+  EXPECT_EQ(c.num_workers, 4);
+  EXPECT_EQ(c.model.config.vision.select_layer, -2);
+}
+
+TEST(LlavaArgs, FlagsHeadroomCannotHonourSayWhy) {
+  auto err = [](std::vector<std::string> args) { return error_of([&] { translate_llava_args(args); }); };
+  EXPECT_NE(err({"--vision_tower", "openai/clip-vit-large-patch14-336"}).find("separate CLIP vision directory"), std::string::npos);
+  EXPECT_NE(err({"--pretrain_mm_mlp_adapter", "mm_projector.bin"}).find("projector from a separate file"), std::string::npos);
+  EXPECT_NE(err({"--lora_enable", "True"}).find("LoRA is not implemented yet"), std::string::npos);
+  EXPECT_NE(err({"--mm_use_im_start_end", "True"}).find("only False is supported"), std::string::npos);
+  EXPECT_NE(err({"--version", "llava_llama_2"}).find("plain and v1"), std::string::npos);
+  EXPECT_NE(err({"--report_to", "wandb"}).find("none and tensorboard"), std::string::npos);
+  EXPECT_NE(err({"--bf16", "maybe"}).find("expects True or False"), std::string::npos);
+  EXPECT_NE(err({"--output_dir"}).find("needs a value"), std::string::npos);
+  // finetune.sh's own --model_name_or_path is a Vicuna (LlamaForCausalLM) directory: named, not guessed.
+  const std::string vicuna = dir() + "/vicuna";
+  std::filesystem::create_directories(vicuna);
+  std::ofstream(vicuna + "/config.json") << R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"]})";
+  const LlavaArgs a = translate_llava_args({"--model_name_or_path=" + vicuna});
+  EXPECT_NE(error_of([&] { load_config_text("", "(flags)", a.sets, 1); }).find("model_type 'llama' is not 'llava'"),
+            std::string::npos);
+}

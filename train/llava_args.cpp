@@ -1,0 +1,181 @@
+// Each LLaVA / TrainingArguments flag and the headroom key it sets, or why it is refused.
+#include "train/llava_args.h"
+
+#include <functional>
+#include <map>
+
+#include "core/check.h"
+
+namespace hr::train {
+
+namespace {
+
+// A Python or YAML boolean.
+bool truth(const std::string& flag, const std::string& v) {
+  if (v == "True" || v == "true" || v == "1") return true;
+  if (v == "False" || v == "false" || v == "0") return false;
+  throw Error(str("[args] --", flag, " expects True or False; got '", v, "'"));
+}
+
+using Map = std::function<void(const std::string& value, LlavaArgs& out)>;
+
+Map key(const char* k) {
+  return [k](const std::string& v, LlavaArgs& o) { o.sets.push_back(str(k, "=", v)); };
+}
+Map boolean(const char* flag, const char* k) {
+  return [flag, k](const std::string& v, LlavaArgs& o) { o.sets.push_back(str(k, "=", truth(flag, v) ? "true" : "false")); };
+}
+Map refuse(const char* flag, const char* why) {
+  return [flag, why](const std::string& v, LlavaArgs&) { throw Error(str("[args] --", flag, " ", v, ": ", why)); };
+}
+// Accepted only with the value headroom implements.
+Map only(const char* flag, const char* value, const char* why) {
+  return [flag, value, why](const std::string& v, LlavaArgs& o) {
+    const bool is_bool = std::string(value) == "False" || std::string(value) == "True";
+    if (is_bool ? truth(flag, v) == truth(flag, value) : v == value) return o.not_acted_on.push_back(str("--", flag, " ", v));
+    throw Error(str("[args] --", flag, " ", v, ": only ", value, " is supported (", why, ")"));
+  };
+}
+Map nothing(const char* flag) {
+  return [flag](const std::string& v, LlavaArgs& o) { o.not_acted_on.push_back(str("--", flag, " ", v)); };
+}
+
+const std::map<std::string, Map>& flags() {
+  static const std::map<std::string, Map> m = {
+      // LLaVA's ModelArguments
+      {"model_name_or_path", key("model.name_or_path")},
+      {"version",
+       [](const std::string& v, LlavaArgs& o) {
+         if (v == "v1" || v == "vicuna_v1") return o.sets.push_back("data.template=vicuna_v1");
+         if (v == "plain") return o.sets.push_back("data.template=plain");
+         throw Error(str("[args] --version ", v, ": the conversation templates are plain and v1 (vicuna_v1)"));
+       }},
+      {"vision_tower", refuse("vision_tower", "starting from a separate CLIP vision directory is not supported yet; "
+                                             "--model_name_or_path must be a LLaVA directory, which holds its vision tower")},
+      {"pretrain_mm_mlp_adapter", refuse("pretrain_mm_mlp_adapter", "loading a projector from a separate file is not "
+                                                                   "supported yet; the LLaVA directory's projector is used")},
+      {"mm_projector_type", key("model.projector")},
+      {"mm_vision_select_layer", key("model.vision.select_layer")},
+      {"mm_vision_select_feature", key("model.vision.select_feature")},
+      {"mm_use_im_start_end", only("mm_use_im_start_end", "False", "no <im_start>/<im_end> tokens")},
+      {"mm_use_im_patch_token", only("mm_use_im_patch_token", "False", "no <im_patch> tokens")},
+      {"tune_mm_mlp_adapter",
+       [](const std::string& v, LlavaArgs& o) {
+         if (truth("tune_mm_mlp_adapter", v)) o.sets.push_back("train.stage=pretrain");
+       }},
+      {"freeze_backbone", boolean("freeze_backbone", "model.freeze.llm")},
+      {"freeze_mm_mlp_adapter", boolean("freeze_mm_mlp_adapter", "model.freeze.projector")},
+      // LLaVA's DataArguments
+      {"data_path", key("data.train_json")},
+      {"image_folder", key("data.image_folder")},
+      {"image_aspect_ratio",
+       [](const std::string& v, LlavaArgs& o) {
+         if (v == "pad") return o.sets.push_back("data.image_aspect_ratio=pad");
+         throw Error(str("[args] --image_aspect_ratio ", v, ": pad is supported (LLaVA-1.5's); headroom's other mode, "
+                         "resize, is data.image_aspect_ratio: resize"));
+       }},
+      {"lazy_preprocess", nothing("lazy_preprocess")},  // headroom always processes samples on demand
+      {"is_multimodal", nothing("is_multimodal")},
+      // LLaVA's TrainingArguments
+      {"model_max_length", key("data.max_seq_len")},
+      {"group_by_modality_length", boolean("group_by_modality_length", "data.group_by_modality_length")},
+      {"mm_projector_lr", key("train.mm_projector_lr")},
+      {"mm_vision_tower_lr", key("train.mm_vision_tower_lr")},
+      {"freeze_mm_vision_tower", boolean("freeze_mm_vision_tower", "model.freeze.vision")},
+      {"lora_enable", only("lora_enable", "False", "LoRA is not implemented yet")},
+      {"bits", only("bits", "16", "quantized training is not implemented yet")},
+      {"double_quant", nothing("double_quant")},
+      {"quant_type", nothing("quant_type")},
+      {"remove_unused_columns", nothing("remove_unused_columns")},
+      {"cache_dir", nothing("cache_dir")},
+      {"optim",
+       [](const std::string& v, LlavaArgs& o) {
+         if (v == "adamw_torch" || v == "adamw_hf" || v == "adamw_torch_fused") return o.sets.push_back("train.optimizer=adamw");
+         if (v == "sgd") return o.sets.push_back("train.optimizer=sgd");
+         if (v == "adafactor") return o.sets.push_back("train.optimizer=adafactor");
+         throw Error(str("[args] --optim ", v, ": adamw_torch, sgd and adafactor are supported"));
+       }},
+      // Hugging Face TrainingArguments
+      {"output_dir", key("run.output_dir")},
+      {"seed", key("run.seed")},
+      {"num_train_epochs", key("train.num_train_epochs")},
+      {"max_steps", key("train.max_steps")},
+      {"per_device_train_batch_size", key("train.micro_batch_size")},
+      {"per_device_eval_batch_size", key("train.eval_batch_size")},
+      {"gradient_accumulation_steps", key("train.gradient_accumulation_steps")},
+      {"learning_rate", key("train.learning_rate")},
+      {"weight_decay", key("train.weight_decay")},
+      {"adam_beta1", key("train.adam_beta1")},
+      {"adam_beta2", key("train.adam_beta2")},
+      {"adam_epsilon", key("train.adam_epsilon")},
+      {"max_grad_norm", key("train.max_grad_norm")},
+      {"warmup_ratio", key("train.warmup_ratio")},
+      {"warmup_steps", key("train.warmup_steps")},
+      {"lr_scheduler_type", key("train.lr_scheduler_type")},
+      {"logging_steps", key("log.logging_steps")},
+      {"report_to",
+       [](const std::string& v, LlavaArgs& o) {
+         if (v == "none" || v == "tensorboard" || v == "all") return o.sets.push_back(str("log.report_to=", v));
+         throw Error(str("[args] --report_to ", v, ": none and tensorboard are supported"));
+       }},
+      {"bf16", [](const std::string& v, LlavaArgs& o) { if (truth("bf16", v)) o.sets.push_back("memory.precision=bf16"); }},
+      {"fp16", [](const std::string& v, LlavaArgs& o) { if (truth("fp16", v)) o.sets.push_back("memory.precision=fp16"); }},
+      {"tf32", nothing("tf32")},  // a matmul mode of NVIDIA GPUs; headroom's CPU GEMMs are f32 or bf16
+      {"gradient_checkpointing",
+       [](const std::string& v, LlavaArgs& o) {
+         o.sets.push_back(str("memory.gradient_checkpointing=", truth("gradient_checkpointing", v) ? "full" : "none"));
+       }},
+      {"dataloader_num_workers", key("data.num_workers")},
+      {"save_strategy",
+       [](const std::string& v, LlavaArgs& o) {
+         if (v == "no") return o.sets.push_back("train.save_steps=0");
+         if (v == "steps") return;  // with --save_steps
+         throw Error(str("[args] --save_strategy ", v, ": steps and no are supported"));
+       }},
+      {"save_steps", key("train.save_steps")},
+      {"save_total_limit", key("train.save_total_limit")},
+      {"evaluation_strategy",
+       [](const std::string& v, LlavaArgs& o) {
+         if (v == "no") return o.sets.push_back("train.eval_steps=0");
+         if (v == "steps") return;  // with --eval_steps
+         throw Error(str("[args] --evaluation_strategy ", v, ": steps and no are supported"));
+       }},
+      {"eval_steps", key("train.eval_steps")},
+      {"deepspeed", key("deepspeed")},
+  };
+  return m;
+}
+
+}  // namespace
+
+LlavaArgs translate_llava_args(const std::vector<std::string>& args) {
+  LlavaArgs out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) {
+      out.rest.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    const std::size_t eq = name.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    if (name == "eval_strategy") name = "evaluation_strategy";  // the newer TrainingArguments name
+    const auto it = flags().find(name);
+    if (it == flags().end()) {
+      out.rest.push_back(a);
+      continue;
+    }
+    if (!inline_value) {
+      HR_CHECK(i + 1 < args.size(), "[args] --", name, " needs a value");
+      value = args[++i];
+    }
+    it->second(value, out);
+  }
+  return out;
+}
+
+}  // namespace hr::train
