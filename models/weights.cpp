@@ -1,6 +1,7 @@
 // Weight initialisation, loading and naming.
 #include "models/weights.h"
 
+#include <map>
 #include <random>
 #include <set>
 
@@ -90,6 +91,60 @@ NamedTensors named_grads(ParamStore& store) {
   for (const auto& p : store.all())
     if (p->trainable) out.emplace_back(p->name, p->ensure_grad());
   return out;
+}
+
+int64_t load_projector(ParamStore& store, const std::string& path) {
+  const auto ends = [&](const char* suffix) {
+    const std::string x = suffix;
+    return path.size() >= x.size() && path.compare(path.size() - x.size(), x.size(), x) == 0;
+  };
+  HR_CHECK(!(ends(".bin") || ends(".pt") || ends(".pth")), "[weights] ", path,
+           " is a PyTorch pickle, which headroom does not read; convert it once with python3 -c \"import torch; "
+           "from safetensors.torch import save_file; save_file(torch.load('", path, "', map_location='cpu'), '",
+           path.substr(0, path.rfind('.')), ".safetensors')\" and name the .safetensors file");
+  const core::SafetensorsFile f = core::SafetensorsFile::open(path);
+  std::map<std::string, std::string> wanted;  // projector parameter name -> tensor name in the file
+  std::vector<std::string> unexpected;
+  for (const std::string& n : f.names()) {
+    std::string k = n.rfind("model.", 0) == 0 ? n.substr(6) : n;
+    if (k.rfind("mm_projector.", 0) == 0) {
+      k = k.substr(13);
+      if (k.rfind("0.", 0) == 0) k = "linear_1." + k.substr(2);
+      else if (k.rfind("2.", 0) == 0) k = "linear_2." + k.substr(2);
+      else if (k == "weight" || k == "bias") k = "linear_1." + k;
+      k = "multi_modal_projector." + k;
+    }
+    if (k.rfind("multi_modal_projector.", 0) == 0) wanted[k] = n;
+    else unexpected.push_back(n);
+  }
+  std::vector<std::string> missing, misshaped;
+  int64_t loaded = 0;
+  for (const auto& p : store.all()) {
+    if (p->name.rfind("multi_modal_projector.", 0) != 0) continue;
+    const auto it = wanted.find(p->name);
+    if (it == wanted.end()) {
+      missing.push_back(p->name);
+      continue;
+    }
+    core::Tensor t = f.get(it->second);
+    if (t.shape() != p->shape) {
+      misshaped.push_back(str(it->second, " ", core::shape_str(t.shape()), " (", p->name, " is ", core::shape_str(p->shape), ")"));
+    } else {
+      core::copy_(p->data, t);
+      ++loaded;
+    }
+    wanted.erase(it);
+  }
+  for (const auto& [k, n] : wanted) unexpected.push_back(n);
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
+  HR_CHECK(missing.empty() && unexpected.empty() && misshaped.empty(), "[weights] ", path, ": not this model's projector;",
+           missing.empty() ? "" : " missing: " + list(missing) + ";", unexpected.empty() ? "" : " unexpected: " + list(unexpected) + ";",
+           misshaped.empty() ? "" : " mis-shaped: " + list(misshaped) + ";");
+  return loaded;
 }
 
 }  // namespace hr::models

@@ -23,6 +23,12 @@ enum class MissingWeights : uint8_t { Error, Keep };  // Keep: leave missing par
 // one error. Returns the number of tensors loaded.
 int64_t load_weights(ParamStore& store, const core::Checkpoint& ckpt, MissingWeights missing = MissingWeights::Error);
 
+// Loads the projector alone from a safetensors file, as LLaVA's pretraining saves it (mm_projector.bin's
+// `model.mm_projector.0.*` / `.2.*`, or `mm_projector.weight` for a linear one) or under llava-hf names
+// (`multi_modal_projector.linear_1.*`). A PyTorch pickle (.bin) is an error that says how to convert it; a
+// missing, unexpected or mis-shaped tensor is an error naming it. Returns the number of tensors loaded.
+int64_t load_projector(ParamStore& store, const std::string& path);
+
 // The parameters under their llava-hf names, for save_safetensors / save_sharded.
 core::NamedTensors named_weights(const ParamStore& store);
 // The gradients of trainable parameters under their parameter names (zeros where none was produced).

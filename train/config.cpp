@@ -535,6 +535,10 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
     c.init_weights = get<std::string>(model["weights"], "model.weights", "a string");
     model.remove("weights");
   }
+  if (model.IsMap() && model["pretrain_mm_mlp_adapter"]) {  // LLaVA's stage-1 projector, loaded over the weights
+    c.projector_weights = get<std::string>(model["pretrain_mm_mlp_adapter"], "model.pretrain_mm_mlp_adapter", "a file name");
+    model.remove("pretrain_mm_mlp_adapter");
+  }
   c.model = models::parse_model_spec(model, where);
   if (c.init_weights.empty()) c.init_weights = c.model.name_or_path;  // a Hugging Face directory's own weights
   // Global batch = micro x accumulation x world size: infer one from the other two, refuse a contradiction.

@@ -39,6 +39,7 @@ struct RunConfig {
   // model
   models::ModelSpec model;
   std::string init_weights;  // safetensors file or directory; empty = random initialisation
+  std::string projector_weights;  // model.pretrain_mm_mlp_adapter: a projector loaded over init_weights
   // data
   std::string train_json, eval_json, image_folder;
   int64_t synth_train = 4000, synth_eval = 200, synth_image_size = 32, synth_questions = 1;  // when train_json is empty

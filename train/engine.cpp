@@ -48,6 +48,7 @@ void Engine::shard() {
 TrainerState Engine::start() {
   if (config_.init_weights.empty()) init_weights(model_->params(), config_.seed);
   else load_weights(model_->params(), Checkpoint::open(config_.init_weights), MissingWeights::Error);
+  if (!config_.projector_weights.empty()) load_projector(model_->params(), config_.projector_weights);
   shard();
   return {};
 }

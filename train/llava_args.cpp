@@ -52,8 +52,7 @@ const std::map<std::string, Map>& flags() {
        }},
       {"vision_tower", refuse("vision_tower", "starting from a separate CLIP vision directory is not supported yet; "
                                              "--model_name_or_path must be a LLaVA directory, which holds its vision tower")},
-      {"pretrain_mm_mlp_adapter", refuse("pretrain_mm_mlp_adapter", "loading a projector from a separate file is not "
-                                                                   "supported yet; the LLaVA directory's projector is used")},
+      {"pretrain_mm_mlp_adapter", key("model.pretrain_mm_mlp_adapter")},
       {"mm_projector_type", key("model.projector")},
       {"mm_vision_select_layer", key("model.vision.select_layer")},
       {"mm_vision_select_feature", key("model.vision.select_feature")},

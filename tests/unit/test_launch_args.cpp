@@ -7,7 +7,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/io/safetensors.h"
+#include "core/ops/copy.h"
 #include "models/hf_config.h"
+#include "models/llava.h"
+#include "models/weights.h"
 #include "train/config.h"
 #include "train/llava_args.h"
 
@@ -198,7 +202,6 @@ TEST(LlavaArgs, FinetuneShCommandLinePortsAsItIs) {
 TEST(LlavaArgs, FlagsHeadroomCannotHonourSayWhy) {
   auto err = [](std::vector<std::string> args) { return error_of([&] { translate_llava_args(args); }); };
   EXPECT_NE(err({"--vision_tower", "openai/clip-vit-large-patch14-336"}).find("separate CLIP vision directory"), std::string::npos);
-  EXPECT_NE(err({"--pretrain_mm_mlp_adapter", "mm_projector.bin"}).find("projector from a separate file"), std::string::npos);
   EXPECT_NE(err({"--lora_enable", "True"}).find("LoRA is not implemented yet"), std::string::npos);
   EXPECT_NE(err({"--mm_use_im_start_end", "True"}).find("only False is supported"), std::string::npos);
   EXPECT_NE(err({"--version", "llava_llama_2"}).find("plain and v1"), std::string::npos);
@@ -212,4 +215,40 @@ TEST(LlavaArgs, FlagsHeadroomCannotHonourSayWhy) {
   const LlavaArgs a = translate_llava_args({"--model_name_or_path=" + vicuna});
   EXPECT_NE(error_of([&] { load_config_text("", "(flags)", a.sets, 1); }).find("model_type 'llama' is not 'llava'"),
             std::string::npos);
+}
+
+// LLaVA's stage-1 projector (mm_projector.bin's names, as safetensors) loaded over a model's weights.
+TEST(LlavaArgs, PretrainMmMlpAdapterLoadsTheProjectorByLlavasNames) {
+  using namespace hr::models;
+  Llava source(preset("tiny"), core::Device::cpu(), core::DType::F32), target(preset("tiny"), core::Device::cpu(), core::DType::F32);
+  init_weights(source.params(), 1);
+  init_weights(target.params(), 2);
+  core::NamedTensors saved;
+  for (const auto& p : source.params().all()) {
+    const std::string n = p->name;
+    if (n.rfind("multi_modal_projector.linear_1.", 0) == 0) saved.emplace_back("model.mm_projector.0." + n.substr(31), p->data);
+    if (n.rfind("multi_modal_projector.linear_2.", 0) == 0) saved.emplace_back("model.mm_projector.2." + n.substr(31), p->data);
+  }
+  ASSERT_EQ(saved.size(), 4u);
+  const std::string path = dir() + "/mm_projector.safetensors";
+  core::save_safetensors(path, saved);
+  EXPECT_EQ(load_projector(target.params(), path), 4);
+  for (const auto& p : target.params().all()) {
+    if (p->name.rfind("multi_modal_projector.", 0) != 0) continue;
+    for (const auto& q : source.params().all())
+      if (q->name == p->name) {
+        EXPECT_EQ(p->data.to_floats(), q->data.to_floats()) << p->name;
+      }
+  }
+  // The flag and the key; a pickle and a file of something else are named errors.
+  const LlavaArgs a = translate_llava_args({"--pretrain_mm_mlp_adapter", path});
+  const RunConfig c = load_config_text("model: {preset: tiny}\n", "t.yaml", a.sets, 1);
+  EXPECT_EQ(c.projector_weights, path);
+  EXPECT_NE(error_of([&] { load_projector(target.params(), dir() + "/mm_projector.bin"); }).find("convert it once"),
+            std::string::npos);
+  core::save_safetensors(dir() + "/other.safetensors", {{"model.embed_tokens.weight", saved[0].second}});
+  const std::string e = error_of([&] { load_projector(target.params(), dir() + "/other.safetensors"); });
+  EXPECT_NE(e.find("unexpected: model.embed_tokens.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing: multi_modal_projector."), std::string::npos) << e;
+  EXPECT_NE(e.find("multi_modal_projector.linear_2.bias"), std::string::npos) << e;
 }
