@@ -98,6 +98,11 @@ std::string format_rate(double v) {
   return buf;
 }
 
+// Peak allocated bytes of evaluation passes' dry runs, by shape: a loss pass is {0, batch, seq, images, logit
+// rows}, generation {1, images, max_new_tokens, decode steps, prompt lengths...}. Every evaluation runs the same
+// loss passes, and the state a step leaves does not change between evaluations.
+using EvalPredictions = LruMap<std::vector<int64_t>, int64_t>;
+
 // Each evaluation pass's measured peak against the dry run of its shape on the predictor's engine (which a
 // step has left as the real one: parameters, gradients and states in place).
 class EvalMemory final : public EvalWatch {
@@ -108,10 +113,18 @@ class EvalMemory final : public EvalWatch {
       return {{"peak_allocated", measured}, {"predicted_peak", predicted}, {"passes", passes}, {"mismatches", mismatches}};
     }
   };
-  EvalMemory(CachingAllocator& device, Predictor& predictor) : device_(device), predictor_(predictor) {}
+  EvalMemory(CachingAllocator& device, Predictor& predictor, EvalPredictions& predicted)
+      : device_(device), predictor_(predictor), predicted_(predicted) {}
   void begin() override { device_.reset_peak_stats(); }
-  void end(const EvalShape& s) override { add(loss, predictor_.evaluation(s).peak_allocated); }
-  void end(const GenerationShape& s) override { add(generation, predictor_.generation(s).peak_allocated); }
+  void end(const EvalShape& s) override {
+    add(loss, predicted_.get({0, s.batch, s.seq, s.images, s.logit_rows},
+                             [&] { return predictor_.evaluation(s).peak_allocated; }));
+  }
+  void end(const GenerationShape& s) override {
+    std::vector<int64_t> key = {1, s.images, s.max_new_tokens, s.decode_steps};
+    key.insert(key.end(), s.prompt_lengths.begin(), s.prompt_lengths.end());
+    add(generation, predicted_.get(key, [&] { return predictor_.generation(s).peak_allocated; }));
+  }
   Peaks loss, generation;
 
  private:
@@ -124,6 +137,7 @@ class EvalMemory final : public EvalWatch {
   }
   CachingAllocator& device_;
   Predictor& predictor_;
+  EvalPredictions& predicted_;
 };
 
 void write_eval_line(const std::string& path, int64_t step, const EvalResult& r, const EvalMemory& m) {
@@ -225,6 +239,7 @@ class Trainer {
   // make new shapes for the whole run, and each dry run keeps the step's request trace.
   static constexpr std::size_t kPredictionsKept = 64;
   LruMap<std::vector<std::array<int64_t, 3>>, Prediction> predicted_{kPredictionsKept};
+  EvalPredictions eval_predicted_{kPredictionsKept};  // evaluation passes' dry runs, over all evaluations
   int64_t dry_runs_ = 0;
   const Prediction& prediction_for(const std::vector<std::array<int64_t, 3>>& shapes);
   std::unique_ptr<LlavaDataset> train_set_, eval_set_;
@@ -527,7 +542,7 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
 // reports the merged result.
 void Trainer::evaluate_now() {
   if (!eval_set_) return;
-  EvalMemory memory(*alloc_, *predictor_);
+  EvalMemory memory(*alloc_, *predictor_, eval_predicted_);
   EvalOptions eo{c_.eval_samples, c_.eval_batch_size, c_.max_new_tokens, c_.ce_chunk_rows, &comm_};
   eo.watch = &memory;
   EvalResult r = evaluate(engine_->model(), *eval_set_, eo);
