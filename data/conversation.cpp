@@ -2,6 +2,7 @@
 #include "data/conversation.h"
 
 #include "core/check.h"
+#include "data/tokenizer_parts.h"
 
 namespace hr::data {
 
@@ -27,11 +28,149 @@ std::string strip_image(const std::string& s) {
 Template parse_template(const std::string& s) {
   if (s == "plain") return Template::Plain;
   if (s == "vicuna_v1" || s == "v1") return Template::VicunaV1;
-  throw Error(str("[config] data.template '", s, "' is not one of: plain, vicuna_v1"));
+  if (s == "llava_llama_2") return Template::Llama2;
+  throw Error(str("[config] data.template '", s, "' is not one of: plain, vicuna_v1 (v1), llava_llama_2"));
 }
 
-Tokenized apply_template(Template t, const std::vector<Turn>& turns, const ByteTokenizer& tok, int64_t tpi,
-                         const std::string& system, int64_t ignore) {
+const char* default_system(Template t) {
+  return t == Template::Llama2 ? kLlama2System : t == Template::VicunaV1 ? kVicunaSystem : "";
+}
+
+namespace {
+
+constexpr int64_t kImage = -200;  // LLaVA's IMAGE_TOKEN_INDEX: one id per image until the model expands it
+
+std::string py_strip(const std::string& s) {
+  const char* ws = " \t\n\r\f\v";
+  const std::size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+std::vector<std::string> py_split(const std::string& s, const std::string& sep) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  for (std::size_t hit = s.find(sep); hit != std::string::npos; hit = s.find(sep, at)) {
+    out.push_back(s.substr(at, hit - at));
+    at = hit + sep.size();
+  }
+  out.push_back(s.substr(at));
+  return out;
+}
+
+// llava.mm_utils.tokenizer_image_token: each chunk between "<image>" tags tokenized with <s>, which only the
+// first chunk keeps; an image is one kImage id.
+std::vector<int64_t> tokenizer_image_token(const std::string& prompt, const Tokenizer& tok) {
+  const std::vector<std::string> chunks = py_split(prompt, kImageTag);
+  std::vector<int64_t> ids;
+  std::size_t offset = 0;
+  std::vector<std::vector<int64_t>> enc;
+  for (const std::string& c : chunks) enc.push_back(tok.encode(c, true));
+  if (!enc.empty() && !enc[0].empty() && enc[0][0] == tok.bos()) {
+    offset = 1;
+    ids.push_back(enc[0][0]);
+  }
+  for (std::size_t i = 0; i < enc.size(); ++i) {
+    if (i > 0) ids.push_back(kImage);  // insert_separator's [image] * (offset + 1), of which x[offset:] stays
+    if (enc[i].size() > offset) ids.insert(ids.end(), enc[i].begin() + std::ptrdiff_t(offset), enc[i].end());
+  }
+  return ids;
+}
+
+// The sample as LLaVA builds it with a real tokenizer (see conversation.h).
+Tokenized llava_exact(Template t, const std::vector<Turn>& turns_in, const Tokenizer& tok, int64_t tpi,
+                      const std::string& system, int64_t ignore, int64_t max_len) {
+  std::vector<Turn> turns = turns_in;
+  // preprocess_multimodal: the tag moves to the front of its message.
+  for (Turn& turn : turns)
+    if (count_images(turn.value) > 0) turn.value = py_strip("<image>\n" + py_strip(tok::replace_all(turn.value, kImageTag, "")));
+  Tokenized out;
+  out.images = count_images(turns[0].value);
+  std::vector<int64_t> ids, labels;
+  std::string prompt;  // the generation prompt: the last answer left open, as LLaVA's eval builds it
+  if (t == Template::Plain) {
+    HR_CHECK(out.images == 1, "the plain template needs an <image> in the first turn (LLaVA's preprocess_plain)");
+    ids = tokenizer_image_token(std::string(kImageTag) + turns[1].value + "\n", tok);
+    labels = ids;
+    const std::size_t masked = tokenizer_image_token(kImageTag, tok).size();
+    std::fill(labels.begin(), labels.begin() + std::ptrdiff_t(std::min(masked, labels.size())), ignore);
+    prompt = kImageTag;
+  } else {
+    std::string conv;
+    std::string sep;
+    if (t == Template::VicunaV1) {  // SeparatorStyle.TWO, sep " ", sep2 "</s>"
+      conv = system + " ";
+      for (std::size_t i = 0; i < turns.size(); ++i) {
+        const std::string role = i % 2 == 0 ? "USER" : "ASSISTANT";
+        if (i + 1 == turns.size()) prompt = conv + role + ":";
+        conv += turns[i].value.empty() ? role + ":" : role + ": " + turns[i].value + (i % 2 == 0 ? " " : "</s>");
+      }
+      sep = " ASSISTANT: ";
+    } else {  // SeparatorStyle.LLAMA_2, sep "<s>", sep2 "</s>"
+      for (std::size_t i = 0; i < turns.size(); ++i) {
+        if (i + 1 == turns.size()) prompt = conv;
+        std::string m = turns[i].value;
+        if (m.empty()) continue;
+        if (i == 0 && !system.empty()) m = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + m;
+        conv += i % 2 == 0 ? "<s>[INST] " + m + " [/INST]" : " " + m + " </s>";
+      }
+      for (std::string* s : {&conv, &prompt}) {  // ret.lstrip("<s>"): every leading '<', 's' or '>'
+        const std::size_t b = s->find_first_not_of("<s>");
+        *s = b == std::string::npos ? "" : s->substr(b);
+      }
+      sep = "[/INST] ";
+    }
+    ids = tokenizer_image_token(conv, tok);
+    labels = ids;
+    int64_t total = 0;
+    for (int64_t id : ids) total += id != tok.pad();
+    const auto n = int64_t(labels.size());
+    auto mask = [&](int64_t from, int64_t to) {
+      for (int64_t k = std::max<int64_t>(from, 0); k < std::min(to, n); ++k) labels[std::size_t(k)] = ignore;
+    };
+    int64_t cur = 1;
+    mask(0, cur);
+    const std::vector<std::string> rounds = py_split(conv, "</s>");
+    for (std::size_t i = 0; i < rounds.size(); ++i) {
+      const std::string& rou = rounds[i];
+      if (rou.empty()) break;
+      std::vector<std::string> parts = py_split(rou, sep);
+      if (parts.size() != 2) break;
+      parts[0] += sep;
+      auto round_len = int64_t(tokenizer_image_token(rou, tok).size());
+      auto instruction_len = int64_t(tokenizer_image_token(parts[0], tok).size()) - 2;
+      if (t == Template::VicunaV1 && i != 0 && !tok.legacy()) --round_len, --instruction_len;
+      mask(cur, cur + instruction_len);
+      cur += round_len;
+    }
+    mask(cur, n);
+    if (cur < max_len && cur != total) {
+      mask(0, n);
+      out.mismatch = true;
+    }
+  }
+  // The image ids become tokens_per_image placeholders, never learned.
+  auto expand = [&](const std::vector<int64_t>& in, const std::vector<int64_t>* lab, std::vector<int64_t>& to_ids,
+                    std::vector<int64_t>* to_labels) {
+    for (std::size_t k = 0; k < in.size(); ++k) {
+      const bool image = in[k] == kImage;
+      for (int64_t r = 0; r < (image ? tpi : 1); ++r) {
+        to_ids.push_back(image ? tok.image_token() : in[k]);
+        if (to_labels) to_labels->push_back(image ? ignore : (*lab)[k]);
+      }
+    }
+  };
+  expand(ids, &labels, out.ids, &out.labels);
+  expand(tokenizer_image_token(prompt, tok), nullptr, out.prompt, nullptr);
+  out.answer = turns.back().value;
+  return out;
+}
+
+}  // namespace
+
+Tokenized apply_template(Template t, const std::vector<Turn>& turns, const Tokenizer& tok, int64_t tpi,
+                         const std::string& system_in, int64_t ignore, int64_t max_len) {
+  const std::string system = system_in == "default" ? default_system(t) : system_in;
   HR_CHECK(turns.size() >= 2 && turns.size() % 2 == 0, "conversation needs human/gpt pairs; got ", turns.size(),
            " turns");
   int images = 0;
@@ -41,6 +180,8 @@ Tokenized apply_template(Template t, const std::vector<Turn>& turns, const ByteT
     HR_CHECK(n == 0 || (i == 0 && n == 1), "only the first human turn may hold one <image>; turn ", i, " has ", n);
     images += n;
   }
+  if (!tok.is_bytes()) return llava_exact(t, turns, tok, tpi, system, ignore, max_len);
+  HR_CHECK(t != Template::Llama2, "the llava_llama_2 template needs a real tokenizer (data.tokenizer)");
   Tokenized out;
   out.images = images;
   auto emit = [&](const std::vector<int64_t>& ids, bool learn) {
@@ -52,7 +193,7 @@ Tokenized apply_template(Template t, const std::vector<Turn>& turns, const ByteT
   const std::vector<int64_t> image(std::size_t(images ? tpi : 0), tok.image_token());
   if (t == Template::Plain) {
     // The caption is the first gpt turn; the human turn contributes only its image.
-    out.ids.push_back(ByteTokenizer::kBos);
+    out.ids.push_back(tok.bos());
     out.labels.push_back(ignore);
     emit(image, false);
     out.prompt = out.ids;
@@ -60,7 +201,7 @@ Tokenized apply_template(Template t, const std::vector<Turn>& turns, const ByteT
     emit(tok.encode(turns[1].value + "\n"), true);
     return out;
   }
-  out.ids.push_back(ByteTokenizer::kBos);
+  out.ids.push_back(tok.bos());
   out.labels.push_back(ignore);
   emit(tok.encode(system.empty() ? std::string() : system + " "), false);
   for (std::size_t i = 0; i < turns.size(); i += 2) {
@@ -78,7 +219,7 @@ Tokenized apply_template(Template t, const std::vector<Turn>& turns, const ByteT
       out.answer = turns[i + 1].value;
     }
     emit(tok.encode(turns[i + 1].value), true);
-    emit({ByteTokenizer::kEos}, true);
+    emit({tok.eos()}, true);
   }
   return out;
 }

@@ -24,7 +24,10 @@ LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs)
     : LlavaDataset(opt, inputs, read_text(opt.json_path)) {}
 
 LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs, const std::string& text)
-    : opt_(opt), inputs_(inputs), tok_(inputs.vocab, inputs.image_token_id) {
+    : opt_(opt), inputs_(inputs), tok_(opt.tokenizer ? opt.tokenizer
+                                       : std::make_shared<ByteTokenizer>(inputs.vocab, inputs.image_token_id)) {
+  HR_CHECK(tok_->image_token() == inputs.image_token_id, "[data] the tokenizer's image token ", tok_->image_token(),
+           " is not the model's image_token_index ", inputs.image_token_id);
   std::size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '[') {
     try {
@@ -90,8 +93,8 @@ Example LlavaDataset::get(int64_t index) const {
     turns[0].value = "<image>\n" + turns[0].value;  // LLaVA adds the tag when an entry has an image but no tag
   Tokenized tk;
   try {
-    tk = apply_template(opt_.chat_template, turns, tok_, inputs_.tokens_per_image, opt_.system_prompt,
-                        inputs_.ignore_index);
+    tk = apply_template(opt_.chat_template, turns, *tok_, inputs_.tokens_per_image, opt_.system_prompt,
+                        inputs_.ignore_index, opt_.max_seq_len);
   } catch (const Error& err) {
     throw bad(err.what());
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,9 @@ namespace hr::data {
 struct DataOptions {
   std::string json_path, image_folder;
   Template chat_template = Template::VicunaV1;
-  std::string system_prompt = kVicunaSystem;
+  std::string system_prompt = "default";  // the template's own
+  // null: the byte-level tokenizer over the model's vocabulary (load_tokenizer for a real one).
+  std::shared_ptr<const Tokenizer> tokenizer;
   AspectMode aspect = AspectMode::Pad;
   int64_t max_seq_len = 2048;
   bool blank_images = false;  // replace every image by zeros (an ablation: can the text alone answer?)
@@ -52,11 +55,13 @@ class LlavaDataset {
   bool has_image(int64_t index) const { return has_image_[index]; }
   std::string name(int64_t index) const;  // "file.json[12] (id 000012)"
   const std::string& path() const { return opt_.json_path; }
+  const Tokenizer& tokenizer() const { return *tok_; }
+  Template chat_template() const { return opt_.chat_template; }
 
  private:
   DataOptions opt_;
   InputSpec inputs_;
-  ByteTokenizer tok_;
+  std::shared_ptr<const Tokenizer> tok_;
   std::vector<nlohmann::json> entries_;
   std::vector<int64_t> malformed_line_;  // per entry: its JSON-lines line number when it did not parse, else 0
   std::vector<int64_t> lengths_;

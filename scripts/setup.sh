@@ -6,7 +6,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libdnnl-dev libeigen3-dev libyaml-cpp-dev nlohmann-json3-dev libstb-dev zlib1g-dev
+  libdnnl-dev libeigen3-dev libyaml-cpp-dev nlohmann-json3-dev libstb-dev zlib1g-dev libsentencepiece-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev libomp-dev  # the fuzz build (tests/fuzz): libFuzzer, ASan, UBSan, OpenMP for clang
@@ -16,6 +16,8 @@ packages=(
 # files, scripts/make_golden.py; the C++ tests read the committed files), headless Chromium renders the HTML
 # report (fonts-dejavu-core so that its text has glyphs; chromium only recommends fonts).
 packages+=(python3-torch python3-numpy python3-venv chromium fonts-dejavu-core)
+# SentencePiece: spm_train makes the test tokenizers, python3-sentencepiece is the slow LlamaTokenizer's engine.
+packages+=(sentencepiece python3-sentencepiece)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -12,6 +12,7 @@
 #include "train/config.h"
 #include "train/engine.h"
 #include "train/generate.h"
+#include "train/trainer.h"
 
 namespace hr::train {
 
@@ -31,9 +32,9 @@ T number(const Parsed& p, const char* flag, T fallback) {
 }
 
 // One exchange of the conversation so far, as a prompt (the template up to the assistant's answer).
-data::Example make_prompt(const RunConfig& c, const std::vector<data::Turn>& history, const core::Tensor& image) {
+data::Example make_prompt(const RunConfig& c, const data::Tokenizer& tok, const std::vector<data::Turn>& history,
+                          const core::Tensor& image) {
   const models::LlavaConfig& m = c.model.config;
-  const data::ByteTokenizer tok(m.llm.vocab, m.image_token_id);
   std::vector<data::Turn> turns = history;
   turns.push_back({false, ""});
   const data::Tokenized t = data::apply_template(c.chat_template, turns, tok, m.vision.tokens_per_image(),
@@ -61,7 +62,10 @@ int cmd_generate(const std::vector<std::string>& args) {
   core::Tensor image;
   if (p.options.count("--image"))
     image = data::load_clip_image(p.options["--image"], c.model.config.vision.image_size, c.aspect);
+  const auto tok = load_run_tokenizer(c);
   GenerationOptions g;
+  g.tokenizer = tok.get();
+  g.eos_token_id = tok->eos();
   g.max_new_tokens = number<int64_t>(p, "--max-new-tokens", c.max_new_tokens);
   g.temperature = number<float>(p, "--temperature", 0.f);
   g.do_sample = g.temperature > 0.f;  // LLaVA's CLI: temperature 0 is greedy
@@ -77,7 +81,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   auto ask = [&](const std::string& question) {
     // The image goes with the first question, as LLaVA's CLI sends it.
     history.push_back({true, history.empty() && image.defined() ? "<image>\n" + question : question});
-    const GenerationResult r = generate(*model, {make_prompt(c, history, image)}, g);
+    const GenerationResult r = generate(*model, {make_prompt(c, *tok, history, image)}, g);
     history.push_back({false, r.text[0]});
     if (json) {
       const nlohmann::json j = {{"prompt", question},

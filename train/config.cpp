@@ -183,8 +183,10 @@ std::vector<Key> data_keys() {
       {"data.system_prompt", "default",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          const std::string s = get<std::string>(n, k, "a string");
-         c.system_prompt = s == "default" ? data::kVicunaSystem : s;
+         c.system_prompt = s;
        }},
+      {"data.tokenizer", "auto",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.tokenizer = get<std::string>(n, k, "a string"); }},
       {"data.image_aspect_ratio", "pad", choice(&RunConfig::aspect, data::parse_aspect)},
       {"data.max_seq_len", "2048", i64(&RunConfig::max_seq_len, 2)},
       {"data.group_by_modality_length", "false", flag(&RunConfig::group_by_modality_length)},

@@ -46,7 +46,10 @@ struct RunConfig {
   uint64_t synth_seed = 0;
   double synth_captions = 0;
   data::Template chat_template = data::Template::VicunaV1;
-  std::string system_prompt = data::kVicunaSystem;
+  std::string system_prompt = "default";  // the template's own (data::default_system)
+  // data.tokenizer: "byte", a tokenizer.model / tokenizer.json / directory, or "auto" (model.name_or_path's
+  // tokenizer where it has one, else byte). tokenizer() loads it.
+  std::string tokenizer = "auto";
   data::AspectMode aspect = data::AspectMode::Pad;
   int64_t max_seq_len = 2048;
   bool group_by_modality_length = false, pad_to_max_length = false, blank_images = false;

@@ -119,7 +119,7 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
   const int64_t n = o.samples > 0 ? std::min(o.samples, data.size()) : data.size();
   const int rank = o.comm ? o.comm->rank() : 0, world = o.comm ? o.comm->world() : 1;
   const int64_t vocab = model.config().llm.vocab;
-  const ByteTokenizer tok(vocab, model.config().image_token_id);
+  const Tokenizer& tok = data.tokenizer();
   // Rank r evaluates samples r, r + world, ...; every rank runs the same number of batches.
   std::vector<int64_t> mine;
   for (int64_t i = rank; i < n; i += world) mine.push_back(i);
@@ -131,7 +131,7 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
   };
   // A text-only filler keeps a rank with nothing of its own in a batch in step with the others.
   Example filler;
-  filler.ids = filler.prompt = {ByteTokenizer::kBos, ByteTokenizer::kBos};
+  filler.ids = filler.prompt = {tok.bos(), tok.bos()};
   filler.labels = {model.config().ignore_index, model.config().ignore_index};
   // Samples whose greedy answer is not the reference are decoded after the loss pass, loaded again then
   // (holding every one's image until the end could take more host memory than a batch).
@@ -163,7 +163,7 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
     for (std::size_t i = 0; i < counted; ++i) {
       const Example& e = batch[i];
       std::vector<int64_t> want = tok.encode(e.answer);
-      want.push_back(ByteTokenizer::kEos);
+      want.push_back(tok.eos());
       const auto p = int64_t(e.prompt.size());
       if (o.decode_all || p == 0 || int64_t(want.size()) > o.max_new_tokens ||
           e.ids.size() != e.prompt.size() + want.size() || !std::equal(want.begin(), want.end(), e.ids.begin() + p))
@@ -215,6 +215,8 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
     if (batch.empty()) batch.push_back(filler);
     GenerationOptions g;
     g.max_new_tokens = o.max_new_tokens;
+    g.tokenizer = &tok;
+    g.eos_token_id = tok.eos();
     g.comm = o.comm;
     g.use_cache = o.use_cache;
     if (o.watch) o.watch->begin();

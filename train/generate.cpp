@@ -36,14 +36,15 @@ struct Row {
 };
 
 // Appends `next` to the row and ends it at </s> or a stop string.
-void advance(Row& row, int64_t next, const GenerationOptions& o, const ByteTokenizer& tok) {
+void advance(Row& row, int64_t next, const GenerationOptions& o, const Tokenizer& tok) {
   row.tokens.push_back(next);
   if (next == o.eos_token_id) {
     row.done = true;
     row.finish = Finish::Eos;
     return;
   }
-  row.text += tok.decode({next});
+  // The whole text again: a SentencePiece token's text depends on its neighbours (the leading space, bytes).
+  row.text = tok.decode(row.tokens);
   for (const std::string& s : o.stop) {
     if (s.empty()) continue;
     // Only the tail the new token can have completed needs searching.
@@ -109,7 +110,8 @@ GenerationResult generate(const Llava& model, const std::vector<Example>& prompt
   HR_CHECK(o.max_new_tokens >= 1, "[generate] max_new_tokens must be >= 1; got ", o.max_new_tokens);
   const LlavaConfig& cfg = model.config();
   const int64_t vocab = cfg.llm.vocab, B = int64_t(prompts.size());
-  const ByteTokenizer tok(vocab, cfg.image_token_id);
+  const ByteTokenizer bytes(vocab, cfg.image_token_id);
+  const Tokenizer& tok = o.tokenizer ? *o.tokenizer : static_cast<const Tokenizer&>(bytes);
   std::vector<Row> rows(prompts.size());
   std::vector<uint64_t> rng(prompts.size());
   std::vector<int64_t> lengths;

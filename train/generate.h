@@ -21,7 +21,8 @@ struct GenerationOptions {
   float top_p = 1.f;        // nucleus: the smallest set of tokens whose probability reaches top_p
   uint64_t seed = 0;        // sampling is a function of the seed, the prompts and the model
   std::vector<std::string> stop;  // a row ends once its text contains one of these (cut from the text)
-  int64_t eos_token_id = data::ByteTokenizer::kEos;
+  int64_t eos_token_id = data::ByteTokenizer::kEos;  // set it to tokenizer->eos() with a real tokenizer
+  const data::Tokenizer* tokenizer = nullptr;         // the text of the tokens; null: byte-level
   bool use_cache = true;
   // Several ranks: every rank runs as many forwards as the rank that generates longest (ZeRO-3 gathers
   // parameters inside them). Null: this process alone.
@@ -42,7 +43,7 @@ struct GenerationResult {
 };
 
 // Generates for `prompts` (their `prompt` ids and `images`); only the first `counted` are real, the rest are
-// fillers that keep a rank in step with the others (generated for, not reported). Byte-level text.
+// fillers that keep a rank in step with the others (generated for, not reported).
 GenerationResult generate(const models::Llava& model, const std::vector<data::Example>& prompts,
                           const GenerationOptions& options, std::size_t counted);
 inline GenerationResult generate(const models::Llava& model, const std::vector<data::Example>& prompts,

@@ -51,9 +51,29 @@ void ensure_synthetic_data(const RunConfig& c, const std::string& dir) {
   f.commit();
 }
 
+std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const RunConfig& c) {
+  const models::LlavaConfig& m = c.model.config;
+  std::string path = c.tokenizer;
+  if (path == "auto")
+    path = c.model.name_or_path.empty() ? "byte" : data::find_tokenizer_file(c.model.name_or_path);
+  try {
+    return data::load_tokenizer(path.empty() ? "byte" : path, m.llm.vocab, m.image_token_id);
+  } catch (const Error& e) {
+    throw Error(str(e.what(), " (data.tokenizer: ", c.tokenizer, ")"));
+  }
+}
+
 DataOptions data_options(const RunConfig& c, const std::string& json_path, const std::string& image_folder) {
-  DataOptions d{json_path, image_folder, c.chat_template, c.system_prompt, c.aspect, c.max_seq_len, c.blank_images};
+  DataOptions d;
+  d.json_path = json_path;
+  d.image_folder = image_folder;
+  d.chat_template = c.chat_template;
+  d.system_prompt = c.system_prompt;
+  d.aspect = c.aspect;
+  d.max_seq_len = c.max_seq_len;
+  d.blank_images = c.blank_images;
   d.allow_outside_image_folder = c.allow_outside_image_folder;
+  d.tokenizer = load_run_tokenizer(c);
   return d;
 }
 

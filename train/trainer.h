@@ -30,6 +30,8 @@ struct DataPaths {
 };
 DataPaths resolve_data_paths(const RunConfig& config, parallel::Communicator& comm);
 // The dataset options of `config` for one of its files.
+// The run's tokenizer (data.tokenizer, see config.h).
+std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const RunConfig& config);
 data::DataOptions data_options(const RunConfig& config, const std::string& json_path, const std::string& image_folder);
 
 }  // namespace hr::train

@@ -1,0 +1,148 @@
+// Tokenizers without the Python oracles: a hand-written tokenizer.json (BPE merges by rank, byte fallback,
+// added tokens, normalizer, decoder), the byte tokenizer through the interface, and the errors that name what a
+// file holds that headroom does not read. tests/integration/test_tokenizer_oracle.cpp checks real ones.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "data/conversation.h"
+#include "data/tokenizer.h"
+#include "data/tokenizer_parts.h"
+
+using namespace hr;
+using namespace hr::data;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("hr_tokenizer_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+// A Llama-shaped tokenizer.json over a tiny vocabulary: "▁ab" is reachable by two merge orders.
+json tiny() {
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}, {"\u2581", 3}, {"a", 4}, {"b", 5}, {"c", 6},
+                {"ab", 7},    {"\u2581a", 8}, {"\u2581ab", 9}, {"bc", 10}};
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    vocab[hex] = 11 + b;
+  }
+  return {{"added_tokens",
+           json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+                        {{"id", 1}, {"content", "<s>"}, {"special", true}},
+                        {{"id", 2}, {"content", "</s>"}, {"special", true}},
+                        {{"id", 267}, {"content", "<image>"}, {"special", true}}})},
+          {"normalizer",
+           {{"type", "Sequence"},
+            {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                                         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}})}}},
+          {"pre_tokenizer", nullptr},
+          {"post_processor",
+           {{"type", "TemplateProcessing"},
+            {"single", json::array({{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}})},
+            {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}}}}}}},
+          {"decoder",
+           {{"type", "Sequence"},
+            {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                                      {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                      {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}}},
+          {"model",
+           {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true}, {"vocab", vocab},
+            {"merges", json::array({"a b", "\u2581 a", "b c", "\u2581a b", "\u2581 ab"})}}}};
+}
+
+std::shared_ptr<const Tokenizer> load_json(const json& j, const std::string& name) {
+  const fs::path d = scratch(name);
+  write(d / "tokenizer.json", j.dump());
+  return load_tokenizer(d.string(), 300, 267);
+}
+
+}  // namespace
+
+TEST(Tokenizer, TokenizerJsonMergesByRankWithByteFallbackAndAddedTokens) {
+  const auto t = load_json(tiny(), "tiny");
+  // "▁abc": merges a+b (rank 0) first, then ▁+ab (rank 4) -> "▁ab" "c"; "bc" (rank 2) loses to "ab".
+  EXPECT_EQ(t->encode("abc", false), (std::vector<int64_t>{9, 6}));
+  EXPECT_EQ(t->encode("abc", true), (std::vector<int64_t>{1, 9, 6}));
+  // "é" is not in the vocabulary: its two UTF-8 bytes.
+  EXPECT_EQ(t->encode("é", false), (std::vector<int64_t>{3, 11 + 0xC3, 11 + 0xA9}));
+  // Added tokens split the text; Prepend puts "▁" in front of every piece of text between them.
+  EXPECT_EQ(t->encode("a</s>b<image>", false), (std::vector<int64_t>{8, 2, 3, 5, 267}));
+  EXPECT_EQ(t->decode(t->encode("abc é c", true)), "abc é c");
+  EXPECT_EQ(t->bos(), 1);
+  EXPECT_EQ(t->eos(), 2);
+  EXPECT_EQ(t->pad(), 0);  // LLaVA pads with <unk>
+}
+
+TEST(Tokenizer, UnsupportedPartsAreNamedErrors) {
+  json j = tiny();
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}};
+  try {
+    load_json(j, "bytelevel");
+    FAIL() << "a ByteLevel pre-tokenizer must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pre_tokenizer 'ByteLevel' is not supported"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+  }
+  j = tiny();
+  j["model"]["type"] = "Unigram";
+  EXPECT_THROW(load_json(j, "unigram"), Error);
+  j = tiny();
+  j["normalizer"] = {{"type", "NFKC"}};
+  EXPECT_THROW(load_json(j, "nfkc"), Error);
+  j = tiny();
+  j["added_tokens"][3]["normalized"] = true;
+  EXPECT_THROW(load_json(j, "normalized"), Error);
+}
+
+TEST(Tokenizer, LoaderErrorsNameThePath) {
+  const fs::path empty = scratch("empty");
+  try {
+    load_tokenizer(empty.string(), 300, 267);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds neither tokenizer.model nor tokenizer.json"), std::string::npos);
+  }
+  write(empty / "tokenizer.model", "not a protobuf");
+  EXPECT_THROW(load_tokenizer(empty.string(), 300, 267), Error);
+  // The model's vocabulary must hold every id the tokenizer can produce.
+  try {
+    const fs::path d = scratch("vocab");
+    write(d / "tokenizer.json", tiny().dump());
+    load_tokenizer(d.string(), 100, 50);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model's vocabulary (model.llm.vocab_size) is 100"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Tokenizer, SplitAddedIsLeftmostLongestAndStrips) {
+  using tok::AddedToken;
+  const std::vector<AddedToken> added = {{"<s>", 1}, {"<s>x", 7, true, true}};
+  const auto seg = tok::split_added("a <s>x  b<s>", added);
+  ASSERT_EQ(seg.size(), 4u);
+  EXPECT_EQ(seg[0].text, "a");  // lstrip took the space
+  EXPECT_EQ(seg[1].added, 7);
+  EXPECT_EQ(seg[2].text, "b");  // rstrip took both spaces
+  EXPECT_EQ(seg[3].added, 1);
+}
+
+TEST(Tokenizer, ByteTokenizerThroughTheInterface) {
+  const auto t = load_tokenizer("byte", 300, 299);
+  EXPECT_TRUE(t->is_bytes());
+  EXPECT_EQ(t->encode("hi", true), (std::vector<int64_t>{1, 'h' + 3, 'i' + 3}));
+  EXPECT_EQ(t->decode({1, 'h' + 3, 2, 'x' + 3}), "h");
+  // llava_llama_2 is defined by real tokens only.
+  EXPECT_THROW(apply_template(Template::Llama2, {{true, "q"}, {false, "a"}}, *t, 4, "default", -100), Error);
+}
