@@ -109,7 +109,7 @@ Example LlavaDataset::get(int64_t index) const {
     const std::string path = (std::filesystem::path(opt_.image_folder) / rel).string();
     if (!std::filesystem::exists(path)) throw bad("image " + path + " does not exist");
     try {
-      ex.images.push_back(load_clip_image(path, inputs_.image_size, opt_.aspect));
+      ex.images.push_back(load_clip_image(path, inputs_.image_size, opt_.aspect, opt_.image_norm));
     } catch (const Error& err) {
       throw bad(err.what());
     }

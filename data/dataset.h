@@ -20,6 +20,7 @@ struct DataOptions {
   // null: the byte-level tokenizer over the model's vocabulary (load_tokenizer for a real one).
   std::shared_ptr<const Tokenizer> tokenizer;
   AspectMode aspect = AspectMode::Pad;
+  ImageNorm image_norm;  // preprocessor_config.json's mean and std (CLIP's by default)
   int64_t max_seq_len = 2048;
   bool blank_images = false;  // replace every image by zeros (an ablation: can the text alone answer?)
   // An entry's image path must stay inside image_folder (no absolute path, no "..") unless this is set.

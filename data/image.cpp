@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/memory/category.h"
@@ -21,8 +22,6 @@ namespace hr::data {
 using namespace hr::core;
 
 namespace {
-constexpr float kClipMean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
-constexpr float kClipStd[3] = {0.26862954f, 0.26130258f, 0.27577711f};
 
 double cubic(double x) {  // Keys kernel with a = -0.5
   constexpr double a = -0.5;
@@ -32,10 +31,13 @@ double cubic(double x) {  // Keys kernel with a = -0.5
   return 0;
 }
 
-// Resamples one axis: for each output index, weights over input indices (PIL's precomputed coefficients).
+// Resamples one axis: for each output index, weights over input indices, as PIL's precompute_coeffs makes them
+// and normalize_coeffs_8bpc turns them into fixed point (22 fractional bits, rounded half away from zero).
+constexpr int kPrecisionBits = 32 - 8 - 2;
+
 struct Axis {
   std::vector<int> first;
-  std::vector<std::vector<double>> weights;
+  std::vector<std::vector<int32_t>> weights;
 };
 
 Axis make_axis(int in, int out) {
@@ -43,19 +45,29 @@ Axis make_axis(int in, int out) {
   const double scale = double(in) / out, filter_scale = std::max(scale, 1.0), support = 2.0 * filter_scale;
   for (int o = 0; o < out; ++o) {
     const double center = (o + 0.5) * scale;
-    int lo = std::max(0, int(std::floor(center - support))), hi = std::min(in, int(std::ceil(center + support)));
+    const int lo = std::max(0, int(center - support + 0.5)), hi = std::min(in, int(center + support + 0.5));
     std::vector<double> w;
     double total = 0;
     for (int i = lo; i < hi; ++i) {
-      double v = cubic((i + 0.5 - center) / filter_scale);
+      const double v = cubic((i - center + 0.5) / filter_scale);
       w.push_back(v);
       total += v;
     }
-    for (double& v : w) v /= total;
+    std::vector<int32_t> fixed;
+    for (double v : w) {
+      const double k = total != 0.0 ? v / total : v;
+      fixed.push_back(int32_t(k < 0 ? -0.5 + k * (1 << kPrecisionBits) : 0.5 + k * (1 << kPrecisionBits)));
+    }
     ax.first.push_back(lo);
-    ax.weights.push_back(std::move(w));
+    ax.weights.push_back(std::move(fixed));
   }
   return ax;
+}
+
+uint8_t clip8(int64_t v) {  // PIL's clip8: the accumulator back to a byte
+  if (v >= (int64_t(1) << kPrecisionBits << 8)) return 255;
+  if (v <= 0) return 0;
+  return uint8_t(v >> kPrecisionBits);
 }
 }  // namespace
 
@@ -252,55 +264,122 @@ RgbImage expand_to_square(const RgbImage& img, const uint8_t fill[3]) {
   return out;
 }
 
+// PIL's ImagingResample on 8-bit RGB: a horizontal pass into an 8-bit image, then a vertical one, each in fixed
+// point with rounding; a pass is skipped where that side keeps its size.
 RgbImage resize_bicubic(const RgbImage& img, int width, int height) {
   if (img.width == width && img.height == height) return img;
-  Axis ax = make_axis(img.width, width), ay = make_axis(img.height, height);
-  std::vector<double> tmp(std::size_t(img.height) * width * 3);
-  for (int y = 0; y < img.height; ++y)
-    for (int x = 0; x < width; ++x)
-      for (int ch = 0; ch < 3; ++ch) {
-        double s = 0;
-        for (std::size_t k = 0; k < ax.weights[x].size(); ++k)
-          s += ax.weights[x][k] * img.pixels[(std::size_t(y) * img.width + ax.first[x] + k) * 3 + ch];
-        tmp[(std::size_t(y) * width + x) * 3 + ch] = s;
-      }
+  RgbImage mid = img;
+  if (img.width != width) {
+    const Axis ax = make_axis(img.width, width);
+    mid = RgbImage{width, img.height, std::vector<uint8_t>(std::size_t(width) * img.height * 3)};
+    for (int y = 0; y < img.height; ++y)
+      for (int x = 0; x < width; ++x)
+        for (int ch = 0; ch < 3; ++ch) {
+          int64_t s = int64_t(1) << (kPrecisionBits - 1);
+          for (std::size_t k = 0; k < ax.weights[x].size(); ++k)
+            s += int64_t(img.pixels[(std::size_t(y) * img.width + ax.first[x] + k) * 3 + ch]) * ax.weights[x][k];
+          mid.pixels[(std::size_t(y) * width + x) * 3 + ch] = clip8(s);
+        }
+  }
+  if (img.height == height) return mid;
+  const Axis ay = make_axis(img.height, height);
   RgbImage out{width, height, std::vector<uint8_t>(std::size_t(width) * height * 3)};
   for (int y = 0; y < height; ++y)
     for (int x = 0; x < width; ++x)
       for (int ch = 0; ch < 3; ++ch) {
-        double s = 0;
+        int64_t s = int64_t(1) << (kPrecisionBits - 1);
         for (std::size_t k = 0; k < ay.weights[y].size(); ++k)
-          s += ay.weights[y][k] * tmp[((ay.first[y] + k) * std::size_t(width) + x) * 3 + ch];
-        out.pixels[(std::size_t(y) * width + x) * 3 + ch] = uint8_t(std::clamp(std::lround(s), 0L, 255L));
+          s += int64_t(mid.pixels[((ay.first[y] + k) * std::size_t(width) + x) * 3 + ch]) * ay.weights[y][k];
+        out.pixels[(std::size_t(y) * width + x) * 3 + ch] = clip8(s);
       }
   return out;
 }
 
-Tensor clip_tensor(const RgbImage& sq, int64_t size) {
+Tensor clip_tensor(const RgbImage& sq, int64_t size, const ImageNorm& norm) {
   RgbImage img = resize_bicubic(sq, int(size), int(size));
   MemoryScope scope(Category::IO, "loader");
   Tensor t = Tensor::empty({3, size, size}, DType::F32, Device::host());
   float* p = t.data<float>();
   for (int64_t ch = 0; ch < 3; ++ch)
     for (int64_t i = 0; i < size * size; ++i)
-      p[ch * size * size + i] = (img.pixels[std::size_t(i) * 3 + ch] / 255.f - kClipMean[ch]) / kClipStd[ch];
+      p[ch * size * size + i] = (img.pixels[std::size_t(i) * 3 + ch] / 255.f - norm.mean[ch]) / norm.std[ch];
   return t;
 }
 
-Tensor clip_image(RgbImage img, const std::string& name, int64_t size, AspectMode mode) {
+Tensor clip_image(RgbImage img, const std::string& name, int64_t size, AspectMode mode, const ImageNorm& norm) {
   if (mode == AspectMode::Pad) {
     const int64_t side = std::max(img.width, img.height);
     HR_CHECK(side * side <= kMaxImagePixels, "[image] ", name, ": ", img.width, " x ", img.height, " pads to a ",
              side, " x ", side, " square, above the limit of ", kMaxImagePixels, " pixels");
-    const uint8_t fill[3] = {uint8_t(std::lround(kClipMean[0] * 255)), uint8_t(std::lround(kClipMean[1] * 255)),
-                             uint8_t(std::lround(kClipMean[2] * 255))};
+    uint8_t fill[3];
+    for (int ch = 0; ch < 3; ++ch) fill[ch] = uint8_t(std::clamp(int(norm.mean[ch] * 255), 0, 255));  // int(): truncates
     img = expand_to_square(img, fill);
   }
-  return clip_tensor(img, size);
+  return clip_tensor(img, size, norm);
 }
 
-Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode) {
-  return clip_image(decode_image(path), path, size, mode);
+Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode, const ImageNorm& norm) {
+  return clip_image(decode_image(path), path, size, mode, norm);
+}
+
+ImageNorm read_preprocessor_config(const std::string& path, int64_t size) {
+  nlohmann::json j;
+  try {
+    std::ifstream in(path, std::ios::binary);
+    HR_CHECK(in, "[image] cannot open ", path);
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str("[image] ", path, " is not valid JSON: ", e.what()));
+  }
+  auto refuse = [&](const std::string& key, const std::string& why) {
+    return Error(str("[image] ", path, ": ", key, " = ", j.contains(key) ? j[key].dump() : "(absent)", ": ", why));
+  };
+  ImageNorm n;
+  for (const char* key : {"image_mean", "image_std"}) {
+    if (!j.contains(key)) continue;
+    const auto& v = j[key];
+    if (!v.is_array() || v.size() != 3 || !v[0].is_number() || !v[1].is_number() || !v[2].is_number())
+      throw refuse(key, "needs three numbers (R, G, B)");
+    for (int ch = 0; ch < 3; ++ch) (std::string(key) == "image_mean" ? n.mean : n.std)[ch] = v[std::size_t(ch)].get<float>();
+  }
+  for (int ch = 0; ch < 3; ++ch)
+    if (!(n.std[ch] > 0)) throw refuse("image_std", "every value must be positive");
+  if (j.contains("resample") && j["resample"] != 3) throw refuse("resample", "only 3 (bicubic) is implemented");
+  for (const char* key : {"do_rescale", "do_normalize", "do_convert_rgb"})
+    if (j.contains(key) && j[key] == false) throw refuse(key, "headroom always does it, as LLaVA's CLIP processor");
+  if (j.contains("rescale_factor") && std::fabs(j["rescale_factor"].get<double>() - 1.0 / 255) > 1e-9)
+    throw refuse("rescale_factor", "only 1/255 is implemented");
+  // The resize (shortest edge) and the crop must both land on the vision tower's size.
+  auto side = [&](const char* key, const char* field) -> int64_t {
+    if (!j.contains(key)) return size;
+    const auto& v = j[key];
+    if (v.is_number()) return v.get<int64_t>();
+    if (v.is_object() && v.contains(field)) return v[field].get<int64_t>();
+    if (v.is_object() && v.contains("height")) return v["height"].get<int64_t>();
+    throw refuse(key, "is neither a number nor an object with shortest_edge or height");
+  };
+  if (j.value("do_resize", true) && side("size", "shortest_edge") != size)
+    throw refuse("size", str("the vision tower takes ", size, " x ", size, " images"));
+  if (j.value("do_center_crop", true) && side("crop_size", "height") != size)
+    throw refuse("crop_size", str("the vision tower takes ", size, " x ", size, " images"));
+  return n;
+}
+
+std::string preprocessor_config_json(int64_t size, const ImageNorm& n) {
+  const nlohmann::json j = {{"crop_size", {{"height", size}, {"width", size}}},
+                            {"do_center_crop", true},
+                            {"do_convert_rgb", true},
+                            {"do_normalize", true},
+                            {"do_rescale", true},
+                            {"do_resize", true},
+                            {"image_mean", {n.mean[0], n.mean[1], n.mean[2]}},
+                            {"image_processor_type", "CLIPImageProcessor"},
+                            {"image_std", {n.std[0], n.std[1], n.std[2]}},
+                            {"processor_class", "LlavaProcessor"},
+                            {"resample", 3},
+                            {"rescale_factor", 1.0 / 255},
+                            {"size", {{"shortest_edge", size}}}};
+  return j.dump(2) + "\n";
 }
 
 }  // namespace hr::data

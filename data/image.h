@@ -35,10 +35,26 @@ RgbImage expand_to_square(const RgbImage& image, const uint8_t fill[3]);
 // Bicubic resampling (a = -0.5, antialiased when shrinking, as PIL's BICUBIC).
 RgbImage resize_bicubic(const RgbImage& image, int width, int height);
 
-// decode + pad/resize + normalise: a (3, size, size) f32 tensor on the host, tagged io.
-core::Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode);
+// The image processor's normalisation: CLIP's mean and std unless a preprocessor_config.json says otherwise.
+struct ImageNorm {
+  float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
+  float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+};
+
+// A Hugging Face preprocessor_config.json (CLIPImageProcessor, as llava-hf and CLIP directories hold it): its
+// mean and std. Throws naming the file and key when it asks for what LLaVA's pipeline does not do here: a
+// resample other than bicubic, a resize or crop to another size than the vision tower's `size`, no
+// rescale/normalise, a rescale factor other than 1/255.
+ImageNorm read_preprocessor_config(const std::string& path, int64_t size);
+// The preprocessor_config.json a CLIPImageProcessor at `size` with `norm` reads (what checkpoints carry).
+std::string preprocessor_config_json(int64_t size, const ImageNorm& norm);
+
+// decode + pad/resize + normalise: a (3, size, size) f32 tensor on the host, tagged io. The padding colour is
+// LLaVA's tuple(int(x * 255) for x in image_mean).
+core::Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode, const ImageNorm& norm = {});
 // pad/resize + normalise of a decoded image; `name` stands for its file in errors.
-core::Tensor clip_image(RgbImage image, const std::string& name, int64_t size, AspectMode mode);
-core::Tensor clip_tensor(const RgbImage& square, int64_t size);
+core::Tensor clip_image(RgbImage image, const std::string& name, int64_t size, AspectMode mode,
+                        const ImageNorm& norm = {});
+core::Tensor clip_tensor(const RgbImage& square, int64_t size, const ImageNorm& norm = {});
 
 }  // namespace hr::data

@@ -7,7 +7,6 @@
 
 #include "core/check.h"
 #include "core/io/atomic_file.h"
-#include "data/tokenizer.h"
 
 namespace hr::models {
 
@@ -60,7 +59,7 @@ bool hf_expressible(const LlavaConfig& c, std::string* why) {
   return false;
 }
 
-json to_hf_config(const LlavaConfig& c, core::DType dtype) {
+json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& tokens) {
   std::string why;
   HR_CHECK(hf_expressible(c, &why), "[hf] cannot write config.json: ", why);
   const VisionConfig& v = c.vision;
@@ -81,9 +80,9 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype) {
                {"attention_bias", false},
                {"mlp_bias", false},
                {"tie_word_embeddings", false},
-               {"bos_token_id", data::ByteTokenizer::kBos},
-               {"eos_token_id", data::ByteTokenizer::kEos},
-               {"pad_token_id", data::ByteTokenizer::kPad},
+               {"bos_token_id", tokens.bos},
+               {"eos_token_id", tokens.eos},
+               {"pad_token_id", tokens.pad},
                {"torch_dtype", torch_dtype(dtype)}};
   json vision = {{"model_type", "clip_vision_model"},
                  {"hidden_size", v.hidden},
@@ -188,11 +187,9 @@ LlavaConfig read_hf_config(const std::string& dir) {
   return from_hf_config(j, path);
 }
 
-void write_hf_config(const std::string& dir, const LlavaConfig& c, core::DType dtype) {
-  const json gen = {{"bos_token_id", data::ByteTokenizer::kBos},
-                    {"eos_token_id", data::ByteTokenizer::kEos},
-                    {"pad_token_id", data::ByteTokenizer::kPad}};
-  for (const auto& [name, j] : {std::pair<const char*, json>{"config.json", to_hf_config(c, dtype)},
+void write_hf_config(const std::string& dir, const LlavaConfig& c, core::DType dtype, const TokenIds& tokens) {
+  const json gen = {{"bos_token_id", tokens.bos}, {"eos_token_id", tokens.eos}, {"pad_token_id", tokens.pad}};
+  for (const auto& [name, j] : {std::pair<const char*, json>{"config.json", to_hf_config(c, dtype, tokens)},
                                 std::pair<const char*, json>{"generation_config.json", gen}}) {
     const std::string text = j.dump(2) + "\n";
     core::AtomicFile f(dir + "/" + name);

@@ -11,9 +11,15 @@
 
 namespace hr::models {
 
+// The special token ids config.json and generation_config.json name (the byte tokenizer's by default; a real
+// tokenizer's bos/eos, and its <unk> as pad, which is what LLaVA pads with).
+struct TokenIds {
+  int64_t bos = 1, eos = 2, pad = 0;
+};
+
 // config.json of a LlavaForConditionalGeneration with these dimensions; `dtype` becomes torch_dtype.
 // Throws for what transformers' LLaVA cannot express (the linear projector), naming it.
-nlohmann::json to_hf_config(const LlavaConfig& config, core::DType dtype);
+nlohmann::json to_hf_config(const LlavaConfig& config, core::DType dtype, const TokenIds& tokens = {});
 // Whether to_hf_config can express `config` (and why not, when it cannot).
 bool hf_expressible(const LlavaConfig& config, std::string* why = nullptr);
 // The LlavaConfig of a transformers LlavaConfig JSON; `where` (the file) names errors. What headroom does
@@ -22,7 +28,7 @@ bool hf_expressible(const LlavaConfig& config, std::string* why = nullptr);
 LlavaConfig from_hf_config(const nlohmann::json& config, const std::string& where);
 // DIR/config.json read and converted.
 LlavaConfig read_hf_config(const std::string& dir);
-// Writes DIR/config.json and DIR/generation_config.json (the byte tokenizer's <s>, </s>, <pad>).
-void write_hf_config(const std::string& dir, const LlavaConfig& config, core::DType dtype);
+// Writes DIR/config.json and DIR/generation_config.json.
+void write_hf_config(const std::string& dir, const LlavaConfig& config, core::DType dtype, const TokenIds& tokens = {});
 
 }  // namespace hr::models

@@ -18,6 +18,8 @@ packages=(
 packages+=(python3-torch python3-numpy python3-venv chromium fonts-dejavu-core)
 # SentencePiece: spm_train makes the test tokenizers, python3-sentencepiece is the slow LlamaTokenizer's engine.
 packages+=(sentencepiece python3-sentencepiece)
+# Pillow: CLIPImageProcessor and LLaVA's expand2square, the image side of the LLaVA-port check.
+packages+=(python3-pil)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -77,11 +77,12 @@ std::vector<std::string> optimizer_files(const std::string& dir) {
 
 // This rank's files of a checkpoint, into `tmp`.
 static void write_checkpoint_files(const fs::path& tmp, const models::Llava& model, const parallel::Zero& zero,
-                                   const TrainerState& st, parallel::Communicator& comm, const std::string& config_yaml);
+                                   const TrainerState& st, parallel::Communicator& comm, const std::string& config_yaml,
+                                   const HfSidecar& sidecar);
 
 void save_checkpoint(const std::string& output_dir, const models::Llava& model, const parallel::Zero& zero,
                      const TrainerState& st, int64_t keep_last, parallel::Communicator& comm,
-                     const std::string& config_yaml) {
+                     const std::string& config_yaml, const HfSidecar& sidecar) {
   const int rank = comm.rank();
   const fs::path final_dir = fs::path(output_dir) / (kPrefix + std::to_string(st.step));
   const fs::path tmp = fs::path(output_dir) / (".tmp-" + std::string(kPrefix) + std::to_string(st.step));
@@ -91,7 +92,7 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
   }
   comm.barrier();
   try {
-    write_checkpoint_files(tmp, model, zero, st, comm, config_yaml);
+    write_checkpoint_files(tmp, model, zero, st, comm, config_yaml, sidecar);
   } catch (const Error& e) {
     // A full disk or a failed write: the partial directory goes, the previous checkpoints stay as they were.
     std::error_code ignored;
@@ -112,15 +113,55 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
   comm.barrier();
 }
 
+void write_hf_sidecar(const std::string& dir, const HfSidecar& s) {
+  bool preprocessor = false;
+  for (const std::string& f : s.files) {
+    const fs::path to = fs::path(dir) / fs::path(f).filename();
+    std::error_code ec;
+    if (fs::equivalent(to, f, ec)) continue;  // already there (consolidating in place)
+    fs::copy_file(f, to, fs::copy_options::overwrite_existing, ec);
+    HR_CHECK(!ec, "[checkpoint] cannot copy ", f, " to ", to.string(), ": ", ec.message());
+    preprocessor |= fs::path(f).filename() == "preprocessor_config.json";
+  }
+  if (!preprocessor && !s.preprocessor_json.empty() && !fs::exists(fs::path(dir) / "preprocessor_config.json")) {
+    AtomicFile f((fs::path(dir) / "preprocessor_config.json").string());
+    f.write(s.preprocessor_json.data(), s.preprocessor_json.size());
+    f.commit();
+  }
+}
+
+void save_model_weights(const std::string& dir, const NamedTensors& w, std::size_t max_shard_bytes) {
+  std::size_t total = 0;
+  for (const auto& [name, t] : w) total += t.nbytes();
+  if (total <= max_shard_bytes)
+    save_safetensors(dir + "/model.safetensors", w);
+  else
+    save_sharded(dir, w, max_shard_bytes);
+}
+
+bool has_model_weights(const std::string& dir) {
+  return fs::exists(dir + "/model.safetensors") || fs::exists(dir + "/model.safetensors.index.json");
+}
+
+namespace {
+// model.safetensors, or the index of its shards.
+std::string model_weights_path(const std::string& dir) {
+  return fs::exists(dir + "/model.safetensors") ? dir + "/model.safetensors" : dir;
+}
+}  // namespace
+
 static void write_checkpoint_files(const fs::path& tmp, const models::Llava& model, const parallel::Zero& zero,
                                    const TrainerState& st, parallel::Communicator& comm,
-                                   const std::string& config_yaml) {
+                                   const std::string& config_yaml, const HfSidecar& sidecar) {
   const int rank = comm.rank();
   if (rank == 0 && !zero.shards_parameters())
-    save_safetensors((tmp / "model.safetensors").string(), models::named_weights(model.params()));
-  // config.json and generation_config.json: with model.safetensors, a directory transformers opens.
-  if (rank == 0 && models::hf_expressible(model.config()))
-    models::write_hf_config(tmp.string(), model.config(), model.params().dtype());
+    save_model_weights(tmp.string(), models::named_weights(model.params()), sidecar.max_shard_bytes);
+  // config.json, generation_config.json, the tokenizer and preprocessor files: with the weights, a directory
+  // transformers (LlavaForConditionalGeneration, AutoProcessor) opens.
+  if (rank == 0 && models::hf_expressible(model.config())) {
+    models::write_hf_config(tmp.string(), model.config(), model.params().dtype(), sidecar.tokens);
+    write_hf_sidecar(tmp.string(), sidecar);
+  }
   const bool sharded = zero.options().stage > 0 || zero.options().offload_optimizer != parallel::Offload::None;
   if (!sharded && rank == 0) save_safetensors((tmp / "optimizer.safetensors").string(), zero.state());
   if (sharded && (rank == 0 || zero.options().stage > 0))
@@ -193,8 +234,8 @@ std::vector<const Checkpoint*> pointers(const std::vector<Checkpoint>& v) {
 }  // namespace
 
 void load_model_weights(const std::string& dir, models::Llava& model) {
-  if (fs::exists(dir + "/model.safetensors")) {
-    models::load_weights(model.params(), Checkpoint::open(dir + "/model.safetensors"));
+  if (has_model_weights(dir)) {
+    models::load_weights(model.params(), Checkpoint::open(model_weights_path(dir)));
     return;
   }
   auto files = open_all(optimizer_files(dir));
@@ -215,28 +256,35 @@ void load_optimizer_state(const std::string& dir, parallel::Zero& zero, int64_t 
   zero.load_state(pointers(files), optimizer_steps);
 }
 
-void consolidate_checkpoint(const std::string& dir, const models::Llava& model, const std::string& out) {
-  NamedTensors w;
-  if (fs::exists(dir + "/model.safetensors")) {
-    Checkpoint c = Checkpoint::open(dir + "/model.safetensors");
+void consolidate_checkpoint(const std::string& dir, const models::Llava& model, const std::string& out, bool out_dir,
+                            std::size_t max_shard_bytes) {
+  auto save = [&](const NamedTensors& w) {
+    if (out_dir)
+      save_model_weights(out, w, max_shard_bytes);
+    else
+      save_safetensors(out, w);
+  };
+  if (has_model_weights(dir)) {
+    Checkpoint c = Checkpoint::open(model_weights_path(dir));
+    NamedTensors w;
     for (const auto& p : model.params().all()) w.emplace_back(p->name, c.get(p->name));
-    save_safetensors(out, w);
+    save(w);
     return;
   }
   auto files = open_all(optimizer_files(dir));
-  w = parallel::Zero::consolidate(model.params().groups(), pointers(files));
+  NamedTensors w = parallel::Zero::consolidate(model.params().groups(), pointers(files));
   HR_CHECK(w.size() == model.params().all().size(), "[ckpt consolidate] ", dir, ": the shards hold ", w.size(),
            " of the model's ", model.params().all().size(), " parameters");
-  save_safetensors(out, w);
+  save(w);
 }
 
 void load_inference_weights(models::Llava& model, const std::string& path) {
   std::string weights = path;
   if (fs::is_directory(weights)) {
-    const bool whole = fs::exists(weights + "/model.safetensors");
+    const bool whole = has_model_weights(weights);
     HR_CHECK(whole || fs::exists(weights + "/consolidated.safetensors"), "[checkpoint] ", weights,
              " has no model.safetensors (a ZeRO-3 checkpoint: run `headroom ckpt consolidate ", weights, "` first)");
-    weights += whole ? "/model.safetensors" : "/consolidated.safetensors";
+    weights = whole ? model_weights_path(weights) : weights + "/consolidated.safetensors";
   }
   HR_CHECK(fs::exists(weights), "[checkpoint] ", weights, " does not exist");
   models::load_weights(model.params(), core::Checkpoint::open(weights));

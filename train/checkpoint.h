@@ -7,8 +7,10 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "data/loader.h"
+#include "models/hf_config.h"
 #include "models/llava.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -26,10 +28,28 @@ struct TrainerState {
   int world_size = 1, zero_stage = 0;  // of the run that wrote it
 };
 
+// What makes a checkpoint a directory Hugging Face opens beside config.json: the tokenizer files and
+// preprocessor_config.json of the run (copied as they are; a preprocessor_config.json of the run's image size and
+// normalisation is written when none is carried), the token ids for config.json and generation_config.json,
+// and the largest model.safetensors before it is sharded (model-0000K-of-0000N.safetensors and
+// model.safetensors.index.json, as save_pretrained's max_shard_size).
+struct HfSidecar {
+  std::vector<std::string> files;
+  std::string preprocessor_json;
+  models::TokenIds tokens;
+  std::size_t max_shard_bytes = std::size_t(5) * 1000 * 1000 * 1000;  // transformers' "5GB"
+};
+// Copies / writes the sidecar's files into `dir`.
+void write_hf_sidecar(const std::string& dir, const HfSidecar& sidecar);
+// The model's weights into `dir`: one model.safetensors, or shards and an index above max_shard_bytes.
+void save_model_weights(const std::string& dir, const core::NamedTensors& weights, std::size_t max_shard_bytes);
+// Whether `dir` holds a whole model (model.safetensors or model.safetensors.index.json).
+bool has_model_weights(const std::string& dir);
+
 // Collective: every rank calls it.
 void save_checkpoint(const std::string& output_dir, const models::Llava& model, const parallel::Zero& zero,
                      const TrainerState& state, int64_t keep_last, parallel::Communicator& comm,
-                     const std::string& config_yaml);
+                     const std::string& config_yaml, const HfSidecar& sidecar = {});
 
 // The newest complete checkpoint directory in output_dir, if any.
 std::optional<std::string> latest_checkpoint(const std::string& output_dir);
@@ -45,7 +65,9 @@ TrainerState read_trainer_state(const std::string& dir);
 void load_model_weights(const std::string& dir, models::Llava& model);
 void load_optimizer_state(const std::string& dir, parallel::Zero& zero, int64_t optimizer_steps);
 
-// The full model of a checkpoint (model.safetensors or the ZeRO-3 shards) written to one llava-hf file.
-void consolidate_checkpoint(const std::string& dir, const models::Llava& model, const std::string& out);
+// The full model of a checkpoint (model.safetensors, its shards, or the ZeRO-3 shards) written to one llava-hf
+// file, or with out_dir set, into that directory as save_model_weights does.
+void consolidate_checkpoint(const std::string& dir, const models::Llava& model, const std::string& out,
+                            bool out_dir = false, std::size_t max_shard_bytes = HfSidecar{}.max_shard_bytes);
 
 }  // namespace hr::train

@@ -1,12 +1,19 @@
 // `headroom debug grads`: load weights and one batch, run forward and backward, write the loss, optionally
 // the logits, and every parameter gradient under the parameter's name, for comparison with a reference.
+// `headroom debug batch`: the first samples of a config's data as its pipeline makes them (tokenizer, template,
+// images), collated into the batch file `debug grads` reads.
 #include <cstdio>
 
 #include "core/io/safetensors.h"
 #include "models/llava.h"
 #include "models/model_spec.h"
 #include "models/weights.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "train/cli_args.h"
 #include "train/commands.h"
+#include "train/config.h"
+#include "train/trainer.h"
 
 namespace hr::train {
 
@@ -34,10 +41,41 @@ Batch read_batch(const std::string& path) {
 
 }  // namespace
 
+int debug_batch(const std::vector<std::string>& args) {
+  Parsed p = parse(args, "debug batch", {"--out", "--count"}, {"--eval"});
+  HR_CHECK(!p.config.empty() && p.options.count("--out"), "[debug batch] usage: headroom debug batch CONFIG --out "
+           "B.safetensors [--count N] [--eval] [--set key=value ...]");
+  p.sets.insert(p.sets.begin(), "train.global_batch_size=0");
+  const RunConfig c = load_config(p.config, p.sets);
+  const bool eval = p.flags.count("--eval") > 0;
+  HR_CHECK(!(eval ? c.eval_json : c.train_json).empty(), "[debug batch] ", p.config, " names no data.",
+           eval ? "eval_json" : "train_json");
+  const data::DataOptions d = data_options(c, eval ? c.eval_json : c.train_json, c.image_folder);
+  const data::LlavaDataset set(d, input_spec(c.model.config));
+  const int64_t count = p.options.count("--count") ? std::stoll(p.options["--count"]) : 4;
+  std::vector<data::Example> examples;
+  int64_t seq = 0;
+  for (int64_t i = 0; i < std::min(count, set.size()); ++i) {
+    examples.push_back(set.get(i));
+    seq = std::max<int64_t>(seq, int64_t(examples.back().ids.size()));
+  }
+  HR_CHECK(!examples.empty(), "[debug batch] ", set.path(), " has no samples");
+  const Batch b = data::collate(examples, seq, c.model.config.ignore_index);
+  NamedTensors out = {{"input_ids", Tensor::from_ints(b.input_ids, {b.batch, b.seq}, DType::I64, Device::cpu())},
+                      {"labels", Tensor::from_ints(b.labels, {b.batch, b.seq}, DType::I64, Device::cpu())}};
+  if (b.pixel_values.defined()) out.emplace_back("pixel_values", b.pixel_values);
+  save_safetensors(p.options["--out"], out);
+  std::printf("wrote %lld samples (%lld positions) from %s with %s to %s\n", (long long)b.batch, (long long)b.seq,
+              set.path().c_str(), set.tokenizer().describe().c_str(), p.options["--out"].c_str());
+  return 0;
+}
+
 int cmd_debug(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "batch") return debug_batch({args.begin() + 1, args.end()});
   HR_CHECK(!args.empty() && args[0] == "grads",
            "[debug] usage: headroom debug grads --config CFG --weights W.safetensors --batch B.safetensors --out "
-           "G.safetensors [--dtype f32|bf16] [--logits]");
+           "G.safetensors [--dtype f32|bf16] [--logits] | headroom debug batch CONFIG --out B.safetensors [--count N] "
+           "[--eval]");
   std::string config, weights, batch_path, out;
   DType dtype = DType::F32;
   bool logits = false;

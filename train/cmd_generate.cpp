@@ -61,7 +61,7 @@ int cmd_generate(const std::vector<std::string>& args) {
 
   core::Tensor image;
   if (p.options.count("--image"))
-    image = data::load_clip_image(p.options["--image"], c.model.config.vision.image_size, c.aspect);
+    image = data::load_clip_image(p.options["--image"], c.model.config.vision.image_size, c.aspect, run_image_norm(c));
   const auto tok = load_run_tokenizer(c);
   GenerationOptions g;
   g.tokenizer = tok.get();

@@ -4,9 +4,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/io/safetensors.h"
+#include "data/image.h"
 #include "data/synth.h"
 #include "models/hf_config.h"
 #include "models/weights.h"
@@ -79,12 +81,30 @@ int cmd_ckpt(const std::vector<std::string>& args) {
     std::filesystem::create_directories(out);
     std::string why;
     HR_CHECK(models::hf_expressible(c.model.config, &why), "[ckpt consolidate] ", out, ": ", why);
-    models::write_hf_config(out, c.model.config, model->params().dtype());
-    out = (std::filesystem::path(out) / "model.safetensors").string();
+    // The checkpoint's own tokenizer and preprocessor files (carried there when it was written) come along.
+    HfSidecar side;
+    side.max_shard_bytes = c.max_shard_bytes;
+    for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                             "added_tokens.json", "preprocessor_config.json"})
+      if (std::filesystem::is_regular_file(std::filesystem::path(dir) / name))
+        side.files.push_back((std::filesystem::path(dir) / name).string());
+    side.preprocessor_json = data::preprocessor_config_json(c.model.config.vision.image_size, data::ImageNorm{});
+    const std::string cfg = dir + "/config.json";
+    if (std::filesystem::is_regular_file(cfg)) {  // the token ids the checkpoint was written with
+      const auto j = nlohmann::json::parse(std::ifstream(cfg), nullptr, false);
+      if (j.is_object() && j.contains("text_config"))
+        side.tokens = {j["text_config"].value("bos_token_id", int64_t(1)), j["text_config"].value("eos_token_id", int64_t(2)),
+                       j["text_config"].value("pad_token_id", int64_t(0))};
+    }
+    models::write_hf_config(out, c.model.config, model->params().dtype(), side.tokens);
+    write_hf_sidecar(out, side);
+    consolidate_checkpoint(dir, *model, out, true, c.max_shard_bytes);
+    std::printf("wrote %s (%lld parameters in the llava-hf layout) with config.json, generation_config.json and the "
+                "tokenizer and preprocessor files beside it\n", out.c_str(), (long long)model->params().count());
+    return 0;
   }
   consolidate_checkpoint(dir, *model, out);
-  std::printf("wrote %s (%lld parameters in the llava-hf layout)%s\n", out.c_str(), (long long)model->params().count(),
-              to_dir ? " with config.json and generation_config.json beside it" : "");
+  std::printf("wrote %s (%lld parameters in the llava-hf layout)\n", out.c_str(), (long long)model->params().count());
   return 0;
 }
 

@@ -248,6 +248,11 @@ std::vector<Key> train_keys() {
       {"train.max_new_tokens", "12", i64(&RunConfig::max_new_tokens, 1)},
       {"train.save_steps", "0", i64(&RunConfig::save_steps, 0)},
       {"train.save_total_limit", "2", i64(&RunConfig::save_total_limit, 1)},
+      {"train.max_shard_size", "5GB",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.max_shard_bytes = parse_bytes(get<std::string>(n, k, "a size"), k);
+         if (c.max_shard_bytes == 0) bad_value(k, n, "a positive size such as 5GB or 500MB");
+       }},
   };
 }
 

@@ -70,6 +70,7 @@ struct RunConfig {
   optim::ScheduleKind scheduler = optim::ScheduleKind::Cosine;
   int64_t eval_steps = 0, eval_samples = 0, eval_batch_size = 16, max_new_tokens = 12;
   int64_t save_steps = 0, save_total_limit = 2;
+  std::size_t max_shard_bytes = std::size_t(5) * 1000 * 1000 * 1000;  // train.max_shard_size: model.safetensors shards
   // memory
   Precision precision = Precision::FP32;
   bool vision_fp32 = false;  // memory.vision_precision: fp32 keeps the vision tower in f32

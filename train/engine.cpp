@@ -6,6 +6,7 @@
 #include "core/memory/timeline.h"
 #include "core/ops/reduce.h"
 #include "models/weights.h"
+#include "train/trainer.h"
 
 namespace hr::train {
 
@@ -62,7 +63,8 @@ TrainerState Engine::load(const std::string& dir) {
 }
 
 void Engine::save(const TrainerState& state) {
-  save_checkpoint(config_.output_dir, *model_, *zero_, state, config_.save_total_limit, comm_, config_.resolved_yaml);
+  save_checkpoint(config_.output_dir, *model_, *zero_, state, config_.save_total_limit, comm_, config_.resolved_yaml,
+                  run_hf_sidecar(config_));
 }
 
 Engine::StepStats Engine::step(const std::function<LoadedBatch()>& next, int64_t micro_batches, float loss_scale,

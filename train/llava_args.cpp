@@ -48,7 +48,8 @@ const std::map<std::string, Map>& flags() {
        [](const std::string& v, LlavaArgs& o) {
          if (v == "v1" || v == "vicuna_v1") return o.sets.push_back("data.template=vicuna_v1");
          if (v == "plain") return o.sets.push_back("data.template=plain");
-         throw Error(str("[args] --version ", v, ": the conversation templates are plain and v1 (vicuna_v1)"));
+         if (v == "llava_llama_2") return o.sets.push_back("data.template=llava_llama_2");
+         throw Error(str("[args] --version ", v, ": the conversation templates are plain, v1 (vicuna_v1) and llava_llama_2"));
        }},
       {"vision_tower", refuse("vision_tower", "starting from a separate CLIP vision directory is not supported yet; "
                                              "--model_name_or_path must be a LLaVA directory, which holds its vision tower")},

@@ -63,6 +63,34 @@ std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const RunConfig& c) {
   }
 }
 
+data::ImageNorm run_image_norm(const RunConfig& c) {
+  const std::string& dir = c.model.name_or_path;
+  const std::string file = dir + "/preprocessor_config.json";
+  if (dir.empty() || !std::filesystem::is_regular_file(file)) return {};
+  return data::read_preprocessor_config(file, c.model.config.vision.image_size);
+}
+
+HfSidecar run_hf_sidecar(const RunConfig& c) {
+  HfSidecar s;
+  const auto tok = load_run_tokenizer(c);
+  if (!tok->is_bytes()) s.tokens = {tok->bos(), tok->eos(), tok->pad()};
+  // The tokenizer's directory: data.tokenizer's (its own, or the file's), else model.name_or_path's under auto.
+  std::string dir;
+  if (c.tokenizer == "auto" && !c.model.name_or_path.empty() && !tok->is_bytes())
+    dir = c.model.name_or_path;
+  else if (c.tokenizer != "auto" && c.tokenizer != "byte")
+    dir = fs::is_directory(c.tokenizer) ? c.tokenizer : fs::path(c.tokenizer).parent_path().string();
+  if (!dir.empty())
+    for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                             "added_tokens.json"})
+      if (fs::is_regular_file(fs::path(dir) / name)) s.files.push_back((fs::path(dir) / name).string());
+  if (!c.model.name_or_path.empty() && fs::is_regular_file(fs::path(c.model.name_or_path) / "preprocessor_config.json"))
+    s.files.push_back((fs::path(c.model.name_or_path) / "preprocessor_config.json").string());
+  s.preprocessor_json = data::preprocessor_config_json(c.model.config.vision.image_size, run_image_norm(c));
+  s.max_shard_bytes = c.max_shard_bytes;
+  return s;
+}
+
 DataOptions data_options(const RunConfig& c, const std::string& json_path, const std::string& image_folder) {
   DataOptions d;
   d.json_path = json_path;
@@ -74,6 +102,7 @@ DataOptions data_options(const RunConfig& c, const std::string& json_path, const
   d.blank_images = c.blank_images;
   d.allow_outside_image_folder = c.allow_outside_image_folder;
   d.tokenizer = load_run_tokenizer(c);
+  d.image_norm = run_image_norm(c);
   return d;
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "parallel/comm.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 
 namespace hr::train {
@@ -32,6 +33,11 @@ DataPaths resolve_data_paths(const RunConfig& config, parallel::Communicator& co
 // The dataset options of `config` for one of its files.
 // The run's tokenizer (data.tokenizer, see config.h).
 std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const RunConfig& config);
+// What checkpoints carry for Hugging Face (checkpoint.h): the run's tokenizer files (data.tokenizer's directory,
+// or model.name_or_path's) and preprocessor_config.json, its token ids, train.max_shard_size.
+HfSidecar run_hf_sidecar(const RunConfig& config);
+// The image normalisation: model.name_or_path's preprocessor_config.json, else CLIP's.
+data::ImageNorm run_image_norm(const RunConfig& config);
 data::DataOptions data_options(const RunConfig& config, const std::string& json_path, const std::string& image_folder);
 
 }  // namespace hr::train

@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""A LLaVA port end to end, checked with transformers: a llava-hf directory with a real (SentencePiece) tokenizer
+and a CLIP image processor, LLaVA-format conversations and images of odd sizes.
+
+    check_llava_port.py make OUT
+        Writes OUT/hf: a tiny random LlavaForConditionalGeneration, its LlavaProcessor (LlamaTokenizer trained with
+        spm_train, legacy=False, "<image>" added; CLIPImageProcessor with its own mean and std), all through
+        save_pretrained. OUT/data: train.json (LLaVA's format, v1 conversations) and PNG images. OUT/port.yaml:
+        the headroom config that trains from OUT/hf on that data (model.name_or_path only: dimensions, tokenizer
+        and image normalisation all come from the directory; small train.max_shard_size, so checkpoints are
+        sharded). OUT/ref_batch.safetensors: the first 4 samples as LLaVA's pipeline builds them (preprocess_v1,
+        tokenizer_image_token, expand2square with int(mean * 255), the CLIP processor), placeholders expanded as
+        llava-hf's are; OUT/ref.safetensors: transformers' loss and logits on it.
+    check_llava_port.py compare OUT BATCH OURS
+        headroom's batch (`debug batch`) against the reference: ids and labels equal, pixels within 1e-5 (the
+        same bytes after padding and resampling); headroom's loss on its own batch (`debug grads`) equal to transformers' within 1e-4.
+    check_llava_port.py load DIR BATCH OURS
+        transformers opens DIR (a headroom checkpoint) with LlavaForConditionalGeneration and AutoProcessor; the
+        processor tokenizes as the one saved in OUT/hf did; the logits on BATCH equal headroom's (OURS) within 1e-4.
+
+Exit 0 when everything agrees; 1 on a difference; 2 on a usage error or a missing package.
+"""
+import json
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _oracle_env  # noqa: E402
+
+_oracle_env.require("torch", "transformers", "safetensors", "sentencepiece", "PIL")
+import check_tokenizer as ct  # noqa: E402  (spm_train settings, LLaVA's preprocess transcribed)
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from PIL import Image  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
+from transformers import (AddedToken, AutoProcessor, CLIPImageProcessor, CLIPVisionConfig, LlamaConfig,  # noqa: E402
+                          LlamaTokenizer, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor)
+
+transformers.logging.set_verbosity_error()
+
+PROG = "check_llava_port"
+TOL = 1e-4
+IMAGE_SIZE, PATCH = 16, 4
+T = (IMAGE_SIZE // PATCH) ** 2
+MEAN, STD = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
+SAMPLES, BATCH = 16, 4
+
+
+def fail(msg, code=1):
+    print(f"{PROG}: FAIL: {msg}")
+    sys.exit(code)
+
+
+def eager(model):
+    for c in (model.config, model.config.vision_config, model.config.text_config):
+        c._attn_implementation = "eager"
+    return model
+
+
+def expand2square(img, background):  # LLaVA's llava/mm_utils.py
+    w, h = img.size
+    if w == h:
+        return img
+    side = max(w, h)
+    out = Image.new(img.mode, (side, side), background)
+    out.paste(img, ((side - w) // 2, 0) if w < h else (0, (side - h) // 2))
+    return out
+
+
+def reference_batch(out, entries, tok, processor, image_token):
+    ids_list, labels_list, pixels = [], [], []
+    for e in entries[:BATCH]:
+        turns = [("human" if t["from"] == "human" else "gpt", t["value"]) for t in e["conversations"]]
+        ids, labels = ct.preprocess("v1", turns, tok, ct.VICUNA)
+        ex_ids, ex_labels = [], []
+        for i, l in zip(ids, labels):
+            n = T if i == ct.IMAGE else 1
+            ex_ids += [image_token if i == ct.IMAGE else i] * n
+            ex_labels += [-100 if i == ct.IMAGE else l] * n
+        ids_list.append(ex_ids)
+        labels_list.append(ex_labels)
+        img = Image.open(os.path.join(out, "data", "images", e["image"])).convert("RGB")
+        img = expand2square(img, tuple(int(x * 255) for x in processor.image_processor.image_mean))
+        pixels.append(processor.image_processor.preprocess(img, return_tensors="pt")["pixel_values"][0])
+    seq = max(len(i) for i in ids_list)
+    input_ids = torch.full((len(ids_list), seq), tok.pad_token_id, dtype=torch.int64)
+    labels = torch.full((len(ids_list), seq), -100, dtype=torch.int64)
+    for r, (i, l) in enumerate(zip(ids_list, labels_list)):
+        input_ids[r, :len(i)] = torch.tensor(i)
+        labels[r, :len(l)] = torch.tensor(l)
+    return {"input_ids": input_ids, "labels": labels, "pixel_values": torch.stack(pixels)}
+
+
+def make(out):
+    rng = random.Random(7)
+    os.makedirs(os.path.join(out, "data", "images"), exist_ok=True)
+    with open(os.path.join(out, "corpus.txt"), "w", encoding="utf-8") as f:
+        f.write(ct.corpus(rng))
+    ct.subprocess.run(["spm_train", f"--input={out}/corpus.txt", f"--model_prefix={out}/spm", "--vocab_size=600",
+                       "--model_type=bpe", "--byte_fallback=true", "--split_digits=true", "--character_coverage=0.99",
+                       "--allow_whitespace_only_pieces=true", "--remove_extra_whitespaces=false",
+                       "--normalization_rule_name=identity", "--add_dummy_prefix=true", "--unk_id=0", "--bos_id=1",
+                       "--eos_id=2", "--pad_id=-1", "--minloglevel=2"], check=True, stdout=ct.subprocess.DEVNULL,
+                      stderr=ct.subprocess.DEVNULL)
+    tok = LlamaTokenizer(vocab_file=f"{out}/spm.model", legacy=False, add_prefix_space=True)
+    tok.add_tokens([AddedToken("<image>", special=True, normalized=False)], special_tokens=True)
+    image_token = tok.convert_tokens_to_ids("<image>")
+    tok.pad_token = tok.unk_token
+    image_processor = CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE},
+                                         crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
+                                         image_mean=MEAN, image_std=STD)
+    processor = LlavaProcessor(image_processor=image_processor, tokenizer=tok)
+    hf = os.path.join(out, "hf")
+    processor.save_pretrained(hf)
+    torch.manual_seed(0)
+    vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
+                              image_size=IMAGE_SIZE, patch_size=PATCH, hidden_act="quick_gelu", layer_norm_eps=1e-5)
+    text = LlamaConfig(vocab_size=image_token + 1, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
+                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=image_token,
+                      projector_hidden_act="gelu", vision_feature_select_strategy="default", vision_feature_layer=-2,
+                      image_seq_length=T, tie_word_embeddings=False)
+    model = eager(LlavaForConditionalGeneration(cfg)).float().eval()
+    model.save_pretrained(hf, safe_serialization=True)
+    # Conversations and images of odd sizes (expand2square pads them).
+    qs = ["What color is the circle?", "How many objects are there?", "Is it red? Answer yes or no.",
+          "what shape is at the top left", "Describe the image."]
+    ans = ["red", "Three.", "yes", "A small blue square on the left.", "There are 2 circles and 1 square."]
+    entries = []
+    for k in range(SAMPLES):
+        w, h = rng.randint(6, 40), rng.randint(6, 40)
+        img = Image.new("RGB", (w, h), tuple(rng.randint(0, 255) for _ in range(3)))
+        img.putdata([tuple(rng.randint(0, 255) for _ in range(3)) for _ in range(w * h)])
+        img.save(os.path.join(out, "data", "images", f"{k:03d}.png"))
+        conv = [{"from": "human", "value": "<image>\n" + rng.choice(qs)}, {"from": "gpt", "value": rng.choice(ans)}]
+        if k % 3 == 0:
+            conv += [{"from": "human", "value": rng.choice(qs)}, {"from": "gpt", "value": rng.choice(ans)}]
+        entries.append({"id": f"{k:03d}", "image": f"{k:03d}.png", "conversations": conv})
+    with open(os.path.join(out, "data", "train.json"), "w") as f:
+        json.dump(entries, f, indent=1)
+    batch = reference_batch(out, entries, LlamaTokenizer.from_pretrained(hf), processor, image_token)
+    batch["input_ids"][batch["input_ids"] == -1] = 0
+    save_file(batch, os.path.join(out, "ref_batch.safetensors"))
+    with torch.no_grad():
+        o = model(**batch)
+    save_file({"loss": o.loss.reshape(()), "logits": o.logits.contiguous()}, os.path.join(out, "ref.safetensors"))
+    root = os.path.abspath(out)
+    with open(os.path.join(out, "port.yaml"), "w") as f:
+        f.write(f"""run: {{output_dir: {root}/run}}
+model: {{name_or_path: {root}/hf}}
+data:
+  train_json: {root}/data/train.json
+  eval_json: {root}/data/train.json
+  image_folder: {root}/data/images
+  template: v1
+  max_seq_len: 512
+  num_workers: 1
+train: {{micro_batch_size: 4, max_steps: 20, learning_rate: 0.002, warmup_ratio: 0, save_steps: 20,
+        max_shard_size: 40KB, eval_samples: 4, max_new_tokens: 4}}
+log: {{progress_bar: false, logging_steps: 5}}
+""")
+    print(f"{PROG}: wrote {hf} (transformers {transformers.__version__}; vocab {image_token + 1}, <image> "
+          f"{image_token}), {SAMPLES} samples, reference loss {o.loss.item():.6f}")
+
+
+def close(name, ours, ref, tol=TOL):
+    ours, ref = ours.double(), ref.double()
+    if ours.shape != ref.shape:
+        fail(f"{name}: shape {tuple(ours.shape)} against the reference's {tuple(ref.shape)}")
+    err = (ours - ref).abs().max().item() / max(1.0, ref.abs().max().item())
+    if err > tol:
+        fail(f"{name}: max |difference| {err:.3g} > {tol}")
+    return err
+
+
+def compare(out, batch_path, ours_path):
+    ref_b, ours_b = load_file(os.path.join(out, "ref_batch.safetensors")), load_file(batch_path)
+    for key in ("input_ids", "labels"):
+        if not torch.equal(ours_b[key], ref_b[key]):
+            r, o = ref_b[key], ours_b[key]
+            detail = f"shape {tuple(o.shape)} vs {tuple(r.shape)}"
+            if o.shape == r.shape:
+                row = int((o != r).any(1).nonzero()[0])
+                detail = f"row {row}: headroom {o[row].tolist()}\n  LLaVA    {r[row].tolist()}"
+            fail(f"{key} differ from LLaVA's pipeline: {detail}")
+    # The same bytes after padding and PIL's fixed-point bicubic; only float rounding of the normalisation may differ.
+    pix = (ours_b["pixel_values"] - ref_b["pixel_values"]).abs().max().item()
+    if pix > 1e-5:
+        fail(f"pixel_values differ by {pix:.4g} (one 8-bit level is {1.0 / (255 * max(STD)):.4g})")
+    ref, ours = load_file(os.path.join(out, "ref.safetensors")), load_file(ours_path)
+    err = close("loss", ours["loss"].reshape(()), ref["loss"])
+    print(f"{PROG}: OK: input_ids and labels equal LLaVA's ({tuple(ref_b['input_ids'].shape)}), pixels within "
+          f"{pix:.2g}; loss {ours['loss'].item():.6f} vs transformers {ref['loss'].item():.6f} (|diff| {err:.2g})")
+
+
+def load(model_dir, batch_path, ours_path):
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    for f in ("config.json", "generation_config.json", "preprocessor_config.json", "tokenizer.model",
+              "tokenizer_config.json"):
+        if not os.path.exists(os.path.join(model_dir, f)):
+            fail(f"{model_dir} has no {f}")
+    model = eager(LlavaForConditionalGeneration.from_pretrained(model_dir, torch_dtype=torch.float32)).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    source = LlamaTokenizer.from_pretrained(os.path.join(os.path.dirname(os.path.dirname(model_dir)), "hf"))
+    text = "USER: <image>\nWhat color is the circle? ASSISTANT: red</s>"
+    if processor.tokenizer(text).input_ids != source(text).input_ids:
+        fail("the checkpoint's tokenizer does not tokenize as the one the run started from")
+    if list(processor.image_processor.image_mean) != MEAN:
+        fail(f"the checkpoint's image processor has mean {processor.image_processor.image_mean}, not {MEAN}")
+    batch = load_file(batch_path)
+    with torch.no_grad():
+        o = model(**batch)
+    ours = load_file(ours_path)
+    worst = max(close("loss", ours["loss"].reshape(()), o.loss.reshape(())), close("logits", ours["logits"], o.logits))
+    shards = len(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else 1
+    print(f"{PROG}: OK: transformers opened {model_dir} ({shards} safetensors shard(s)) and its processor; loss "
+          f"{o.loss.item():.6f} and logits equal headroom's, worst {worst:.2g}")
+
+
+def main(argv):
+    if len(argv) == 2 and argv[0] == "make":
+        make(argv[1])
+    elif len(argv) == 4 and argv[0] == "compare":
+        compare(argv[1], argv[2], argv[3])
+    elif len(argv) == 4 and argv[0] == "load":
+        load(argv[1], argv[2], argv[3])
+    else:
+        fail("usage: check_llava_port.py make OUT | compare OUT BATCH OURS | load DIR BATCH OURS", 2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

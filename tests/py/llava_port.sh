@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# A LLaVA port end to end (README "Porting a LLaVA run"): a llava-hf directory with its SentencePiece tokenizer
+# and CLIP processor, LLaVA-format data. headroom's batch (tokenizer, v1 template, images) equals LLaVA's
+# pipeline and its loss transformers'; 20 training steps; transformers and AutoProcessor open the (sharded)
+# checkpoint and its logits equal headroom's. Usage: llava_port.sh HEADROOM WORK_DIR.
+set -euo pipefail
+bin=$1 work=$2
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+python3 "$here/check_llava_port.py" make .
+"$bin" debug batch port.yaml --out hbatch.safetensors --count 4
+"$bin" debug grads --config port.yaml --weights hf --batch hbatch.safetensors --out hin.safetensors --logits
+python3 "$here/check_llava_port.py" compare . hbatch.safetensors hin.safetensors
+"$bin" train port.yaml > train.log
+grep -E "^step|loss" train.log | head -8 || true
+printf 'model: {name_or_path: %s/run/checkpoint-20}\n' "$work" > checkpoint.yaml
+"$bin" debug grads --config checkpoint.yaml --weights run/checkpoint-20 --batch hbatch.safetensors --out hout.safetensors --logits
+python3 "$here/check_llava_port.py" load run/checkpoint-20 hbatch.safetensors hout.safetensors
