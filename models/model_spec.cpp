@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/suggest.h"
 #include "models/hf_config.h"
+#include "models/hf_start.h"
 
 namespace hr::models {
 
@@ -49,6 +50,17 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
   HR_CHECK(model.IsMap() || model.IsNull(), "[config] ", where, ": model must be a mapping, not '", YAML::Dump(model), "'");
   HR_CHECK(!(model["preset"] && model["name_or_path"]), "[config] ", where,
            ": model.preset and model.name_or_path both give the dimensions; keep one");
+  const bool stage1 = model["vision_tower"] || model["language_model"];
+  HR_CHECK(!stage1 || (model["vision_tower"] && model["language_model"]), "[config] ", where,
+           ": model.vision_tower and model.language_model go together (LLaVA's stage-1 start)");
+  HR_CHECK(!stage1 || !(model["preset"] || model["name_or_path"]), "[config] ", where,
+           ": model.vision_tower + model.language_model give the dimensions; drop model.",
+           model["preset"] ? "preset" : "name_or_path");
+  if (stage1) {
+    s.vision_tower = as<std::string>(model["vision_tower"], "vision_tower", where);
+    s.language_model = as<std::string>(model["language_model"], "language_model", where);
+    s.config = stage1_config(s.vision_tower, s.language_model);
+  }
   if (model["preset"]) s.config = preset(as<std::string>(model["preset"], "preset", where));
   if (model["name_or_path"]) {
     s.name_or_path = as<std::string>(model["name_or_path"], "name_or_path", where);
@@ -96,6 +108,8 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
   std::map<std::string, Setter> top = {
       {"preset", [](const YAML::Node&) {}},
       {"name_or_path", [](const YAML::Node&) {}},
+      {"vision_tower", [](const YAML::Node&) {}},
+      {"language_model", [](const YAML::Node&) {}},
       {"dtype", [&](const YAML::Node& n) { s.dtype = core::parse_dtype(as<std::string>(n, "dtype", where)); }},
       {"vision", [&](const YAML::Node& n) { apply(n, "model.vision", vision_keys, where); }},
       {"llm", [&](const YAML::Node& n) { apply(n, "model.llm", llm_keys, where); }},

@@ -18,6 +18,9 @@ struct ModelSpec {
   // model.name_or_path: a Hugging Face LLaVA directory whose config.json gives the dimensions (and whose
   // weights the run starts from unless model.weights says otherwise).
   std::string name_or_path;
+  // LLaVA's stage-1 start (models/hf_start.h): a CLIP directory and a LlamaForCausalLM directory whose
+  // config.json give the dimensions and whose weights the run starts from, with a fresh projector.
+  std::string vision_tower, language_model;
   core::DType dtype = core::DType::F32;
   bool freeze_vision = false, freeze_projector = false, freeze_llm = false;
 };

@@ -5,6 +5,7 @@
 
 #include "core/memory/timeline.h"
 #include "core/ops/reduce.h"
+#include "models/hf_start.h"
 #include "models/weights.h"
 #include "train/trainer.h"
 
@@ -47,8 +48,13 @@ void Engine::shard() {
 }
 
 TrainerState Engine::start() {
-  if (config_.init_weights.empty()) init_weights(model_->params(), config_.seed);
-  else load_weights(model_->params(), Checkpoint::open(config_.init_weights), MissingWeights::Error);
+  const models::ModelSpec& spec = config_.model;
+  if (config_.init_weights.empty()) {
+    init_weights(model_->params(), config_.seed);
+    if (!spec.vision_tower.empty()) load_stage1_weights(model_->params(), spec.vision_tower, spec.language_model);
+  } else {
+    load_weights(model_->params(), Checkpoint::open(config_.init_weights), MissingWeights::Error);
+  }
   if (!config_.projector_weights.empty()) load_projector(model_->params(), config_.projector_weights);
   shard();
   return {};

@@ -25,9 +25,6 @@ Map key(const char* k) {
 Map boolean(const char* flag, const char* k) {
   return [flag, k](const std::string& v, LlavaArgs& o) { o.sets.push_back(str(k, "=", truth(flag, v) ? "true" : "false")); };
 }
-Map refuse(const char* flag, const char* why) {
-  return [flag, why](const std::string& v, LlavaArgs&) { throw Error(str("[args] --", flag, " ", v, ": ", why)); };
-}
 // Accepted only with the value headroom implements.
 Map only(const char* flag, const char* value, const char* why) {
   return [flag, value, why](const std::string& v, LlavaArgs& o) {
@@ -51,8 +48,8 @@ const std::map<std::string, Map>& flags() {
          if (v == "llava_llama_2") return o.sets.push_back("data.template=llava_llama_2");
          throw Error(str("[args] --version ", v, ": the conversation templates are plain, v1 (vicuna_v1) and llava_llama_2"));
        }},
-      {"vision_tower", refuse("vision_tower", "starting from a separate CLIP vision directory is not supported yet; "
-                                             "--model_name_or_path must be a LLaVA directory, which holds its vision tower")},
+      // With --vision_tower, --model_name_or_path is the language model (LLaVA's stage-1 start; see below).
+      {"vision_tower", key("model.vision_tower")},
       {"pretrain_mm_mlp_adapter", key("model.pretrain_mm_mlp_adapter")},
       {"mm_projector_type", key("model.projector")},
       {"mm_vision_select_layer", key("model.vision.select_layer")},
@@ -175,6 +172,12 @@ LlavaArgs translate_llava_args(const std::vector<std::string>& args) {
     }
     it->second(value, out);
   }
+  // LLaVA's pretrain.sh: --model_name_or_path names a LlamaForCausalLM (vicuna) when --vision_tower is given.
+  bool tower = false;
+  for (const std::string& s : out.sets) tower |= s.rfind("model.vision_tower=", 0) == 0;
+  if (tower)
+    for (std::string& s : out.sets)
+      if (s.rfind("model.name_or_path=", 0) == 0) s = "model.language_model=" + s.substr(19);
   return out;
 }
 

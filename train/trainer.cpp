@@ -54,8 +54,8 @@ void ensure_synthetic_data(const RunConfig& c, const std::string& dir) {
 std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const RunConfig& c) {
   const models::LlavaConfig& m = c.model.config;
   std::string path = c.tokenizer;
-  if (path == "auto")
-    path = c.model.name_or_path.empty() ? "byte" : data::find_tokenizer_file(c.model.name_or_path);
+  const std::string& model_dir = c.model.name_or_path.empty() ? c.model.language_model : c.model.name_or_path;
+  if (path == "auto") path = model_dir.empty() ? "byte" : data::find_tokenizer_file(model_dir);
   try {
     return data::load_tokenizer(path.empty() ? "byte" : path, m.llm.vocab, m.image_token_id);
   } catch (const Error& e) {
@@ -64,7 +64,7 @@ std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const RunConfig& c) {
 }
 
 data::ImageNorm run_image_norm(const RunConfig& c) {
-  const std::string& dir = c.model.name_or_path;
+  const std::string& dir = c.model.name_or_path.empty() ? c.model.vision_tower : c.model.name_or_path;
   const std::string file = dir + "/preprocessor_config.json";
   if (dir.empty() || !std::filesystem::is_regular_file(file)) return {};
   return data::read_preprocessor_config(file, c.model.config.vision.image_size);
@@ -76,16 +76,17 @@ HfSidecar run_hf_sidecar(const RunConfig& c) {
   if (!tok->is_bytes()) s.tokens = {tok->bos(), tok->eos(), tok->pad()};
   // The tokenizer's directory: data.tokenizer's (its own, or the file's), else model.name_or_path's under auto.
   std::string dir;
-  if (c.tokenizer == "auto" && !c.model.name_or_path.empty() && !tok->is_bytes())
-    dir = c.model.name_or_path;
+  if (c.tokenizer == "auto" && !tok->is_bytes())
+    dir = c.model.name_or_path.empty() ? c.model.language_model : c.model.name_or_path;
   else if (c.tokenizer != "auto" && c.tokenizer != "byte")
     dir = fs::is_directory(c.tokenizer) ? c.tokenizer : fs::path(c.tokenizer).parent_path().string();
   if (!dir.empty())
     for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                              "added_tokens.json"})
       if (fs::is_regular_file(fs::path(dir) / name)) s.files.push_back((fs::path(dir) / name).string());
-  if (!c.model.name_or_path.empty() && fs::is_regular_file(fs::path(c.model.name_or_path) / "preprocessor_config.json"))
-    s.files.push_back((fs::path(c.model.name_or_path) / "preprocessor_config.json").string());
+  const std::string& image_dir = c.model.name_or_path.empty() ? c.model.vision_tower : c.model.name_or_path;
+  if (!image_dir.empty() && fs::is_regular_file(fs::path(image_dir) / "preprocessor_config.json"))
+    s.files.push_back((fs::path(image_dir) / "preprocessor_config.json").string());
   s.preprocessor_json = data::preprocessor_config_json(c.model.config.vision.image_size, run_image_norm(c));
   s.max_shard_bytes = c.max_shard_bytes;
   return s;

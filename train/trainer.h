@@ -36,7 +36,7 @@ std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const RunConfig& confi
 // What checkpoints carry for Hugging Face (checkpoint.h): the run's tokenizer files (data.tokenizer's directory,
 // or model.name_or_path's) and preprocessor_config.json, its token ids, train.max_shard_size.
 HfSidecar run_hf_sidecar(const RunConfig& config);
-// The image normalisation: model.name_or_path's preprocessor_config.json, else CLIP's.
+// The image normalisation: model.name_or_path's (or model.vision_tower's) preprocessor_config.json, else CLIP's.
 data::ImageNorm run_image_norm(const RunConfig& config);
 data::DataOptions data_options(const RunConfig& config, const std::string& json_path, const std::string& image_folder);
 

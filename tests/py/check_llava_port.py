@@ -18,6 +18,16 @@ and a CLIP image processor, LLaVA-format conversations and images of odd sizes.
         transformers opens DIR (a headroom checkpoint) with LlavaForConditionalGeneration and AutoProcessor; the
         processor tokenizes as the one saved in OUT/hf did; the logits on BATCH equal headroom's (OURS) within 1e-4.
 
+    check_llava_port.py stage1 OUT
+        LLaVA's stage-1 start: OUT/clip (a whole CLIPModel, text half included, with its CLIPImageProcessor) and
+        OUT/llama (a LlamaForCausalLM with the SentencePiece tokenizer), LLaVA-format captions, and
+        OUT/stage1.yaml (model.vision_tower + model.language_model, the plain template, train.stage pretrain).
+    check_llava_port.py stage1_check OUT DIR
+        transformers opens DIR (headroom's checkpoint after pretraining) as LlavaForConditionalGeneration and
+        AutoProcessor; its vision tower equals the CLIP's vision half and its language model the LLaMA (both
+        frozen in pretraining) with "<image>" at the LLaMA's vocabulary size and the added rows at the mean; its
+        projector has trained; on text, its logits over the LLaMA's vocabulary equal LlamaForCausalLM's.
+
 Exit 0 when everything agrees; 1 on a difference; 2 on a usage error or a missing package.
 """
 import json
@@ -96,15 +106,7 @@ def reference_batch(out, entries, tok, processor, image_token):
 def make(out):
     rng = random.Random(7)
     os.makedirs(os.path.join(out, "data", "images"), exist_ok=True)
-    with open(os.path.join(out, "corpus.txt"), "w", encoding="utf-8") as f:
-        f.write(ct.corpus(rng))
-    ct.subprocess.run(["spm_train", f"--input={out}/corpus.txt", f"--model_prefix={out}/spm", "--vocab_size=600",
-                       "--model_type=bpe", "--byte_fallback=true", "--split_digits=true", "--character_coverage=0.99",
-                       "--allow_whitespace_only_pieces=true", "--remove_extra_whitespaces=false",
-                       "--normalization_rule_name=identity", "--add_dummy_prefix=true", "--unk_id=0", "--bos_id=1",
-                       "--eos_id=2", "--pad_id=-1", "--minloglevel=2"], check=True, stdout=ct.subprocess.DEVNULL,
-                      stderr=ct.subprocess.DEVNULL)
-    tok = LlamaTokenizer(vocab_file=f"{out}/spm.model", legacy=False, add_prefix_space=True)
+    tok = spm_tokenizer(out)
     tok.add_tokens([AddedToken("<image>", special=True, normalized=False)], special_tokens=True)
     image_token = tok.convert_tokens_to_ids("<image>")
     tok.pad_token = tok.unk_token
@@ -220,6 +222,109 @@ def load(model_dir, batch_path, ours_path):
           f"{o.loss.item():.6f} and logits equal headroom's, worst {worst:.2g}")
 
 
+def spm_tokenizer(out, legacy=False):
+    rng = random.Random(7)
+    with open(os.path.join(out, "corpus.txt"), "w", encoding="utf-8") as f:
+        f.write(ct.corpus(rng))
+    ct.subprocess.run(["spm_train", f"--input={out}/corpus.txt", f"--model_prefix={out}/spm", "--vocab_size=600",
+                       "--model_type=bpe", "--byte_fallback=true", "--split_digits=true", "--character_coverage=0.99",
+                       "--allow_whitespace_only_pieces=true", "--remove_extra_whitespaces=false",
+                       "--normalization_rule_name=identity", "--add_dummy_prefix=true", "--unk_id=0", "--bos_id=1",
+                       "--eos_id=2", "--pad_id=-1", "--minloglevel=2"], check=True, stdout=ct.subprocess.DEVNULL,
+                      stderr=ct.subprocess.DEVNULL)
+    return LlamaTokenizer(vocab_file=f"{out}/spm.model", legacy=legacy, add_prefix_space=None if legacy else True)
+
+
+def stage1(out):
+    from transformers import CLIPConfig, CLIPModel, CLIPTextConfig, LlamaForCausalLM
+    rng = random.Random(11)
+    os.makedirs(os.path.join(out, "data", "images"), exist_ok=True)
+    tok = spm_tokenizer(out)
+    torch.manual_seed(3)
+    vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
+                              image_size=IMAGE_SIZE, patch_size=PATCH, hidden_act="quick_gelu", layer_norm_eps=1e-5)
+    clip = CLIPModel(CLIPConfig(text_config=CLIPTextConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                                           num_attention_heads=2, vocab_size=50).to_dict(),
+                                vision_config=vision.to_dict(), projection_dim=8)).float()
+    clip.save_pretrained(os.path.join(out, "clip"), safe_serialization=True)
+    CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
+                       image_mean=MEAN, image_std=STD).save_pretrained(os.path.join(out, "clip"))
+    llama = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                                         bos_token_id=1, eos_token_id=2)).float()
+    llama.save_pretrained(os.path.join(out, "llama"), safe_serialization=True)
+    tok.save_pretrained(os.path.join(out, "llama"))
+    entries = []
+    for k in range(SAMPLES):
+        w, h = rng.randint(6, 40), rng.randint(6, 40)
+        img = Image.new("RGB", (w, h))
+        img.putdata([tuple(rng.randint(0, 255) for _ in range(3)) for _ in range(w * h)])
+        img.save(os.path.join(out, "data", "images", f"{k:03d}.png"))
+        caption = rng.choice(["a red circle on the left", "two blue squares", "a small green shape", "three circles"])
+        entries.append({"id": f"{k:03d}", "image": f"{k:03d}.png",
+                        "conversations": [{"from": "human", "value": "<image>\nDescribe it."},
+                                          {"from": "gpt", "value": caption}]})
+    with open(os.path.join(out, "data", "train.json"), "w") as f:
+        json.dump(entries, f, indent=1)
+    root = os.path.abspath(out)
+    with open(os.path.join(out, "stage1.yaml"), "w") as f:
+        f.write(f"""run: {{output_dir: {root}/run1}}
+model: {{vision_tower: {root}/clip, language_model: {root}/llama}}
+data:
+  train_json: {root}/data/train.json
+  image_folder: {root}/data/images
+  template: plain
+  num_workers: 1
+train: {{stage: pretrain, micro_batch_size: 4, max_steps: 6, learning_rate: 0.01, warmup_ratio: 0, save_steps: 6}}
+log: {{progress_bar: false, logging_steps: 2}}
+""")
+    print(f"{PROG}: wrote {out}/clip (CLIPModel), {out}/llama (LlamaForCausalLM, vocab {len(tok)}), stage1.yaml")
+
+
+def stage1_check(out, ckpt):
+    from safetensors import safe_open
+    from transformers import LlamaForCausalLM
+    model = eager(LlavaForConditionalGeneration.from_pretrained(ckpt, torch_dtype=torch.float32)).eval()
+    AutoProcessor.from_pretrained(ckpt) if os.path.exists(os.path.join(ckpt, "tokenizer_config.json")) else None
+    llama = LlamaForCausalLM.from_pretrained(os.path.join(out, "llama"), torch_dtype=torch.float32).eval()
+    V = llama.config.vocab_size
+    if model.config.image_token_index != V:
+        fail(f"image_token_index {model.config.image_token_index}, expected the LLaMA's vocabulary size {V}")
+    if model.config.text_config.vocab_size != (V + 2 + 63) // 64 * 64:
+        fail(f"vocab_size {model.config.text_config.vocab_size}, expected {(V + 2 + 63) // 64 * 64}")
+    clip = {}
+    with safe_open(os.path.join(out, "clip", "model.safetensors"), "pt") as f:
+        for k in f.keys():
+            clip[k] = f.get_tensor(k)
+    checked = 0
+    for name, p in model.vision_tower.named_parameters():
+        if name not in clip:
+            fail(f"vision_tower.{name} is not in the CLIP directory")
+        if not torch.equal(p, clip[name]):
+            fail(f"vision_tower.{name} differs from the CLIP's (frozen in pretraining)")
+        checked += 1
+    for name, p in llama.named_parameters():
+        q = model.language_model.get_parameter(name)
+        if name in ("model.embed_tokens.weight", "lm_head.weight"):
+            if not torch.equal(q[:V], p) or not torch.allclose(q[V:], p.mean(0, keepdim=True).expand(q.shape[0] - V, -1),
+                                                              atol=1e-6):
+                fail(f"language_model.{name}: rows differ from the LLaMA's, or the added rows are not their mean")
+        elif not torch.equal(q, p):
+            fail(f"language_model.{name} differs from the LLaMA's (frozen in pretraining)")
+        checked += 1
+    ids = torch.tensor([[1, 5, 77, 300, 12, 9, 451, 2]])
+    with torch.no_grad():
+        a = model(input_ids=ids).logits[..., :V]
+        b = llama(input_ids=ids).logits
+    err = (a - b).abs().max().item()
+    if err > TOL:
+        fail(f"text-only logits differ from LlamaForCausalLM's by {err:.3g}")
+    print(f"{PROG}: OK: {ckpt} opens as LlavaForConditionalGeneration (<image> {V}, vocab "
+          f"{model.config.text_config.vocab_size}); {checked} tower and LLaMA tensors equal their sources; text logits "
+          f"equal LlamaForCausalLM's within {err:.2g}")
+
+
 def main(argv):
     if len(argv) == 2 and argv[0] == "make":
         make(argv[1])
@@ -227,8 +332,13 @@ def main(argv):
         compare(argv[1], argv[2], argv[3])
     elif len(argv) == 4 and argv[0] == "load":
         load(argv[1], argv[2], argv[3])
+    elif len(argv) == 2 and argv[0] == "stage1":
+        stage1(argv[1])
+    elif len(argv) == 3 and argv[0] == "stage1_check":
+        stage1_check(argv[1], argv[2])
     else:
-        fail("usage: check_llava_port.py make OUT | compare OUT BATCH OURS | load DIR BATCH OURS", 2)
+        fail("usage: check_llava_port.py make OUT | compare OUT BATCH OURS | load DIR BATCH OURS | stage1 OUT | "
+             "stage1_check OUT DIR", 2)
 
 
 if __name__ == "__main__":

@@ -18,3 +18,7 @@ grep -E "^step|loss" train.log | head -8 || true
 printf 'model: {name_or_path: %s/run/checkpoint-20}\n' "$work" > checkpoint.yaml
 "$bin" debug grads --config checkpoint.yaml --weights run/checkpoint-20 --batch hbatch.safetensors --out hout.safetensors --logits
 python3 "$here/check_llava_port.py" load run/checkpoint-20 hbatch.safetensors hout.safetensors
+# LLaVA's stage-1 start: a CLIP directory + a LlamaForCausalLM directory, projector pretraining (plain template).
+python3 "$here/check_llava_port.py" stage1 .
+"$bin" train stage1.yaml > stage1.log
+python3 "$here/check_llava_port.py" stage1_check . run1/checkpoint-6

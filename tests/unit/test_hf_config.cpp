@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <yaml-cpp/yaml.h>
+
 #include "models/hf_config.h"
 #include "models/model_spec.h"
 
@@ -118,4 +120,44 @@ TEST(HfConfig, ModelNameOrPathReadsTheDirectory) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("missing/config.json: cannot open"), std::string::npos) << e.what();
   }
+}
+
+// LLaVA's stage-1 start: model.vision_tower (a CLIP or CLIPVisionModel directory) + model.language_model.
+TEST(HfConfig, VisionTowerAndLanguageModelJoinAsLlavaHfDoes) {
+  namespace fs = std::filesystem;
+  const fs::path d = fs::temp_directory_path() / "hr_stage1_config";
+  fs::remove_all(d);
+  fs::create_directories(d / "clip");
+  fs::create_directories(d / "tower");
+  fs::create_directories(d / "llama");
+  std::ofstream(d / "clip" / "config.json") << R"({"model_type": "clip", "vision_config": {"hidden_size": 16,
+      "intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2, "image_size": 16, "patch_size": 4}})";
+  std::ofstream(d / "tower" / "config.json") << R"({"model_type": "clip_vision_model", "hidden_size": 16,
+      "intermediate_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2, "image_size": 16, "patch_size": 4})";
+  std::ofstream(d / "llama" / "config.json") << R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})";
+  for (const char* tower : {"clip", "tower"}) {
+    const ModelSpec s = parse_model_spec(
+        YAML::Load(str("{vision_tower: ", (d / tower).string(), ", language_model: ", (d / "llama").string(), "}")), "t");
+    EXPECT_EQ(s.config.image_token_id, 32000);
+    EXPECT_EQ(s.config.llm.vocab, 32064);  // "<image>" and "<pad>", padded to 64 as llava-hf's conversion
+    EXPECT_EQ(s.config.vision.hidden, 16);
+    EXPECT_EQ(s.config.vision.select_layer, -2);
+    EXPECT_EQ(s.vision_tower, (d / tower).string());
+  }
+  auto err = [&](const std::string& yaml) {
+    try {
+      parse_model_spec(YAML::Load(yaml), "t.yaml");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(err(str("{vision_tower: ", (d / "clip").string(), "}")).find("go together"), std::string::npos);
+  EXPECT_NE(err(str("{vision_tower: ", (d / "clip").string(), ", language_model: ", (d / "llama").string(),
+                    ", preset: tiny}")).find("drop model.preset"), std::string::npos);
+  EXPECT_NE(err(str("{vision_tower: ", (d / "llama").string(), ", language_model: ", (d / "llama").string(), "}"))
+                .find("neither 'clip' nor 'clip_vision_model'"), std::string::npos);
+  EXPECT_NE(err(str("{vision_tower: ", (d / "clip").string(), ", language_model: ", (d / "clip").string(), "}"))
+                .find("is not 'llama'"), std::string::npos);
 }

@@ -201,10 +201,9 @@ TEST(LlavaArgs, FinetuneShCommandLinePortsAsItIs) {
 
 TEST(LlavaArgs, FlagsHeadroomCannotHonourSayWhy) {
   auto err = [](std::vector<std::string> args) { return error_of([&] { translate_llava_args(args); }); };
-  EXPECT_NE(err({"--vision_tower", "openai/clip-vit-large-patch14-336"}).find("separate CLIP vision directory"), std::string::npos);
   EXPECT_NE(err({"--lora_enable", "True"}).find("LoRA is not implemented yet"), std::string::npos);
   EXPECT_NE(err({"--mm_use_im_start_end", "True"}).find("only False is supported"), std::string::npos);
-  EXPECT_NE(err({"--version", "llava_llama_2"}).find("plain and v1"), std::string::npos);
+  EXPECT_NE(err({"--version", "mpt"}).find("plain, v1 (vicuna_v1) and llava_llama_2"), std::string::npos);
   EXPECT_NE(err({"--report_to", "wandb"}).find("none and tensorboard"), std::string::npos);
   EXPECT_NE(err({"--bf16", "maybe"}).find("expects True or False"), std::string::npos);
   EXPECT_NE(err({"--output_dir"}).find("needs a value"), std::string::npos);
@@ -215,6 +214,20 @@ TEST(LlavaArgs, FlagsHeadroomCannotHonourSayWhy) {
   const LlavaArgs a = translate_llava_args({"--model_name_or_path=" + vicuna});
   EXPECT_NE(error_of([&] { load_config_text("", "(flags)", a.sets, 1); }).find("model_type 'llama' is not 'llava'"),
             std::string::npos);
+}
+
+// pretrain.sh: with --vision_tower, --model_name_or_path is the language model (in either order).
+TEST(LlavaArgs, VisionTowerMakesModelNameOrPathTheLanguageModel) {
+  for (bool tower_first : {false, true}) {
+    std::vector<std::string> args = {"--model_name_or_path", "/m/vicuna", "--version", "plain"};
+    const std::vector<std::string> tower = {"--vision_tower", "/m/clip"};
+    args.insert(tower_first ? args.begin() : args.end(), tower.begin(), tower.end());
+    const LlavaArgs a = translate_llava_args(args);
+    EXPECT_NE(std::find(a.sets.begin(), a.sets.end(), "model.language_model=/m/vicuna"), a.sets.end());
+    EXPECT_NE(std::find(a.sets.begin(), a.sets.end(), "model.vision_tower=/m/clip"), a.sets.end());
+    EXPECT_EQ(std::find(a.sets.begin(), a.sets.end(), "model.name_or_path=/m/vicuna"), a.sets.end());
+  }
+  EXPECT_EQ(translate_llava_args({"--version", "llava_llama_2"}).sets, std::vector<std::string>{"data.template=llava_llama_2"});
 }
 
 // LLaVA's stage-1 projector (mm_projector.bin's names, as safetensors) loaded over a model's weights.
