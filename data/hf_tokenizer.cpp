@@ -1,6 +1,7 @@
 // Hugging Face `tokenizer.json` for the Llama family: added tokens, the normalizers, pre-tokenizers,
 // post-processor and decoders those files use, and the BPE model with byte fallback, following the `tokenizers`
 // library (0.20) step for step. A part it does not implement is an error that names it, never other ids.
+#include <cctype>
 #include <filesystem>
 #include <queue>
 #include <unordered_map>
@@ -50,13 +51,32 @@ bool valid_utf8(const std::string& s) {
 
 class HfTokenizer : public Tokenizer {
  public:
-  HfTokenizer(const std::string& file, int64_t image_token) : file_(file) {
+  // `text` is the file's content; `file` names it in errors; tokenizer_config.json is read from `config_dir`
+  // when it is not empty.
+  HfTokenizer(const std::string& text, const std::string& file, const std::string& config_dir, int64_t image_token)
+      : file_(file) {
     json j;
     try {
-      j = json::parse(tok::read_file(file));
+      j = json::parse(text);
     } catch (const json::exception& e) {
       throw Error(str("[tokenizer] ", file, " is not valid JSON: ", e.what()));
     }
+    try {
+      parse(j, config_dir, image_token);
+    } catch (const json::exception& e) {  // a key of the wrong type or missing: the file is malformed
+      throw Error(str("[tokenizer] ", file, " is malformed: ", e.what()));
+    }
+  }
+
+ private:
+  static constexpr int64_t kMaxId = int64_t(1) << 24;
+
+  void parse(const json& j, const std::string& config_dir, int64_t image_token) {
+    const std::string& file = file_;
+    auto check_id = [&](int64_t id, const std::string& what) {
+      HR_CHECK(id >= 0 && id < kMaxId, "[tokenizer] ", file, ": ", what, " has id ", id, ", outside [0, ", kMaxId, ")");
+      return id;
+    };
     auto unsupported = [&](const std::string& part, const json& v) {
       return Error(str("[tokenizer] ", file, ": ", part, " '", v.is_object() ? v.value("type", v.dump()) : v.dump(),
                        "' is not supported (headroom reads the Llama family's BPE with byte fallback: normalizers "
@@ -72,10 +92,12 @@ class HfTokenizer : public Tokenizer {
     byte_fallback_ = m.value("byte_fallback", false);
     fuse_unk_ = m.value("fuse_unk", false);
     ignore_merges_ = m.value("ignore_merges", false);
-    for (const auto& [piece, id] : m.at("vocab").items()) {
-      vocab_[piece] = id.get<int64_t>();
-      pieces_.resize(std::max<std::size_t>(pieces_.size(), std::size_t(id.get<int64_t>()) + 1));
-      pieces_[std::size_t(id.get<int64_t>())] = piece;
+    for (const auto& [piece, id_json] : m.at("vocab").items()) {
+      const int64_t id = check_id(tok::json_int(id_json, str(file, ": vocabulary piece '", piece, "'")),
+                                  str("vocabulary piece '", piece, "'"));
+      vocab_[piece] = id;
+      pieces_.resize(std::max<std::size_t>(pieces_.size(), std::size_t(id) + 1));
+      pieces_[std::size_t(id)] = piece;
     }
     if (m.contains("unk_token") && m["unk_token"].is_string()) {
       const auto it = vocab_.find(m["unk_token"].get<std::string>());
@@ -104,8 +126,9 @@ class HfTokenizer : public Tokenizer {
     // Added tokens.
     if (j.contains("added_tokens"))
       for (const json& t : j["added_tokens"]) {
-        AddedToken a{t.at("content"), t.at("id"), t.value("lstrip", false), t.value("rstrip", false),
-                     t.value("special", false), t.value("normalized", false)};
+        AddedToken a{t.at("content"), tok::json_int(t.at("id"), str(file, ": added token id")), t.value("lstrip", false),
+                     t.value("rstrip", false), t.value("special", false), t.value("normalized", false)};
+        check_id(a.id, str("added token '", a.content, "'"));
         if (a.normalized) throw unsupported(str("added token '", a.content, "' with normalized"), json(true));
         if (t.value("single_word", false)) throw unsupported(str("added token '", a.content, "' with single_word"), json(true));
         added_.push_back(a);
@@ -133,6 +156,7 @@ class HfTokenizer : public Tokenizer {
       if (p.value("type", "") != "Metaspace") throw unsupported("pre_tokenizer", p);
       metaspace_ = true;
       replacement_ = p.value("replacement", std::string(tok::kMetaspace));
+      HR_CHECK(!replacement_.empty(), "[tokenizer] ", file, ": pre_tokenizer Metaspace has an empty replacement");
       const std::string scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
       if (scheme != "always" && scheme != "first" && scheme != "never") throw unsupported("Metaspace prepend_scheme", p);
       prepend_scheme_ = scheme;
@@ -150,7 +174,9 @@ class HfTokenizer : public Tokenizer {
         }
         const std::string name = piece.at("SpecialToken").at("id");
         const json& ids = p.at("special_tokens").at(name).at("ids");
-        for (const json& id : ids) (seen_text ? suffix_ : prefix_).push_back(id.get<int64_t>());
+        for (const json& id : ids)
+          (seen_text ? suffix_ : prefix_)
+              .push_back(check_id(tok::json_int(id, str(file, ": a post-processor id")), "a post-processor token"));
       }
     }
     // Decoder.
@@ -166,7 +192,8 @@ class HfTokenizer : public Tokenizer {
       } else if (type == "Fuse") {
         decoders_.push_back({Decoder::Fuse, "", ""});
       } else if (type == "Strip") {
-        decoders_.push_back({Decoder::Strip, d.at("content"), "", d.at("start"), d.at("stop")});
+        decoders_.push_back({Decoder::Strip, d.at("content"), "", tok::json_int(d.at("start"), str(file, ": Strip start")),
+                             tok::json_int(d.at("stop"), str(file, ": Strip stop"))});
       } else if (type == "Metaspace") {
         Decoder x{Decoder::Metaspace, d.value("replacement", std::string(tok::kMetaspace)), ""};
         x.prepend = d.value("prepend_scheme", std::string("always")) != "never";
@@ -177,7 +204,7 @@ class HfTokenizer : public Tokenizer {
     };
     add_decoder(j.value("decoder", json()));
     // Token roles, from tokenizer_config.json beside the file where there is one.
-    const tok::TokenizerConfig cfg = tok::read_tokenizer_config(std::filesystem::path(file).parent_path().string());
+    const tok::TokenizerConfig cfg = config_dir.empty() ? tok::TokenizerConfig{} : tok::read_tokenizer_config(config_dir);
     legacy_ = cfg.legacy.is_boolean() ? cfg.legacy.get<bool>() : true;
     auto id_of = [&](const std::string& text, const char* fallback) -> int64_t {
       const std::string t = text.empty() ? fallback : text;
@@ -190,7 +217,13 @@ class HfTokenizer : public Tokenizer {
     eos_ = id_of(cfg.eos_token, "</s>");
     pad_ = unk_ >= 0 ? unk_ : id_of(cfg.pad_token, "<unk>");
     image_token_ = image_token;
+    for (const auto* v : {&prefix_, &suffix_})
+      for (int64_t id : *v)
+        HR_CHECK(id < int64_t(pieces_.size()), "[tokenizer] ", file, ": the post-processor adds id ", id,
+                 ", which is not in the vocabulary");
   }
+
+ public:
 
   std::vector<int64_t> encode(const std::string& text, bool add_special) const override {
     std::vector<int64_t> ids;
@@ -376,7 +409,8 @@ class HfTokenizer : public Tokenizer {
           bytes.clear(), count = 0;
         };
         for (const std::string& t : in) {
-          if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>') {
+          if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
+              std::isxdigit(static_cast<unsigned char>(t[4]))) {
             bytes += char(std::stoi(t.substr(3, 2), nullptr, 16));
             ++count;
           } else {
@@ -412,7 +446,13 @@ class HfTokenizer : public Tokenizer {
 }  // namespace
 
 std::shared_ptr<const Tokenizer> load_hf_tokenizer_json(const std::string& file, int64_t image_token) {
-  return std::make_shared<HfTokenizer>(file, image_token);
+  return std::make_shared<HfTokenizer>(tok::read_file(file), file, std::filesystem::path(file).parent_path().string(),
+                                       image_token);
+}
+
+std::shared_ptr<const Tokenizer> tokenizer_json_from_text(const std::string& text, const std::string& name,
+                                                          int64_t image_token) {
+  return std::make_shared<HfTokenizer>(text, name, "", image_token);
 }
 
 }  // namespace hr::data

@@ -322,15 +322,8 @@ Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode, c
   return clip_image(decode_image(path), path, size, mode, norm);
 }
 
-ImageNorm read_preprocessor_config(const std::string& path, int64_t size) {
-  nlohmann::json j;
-  try {
-    std::ifstream in(path, std::ios::binary);
-    HR_CHECK(in, "[image] cannot open ", path);
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(str("[image] ", path, " is not valid JSON: ", e.what()));
-  }
+namespace {
+ImageNorm parse_preprocessor(const nlohmann::json& j, const std::string& path, int64_t size) {
   auto refuse = [&](const std::string& key, const std::string& why) {
     return Error(str("[image] ", path, ": ", key, " = ", j.contains(key) ? j[key].dump() : "(absent)", ": ", why));
   };
@@ -340,22 +333,29 @@ ImageNorm read_preprocessor_config(const std::string& path, int64_t size) {
     const auto& v = j[key];
     if (!v.is_array() || v.size() != 3 || !v[0].is_number() || !v[1].is_number() || !v[2].is_number())
       throw refuse(key, "needs three numbers (R, G, B)");
-    for (int ch = 0; ch < 3; ++ch) (std::string(key) == "image_mean" ? n.mean : n.std)[ch] = v[std::size_t(ch)].get<float>();
+    for (int ch = 0; ch < 3; ++ch) {
+      const double x = v[std::size_t(ch)].get<double>();
+      if (!(std::fabs(x) <= 1e6)) throw refuse(key, "values must be finite numbers of a sensible size");
+      (std::string(key) == "image_mean" ? n.mean : n.std)[ch] = float(x);
+    }
   }
   for (int ch = 0; ch < 3; ++ch)
     if (!(n.std[ch] > 0)) throw refuse("image_std", "every value must be positive");
   if (j.contains("resample") && j["resample"] != 3) throw refuse("resample", "only 3 (bicubic) is implemented");
   for (const char* key : {"do_rescale", "do_normalize", "do_convert_rgb"})
     if (j.contains(key) && j[key] == false) throw refuse(key, "headroom always does it, as LLaVA's CLIP processor");
-  if (j.contains("rescale_factor") && std::fabs(j["rescale_factor"].get<double>() - 1.0 / 255) > 1e-9)
+  if (j.contains("rescale_factor") &&
+      (!j["rescale_factor"].is_number() || std::fabs(j["rescale_factor"].get<double>() - 1.0 / 255) > 1e-9))
     throw refuse("rescale_factor", "only 1/255 is implemented");
   // The resize (shortest edge) and the crop must both land on the vision tower's size.
   auto side = [&](const char* key, const char* field) -> int64_t {
     if (!j.contains(key)) return size;
     const auto& v = j[key];
-    if (v.is_number()) return v.get<int64_t>();
-    if (v.is_object() && v.contains(field)) return v[field].get<int64_t>();
-    if (v.is_object() && v.contains("height")) return v["height"].get<int64_t>();
+    const nlohmann::json* n = v.is_number_integer()                       ? &v
+                              : v.is_object() && v.contains(field)          ? &v[field]
+                              : v.is_object() && v.contains("height")       ? &v["height"]
+                                                                            : nullptr;
+    if (n && n->is_number_integer()) return n->get<int64_t>();
     throw refuse(key, "is neither a number nor an object with shortest_edge or height");
   };
   if (j.value("do_resize", true) && side("size", "shortest_edge") != size)
@@ -363,6 +363,24 @@ ImageNorm read_preprocessor_config(const std::string& path, int64_t size) {
   if (j.value("do_center_crop", true) && side("crop_size", "height") != size)
     throw refuse("crop_size", str("the vision tower takes ", size, " x ", size, " images"));
   return n;
+}
+}  // namespace
+
+ImageNorm read_preprocessor_config(const std::string& path, int64_t size) {
+  nlohmann::json j;
+  try {
+    std::ifstream in(path, std::ios::binary);
+    HR_CHECK(in, "[image] cannot open ", path);
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str("[image] ", path, " is not valid JSON: ", e.what()));
+  }
+  HR_CHECK(j.is_object(), "[image] ", path, " is not a JSON object");
+  try {
+    return parse_preprocessor(j, path, size);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str("[image] ", path, " is malformed: ", e.what()));
+  }
 }
 
 std::string preprocessor_config_json(int64_t size, const ImageNorm& n) {

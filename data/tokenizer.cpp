@@ -77,6 +77,13 @@ std::string read_file(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
+int64_t json_int(const json& v, const std::string& what) {
+  HR_CHECK(v.is_number_integer(), "[tokenizer] ", what, " must be an integer; got ", v.dump());
+  HR_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(INT64_MAX), "[tokenizer] ", what, " ", v.dump(),
+           " is out of range");
+  return v.get<int64_t>();
+}
+
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   if (from.empty()) return s;
   std::string out;
@@ -149,7 +156,7 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
     if (j.contains("added_tokens_decoder") && j["added_tokens_decoder"].is_object())
       for (const auto& [id, t] : j["added_tokens_decoder"].items()) {
         AddedToken a;
-        a.id = std::stoll(id);
+        a.id = json_int(json::parse(id, nullptr, false), str(cfg.string(), ": added_tokens_decoder key '", id, "'"));
         a.content = token_text(t);
         a.lstrip = t.value("lstrip", false);
         a.rstrip = t.value("rstrip", false);
@@ -165,7 +172,7 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
     for (const auto& [content, id] : j.items()) {
       bool known = false;
       for (const AddedToken& a : c.added) known |= a.content == content;
-      if (!known) c.added.push_back({content, id.get<int64_t>(), false, false, true, false});
+      if (!known) c.added.push_back({content, json_int(id, str(older.string(), ": '", content, "'")), false, false, true, false});
     }
   }
   return c;

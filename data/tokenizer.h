@@ -61,6 +61,10 @@ class ByteTokenizer : public Tokenizer {
 // token of the tokenizer or lie past its vocabulary (below model_vocab).
 std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path, int64_t model_vocab, int64_t image_token);
 
+// A tokenizer.json's content (`name` stands for the file in errors), without a tokenizer_config.json.
+std::shared_ptr<const Tokenizer> tokenizer_json_from_text(const std::string& text, const std::string& name,
+                                                          int64_t image_token);
+
 // The tokenizer file a directory holds ("" if none).
 std::string find_tokenizer_file(const std::string& dir);
 

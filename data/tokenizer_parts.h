@@ -36,6 +36,8 @@ struct TokenizerConfig {
 TokenizerConfig read_tokenizer_config(const std::string& dir);
 
 std::string read_file(const std::string& path);
+// An integer of a JSON file, refused (naming `what`) when it is not one: a float such as 1e91 would not fit.
+int64_t json_int(const nlohmann::json& v, const std::string& what);
 std::string replace_all(std::string s, const std::string& from, const std::string& to);
 
 constexpr const char* kMetaspace = "\xe2\x96\x81";  // "▁", SentencePiece's visible space

@@ -1,6 +1,6 @@
 // Writes the seed corpora of the fuzz targets with headroom's own writers: safetensors files and a sharded
-// index, the synthetic VQA set as JSON and JSON lines, the configs in configs/ with overrides, PNG and JPEG, and
-// the inputs that once failed a target (tests/fuzz/regressions).
+// index, the synthetic VQA set as JSON and JSON lines, the configs in configs/ with overrides, PNG and JPEG,
+// Llama-shaped tokenizer.json files with texts, and the inputs that once failed a target (tests/fuzz/regressions).
 // Usage: fuzz_make_seeds OUT_DIR SOURCE_DIR
 #include <stb/stb_image_write.h>
 
@@ -86,6 +86,50 @@ void image_seeds(const fs::path& out) {
 
 }  // namespace
 
+// tokenizer.json files as the Llama family writes them (legacy: Prepend + Replace normalizers; newer: Metaspace
+// with prepend_scheme "first"), merges as strings and as pairs, then NUL-separated texts for fuzz_tokenizer.
+static void tokenizer_seeds(const fs::path& out) {
+  using json = nlohmann::json;
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}, {"\u2581", 3}, {"a", 4}, {"b", 5}, {"c", 6},
+                {"ab", 7},    {"\u2581a", 8}, {"\u2581ab", 9}, {"bc", 10}};
+  for (int b = 0; b < 256; ++b) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
+    vocab[hex] = 11 + b;
+  }
+  const json added = json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
+                                  {{"id", 1}, {"content", "<s>"}, {"special", true}},
+                                  {{"id", 2}, {"content", "</s>"}, {"special", true}},
+                                  {{"id", 267}, {"content", "<image>"}, {"special", true}, {"rstrip", true}}});
+  const json decoder = {{"type", "Sequence"},
+                        {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                                                  {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
+                                                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
+  const json post = {{"type", "TemplateProcessing"},
+                     {"single", json::array({{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}})},
+                     {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}}}}}};
+  json legacy = {{"added_tokens", added},
+                 {"normalizer", {{"type", "Sequence"},
+                                 {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                                                              {{"type", "Replace"}, {"pattern", {{"String", " "}}},
+                                                               {"content", "\u2581"}}})}}},
+                 {"pre_tokenizer", nullptr},
+                 {"post_processor", post},
+                 {"decoder", decoder},
+                 {"model", {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true},
+                            {"vocab", vocab}, {"merges", json::array({"a b", "\u2581 a", "b c", "\u2581a b", "\u2581 ab"})}}}};
+  json newer = legacy;
+  newer["normalizer"] = nullptr;
+  newer["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
+  newer["model"]["merges"] = json::array({json::array({"a", "b"}), json::array({"\u2581", "a"}), json::array({"b", "c"})});
+  static const char raw[] = "\0abc abc\0  a\tb\n\0<s>ab</s>c<image> x\0\xc3\xa9\xe2\x96\x81\xff\0";
+  const std::string texts(raw, sizeof raw - 1);
+  int k = 0;
+  for (const json* j : {&legacy, &newer}) {
+    std::ofstream(out / ("tokenizer-" + std::to_string(k++) + ".json"), std::ios::binary) << j->dump() << texts;
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(stderr, "usage: %s OUT_DIR SOURCE_DIR\n", argv[0]);
@@ -94,16 +138,18 @@ int main(int argc, char** argv) {
   const fs::path out = argv[1], source = argv[2];
   const fs::path scratch = fuzz::scratch_dir("seeds");
   fs::remove_all(out);
-  for (const char* t : {"safetensors", "safetensors_index", "dataset", "config", "image"}) fs::create_directories(out / t);
+  for (const char* t : {"safetensors", "safetensors_index", "dataset", "config", "image", "tokenizer"})
+    fs::create_directories(out / t);
   safetensors_seeds(out / "safetensors", scratch / "shards");
   index_seeds(out / "safetensors_index", scratch / "shards");
   dataset_seeds(out / "dataset", scratch / "synth");
   config_seeds(out / "config", source);
   image_seeds(out / "image");
+  tokenizer_seeds(out / "tokenizer");
   // Inputs that once failed a target (tests/fuzz/regressions/TARGET-*) are seeds of it: every run replays them.
   for (const auto& e : fs::directory_iterator(source / "tests/fuzz/regressions")) {
     const std::string name = e.path().filename().string();
-    for (const char* t : {"safetensors_index", "safetensors", "dataset", "config", "image"})
+    for (const char* t : {"safetensors_index", "safetensors", "dataset", "config", "image", "tokenizer"})
       if (name.rfind(std::string(t) + "-", 0) == 0) {
         fs::copy_file(e.path(), out / t / name, fs::copy_options::overwrite_existing);
         break;

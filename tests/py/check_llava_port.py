@@ -40,6 +40,7 @@ import _oracle_env  # noqa: E402
 
 _oracle_env.require("torch", "transformers", "safetensors", "sentencepiece", "PIL")
 import check_tokenizer as ct  # noqa: E402  (spm_train settings, LLaVA's preprocess transcribed)
+from check_hf_dir import eager  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -61,12 +62,6 @@ SAMPLES, BATCH = 16, 4
 def fail(msg, code=1):
     print(f"{PROG}: FAIL: {msg}")
     sys.exit(code)
-
-
-def eager(model):
-    for c in (model.config, model.config.vision_config, model.config.text_config):
-        c._attn_implementation = "eager"
-    return model
 
 
 def expand2square(img, background):  # LLaVA's llava/mm_utils.py

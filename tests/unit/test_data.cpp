@@ -567,3 +567,36 @@ TEST(Synthetic, CaptionEntriesDescribeEveryObjectLeftToRightAndChangeNothingElse
   EXPECT_GT(captions, 40);
   EXPECT_LT(captions, 80);
 }
+
+// preprocessor_config.json: the mean and std are read; what LLaVA's CLIP pipeline does not do here is refused
+// naming the key; the file headroom writes reads back.
+TEST(Image, PreprocessorConfigIsReadOrRefusedNamingTheKey) {
+  const std::string d = dir("preprocessor");
+  auto write = [&](const std::string& text) {
+    std::ofstream(d + "/preprocessor_config.json") << text;
+    return d + "/preprocessor_config.json";
+  };
+  ImageNorm n = read_preprocessor_config(
+      write(R"({"image_mean": [0.5, 0.4, 0.3], "image_std": [0.2, 0.25, 0.3], "size": {"shortest_edge": 16},
+               "crop_size": {"height": 16, "width": 16}, "resample": 3})"), 16);
+  EXPECT_FLOAT_EQ(n.mean[1], 0.4f);
+  EXPECT_FLOAT_EQ(n.std[2], 0.3f);
+  auto error = [&](const std::string& text) {
+    try {
+      read_preprocessor_config(write(text), 16);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(R"({"resample": 2})").find("resample = 2: only 3 (bicubic)"), std::string::npos);
+  EXPECT_NE(error(R"({"size": {"shortest_edge": 224}})").find("the vision tower takes 16 x 16"), std::string::npos);
+  EXPECT_NE(error(R"({"image_mean": [0.5, 0.4]})").find("three numbers"), std::string::npos);
+  EXPECT_NE(error(R"({"image_std": [0.2, 0, 0.3]})").find("positive"), std::string::npos);
+  EXPECT_NE(error(R"({"image_mean": [1e91, 0, 0]})").find("finite numbers"), std::string::npos);
+  EXPECT_NE(error(R"({"do_resize": "yes"})").find("is malformed"), std::string::npos);
+  EXPECT_NE(error("[1, 2").find("not valid JSON"), std::string::npos);
+  const ImageNorm back = read_preprocessor_config(write(preprocessor_config_json(16, n)), 16);
+  EXPECT_EQ(back.mean[0], n.mean[0]);
+  EXPECT_EQ(back.std[1], n.std[1]);
+}
