@@ -115,8 +115,17 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
 
 void write_hf_sidecar(const std::string& dir, const HfSidecar& s) {
   bool preprocessor = false;
+  for (const auto& [name, text] : s.written) {
+    AtomicFile f((fs::path(dir) / name).string());
+    f.write(text.data(), text.size());
+    f.commit();
+    preprocessor |= name == "preprocessor_config.json";
+  }
   for (const std::string& f : s.files) {
     const fs::path to = fs::path(dir) / fs::path(f).filename();
+    bool replaced = false;
+    for (const auto& [name, text] : s.written) replaced |= name == fs::path(f).filename().string();
+    if (replaced) continue;
     std::error_code ec;
     if (fs::equivalent(to, f, ec)) continue;  // already there (consolidating in place)
     fs::copy_file(f, to, fs::copy_options::overwrite_existing, ec);

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/loader.h"
@@ -35,6 +36,7 @@ struct TrainerState {
 // model.safetensors.index.json, as save_pretrained's max_shard_size).
 struct HfSidecar {
   std::vector<std::string> files;
+  std::vector<std::pair<std::string, std::string>> written;  // file name, content: written instead of copied
   std::string preprocessor_json;
   models::TokenIds tokens;
   std::size_t max_shard_bytes = std::size_t(5) * 1000 * 1000 * 1000;  // transformers' "5GB"

@@ -24,7 +24,8 @@ and a CLIP image processor, LLaVA-format conversations and images of odd sizes.
         OUT/stage1.yaml (model.vision_tower + model.language_model, the plain template, train.stage pretrain).
     check_llava_port.py stage1_check OUT DIR
         transformers opens DIR (headroom's checkpoint after pretraining) as LlavaForConditionalGeneration and
-        AutoProcessor; its vision tower equals the CLIP's vision half and its language model the LLaMA (both
+        AutoProcessor (a LlavaProcessor whose tokenizer has "<image>" and "<pad>" after the LLaMA's vocabulary,
+        as llava-hf's conversion adds them); its vision tower equals the CLIP's vision half and its language model the LLaMA (both
         frozen in pretraining) with "<image>" at the LLaMA's vocabulary size and the added rows at the mean; its
         projector has trained; on text, its logits over the LLaMA's vocabulary equal LlamaForCausalLM's.
 
@@ -281,9 +282,16 @@ def stage1_check(out, ckpt):
     from safetensors import safe_open
     from transformers import LlamaForCausalLM
     model = eager(LlavaForConditionalGeneration.from_pretrained(ckpt, torch_dtype=torch.float32)).eval()
-    AutoProcessor.from_pretrained(ckpt) if os.path.exists(os.path.join(ckpt, "tokenizer_config.json")) else None
     llama = LlamaForCausalLM.from_pretrained(os.path.join(out, "llama"), torch_dtype=torch.float32).eval()
     V = llama.config.vocab_size
+    processor = AutoProcessor.from_pretrained(ckpt)
+    if type(processor).__name__ != "LlavaProcessor":
+        fail(f"AutoProcessor of {ckpt} is a {type(processor).__name__}, not a LlavaProcessor")
+    ids = processor.tokenizer("<image>\nDescribe it.").input_ids
+    if V not in ids or processor.tokenizer.convert_tokens_to_ids("<pad>") != V + 1:
+        fail(f"the checkpoint's tokenizer does not know <image> as {V} and <pad> as {V + 1}: {ids}")
+    if list(processor.image_processor.image_mean) != MEAN:
+        fail(f"the checkpoint's image processor has mean {processor.image_processor.image_mean}, not {MEAN}")
     if model.config.image_token_index != V:
         fail(f"image_token_index {model.config.image_token_index}, expected the LLaMA's vocabulary size {V}")
     if model.config.text_config.vocab_size != (V + 2 + 63) // 64 * 64:
@@ -315,7 +323,7 @@ def stage1_check(out, ckpt):
     err = (a - b).abs().max().item()
     if err > TOL:
         fail(f"text-only logits differ from LlamaForCausalLM's by {err:.3g}")
-    print(f"{PROG}: OK: {ckpt} opens as LlavaForConditionalGeneration (<image> {V}, vocab "
+    print(f"{PROG}: OK: {ckpt} opens as LlavaForConditionalGeneration and LlavaProcessor (<image> {V}, vocab "
           f"{model.config.text_config.vocab_size}); {checked} tower and LLaMA tensors equal their sources; text logits "
           f"equal LlamaForCausalLM's within {err:.2g}")
 
