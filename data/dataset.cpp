@@ -130,6 +130,7 @@ Example LlavaDataset::get(int64_t index) const {
   ex.labels = std::move(tk.labels);
   ex.prompt = std::move(tk.prompt);
   ex.answer = std::move(tk.answer);
+  ex.masked = tk.mismatch;
   return ex;
 }
 

@@ -132,6 +132,7 @@ LoadedBatch DataLoader::next() {
                  " skipped; the first: ", skipped_.front(), ")");
         continue;
       }
+      if (s.example->masked && masked_seen_.insert(s.index).second) masked_.push_back(data_.name(s.index));
       mine.push_back(std::move(*s.example));
     }
     if (r == opt_.rank) out.examples = std::move(mine);

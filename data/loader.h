@@ -56,6 +56,8 @@ class DataLoader {
   const std::vector<std::string>& skipped() const { return skipped_; }
   // How many times a bad sample was skipped (once per epoch for each).
   int64_t skips() const { return skips_; }
+  // The samples met so far whose labels are all masked by LLaVA's "tokenization mismatch" rule, each once.
+  const std::vector<std::string>& masked() const { return masked_; }
 
  private:
   std::vector<int64_t> order_for(int64_t epoch) const;
@@ -83,6 +85,8 @@ class DataLoader {
   std::vector<std::thread> threads_;
   std::vector<std::string> skipped_;
   std::set<int64_t> bad_;  // dataset indices known to be bad
+  std::vector<std::string> masked_;
+  std::set<int64_t> masked_seen_;
   int64_t skips_ = 0;
 };
 

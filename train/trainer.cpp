@@ -365,7 +365,7 @@ class Trainer {
   bool tty_ = false;
   int64_t split_ = 1;  // micro-batches per loader batch: doubled by each recovered out-of-memory error
   int64_t mismatches_ = 0;
-  std::size_t skipped_reported_ = 0;
+  std::size_t skipped_reported_ = 0, masked_reported_ = 0;
   bool nonfinite_ = false;      // this step's loss or gradient norm was not finite (bf16/fp32)
   std::string nonfinite_where_;  // what the diagnosis found on this rank
   int64_t nonfinite_steps_ = 0;
@@ -622,6 +622,12 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
     const std::string& what = loader_->skipped()[skipped_reported_++];
     if (lead_) std::printf("%sskipped bad sample: %s\n", tty_ ? "\n" : "", what.c_str());
   }
+  while (masked_reported_ < loader_->masked().size()) {
+    const std::string& what = loader_->masked()[masked_reported_++];
+    if (lead_)
+      std::printf("%swarning: %s: LLaVA's round lengths disagree with the tokens (its \"tokenization mismatch\"); "
+                  "every label masked, as LLaVA does\n", tty_ ? "\n" : "", what.c_str());
+  }
   if (lead_ && (rec.step % c_.logging_steps == 0 || rec.step == total_ || tty_)) {
     // The ETA from the mean step time of this session's steps so far (evaluations and checkpoints included).
     const double elapsed = std::chrono::duration<double>(Clock::now() - loop_start_).count();
@@ -741,6 +747,9 @@ int Trainer::finish() {
     if (!loader_->skipped().empty())
       std::printf("%zu bad samples (named above), skipped %lld times\n", loader_->skipped().size(),
                   (long long)loader_->skips());
+    if (!loader_->masked().empty())
+      std::printf("%zu samples trained with every label masked (LLaVA's tokenization mismatch, named above)\n",
+                  loader_->masked().size());
     if (state_.skipped_steps) std::printf("%lld optimizer steps skipped on fp16 overflow\n", (long long)state_.skipped_steps);
     if (nonfinite_steps_)
       std::printf("%lld steps skipped on a non-finite loss or gradient (named above)\n", (long long)nonfinite_steps_);

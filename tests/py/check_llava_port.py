@@ -10,7 +10,8 @@ and a CLIP image processor, LLaVA-format conversations and images of odd sizes.
         and image normalisation all come from the directory; small train.max_shard_size, so checkpoints are
         sharded). OUT/ref_batch.safetensors: the first 4 samples as LLaVA's pipeline builds them (preprocess_v1,
         tokenizer_image_token, expand2square with int(mean * 255), the CLIP processor), placeholders expanded as
-        llava-hf's are; OUT/ref.safetensors: transformers' loss and logits on it.
+        llava-hf's are; OUT/ref.safetensors: transformers' loss and logits on it; OUT/masked.txt: how many of the
+        samples LLaVA's masking throws away whole (headroom's run must warn about exactly as many).
     check_llava_port.py compare OUT BATCH OURS
         headroom's batch (`debug batch`) against the reference: ids and labels equal, pixels within 1e-5 (the
         same bytes after padding and resampling); headroom's loss on its own batch (`debug grads`) equal to transformers' within 1e-4.
@@ -139,7 +140,15 @@ def make(out):
         entries.append({"id": f"{k:03d}", "image": f"{k:03d}.png", "conversations": conv})
     with open(os.path.join(out, "data", "train.json"), "w") as f:
         json.dump(entries, f, indent=1)
-    batch = reference_batch(out, entries, LlamaTokenizer.from_pretrained(hf), processor, image_token)
+    saved_tok = LlamaTokenizer.from_pretrained(hf)
+    saved_tok.pad_token = saved_tok.unk_token
+    masked = 0  # samples LLaVA's masking throws away whole (its "tokenization mismatch")
+    for e in entries:
+        turns = [("human" if t["from"] == "human" else "gpt", t["value"]) for t in e["conversations"]]
+        masked += all(l == -100 for l in ct.preprocess("v1", turns, saved_tok, ct.VICUNA)[1])
+    with open(os.path.join(out, "masked.txt"), "w") as f:
+        f.write(f"{masked}\n")
+    batch = reference_batch(out, entries, saved_tok, processor, image_token)
     batch["input_ids"][batch["input_ids"] == -1] = 0
     save_file(batch, os.path.join(out, "ref_batch.safetensors"))
     with torch.no_grad():
