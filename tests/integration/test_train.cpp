@@ -181,10 +181,14 @@ TEST(Train, EveryStepsPeaksArePredictedWhateverTheAllocatorCachedBefore) {
 TEST(Train, ResumeContinuesBitForBit) {
   const std::string a = fresh_dir("resume_a"), b = fresh_dir("resume_b");
   const std::string cfg = config_file(a, "");
-  CmdResult ra = headroom("train " + cfg + " --set run.output_dir=" + a + " --set train.save_steps=4 --set train.save_total_limit=5");
+  // Model weights sharded as save_pretrained shards them above max_shard_size: resuming reads the index.
+  const std::string save = " --set train.save_steps=4 --set train.save_total_limit=5 --set train.max_shard_size=64KB";
+  CmdResult ra = headroom("train " + cfg + " --set run.output_dir=" + a + save);
   ASSERT_EQ(ra.status, 0) << ra.output;
+  ASSERT_TRUE(fs::exists(a + "/checkpoint-4/model.safetensors.index.json"));
+  ASSERT_FALSE(fs::exists(a + "/checkpoint-4/model.safetensors"));
   fs::copy(a + "/checkpoint-4", b + "/checkpoint-4", fs::copy_options::recursive);
-  CmdResult rb = headroom("train " + cfg + " --set run.output_dir=" + b + " --resume --set train.save_steps=4 --set train.save_total_limit=5");
+  CmdResult rb = headroom("train " + cfg + " --set run.output_dir=" + b + " --resume" + save);
   ASSERT_EQ(rb.status, 0) << rb.output;
   EXPECT_NE(rb.output.find("resumed from"), std::string::npos) << rb.output;
   auto la = jsonl(a + "/memory.jsonl"), lb = jsonl(b + "/memory.jsonl");
