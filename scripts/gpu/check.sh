@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Everything a GPU machine can check of headroom in one call, from a bundle that scripts/gpu-bundle.sh packed:
+# the GPU and library versions, whether every library resolves, `headroom info`, the gpu-labelled tests, a
+# compute-sanitizer pass over the CUDA op table, a CPU smoke run, a training run on cuda:0 (its predicted and
+# measured peaks), and the benchmarks. Each step's output goes to OUTDIR/STEP.log (gtest and benchmark results
+# also as JSON); OUTDIR/summary.json lists every step with its exit status and seconds. A failing step does not
+# stop the others. Usage: check.sh OUTDIR
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: check.sh OUTDIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+# shellcheck source=/dev/null
+source "$here/env.sh"
+steps=()
+step() {
+  local name=$1
+  shift
+  local t0 t1 rc
+  t0=$(date +%s.%N)
+  (cd "$out" && "$@") > "$out/$name.log" 2>&1
+  rc=$?
+  t1=$(date +%s.%N)
+  steps+=("{\"step\": \"$name\", \"exit\": $rc, \"seconds\": $(awk "BEGIN {printf \"%.2f\", $t1 - $t0}")}")
+  echo "check: $name: exit $rc ($(tail -1 "$out/$name.log" | cut -c1-160))"
+}
+smoke() {  # a few steps of the quickstart model on a small synthetic set
+  local dir=$1
+  shift
+  "$here/bin/headroom" train "$here/configs/quickstart.yaml" --set run.output_dir="$dir" --set data.synthetic.train=64 \
+    --set data.synthetic.eval=8 --set train.max_steps=5 --set train.eval_steps=0 --set train.save_steps=0 \
+    --set log.progress_bar=false --set log.logging_steps=1 "$@"
+}
+step gpu nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv
+step versions bash -c "cat '$here/BUILD'; nvcc --version | tail -2; python3 -c 'import torch; print(\"torch\", torch.__version__, torch.version.cuda, \"cudnn\", torch.backends.cudnn.version())'"
+step libraries bash -c "missing=0; for b in '$here'/bin/*; do ldd \"\$b\" | grep 'not found' | sed \"s|^|\$(basename \$b): |\" && missing=1; done; exit \$missing"
+step info "$here/bin/headroom" info
+step ops_cuda "$here/bin/test_ops_cuda" --gtest_output="json:$out/ops_cuda.json"
+[[ -x $here/bin/test_nccl ]] && step nccl "$here/bin/test_nccl" --gtest_output="json:$out/nccl.json"
+if command -v compute-sanitizer > /dev/null; then
+  step sanitizer compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/test_ops_cuda" --gtest_filter='*Gemm*:*Attention*:*Copy*'
+fi
+step cpu_smoke smoke "$out/cpu_smoke"
+step train_cuda smoke "$out/train_cuda" --set device.type=cuda
+[[ -x $here/bin/bench_ops ]] && step bench_ops "$here/bin/bench_ops" --benchmark_min_time=0.05 \
+  --benchmark_out="$out/bench_ops.json" --benchmark_out_format=json
+[[ -x $here/bin/bench_generate ]] && step bench_generate "$here/bin/bench_generate" --benchmark_min_time=0.05 \
+  --benchmark_out="$out/bench_generate.json" --benchmark_out_format=json
+{
+  echo "["
+  for i in "${!steps[@]}"; do echo "  ${steps[$i]}$( ((i + 1 < ${#steps[@]})) && echo ,)"; done
+  echo "]"
+} > "$out/summary.json"
+echo "check: wrote $out/summary.json"
