@@ -11,6 +11,7 @@
 
 #include "data/image.h"
 #include "fuzz_inputs.h"
+#include "tiny_tokenizer.h"
 
 using namespace hr;
 using namespace hr::core;
@@ -90,34 +91,8 @@ void image_seeds(const fs::path& out) {
 // with prepend_scheme "first"), merges as strings and as pairs, then NUL-separated texts for fuzz_tokenizer.
 static void tokenizer_seeds(const fs::path& out) {
   using json = nlohmann::json;
-  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}, {"\u2581", 3}, {"a", 4}, {"b", 5}, {"c", 6},
-                {"ab", 7},    {"\u2581a", 8}, {"\u2581ab", 9}, {"bc", 10}};
-  for (int b = 0; b < 256; ++b) {
-    char hex[8];
-    std::snprintf(hex, sizeof hex, "<0x%02X>", b);
-    vocab[hex] = 11 + b;
-  }
-  const json added = json::array({{{"id", 0}, {"content", "<unk>"}, {"special", true}},
-                                  {{"id", 1}, {"content", "<s>"}, {"special", true}},
-                                  {{"id", 2}, {"content", "</s>"}, {"special", true}},
-                                  {{"id", 267}, {"content", "<image>"}, {"special", true}, {"rstrip", true}}});
-  const json decoder = {{"type", "Sequence"},
-                        {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
-                                                  {{"type", "ByteFallback"}}, {{"type", "Fuse"}},
-                                                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}})}};
-  const json post = {{"type", "TemplateProcessing"},
-                     {"single", json::array({{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}})},
-                     {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}}}}}};
-  json legacy = {{"added_tokens", added},
-                 {"normalizer", {{"type", "Sequence"},
-                                 {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
-                                                              {{"type", "Replace"}, {"pattern", {{"String", " "}}},
-                                                               {"content", "\u2581"}}})}}},
-                 {"pre_tokenizer", nullptr},
-                 {"post_processor", post},
-                 {"decoder", decoder},
-                 {"model", {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"byte_fallback", true},
-                            {"vocab", vocab}, {"merges", json::array({"a b", "\u2581 a", "b c", "\u2581a b", "\u2581 ab"})}}}};
+  json legacy = testing_data::tiny_tokenizer_json();
+  legacy["added_tokens"][3]["rstrip"] = true;
   json newer = legacy;
   newer["normalizer"] = nullptr;
   newer["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
