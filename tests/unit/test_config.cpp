@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "core/backend/device_info.h"
 #include "train/config.h"
 
 using namespace hr;
@@ -107,4 +108,24 @@ TEST(Config, AModelSectionOfTheWrongShapeIsAConfigError) {
   const std::string q = write("model:\n  weights: {a: 1}\n");
   EXPECT_NE(error_of(q).find("[config] model.weights: "), std::string::npos) << error_of(q);
   EXPECT_NE(error_of(q).find("is not a string"), std::string::npos) << error_of(q);
+}
+
+// `headroom info`'s GPU query never throws: on a machine without a driver or a GPU it says why; with GPUs each
+// has a name, a compute capability and memory.
+TEST(Info, CudaQueryDescribesTheGpusOrWhyThereAreNone) {
+  const core::CudaInfo info = core::query_cuda();
+  if (info.gpus.empty()) {
+    EXPECT_FALSE(info.absent.empty());
+  } else {
+    EXPECT_TRUE(info.absent.empty());
+    for (const core::GpuInfo& g : info.gpus) {
+      EXPECT_FALSE(g.name.empty());
+      EXPECT_GE(g.major, 3);
+      EXPECT_GT(g.total_bytes, 0);
+      EXPECT_LE(g.free_bytes, g.total_bytes);
+    }
+  }
+  EXPECT_EQ(core::cuda_version_text(13000), "13.0");
+  EXPECT_EQ(core::cuda_version_text(12080), "12.8");
+  EXPECT_EQ(core::cuda_version_text(0), "none");
 }

@@ -1,4 +1,5 @@
 // Stand-in for the CUDA back-end in builds without nvcc: every entry point says so by name.
+#include "core/backend/device_info.h"
 #include "core/backend/kernels.h"
 #include "core/memory/raw_allocator.h"
 
@@ -10,6 +11,12 @@ const Kernels& cuda_kernels() {
 
 std::unique_ptr<RawAllocator> make_cuda_allocator(int device_index) {
   throw Error(str("[cuda] cannot use cuda:", device_index, ": no CUDA back-end in this build"));
+}
+
+CudaInfo query_cuda() {
+  CudaInfo info;
+  info.absent = "no CUDA back-end in this build";
+  return info;
 }
 
 }  // namespace hr::core

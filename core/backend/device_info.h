@@ -1,0 +1,30 @@
+// What the CUDA runtime says about the machine's GPUs, for `headroom info` and the GPU checks. Never throws: no
+// CUDA back-end, no driver or no GPU is a reason in `CudaInfo::absent`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hr::core {
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;
+  int major = 0, minor = 0;  // compute capability
+  int multiprocessors = 0;
+  int64_t total_bytes = 0, free_bytes = 0;
+};
+
+struct CudaInfo {
+  int runtime_version = 0, driver_version = 0;  // 13000 = 13.0; 0 where there is none
+  std::vector<GpuInfo> gpus;
+  std::string absent;  // why there is no GPU to use ("" when gpus is not empty)
+};
+
+CudaInfo query_cuda();
+
+// "13.0" from 13000.
+std::string cuda_version_text(int version);
+
+}  // namespace hr::core
