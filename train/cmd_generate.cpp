@@ -81,10 +81,12 @@ int cmd_generate(const std::vector<std::string>& args) {
   auto ask = [&](const std::string& question) {
     // The image goes with the first question, as LLaVA's CLI sends it.
     history.push_back({true, history.empty() && image.defined() ? "<image>\n" + question : question});
-    const GenerationResult r = generate(*model, {make_prompt(c, *tok, history, image)}, g);
+    const data::Example prompt = make_prompt(c, *tok, history, image);
+    const GenerationResult r = generate(*model, {prompt}, g);
     history.push_back({false, r.text[0]});
     if (json) {
       const nlohmann::json j = {{"prompt", question},
+                                {"prompt_ids", prompt.prompt},
                                 {"answer", r.text[0]},
                                 {"tokens", r.tokens[0]},
                                 {"finish", finish_name(r.finish[0])},

@@ -19,6 +19,10 @@ and a CLIP image processor, LLaVA-format conversations and images of odd sizes.
         transformers opens DIR (a headroom checkpoint) with LlavaForConditionalGeneration and AutoProcessor; the
         processor tokenizes as the one saved in OUT/hf did; the logits on BATCH equal headroom's (OURS) within 1e-4.
 
+    check_llava_port.py generate DIR IMAGE GENERATED
+        transformers' LlavaForConditionalGeneration.generate (greedy) from DIR on the prompt headroom built
+        (GENERATED: `headroom generate --json`'s prompt_ids, placeholders expanded) and IMAGE (expand2square and
+        the checkpoint's own processor) produces headroom's tokens, up to and including </s>.
     check_llava_port.py stage1 OUT
         LLaVA's stage-1 start: OUT/clip (a whole CLIPModel, text half included, with its CLIPImageProcessor) and
         OUT/llama (a LlamaForCausalLM with the SentencePiece tokenizer), LLaVA-format captions, and
@@ -227,6 +231,32 @@ def load(model_dir, batch_path, ours_path):
           f"{o.loss.item():.6f} and logits equal headroom's, worst {worst:.2g}")
 
 
+def generate(model_dir, image_path, generated_path):
+    model = eager(LlavaForConditionalGeneration.from_pretrained(model_dir, torch_dtype=torch.float32)).eval()
+    processor = AutoProcessor.from_pretrained(model_dir)
+    ours = json.loads(open(generated_path).read().splitlines()[-1])
+    img = Image.open(image_path).convert("RGB")
+    img = expand2square(img, tuple(int(x * 255) for x in processor.image_processor.image_mean))
+    pixels = processor.image_processor.preprocess(img, return_tensors="pt")["pixel_values"]
+    ids = torch.tensor([ours["prompt_ids"]])
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, pixel_values=pixels, attention_mask=torch.ones_like(ids),
+                             max_new_tokens=len(ours["tokens"]), do_sample=False, num_beams=1,
+                             eos_token_id=model.config.text_config.eos_token_id,
+                             pad_token_id=model.config.text_config.pad_token_id)
+    theirs = out[0, ids.shape[1]:].tolist()
+    eos = model.config.text_config.eos_token_id
+    if eos in theirs:
+        theirs = theirs[:theirs.index(eos) + 1]
+    if theirs != ours["tokens"]:
+        fail(f"greedy generation differs: headroom {ours['tokens']}, transformers {theirs}")
+    text = processor.tokenizer.decode(theirs, skip_special_tokens=True)
+    if text.strip() != ours["answer"].strip():
+        fail(f"the answer's text differs: headroom {ours['answer']!r}, transformers {text!r}")
+    print(f"{PROG}: OK: transformers' generate gives headroom's {len(theirs)} tokens ({text!r}) on its "
+          f"{ids.shape[1]}-token prompt")
+
+
 def spm_tokenizer(out, legacy=False):
     rng = random.Random(7)
     with open(os.path.join(out, "corpus.txt"), "w", encoding="utf-8") as f:
@@ -344,13 +374,15 @@ def main(argv):
         compare(argv[1], argv[2], argv[3])
     elif len(argv) == 4 and argv[0] == "load":
         load(argv[1], argv[2], argv[3])
+    elif len(argv) == 4 and argv[0] == "generate":
+        generate(argv[1], argv[2], argv[3])
     elif len(argv) == 2 and argv[0] == "stage1":
         stage1(argv[1])
     elif len(argv) == 3 and argv[0] == "stage1_check":
         stage1_check(argv[1], argv[2])
     else:
-        fail("usage: check_llava_port.py make OUT | compare OUT BATCH OURS | load DIR BATCH OURS | stage1 OUT | "
-             "stage1_check OUT DIR", 2)
+        fail("usage: check_llava_port.py make OUT | compare OUT BATCH OURS | load DIR BATCH OURS | "
+             "generate DIR IMAGE GENERATED | stage1 OUT | stage1_check OUT DIR", 2)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,11 @@ echo "llava_port: $warned samples masked whole, as LLaVA masks them"
 printf 'model: {name_or_path: %s/run/checkpoint-20}\n' "$work" > checkpoint.yaml
 "$bin" debug grads --config checkpoint.yaml --weights run/checkpoint-20 --batch hbatch.safetensors --out hout.safetensors --logits
 python3 "$here/check_llava_port.py" load run/checkpoint-20 hbatch.safetensors hout.safetensors
+# Asking the trained model about an image: headroom's greedy answer through the SentencePiece tokenizer equals
+# transformers' generate on the same prompt and image.
+"$bin" generate port.yaml --checkpoint run/checkpoint-20 --image data/images/001.png \
+  --prompt "What color is the circle?" --max-new-tokens 8 --json > generated.json
+python3 "$here/check_llava_port.py" generate run/checkpoint-20 data/images/001.png generated.json
 # LLaVA's stage-1 start: a CLIP directory + a LlamaForCausalLM directory, projector pretraining (plain template).
 python3 "$here/check_llava_port.py" stage1 .
 "$bin" train stage1.yaml > stage1.log
