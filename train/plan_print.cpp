@@ -47,6 +47,14 @@ std::string plan_table(const Plan& p) {
   o += str("  ", pad("peak allocated", 20), lpad(gib(p.rank.peak_allocated), 14), lpad(gib(formula_total), 14),
            lpad(str(p.rank.peak_allocated ? 100.0 * double(formula_total - p.rank.peak_allocated) / double(p.rank.peak_allocated) : 0.0).substr(0, 5) + "%", 12), "\n");
   o += str("  ", pad("allocator overhead", 20), lpad(gib(overhead), 14), "   cached and split blocks (reserved - allocated)\n");
+  if (p.arena.buffers) {
+    const int64_t planned = p.planned_reserved(), waste = p.planned_overhead();
+    o += str("  ", pad("  static plan", 20), lpad(gib(waste), 14), "   ", commas(int64_t(p.arena.buffers)),
+             " buffers of the step packed into one arena: ", gib(planned), " reserved, ",
+             str(planned ? 100.0 * double(waste) / double(planned) : 0.0).substr(0, 4),
+             "% above its peak of live requests (caching: ",
+             str(p.rank.peak_reserved ? 100.0 * double(overhead) / double(p.rank.peak_reserved) : 0.0).substr(0, 4), "%)\n");
+  }
   o += str("  ", pad("runtime reserve", 20), lpad(gib(p.runtime_reserve), 14), "   context and library workspaces (no allocator sees them)\n");
   o += str("  ", pad("total", 20), lpad(gib(p.total_predicted()), 14), "   of ", gib(int64_t(double(c.budget) * double(p.capacity))),
            " budget: ", p.fits ? "fits" : "DOES NOT FIT", "\n");
@@ -92,6 +100,12 @@ std::string plan_json(const Plan& p) {
                {"by_category", cats(p.rank.at_peak)},
                {"category_peaks", cats(p.rank.category_peaks)},
                {"allocator_overhead", p.rank.peak_reserved - p.rank.peak_allocated},
+               {"static_plan", {{"reserved", p.planned_reserved()},
+                                {"overhead", p.planned_overhead()},
+                                {"requested_peak", int64_t(p.rank.persistent) + int64_t(p.arena.requested_peak)},
+                                {"arena", p.arena.arena},
+                                {"arena_live_peak", p.arena.live_peak},
+                                {"buffers", p.arena.buffers}}},
                {"runtime_reserve", p.runtime_reserve},
                {"total", p.total_predicted()},
                {"peak_owner", p.rank.peak_owner},

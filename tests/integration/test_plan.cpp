@@ -113,6 +113,15 @@ TEST(Plan, ADryRunRecordsLaterMicroBatchesAsRepetitionsAtAnyAccumulation) {
   EXPECT_EQ(four["ranks"][0]["micro_batches_repeated"], 1);
   EXPECT_EQ(many["ranks"][0]["peak_allocated"], four["ranks"][0]["peak_allocated"]);
   EXPECT_EQ(many["ranks"][0]["peak_reserved"], four["ranks"][0]["peak_reserved"]);
+  // The static plan of the step: the same arena at any accumulation, never below the step's requests, and
+  // within 2% of its reserved bytes (the caching allocator's cache and split blocks are far more).
+  const json& plan = many["ranks"][0]["static_plan"];
+  for (const char* k : {"arena", "arena_live_peak", "overhead", "reserved", "requested_peak"})
+    EXPECT_EQ(plan[k], four["ranks"][0]["static_plan"][k]) << k;
+  EXPECT_GE(plan["arena"].get<int64_t>(), plan["arena_live_peak"].get<int64_t>());
+  EXPECT_GE(plan["overhead"].get<int64_t>(), 0);
+  EXPECT_LE(plan["overhead"].get<double>(), 0.02 * plan["reserved"].get<double>());
+  EXPECT_LE(plan["reserved"].get<int64_t>(), many["ranks"][0]["peak_reserved"].get<int64_t>());
 }
 
 TEST(Plan, PreflightRefusesWhatDoesNotFitAndNamesTheCheapestFixes) {

@@ -2,6 +2,7 @@
 // per-category and per-owner accounting, and the OOM message of a capped device.
 #include <gtest/gtest.h>
 
+#include "core/memory/arena_plan.h"
 #include "core/memory/caching_allocator.h"
 #include "core/memory/device_memory.h"
 #include "core/memory/replay.h"
@@ -418,4 +419,85 @@ TEST(CachingAllocator, ARecordedStretchThatFreesAnOlderBlockIsRefused) {
   a.free(before);
   a.set_trace({});
   EXPECT_THROW(trace.check(), Error);
+}
+
+// The planned arena (arena_plan.h): a packing whose optimum is known, the invariants on random lifetimes,
+// and a recorded step whose repeated micro-batches unroll to what recording every one of them gives.
+TEST(ArenaPlan, PacksAKnownOptimumAndNeverOverlapsLiveBuffers) {
+  // Two phases of 200 bytes each: A and B together, then C and D together. The optimum is 200.
+  const std::vector<Lifetime> known = {{100, 0, 3}, {100, 1, 2}, {50, 4, 6}, {150, 4, 5}};
+  std::size_t arena = 0;
+  const std::vector<std::size_t> at = pack_buffers(known, &arena);
+  EXPECT_EQ(arena, 200u);
+  EXPECT_EQ(live_peak(known), 200u);
+  EXPECT_EQ(at[3], 0u);    // the largest first, at the bottom
+  EXPECT_EQ(at[0], 0u);    // A never lives with D: the same place
+  EXPECT_EQ(at[1], 100u);  // B above A
+  EXPECT_EQ(at[2], 150u);  // C above D
+  // Z takes Y's addresses once Y is dead; V fits the gap Y leaves below W while both live. Optimum: 700.
+  const std::vector<Lifetime> gaps = {{300, 0, 9}, {200, 0, 4}, {300, 5, 9}, {100, 0, 9}, {100, 0, 4}};
+  const std::vector<std::size_t> g = pack_buffers(gaps, &arena);
+  EXPECT_EQ(g, (std::vector<std::size_t>{0, 300, 300, 600, 500}));
+  EXPECT_EQ(arena, 700u);
+  EXPECT_EQ(live_peak(gaps), 700u);
+  uint64_t seed = 7;
+  auto next = [&] { return (seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  std::vector<Lifetime> random;
+  for (int i = 0; i < 400; ++i) {
+    const std::size_t first = next() % 1000;
+    random.push_back({512 * (1 + next() % 64), first, first + next() % 200});
+  }
+  const std::vector<std::size_t> o = pack_buffers(random, &arena);
+  EXPECT_GE(arena, live_peak(random));
+  for (std::size_t i = 0; i < random.size(); ++i)
+    for (std::size_t j = i + 1; j < random.size(); ++j) {
+      const bool together = random[i].first <= random[j].last && random[j].first <= random[i].last;
+      const bool overlap = o[i] < o[j] + random[j].bytes && o[j] < o[i] + random[i].bytes;
+      ASSERT_FALSE(together && overlap) << i << " and " << j;
+    }
+  std::printf("random lifetimes: arena %zu B, live peak %zu B (%.1f%% above)\n", arena, live_peak(random),
+              100.0 * double(arena - live_peak(random)) / double(live_peak(random)));
+}
+
+TEST(ArenaPlan, RepeatedMicroBatchesUnrollAsIfRecorded) {
+  // One "micro-batch": an activation kept across the next one (freed there), two temporaries; a gradient
+  // allocated before them stays (persistent).
+  auto run = [](int micro, bool repeat) {
+    CachingAllocator a(make_meta_allocator(0), "meta");
+    RequestTrace trace;
+    a.set_trace([&](const TraceEvent& e) { trace.record(e); });
+    Block* grad = a.allocate(3000);
+    Block* carried = a.allocate(5000);  // as if the micro-batch before the first had left it
+    std::vector<std::size_t> begins;
+    for (int m = 0; m < micro; ++m) {
+      begins.push_back(trace.requests().size());
+      Block* act = a.allocate(5000);
+      Block* t1 = a.allocate(1000);
+      a.free(carried);
+      a.free(t1);
+      Block* t2 = a.allocate(700);
+      a.free(t2);
+      carried = act;
+      if (repeat && m == 2) {
+        EXPECT_TRUE(trace.periodic(begins[1], begins[2], trace.requests().size()));
+        trace.repeat_last(begins[2], std::size_t(micro - 3));
+        break;
+      }
+    }
+    a.free(carried);  // repeated: the recorded pass's block stands for the last copy
+    a.set_trace({});
+    (void)grad;
+    return plan_arena(trace);
+  };
+  for (int micro : {3, 4, 8}) {
+    const ArenaPlan recorded = run(micro, false), repeated = run(micro, true);
+    if (micro <= 5) {  // two repetitions are unrolled
+      EXPECT_EQ(repeated.buffers, recorded.buffers) << micro;
+    }
+    EXPECT_EQ(repeated.arena, recorded.arena) << micro;
+    EXPECT_EQ(repeated.live_peak, recorded.live_peak) << micro;
+    EXPECT_EQ(repeated.persistent, recorded.persistent) << micro;
+    EXPECT_EQ(recorded.persistent, 3072u);
+    EXPECT_EQ(recorded.live_peak, 2 * 5120u + 1024u);  // two activations and a temporary at once
+  }
 }
