@@ -20,8 +20,10 @@ using namespace hr::train;
 
 namespace {
 
+// Each test its own folder: ctest -j runs the tests of this file side by side, and several write ds.json.
 std::string dir() {
-  const std::string d = testing::TempDir() + "/launch_args";
+  const std::string d =
+      testing::TempDir() + "/launch_args/" + testing::UnitTest::GetInstance()->current_test_info()->name();
   std::filesystem::create_directories(d);
   return d;
 }
