@@ -493,7 +493,6 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
     } catch (const OutOfMemory&) {  // the uncapped prediction stands, with its reserved peak over the budget
     }
   }
-  if (p.rank.requests) p.arena = plan_arena(*p.rank.requests);
   if (config.eval_batch_size > 0 && plans_evaluation(config)) {
     p.evaluates = true;
     p.eval = pred.evaluation(pred.eval_worst_case());

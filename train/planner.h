@@ -125,13 +125,6 @@ struct Plan {
   bool fits = false;  // the step ran on a meta device capped at `usable` without running out of memory
   bool retries = false;  // it fits only because the allocator frees its cache and retries (as the real one will)
   Prediction rank;   // every rank's prediction: shards are padded, so ranks differ in nothing the plan sees
-  // The step's requests packed into one arena (core/memory/arena_plan.h): what a static memory plan of this
-  // step would reserve, beside the caching allocator's reserved peak. planned_reserved() = the states before
-  // the step + what it leaves allocated + the arena; planned_overhead() is what that reserves above the most
-  // the step's requests (512-byte rounded) hold at once.
-  core::ArenaPlan arena;
-  int64_t planned_reserved() const { return rank.persistent + int64_t(arena.persistent) + int64_t(arena.arena); }
-  int64_t planned_overhead() const { return planned_reserved() - rank.persistent - int64_t(arena.requested_peak); }
   StepTime time;
   int64_t params_total = 0, params_trainable = 0;
   std::vector<std::pair<std::string, int64_t>> params_by_module;
