@@ -84,8 +84,9 @@ int cmd_ckpt(const std::vector<std::string>& args) {
     // The checkpoint's own tokenizer and preprocessor files (carried there when it was written) come along.
     HfSidecar side;
     side.max_shard_bytes = c.max_shard_bytes;
-    for (const char* name : {"tokenizer.model", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                             "added_tokens.json", "preprocessor_config.json"})
+    std::vector<std::string> names(std::begin(kHfTokenizerFiles), std::end(kHfTokenizerFiles));
+    names.push_back("preprocessor_config.json");
+    for (const std::string& name : names)
       if (std::filesystem::is_regular_file(std::filesystem::path(dir) / name))
         side.files.push_back((std::filesystem::path(dir) / name).string());
     side.preprocessor_json = data::preprocessor_config_json(c.model.config.vision.image_size, data::ImageNorm{});

@@ -33,6 +33,9 @@ DataPaths resolve_data_paths(const RunConfig& config, parallel::Communicator& co
 // The dataset options of `config` for one of its files.
 // The run's tokenizer (data.tokenizer, see config.h).
 std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const RunConfig& config);
+// The tokenizer files a Hugging Face directory may hold, which checkpoints carry.
+inline constexpr const char* kHfTokenizerFiles[] = {"tokenizer.model", "tokenizer.json", "tokenizer_config.json",
+                                                    "special_tokens_map.json", "added_tokens.json"};
 // What checkpoints carry for Hugging Face (checkpoint.h): the run's tokenizer files (data.tokenizer's directory,
 // or model.name_or_path's) and preprocessor_config.json, its token ids, train.max_shard_size.
 HfSidecar run_hf_sidecar(const RunConfig& config);

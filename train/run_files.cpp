@@ -1,0 +1,109 @@
+// The files a run reads and writes beside its data and weights: its tokenizer, its image normalisation, and the
+// Hugging Face files its checkpoints carry (declared in trainer.h).
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data/image.h"
+#include "data/tokenizer.h"
+#include "train/trainer.h"
+
+namespace hr::train {
+
+namespace fs = std::filesystem;
+
+std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const RunConfig& c) {
+  const models::LlavaConfig& m = c.model.config;
+  std::string path = c.tokenizer;
+  const std::string& model_dir = c.model.name_or_path.empty() ? c.model.language_model : c.model.name_or_path;
+  if (path == "auto") path = model_dir.empty() ? "byte" : data::find_tokenizer_file(model_dir);
+  try {
+    return data::load_tokenizer(path.empty() ? "byte" : path, m.llm.vocab, m.image_token_id);
+  } catch (const Error& e) {
+    throw Error(str(e.what(), " (data.tokenizer: ", c.tokenizer, ")"));
+  }
+}
+
+data::ImageNorm run_image_norm(const RunConfig& c) {
+  const std::string& dir = c.model.name_or_path.empty() ? c.model.vision_tower : c.model.name_or_path;
+  const std::string file = dir + "/preprocessor_config.json";
+  if (dir.empty() || !std::filesystem::is_regular_file(file)) return {};
+  return data::read_preprocessor_config(file, c.model.config.vision.image_size);
+}
+
+namespace {
+// tokenizer_config.json, tokenizer.json and added_tokens.json of `dir` with "<image>" at `image` and "<pad>"
+// after it (where the vocabulary has room), the files that have them.
+std::vector<std::pair<std::string, std::string>> stage1_tokenizer_files(const std::string& dir, int64_t image,
+                                                                      int64_t vocab) {
+  using json = nlohmann::json;
+  std::vector<std::pair<std::string, int64_t>> add = {{"<image>", image}};
+  if (image + 1 < vocab) add.emplace_back("<pad>", image + 1);
+  auto token = [](const std::string& content) {
+    return json{{"content", content}, {"lstrip", false}, {"normalized", false}, {"rstrip", false},
+                {"single_word", false}, {"special", true}};
+  };
+  auto read = [&](const char* name) {
+    const fs::path p = fs::path(dir) / name;
+    if (!fs::is_regular_file(p)) return json();
+    std::ifstream in(p, std::ios::binary);
+    json j = json::parse(in, nullptr, false);
+    HR_CHECK(!j.is_discarded() && j.is_object(), "[tokenizer] ", p.string(), " is not a JSON object");
+    return j;
+  };
+  std::vector<std::pair<std::string, std::string>> out;
+  if (json j = read("tokenizer_config.json"); !j.is_null()) {
+    for (const auto& [content, id] : add) j["added_tokens_decoder"][std::to_string(id)] = token(content);
+    out.emplace_back("tokenizer_config.json", j.dump(2) + "\n");
+  }
+  if (json j = read("tokenizer.json"); !j.is_null()) {
+    for (const auto& [content, id] : add) {
+      json t = token(content);
+      t["id"] = id;
+      j["added_tokens"].push_back(t);
+    }
+    out.emplace_back("tokenizer.json", j.dump() + "\n");
+  }
+  if (json j = read("added_tokens.json"); !j.is_null()) {
+    for (const auto& [content, id] : add) j[content] = id;
+    out.emplace_back("added_tokens.json", j.dump(2) + "\n");
+  }
+  return out;
+}
+}  // namespace
+
+HfSidecar run_hf_sidecar(const RunConfig& c) {
+  HfSidecar s;
+  const auto tok = load_run_tokenizer(c);
+  if (!tok->is_bytes()) s.tokens = {tok->bos(), tok->eos(), tok->pad()};
+  // The tokenizer's directory: data.tokenizer's (its own, or the file's), else model.name_or_path's under auto.
+  std::string dir;
+  if (c.tokenizer == "auto" && !tok->is_bytes())
+    dir = c.model.name_or_path.empty() ? c.model.language_model : c.model.name_or_path;
+  else if (c.tokenizer != "auto" && c.tokenizer != "byte")
+    dir = fs::is_directory(c.tokenizer) ? c.tokenizer : fs::path(c.tokenizer).parent_path().string();
+  if (!dir.empty())
+    for (const char* name : kHfTokenizerFiles)
+      if (fs::is_regular_file(fs::path(dir) / name)) s.files.push_back((fs::path(dir) / name).string());
+  // From a LLaMA directory (the stage-1 start), the tokenizer learns "<image>" and "<pad>" at the ids the model
+  // gave them, as llava-hf's conversion adds them, so that AutoProcessor of a checkpoint finds the image token.
+  if (!c.model.language_model.empty() && c.tokenizer == "auto" && !tok->is_bytes())
+    s.written = stage1_tokenizer_files(dir, c.model.config.image_token_id, c.model.config.llm.vocab);
+  // The image processor's file, as a LLaVA processor's (llava-hf's says processor_class LlavaProcessor, which is
+  // what makes AutoProcessor join it with the tokenizer; a CLIP directory's says CLIPProcessor or nothing).
+  const std::string& image_dir = c.model.name_or_path.empty() ? c.model.vision_tower : c.model.name_or_path;
+  const fs::path pre = fs::path(image_dir) / "preprocessor_config.json";
+  if (!image_dir.empty() && fs::is_regular_file(pre)) {
+    std::ifstream in(pre, std::ios::binary);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    HR_CHECK(!j.is_discarded() && j.is_object(), "[image] ", pre.string(), " is not a JSON object");
+    j["processor_class"] = "LlavaProcessor";
+    s.written.emplace_back("preprocessor_config.json", j.dump(2) + "\n");
+  }
+  s.preprocessor_json = data::preprocessor_config_json(c.model.config.vision.image_size, run_image_norm(c));
+  s.max_shard_bytes = c.max_shard_bytes;
+  return s;
+}
+
+
+}  // namespace hr::train
