@@ -18,7 +18,7 @@ limit_mib=60
 if [[ ${HR_BUNDLE_NO_BUILD:-0} != 1 ]]; then
   [[ -f $build/build.ninja ]] || "$root/scripts/build.sh"
   cmake --build "$build" -j "$(nproc)" --target headroom
-  cmake --build "$build" -j "$(nproc)" --target test_ops_cuda test_nccl bench_ops bench_generate 2>/dev/null ||
+  cmake --build "$build" -j "$(nproc)" --target test_ops_cuda test_cuda_memory test_nccl bench_ops bench_generate 2>/dev/null ||
     cmake --build "$build" -j "$(nproc)" --target test_ops_cuda
 fi
 [[ -x $build/tests/test_ops_cuda ]] || {
@@ -28,7 +28,7 @@ fi
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/configs"
-for b in train/headroom tests/test_ops_cuda tests/test_nccl tests/bench/bench_ops tests/bench/bench_generate; do
+for b in train/headroom tests/test_ops_cuda tests/test_cuda_memory tests/test_nccl tests/bench/bench_ops tests/bench/bench_generate; do
   [[ -x $build/$b ]] && install -m 755 "$build/$b" "$out/bin/"
 done
 strip --strip-unneeded "$out"/bin/*

@@ -2,6 +2,7 @@
 #include "core/memory/arena_plan.h"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 
 #include "core/check.h"
@@ -9,12 +10,41 @@
 
 namespace hr::core {
 
-std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std::size_t* arena) {
-  std::vector<std::size_t> order(buffers.size());
-  std::iota(order.begin(), order.end(), std::size_t(0));
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return buffers[a].bytes != buffers[b].bytes ? buffers[a].bytes > buffers[b].bytes : buffers[a].first < buffers[b].first;
-  });
+namespace {
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
+bool overlap(std::size_t af, std::size_t al, std::size_t bf, std::size_t bl) { return af <= bl && bf <= al; }
+std::size_t end_of(const Lifetime& b) { return b.last + (b.count > 1 ? (b.count - 1) * b.period : 0); }
+
+}  // namespace
+
+bool live_together(const Lifetime& a, const Lifetime& b) {
+  const bool pa = a.period && a.count > 1, pb = b.period && b.count > 1;
+  if (!pa && !pb) return overlap(a.first, a.last, b.first, b.last);
+  if (pa && pb && a.period == b.period) {
+    // Copy ma of a meets copy mb of b for some d = ma - mb in [-(b.count - 1), a.count - 1].
+    const auto P = int64_t(a.period);
+    const int64_t lo = std::max(ceil_div(int64_t(b.first) - int64_t(a.last), P), -(int64_t(b.count) - 1));
+    const int64_t hi = std::min(floor_div(int64_t(b.last) - int64_t(a.first), P), int64_t(a.count) - 1);
+    return lo <= hi;
+  }
+  if (pa != pb) {
+    const Lifetime &p = pa ? a : b, &x = pa ? b : a;
+    const auto P = int64_t(p.period);
+    const int64_t lo = std::max<int64_t>(0, ceil_div(int64_t(x.first) - int64_t(p.last), P));
+    const int64_t hi = std::min(floor_div(int64_t(x.last) - int64_t(p.first), P), int64_t(p.count) - 1);
+    return lo <= hi;
+  }
+  return overlap(a.first, end_of(a), b.first, end_of(b));  // different periods: their spans
+}
+
+namespace {
+
+// Places the buffers in `order`, each at the lowest best-fitting gap between the buffers already placed that it
+// is ever alive with, else above them.
+std::vector<std::size_t> place(const std::vector<Lifetime>& buffers, const std::vector<std::size_t>& order,
+                               std::size_t* arena) {
   std::vector<std::size_t> offset(buffers.size(), 0);
   std::vector<std::size_t> placed;  // indices, kept sorted by offset
   std::size_t top = 0;
@@ -24,7 +54,7 @@ std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std:
     bool found = false;
     for (std::size_t j : placed) {
       const Lifetime& o = buffers[j];
-      if (o.first > b.last || b.first > o.last) continue;  // never alive together
+      if (!live_together(o, b)) continue;
       if (offset[j] >= end && offset[j] - end >= b.bytes && offset[j] - end < best_gap) {
         best = end, best_gap = offset[j] - end, found = true;
       }
@@ -36,15 +66,53 @@ std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std:
                                    [&](std::size_t x, std::size_t y) { return offset[x] < offset[y]; }),
                   i);
   }
-  if (arena) *arena = top;
+  *arena = top;
   return offset;
 }
 
+}  // namespace
+
+std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std::size_t* arena) {
+  // Greedy placement depends on the order; three orders that each win on some steps are tried and the smallest
+  // arena kept: by size (TFLite's and ggml's), by size x lifetime (long, large buffers first), and by lifetime.
+  const auto span = [&](std::size_t i) { return double(end_of(buffers[i]) - buffers[i].first + 1); };
+  const std::vector<std::function<double(std::size_t)>> keys = {
+      [&](std::size_t i) { return double(buffers[i].bytes); },
+      [&](std::size_t i) { return double(buffers[i].bytes) * span(i); },
+      [&](std::size_t i) { return span(i); },
+  };
+  std::vector<std::size_t> best;
+  std::size_t best_arena = SIZE_MAX;
+  for (const auto& key : keys) {
+    std::vector<double> k(buffers.size());
+    for (std::size_t i = 0; i < buffers.size(); ++i) k[i] = key(i);
+    std::vector<std::size_t> order(buffers.size());
+    std::iota(order.begin(), order.end(), std::size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      if (k[a] != k[b]) return k[a] > k[b];
+      if (buffers[a].bytes != buffers[b].bytes) return buffers[a].bytes > buffers[b].bytes;
+      return buffers[a].first < buffers[b].first;
+    });
+    std::size_t size = 0;
+    std::vector<std::size_t> offset = place(buffers, order, &size);
+    if (size < best_arena) best = std::move(offset), best_arena = size;
+  }
+  if (arena) *arena = buffers.empty() ? 0 : best_arena;
+  return buffers.empty() ? std::vector<std::size_t>{} : best;
+}
+
 std::size_t live_peak(const std::vector<Lifetime>& buffers) {
+  // A periodic buffer's copies in the middle of its run are alive with the same neighbours as the second copy:
+  // the first three and the last four copies meet everything any copy meets (a copy lives into the next one at
+  // most), so only they are counted.
   std::vector<std::pair<std::size_t, std::ptrdiff_t>> events;  // (time, +bytes at first / -bytes after last)
   for (const Lifetime& b : buffers) {
-    events.push_back({2 * b.first, std::ptrdiff_t(b.bytes)});
-    events.push_back({2 * b.last + 1, -std::ptrdiff_t(b.bytes)});
+    const std::size_t n = b.period ? b.count : 1;
+    for (std::size_t m = 0; m < n; ++m) {
+      if (m == 3 && n > 7) m = n - 4;
+      events.push_back({2 * (b.first + m * b.period), std::ptrdiff_t(b.bytes)});
+      events.push_back({2 * (b.last + m * b.period) + 1, -std::ptrdiff_t(b.bytes)});
+    }
   }
   std::sort(events.begin(), events.end());
   std::ptrdiff_t live = 0, peak = 0;
@@ -52,63 +120,126 @@ std::size_t live_peak(const std::vector<Lifetime>& buffers) {
   return std::size_t(peak);
 }
 
-ArenaPlan plan_arena(const RequestTrace& trace) {
-  // Unroll the repeats as replay() runs them: each repetition of [begin, end) follows the recorded requests; a
-  // free in it of a request of the sub-stretch before frees that one's copy in the previous repetition. After
-  // the repetitions, [prev, begin) and [begin, end) stand for the last two copies. Two repetitions are enough:
-  // every later one holds the same buffers for the same spans again, alive with its neighbours only, so it
-  // needs no more room (an accumulation of 100,000 costs what one of 4 does).
+namespace {
+
+constexpr std::size_t kNoFree = SIZE_MAX;
+
+struct Built {
+  ArenaLayout layout;
+  std::vector<Lifetime> buffers, persistent;  // transient buffers (periodic ones once), and what stays
+};
+
+Built build(const RequestTrace& trace) {
   const std::vector<AllocRequest>& reqs = trace.requests();
-  std::vector<AllocRequest> all;
-  std::vector<std::size_t> where(reqs.size());  // original index -> the index of its latest copy in `all`
-  auto next_repeat = trace.repeats().begin();
-  for (std::size_t i = 0; i < reqs.size(); ++i) {
-    AllocRequest r = reqs[i];
-    if (!r.alloc) r.pairs = where[r.pairs];
-    where[i] = all.size();
-    all.push_back(r);
-    if (next_repeat == trace.repeats().end() || next_repeat->end != i + 1) continue;
-    const RequestTrace::Repeat& rep = *next_repeat++;
-    const std::size_t len = rep.end - rep.begin, prev = rep.begin - len;
-    std::vector<std::size_t> before(where.begin() + std::ptrdiff_t(prev), where.begin() + std::ptrdiff_t(rep.begin));
-    std::vector<std::size_t> last(where.begin() + std::ptrdiff_t(rep.begin), where.begin() + std::ptrdiff_t(rep.end));
-    for (std::size_t t = 0; t < std::min<std::size_t>(rep.times, 2); ++t) {
-      std::vector<std::size_t> now(len, SIZE_MAX);
-      for (std::size_t j = 0; j < len; ++j) {
-        AllocRequest q = reqs[rep.begin + j];
-        if (!q.alloc) q.pairs = q.pairs >= rep.begin ? now[q.pairs - rep.begin] : last[q.pairs - prev];
-        now[j] = all.size();
-        all.push_back(q);
-      }
-      before = std::move(last);
-      last = std::move(now);
+  const std::vector<RequestTrace::Repeat>& reps = trace.repeats();
+  const std::size_t n = reqs.size();
+  Built out;
+  ArenaLayout& L = out.layout;
+  L.recorded.resize(n);
+  std::vector<std::size_t> free_of(n, kNoFree);
+  for (std::size_t i = 0; i < n; ++i) {
+    const AllocRequest& r = reqs[i];
+    if (r.alloc) {
+      L.recorded[i] = {true, round_size(r.bytes), ArenaLayout::kPersistent};
+      continue;
     }
-    std::copy(before.begin(), before.end(), where.begin() + std::ptrdiff_t(prev));
-    std::copy(last.begin(), last.end(), where.begin() + std::ptrdiff_t(rep.begin));
+    HR_ASSERT(r.pairs < i && reqs[r.pairs].alloc && free_of[r.pairs] == kNoFree, "a free of a request that is not allocated");
+    free_of[r.pairs] = i;
+    L.recorded[i] = {false, 0, 0};
   }
-  auto rounded = [](std::size_t bytes) {
-    return std::max<std::size_t>(kMinBlockSize, (bytes + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize);
+  // Where a recorded request happens in a run: after every repetition of the bodies that end before it.
+  const auto pos = [&](std::size_t i) {
+    std::size_t s = i;
+    for (const RequestTrace::Repeat& r : reps)
+      if (r.end <= i) s += r.times * (r.end - r.begin);
+    return s;
   };
-  std::vector<Lifetime> buffers;
-  ArenaPlan p;
-  std::vector<bool> freed(all.size(), false);
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    const AllocRequest& r = all[i];
-    if (r.alloc) continue;
-    HR_ASSERT(r.pairs < i && all[r.pairs].alloc && !freed[r.pairs], "a free of a request that is not allocated");
-    freed[r.pairs] = true;
-    buffers.push_back({rounded(all[r.pairs].bytes), r.pairs, i});
+  const std::size_t run_end = pos(n);
+  std::vector<std::size_t*> target;  // where each buffer's offset goes
+  for (const RequestTrace::Repeat& r : reps) {
+    const std::size_t len = r.end - r.begin;
+    L.bodies.push_back({r.begin - len, r.begin, r.end, r.times, std::vector<std::size_t>(len, ArenaLayout::kNone)});
   }
-  std::vector<Lifetime> everything = buffers;
-  for (std::size_t i = 0; i < all.size(); ++i)
-    if (all[i].alloc && !freed[i]) {
-      p.persistent += rounded(all[i].bytes);
-      everything.push_back({rounded(all[i].bytes), i, all.size()});
+  std::size_t next_body = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!reqs[i].alloc) continue;
+    while (next_body < L.bodies.size() && L.bodies[next_body].end <= i) ++next_body;
+    const std::size_t bytes = L.recorded[i].bytes;
+    if (next_body == L.bodies.size() || i < L.bodies[next_body].prev) {
+      if (free_of[i] == kNoFree) {
+        out.persistent.push_back({bytes, pos(i), run_end});
+        continue;
+      }
+      out.buffers.push_back({bytes, pos(i), pos(free_of[i])});
+      target.push_back(&L.recorded[i].offset);
+      continue;
     }
+    ArenaLayout::Body& b = L.bodies[next_body];
+    if (i >= b.begin) continue;  // the second recorded copy: placed with the first
+    // Every copy c of the body allocates request j at base + c len and frees it where the first copy did, one
+    // copy later for a buffer that crosses into the next; the last copy's crossing buffers live into what follows.
+    const std::size_t len = b.end - b.begin, j = i - b.prev, q = free_of[i], copies = b.times + 2, base = pos(b.prev);
+    HR_ASSERT(q != kNoFree && q < b.end, "request ", i, " of a repeated micro-batch lives past the next one");
+    const bool crossing = q >= b.begin;
+    const std::size_t regular = crossing ? copies - 1 : copies, rel = q - b.prev;
+    out.buffers.push_back({bytes, base + j, base + rel, 2 * len, (regular + 1) / 2});
+    target.push_back(&L.recorded[i].offset);
+    out.buffers.push_back({bytes, base + len + j, base + len + rel, 2 * len, regular / 2});
+    target.push_back(&L.recorded[b.begin + j].offset);
+    if (!crossing) continue;
+    const std::size_t q2 = free_of[b.begin + j], first = base + (copies - 1) * len + j;
+    if (q2 == kNoFree) {
+      b.last[j] = ArenaLayout::kPersistent;
+      out.persistent.push_back({bytes, first, run_end});
+      continue;
+    }
+    out.buffers.push_back({bytes, first, pos(q2)});
+    target.push_back(&b.last[j]);
+  }
+  const std::vector<std::size_t> offsets = pack_buffers(out.buffers, &L.arena);
+  for (std::size_t k = 0; k < offsets.size(); ++k) *target[k] = offsets[k];
+  L.requests = run_end;
+  return out;
+}
+
+}  // namespace
+
+ArenaLayout::Entry ArenaLayout::at(std::size_t r) const {
+  std::size_t shift = 0;
+  for (const Body& b : bodies) {
+    const std::size_t i = r - shift, len = b.end - b.begin;
+    if (i < b.prev) break;
+    std::size_t c = 0, j = 0;
+    if (i < b.end) {
+      c = i < b.begin ? 0 : 1, j = (i - b.prev) % len;
+    } else if (i < b.end + b.times * len) {
+      c = 2 + (i - b.end) / len, j = (i - b.end) % len;
+    } else {
+      shift += b.times * len;
+      continue;
+    }
+    Entry e = recorded[b.prev + j];
+    if (!e.alloc) return e;
+    if (c == b.times + 1 && b.last[j] != kNone) e.offset = b.last[j];
+    else if (c % 2 == 1) e.offset = recorded[b.begin + j].offset;
+    return e;
+  }
+  HR_ASSERT(r - shift < recorded.size(), "request ", r, " is past the planned stretch (", requests, " requests)");
+  return recorded[r - shift];
+}
+
+ArenaLayout layout_arena(const RequestTrace& trace) { return build(trace).layout; }
+
+ArenaPlan plan_arena(const RequestTrace& trace) {
+  const Built b = build(trace);
+  ArenaPlan p;
+  p.arena = b.layout.arena;
+  p.live_peak = live_peak(b.buffers);
+  for (const Lifetime& l : b.buffers) p.buffers += l.period ? l.count : 1;
+  for (const Lifetime& l : b.persistent) p.persistent += l.bytes;
+  std::vector<Lifetime> everything = b.buffers;
+  everything.insert(everything.end(), b.persistent.begin(), b.persistent.end());
   p.requested_peak = live_peak(everything);
-  pack_buffers(buffers, &p.arena);
-  p.live_peak = live_peak(buffers);
-  p.buffers = buffers.size();
   return p;
 }
 

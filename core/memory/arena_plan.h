@@ -7,24 +7,58 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "core/memory/replay.h"
 
 namespace hr::core {
 
-// A buffer's size and lifetime: alive from request `first` to request `last` (inclusive).
+// A buffer's size and lifetime: alive from request `first` to request `last` (inclusive). A periodic buffer (the
+// same request in every other repetition of an accumulated micro-batch) lives `count` times, each `period`
+// requests after the one before, at one offset.
 struct Lifetime {
   std::size_t bytes = 0, first = 0, last = 0;
+  std::size_t period = 0, count = 1;
 };
+
+// Whether two buffers are ever alive at the same time.
+bool live_together(const Lifetime& a, const Lifetime& b);
 
 // Offsets for `buffers` in one arena, no two overlapping in both address and lifetime: greedy by size (largest
 // first, earlier first among equals), each at the lowest best-fitting gap between the buffers already placed
-// that it overlaps in time, else above them. `arena` receives the arena's size.
+// that it is ever alive with, else above them. `arena` receives the arena's size.
 std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std::size_t* arena);
 
 // The most bytes alive at one time: no arena can be smaller.
 std::size_t live_peak(const std::vector<Lifetime>& buffers);
+
+// Where each request of a recorded stretch goes when the stretch runs with `memory.allocator: planned`: an offset
+// in the arena for every request the stretch frees, `kPersistent` for what it leaves allocated (its own
+// segment). A repeated sub-stretch (accumulated micro-batches) runs `times` more copies than were recorded; its
+// even and odd copies take the offsets of the first and second recorded copy (a buffer lives at most into the
+// next copy), and the last copy's buffers that live past the repetitions have offsets of their own.
+struct ArenaLayout {
+  static constexpr std::size_t kPersistent = SIZE_MAX;
+  struct Entry {
+    bool alloc = true;
+    std::size_t bytes = 0;   // rounded (allocations)
+    std::size_t offset = 0;  // in the arena, or kPersistent (allocations)
+  };
+  struct Body {
+    std::size_t prev = 0, begin = 0, end = 0, times = 0;  // as RequestTrace::Repeat; prev = begin - (end - begin)
+    std::vector<std::size_t> last;  // per request of a copy: the last copy's offset where it differs, else kNone
+  };
+  static constexpr std::size_t kNone = SIZE_MAX - 1;
+  std::size_t arena = 0;
+  std::vector<Entry> recorded;  // per recorded request
+  std::vector<Body> bodies;
+  std::size_t requests = 0;  // in a run: the recorded requests and every repetition
+  // Request `r` of a run of the stretch (counting allocations and frees from its start).
+  Entry at(std::size_t r) const;
+};
+
+ArenaLayout layout_arena(const RequestTrace& trace);
 
 struct ArenaPlan {
   std::size_t arena = 0;       // the packed arena (transient requests)
@@ -36,8 +70,8 @@ struct ArenaPlan {
   std::size_t requested_peak = 0;
 };
 
-// The plan of a recorded stretch, its repeated sub-stretches (accumulated micro-batches) unrolled (two
-// repetitions: later ones need no more room). Sizes are rounded to the allocator's 512-byte granularity.
+// The plan of a recorded stretch (layout_arena's), with the live peak and the persistent bytes beside it. Sizes
+// are rounded to the allocator's 512-byte granularity.
 ArenaPlan plan_arena(const RequestTrace& trace);
 
 }  // namespace hr::core

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "core/memory/arena_plan.h"
+
 namespace hr::core {
 
 struct CachingAllocator::Block {
@@ -17,6 +19,8 @@ struct CachingAllocator::Block {
   Block* next = nullptr;
   Category category = Category::Activations;
   const std::string* owner = nullptr;
+  bool arena = false;      // planned: in the arena (pool is null)
+  std::size_t index = 0;   // planned: its place among the stretch's requests (pool is null)
   bool is_split() const { return prev || next; }
 };
 
@@ -30,6 +34,27 @@ struct CachingAllocator::Pool {
   bool is_small;
   std::set<Block*, BlockLess> free_blocks;  // ordered by (size, address): lower_bound is best fit
 };
+
+struct CachingAllocator::Expandable {
+  char* base = nullptr;
+  std::size_t size = 0;          // the reserved range
+  std::vector<uint8_t> mapped;   // per page
+  uint64_t id = 0;               // its segment number
+  std::size_t missing(std::size_t offset, std::size_t bytes) const {
+    std::size_t n = 0;
+    for (std::size_t p = offset / kPageSize; p <= (offset + bytes - 1) / kPageSize; ++p) n += !mapped[p];
+    return n;
+  }
+};
+
+const char* allocator_kind_name(AllocatorKind k) {
+  switch (k) {
+    case AllocatorKind::Caching: return "caching";
+    case AllocatorKind::Expandable: return "expandable";
+    case AllocatorKind::Planned: return "planned";
+  }
+  return "?";
+}
 
 namespace {
 bool BlockLess::operator()(const CachingAllocator::Block* a, const CachingAllocator::Block* b) const {
@@ -55,22 +80,44 @@ double MemoryStats::fragmentation() const {
   return 1.0 - double(allocated_bytes.current) / double(reserved_bytes.current);
 }
 
-CachingAllocator::CachingAllocator(std::unique_ptr<RawAllocator> raw, std::string device_name)
+CachingAllocator::CachingAllocator(std::unique_ptr<RawAllocator> raw, std::string device_name, AllocatorKind kind)
     : raw_(std::move(raw)),
       device_name_(std::move(device_name)),
+      kind_(kind),
       small_(new Pool{true, {}}),
-      large_(new Pool{false, {}}) {}
+      large_(new Pool{false, {}}) {
+  HR_CHECK(kind_ != AllocatorKind::Expandable || raw_->page_size() == kPageSize, "[memory] ", device_name_,
+           " (", raw_->name(), ") cannot map pages: memory.allocator: expandable is not available on it");
+}
 
 CachingAllocator::CachingAllocator(const AllocatorSnapshot& state, std::unique_ptr<RawAllocator> raw,
                                    std::string device_name)
-    : CachingAllocator(std::move(raw), std::move(device_name)) {
+    : CachingAllocator(std::move(raw), std::move(device_name), state.kind) {
   replica_ = true;
+  HR_ASSERT(state.stretch.empty(), "a replica of an allocator in the middle of a planned stretch");
   for (const AllocatorSnapshot::Segment& seg : state.segments) {
-    char* base = static_cast<char*>(raw_->allocate(seg.size));
-    HR_CHECK(base, "[memory] a replica of ", device_name_, " has no room for segment ", seg.id, " (",
-             format_bytes(double(seg.size)), ")");
     Pool& pool = seg.small ? *small_ : *large_;
-    stats_.reserved_bytes.add(int64_t(seg.size));
+    char* base = nullptr;
+    if (seg.expandable) {
+      auto e = std::make_unique<Expandable>();
+      base = e->base = static_cast<char*>(raw_->reserve(seg.size));
+      HR_CHECK(base, "[memory] a replica of ", device_name_, " cannot reserve ", format_bytes(double(seg.size)));
+      e->size = seg.size;
+      e->mapped.assign(seg.size / kPageSize, 0);
+      e->id = seg.id;
+      for (const auto& [at, bytes] : seg.mapped) {
+        HR_CHECK(raw_->map(base + at, bytes), "[memory] a replica of ", device_name_, " has no room for the pages of ",
+                 format_bytes(double(bytes)), " mapped in segment ", seg.id);
+        for (std::size_t p = at / kPageSize; p < (at + bytes) / kPageSize; ++p) e->mapped[p] = 1;
+        stats_.reserved_bytes.add(int64_t(bytes));
+      }
+      expandable_[seg.small ? 0 : 1] = std::move(e);
+    } else {
+      base = static_cast<char*>(raw_->allocate(seg.size));
+      HR_CHECK(base, "[memory] a replica of ", device_name_, " has no room for segment ", seg.id, " (",
+               format_bytes(double(seg.size)), ")");
+      stats_.reserved_bytes.add(int64_t(seg.size));
+    }
     stats_.segment.add(1);
     Block* prev = nullptr;
     for (const AllocatorSnapshot::Block& sb : seg.blocks) {
@@ -97,7 +144,7 @@ CachingAllocator::CachingAllocator(const AllocatorSnapshot& state, std::unique_p
         account(b, +1);
       } else {
         pool.free_blocks.insert(b);
-        if (b->is_split()) {
+        if (b->is_split() && !seg.expandable) {
           stats_.inactive_split_bytes.add(int64_t(b->size));
           stats_.inactive_split.add(1);
         }
@@ -105,6 +152,14 @@ CachingAllocator::CachingAllocator(const AllocatorSnapshot& state, std::unique_p
     }
   }
   segments_made_ = state.segments_made;
+  if (kind_ == AllocatorKind::Expandable) sync_expandable_stats();
+  if (state.arena) {
+    arena_ = static_cast<char*>(raw_->allocate(state.arena));
+    HR_CHECK(arena_, "[memory] a replica of ", device_name_, " has no room for its arena (",
+             format_bytes(double(state.arena)), ")");
+    arena_size_ = state.arena;
+    stats_.reserved_bytes.add(int64_t(arena_size_));
+  }
 }
 
 CachingAllocator::~CachingAllocator() {
@@ -120,11 +175,28 @@ CachingAllocator::~CachingAllocator() {
         delete b;
         b = next;
       }
-      raw_->deallocate(base, size);
+      const Expandable* e = expandable_[head->pool->is_small ? 0 : 1].get();
+      if (!e || e->id != id) raw_->deallocate(base, size);
     }
+    for (auto& e : expandable_) {
+      if (!e) continue;
+      for (std::size_t p = 0; p < e->mapped.size(); ++p)
+        if (e->mapped[p]) raw_->unmap(e->base + p * kPageSize, kPageSize);
+      raw_->release(e->base, e->size);
+    }
+    if (arena_) raw_->deallocate(arena_, arena_size_);
     return;
   }
   release_cached_blocks_locked();
+  if (arena_live_ == 0) release_arena();
+  for (auto& e : expandable_) {  // an unused range goes back; one with live blocks stays with them
+    if (!e) continue;
+    const Block* head = segment_heads_[e->id];
+    if (head->next || head->allocated) continue;
+    raw_->release(e->base, e->size);
+    segment_heads_.erase(e->id);
+    delete head;
+  }
 }
 
 // Spelled out rather than defaulted: nvcc 13's front end compiles this header too and refuses `= default`
@@ -138,8 +210,12 @@ bool AllocatorSnapshot::operator==(const AllocatorSnapshot& o) const {
     return a.id == b.id && a.small == b.small && a.size == b.size &&
            std::equal(a.blocks.begin(), a.blocks.end(), b.blocks.begin(), b.blocks.end(), same_block);
   };
-  return segments_made == o.segments_made &&
-         std::equal(segments.begin(), segments.end(), o.segments.begin(), o.segments.end(), same_segment);
+  const auto same_segment_all = [&](const Segment& a, const Segment& b) {
+    return same_segment(a, b) && a.expandable == b.expandable && a.mapped == b.mapped;
+  };
+  return kind == o.kind && segments_made == o.segments_made && arena == o.arena &&
+         std::equal(segments.begin(), segments.end(), o.segments.begin(), o.segments.end(), same_segment_all) &&
+         std::equal(stretch.begin(), stretch.end(), o.stretch.begin(), o.stretch.end(), same_block);
 }
 
 AllocatorSnapshot CachingAllocator::snapshot() const {
@@ -149,11 +225,27 @@ AllocatorSnapshot CachingAllocator::snapshot() const {
 
 AllocatorSnapshot CachingAllocator::snapshot_locked() const {
   AllocatorSnapshot s;
+  s.kind = kind_;
   s.segments_made = segments_made_;
+  s.arena = arena_size_;
+  if (stretch_)
+    for (const Block* b : stretch_live_)
+      if (b) s.stretch.push_back({0, b->size, b->requested, true, b->category, b->owner ? *b->owner : ""});
   for (const auto& [id, head] : segment_heads_) {
     AllocatorSnapshot::Segment seg;
     seg.id = id;
     seg.small = head->pool->is_small;
+    const Expandable* e = expandable_[seg.small ? 0 : 1].get();
+    if (e && e->id == id) {
+      seg.expandable = true;
+      for (std::size_t p = 0; p < e->mapped.size(); ++p) {
+        if (!e->mapped[p]) continue;
+        if (!seg.mapped.empty() && seg.mapped.back().first + seg.mapped.back().second == p * kPageSize)
+          seg.mapped.back().second += kPageSize;
+        else
+          seg.mapped.push_back({p * kPageSize, kPageSize});
+      }
+    }
     for (const Block* b = head; b; b = b->next) {
       AllocatorSnapshot::Block sb{b->offset, b->size, 0, b->allocated, Category::Activations, ""};
       if (b->allocated) {  // a cached block keeps its last owner's tags inside; they describe nothing now
@@ -203,6 +295,9 @@ CachingAllocator::Block* CachingAllocator::find_free_block(Pool& pool, std::size
   auto it = pool.free_blocks.lower_bound(&key);
   if (it == pool.free_blocks.end()) return nullptr;
   Block* b = *it;
+  // Planned: a cached block serves only a request of its size, so that nothing kept (states) ever sits in a
+  // segment a freed temporary left, and releasing the cache leaves exactly the live blocks reserved.
+  if (kind_ == AllocatorKind::Planned && b->size != size) return nullptr;
   pool.free_blocks.erase(it);
   return b;
 }
@@ -225,58 +320,378 @@ CachingAllocator::Block* CachingAllocator::alloc_segment(Pool& pool, std::size_t
 CachingAllocator::Block* CachingAllocator::malloc_locked(std::size_t bytes) {
   const MemoryTag& tag = current_memory_tag();
   const std::size_t size = round_size(bytes);
+  if (stretch_ && !broken_)
+    if (Block* b = stretch_alloc(bytes, size, tag)) return b;
+  return malloc_segments_locked(bytes, size, tag);
+}
+
+[[noreturn]] void CachingAllocator::out_of_memory(std::size_t bytes, std::size_t size, std::size_t seg,
+                                                  const MemoryTag& tag) {
+  ++stats_.num_ooms;
+  if (trace_) trace_({TraceEvent::Kind::OOM, size, bytes, tag.category, intern(tag.owner)});
+  if (oom_observer_) oom_observer_(snapshot_locked(), bytes);
+  throw OutOfMemory(oom_message(bytes, size, seg), bytes);
+}
+
+CachingAllocator::Block* CachingAllocator::malloc_segments_locked(std::size_t bytes, std::size_t size,
+                                                                  const MemoryTag& tag) {
   Pool& pool = size <= kSmallSize ? *small_ : *large_;
-  const std::size_t seg = segment_size_for(size);
-
-  Block* block = find_free_block(pool, size);
-  if (block) {
-    if (block->is_split()) {
-      stats_.inactive_split_bytes.add(-int64_t(block->size));
-      stats_.inactive_split.add(-1);
-    }
+  Block* block = nullptr;
+  if (kind_ == AllocatorKind::Expandable) {
+    block = malloc_expandable(pool, size, tag, bytes);
   } else {
-    block = alloc_segment(pool, seg);
-    if (!block) {
-      if (trace_) trace_({TraceEvent::Kind::Retry, size, bytes, tag.category, intern(tag.owner)});
-      release_cached_blocks_locked();
-      ++stats_.num_alloc_retries;
+    // Planned: segments of exactly the request (and cached blocks reused only at their size, find_free_block).
+    const std::size_t seg = kind_ == AllocatorKind::Planned ? size : segment_size_for(size);
+    block = find_free_block(pool, size);
+    if (block) {
+      if (block->is_split()) {
+        stats_.inactive_split_bytes.add(-int64_t(block->size));
+        stats_.inactive_split.add(-1);
+      }
+    } else {
       block = alloc_segment(pool, seg);
+      if (!block) {
+        if (trace_) trace_({TraceEvent::Kind::Retry, size, bytes, tag.category, intern(tag.owner)});
+        release_cached_blocks_locked();
+        ++stats_.num_alloc_retries;
+        block = alloc_segment(pool, seg);
+      }
+      if (!block) out_of_memory(bytes, size, seg, tag);
     }
-    if (!block) {
-      ++stats_.num_ooms;
-      if (trace_) trace_({TraceEvent::Kind::OOM, size, bytes, tag.category, intern(tag.owner)});
-      if (oom_observer_) oom_observer_(snapshot_locked(), bytes);
-      throw OutOfMemory(oom_message(bytes, size, seg), bytes);
-    }
+    split_block(pool, block, size);
   }
-
-  // Split when enough remains: any 512 B in the small pool, more than 1 MiB in the large pool.
-  const std::size_t remaining = block->size - size;
-  const bool split = pool.is_small ? remaining >= kMinBlockSize : remaining > kSmallSize;
-  if (split) {
-    Block* rest = new Block;
-    rest->size = remaining;
-    rest->ptr = block->ptr + size;
-    rest->segment = block->segment;
-    rest->offset = block->offset + size;
-    rest->pool = &pool;
-    rest->prev = block;
-    rest->next = block->next;
-    if (rest->next) rest->next->prev = rest;
-    block->next = rest;
-    block->size = size;
-    pool.free_blocks.insert(rest);
-    stats_.inactive_split_bytes.add(int64_t(remaining));
-    stats_.inactive_split.add(1);
-  }
-
   block->allocated = true;
   block->requested = bytes;
   block->category = tag.category;
   block->owner = intern(tag.owner);
   account(block, +1);
+  if (kind_ == AllocatorKind::Expandable) sync_expandable_stats();
   if (trace_) trace_({TraceEvent::Kind::Alloc, block->size, bytes, block->category, block->owner, block});
   return block;
+}
+
+void CachingAllocator::split_block(Pool& pool, Block* block, std::size_t size) {
+  // Caching: split when enough remains, any 512 B in the small pool, more than 1 MiB in the large pool. The
+  // other kinds always split (a remainder costs nothing there: it is mapped on demand or exactly sized).
+  const std::size_t remaining = block->size - size;
+  const bool split = kind_ != AllocatorKind::Caching || pool.is_small ? remaining >= kMinBlockSize : remaining > kSmallSize;
+  if (!split) return;
+  Block* rest = new Block;
+  rest->size = remaining;
+  rest->ptr = block->ptr + size;
+  rest->segment = block->segment;
+  rest->offset = block->offset + size;
+  rest->pool = &pool;
+  rest->prev = block;
+  rest->next = block->next;
+  if (rest->next) rest->next->prev = rest;
+  block->next = rest;
+  block->size = size;
+  pool.free_blocks.insert(rest);
+  if (kind_ != AllocatorKind::Expandable) {
+    stats_.inactive_split_bytes.add(int64_t(remaining));
+    stats_.inactive_split.add(1);
+  }
+}
+
+// ---- expandable segments ----
+
+CachingAllocator::Block* CachingAllocator::malloc_expandable(Pool& pool, std::size_t size, const MemoryTag& tag,
+                                                             std::size_t bytes) {
+  std::unique_ptr<Expandable>& slot = expandable_[pool.is_small ? 0 : 1];
+  if (!slot) {
+    const std::size_t range = raw_->reservable() / kPageSize * kPageSize;
+    void* base = range ? raw_->reserve(range) : nullptr;
+    HR_CHECK(base, "[memory] ", device_name_, ": cannot reserve ", format_bytes(double(range)),
+             " of addresses for an expandable segment");
+    slot = std::make_unique<Expandable>();
+    slot->base = static_cast<char*>(base);
+    slot->size = range;
+    slot->mapped.assign(range / kPageSize, 0);
+    Block* b = new Block;
+    b->size = range;
+    b->ptr = slot->base;
+    b->segment = slot->id = ++segments_made_;
+    b->pool = &pool;
+    segment_heads_[b->segment] = b;
+    pool.free_blocks.insert(b);
+    stats_.segment.add(1);
+  }
+  Expandable& e = *slot;
+  for (int attempt = 0;; ++attempt) {
+    // The free block that needs the fewest new pages; among those the best fit, then the lowest place.
+    Block key;
+    key.size = size;
+    Block* best = nullptr;
+    std::size_t fewest = SIZE_MAX;
+    for (auto it = pool.free_blocks.lower_bound(&key); it != pool.free_blocks.end() && fewest; ++it) {
+      const std::size_t m = e.missing((*it)->offset, size);
+      if (m < fewest) best = *it, fewest = m;
+    }
+    if (best && (fewest == 0 || map_range(e, best->offset, size))) {
+      pool.free_blocks.erase(best);
+      split_block(pool, best, size);
+      return best;
+    }
+    if (attempt == 1) out_of_memory(bytes, size, size, tag);
+    if (trace_) trace_({TraceEvent::Kind::Retry, size, bytes, tag.category, intern(tag.owner)});
+    release_cached_blocks_locked();
+    ++stats_.num_alloc_retries;
+  }
+}
+
+bool CachingAllocator::map_range(Expandable& e, std::size_t offset, std::size_t bytes) {
+  const std::size_t first = offset / kPageSize, last = (offset + bytes - 1) / kPageSize;
+  for (std::size_t p = first; p <= last;) {
+    if (e.mapped[p]) {
+      ++p;
+      continue;
+    }
+    std::size_t q = p;
+    while (q <= last && !e.mapped[q]) ++q;
+    if (!raw_->map(e.base + p * kPageSize, (q - p) * kPageSize)) return false;
+    for (std::size_t k = p; k < q; ++k) e.mapped[k] = 1;
+    stats_.reserved_bytes.add(int64_t((q - p) * kPageSize));
+    if (trace_) trace_({TraceEvent::Kind::SegmentAlloc, (q - p) * kPageSize, 0, Category::Activations, nullptr, nullptr});
+    p = q;
+  }
+  return true;
+}
+
+void CachingAllocator::unmap_unused(Expandable& e) {
+  std::vector<uint8_t> used(e.mapped.size(), 0);
+  for (const Block* b = segment_heads_[e.id]; b; b = b->next)
+    if (b->allocated)
+      for (std::size_t p = b->offset / kPageSize; p <= (b->offset + b->size - 1) / kPageSize; ++p) used[p] = 1;
+  for (std::size_t p = 0; p < e.mapped.size();) {
+    if (!e.mapped[p] || used[p]) {
+      ++p;
+      continue;
+    }
+    std::size_t q = p;
+    while (q < e.mapped.size() && e.mapped[q] && !used[q]) e.mapped[q++] = 0;
+    raw_->unmap(e.base + p * kPageSize, (q - p) * kPageSize);
+    stats_.reserved_bytes.add(-int64_t((q - p) * kPageSize));
+    if (trace_) trace_({TraceEvent::Kind::SegmentFree, (q - p) * kPageSize, 0, Category::Activations, nullptr, nullptr});
+    p = q;
+  }
+  sync_expandable_stats();
+}
+
+void CachingAllocator::sync_expandable_stats() {
+  // Mapped bytes no block holds: the expandable segments' cache (their split blocks are free address space).
+  const int64_t cached = stats_.reserved_bytes.current - stats_.allocated_bytes.current;
+  stats_.inactive_split_bytes.add(cached - stats_.inactive_split_bytes.current);
+}
+
+// ---- planned stretches ----
+
+void CachingAllocator::begin_stretch(std::shared_ptr<const ArenaLayout> layout) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  HR_CHECK(kind_ == AllocatorKind::Planned, "[memory] ", device_name_, " runs the ", allocator_kind_name(kind_),
+           " allocator: only memory.allocator: planned follows a plan");
+  HR_ASSERT(!stretch_, "a planned stretch begun inside another");
+  HR_CHECK(layout || !raw_->real(), "[memory] ", device_name_, ": a stretch without a plan records, which only the meta device can");
+  if (layout && !grow_arena(layout->arena)) {
+    const MemoryTag tag{Category::Activations, "arena"};
+    out_of_memory(layout->arena, layout->arena, layout->arena, tag);
+  }
+  stretch_ = true;
+  recording_ = !layout;
+  broken_ = false;
+  layout_ = std::move(layout);
+  request_ = 0;
+  stretch_live_.clear();
+  fake_next_ = std::uintptr_t(1) << 44;
+}
+
+bool CachingAllocator::grow_arena(std::size_t bytes) {
+  if (bytes <= arena_size_) return true;
+  release_arena();
+  void* p = raw_->allocate(bytes);
+  if (!p) {
+    if (trace_) trace_({TraceEvent::Kind::Retry, bytes, bytes, Category::Activations, intern("arena")});
+    release_cached_blocks_locked();
+    ++stats_.num_alloc_retries;
+    p = raw_->allocate(bytes);
+  }
+  if (!p) return false;
+  arena_ = static_cast<char*>(p);
+  arena_size_ = bytes;
+  stats_.reserved_bytes.add(int64_t(bytes));
+  stats_.segment.add(1);
+  if (trace_) trace_({TraceEvent::Kind::SegmentAlloc, bytes, 0, Category::Activations, nullptr, nullptr});
+  return true;
+}
+
+void CachingAllocator::release_arena() {
+  if (!arena_) return;
+  raw_->deallocate(arena_, arena_size_);
+  stats_.reserved_bytes.add(-int64_t(arena_size_));
+  stats_.segment.add(-1);
+  if (trace_) trace_({TraceEvent::Kind::SegmentFree, arena_size_, 0, Category::Activations, nullptr, nullptr});
+  arena_ = nullptr;
+  arena_size_ = 0;
+}
+
+CachingAllocator::Block* CachingAllocator::stretch_alloc(std::size_t bytes, std::size_t size, const MemoryTag& tag) {
+  const std::size_t r = request_++;
+  Block* b = nullptr;
+  if (recording_) {
+    b = new Block;
+    b->ptr = reinterpret_cast<char*>(fake_next_);
+    fake_next_ += size;
+  } else {
+    const ArenaLayout::Entry e = r < layout_->requests ? layout_->at(r) : ArenaLayout::Entry{false, 0, 0};
+    if (!e.alloc || e.bytes != size) {
+      broken_ = true;
+      return nullptr;
+    }
+    if (e.offset == ArenaLayout::kPersistent) return nullptr;
+    b = new Block;
+    b->ptr = arena_ + e.offset;
+    b->offset = e.offset;
+    b->arena = true;
+    ++arena_live_;
+  }
+  b->size = size;
+  b->index = stretch_live_.size();
+  stretch_live_.push_back(b);
+  b->allocated = true;
+  b->requested = bytes;
+  b->category = tag.category;
+  b->owner = intern(tag.owner);
+  account(b, +1);
+  if (trace_) trace_({TraceEvent::Kind::Alloc, b->size, bytes, b->category, b->owner, b});
+  return b;
+}
+
+bool CachingAllocator::stretch_free(Block* block) {
+  if (stretch_ && !broken_) {
+    const std::size_t r = request_++;
+    if (!recording_ && (r >= layout_->requests || layout_->at(r).alloc)) broken_ = true;
+  }
+  if (block->pool) return false;
+  if (trace_) trace_({TraceEvent::Kind::Free, block->size, block->requested, block->category, block->owner, block});
+  account(block, -1);
+  if (block->arena) --arena_live_;
+  if (block->index < stretch_live_.size() && stretch_live_[block->index] == block) stretch_live_[block->index] = nullptr;
+  delete block;
+  return true;
+}
+
+void CachingAllocator::skip_requests(std::size_t requests) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  request_ += requests;
+}
+
+bool CachingAllocator::stretch_open() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stretch_;
+}
+
+bool CachingAllocator::stretch_broken() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return broken_;
+}
+
+std::size_t CachingAllocator::arena_size() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return arena_size_;
+}
+
+void CachingAllocator::end_stretch(std::shared_ptr<const ArenaLayout> layout) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  HR_ASSERT(stretch_, "end of a planned stretch that was not begun");
+  stretch_ = false;
+  layout_.reset();
+  std::vector<Block*> live;
+  for (Block* b : stretch_live_)
+    if (b) live.push_back(b);
+  stretch_live_.clear();
+  if (!recording_) {
+    if (arena_live_) retire_arena(std::move(live));
+    return;
+  }
+  recording_ = false;
+  HR_ASSERT(layout, "a recorded stretch ends without the layout worked out from it");
+  // As a stretch that followed the layout: the arena first, then what stays allocated gets its segments in order.
+  auto trace = std::move(trace_);
+  trace_ = nullptr;
+  try {
+    if (!grow_arena(layout->arena)) out_of_memory(layout->arena, layout->arena, layout->arena, {Category::Activations, "arena"});
+    for (Block* b : live) adopt(b);
+  } catch (...) {
+    trace_ = std::move(trace);
+    throw;
+  }
+  trace_ = std::move(trace);
+}
+
+void CachingAllocator::adopt(Block* b) {
+  // Place it as a request outside a stretch, then put `b` where that placement's block is.
+  account(b, -1);
+  Block* nb = nullptr;
+  try {
+    nb = malloc_segments_locked(b->requested, b->size, {b->category, b->owner ? *b->owner : ""});
+  } catch (...) {
+    account(b, +1);
+    throw;
+  }
+  b->ptr = nb->ptr;
+  b->segment = nb->segment;
+  b->offset = nb->offset;
+  b->pool = nb->pool;
+  b->prev = nb->prev;
+  b->next = nb->next;
+  if (b->prev) b->prev->next = b;
+  else segment_heads_[b->segment] = b;
+  if (b->next) b->next->prev = b;
+  delete nb;
+}
+
+void CachingAllocator::retire_arena(std::vector<Block*> live) {
+  // Blocks the plan expected freed are still allocated (a broken plan): the arena becomes an ordinary segment
+  // holding them, and the next stretch gets a new one.
+  std::sort(live.begin(), live.end(), [](const Block* a, const Block* b) { return a->offset < b->offset; });
+  const uint64_t id = ++segments_made_;
+  Pool& pool = arena_size_ <= kSmallSize ? *small_ : *large_;
+  Block* prev = nullptr;
+  std::vector<Block*> gaps;
+  const auto link = [&](Block* b) {
+    b->prev = prev;
+    b->next = nullptr;
+    if (prev) prev->next = b;
+    else segment_heads_[id] = b;
+    prev = b;
+    b->segment = id;
+    b->pool = &pool;
+    b->arena = false;
+  };
+  const auto gap = [&](std::size_t from, std::size_t to) {
+    if (to <= from) return;
+    Block* f = new Block;
+    f->size = to - from;
+    f->ptr = arena_ + from;
+    f->offset = from;
+    link(f);
+    gaps.push_back(f);
+  };
+  std::size_t at = 0;
+  for (Block* b : live) {
+    gap(at, b->offset);
+    link(b);
+    at = b->offset + b->size;
+  }
+  gap(at, arena_size_);
+  for (Block* f : gaps) {
+    pool.free_blocks.insert(f);
+    stats_.inactive_split_bytes.add(int64_t(f->size));
+    stats_.inactive_split.add(1);
+  }
+  arena_ = nullptr;
+  arena_size_ = 0;
+  arena_live_ = 0;
 }
 
 void CachingAllocator::account(Block* b, int sign) {
@@ -299,6 +714,7 @@ void CachingAllocator::free(Block* block) {
 
 void CachingAllocator::free_locked(Block* block) {
   HR_ASSERT(block->allocated, "double free of a block on ", device_name_);
+  if ((stretch_ || !block->pool) && stretch_free(block)) return;
   if (trace_) trace_({TraceEvent::Kind::Free, block->size, block->requested, block->category, block->owner, block});
   account(block, -1);
   block->allocated = false;
@@ -309,8 +725,10 @@ void CachingAllocator::free_locked(Block* block) {
   for (Block* nb : {block->prev, block->next}) {
     if (!nb || nb->allocated) continue;
     pool.free_blocks.erase(nb);
-    stats_.inactive_split_bytes.add(-int64_t(nb->size));
-    stats_.inactive_split.add(-1);
+    if (kind_ != AllocatorKind::Expandable) {
+      stats_.inactive_split_bytes.add(-int64_t(nb->size));
+      stats_.inactive_split.add(-1);
+    }
     if (nb == block->prev) {
       if (!nb->prev) segment_heads_[nb->segment] = block;
       block->ptr = nb->ptr;
@@ -324,7 +742,9 @@ void CachingAllocator::free_locked(Block* block) {
     block->size += nb->size;
     delete nb;
   }
-  if (block->is_split()) {
+  if (kind_ == AllocatorKind::Expandable) {
+    sync_expandable_stats();
+  } else if (block->is_split()) {
     stats_.inactive_split_bytes.add(int64_t(block->size));
     stats_.inactive_split.add(1);
   }
@@ -349,8 +769,14 @@ void CachingAllocator::release_pool(Pool& pool) {
 }
 
 void CachingAllocator::release_cached_blocks_locked() {
+  if (kind_ == AllocatorKind::Expandable) {
+    for (auto& e : expandable_)
+      if (e) unmap_unused(*e);
+    return;
+  }
   release_pool(*small_);
   release_pool(*large_);
+  if (!stretch_) release_arena();  // outside a stretch the arena is cache like any other
 }
 
 void CachingAllocator::empty_cache() {

@@ -25,6 +25,21 @@ constexpr std::size_t kLargeBuffer = 20_MiB;     // segment size for requests be
 constexpr std::size_t kMinLargeAlloc = 10_MiB;   // at or above this a request gets its own segment
 constexpr std::size_t kRoundLarge = 2_MiB;       // ... rounded up to a multiple of this
 
+// How a device's memory is organised (memory.allocator):
+// - Caching: PyTorch's caching allocator (segments of 2 MiB, 20 MiB or the request rounded to 2 MiB; best fit;
+//   split and merge; blocks cached until empty_cache).
+// - Expandable: PyTorch's expandable segments: one reserved address range per pool whose 2 MiB pages are mapped
+//   as blocks need them and unmapped when the cache is released; blocks always split, so no large block strands
+//   a remainder. Reserved = mapped.
+// - Planned: a planned stretch (a training step) takes every request it frees from one arena, at offsets
+//   worked out from its dry run (ArenaLayout); what it leaves allocated, and everything outside a stretch, gets
+//   segments of exactly its size, and a cached block serves only a request of its size. Reserved = arena +
+//   segments (after empty_cache: the arena and the live blocks exactly).
+enum class AllocatorKind : uint8_t { Caching, Expandable, Planned };
+const char* allocator_kind_name(AllocatorKind k);
+
+struct ArenaLayout;  // arena_plan.h
+
 // One counter with PyTorch's four faces: current, peak, and cumulative allocated/freed.
 struct Stat {
   int64_t current = 0;
@@ -87,9 +102,14 @@ struct AllocatorSnapshot {
     bool small = false;
     std::size_t size = 0;
     std::vector<Block> blocks;  // by offset, covering the segment
+    bool expandable = false;    // an expandable segment: `size` is the reserved range, `mapped` what has pages
+    std::vector<std::pair<std::size_t, std::size_t>> mapped;  // (offset, bytes) runs of mapped pages
   };
+  AllocatorKind kind = AllocatorKind::Caching;
   std::vector<Segment> segments;
   uint64_t segments_made = 0;
+  std::size_t arena = 0;       // planned: the arena's size
+  std::vector<Block> stretch;  // planned, inside a stretch that records: its live requests in order
   // Equal snapshots behave alike: the same requests from either give the same blocks and the same peaks.
   bool operator==(const AllocatorSnapshot&) const;
 };
@@ -107,7 +127,8 @@ class CachingAllocator {
  public:
   struct Block;
 
-  CachingAllocator(std::unique_ptr<RawAllocator> raw, std::string device_name);
+  CachingAllocator(std::unique_ptr<RawAllocator> raw, std::string device_name,
+                   AllocatorKind kind = AllocatorKind::Caching);
   // A replica of the allocator `state` was taken from: the same segments (numbers, sizes) and blocks
   // (offsets, sizes, allocated or cached, tags) over `raw`, which must have room for them. Peaks start at
   // the current values. Its allocated blocks belong to nobody: destroying the replica releases them.
@@ -128,8 +149,25 @@ class CachingAllocator {
 
   AllocatorSnapshot snapshot() const;
 
-  // Returns every whole free segment to the raw allocator.
+  // Returns every whole free segment to the raw allocator (expandable: unmaps every page no block uses; planned:
+  // the arena too, outside a stretch).
   void empty_cache();
+  AllocatorKind kind() const { return kind_; }
+
+  // Planned stretches (AllocatorKind::Planned only). Requests from begin to end (allocations and frees, counted
+  // in order) follow `layout`: the arena grows to its size first (releasing the cache and retrying once, then
+  // OutOfMemory). A request other than the layout's (a different shape, a skipped update) breaks the plan: it
+  // and the rest of the stretch take segments as outside one, and stretch_broken() says so until the next begin.
+  // With a null layout (meta device only) the stretch records: requests get addresses of no arena, and
+  // end_stretch(layout) grows the arena to the layout worked out from them and gives what is still allocated
+  // its segments, in request order, leaving the allocator as a stretch that followed `layout` would have.
+  void begin_stretch(std::shared_ptr<const ArenaLayout> layout);
+  void end_stretch(std::shared_ptr<const ArenaLayout> layout = nullptr);
+  // Counts `requests` requests as made (replay skips repetitions that would change nothing).
+  void skip_requests(std::size_t requests);
+  bool stretch_broken() const;
+  bool stretch_open() const;
+  std::size_t arena_size() const;
   void reset_peak_stats();
   MemoryStats stats() const;
   // Current and peak allocated bytes per owner name.
@@ -149,7 +187,21 @@ class CachingAllocator {
 
  private:
   struct Pool;
+  struct Expandable;
   Block* malloc_locked(std::size_t bytes);
+  Block* malloc_segments_locked(std::size_t bytes, std::size_t size, const MemoryTag& tag);
+  Block* malloc_expandable(Pool& pool, std::size_t size, const MemoryTag& tag, std::size_t bytes);
+  bool map_range(Expandable& e, std::size_t offset, std::size_t bytes);
+  void unmap_unused(Expandable& e);
+  void split_block(Pool& pool, Block* block, std::size_t size);
+  [[noreturn]] void out_of_memory(std::size_t bytes, std::size_t size, std::size_t seg, const MemoryTag& tag);
+  Block* stretch_alloc(std::size_t bytes, std::size_t size, const MemoryTag& tag);
+  bool stretch_free(Block* block);
+  bool grow_arena(std::size_t bytes);
+  void release_arena();
+  void retire_arena(std::vector<Block*> live);
+  void adopt(Block* b);
+  void sync_expandable_stats();
   Block* find_free_block(Pool& pool, std::size_t size);
   Block* alloc_segment(Pool& pool, std::size_t segment_size);
   void release_cached_blocks_locked();
@@ -162,6 +214,7 @@ class CachingAllocator {
 
   std::unique_ptr<RawAllocator> raw_;
   std::string device_name_;
+  AllocatorKind kind_ = AllocatorKind::Caching;
   mutable std::mutex mutex_;
   std::unique_ptr<Pool> small_, large_;
   MemoryStats stats_;
@@ -172,6 +225,17 @@ class CachingAllocator {
   uint64_t segments_made_ = 0;
   std::map<uint64_t, Block*> segment_heads_;  // each segment's block at offset 0
   bool replica_ = false;                      // a replica owns the blocks it was built with
+  // Expandable: one segment per pool (small, large), reserved on first use.
+  std::unique_ptr<Expandable> expandable_[2];
+  // Planned: the arena and the stretch under way.
+  char* arena_ = nullptr;
+  std::size_t arena_size_ = 0;
+  bool stretch_ = false, recording_ = false, broken_ = false;
+  std::shared_ptr<const ArenaLayout> layout_;
+  std::size_t request_ = 0;          // the stretch's next request
+  std::vector<Block*> stretch_live_;  // recording: its allocations in order (null once freed)
+  std::size_t arena_live_ = 0;        // arena blocks allocated
+  std::uintptr_t fake_next_ = 0;      // recording: the next address of no arena
 };
 
 // Rounding and segment-size rules, exposed for tests and the planner's closed form.

@@ -15,7 +15,8 @@ std::shared_ptr<CachingAllocator> make_allocator(Device d, const DeviceMemoryOpt
     case DeviceType::Meta: raw = make_meta_allocator(o.capacity); break;
     case DeviceType::CUDA: raw = make_cuda_allocator(d.index); break;
   }
-  return std::make_shared<CachingAllocator>(std::move(raw), d.name());
+  return std::make_shared<CachingAllocator>(std::move(raw), d.name(),
+                                            d.type == DeviceType::Host ? AllocatorKind::Caching : o.kind);
 }
 
 std::pair<int, int> key_of(Device d) { return {int(d.type), d.index}; }

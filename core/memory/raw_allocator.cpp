@@ -1,12 +1,20 @@
 // Host, capped-host and meta raw allocators.
 #include "core/memory/raw_allocator.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 
 #include "core/check.h"
 
 namespace hr::core {
+
+void* RawAllocator::reserve(std::size_t) { return nullptr; }
+void RawAllocator::release(void*, std::size_t) {}
+bool RawAllocator::map(void*, std::size_t) { return false; }
+void RawAllocator::unmap(void*, std::size_t) {}
 
 namespace {
 
@@ -27,7 +35,29 @@ class HostAllocator : public RawAllocator {
   std::size_t used() const override { return used_; }
   std::string name() const override { return "host"; }
 
- private:
+  // Expandable segments on the host: addresses reserved with PROT_NONE (no memory behind them), pages made
+  // readable and writable to map them, and given back with MADV_DONTNEED (the kernel drops them at once).
+  std::size_t page_size() const override { return kPageSize; }
+  void* reserve(std::size_t bytes) override {
+    void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? nullptr : p;
+  }
+  void release(void* base, std::size_t bytes) override { munmap(base, bytes); }
+  bool map(void* at, std::size_t bytes) override {
+    if (mprotect(at, bytes, PROT_READ | PROT_WRITE) != 0) return false;
+    used_ += bytes;
+    return true;
+  }
+  void unmap(void* at, std::size_t bytes) override {
+    madvise(at, bytes, MADV_DONTNEED);
+    mprotect(at, bytes, PROT_NONE);
+    used_ -= bytes;
+  }
+  std::size_t reservable() const override {
+    return std::size_t(sysconf(_SC_PHYS_PAGES)) * std::size_t(sysconf(_SC_PAGESIZE));
+  }
+
+ protected:
   std::atomic<std::size_t> used_{0};
 };
 
@@ -38,7 +68,12 @@ class CappedHostAllocator : public HostAllocator {
     if (used() + bytes > capacity_) return nullptr;
     return HostAllocator::allocate(bytes);
   }
+  bool map(void* at, std::size_t bytes) override {
+    if (used() + bytes > capacity_) return false;
+    return HostAllocator::map(at, bytes);
+  }
   std::size_t capacity() const override { return capacity_; }
+  std::size_t reservable() const override { return capacity_; }
   std::string name() const override { return str("capped host (", format_bytes(double(capacity_)), ")"); }
 
  private:
@@ -59,6 +94,21 @@ class MetaAllocator : public RawAllocator {
   std::size_t capacity() const override { return capacity_; }
   std::size_t used() const override { return used_; }
   std::string name() const override { return "meta"; }
+  bool real() const override { return false; }
+
+  std::size_t page_size() const override { return kPageSize; }
+  void* reserve(std::size_t bytes) override {
+    std::uintptr_t addr = next_;
+    next_ += align_up(bytes, kPageSize);
+    return reinterpret_cast<void*>(addr);
+  }
+  bool map(void*, std::size_t bytes) override {
+    if (capacity_ && used_ + bytes > capacity_) return false;
+    used_ += bytes;
+    return true;
+  }
+  void unmap(void*, std::size_t bytes) override { used_ -= bytes; }
+  std::size_t reservable() const override { return capacity_ ? capacity_ : std::size_t(1) << 40; }
 
  private:
   std::size_t capacity_;

@@ -18,7 +18,23 @@ class RawAllocator {
   // Bytes this raw allocator has handed out and not taken back.
   virtual std::size_t used() const = 0;
   virtual std::string name() const = 0;
+  // False for the meta device, whose addresses are never dereferenced.
+  virtual bool real() const { return true; }
+
+  // Virtual memory, for expandable segments: an address range reserved with nothing behind it, and pages of
+  // `page_size()` bytes mapped and unmapped inside it. page_size() 0: not supported. map() returns false when
+  // the device has no room (capacity or the driver says so); used() counts mapped bytes.
+  virtual std::size_t page_size() const { return 0; }
+  virtual void* reserve(std::size_t bytes);
+  virtual void release(void* base, std::size_t bytes);
+  virtual bool map(void* at, std::size_t bytes);
+  virtual void unmap(void* at, std::size_t bytes);
+  // The size of the address range an expandable segment reserves: the capacity, else what the device has.
+  virtual std::size_t reservable() const { return capacity(); }
 };
+
+// The page of expandable segments: CUDA's mapping granularity, and a huge page on the host.
+constexpr std::size_t kPageSize = std::size_t(2) << 20;
 
 // Alignment of every segment; matches what cudaMalloc guarantees and what AVX-512 loads like.
 constexpr std::size_t kSegmentAlignment = 256;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "core/memory/arena_plan.h"
+
 namespace hr::core {
 
 void RequestTrace::record(const TraceEvent& e) {
@@ -77,7 +79,10 @@ void repeat(CachingAllocator& a, const std::vector<AllocRequest>& reqs, std::vec
     before = std::move(last);
     last = std::move(now);
     AllocatorSnapshot after = a.snapshot();
-    if (after == was) break;  // back where this repetition started: every further one is this one again
+    if (after == was) {  // back where this repetition started: every further one is this one again
+      if (a.kind() == AllocatorKind::Planned) a.skip_requests((r.times - t - 1) * len);
+      break;
+    }
     was = std::move(after);
   }
   std::copy(before.begin(), before.end(), blocks.begin() + std::ptrdiff_t(prev));
@@ -86,8 +91,12 @@ void repeat(CachingAllocator& a, const std::vector<AllocRequest>& reqs, std::vec
 
 }  // namespace
 
-ReplayPeaks replay(const AllocatorSnapshot& start, const RequestTrace& trace, std::size_t capacity) {
+ReplayPeaks replay(const AllocatorSnapshot& start, const RequestTrace& trace, std::size_t capacity,
+                   std::shared_ptr<const ArenaLayout> layout) {
   CachingAllocator a(start, make_meta_allocator(capacity), "replay");
+  const bool planned = start.kind == AllocatorKind::Planned;
+  HR_ASSERT(!planned || layout, "a planned replay without its layout");
+  if (planned) a.begin_stretch(std::move(layout));
   const std::vector<AllocRequest>& reqs = trace.requests();
   std::vector<Block*> blocks(reqs.size(), nullptr);
   auto next_repeat = trace.repeats().begin();
@@ -101,6 +110,7 @@ ReplayPeaks replay(const AllocatorSnapshot& start, const RequestTrace& trace, st
     }
     if (next_repeat != trace.repeats().end() && next_repeat->end == i + 1) repeat(a, reqs, blocks, *next_repeat++);
   }
+  if (planned) a.end_stretch();
   const MemoryStats s = a.stats();
   return {s.allocated_bytes.peak, s.reserved_bytes.peak};
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,10 +53,12 @@ struct ReplayPeaks {
   int64_t peak_allocated = 0, peak_reserved = 0;
 };
 
-// Replays `trace` on a replica of `start` (capacity as the real device's; 0: none). Throws OutOfMemory
-// when the requests do not fit from that state, as the real allocator would. A repeated sub-stretch is
-// replayed until the replica comes back to the state it started it in: from there every further repetition
+// Replays `trace` on a replica of `start` (capacity as the real device's; 0: none), with the allocator kind
+// `start` was taken from; a planned one runs the trace as a stretch following `layout` (required). Throws
+// OutOfMemory when the requests do not fit from that state, as the real allocator would. A repeated sub-stretch
+// is replayed until the replica comes back to the state it started it in: from there every further repetition
 // is the same again, so the peaks are those of all of them.
-ReplayPeaks replay(const AllocatorSnapshot& start, const RequestTrace& trace, std::size_t capacity);
+ReplayPeaks replay(const AllocatorSnapshot& start, const RequestTrace& trace, std::size_t capacity,
+                   std::shared_ptr<const ArenaLayout> layout = nullptr);
 
 }  // namespace hr::core

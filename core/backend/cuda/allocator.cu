@@ -1,10 +1,48 @@
-// cudaMalloc/cudaFree raw allocator: segments for the caching allocator on one GPU.
+// cudaMalloc/cudaFree raw allocator: segments for the caching allocator on one GPU; and the driver's virtual
+// memory (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemUnmap) for expandable segments, reached through
+// cudaGetDriverEntryPointByVersion so that the binary needs no libcuda to load on a machine without a GPU.
+#include <cuda.h>
+
+#include <unordered_map>
+
 #include "core/backend/cuda/cuda_check.h"
 #include "core/memory/raw_allocator.h"
 
 namespace hr::core {
 
 namespace {
+
+// The driver's virtual memory functions, or none of them (an old driver: expandable segments are unavailable).
+struct Vmm {
+  CUresult (*reserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
+  CUresult (*free)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*create)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long) = nullptr;
+  CUresult (*release)(CUmemGenericAllocationHandle) = nullptr;
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
+  CUresult (*unmap)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
+  CUresult (*granularity)(size_t*, const CUmemAllocationProp*, CUmemAllocationGranularity_flags) = nullptr;
+
+  template <class F>
+  static void get(F& f, const char* name) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess)
+      f = reinterpret_cast<F>(fn);
+  }
+  Vmm() {
+    get(reserve, "cuMemAddressReserve");
+    get(free, "cuMemAddressFree");
+    get(create, "cuMemCreate");
+    get(release, "cuMemRelease");
+    get(map, "cuMemMap");
+    get(unmap, "cuMemUnmap");
+    get(access, "cuMemSetAccess");
+    get(granularity, "cuMemGetAllocationGranularity");
+  }
+  bool ok() const { return reserve && free && create && release && map && unmap && access && granularity; }
+};
 
 class CudaAllocator : public RawAllocator {
  public:
@@ -13,6 +51,55 @@ class CudaAllocator : public RawAllocator {
     std::size_t free_bytes = 0, total = 0;
     HR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
     capacity_ = total;
+    prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop_.location.id = device_;
+    std::size_t g = 0;
+    if (vmm_.ok() && vmm_.granularity(&g, &prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS &&
+        kPageSize % g == 0)
+      page_ = kPageSize;
+  }
+
+  // Expandable segments: one physical allocation of kPageSize per page, mapped read-write for this device.
+  std::size_t page_size() const override { return page_; }
+  std::size_t reservable() const override { return capacity_ / kPageSize * kPageSize; }
+  void* reserve(std::size_t bytes) override {
+    CUdeviceptr p = 0;
+    return vmm_.reserve(&p, bytes, kPageSize, 0, 0) == CUDA_SUCCESS ? reinterpret_cast<void*>(p) : nullptr;
+  }
+  void release(void* base, std::size_t bytes) override { vmm_.free(reinterpret_cast<CUdeviceptr>(base), bytes); }
+  bool map(void* at, std::size_t bytes) override {
+    const auto base = reinterpret_cast<CUdeviceptr>(at);
+    for (std::size_t off = 0; off < bytes; off += kPageSize) {
+      CUmemGenericAllocationHandle h{};
+      if (vmm_.create(&h, kPageSize, &prop_, 0) != CUDA_SUCCESS ||
+          (vmm_.map(base + off, kPageSize, 0, h, 0) != CUDA_SUCCESS && (vmm_.release(h), true))) {
+        if (off) unmap(at, off);  // all or nothing
+        return false;
+      }
+      pages_[base + off] = h;
+      used_ += kPageSize;
+    }
+    CUmemAccessDesc access{};
+    access.location = prop_.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (vmm_.access(base, bytes, &access, 1) != CUDA_SUCCESS) {
+      unmap(at, bytes);
+      return false;
+    }
+    return true;
+  }
+  void unmap(void* at, std::size_t bytes) override {
+    cudaDeviceSynchronize();  // kernels queued before the blocks were freed may still read these pages
+    const auto base = reinterpret_cast<CUdeviceptr>(at);
+    vmm_.unmap(base, bytes);
+    for (std::size_t off = 0; off < bytes; off += kPageSize) {
+      auto it = pages_.find(base + off);
+      if (it == pages_.end()) continue;
+      vmm_.release(it->second);
+      pages_.erase(it);
+      used_ -= kPageSize;
+    }
   }
   void* allocate(std::size_t bytes) override {
     HR_CUDA_CHECK(cudaSetDevice(device_));
@@ -36,7 +123,10 @@ class CudaAllocator : public RawAllocator {
 
  private:
   int device_;
-  std::size_t capacity_ = 0, used_ = 0;
+  std::size_t capacity_ = 0, used_ = 0, page_ = 0;
+  Vmm vmm_;
+  CUmemAllocationProp prop_{};
+  std::unordered_map<CUdeviceptr, CUmemGenericAllocationHandle> pages_;
 };
 
 }  // namespace
