@@ -73,7 +73,7 @@ int cmd_plan(const std::vector<std::string>& args) {
   }
   Search s = search_plans(c, dev, world);
   HR_CHECK(!s.ranked.empty(), "[plan] no valid combination of strategies for this config");
-  const Plan& plan = s.ranked.front();
+  const Plan plan = compare_allocators(s.ranked.front());
   if (p.options.count("--trace") || p.options.count("--snapshot"))
     write_trace_and_snapshot(plan, p.options.count("--trace") ? p.options["--trace"] : "",
                              p.options.count("--snapshot") ? p.options["--snapshot"] : "", json ? stderr : stdout);

@@ -299,6 +299,15 @@ std::vector<Key> memory_parallel_log_keys() {
          if (!(c.budget > 0.f && c.budget <= 1.f)) bad_value(k, n, "a fraction in (0, 1]");
        }},
       {"memory.preflight", "true", flag(&RunConfig::preflight)},
+      {"memory.allocator", "caching",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::string s = get<std::string>(n, k, "a string");
+         c.allocator_auto = s == "auto";
+         if (s == "caching") c.allocator = core::AllocatorKind::Caching;
+         else if (s == "expandable") c.allocator = core::AllocatorKind::Expandable;
+         else if (s == "planned" || s == "auto") c.allocator = core::AllocatorKind::Planned;
+         else bad_value(k, n, "one of: caching, expandable, planned, auto");
+       }},
       {"memory.on_oom", "fail",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          const std::string s = get<std::string>(n, k, "a string");

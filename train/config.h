@@ -87,6 +87,8 @@ struct RunConfig {
   float budget = 0.95f;        // memory.budget: plans must fit budget x (capacity - runtime reserve)
   bool shrink_on_oom = false;  // memory.on_oom: shrink_micro_batch
   bool preflight = true;       // memory.preflight: false starts a run whose plan does not fit (it will OOM)
+  core::AllocatorKind allocator = core::AllocatorKind::Caching;  // memory.allocator
+  bool allocator_auto = false;  // memory.allocator: auto (the kind with the smallest predicted peak reserved)
   int64_t max_images_per_sample = 1;  // data.max_images_per_sample: the planner's worst case
   std::vector<int64_t> trace_steps;   // memory.trace_steps: steps written as Chrome trace-event timelines
   bool trace_event_clock = false;     // memory.trace_clock: events (the allocator's events as the time axis)

@@ -52,6 +52,7 @@ nlohmann::json MemoryLog::write(const StepRecord& r, const MemoryStats& s, const
   j["predicted_reserved"] = opt(r.predicted_reserved);
   j["planned_peak"] = opt(r.planned_peak);
   j["fragmentation"] = s.fragmentation();
+  j["allocator"] = r.allocator;
   j["alloc_retries"] = s.num_alloc_retries;
   j["ooms"] = s.num_ooms;
   nlohmann::json cat = nlohmann::json::object();

@@ -23,6 +23,7 @@ struct StepRecord {
   // The dry run of this step's exact shapes on the meta device (peak allocated and reserved), and the
   // plan's worst case; -1: none.
   int64_t predicted_peak = -1, predicted_reserved = -1, planned_peak = -1;
+  const char* allocator = "caching";  // memory.allocator in use
   std::vector<std::string> warnings;  // the leak watch's and the prediction check's, as printed
 };
 

@@ -23,21 +23,7 @@ std::string gib(int64_t b) { return format_bytes(double(b)); }
 std::string pad(const std::string& s, std::size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
 std::string lpad(const std::string& s, std::size_t w) { return s.size() >= w ? s : std::string(w - s.size(), ' ') + s; }
 
-// The step's requests packed into one arena (core/memory/arena_plan.h): what a static memory plan of this step
-// would reserve (the states before it + what it leaves allocated + the arena), and how much that is above the
-// most the step's requests hold at once. Worked out for printing only: the planner's search never needs it.
-struct StaticPlan {
-  core::ArenaPlan arena;
-  int64_t reserved = 0, overhead = 0;
-};
-StaticPlan static_plan(const Plan& p) {
-  StaticPlan s;
-  if (!p.rank.requests) return s;
-  s.arena = core::plan_arena(*p.rank.requests);
-  s.reserved = p.rank.persistent + int64_t(s.arena.persistent) + int64_t(s.arena.arena);
-  s.overhead = s.reserved - p.rank.persistent - int64_t(s.arena.requested_peak);
-  return s;
-}
+const char* const kKinds[] = {"caching", "expandable", "planned"};
 
 }  // namespace
 
@@ -63,13 +49,20 @@ std::string plan_table(const Plan& p) {
   o += str("  ", pad("peak allocated", 20), lpad(gib(p.rank.peak_allocated), 14), lpad(gib(formula_total), 14),
            lpad(str(p.rank.peak_allocated ? 100.0 * double(formula_total - p.rank.peak_allocated) / double(p.rank.peak_allocated) : 0.0).substr(0, 5) + "%", 12), "\n");
   o += str("  ", pad("allocator overhead", 20), lpad(gib(overhead), 14), "   cached and split blocks (reserved - allocated)\n");
-  if (const StaticPlan sp = static_plan(p); sp.arena.buffers) {
-    const int64_t planned = sp.reserved, waste = sp.overhead;
-    o += str("  ", pad("  static plan", 20), lpad(gib(waste), 14), "   ", commas(int64_t(sp.arena.buffers)),
-             " buffers of the step packed into one arena: ", gib(planned), " reserved, ",
-             str(planned ? 100.0 * double(waste) / double(planned) : 0.0).substr(0, 4),
-             "% above its peak of live requests (caching: ",
-             str(p.rank.peak_reserved ? 100.0 * double(overhead) / double(p.rank.peak_reserved) : 0.0).substr(0, 4), "%)\n");
+  if (p.reserved_by_allocator[0] >= 0 || p.reserved_by_allocator[2] >= 0) {
+    o += str("  memory.allocator (a dry run with each; peak reserved, its overhead above peak allocated):\n");
+    for (std::size_t k = 0; k < 3; ++k) {
+      const int64_t r = p.reserved_by_allocator[k], a = p.allocated_by_allocator[k];
+      if (r < 0) continue;
+      o += str("  ", pad(str("  ", kKinds[k]), 20), lpad(gib(r), 14), lpad(gib(r - a), 14), " (",
+               str(r ? 100.0 * double(r - a) / double(r) : 0.0).substr(0, 4), "%)",
+               std::size_t(c.allocator) == k ? "   <- this plan" : "", "\n");
+    }
+    if (p.arena.buffers)
+      o += str("  ", pad("", 20), "planned: ", commas(int64_t(p.arena.buffers)), " buffers of the step in an arena of ",
+               gib(int64_t(p.arena.arena)), " (their live peak ", gib(int64_t(p.arena.live_peak)), ", ",
+               str(p.arena.live_peak ? 100.0 * double(p.arena.arena - p.arena.live_peak) / double(p.arena.live_peak) : 0.0).substr(0, 4),
+               "% above)\n");
   }
   o += str("  ", pad("runtime reserve", 20), lpad(gib(p.runtime_reserve), 14), "   context and library workspaces (no allocator sees them)\n");
   o += str("  ", pad("total", 20), lpad(gib(p.total_predicted()), 14), "   of ", gib(int64_t(double(c.budget) * double(p.capacity))),
@@ -110,19 +103,22 @@ std::string plan_json(const Plan& p) {
     for (Category cat : kAllCategories) j[category_name(cat)] = b[std::size_t(cat)];
     return j;
   };
-  const StaticPlan sp = static_plan(p);
+  json allocators = json::object();
+  for (std::size_t k = 0; k < 3; ++k)
+    if (p.reserved_by_allocator[k] >= 0)
+      allocators[kKinds[k]] = {{"peak_reserved", p.reserved_by_allocator[k]}, {"peak_allocated", p.allocated_by_allocator[k]}};
   json rank = {{"peak_allocated", p.rank.peak_allocated},
                {"peak_reserved", p.rank.peak_reserved},
                {"persistent", p.rank.persistent},
                {"by_category", cats(p.rank.at_peak)},
                {"category_peaks", cats(p.rank.category_peaks)},
                {"allocator_overhead", p.rank.peak_reserved - p.rank.peak_allocated},
-               {"static_plan", {{"reserved", sp.reserved},
-                                {"overhead", sp.overhead},
-                                {"requested_peak", int64_t(p.rank.persistent) + int64_t(sp.arena.requested_peak)},
-                                {"arena", sp.arena.arena},
-                                {"arena_live_peak", sp.arena.live_peak},
-                                {"buffers", sp.arena.buffers}}},
+               {"allocator", kKinds[std::size_t(c.allocator)]},
+               {"allocators", allocators},
+               {"arena", {{"arena", p.arena.arena},
+                          {"live_peak", p.arena.live_peak},
+                          {"persistent", p.arena.persistent},
+                          {"buffers", p.arena.buffers}}},
                {"runtime_reserve", p.runtime_reserve},
                {"total", p.total_predicted()},
                {"peak_owner", p.rank.peak_owner},

@@ -171,3 +171,33 @@ Plan max_micro_batch(const RunConfig& c, const DevicePreset& device, int world, 
 }
 
 }  // namespace hr::train
+
+namespace hr::train {
+
+Plan compare_allocators(const Plan& plan) {
+  const core::AllocatorKind kinds[] = {core::AllocatorKind::Caching, core::AllocatorKind::Expandable,
+                                       core::AllocatorKind::Planned};
+  std::vector<Plan> plans;
+  for (core::AllocatorKind k : kinds) {
+    if (k == plan.config.allocator) {
+      plans.push_back(plan);
+      continue;
+    }
+    RunConfig r = plan.config;
+    r.allocator = k;
+    plans.push_back(make_plan(r, plan.device, plan.world));
+  }
+  std::size_t best = std::size_t(plan.config.allocator);
+  if (plan.config.allocator_auto)
+    for (std::size_t k = 0; k < plans.size(); ++k)
+      if (plans[k].fits && (!plans[best].fits || plans[k].train_predicted() < plans[best].train_predicted())) best = k;
+  Plan out = plans[best];
+  for (std::size_t k = 0; k < plans.size(); ++k) {
+    out.reserved_by_allocator[k] = plans[k].rank.peak_reserved;
+    out.allocated_by_allocator[k] = plans[k].rank.peak_allocated;
+  }
+  if (const Plan& planned = plans[2]; planned.rank.requests) out.arena = core::plan_arena(*planned.rank.requests);
+  return out;
+}
+
+}  // namespace hr::train

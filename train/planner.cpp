@@ -105,11 +105,13 @@ LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s, Device ho
 
 Predictor::Predictor(const RunConfig& c, int world, int rank, Backend target, std::size_t capacity) : config_(c) {
   MemoryContext::Use use(memory_);
-  configure_device(Device::meta(), {capacity, target});
+  configure_device(Device::meta(), {capacity, target, c.allocator});
   configure_device(kMetaHost, {0, target});
   comm_ = parallel::make_planned(world, rank);
   engine_ = std::make_unique<Engine>(config_, Device::meta(), *comm_);
   engine_->shard();
+  // Planned: the trainer releases what starting left cached before the first step; so does the dry run.
+  if (c.allocator == AllocatorKind::Planned) allocator_for(Device::meta())->empty_cache();
 }
 
 Predictor::~Predictor() = default;
@@ -142,6 +144,9 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
   });
   if (timeline) host->set_trace([&](const TraceEvent& e) { timeline->allocator_event(host_track, e); });
   if (timeline) set_span_timeline(timeline);
+  // memory.allocator: planned: the step is a stretch that records; its layout is worked out from its requests.
+  const bool planned = dev->kind() == AllocatorKind::Planned;
+  if (planned) dev->begin_stretch(nullptr);
   // Micro-batches of one shape after the first (which creates the gradients) make the same requests; once
   // one leaves both allocators exactly as the one before it did, every later one would too, and the rest
   // are recorded as repetitions of it instead of being run: a dry run costs the same at any accumulation.
@@ -184,8 +189,12 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
   dev->set_trace(nullptr);
   host->set_trace(nullptr);
   if (timeline) set_span_timeline(nullptr);
-  record_peaks(p, dev->stats(), host->stats(), dw);
   requests->check();
+  if (planned) {
+    p.layout = std::make_shared<const ArenaLayout>(layout_arena(*requests));
+    dev->end_stretch(p.layout);
+  }
+  record_peaks(p, dev->stats(), host->stats(), dw);
   p.requests = std::move(requests);
   return p;
 }
@@ -265,6 +274,7 @@ std::string Decisions::describe() const {
                       ", checkpointing vision ", checkpoint_name(vision_ckpt), " / llm ", checkpoint_name(llm_ckpt));
   if (offload_optimizer == parallel::Offload::Cpu) s += ", optimizer on cpu";
   if (offload_params == parallel::Offload::Cpu) s += ", params on cpu";
+  if (allocator != AllocatorKind::Caching) s += str(", ", allocator_kind_name(allocator), " allocator");
   return s + ", " + precision_name(precision);
 }
 
@@ -275,6 +285,7 @@ Decisions decisions_of(const RunConfig& c) {
   d.precision = c.precision;
   d.vision_ckpt = c.vision_ckpt.kind;
   d.llm_ckpt = c.llm_ckpt.kind;
+  d.allocator = c.allocator;
   d.micro_batch_size = c.micro_batch_size;
   d.gradient_accumulation_steps = c.gradient_accumulation_steps;
   d.zero_stage = c.zero.stage;

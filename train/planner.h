@@ -51,6 +51,8 @@ struct Prediction {
   std::shared_ptr<const core::RequestTrace> requests;
   // Micro-batches recorded as repetitions of the one before them rather than run (see Predictor::step).
   int64_t micro_batches_repeated = 0;
+  // memory.allocator: planned: where the step's requests go in the arena (worked out from `requests`).
+  std::shared_ptr<const core::ArenaLayout> layout;
 };
 
 // What a traced dry run keeps besides its prediction (headroom plan --trace / --snapshot).
@@ -100,6 +102,7 @@ struct Decisions {
   int64_t micro_batch_size = 1, gradient_accumulation_steps = 1;
   int zero_stage = 0;
   parallel::Offload offload_optimizer = parallel::Offload::None, offload_params = parallel::Offload::None;
+  core::AllocatorKind allocator = core::AllocatorKind::Caching;
   std::string describe() const;  // "micro 4 x accumulation 2, ZeRO 2, checkpointing vision none / llm selective, ..."
 };
 
@@ -130,6 +133,10 @@ struct Plan {
   std::vector<std::pair<std::string, int64_t>> params_by_module;
   std::vector<ClosedFormRow> closed_form;
   std::string decisions_changed;  // for a suggested fix: what changed from the input config
+  // The training step's peak reserved and allocated per rank under each memory.allocator (caching, expandable,
+  // planned; -1 where not worked out), each from a dry run with that allocator (compare_allocators).
+  std::array<int64_t, 3> reserved_by_allocator{-1, -1, -1}, allocated_by_allocator{-1, -1, -1};
+  core::ArenaPlan arena;  // planned: the step's arena beside the live peak of its requests
   // Evaluation, when the run evaluates (an eval set, or the synthetic set's): the loss pass and generation at
   // their largest, run on the engine as the training step leaves it.
   bool evaluates = false, eval_fits = true;
@@ -159,6 +166,10 @@ Search search_plans(const RunConfig& config, const DevicePreset& device, int wor
 
 // The cheapest changes to a config that does not fit (up to `count`), each a fitting plan.
 std::vector<Plan> suggest_fixes(const RunConfig& config, const DevicePreset& device, int world, int count = 3);
+
+// Dry runs of `plan`'s step under every memory.allocator (filling reserved_by_allocator); with memory.allocator:
+// auto, the plan of the kind with the smallest predicted peak that fits (the search assumes planned).
+Plan compare_allocators(const Plan& plan);
 
 // The largest micro-batch that fits (accumulation adjusted to keep the global batch when there is one); 0: none.
 Plan max_micro_batch(const RunConfig& config, const DevicePreset& device, int world, int64_t limit = 1024);

@@ -280,7 +280,8 @@ class Trainer {
 Plan Trainer::plan_and_preflight(const RunConfig& given) {
   const DevicePreset device = run_device(given);
   const Search search = search_plans(given, device, comm_.world());
-  Plan plan = search.ranked.front();
+  // memory.allocator: auto takes the allocator whose dry run of the step reserves the least.
+  Plan plan = given.allocator_auto ? compare_allocators(search.ranked.front()) : search.ranked.front();
   const RunConfig& c = plan.config;
   if (lead_) {
     if (!c.deepspeed.empty()) {
@@ -327,7 +328,7 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   HR_CHECK(c_.device == "cpu", "[train] device.type '", c_.device,
            "': training runs on the CPU back-end in this build (the CUDA back-end has GEMM and element-wise kernels "
            "only)");
-  configure_device(Device::cpu(), {c_.memory_limit});
+  configure_device(Device::cpu(), {c_.memory_limit, Backend::CPU, c_.allocator});
   alloc_ = allocator_for(Device::cpu());
   host_alloc_ = allocator_for(Device::host());
 
@@ -342,6 +343,8 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   engine_ = std::make_unique<Engine>(c_, Device::cpu(), comm);
   const std::optional<std::string> resume_dir = options.resume ? latest_checkpoint(c_.output_dir) : std::nullopt;
   state_ = resume_dir ? engine_->load(*resume_dir) : engine_->start();
+  // Planned: what starting left cached goes back, so that reserved is the states, their segments and the arena.
+  if (c_.allocator == AllocatorKind::Planned) alloc_->empty_cache();
 
   const int64_t per_epoch = std::max<int64_t>(1, train_set_->size() / c_.global_batch_size);
   total_ = c_.max_steps > 0 ? c_.max_steps
@@ -404,20 +407,33 @@ AllocatorSnapshot Trainer::begin_step() {
 }
 
 Engine::StepStats Trainer::step_redone_on_oom(Drawn& d, AllocatorSnapshot& start) {
+  const auto draw = [&] {
+    d.batches.push_back(loader_->next());
+    for (LoadedBatch& b : split_batch(d.batches.back(), split_, c_)) d.pending.push_back(std::move(b));
+  };
   auto next = [&] {
-    if (d.at == d.pending.size()) {
-      d.batches.push_back(loader_->next());
-      for (LoadedBatch& b : split_batch(d.batches.back(), split_, c_)) d.pending.push_back(std::move(b));
-    }
+    if (d.at == d.pending.size()) draw();
     LoadedBatch& lb = d.pending[d.at++];
     const Batch& b = lb.batch;
     d.shapes.push_back({b.batch, b.seq, b.pixel_values.defined() ? b.pixel_values.size(0) : 0});
     return lb;
   };
+  const bool planned = c_.allocator == AllocatorKind::Planned;
   for (;;) {
     try {
+      if (planned) {
+        // The step follows the plan of its shapes: every micro-batch is drawn first, to know them.
+        while (d.batches.size() < std::size_t(c_.gradient_accumulation_steps)) draw();
+        std::vector<std::array<int64_t, 3>> shapes;
+        for (const LoadedBatch& lb : d.pending) {
+          const Batch& b = lb.batch;
+          shapes.push_back({b.batch, b.seq, b.pixel_values.defined() ? b.pixel_values.size(0) : 0});
+        }
+        alloc_->begin_stretch(prediction_for(shapes).layout);
+      }
       return engine_->step(next, c_.gradient_accumulation_steps * split_, scaler_->scale());
     } catch (const OutOfMemory&) {
+      if (planned && alloc_->stretch_open()) alloc_->end_stretch();
       const int64_t micro = c_.micro_batch_size / split_;
       const std::string snapshot = observers_->write_oom_snapshot();
       if (!snapshot.empty())
@@ -467,6 +483,7 @@ bool Trainer::update(const Engine::StepStats& s, const Drawn& d, float lr) {
   } else {
     engine_->update(lr, optim::clip_coefficient(grad_norm, c_.max_grad_norm) / loss_scale);
   }
+  if (c_.allocator == AllocatorKind::Planned) alloc_->end_stretch();
   return skipped;
 }
 
@@ -491,7 +508,8 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   const Prediction& predicted = prediction_for(d.shapes);
   rec.predicted_peak = predicted.peak_allocated;
   // The dry run's requests replayed from the state this step started in.
-  rec.predicted_reserved = replay(start, *predicted.requests, alloc_->capacity()).peak_reserved;
+  rec.predicted_reserved = replay(start, *predicted.requests, alloc_->capacity(), predicted.layout).peak_reserved;
+  rec.allocator = allocator_kind_name(c_.allocator);
   rec.planned_peak = plan_.rank.peak_allocated;
   if (!skipped && (ms.allocated_bytes.peak != rec.predicted_peak || ms.reserved_bytes.peak != rec.predicted_reserved)) {
     ++mismatches_;
@@ -594,8 +612,13 @@ void Trainer::write_report() {
 
 void Trainer::maybe_save_or_evaluate() {
   if (state_.step >= total_) return;  // finish() saves and evaluates the last step
-  if (c_.save_steps > 0 && state_.step % c_.save_steps == 0) engine_->save(state_);
-  if (c_.eval_steps > 0 && state_.step % c_.eval_steps == 0) evaluate_now();
+  const bool save = c_.save_steps > 0 && state_.step % c_.save_steps == 0;
+  const bool eval = c_.eval_steps > 0 && state_.step % c_.eval_steps == 0;
+  if (save) engine_->save(state_);
+  if (eval) evaluate_now();
+  // Planned: what a checkpoint or an evaluation left cached goes back, so the steps reserve the states and
+  // the arena only (the next step grows the arena again; its prediction replays from that state).
+  if ((save || eval) && c_.allocator == AllocatorKind::Planned) alloc_->empty_cache();
 }
 
 const Prediction& Trainer::prediction_for(const std::vector<std::array<int64_t, 3>>& shapes) {

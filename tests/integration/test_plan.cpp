@@ -47,11 +47,9 @@ json plan_json(const std::string& cfg, const std::string& sets) {
 
 }  // namespace
 
-TEST(Plan, DryRunPeaksEqualMeasuredPeaksForEveryStrategyCombination) {
-  const std::string base = fresh_dir("plan_exact");
-  const std::string cfg = config(base);
-  // Accumulation of 4 or more: the dry run records the later micro-batches as repetitions (Predictor::step).
-  const std::vector<std::string> combos = {
+// Accumulation of 4 or more: the dry run records the later micro-batches as repetitions (Predictor::step).
+std::vector<std::string> strategy_combinations() {
+  return {
       "--set memory.precision=fp32",
       "--set memory.precision=bf16 --set memory.gradient_checkpointing=selective --set train.gradient_accumulation_steps=2",
       "--set memory.precision=fp16 --set memory.gradient_checkpointing=full --set train.micro_batch_size=1 --set train.gradient_accumulation_steps=7",
@@ -66,6 +64,12 @@ TEST(Plan, DryRunPeaksEqualMeasuredPeaksForEveryStrategyCombination) {
       "--set train.stage=pretrain --set memory.precision=fp16 --set memory.offload_optimizer=cpu",
       "--set memory.gradient_checkpointing=full --set memory.gradient_checkpointing.every=2 --set train.optimizer=sgd",
   };
+}
+
+TEST(Plan, DryRunPeaksEqualMeasuredPeaksForEveryStrategyCombination) {
+  const std::string base = fresh_dir("plan_exact");
+  const std::string cfg = config(base);
+  const std::vector<std::string> combos = strategy_combinations();
   int i = 0, repeated = 0;
   for (const std::string& sets : combos) {
     const std::string out = str(base, "/c", i++);
@@ -100,6 +104,52 @@ TEST(Plan, DryRunPeaksEqualMeasuredPeaksForEveryStrategyCombination) {
   EXPECT_GE(repeated, 4);
 }
 
+TEST(Plan, ThePlannedAllocatorReservesWhatItsPlanSaysForEveryStrategyCombination) {
+  // memory.allocator: planned: every step takes its transient buffers from the arena its dry run laid out; the
+  // measured peaks equal the plan's and each step's prediction, and reserved is within 2% of peak allocated.
+  const std::string base = fresh_dir("plan_planned");
+  const std::string cfg = config(base);
+  int i = 0;
+  for (const std::string& combo : strategy_combinations()) {
+    const std::string sets = combo + " --set memory.allocator=planned";
+    const std::string out = str(base, "/c", i++);
+    CmdResult r = headroom(str("train ", cfg, " --set run.output_dir=", out, " ", sets));
+    ASSERT_EQ(r.status, 0) << sets << "\n" << r.output;
+    const json plan = json::parse(std::ifstream(out + "/plan.json"));
+    EXPECT_EQ(plan["ranks"][0]["allocator"], "planned") << sets;
+    const auto steps = jsonl(out + "/memory.jsonl");
+    ASSERT_EQ(steps.size(), 2u) << sets;
+    for (const json& s : steps) {
+      EXPECT_EQ(s["allocator"], "planned") << sets;
+      EXPECT_EQ(s["peak_allocated"], plan["ranks"][0]["peak_allocated"]) << sets << " step " << s["step"];
+      EXPECT_EQ(s["peak_reserved"], plan["ranks"][0]["peak_reserved"]) << sets << " step " << s["step"];
+      EXPECT_EQ(s["peak_allocated"], s["predicted_peak"]) << sets;
+      EXPECT_EQ(s["peak_reserved"], s["predicted_reserved"]) << sets;
+      EXPECT_LE(s["peak_reserved"].get<double>(), 1.02 * s["peak_allocated"].get<double>()) << sets;
+    }
+    EXPECT_EQ(r.output.find("WARNING"), std::string::npos) << r.output;
+  }
+}
+
+TEST(Plan, AutoTakesTheAllocatorThatReservesLeast) {
+  const std::string cfg = config(fresh_dir("plan_auto_allocator"));
+  const json p = plan_json(cfg, "--set memory.allocator=auto");
+  const json& a = p["ranks"][0]["allocators"];
+  ASSERT_EQ(a.size(), 3u);
+  int64_t least = INT64_MAX;
+  for (const char* k : {"caching", "expandable", "planned"}) {
+    least = std::min(least, a[k]["peak_reserved"].get<int64_t>());
+    EXPECT_EQ(a[k]["peak_allocated"], a["planned"]["peak_allocated"]) << k;  // the same requests
+  }
+  EXPECT_EQ(p["ranks"][0]["peak_reserved"], least);
+  EXPECT_EQ(a[p["ranks"][0]["allocator"].get<std::string>()]["peak_reserved"], least);
+  EXPECT_LT(a["planned"]["peak_reserved"].get<int64_t>(), a["caching"]["peak_reserved"].get<int64_t>());
+  CmdResult bad = headroom("plan " + cfg + " --set memory.allocator=buddy");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.output.find("memory.allocator"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("caching, expandable, planned, auto"), std::string::npos) << bad.output;
+}
+
 TEST(Plan, ADryRunRecordsLaterMicroBatchesAsRepetitionsAtAnyAccumulation) {
   // Accumulation 100,000 used to run 100,000 micro-batches on the meta device (what a fix suggested for
   // train.micro_batch_size: 100000 costs): three run, the rest are repetitions with the same peaks.
@@ -113,15 +163,18 @@ TEST(Plan, ADryRunRecordsLaterMicroBatchesAsRepetitionsAtAnyAccumulation) {
   EXPECT_EQ(four["ranks"][0]["micro_batches_repeated"], 1);
   EXPECT_EQ(many["ranks"][0]["peak_allocated"], four["ranks"][0]["peak_allocated"]);
   EXPECT_EQ(many["ranks"][0]["peak_reserved"], four["ranks"][0]["peak_reserved"]);
-  // The static plan of the step: the same arena at any accumulation, never below the step's requests, and
-  // within 2% of its reserved bytes (the caching allocator's cache and split blocks are far more).
-  const json& plan = many["ranks"][0]["static_plan"];
-  for (const char* k : {"arena", "arena_live_peak", "overhead", "reserved", "requested_peak"})
-    EXPECT_EQ(plan[k], four["ranks"][0]["static_plan"][k]) << k;
-  EXPECT_GE(plan["arena"].get<int64_t>(), plan["arena_live_peak"].get<int64_t>());
-  EXPECT_GE(plan["overhead"].get<int64_t>(), 0);
-  EXPECT_LE(plan["overhead"].get<double>(), 0.02 * plan["reserved"].get<double>());
-  EXPECT_LE(plan["reserved"].get<int64_t>(), many["ranks"][0]["peak_reserved"].get<int64_t>());
+  // The planned allocator's arena: laid out periodically, the same at any accumulation of 4 or more, never
+  // below the step's live peak, and its peak within 2% of peak allocated (the caching allocator's cache and
+  // split blocks are far more).
+  for (const json* j : {&many, &four}) {
+    const json& arena = (*j)["ranks"][0]["arena"];
+    const json& planned = (*j)["ranks"][0]["allocators"]["planned"];
+    EXPECT_GE(arena["arena"].get<int64_t>(), arena["live_peak"].get<int64_t>());
+    EXPECT_LE(planned["peak_reserved"].get<double>(), 1.02 * planned["peak_allocated"].get<double>());
+    EXPECT_LT(planned["peak_reserved"].get<int64_t>(), (*j)["ranks"][0]["allocators"]["caching"]["peak_reserved"].get<int64_t>());
+  }
+  EXPECT_EQ(many["ranks"][0]["arena"]["live_peak"], four["ranks"][0]["arena"]["live_peak"]);
+  EXPECT_EQ(many["ranks"][0]["allocators"]["planned"], four["ranks"][0]["allocators"]["planned"]);
 }
 
 TEST(Plan, PreflightRefusesWhatDoesNotFitAndNamesTheCheapestFixes) {
