@@ -168,6 +168,8 @@ CachingAllocator::~CachingAllocator() {
   if (replica_) {  // nobody holds a replica's blocks: every segment goes back whole
     for (auto& [id, head] : segment_heads_) {
       char* base = head->ptr;
+      const Expandable* e = expandable_[head->pool->is_small ? 0 : 1].get();
+      const bool expandable = e && e->id == id;  // its range is released below
       std::size_t size = 0;
       for (Block* b = head; b;) {
         Block* next = b->next;
@@ -175,8 +177,7 @@ CachingAllocator::~CachingAllocator() {
         delete b;
         b = next;
       }
-      const Expandable* e = expandable_[head->pool->is_small ? 0 : 1].get();
-      if (!e || e->id != id) raw_->deallocate(base, size);
+      if (!expandable) raw_->deallocate(base, size);
     }
     for (auto& e : expandable_) {
       if (!e) continue;
