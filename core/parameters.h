@@ -17,6 +17,8 @@ enum class ParamRole : uint8_t {
   Weight,      // a matrix or an embedding: Normal(0, 0.02), weight decay
   Bias,        // zeros, no weight decay
   NormWeight,  // a norm's scale: ones, no weight decay
+  LoraA,       // a LoRA adapter's down projection (r, in): Kaiming-uniform as PEFT, weight decay
+  LoraB,       // its up projection (out, r): zeros, weight decay
 };
 
 struct Param {

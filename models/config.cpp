@@ -1,9 +1,18 @@
 // Presets and validation of model configurations.
 #include "models/config.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace hr::models {
+
+bool LoraSpec::adapts(const std::string& layer) const {
+  if (r <= 0) return false;
+  const std::string last = layer.substr(layer.rfind('.') + 1);
+  return std::find(targets.begin(), targets.end(), last) != targets.end();
+}
+
 
 int64_t VisionConfig::layers_used() const {
   const int64_t idx = select_layer < 0 ? layers + 1 + select_layer : select_layer;
@@ -41,13 +50,13 @@ LlavaConfig preset(const std::string& name) {
   }
   if (name == "tiny") {  // the dimensions of the PyTorch golden files (scripts/make_golden.py)
     c.vision = {16, 3, 2, 32, 8, 4, 3, 1e-5f, -2, FeatureSelect::Patch};
-    c.llm = {64, 32, 2, 4, 2, 64, 1e-5f, 10000.f};
+    c.llm = {64, 32, 2, 4, 2, 64, 1e-5f, 10000.f, {}};
     c.image_token_id = 63;
     return c;
   }
   if (name == "small") {
     c.vision = {128, 4, 4, 512, 64, 8, 3, 1e-5f, -2, FeatureSelect::Patch};
-    c.llm = {512, 256, 4, 8, 4, 688, 1e-5f, 10000.f};
+    c.llm = {512, 256, 4, 8, 4, 688, 1e-5f, 10000.f, {}};
     c.image_token_id = 511;
     return c;
   }

@@ -28,10 +28,22 @@ struct VisionConfig {
   int64_t tokens_per_image() const { return select_feature == FeatureSelect::Patch ? num_patches() : num_positions(); }
 };
 
+// LoRA (PEFT's LoraLayer) on the linear layers it names: y = W x + b + (alpha / r) B A dropout(x), A (r, in) and
+// B (out, r) parameters of their own (`<layer>.lora_A.weight`, `<layer>.lora_B.weight`) in the layer's group.
+struct LoraSpec {
+  int64_t r = 0;  // 0: no adapters
+  float alpha = 16.f;
+  float dropout = 0.f;
+  std::vector<std::string> targets;  // the layers' own names (the last part of theirs): q_proj, v_proj, ...
+  bool adapts(const std::string& layer) const;
+  float scale() const { return alpha / float(r); }
+};
+
 struct LlmConfig {
   int64_t vocab = 32064, hidden = 4096, layers = 32, heads = 32, kv_heads = 32, intermediate = 11008;
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.f;
+  LoraSpec lora;  // adapters on the decoder layers' linear layers (lora.*), none by default
   int64_t head_dim() const { return hidden / heads; }
 };
 

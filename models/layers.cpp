@@ -1,22 +1,82 @@
 // Linear and norm layers.
 #include "models/layers.h"
 
+#include <algorithm>
+
+#include "core/ops/elementwise.h"
 #include "core/ops/linear.h"
 
 namespace hr::models {
 
 using namespace hr::core;
 
-Linear Linear::make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, bool bias) {
+namespace {
+thread_local const uint64_t* t_lora_key = nullptr;
+}  // namespace
+
+LoraDropoutScope::LoraDropoutScope(uint64_t key) : saved_(t_lora_key), key_(key) { t_lora_key = &key_; }
+LoraDropoutScope::~LoraDropoutScope() { t_lora_key = saved_; }
+const uint64_t* LoraDropoutScope::current() { return t_lora_key; }
+
+Linear Linear::make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, bool bias,
+                    const LoraSpec* lora) {
   Linear l;
   l.weight = &store.add(prefix + ".weight", {out, in});
   if (bias) l.bias = &store.add(prefix + ".bias", {out}, ParamRole::Bias);
+  if (lora && lora->adapts(prefix)) {
+    l.lora_a = &store.add(prefix + ".lora_A.weight", {lora->r, in}, ParamRole::LoraA);
+    l.lora_b = &store.add(prefix + ".lora_B.weight", {out, lora->r}, ParamRole::LoraB);
+    l.lora_scale = lora->scale();
+    l.lora_dropout = lora->dropout;
+    uint64_t h = 1469598103934665603ull;
+    for (char c : prefix) h = (h ^ uint8_t(c)) * 1099511628211ull;
+    l.lora_id = h;
+  }
   return l;
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear_forward(x, w2d(), bias ? bias->data : Tensor()); }
+namespace {
+
+// LoRA's input: x, or x with dropout in a training pass (the same mask in its forward and its backward).
+Tensor lora_input(const Linear& l, const Tensor& x) {
+  const uint64_t* key = LoraDropoutScope::current();
+  if (l.lora_dropout <= 0.f || !key) return x;
+  return dropout(x.contiguous(), l.lora_dropout, *key ^ l.lora_id);
+}
+
+}  // namespace
+
+Tensor Linear::forward(const Tensor& x) const {
+  Tensor y = linear_forward(x, w2d(), bias ? bias->data : Tensor());
+  if (lora_a) {
+    // Two thin GEMMs through the rank-r bottleneck, then y += (alpha / r) * B A x.
+    Tensor h = linear_forward(lora_input(*this, x), lora_a->data, Tensor());
+    add_(y, linear_forward(h, lora_b->data, Tensor()), lora_scale);
+  }
+  return y;
+}
 
 Tensor Linear::backward(const Tensor& dy, const Tensor& x, bool need_dx) const {
+  Tensor dx_lora;
+  if (lora_a) {
+    // y_l = s B A x': dB += s dy^T h, dh = s dy B, dA += dh^T x', dx' = dh A (h = A x' recomputed: r columns).
+    const Tensor xl = lora_input(*this, x);
+    const Tensor h = linear_forward(xl, lora_a->data, Tensor());
+    const Tensor dys = scale(dy, lora_scale);
+    LinearBackwardOptions ob;
+    ob.need_dx = true;
+    ob.weight_grads = lora_b->trainable;
+    if (ob.weight_grads) ob.accumulate = Accumulate::Yes, ob.dw_into = lora_b->ensure_grad();
+    Tensor dh = linear_backward(dys, h, lora_b->data, false, ob).dx;
+    LinearBackwardOptions oa;
+    oa.need_dx = need_dx;
+    oa.weight_grads = lora_a->trainable;
+    if (oa.weight_grads) oa.accumulate = Accumulate::Yes, oa.dw_into = lora_a->ensure_grad();
+    if (oa.need_dx || oa.weight_grads) dx_lora = linear_backward(dh, xl, lora_a->data, false, oa).dx;
+    const uint64_t* key = LoraDropoutScope::current();
+    if (dx_lora.defined() && lora_dropout > 0.f && key)
+      dx_lora = dropout(dx_lora, lora_dropout, *key ^ lora_id);  // dropout's backward: the same mask
+  }
   LinearBackwardOptions o;
   o.need_dx = need_dx;
   o.weight_grads = weight->trainable;
@@ -25,8 +85,10 @@ Tensor Linear::backward(const Tensor& dy, const Tensor& x, bool need_dx) const {
     o.dw_into = weight->ensure_grad().view({out(), in()});
     if (bias) o.dbias_into = bias->ensure_grad();
   }
-  if (!o.need_dx && !o.weight_grads) return {};
-  return linear_backward(dy, x, w2d(), bias != nullptr, o).dx;
+  if (!o.need_dx && !o.weight_grads) return dx_lora;
+  Tensor dx = linear_backward(dy, x, w2d(), bias != nullptr, o).dx;
+  if (dx.defined() && dx_lora.defined()) add_(dx, dx_lora);
+  return dx;
 }
 
 LayerNorm LayerNorm::make(ParamStore& store, const std::string& prefix, int64_t dim, float eps) {

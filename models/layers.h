@@ -4,6 +4,7 @@
 
 #include "core/ops/norm.h"
 #include "core/parameters.h"
+#include "models/config.h"
 
 namespace hr::models {
 
@@ -21,13 +22,35 @@ using core::Pass;
 using core::Shape;
 using core::Tensor;
 
+// The LoRA dropout key of the training pass under way on this thread: a model sets one around a micro-batch's
+// forward and again around its backward (recomputation included), so both draw the same masks; none is set in
+// evaluation and generation, which drop nothing.
+class LoraDropoutScope {
+ public:
+  explicit LoraDropoutScope(uint64_t key);
+  ~LoraDropoutScope();
+  LoraDropoutScope(const LoraDropoutScope&) = delete;
+  LoraDropoutScope& operator=(const LoraDropoutScope&) = delete;
+  static const uint64_t* current();
+
+ private:
+  const uint64_t* saved_;
+  uint64_t key_;
+};
+
 struct Linear {
   Param* weight = nullptr;  // (out, in); a conv weight (out, c, p, p) is viewed as (out, c*p*p)
   Param* bias = nullptr;    // (out) or null
+  Param* lora_a = nullptr;  // (r, in) or null: LoRA's down projection
+  Param* lora_b = nullptr;  // (out, r)
+  float lora_scale = 0.f, lora_dropout = 0.f;
+  uint64_t lora_id = 0;     // this layer's part of the dropout key
 
-  static Linear make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, bool bias);
+  // With `lora` naming this layer (the last part of `prefix`), adds its adapters.
+  static Linear make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, bool bias,
+                     const LoraSpec* lora = nullptr);
   Tensor forward(const Tensor& x) const;
-  // Adds dW (and db) into the gradient buffers when trainable; returns dx when need_dx.
+  // Adds dW (and db) into the gradient buffers when trainable, and dA, dB for adapters; returns dx when need_dx.
   Tensor backward(const Tensor& dy, const Tensor& x, bool need_dx = true) const;
   int64_t in() const { return weight->data.numel() / weight->data.size(0); }
   int64_t out() const { return weight->data.size(0); }

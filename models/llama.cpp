@@ -30,14 +30,15 @@ LlamaLayer::LlamaLayer(ParamStore& store, const std::string& prefix, const LlmCo
     : prefix_(prefix), cfg_(cfg) {
   const int64_t c = cfg.hidden, kv = cfg.kv_heads * cfg.head_dim(), i = cfg.intermediate;
   input_norm_ = RMSNorm::make(store, prefix + ".input_layernorm", c, cfg.rms_norm_eps);
-  q_ = Linear::make(store, prefix + ".self_attn.q_proj", c, c, false);
-  k_ = Linear::make(store, prefix + ".self_attn.k_proj", c, kv, false);
-  v_ = Linear::make(store, prefix + ".self_attn.v_proj", c, kv, false);
-  o_ = Linear::make(store, prefix + ".self_attn.o_proj", c, c, false);
+  const LoraSpec* lora = &cfg.lora;
+  q_ = Linear::make(store, prefix + ".self_attn.q_proj", c, c, false, lora);
+  k_ = Linear::make(store, prefix + ".self_attn.k_proj", c, kv, false, lora);
+  v_ = Linear::make(store, prefix + ".self_attn.v_proj", c, kv, false, lora);
+  o_ = Linear::make(store, prefix + ".self_attn.o_proj", c, c, false, lora);
   post_norm_ = RMSNorm::make(store, prefix + ".post_attention_layernorm", c, cfg.rms_norm_eps);
-  gate_ = Linear::make(store, prefix + ".mlp.gate_proj", c, i, false);
-  up_ = Linear::make(store, prefix + ".mlp.up_proj", c, i, false);
-  down_ = Linear::make(store, prefix + ".mlp.down_proj", i, c, false);
+  gate_ = Linear::make(store, prefix + ".mlp.gate_proj", c, i, false, lora);
+  up_ = Linear::make(store, prefix + ".mlp.up_proj", c, i, false, lora);
+  down_ = Linear::make(store, prefix + ".mlp.down_proj", i, c, false, lora);
 }
 
 void LlamaLayer::compute(S& s, const Tensor& positions) const {

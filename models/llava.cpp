@@ -77,10 +77,15 @@ void Llava::set_watch(OutputWatch* watch) {
 void Llava::set_trainable(bool vision, bool projector, bool llm) {
   vision_trainable_ = vision;
   projector_trainable_ = projector;
-  llm_trainable_ = llm;
+  const bool lora = cfg_.llm.lora.r > 0;
+  llm_trainable_ = llm && !lora;
+  llm_adapters_ = llm && lora;
   for (GroupKind k : {GroupKind::EncoderStem, GroupKind::EncoderLayer}) store_->set_trainable(k, vision);
   store_->set_trainable(GroupKind::Projector, projector);
-  for (GroupKind k : {GroupKind::Embedding, GroupKind::DecoderLayer, GroupKind::Head}) store_->set_trainable(k, llm);
+  for (GroupKind k : {GroupKind::Embedding, GroupKind::DecoderLayer, GroupKind::Head}) store_->set_trainable(k, llm_trainable_);
+  if (llm_adapters_)  // LoRA: the decoder's adapters train, its base (and embeddings, norms, head) stays frozen
+    for (const auto& p : store_->all())
+      if (p->role == ParamRole::LoraA || p->role == ParamRole::LoraB) p->trainable = true;
   set_pass_orders();
 }
 
@@ -147,8 +152,11 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   const int64_t B = b.batch, L = b.seq, C = cfg_.llm.hidden;
   HR_CHECK(B > 0 && L > 1, "[llava] a batch needs at least one sequence of at least 2 tokens; got ", B, " x ", L);
   Tensor embeds = embed_inputs(b, st, opt);
-  const bool need_llm_grad =
-      !opt.inference && (llm_trainable_ || (st.has_images && (projector_trainable_ || vision_trainable_)));
+  const bool need_llm_grad = !opt.inference && (llm_trainable_ || llm_adapters_ ||
+                                                (st.has_images && (projector_trainable_ || vision_trainable_)));
+  // LoRA dropout draws its masks from a key per training pass (the backward draws them again).
+  std::optional<LoraDropoutScope> lora_dropout;
+  if (need_llm_grad && cfg_.llm.lora.dropout > 0.f) lora_dropout.emplace(st.lora_key = ++lora_passes_);
   Tensor hidden = llm_->forward(embeds, st.llm, opt.llm_policy, !need_llm_grad);
   embeds = Tensor();
   MemoryScope scope(Category::Activations, "language_model.loss");
@@ -202,6 +210,8 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
   }
   const Device dev = store_->device();
   const int64_t B = st.batch, L = st.seq, C = cfg_.llm.hidden, T = cfg_.vision.tokens_per_image();
+  std::optional<LoraDropoutScope> lora_dropout;
+  if (st.lora_key) lora_dropout.emplace(st.lora_key);
   Tensor d_hidden;
   {
     MemoryScope scope(Category::Activations, "language_model.loss");

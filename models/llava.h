@@ -44,6 +44,7 @@ struct LlavaState {
   Tensor logits;  // (B, L, V) with return_logits; (positions, V) with logits_at
   int64_t valid_labels = 0;
   bool backward_ready = false;             // forward kept what backward needs
+  uint64_t lora_key = 0;                   // the LoRA dropout key of this training pass (0: no dropout)
 };
 
 class Llava final : public GroupedParams {
@@ -97,6 +98,8 @@ class Llava final : public GroupedParams {
   std::unique_ptr<LlamaModel> llm_;
   void set_pass_orders();
   bool vision_trainable_ = true, projector_trainable_ = true, llm_trainable_ = true;
+  bool llm_adapters_ = false;            // LoRA: the decoder's adapters train (its base does not)
+  mutable uint64_t lora_passes_ = 0;     // training passes so far: each draws its own dropout masks
   GroupHooks* hooks_ = nullptr;
   OutputWatch* watch_ = nullptr;
   int embed_group_ = 0, stem_group_ = 0, projector_group_ = 0, head_group_ = 0;

@@ -1,9 +1,12 @@
 // Weight initialisation, loading and naming.
 #include "models/weights.h"
 
+#include <cmath>
 #include <map>
 #include <random>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "core/ops/copy.h"
 
@@ -27,10 +30,27 @@ void init_weights(ParamStore& store, uint64_t seed) {
       case ParamRole::Weight:
         for (float& e : v) e = normal(rng);
         break;
+      case ParamRole::LoraA:
+      case ParamRole::LoraB: init_lora(*p, seed); continue;
     }
     MemoryScope scope(Category::IO, "init_weights");
     copy_(p->data, Tensor::from_floats(v, p->data.shape(), DType::F32, Device::host()));
   }
+}
+
+void init_lora(Param& p, uint64_t seed) {
+  if (p.data.device().type == DeviceType::Meta) return;
+  std::vector<float> v(std::size_t(p.numel()), 0.f);
+  if (p.role == ParamRole::LoraA) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a of the name: each adapter draws its own numbers
+    for (char c : p.name) h = (h ^ uint8_t(c)) * 1099511628211ull;
+    std::mt19937_64 rng(seed ^ h);
+    const float bound = 1.f / std::sqrt(float(p.shape.back()));
+    std::uniform_real_distribution<float> uniform(-bound, bound);
+    for (float& e : v) e = uniform(rng);
+  }
+  MemoryScope scope(Category::IO, "init_weights");
+  copy_(p.data, Tensor::from_floats(v, p.data.shape(), DType::F32, Device::host()));
 }
 
 std::string new_layout_name(const std::string& n) {
@@ -49,7 +69,8 @@ int64_t load_weights(ParamStore& store, const Checkpoint& ckpt, MissingWeights m
   for (const auto& p : store.all()) {
     const std::string name = newer ? new_layout_name(p->name) : p->name;
     if (!ckpt.contains(name)) {
-      absent.push_back(name);
+      if (p->role == ParamRole::LoraA || p->role == ParamRole::LoraB) init_lora(*p, 0);
+      else absent.push_back(name);
       continue;
     }
     used.insert(name);
@@ -82,8 +103,84 @@ int64_t load_weights(ParamStore& store, const Checkpoint& ckpt, MissingWeights m
 
 NamedTensors named_weights(const ParamStore& store) {
   NamedTensors out;
-  for (const auto& p : store.all()) out.emplace_back(p->name, p->data);
+  for (const auto& p : store.all())
+    if (!is_lora(*p)) out.emplace_back(p->name, p->data);
   return out;
+}
+
+bool is_lora(const Param& p) { return p.role == ParamRole::LoraA || p.role == ParamRole::LoraB; }
+
+namespace {
+const std::string kPeftPrefix = "base_model.model.";
+}  // namespace
+
+NamedTensors named_adapters(const ParamStore& store) {
+  NamedTensors out;
+  for (const auto& p : store.all())
+    if (is_lora(*p)) out.emplace_back(kPeftPrefix + p->name, p->data);
+  return out;
+}
+
+int64_t load_adapters(ParamStore& store, const Checkpoint& ckpt) {
+  std::vector<std::string> absent, bad_shape, unexpected;
+  std::set<std::string> used;
+  int64_t loaded = 0;
+  for (const auto& p : store.all()) {
+    if (!is_lora(*p)) continue;
+    const std::string name = kPeftPrefix + p->name;
+    if (!ckpt.contains(name)) {
+      absent.push_back(name);
+      continue;
+    }
+    used.insert(name);
+    Tensor t = ckpt.get(name);
+    if (t.shape() != p->data.shape()) {
+      bad_shape.push_back(str(name, " ", shape_str(t.shape()), " (model wants ", shape_str(p->data.shape()), ")"));
+      continue;
+    }
+    copy_(p->data, t);
+    ++loaded;
+  }
+  for (const std::string& n : ckpt.names())
+    if (!used.count(n)) unexpected.push_back(n);
+  std::string msg;
+  for (const auto& [what, v] : {std::pair<const char*, const std::vector<std::string>*>{"missing", &absent},
+                                {"unexpected", &unexpected},
+                                {"wrong shape", &bad_shape}}) {
+    if (v->empty()) continue;
+    msg += str("\n  ", what, " (", v->size(), "):");
+    for (std::size_t i = 0; i < v->size() && i < 20; ++i) msg += "\n    " + (*v)[i];
+  }
+  HR_CHECK(msg.empty(), "[weights] the LoRA adapters do not match the model's (lora.r, lora.target_modules):", msg);
+  return loaded;
+}
+
+std::string adapter_config_json(const LoraSpec& lora, const std::string& base_model) {
+  // A regular expression PEFT matches against whole module names: the language model's layers only (the names
+  // alone, as LLaVA passes them, would also match the vision tower's q_proj, k_proj and v_proj).
+  std::string attn, mlp;
+  for (const std::string& t : lora.targets) {
+    std::string& group = t == "gate_proj" || t == "up_proj" || t == "down_proj" ? mlp : attn;
+    group += (group.empty() ? "" : "|") + t;
+  }
+  std::string alternatives;
+  if (!attn.empty()) alternatives += "self_attn\\.(" + attn + ")";
+  if (!mlp.empty()) alternatives += (alternatives.empty() ? "" : "|") + std::string("mlp\\.(") + mlp + ")";
+  nlohmann::ordered_json j = {{"peft_type", "LORA"},
+                              {"task_type", "CAUSAL_LM"},
+                              {"base_model_name_or_path", base_model},
+                              {"r", lora.r},
+                              {"lora_alpha", std::round(double(lora.alpha) * 1e6) / 1e6},
+                              {"lora_dropout", std::round(double(lora.dropout) * 1e6) / 1e6},
+                              {"bias", "none"},
+                              {"target_modules", "language_model\\.model\\.layers\\.[0-9]+\\.(" + alternatives + ")"},
+                              {"fan_in_fan_out", false},
+                              {"inference_mode", true},
+                              {"init_lora_weights", true},
+                              {"use_rslora", false},
+                              {"use_dora", false},
+                              {"modules_to_save", nullptr}};
+  return j.dump(2) + "\n";
 }
 
 NamedTensors named_grads(ParamStore& store) {

@@ -6,13 +6,18 @@
 
 #include "core/io/safetensors.h"
 #include "core/parameters.h"
+#include "models/config.h"
 
 namespace hr::models {
 
 using core::ParamStore;
 
-// Normal(0, 0.02) for matrices and embeddings, ones for norm weights, zeros for biases. Deterministic.
+// Normal(0, 0.02) for matrices and embeddings, ones for norm weights, zeros for biases, and LoRA adapters as
+// init_lora. Deterministic.
 void init_weights(ParamStore& store, uint64_t seed);
+// A LoRA adapter as PEFT starts it: A Kaiming-uniform with a = sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)); B zeros
+// (the adapted layer starts as the base layer). Deterministic in (seed, name).
+void init_lora(core::Param& p, uint64_t seed);
 
 enum class MissingWeights : uint8_t { Error, Keep };  // Keep: leave missing parameters as initialised
 
@@ -20,7 +25,8 @@ enum class MissingWeights : uint8_t { Error, Keep };  // Keep: leave missing par
 // (language_model.model.*, language_model.lm_head.*, vision_tower.*, multi_modal_projector.*) or the newer
 // one (model.language_model.*, lm_head.*, model.vision_tower.*, model.multi_modal_projector.*), converting
 // f32/bf16/f16 to the store's dtype. Missing, unexpected and mis-shaped tensors are all reported by name in
-// one error. Returns the number of tensors loaded.
+// one error; LoRA adapters a checkpoint does not have are started by init_lora (a base model gets new adapters).
+// Returns the number of tensors loaded.
 int64_t load_weights(ParamStore& store, const core::Checkpoint& ckpt, MissingWeights missing = MissingWeights::Error);
 
 // Loads the projector alone from a safetensors file, as LLaVA's pretraining saves it (mm_projector.bin's
@@ -29,8 +35,18 @@ int64_t load_weights(ParamStore& store, const core::Checkpoint& ckpt, MissingWei
 // missing, unexpected or mis-shaped tensor is an error naming it. Returns the number of tensors loaded.
 int64_t load_projector(ParamStore& store, const std::string& path);
 
-// The parameters under their llava-hf names, for save_safetensors / save_sharded.
+// The parameters under their llava-hf names, for save_safetensors / save_sharded (LoRA adapters left out: they
+// go to adapter_model.safetensors, named_adapters).
 core::NamedTensors named_weights(const ParamStore& store);
+
+// LoRA adapters as PEFT saves them (adapter_model.safetensors): base_model.model.<layer>.lora_A.weight / lora_B.
+bool is_lora(const core::Param& p);
+core::NamedTensors named_adapters(const ParamStore& store);
+// Loads every adapter of the model from PEFT's file; a missing, unexpected or mis-shaped one is an error naming
+// it. Returns the number loaded.
+int64_t load_adapters(ParamStore& store, const core::Checkpoint& adapters);
+// PEFT's adapter_config.json for the model's adapters: LoRA on the language model's layers it names.
+std::string adapter_config_json(const LoraSpec& lora, const std::string& base_model);
 // The gradients of trainable parameters under their parameter names (zeros where none was produced).
 core::NamedTensors named_grads(ParamStore& store);
 

@@ -8,7 +8,9 @@ namespace hr::optim {
 
 using namespace hr::core;
 
-bool decays(const Param& p) { return p.role == ParamRole::Weight; }
+bool decays(const Param& p) {
+  return p.role == ParamRole::Weight || p.role == ParamRole::LoraA || p.role == ParamRole::LoraB;
+}
 
 Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(params), cfg_(cfg) {
   for (const auto& p : params.all()) {

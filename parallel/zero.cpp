@@ -48,6 +48,15 @@ namespace {
 
 Tensor flat(const Tensor& t) { return t.view({t.numel()}); }
 
+// A model group's parameters split by whether they train (LoRA: a layer's frozen base and its adapters), each part
+// sharded on its own under the group's name (a split group: "<group>.frozen" and "<group>.trainable").
+std::vector<std::pair<std::string, std::vector<Param*>>> parts_of(const core::ParamGroup& mg) {
+  std::vector<Param*> frozen, trainable;
+  for (Param* p : mg.params) (p->trainable ? trainable : frozen).push_back(p);
+  if (frozen.empty() || trainable.empty()) return {{mg.name, mg.params}};
+  return {{mg.name + ".frozen", frozen}, {mg.name + ".trainable", trainable}};
+}
+
 // dst (S) <- the blocks of rank q taken from each parameter's full tensor `src(p)` (missing: left as is).
 template <typename F>
 void pack(const Zero::Group& g, int q, const Tensor& dst, F&& src) {
@@ -110,48 +119,50 @@ Zero::Zero(GroupedParams& model, Communicator& comm, const optim::OptimizerConfi
     return;
   }
   for (std::size_t gi = 0; gi < mg.size(); ++gi) {
-    bool trainable = false;
-    for (const Param* p : mg[gi].params) trainable |= p->trainable;
-    if (mg[gi].params.empty() || (!trainable && z.stage < 3)) continue;
-    auto g = std::make_unique<Group>();
-    g->name = mg[gi].name;
-    g->kind = mg[gi].kind;
-    g->trainable = trainable;
-    g->dtype = mg[gi].params[0]->dtype;
-    for (Param* p : mg[gi].params) {
-      HR_ASSERT(p->trainable == trainable && p->dtype == g->dtype, "group ", g->name, " mixes trainable/frozen or dtypes");
-      g->segs.push_back({p, p->numel(), 0, 0, optim::decays(*p)});
-    }
-    g->shard = shard_size(g->segs, shard_world_);
-    Tensor mine;  // this rank's block of the current parameters
-    {
-      MemoryScope scope(Category::Workspace, g->name);
-      mine = Tensor::zeros({g->shard}, g->dtype, device_);
-      pack(*g, shard_rank_, mine, [](Param* p) { return p->data; });
-    }
-    if (trainable) {
-      Tensor master;
-      if (z.offload_optimizer == Offload::Cpu || g->dtype != DType::F32) {
-        MemoryScope scope(Category::MasterParams, g->name);
-        master = Tensor::empty({g->shard}, DType::F32, state_device_);
-        copy_(master, mine);
+    if (mg[gi].params.empty()) continue;
+    for (const auto& [part_name, part] : parts_of(mg[gi])) {
+      const bool trainable = part[0]->trainable;
+      if (!trainable && z.stage < 3) continue;
+      auto g = std::make_unique<Group>();
+      g->name = part_name;
+      g->kind = mg[gi].kind;
+      g->trainable = trainable;
+      g->dtype = part[0]->dtype;
+      for (Param* p : part) {
+        HR_ASSERT(p->dtype == g->dtype, "group ", g->name, " mixes dtypes");
+        g->segs.push_back({p, p->numel(), 0, 0, optim::decays(*p)});
       }
-      MemoryScope scope(Category::Optimizer, g->name);
-      g->state = optim::zero_moments(opt, {g->shard}, state_device_);
-      g->state.master = master;
-      if (z.stage >= 2) {
-        MemoryScope gs(Category::Grads, g->name);
-        g->grads = Tensor::zeros({g->shard}, g->dtype, device_);
+      g->shard = shard_size(g->segs, shard_world_);
+      Tensor mine;  // this rank's block of the current parameters
+      {
+        MemoryScope scope(Category::Workspace, g->name);
+        mine = Tensor::zeros({g->shard}, g->dtype, device_);
+        pack(*g, shard_rank_, mine, [](Param* p) { return p->data; });
       }
+      if (trainable) {
+        Tensor master;
+        if (z.offload_optimizer == Offload::Cpu || g->dtype != DType::F32) {
+          MemoryScope scope(Category::MasterParams, g->name);
+          master = Tensor::empty({g->shard}, DType::F32, state_device_);
+          copy_(master, mine);
+        }
+        MemoryScope scope(Category::Optimizer, g->name);
+        g->state = optim::zero_moments(opt, {g->shard}, state_device_);
+        g->state.master = master;
+        if (z.stage >= 2) {
+          MemoryScope gs(Category::Grads, g->name);
+          g->grads = Tensor::zeros({g->shard}, g->dtype, device_);
+        }
+      }
+      if (z.stage == 3) {
+        MemoryScope scope(Category::Params, g->name);
+        g->params = Tensor::empty({g->shard}, g->dtype, z.offload_params == Offload::Cpu ? host_ : device_);
+        copy_(g->params, mine);
+        mine = Tensor();
+        for (auto& seg : g->segs) seg.param->data = Tensor();
+      }
+      groups_[gi].push_back(std::move(g));
     }
-    if (z.stage == 3) {
-      MemoryScope scope(Category::Params, g->name);
-      g->params = Tensor::empty({g->shard}, g->dtype, z.offload_params == Offload::Cpu ? host_ : device_);
-      copy_(g->params, mine);
-      mine = Tensor();
-      for (auto& seg : g->segs) seg.param->data = Tensor();
-    }
-    groups_[gi] = std::move(g);
   }
   model.set_hooks(this);
 }
@@ -162,9 +173,10 @@ int64_t Zero::steps() const { return local_ ? local_->steps() : steps_; }
 
 void Zero::set_lr_ratio(GroupKind kind, float ratio) {
   if (local_) return local_->set_lr_ratio(kind, ratio);
-  for (auto& g : groups_)
-    if (g && g->kind == kind)
-      for (auto& seg : g->segs) seg.lr_ratio = ratio;
+  for (auto& parts : groups_)
+    for (auto& g : parts)
+      if (g->kind == kind)
+        for (auto& seg : g->segs) seg.lr_ratio = ratio;
 }
 
 // ---- parameters (stage 3) ----
@@ -236,15 +248,15 @@ void Zero::catch_up(Pass pass, int until) {
 }
 
 void Zero::use(int group, Pass) {
-  Group* g = groups_[std::size_t(group)].get();
-  if (g && z_.stage == 3) gather(*g);
+  for (auto& g : groups_[std::size_t(group)])
+    if (z_.stage == 3) gather(*g);
 }
 
 void Zero::done(int group, Pass pass) {
-  Group* g = groups_[std::size_t(group)].get();
-  if (!g) return;
-  if (pass == Pass::Backward && z_.stage >= 2 && g->trainable) reduce_scatter_grads(*g);
-  if (z_.stage == 3) release(*g);
+  for (auto& g : groups_[std::size_t(group)]) {
+    if (pass == Pass::Backward && z_.stage >= 2 && g->trainable) reduce_scatter_grads(*g);
+    if (z_.stage == 3) release(*g);
+  }
 }
 
 // ---- gradients ----
@@ -253,11 +265,12 @@ void Zero::begin_step() {
   cursor_ = {};  // a step redone after an out-of-memory error starts its passes again
   for (; open_slices_ > 0; --open_slices_) core::trace_end();  // the slices an out-of-memory error left open
   if (z_.stage >= 2) {
-    for (auto& g : groups_)
-      if (g && g->trainable) {
-        fill_(g->grads, 0.f);
-        for (auto& seg : g->segs) seg.had_grad = false;
-      }
+    for (auto& parts : groups_)
+      for (auto& g : parts)
+        if (g->trainable) {
+          fill_(g->grads, 0.f);
+          for (auto& seg : g->segs) seg.had_grad = false;
+        }
   }
   model_.params().zero_grad();
 }
@@ -348,9 +361,10 @@ void Zero::finish_gradients() {
   if (z_.stage >= 2) {
     // Which parameters had a gradient on any rank this step: the others are not stepped (as a single process).
     std::vector<Group::Segment*> segs;
-    for (auto& g : groups_)
-      if (g && g->trainable)
-        for (auto& seg : g->segs) segs.push_back(&seg);
+    for (auto& parts : groups_)
+      for (auto& g : parts)
+        if (g->trainable)
+          for (auto& seg : g->segs) segs.push_back(&seg);
     std::vector<bool> had(segs.size());
     for (std::size_t i = 0; i < segs.size(); ++i) had[i] = segs[i]->had_grad;
     had = on_any_rank(had);
@@ -361,8 +375,9 @@ void Zero::finish_gradients() {
 float Zero::grad_norm() {
   std::vector<Tensor> grads;
   if (z_.stage >= 2) {
-    for (auto& g : groups_)
-      if (g && g->trainable) grads.push_back(g->grads);
+    for (auto& parts : groups_)
+      for (auto& g : parts)
+        if (g->trainable) grads.push_back(g->grads);
     const double local = grads.empty() ? 0.0 : double(global_norm(grads).item());
     core::TraceSpan span("comm", "all_reduce gradient norm");
     const double total = comm_.world() > 1 ? comm_.sum(local * local) : local * local;
@@ -380,8 +395,9 @@ void Zero::end_step() { model_.params().zero_grad(); }
 void Zero::step(float lr, float grad_scale) {
   if (local_) return local_->step(lr, grad_scale);
   ++steps_;
-  for (auto& g : groups_)
-    if (g && g->trainable) step_group(*g, lr, grad_scale);
+  for (auto& parts : groups_)
+    for (auto& g : parts)
+      if (g->trainable) step_group(*g, lr, grad_scale);
 }
 
 void Zero::step_group(Group& g, float lr, float grad_scale) {
@@ -438,11 +454,11 @@ core::NamedTensors Zero::state() const {
   NamedTensors out;
   Tensor world = Tensor::from_ints({shard_world_}, {1}, DType::I64, Device::host());
   out.emplace_back("zero.shard_world", world);
-  for (const auto& g : groups_) {
-    if (!g) continue;
-    g->state.for_each([&](const char* suffix, const Tensor& t) { out.emplace_back(g->name + suffix, t); });
-    if (g->params.defined()) out.emplace_back(g->name + ".params", g->params);
-  }
+  for (const auto& parts : groups_)
+    for (const auto& g : parts) {
+      g->state.for_each([&](const char* suffix, const Tensor& t) { out.emplace_back(g->name + suffix, t); });
+      if (g->params.defined()) out.emplace_back(g->name + ".params", g->params);
+    }
   return out;
 }
 
@@ -490,33 +506,34 @@ void Zero::load_state(const std::vector<const Checkpoint*>& files, int64_t steps
     return;
   }
   const int w = old_world(files, "optimizer");
-  for (auto& g : groups_) {
-    if (!g) continue;
-    if (g->params.defined()) reshard(*g, shard_rank_, g->params, files, g->name + ".params", w);
-    if (!g->trainable) continue;
-    g->state.for_each([&](const char* suffix, const Tensor& t) {
-      const std::string name = g->name + suffix;
-      if (files[0]->contains(name) || std::string(suffix) != ".master") reshard(*g, shard_rank_, t, files, name, w);
-      else if (g->params.defined()) copy_(t, g->params);  // written without master weights (an f32 run)
-      else pack(*g, shard_rank_, t, [](Param* p) { return p->data; });
-    });
-  }
+  for (auto& parts : groups_)
+    for (auto& g : parts) {
+      if (g->params.defined()) reshard(*g, shard_rank_, g->params, files, g->name + ".params", w);
+      if (!g->trainable) continue;
+      g->state.for_each([&](const char* suffix, const Tensor& t) {
+        const std::string name = g->name + suffix;
+        if (files[0]->contains(name) || std::string(suffix) != ".master") reshard(*g, shard_rank_, t, files, name, w);
+        else if (g->params.defined()) copy_(t, g->params);  // written without master weights (an f32 run)
+        else pack(*g, shard_rank_, t, [](Param* p) { return p->data; });
+      });
+    }
   steps_ = steps;
 }
 
 core::NamedTensors Zero::consolidate(const std::vector<ParamGroup>& groups, const std::vector<const Checkpoint*>& files) {
   const int w = old_world(files, "parameter");
   NamedTensors out;
-  for (const auto& mg : groups) {
-    if (mg.params.empty() || !files[0]->contains(mg.name + ".params")) continue;
-    Group g;
-    g.name = mg.name;
-    for (Param* p : mg.params) g.segs.push_back({p, p->numel(), 0, 0, true});
-    g.shard = shard_size(g.segs, 1);  // the full layout: one "rank" holding everything
-    Tensor full = Tensor::empty({g.shard}, files[0]->get(mg.name + ".params").dtype(), Device::host());
-    reshard(g, 0, full, files, mg.name + ".params", w);
-    for (const auto& seg : g.segs) out.emplace_back(seg.param->name, full.slice(0, seg.offset, seg.offset + seg.numel).view(seg.param->shape));
-  }
+  for (const auto& mg : groups)
+    for (const auto& [part_name, part] : mg.params.empty() ? decltype(parts_of(mg)){} : parts_of(mg)) {
+      if (!files[0]->contains(part_name + ".params")) continue;
+      Group g;
+      g.name = part_name;
+      for (Param* p : part) g.segs.push_back({p, p->numel(), 0, 0, true});
+      g.shard = shard_size(g.segs, 1);  // the full layout: one "rank" holding everything
+      Tensor full = Tensor::empty({g.shard}, files[0]->get(part_name + ".params").dtype(), Device::host());
+      reshard(g, 0, full, files, part_name + ".params", w);
+      for (const auto& seg : g.segs) out.emplace_back(seg.param->name, full.slice(0, seg.offset, seg.offset + seg.numel).view(seg.param->shape));
+    }
   return out;
 }
 

@@ -102,7 +102,8 @@ class Zero final : public core::GroupHooks {
   optim::OptimizerConfig opt_;
   ZeroOptions z_;
   int shard_world_ = 1, shard_rank_ = 0;
-  std::vector<std::unique_ptr<Group>> groups_;   // by model group id; null for groups with nothing to shard
+  // By model group id: its parts (one, or a frozen and a trainable one), none for a group with nothing to shard.
+  std::vector<std::vector<std::unique_ptr<Group>>> groups_;
   std::unique_ptr<optim::Optimizer> local_;       // stage 0 without offload
   int64_t steps_ = 0;
   core::Device device_, state_device_, host_;  // host_: where host-side buffers go (a meta host in a plan)

@@ -20,6 +20,8 @@ packages+=(python3-torch python3-numpy python3-venv chromium fonts-dejavu-core)
 packages+=(sentencepiece python3-sentencepiece)
 # Pillow: CLIPImageProcessor and LLaVA's expand2square, the image side of the LLaVA-port check.
 packages+=(python3-pil)
+# psutil and PyYAML: accelerate's and peft's imports (they are installed without their dependencies, below).
+packages+=(python3-psutil python3-yaml)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -45,12 +47,17 @@ pyenv="${HR_PYENV:-$root/.pyenv}"
 pypi_pins=(tensorboard==2.16.2 protobuf==4.25.3
   transformers==4.45.2 tokenizers==0.20.3 safetensors==0.8.0 huggingface-hub==0.36.2 hf-xet==1.8.0
   regex==2026.11.15 tqdm==4.70.1 filelock==4.2.12 fsspec==2026.9.0 packaging==26.3)
+# peft: the oracle of LoRA's adapter files (tests/py/check_llava_port.py peft). 0.13.2 is the last release that
+# imports with torch 1.13; it and accelerate (which it imports) go in without their dependencies, which would
+# pull a torch 2 wheel: the ones they use (numpy, psutil, pyyaml, safetensors, huggingface-hub) are here already.
+nodeps_pins=(peft==0.13.2 accelerate==1.2.1)
 stamp="$pyenv/.headroom-pins"
 if [[ ! -x "$pyenv/bin/python3" ]]; then
   /usr/bin/python3 -m venv --system-site-packages "$pyenv"
 fi
-if [[ "$(cat "$stamp" 2>/dev/null)" != "${pypi_pins[*]}" ]]; then
+if [[ "$(cat "$stamp" 2>/dev/null)" != "${pypi_pins[*]} ${nodeps_pins[*]}" ]]; then
   "$pyenv/bin/python3" -m pip install -q --disable-pip-version-check "${pypi_pins[@]}"
-  echo "${pypi_pins[*]}" >"$stamp"
+  "$pyenv/bin/python3" -m pip install -q --disable-pip-version-check --no-deps "${nodeps_pins[@]}"
+  echo "${pypi_pins[*]} ${nodeps_pins[*]}" >"$stamp"
 fi
-echo "setup: python oracles present in $pyenv (${pypi_pins[*]})"
+echo "setup: python oracles present in $pyenv (${pypi_pins[*]} ${nodeps_pins[*]})"

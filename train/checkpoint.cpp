@@ -163,8 +163,22 @@ static void write_checkpoint_files(const fs::path& tmp, const models::Llava& mod
                                    const TrainerState& st, parallel::Communicator& comm,
                                    const std::string& config_yaml, const HfSidecar& sidecar) {
   const int rank = comm.rank();
-  if (rank == 0 && !zero.shards_parameters())
+  if (rank == 0 && !zero.shards_parameters()) {
     save_model_weights(tmp.string(), models::named_weights(model.params()), sidecar.max_shard_bytes);
+    // LoRA: the adapters as PEFT writes them, in adapter/ (an adapter_config.json beside config.json would make
+    // transformers' from_pretrained take the directory for an adapter); their base is this directory: the frozen
+    // model with its trained projector in model.safetensors.
+    const NamedTensors adapters = models::named_adapters(model.params());
+    if (!adapters.empty()) {
+      fs::create_directories(tmp / "adapter");
+      save_safetensors((tmp / "adapter" / "adapter_model.safetensors").string(), adapters);
+      const fs::path final_dir = tmp.parent_path() / tmp.filename().string().substr(5);  // without ".tmp-"
+      const std::string text = models::adapter_config_json(model.config().llm.lora, fs::absolute(final_dir).string());
+      AtomicFile f((tmp / "adapter" / "adapter_config.json").string());
+      f.write(text.data(), text.size());
+      f.commit();
+    }
+  }
   // config.json, generation_config.json, the tokenizer and preprocessor files: with the weights, a directory
   // transformers (LlavaForConditionalGeneration, AutoProcessor) opens.
   if (rank == 0 && models::hf_expressible(model.config())) {
@@ -242,9 +256,21 @@ std::vector<const Checkpoint*> pointers(const std::vector<Checkpoint>& v) {
 
 }  // namespace
 
+bool load_adapters_in(const std::string& dir, models::Llava& model) {
+  if (!fs::is_directory(dir)) return false;
+  std::string path = dir + "/adapter/adapter_model.safetensors";  // a checkpoint's adapters
+  if (!fs::exists(path)) path = dir + "/adapter_model.safetensors";  // an adapter directory itself
+  if (!fs::exists(path)) return false;
+  HR_CHECK(model.config().llm.lora.r > 0, "[checkpoint] ", dir, " holds LoRA adapters (adapter_model.safetensors): set "
+           "lora.enable: true with the adapters' lora.r and lora.target_modules (adapter_config.json) to load them");
+  models::load_adapters(model.params(), Checkpoint::open(path));
+  return true;
+}
+
 void load_model_weights(const std::string& dir, models::Llava& model) {
   if (has_model_weights(dir)) {
     models::load_weights(model.params(), Checkpoint::open(model_weights_path(dir)));
+    load_adapters_in(dir, model);
     return;
   }
   auto files = open_all(optimizer_files(dir));
@@ -276,7 +302,8 @@ void consolidate_checkpoint(const std::string& dir, const models::Llava& model, 
   if (has_model_weights(dir)) {
     Checkpoint c = Checkpoint::open(model_weights_path(dir));
     NamedTensors w;
-    for (const auto& p : model.params().all()) w.emplace_back(p->name, c.get(p->name));
+    for (const auto& p : model.params().all())
+      if (!models::is_lora(*p)) w.emplace_back(p->name, c.get(p->name));
     save(w);
     return;
   }
@@ -297,6 +324,7 @@ void load_inference_weights(models::Llava& model, const std::string& path) {
   }
   HR_CHECK(fs::exists(weights), "[checkpoint] ", weights, " does not exist");
   models::load_weights(model.params(), core::Checkpoint::open(weights));
+  load_adapters_in(path, model);
 }
 
 }  // namespace hr::train

@@ -65,6 +65,9 @@ void load_inference_weights(models::Llava& model, const std::string& path);
 // the file and what is wrong.
 TrainerState read_trainer_state(const std::string& dir);
 void load_model_weights(const std::string& dir, models::Llava& model);
+// Loads the LoRA adapters a directory holds (PEFT's adapter_model.safetensors, in its adapter/ as checkpoints
+// write them, or in itself) into the model; false when it has none. A directory with adapters and a model without them is an error saying which lora.* keys to set.
+bool load_adapters_in(const std::string& dir, models::Llava& model);
 void load_optimizer_state(const std::string& dir, parallel::Zero& zero, int64_t optimizer_steps);
 
 // The full model of a checkpoint (model.safetensors, its shards, or the ZeRO-3 shards) written to one llava-hf

@@ -95,9 +95,13 @@ int cmd_debug(const std::vector<std::string>& args) {
   HR_CHECK(!config.empty() && !weights.empty() && !batch_path.empty() && !out.empty(),
            "[debug grads] --config, --weights, --batch and --out are all required");
   ModelSpec spec = load_model_spec(config);
+  // LoRA adapters as the run's lora.* keys make them, without dropout (a parity check compares one forward).
+  const RunConfig run = load_config(config, {}, 1);
+  if (run.lora_enable) spec.config.llm.lora = run.lora, spec.config.llm.lora.dropout = 0.f;
   Llava model(spec.config, Device::cpu(), dtype);
   model.set_trainable(!spec.freeze_vision, !spec.freeze_projector, !spec.freeze_llm);
   load_weights(model.params(), Checkpoint::open(weights));
+  load_adapters_in(weights, model);
   Batch batch = read_batch(batch_path);
   ModelOptions opt;
   opt.return_logits = logits;

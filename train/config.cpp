@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -353,10 +354,51 @@ std::vector<Key> memory_parallel_log_keys() {
   };
 }
 
+// lora.*: PEFT's LoraConfig (r, lora_alpha, lora_dropout, target_modules, bias) on the language model.
+std::vector<Key> lora_keys() {
+  return {
+      {"lora.enable", "false", flag(&RunConfig::lora_enable)},
+      {"lora.r", "64",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.lora.r = get<int64_t>(n, k, "an integer");
+         if (c.lora.r < 1) bad_value(k, n, "a rank >= 1");
+       }},
+      {"lora.alpha", "16",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.lora.alpha = get<float>(n, k, "a number");
+         if (!(c.lora.alpha > 0.f)) bad_value(k, n, "a number > 0");
+       }},
+      {"lora.dropout", "0.05",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.lora.dropout = get<float>(n, k, "a number");
+         if (!(c.lora.dropout >= 0.f && c.lora.dropout < 1.f)) bad_value(k, n, "a probability in [0, 1)");
+       }},
+      // LLaVA's find_all_linear_names: every linear layer of the language model but lm_head.
+      {"lora.target_modules", "all-linear",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::vector<std::string> all = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+         std::vector<std::string> names;
+         if (n.IsSequence()) names = get<std::vector<std::string>>(n, k, "a list of layer names");
+         else names = {get<std::string>(n, k, "all-linear or a list of layer names")};
+         if (names == std::vector<std::string>{"all-linear"}) names = all;
+         for (const std::string& s : names)
+           if (std::find(all.begin(), all.end(), s) == all.end())
+             bad_value(k, n, "all-linear, or a list of: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj");
+         c.lora.targets = names;
+       }},
+      // The language model has no biases: every choice trains the same (PEFT's bias applies to none).
+      {"lora.bias", "none",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::string s = get<std::string>(n, k, "a string");
+         if (s != "none" && s != "lora_only" && s != "all") bad_value(k, n, "one of: none, lora_only, all");
+       }},
+  };
+}
+
 const std::vector<Key>& schema() {
   static const std::vector<Key> keys = [] {
     std::vector<Key> all;
-    for (auto section : {run_device_model_keys, data_keys, train_keys, memory_parallel_log_keys})
+    for (auto section : {run_device_model_keys, data_keys, train_keys, memory_parallel_log_keys, lora_keys})
       for (Key& k : section()) all.push_back(std::move(k));
     return all;
   }();
@@ -521,12 +563,12 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
     check_keys(value, o.substr(0, eq), "--set " + o, budget);
     set_path(root, o.substr(0, eq), value);
   }
-  static const std::vector<std::string> sections = {"run", "device", "model", "data", "train", "memory", "parallel", "log"};
+  static const std::vector<std::string> sections = {"run", "device", "model", "data", "train", "memory", "parallel", "log", "lora"};
   for (const auto& kv : root) {
     const std::string s = kv.first.as<std::string>();
     if (std::find(sections.begin(), sections.end(), s) == sections.end())
       throw Error(str("[config] ", where, ": unknown section '", s, "'", did_you_mean(s, sections),
-                      " (sections: run, device, model, data, train, memory, parallel, log)"));
+                      " (sections: run, device, model, data, train, memory, parallel, log, lora)"));
   }
   // Defaults first (parsed once per process), then what the file and overrides say.
   RunConfig c = defaults();

@@ -88,6 +88,9 @@ struct RunConfig {
   bool shrink_on_oom = false;  // memory.on_oom: shrink_micro_batch
   bool preflight = true;       // memory.preflight: false starts a run whose plan does not fit (it will OOM)
   core::AllocatorKind allocator = core::AllocatorKind::Caching;  // memory.allocator
+  // lora.*: adapters on the language model's linear layers (lora.enable); r, alpha, dropout, target_modules
+  bool lora_enable = false;
+  models::LoraSpec lora;
   bool allocator_auto = false;  // memory.allocator: auto (the kind with the smallest predicted peak reserved)
   int64_t max_images_per_sample = 1;  // data.max_images_per_sample: the planner's worst case
   std::vector<int64_t> trace_steps;   // memory.trace_steps: steps written as Chrome trace-event timelines

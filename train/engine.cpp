@@ -20,7 +20,9 @@ DType param_dtype(Precision p) {
 }
 
 std::unique_ptr<Llava> build_model(const RunConfig& c, Device device) {
-  auto model = std::make_unique<Llava>(c.model.config, device, param_dtype(c.precision),
+  LlavaConfig mc = c.model.config;
+  if (c.lora_enable) mc.llm.lora = c.lora;
+  auto model = std::make_unique<Llava>(mc, device, param_dtype(c.precision),
                                        c.vision_fp32 ? std::optional<DType>(DType::F32) : std::nullopt);
   const bool vision = c.stage == Stage::Full && !c.model.freeze_vision;
   const bool projector = !c.model.freeze_projector;
@@ -54,6 +56,7 @@ TrainerState Engine::start() {
     if (!spec.vision_tower.empty()) load_stage1_weights(model_->params(), spec.vision_tower, spec.language_model);
   } else {
     load_weights(model_->params(), Checkpoint::open(config_.init_weights), MissingWeights::Error);
+    load_adapters_in(config_.init_weights, *model_);
   }
   if (!config_.projector_weights.empty()) load_projector(model_->params(), config_.projector_weights);
   shard();

@@ -28,6 +28,8 @@ struct Kernels {
   // Element-wise
   void (*axpby)(const Tensor& out, float alpha, const Tensor& x, float beta, const Tensor& y) = nullptr;
   void (*mul)(const Tensor& out, const Tensor& a, const Tensor& b) = nullptr;  // b repeats over a's leading dims
+  // out = x * keep(key, i) / (1 - p), keep as core/ops/dropout_mask.h draws it
+  void (*dropout)(const Tensor& out, const Tensor& x, float p, uint64_t key) = nullptr;
   void (*unary_forward)(UnaryOp op, const Tensor& x, const Tensor& y) = nullptr;
   void (*unary_backward)(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) = nullptr;
   void (*swiglu_forward)(const Tensor& gate, const Tensor& up, const Tensor& y) = nullptr;

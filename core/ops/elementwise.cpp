@@ -74,6 +74,14 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor dropout(const Tensor& x, float p, uint64_t key) {
+  HR_CHECK(p >= 0.f && p < 1.f, "[dropout] probability ", p, " is not in [0, 1)");
+  HR_CHECK(x.is_contiguous(), "[dropout] needs a contiguous input, got ", x.describe());
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());
+  launch("dropout", x.device(), &Kernels::dropout, out, x, p, key);
+  return out;
+}
+
 MulGrads mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b) {
   MulGrads g;
   g.da = mul(dy, b);

@@ -29,6 +29,10 @@ struct MulGrads {
 // db is reduced over the repeated dims when b was broadcast.
 MulGrads mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b);
 
+// Dropout with probability p: x * keep / (1 - p), keep drawn from (key, element) (core/ops/dropout_mask.h).
+// Its backward is the same call on the gradient with the same key.
+Tensor dropout(const Tensor& x, float p, uint64_t key);
+
 Tensor unary_forward(UnaryOp op, const Tensor& x);
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy);
 inline Tensor gelu(const Tensor& x) { return unary_forward(UnaryOp::Gelu, x); }

@@ -23,7 +23,7 @@ LlavaConfig quickstart() {
   LlavaConfig c;
   c.name = "quickstart";
   c.vision = {128, 3, 4, 512, 24, 8, 3, 1e-5f, 0, FeatureSelect::Patch};
-  c.llm = {384, 192, 4, 6, 2, 512, 1e-5f, 10000.f};
+  c.llm = {384, 192, 4, 6, 2, 512, 1e-5f, 10000.f, {}};
   c.image_token_id = 383;
   return c;
 }

@@ -117,6 +117,34 @@ TEST(Mpi, ZeroStagesMatchASingleProcessAndShrinkMemoryAsTheFormulasSay) {
   }
 }
 
+TEST(Mpi, LoraUnderZeroMatchesASingleProcess) {
+  // LoRA's adapters train beside a frozen base in the same layers: ZeRO shards each layer's frozen and
+  // trainable parameters as two parts. Dropout off, so that two ranks and one process draw nothing different.
+  const std::string base = fresh_dir("mpi_lora");
+  const std::string cfg = config(base);
+  const std::string lora = " --set lora.enable=true --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0";
+  CmdResult single = train(1, cfg, base + "/single", lora);
+  ASSERT_EQ(single.status, 0) << single.output;
+  const auto ref = losses(base + "/single/memory.jsonl");
+  ASSERT_EQ(ref.size(), 20u);
+  EXPECT_LT(ref.back(), ref.front());
+  for (const char* sets : {" --set memory.zero_stage=0", " --set memory.zero_stage=2",
+                           " --set memory.zero_stage=3 --set memory.offload_optimizer=cpu"}) {
+    const std::string out = str(base, "/z", sets[std::string(sets).find('=') + 1]);
+    CmdResult r = train(2, cfg, out, lora + sets);
+    ASSERT_EQ(r.status, 0) << sets << "\n" << r.output;
+    for (int rank = 0; rank < 2; ++rank) {
+      for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
+        EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << sets << " rank " << rank << " step " << l["step"];
+        EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << sets << " rank " << rank << " step " << l["step"];
+      }
+      const auto got = losses(str(out, "/memory.rank", rank, ".jsonl"));
+      ASSERT_EQ(got.size(), ref.size()) << sets;
+      for (std::size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], kLossTolerance) << sets << " step " << i + 1;
+    }
+  }
+}
+
 TEST(Mpi, APlanForTwoRanksIsWhatEachRankMeasures) {
   // Fixed shapes, so every step is the planned worst case. `headroom plan --world-size 2` runs in one process
   // and sizes each rank's workspaces for the threads that rank will have (oneDNN's scratchpads depend on it).

@@ -63,6 +63,8 @@ std::vector<std::string> strategy_combinations() {
       "--set train.stage=finetune --set memory.precision=bf16 --set memory.vision_precision=fp32 --set memory.gradient_checkpointing.llm=full --set train.gradient_accumulation_steps=2",
       "--set train.stage=pretrain --set memory.precision=fp16 --set memory.offload_optimizer=cpu",
       "--set memory.gradient_checkpointing=full --set memory.gradient_checkpointing.every=2 --set train.optimizer=sgd",
+      "--set lora.enable=true --set lora.r=8 --set lora.alpha=16",
+      "--set lora.enable=true --set lora.r=8 --set memory.precision=bf16 --set memory.gradient_checkpointing=full --set train.gradient_accumulation_steps=4",
   };
 }
 

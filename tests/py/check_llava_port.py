@@ -23,6 +23,12 @@ and a CLIP image processor, LLaVA-format conversations and images of odd sizes.
         transformers' LlavaForConditionalGeneration.generate (greedy) from DIR on the prompt headroom built
         (GENERATED: `headroom generate --json`'s prompt_ids, placeholders expanded) and IMAGE (expand2square and
         the checkpoint's own processor) produces headroom's tokens, up to and including </s>.
+    check_llava_port.py peft DIR BATCH OURS
+        PEFT opens DIR (a checkpoint of a LoRA run: model.safetensors the base with its trained projector,
+        adapter/adapter_model.safetensors and adapter/adapter_config.json the adapters) as PeftModel over
+        LlavaForConditionalGeneration; the adapters trained (lora_B is not zero) and sit on the language model's
+        layers only; on BATCH its loss and the gradients of everything it trains (adapters, projector), its logits
+        and merge_and_unload()'s equal headroom's (OURS, `debug grads --logits`) within 1e-4.
     check_llava_port.py stage1 OUT
         LLaVA's stage-1 start: OUT/clip (a whole CLIPModel, text half included, with its CLIPImageProcessor) and
         OUT/llama (a LlamaForCausalLM with the SentencePiece tokenizer), LLaVA-format captions, and
@@ -257,6 +263,59 @@ def generate(model_dir, image_path, generated_path):
           f"{ids.shape[1]}-token prompt")
 
 
+def peft_check(model_dir, batch_path, ours_path):
+    _oracle_env.require("peft")
+    from peft import PeftModel
+    base = eager(LlavaForConditionalGeneration.from_pretrained(model_dir, torch_dtype=torch.float32))
+    adapter = os.path.join(model_dir, "adapter")
+    config = json.load(open(os.path.join(adapter, "adapter_config.json")))
+    if os.path.realpath(config["base_model_name_or_path"]) != os.path.realpath(model_dir):
+        fail(f"adapter_config.json names {config['base_model_name_or_path']} as its base, not {model_dir}")
+    model = PeftModel.from_pretrained(base, adapter, is_trainable=True).eval()
+    for p in model.base_model.model.multi_modal_projector.parameters():  # trains beside the adapters, as in LLaVA
+        p.requires_grad_(True)
+    lora_b = {n: p for n, p in model.named_parameters() if "lora_B" in n}
+    if not lora_b:
+        fail(f"PEFT found no LoRA adapters in {model_dir}")
+    outside = [n for n in lora_b if ".language_model.model.layers." not in n]
+    if outside:
+        fail(f"adapters outside the language model's layers: {outside[:3]}")
+    if all(float(p.abs().max()) == 0 for p in lora_b.values()):
+        fail("every lora_B is zero: the adapters did not train")
+    batch = load_file(batch_path)
+    ours = load_file(ours_path)
+    # The loss and every adapter's gradient (and the projector's, which trains beside them), dropout off as in
+    # headroom's `debug grads`.
+    model.train()
+    for module in model.modules():
+        if hasattr(module, "lora_dropout"):
+            for key in list(module.lora_dropout.keys()):
+                module.lora_dropout[key] = torch.nn.Identity()
+    o = model(**batch)
+    o.loss.backward()
+    worst = close("loss", ours["loss"].reshape(()), o.loss.detach().reshape(()))
+    grads = 0
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        ours_name = name.replace("base_model.model.", "", 1).replace(".default.", ".")
+        if ours_name not in ours:
+            fail(f"PEFT trains {name}, which headroom's gradients do not have ({ours_name})")
+        worst = max(worst, close(f"d {ours_name}", ours[ours_name], p.grad))
+        grads += 1
+    if grads < 2 * len(lora_b):
+        fail(f"only {grads} gradients compared for {len(lora_b)} adapted layers")
+    model.eval()
+    with torch.no_grad():
+        o = model(**batch)
+        worst = max(worst, close("logits", ours["logits"], o.logits))
+        merged = model.merge_and_unload()
+        m = merged(**batch)
+        worst = max(worst, close("merged logits", ours["logits"], m.logits))
+    print(f"{PROG}: OK: PEFT opened {model_dir} ({len(lora_b)} adapted layers); its loss, {grads} gradients, logits "
+          f"and merge_and_unload()'s logits equal headroom's, worst {worst:.2g}")
+
+
 def spm_tokenizer(out, legacy=False):
     rng = random.Random(7)
     with open(os.path.join(out, "corpus.txt"), "w", encoding="utf-8") as f:
@@ -374,6 +433,8 @@ def main(argv):
         compare(argv[1], argv[2], argv[3])
     elif len(argv) == 4 and argv[0] == "load":
         load(argv[1], argv[2], argv[3])
+    elif len(argv) == 4 and argv[0] == "peft":
+        peft_check(argv[1], argv[2], argv[3])
     elif len(argv) == 4 and argv[0] == "generate":
         generate(argv[1], argv[2], argv[3])
     elif len(argv) == 2 and argv[0] == "stage1":

@@ -21,6 +21,13 @@ echo "llava_port: $warned samples masked whole, as LLaVA masks them"
 printf 'model: {name_or_path: %s/run/checkpoint-20}\n' "$work" > checkpoint.yaml
 "$bin" debug grads --config checkpoint.yaml --weights run/checkpoint-20 --batch hbatch.safetensors --out hout.safetensors --logits
 python3 "$here/check_llava_port.py" load run/checkpoint-20 hbatch.safetensors hout.safetensors
+# LoRA (finetune_lora.sh's flags): the checkpoint holds PEFT's adapter files; PEFT opens it over transformers'
+# model and its logits (and merge_and_unload()'s) equal headroom's.
+"$bin" train port.yaml --set run.output_dir="$work/lora" --set lora.enable=true --set lora.r=4 --set lora.alpha=8 \
+  --set train.max_steps=10 --set train.save_steps=10 > lora.log
+printf 'model: {name_or_path: %s/lora/checkpoint-10}\nlora: {enable: true, r: 4, alpha: 8}\n' "$work" > lora.yaml
+"$bin" debug grads --config lora.yaml --weights lora/checkpoint-10 --batch hbatch.safetensors --out hlora.safetensors --logits
+python3 "$here/check_llava_port.py" peft lora/checkpoint-10 hbatch.safetensors hlora.safetensors
 # Asking the trained model about an image: headroom's greedy answer through the SentencePiece tokenizer equals
 # transformers' generate on the same prompt and image.
 "$bin" generate port.yaml --checkpoint run/checkpoint-20 --image data/images/001.png \

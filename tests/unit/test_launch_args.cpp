@@ -201,9 +201,28 @@ TEST(LlavaArgs, FinetuneShCommandLinePortsAsItIs) {
   EXPECT_EQ(c.model.config.vision.select_layer, -2);
 }
 
+TEST(LlavaArgs, FinetuneLoraShFlagsBecomeLoraKeys) {
+  // scripts/v1_5/finetune_lora.sh: --lora_enable True --lora_r 128 --lora_alpha 256 --mm_projector_lr 2e-5
+  const LlavaArgs a = translate_llava_args({"--lora_enable", "True", "--lora_r", "128", "--lora_alpha", "256",
+                                            "--lora_dropout", "0.1", "--lora_bias", "none", "--mm_projector_lr", "2e-5"});
+  const RunConfig c = load_config_text("", "(flags)", a.sets, 1);
+  EXPECT_TRUE(c.lora_enable);
+  EXPECT_EQ(c.lora.r, 128);
+  EXPECT_FLOAT_EQ(c.lora.alpha, 256.f);
+  EXPECT_FLOAT_EQ(c.lora.scale(), 2.f);
+  EXPECT_FLOAT_EQ(c.lora.dropout, 0.1f);
+  EXPECT_EQ(c.lora.targets, (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}));
+  const RunConfig off = load_config_text("", "(flags)", {}, 1);
+  EXPECT_FALSE(off.lora_enable);
+  EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.target_modules=[q_proj, lm_head]"}, 1); })
+                .find("lora.target_modules"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.dropout=1"}, 1); }).find("[0, 1)"), std::string::npos);
+}
+
 TEST(LlavaArgs, FlagsHeadroomCannotHonourSayWhy) {
   auto err = [](std::vector<std::string> args) { return error_of([&] { translate_llava_args(args); }); };
-  EXPECT_NE(err({"--lora_enable", "True"}).find("LoRA is not implemented yet"), std::string::npos);
+  EXPECT_NE(err({"--bits", "4"}).find("quantized training is not implemented yet"), std::string::npos);
   EXPECT_NE(err({"--mm_use_im_start_end", "True"}).find("only False is supported"), std::string::npos);
   EXPECT_NE(err({"--version", "mpt"}).find("plain, v1 (vicuna_v1) and llava_llama_2"), std::string::npos);
   EXPECT_NE(err({"--report_to", "wandb"}).find("none and tensorboard"), std::string::npos);

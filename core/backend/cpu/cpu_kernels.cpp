@@ -18,6 +18,7 @@ const Kernels& cpu_kernels() {
     t.copy = cpu::copy;
     t.gemm = cpu::gemm;
     t.axpby = cpu::axpby;
+    t.dropout = cpu::dropout;
     t.mul = cpu::mul;
     t.unary_forward = cpu::unary_forward;
     t.unary_backward = cpu::unary_backward;

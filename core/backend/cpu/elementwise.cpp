@@ -3,6 +3,7 @@
 
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
+#include "core/ops/dropout_mask.h"
 
 namespace hr::cpu {
 
@@ -88,6 +89,20 @@ void mul(const Tensor& out, const Tensor& a, const Tensor& b) {
     const int64_t n = out.numel(), nb = std::max<int64_t>(b.numel(), 1);
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) store(o, i, load(ap, i) * load(bp, i % nb));
+  });
+}
+
+void dropout(const Tensor& out, const Tensor& x, float p, uint64_t key) {
+  const uint32_t threshold = dropout_threshold(p);
+  const float keep_scale = 1.f / (1.f - p);
+  dispatch_float(out.dtype(), "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    T* o = out.data<T>();
+    const T* xp = x.data<T>();
+    const int64_t n = out.numel();
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t i = 0; i < n; ++i)
+      store(o, i, dropout_keep(key, uint64_t(i), threshold) ? load(xp, i) * keep_scale : 0.f);
   });
 }
 

@@ -12,6 +12,7 @@ const Kernels& cuda_kernels() {
     t.copy = cuda::copy;
     t.gemm = cuda::gemm;
     t.axpby = cuda::axpby;
+    t.dropout = cuda::dropout;
     t.mul = cuda::mul;
     t.unary_forward = cuda::unary_forward;
     t.unary_backward = cuda::unary_backward;

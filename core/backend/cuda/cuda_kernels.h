@@ -13,6 +13,7 @@ void copy(const Tensor& dst, const Tensor& src);
 void gemm(const GemmArgs& a);
 void axpby(const Tensor& out, float alpha, const Tensor& x, float beta, const Tensor& y);
 void mul(const Tensor& out, const Tensor& a, const Tensor& b);
+void dropout(const Tensor& out, const Tensor& x, float p, uint64_t key);
 void unary_forward(UnaryOp op, const Tensor& x, const Tensor& y);
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx);
 void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& y);

@@ -2,6 +2,7 @@
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
 #include "core/backend/cuda/device/dtype.cuh"
+#include "core/ops/dropout_mask.h"
 
 namespace hr::cuda {
 
@@ -57,6 +58,13 @@ __global__ void mul_kernel(T* out, const T* a, const T* b, long long n, long lon
 }
 
 template <typename T>
+__global__ void dropout_kernel(T* out, const T* x, uint32_t threshold, float keep_scale, unsigned long long key,
+                               long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) store(out, i, dropout_keep(key, (unsigned long long)i, threshold) ? load(x, i) * keep_scale : 0.f);
+}
+
+template <typename T>
 __global__ void unary_kernel(UnaryOp op, const T* x, T* y, long long n) {
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store(y, i, unary_f(op, load(x, i)));
@@ -96,6 +104,17 @@ void axpby(const Tensor& out, float alpha, const Tensor& x, float beta, const Te
   dispatch_float(out.dtype(), "axpby", [&](auto tag) {
     using T = decltype(tag);
     axpby_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<T>(), alpha, x.data<T>(), beta, y.data<T>(), n, ny);
+  });
+  HR_CUDA_CHECK(cudaGetLastError());
+}
+
+void dropout(const Tensor& out, const Tensor& x, float p, uint64_t key) {
+  const long long n = out.numel();
+  const uint32_t threshold = dropout_threshold(p);
+  dispatch_float(out.dtype(), "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    dropout_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<T>(), x.data<T>(), threshold, 1.f / (1.f - p),
+                                                             (unsigned long long)key, n);
   });
   HR_CUDA_CHECK(cudaGetLastError());
 }
