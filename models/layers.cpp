@@ -59,15 +59,15 @@ Tensor Linear::forward(const Tensor& x) const {
 Tensor Linear::backward(const Tensor& dy, const Tensor& x, bool need_dx) const {
   Tensor dx_lora;
   if (lora_a) {
-    // y_l = s B A x': dB += s dy^T h, dh = s dy B, dA += dh^T x', dx' = dh A (h = A x' recomputed: r columns).
+    // y_l = s B A x': dB += dy^T (s h), dh = s (dy B), dA += dh^T x', dx' = dh A. h = A x' is recomputed and the
+    // scale goes on the r-column tensors, never on a (tokens, out) one.
     const Tensor xl = lora_input(*this, x);
-    const Tensor h = linear_forward(xl, lora_a->data, Tensor());
-    const Tensor dys = scale(dy, lora_scale);
+    const Tensor hs = scale(linear_forward(xl, lora_a->data, Tensor()), lora_scale);
     LinearBackwardOptions ob;
     ob.need_dx = true;
     ob.weight_grads = lora_b->trainable;
     if (ob.weight_grads) ob.accumulate = Accumulate::Yes, ob.dw_into = lora_b->ensure_grad();
-    Tensor dh = linear_backward(dys, h, lora_b->data, false, ob).dx;
+    Tensor dh = scale(linear_backward(dy, hs, lora_b->data, false, ob).dx, lora_scale);
     LinearBackwardOptions oa;
     oa.need_dx = need_dx;
     oa.weight_grads = lora_a->trainable;

@@ -400,12 +400,15 @@ std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
   const int64_t e = elem(param_dtype(c.precision));
   int64_t params = 0, trainable = 0, largest = 0, largest_trainable = 0;
   for (const ParamGroup& g : model.groups()) {
-    int64_t bytes = 0, n = 0;
-    bool t = false;
-    for (const Param* q : g.params) bytes += q->numel() * elem(q->dtype), n += q->numel(), t |= q->trainable;
+    int64_t bytes = 0, trainable_bytes = 0;
+    for (const Param* q : g.params) {
+      bytes += q->numel() * elem(q->dtype);
+      // Per parameter: a LoRA layer's adapters train, its base does not.
+      if (q->trainable) trainable += q->numel(), trainable_bytes += q->numel() * elem(q->dtype);
+    }
     params += bytes;
     largest = std::max(largest, bytes);
-    if (t) trainable += n, largest_trainable = std::max(largest_trainable, bytes);
+    largest_trainable = std::max(largest_trainable, trainable_bytes);
   }
   const int zs = c.zero.stage;
   const bool off = c.zero.offload_optimizer == parallel::Offload::Cpu;
@@ -433,9 +436,16 @@ std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
   if (llm_saves)
     for (int64_t l = 0; l < m.llm.layers; ++l) act += llm_block(c.llm_ckpt.for_block(l));
   act += 2 * n * C * e + n * 4;  // final norm input and the shifted hidden states
-  const int64_t transient = llm_block(CheckpointKind::None) + 3 * n * C * e;
+  int64_t transient = llm_block(CheckpointKind::None) + 3 * n * C * e;
+  // LoRA: the widest adapted layer's input with dropout applied and its input gradient.
+  const LoraSpec& lora = model.config().llm.lora;
+  if (lora.r > 0) {
+    const bool wide = lora.adapts("down_proj");
+    transient += n * (wide ? I : C) * e * (lora.dropout > 0.f ? 2 : 1);
+  }
   rows.push_back({"activations", act + transient, at(Category::Activations),
-                  str("kept per block by policy (", checkpoint_name(c.llm_ckpt.kind), ") + one block's backward")});
+                  str("kept per block by policy (", checkpoint_name(c.llm_ckpt.kind), ") + one block's backward",
+                      lora.r > 0 ? " + LoRA's widest input and its gradient" : "")});
   const int64_t chunk = std::min(c.ce_chunk_rows > 0 ? c.ce_chunk_rows : default_chunk_rows(B * (L - 1), m.llm.vocab), B * (L - 1));
   rows.push_back({"workspace", chunk * m.llm.vocab * 4, at(Category::Workspace), "the cross-entropy logits chunk (f32)"});
   rows.push_back({"comm", 0, at(Category::Comm), "gather/reduce buffers live between compute, not at the peak"});
