@@ -8,6 +8,9 @@
 #include <set>
 
 #include "core/io/safetensors.h"
+#include "core/ops/copy.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/linear.h"
 #include "data/image.h"
 #include "data/synth.h"
 #include "models/hf_config.h"
@@ -64,6 +67,80 @@ int cmd_data(const std::vector<std::string>& args) {
   return 0;
 }
 
+namespace {
+
+// The files a Hugging Face directory written from checkpoint `dir` carries beside its weights: the checkpoint's
+// own tokenizer and preprocessor files, and the token ids its config.json was written with.
+HfSidecar sidecar_of(const std::string& dir, const RunConfig& c) {
+  HfSidecar side;
+  side.max_shard_bytes = c.max_shard_bytes;
+  std::vector<std::string> names(std::begin(kHfTokenizerFiles), std::end(kHfTokenizerFiles));
+  names.push_back("preprocessor_config.json");
+  for (const std::string& name : names)
+    if (std::filesystem::is_regular_file(std::filesystem::path(dir) / name))
+      side.files.push_back((std::filesystem::path(dir) / name).string());
+  side.preprocessor_json = data::preprocessor_config_json(c.model.config.vision.image_size, data::ImageNorm{});
+  const std::string cfg = dir + "/config.json";
+  if (std::filesystem::is_regular_file(cfg)) {
+    const auto j = nlohmann::json::parse(std::ifstream(cfg), nullptr, false);
+    if (j.is_object() && j.contains("text_config"))
+      side.tokens = {j["text_config"].value("bos_token_id", int64_t(1)), j["text_config"].value("eos_token_id", int64_t(2)),
+                     j["text_config"].value("pad_token_id", int64_t(0))};
+  }
+  return side;
+}
+
+// headroom lora merge CKPT --out DIR: W += (alpha / r) B A for every adapted layer, written as a full model.
+int lora_merge(const std::vector<std::string>& args) {
+  Parsed p = parse(args, "lora merge", {"--out"}, {});
+  HR_CHECK(!p.config.empty() && p.options.count("--out"), "[lora merge] usage: headroom lora merge CKPT --out DIR");
+  const std::string dir = p.config, out = p.options["--out"];
+  HR_CHECK(std::filesystem::exists(dir + "/config.yaml"), "[lora merge] ", dir,
+           "/config.yaml is missing (is this a checkpoint-STEP directory?)");
+  const RunConfig c = load_config(dir + "/config.yaml", {}, read_trainer_state(dir).world_size);
+  HR_CHECK(c.lora_enable, "[lora merge] ", dir, " is not a LoRA run's checkpoint (its config.yaml has lora.enable: false)");
+  std::string why;
+  HR_CHECK(models::hf_expressible(c.model.config, &why), "[lora merge] ", out, ": ", why);
+  const auto model = build_model(c, core::Device::cpu());
+  load_model_weights(dir, *model);
+  core::ParamStore& store = model->params();
+  const float s = c.lora.scale();
+  int64_t merged = 0;
+  for (const auto& a : store.all()) {
+    if (a->role != core::ParamRole::LoraA) continue;
+    const std::string layer = a->name.substr(0, a->name.size() - std::string(".lora_A.weight").size());
+    core::Param* w = store.find(layer + ".weight");
+    core::Param* b = store.find(layer + ".lora_B.weight");
+    HR_ASSERT(w && b, "adapter ", a->name, " without its layer or its B");
+    // In f32, then back to the model precision: (out, r) @ (r, in).
+    const core::Tensor delta = core::matmul_forward(core::cast(b->data, core::DType::F32), core::cast(a->data, core::DType::F32));
+    core::Tensor sum = core::cast(w->data, core::DType::F32);
+    core::add_(sum, delta, s);
+    core::copy_(w->data, sum);
+    ++merged;
+  }
+  std::filesystem::create_directories(out);
+  const HfSidecar side = sidecar_of(dir, c);
+  models::write_hf_config(out, c.model.config, store.dtype(), side.tokens);
+  write_hf_sidecar(out, side);
+  save_model_weights(out, models::named_weights(store), c.max_shard_bytes);
+  std::printf("wrote %s: %lld adapted layers merged (W += %g x B A), %lld parameters in the llava-hf layout, with "
+              "config.json and the tokenizer and preprocessor files\n", out.c_str(), (long long)merged, double(s),
+              (long long)store.count() - [&] {
+                int64_t n = 0;
+                for (const auto& q : store.all()) n += models::is_lora(*q) ? q->numel() : 0;
+                return n;
+              }());
+  return 0;
+}
+
+}  // namespace
+
+int cmd_lora(const std::vector<std::string>& args) {
+  HR_CHECK(!args.empty() && args[0] == "merge", "[lora] usage: headroom lora merge CKPT --out DIR");
+  return lora_merge({args.begin() + 1, args.end()});
+}
+
 int cmd_ckpt(const std::vector<std::string>& args) {
   HR_CHECK(!args.empty() && args[0] == "consolidate", "[ckpt] usage: headroom ckpt consolidate DIR [--out FILE | --out OUT_DIR/]");
   Parsed p = parse({args.begin() + 1, args.end()}, "ckpt consolidate", {"--out"}, {});
@@ -82,21 +159,7 @@ int cmd_ckpt(const std::vector<std::string>& args) {
     std::string why;
     HR_CHECK(models::hf_expressible(c.model.config, &why), "[ckpt consolidate] ", out, ": ", why);
     // The checkpoint's own tokenizer and preprocessor files (carried there when it was written) come along.
-    HfSidecar side;
-    side.max_shard_bytes = c.max_shard_bytes;
-    std::vector<std::string> names(std::begin(kHfTokenizerFiles), std::end(kHfTokenizerFiles));
-    names.push_back("preprocessor_config.json");
-    for (const std::string& name : names)
-      if (std::filesystem::is_regular_file(std::filesystem::path(dir) / name))
-        side.files.push_back((std::filesystem::path(dir) / name).string());
-    side.preprocessor_json = data::preprocessor_config_json(c.model.config.vision.image_size, data::ImageNorm{});
-    const std::string cfg = dir + "/config.json";
-    if (std::filesystem::is_regular_file(cfg)) {  // the token ids the checkpoint was written with
-      const auto j = nlohmann::json::parse(std::ifstream(cfg), nullptr, false);
-      if (j.is_object() && j.contains("text_config"))
-        side.tokens = {j["text_config"].value("bos_token_id", int64_t(1)), j["text_config"].value("eos_token_id", int64_t(2)),
-                       j["text_config"].value("pad_token_id", int64_t(0))};
-    }
+    const HfSidecar side = sidecar_of(dir, c);
     models::write_hf_config(out, c.model.config, model->params().dtype(), side.tokens);
     write_hf_sidecar(out, side);
     consolidate_checkpoint(dir, *model, out, true, c.max_shard_bytes);

@@ -15,6 +15,7 @@ int cmd_data(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
 int cmd_generate(const std::vector<std::string>& args);
 int cmd_ckpt(const std::vector<std::string>& args);
+int cmd_lora(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
 

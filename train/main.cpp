@@ -32,6 +32,9 @@ void usage(std::FILE* to) {
                "  ckpt consolidate DIR [--out FILE | --out OUT_DIR/]\n"
                "                       one llava-hf safetensors model from a checkpoint's shards (any ZeRO stage);\n"
                "                       to a directory: a Hugging Face model directory transformers opens\n"
+               "  lora merge CKPT --out DIR\n"
+               "                       a LoRA run's checkpoint with its adapters folded in (W += alpha/r B A):\n"
+               "                       a Hugging Face model directory\n"
                "  eval CONFIG --checkpoint DIR [--predictions FILE] [--set key=value ...]\n"
                "                       eval loss and exact-match accuracy of greedy answers\n"
                "  generate CONFIG --checkpoint DIR [--image FILE] [--prompt TEXT] [--max-new-tokens N]\n"
@@ -71,6 +74,7 @@ int main(int argc, char** argv) {
     if (cmd == "eval") return hr::train::cmd_eval(args);
     if (cmd == "generate") return hr::train::cmd_generate(args);
     if (cmd == "ckpt") return hr::train::cmd_ckpt(args);
+    if (cmd == "lora") return hr::train::cmd_lora(args);
     if (cmd == "plan") return hr::train::cmd_plan(args);
     if (cmd == "report") return hr::train::cmd_report(args);
     if (cmd == "info") return hr::train::cmd_info(args);

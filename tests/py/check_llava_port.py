@@ -29,6 +29,10 @@ and a CLIP image processor, LLaVA-format conversations and images of odd sizes.
         LlavaForConditionalGeneration; the adapters trained (lora_B is not zero) and sit on the language model's
         layers only; on BATCH its loss and the gradients of everything it trains (adapters, projector), its logits
         and merge_and_unload()'s equal headroom's (OURS, `debug grads --logits`) within 1e-4.
+    check_llava_port.py merged DIR MERGED BATCH
+        transformers opens MERGED (`headroom lora merge DIR --out MERGED`) as LlavaForConditionalGeneration; every
+        weight equals PEFT's merge_and_unload() of DIR's adapters over DIR's base within 1e-6, and so do the
+        logits on BATCH within 1e-4.
     check_llava_port.py stage1 OUT
         LLaVA's stage-1 start: OUT/clip (a whole CLIPModel, text half included, with its CLIPImageProcessor) and
         OUT/llama (a LlamaForCausalLM with the SentencePiece tokenizer), LLaVA-format captions, and
@@ -316,6 +320,28 @@ def peft_check(model_dir, batch_path, ours_path):
           f"and merge_and_unload()'s logits equal headroom's, worst {worst:.2g}")
 
 
+def merged_check(model_dir, merged_dir, batch_path):
+    _oracle_env.require("peft")
+    from peft import PeftModel
+    base = eager(LlavaForConditionalGeneration.from_pretrained(model_dir, torch_dtype=torch.float32))
+    peft_merged = PeftModel.from_pretrained(base, os.path.join(model_dir, "adapter")).merge_and_unload().eval()
+    ours = eager(LlavaForConditionalGeneration.from_pretrained(merged_dir, torch_dtype=torch.float32)).eval()
+    theirs = peft_merged.state_dict()
+    worst, n = 0.0, 0
+    for name, t in ours.state_dict().items():
+        if name not in theirs:
+            fail(f"{merged_dir} has {name}, which PEFT's merged model does not")
+        worst = max(worst, close(f"merged {name}", t, theirs[name], tol=1e-6))
+        n += 1
+    if n != len(theirs):
+        fail(f"{merged_dir} has {n} tensors, PEFT's merged model {len(theirs)}")
+    batch = load_file(batch_path)
+    with torch.no_grad():
+        worst_logits = close("merged logits", ours(**batch).logits, peft_merged(**batch).logits)
+    print(f"{PROG}: OK: headroom's merged {merged_dir}: {n} weights equal PEFT's merge_and_unload() (worst "
+          f"{worst:.2g}), logits too ({worst_logits:.2g})")
+
+
 def spm_tokenizer(out, legacy=False):
     rng = random.Random(7)
     with open(os.path.join(out, "corpus.txt"), "w", encoding="utf-8") as f:
@@ -433,6 +459,8 @@ def main(argv):
         compare(argv[1], argv[2], argv[3])
     elif len(argv) == 4 and argv[0] == "load":
         load(argv[1], argv[2], argv[3])
+    elif len(argv) == 4 and argv[0] == "merged":
+        merged_check(argv[1], argv[2], argv[3])
     elif len(argv) == 4 and argv[0] == "peft":
         peft_check(argv[1], argv[2], argv[3])
     elif len(argv) == 4 and argv[0] == "generate":

@@ -28,6 +28,8 @@ python3 "$here/check_llava_port.py" load run/checkpoint-20 hbatch.safetensors ho
 printf 'model: {name_or_path: %s/lora/checkpoint-10}\nlora: {enable: true, r: 4, alpha: 8}\n' "$work" > lora.yaml
 "$bin" debug grads --config lora.yaml --weights lora/checkpoint-10 --batch hbatch.safetensors --out hlora.safetensors --logits
 python3 "$here/check_llava_port.py" peft lora/checkpoint-10 hbatch.safetensors hlora.safetensors
+"$bin" lora merge lora/checkpoint-10 --out lora/merged
+python3 "$here/check_llava_port.py" merged lora/checkpoint-10 lora/merged hbatch.safetensors
 # Asking the trained model about an image: headroom's greedy answer through the SentencePiece tokenizer equals
 # transformers' generate on the same prompt and image.
 "$bin" generate port.yaml --checkpoint run/checkpoint-20 --image data/images/001.png \
