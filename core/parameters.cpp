@@ -48,13 +48,18 @@ ParamStore::GroupScope::GroupScope(ParamStore& store, int group) : store_(store)
 ParamStore::GroupScope::~GroupScope() { store_.current_group_ = saved_; }
 
 Param& ParamStore::add(const std::string& name, const Shape& shape, ParamRole role) {
+  HR_ASSERT(current_group_ >= 0, "parameter ", name, " added outside any group");
+  return add_typed(name, shape, role, dtype_of(groups_[std::size_t(current_group_)].kind));
+}
+
+Param& ParamStore::add_typed(const std::string& name, const Shape& shape, ParamRole role, DType dtype) {
   HR_ASSERT(!by_name_.count(name), "duplicate parameter ", name);
   HR_ASSERT(current_group_ >= 0, "parameter ", name, " added outside any group");
   ParamGroup& g = groups_[std::size_t(current_group_)];
   auto p = std::make_unique<Param>();
   p->name = name;
   p->shape = shape;
-  p->dtype = dtype_of(g.kind);
+  p->dtype = dtype;
   p->group = current_group_;
   p->role = role;
   {
@@ -66,6 +71,14 @@ Param& ParamStore::add(const std::string& name, const Shape& shape, ParamRole ro
   g.params.push_back(p.get());
   params_.push_back(std::move(p));
   return ref;
+}
+
+Param& ParamStore::add_quantized(const std::string& name, int64_t rows, int64_t cols, const QuantFormat& format) {
+  const QuantLayout l = QuantLayout::of(format, rows, cols);
+  Param& p = add_typed(name, {l.bytes}, ParamRole::Weight, DType::U8);
+  p.quant = l;
+  p.trainable = false;
+  return p;
 }
 
 DType ParamStore::dtype_of(GroupKind kind) const {
@@ -82,7 +95,7 @@ void ParamStore::set_trainable(GroupKind kind, bool trainable) {
   for (ParamGroup& g : groups_)
     if (g.kind == kind)
       for (Param* p : g.params) {
-        p->trainable = trainable;
+        p->trainable = trainable && !p->quantized();
         if (!trainable) p->grad = Tensor();
       }
 }
@@ -94,7 +107,7 @@ void ParamStore::zero_grad() {
 int64_t ParamStore::count(bool trainable_only) const {
   int64_t n = 0;
   for (const auto& p : params_)
-    if (!trainable_only || p->trainable) n += p->numel();
+    if (!trainable_only || p->trainable) n += p->count();
   return n;
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/quant.h"
 #include "core/tensor.h"
 
 namespace hr::core {
@@ -25,6 +26,9 @@ struct Param {
   std::string name;
   Shape shape;  // the full shape, also while ZeRO-3 holds only a shard and `data` is released
   DType dtype = DType::F32;
+  // A quantized frozen weight (lora.base_bits): `data` is its u8 blob of quant.bytes, `shape` {quant.bytes}, and
+  // the weight it stands for is (quant.rows, quant.cols). quant.bytes is 0 for every other parameter.
+  QuantLayout quant;
   Tensor data;
   Tensor grad;  // undefined until the first backward that produces it; never allocated when frozen
   bool trainable = true;
@@ -33,7 +37,9 @@ struct Param {
 
   // The gradient buffer, zero-filled on first use (tagged `grads`, owned by the parameter's module).
   Tensor& ensure_grad();
-  int64_t numel() const { return shape_numel(shape); }
+  int64_t numel() const { return shape_numel(shape); }  // stored elements (a quantized weight's bytes)
+  bool quantized() const { return quant.bytes > 0; }
+  int64_t count() const { return quantized() ? quant.numel() : numel(); }  // the parameters it stands for
 };
 
 // The module a parameter belongs to: its name up to the last '.' ("a.b.weight" -> "a.b").
@@ -117,6 +123,8 @@ class ParamStore {
   // Allocates an uninitialised parameter in the current group (category params, owner = its module), in
   // the store's dtype or the one set for its group's kind.
   Param& add(const std::string& name, const Shape& shape, ParamRole role = ParamRole::Weight);
+  // A frozen (rows, cols) weight held quantized in `format` (category params, like every weight).
+  Param& add_quantized(const std::string& name, int64_t rows, int64_t cols, const QuantFormat& format);
   void set_dtype_for(GroupKind kind, DType dtype) { dtype_for_[kind] = dtype; }
   DType dtype_of(GroupKind kind) const;
   Param* find(const std::string& name);
@@ -126,13 +134,16 @@ class ParamStore {
   Device device() const { return device_; }
   DType dtype() const { return dtype_; }
 
-  // Marks every parameter of the groups of `kind` as frozen (no gradient) or trainable.
+  // Marks every parameter of the groups of `kind` as frozen (no gradient) or trainable; quantized weights stay
+  // frozen.
   void set_trainable(GroupKind kind, bool trainable);
   // Releases every gradient buffer (the next backward allocates zeroed ones).
   void zero_grad();
-  int64_t count(bool trainable_only = false) const;
+  int64_t count(bool trainable_only = false) const;  // parameters (a quantized weight's, not its bytes)
 
  private:
+  Param& add_typed(const std::string& name, const Shape& shape, ParamRole role, DType dtype);
+
   Device device_;
   DType dtype_;
   std::vector<std::unique_ptr<Param>> params_;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/quant.h"
 #include "data/batch.h"
 
 namespace hr::models {
@@ -35,8 +36,20 @@ struct LoraSpec {
   float alpha = 16.f;
   float dropout = 0.f;
   std::vector<std::string> targets;  // the layers' own names (the last part of theirs): q_proj, v_proj, ...
+  // QLoRA's frozen base: 16 keeps the decoder layers' linear weights in the model precision; 8 and 4 hold every
+  // one of them quantized (lora.base_bits, lora.quant_type, lora.double_quant), adapted or not.
+  int base_bits = 16;
+  core::QuantType quant_type = core::QuantType::NF4;
+  bool double_quant = true;
   bool adapts(const std::string& layer) const;
   float scale() const { return alpha / float(r); }
+  bool quantizes_base() const { return base_bits < 16; }
+  core::QuantFormat base_format() const {
+    core::QuantFormat f;
+    f.type = base_bits == 8 ? core::QuantType::Int8 : quant_type;
+    f.double_quant = base_bits == 4 && double_quant;
+    return f;
+  }
 };
 
 struct LlmConfig {

@@ -8,6 +8,7 @@
 #include "core/io/safetensors.h"
 #include "core/ops/copy.h"
 #include "models/hf_config.h"
+#include "models/weights.h"
 
 namespace hr::models {
 
@@ -87,6 +88,12 @@ int64_t load_stage1_weights(core::ParamStore& store, const std::string& vision_d
     core::Tensor t = src->get(name);
     HR_CHECK(core::is_float(t.dtype()), "[weights] ", name, " has dtype ", core::dtype_name(t.dtype()),
              "; expected f32, bf16 or f16");
+    if (p->quantized()) {  // a decoder layer's weight of a quantized base: quantized as it loads
+      const std::string bad = assign_param(*p, t);
+      if (bad.empty()) ++loaded;
+      else bad_shape.push_back(str(name, " ", bad));
+      continue;
+    }
     const core::Shape& want = p->data.shape();
     const bool grown = (name == "model.embed_tokens.weight" || name == "lm_head.weight") && t.dim() == 2 &&
                        want.size() == 2 && t.size(1) == want[1] && t.size(0) < want[0];

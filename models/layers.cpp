@@ -5,6 +5,7 @@
 
 #include "core/ops/elementwise.h"
 #include "core/ops/linear.h"
+#include "core/ops/quant_linear.h"
 
 namespace hr::models {
 
@@ -21,7 +22,8 @@ const uint64_t* LoraDropoutScope::current() { return t_lora_key; }
 Linear Linear::make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, bool bias,
                     const LoraSpec* lora) {
   Linear l;
-  l.weight = &store.add(prefix + ".weight", {out, in});
+  l.weight = lora && lora->quantizes_base() ? &store.add_quantized(prefix + ".weight", out, in, lora->base_format())
+                                            : &store.add(prefix + ".weight", {out, in});
   if (bias) l.bias = &store.add(prefix + ".bias", {out}, ParamRole::Bias);
   if (lora && lora->adapts(prefix)) {
     l.lora_a = &store.add(prefix + ".lora_A.weight", {lora->r, in}, ParamRole::LoraA);
@@ -47,7 +49,8 @@ Tensor lora_input(const Linear& l, const Tensor& x) {
 }  // namespace
 
 Tensor Linear::forward(const Tensor& x) const {
-  Tensor y = linear_forward(x, w2d(), bias ? bias->data : Tensor());
+  Tensor y = quantized() ? qlinear_forward(x, weight->data, weight->quant, bias ? bias->data : Tensor())
+                         : linear_forward(x, w2d(), bias ? bias->data : Tensor());
   if (lora_a) {
     // Two thin GEMMs through the rank-r bottleneck, then y += (alpha / r) * B A x.
     Tensor h = linear_forward(lora_input(*this, x), lora_a->data, Tensor());
@@ -76,6 +79,13 @@ Tensor Linear::backward(const Tensor& dy, const Tensor& x, bool need_dx) const {
     const uint64_t* key = LoraDropoutScope::current();
     if (dx_lora.defined() && lora_dropout > 0.f && key)
       dx_lora = dropout(dx_lora, lora_dropout, *key ^ lora_id);  // dropout's backward: the same mask
+  }
+  if (quantized()) {  // frozen: only dx flows
+    HR_ASSERT(!bias || !bias->trainable, "quantized layer ", weight->name, " with a trainable bias");
+    if (!need_dx) return dx_lora;
+    Tensor dx = qlinear_backward_dx(dy, weight->data, weight->quant);
+    if (dx_lora.defined()) add_(dx, dx_lora);
+    return dx;
   }
   LinearBackwardOptions o;
   o.need_dx = need_dx;

@@ -39,21 +39,23 @@ class LoraDropoutScope {
 };
 
 struct Linear {
-  Param* weight = nullptr;  // (out, in); a conv weight (out, c, p, p) is viewed as (out, c*p*p)
+  Param* weight = nullptr;  // (out, in); a conv weight (out, c, p, p) is viewed as (out, c*p*p); or quantized
+  bool quantized() const { return weight->quantized(); }
   Param* bias = nullptr;    // (out) or null
   Param* lora_a = nullptr;  // (r, in) or null: LoRA's down projection
   Param* lora_b = nullptr;  // (out, r)
   float lora_scale = 0.f, lora_dropout = 0.f;
   uint64_t lora_id = 0;     // this layer's part of the dropout key
 
-  // With `lora` naming this layer (the last part of `prefix`), adds its adapters.
+  // With `lora` naming this layer (the last part of `prefix`), adds its adapters; with `lora` quantizing the base,
+  // the weight is held quantized (whether adapted or not).
   static Linear make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, bool bias,
                      const LoraSpec* lora = nullptr);
   Tensor forward(const Tensor& x) const;
   // Adds dW (and db) into the gradient buffers when trainable, and dA, dB for adapters; returns dx when need_dx.
   Tensor backward(const Tensor& dy, const Tensor& x, bool need_dx = true) const;
-  int64_t in() const { return weight->data.numel() / weight->data.size(0); }
-  int64_t out() const { return weight->data.size(0); }
+  int64_t in() const { return quantized() ? weight->quant.cols : weight->numel() / weight->shape[0]; }
+  int64_t out() const { return quantized() ? weight->quant.rows : weight->shape[0]; }
 
  private:
   Tensor w2d() const { return weight->data.view({out(), in()}); }

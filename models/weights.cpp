@@ -23,7 +23,7 @@ void init_weights(ParamStore& store, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 0.02f);
   for (const auto& p : store.all()) {
-    std::vector<float> v(std::size_t(p->numel()));
+    std::vector<float> v(std::size_t(p->count()));
     switch (p->role) {
       case ParamRole::NormWeight: std::fill(v.begin(), v.end(), 1.f); break;
       case ParamRole::Bias: std::fill(v.begin(), v.end(), 0.f); break;
@@ -33,9 +33,65 @@ void init_weights(ParamStore& store, uint64_t seed) {
       case ParamRole::LoraA:
       case ParamRole::LoraB: init_lora(*p, seed); continue;
     }
+    // A quantized weight gets the draws of the weight it stands for, quantized: the same model, quantized.
     MemoryScope scope(Category::IO, "init_weights");
-    copy_(p->data, Tensor::from_floats(v, p->data.shape(), DType::F32, Device::host()));
+    const Shape shape = p->quantized() ? Shape{p->quant.rows, p->quant.cols} : p->shape;
+    const std::string bad = assign_param(*p, Tensor::from_floats(v, shape, DType::F32, Device::host()));
+    HR_ASSERT(bad.empty(), "initialising ", p->name, ": ", bad);
   }
+}
+
+std::string wanted(const Param& p) {
+  if (!p.quantized()) return shape_str(p.shape);
+  return str(shape_str({p.quant.rows, p.quant.cols}), " as ", p.quant.format.describe());
+}
+
+std::string assign_param(Param& p, const Tensor& t) {
+  auto mismatch = [&](const std::string& what) { return str(what, " (model wants ", wanted(p), ")"); };
+  const bool blob = t.dtype() == DType::U8 && t.dim() == 1;
+  if (!blob && !is_float(t.dtype()))
+    return mismatch(str(shape_str(t.shape()), " ", dtype_name(t.dtype()), ": expected f32, bf16, f16 or a quantized weight"));
+  const bool meta = p.data.defined() && p.data.device().type == DeviceType::Meta;
+  if (blob) {
+    const Tensor h = t.to(Device::host()).contiguous();
+    QuantLayout l;
+    try {
+      l = read_layout(h.data<uint8_t>(), h.numel(), p.name);
+    } catch (const Error&) {
+      return mismatch(str(shape_str(t.shape()), " u8 that is not a quantized weight"));
+    }
+    if (p.quantized()) {
+      const QuantLayout& w = p.quant;
+      if (l.rows != w.rows || l.cols != w.cols || l.format.type != w.format.type || l.format.block != w.format.block ||
+          l.format.double_quant != w.format.double_quant)
+        return mismatch(l.describe());
+      if (!meta) copy_(p.data, h);
+      return "";
+    }
+    if (p.shape != Shape{l.rows, l.cols}) return mismatch(l.describe());
+    if (!meta) {
+      MemoryScope scope(Category::IO, "load_weights");
+      copy_(p.data, Tensor::from_floats(dequantize(h.data<uint8_t>(), l), p.shape, DType::F32, Device::host()));
+    }
+    return "";
+  }
+  if (p.quantized()) {
+    if (t.shape() != Shape{p.quant.rows, p.quant.cols}) return mismatch(shape_str(t.shape()));
+    if (!meta) {
+      const std::vector<float> v = t.to_floats();
+      std::vector<uint8_t> q;
+      try {
+        q = quantize(v.data(), p.quant.rows, p.quant.cols, p.quant.format);
+      } catch (const Error& e) {
+        throw Error(str("[weights] ", p.name, ": ", e.what()));
+      }
+      copy_(p.data, Tensor::wrap(q.data(), {p.quant.bytes}, DType::U8, Device::host(), [] {}));
+    }
+    return "";
+  }
+  if (t.shape() != p.shape) return mismatch(shape_str(t.shape()));
+  copy_(p.data, t);
+  return "";
 }
 
 void init_lora(Param& p, uint64_t seed) {
@@ -74,13 +130,11 @@ int64_t load_weights(ParamStore& store, const Checkpoint& ckpt, MissingWeights m
       continue;
     }
     used.insert(name);
-    Tensor t = ckpt.get(name);
-    if (t.shape() != p->data.shape()) {
-      bad_shape.push_back(str(name, " ", shape_str(t.shape()), " (model wants ", shape_str(p->data.shape()), ")"));
+    const std::string bad = assign_param(*p, ckpt.get(name));
+    if (!bad.empty()) {
+      bad_shape.push_back(str(name, " ", bad));
       continue;
     }
-    HR_CHECK(is_float(t.dtype()), "[weights] ", name, " has dtype ", dtype_name(t.dtype()), "; expected f32, bf16 or f16");
-    copy_(p->data, t);
     ++loaded;
   }
   std::vector<std::string> unexpected;

@@ -50,6 +50,15 @@ std::string adapter_config_json(const LoraSpec& lora, const std::string& base_mo
 // The gradients of trainable parameters under their parameter names (zeros where none was produced).
 core::NamedTensors named_grads(ParamStore& store);
 
+// Copies a checkpoint's tensor `t` into parameter `p`:
+//   a float tensor of the weight's shape into a float parameter (cast), or quantized into a quantized one;
+//   a quantized blob (u8, core/quant.h) into a quantized parameter of the same format, or dequantized into a float
+//   parameter of its shape.
+// Returns "" when done, or what does not match ("(4, 8) f32 (model wants (8, 8))") without touching `p`.
+std::string assign_param(core::Param& p, const core::Tensor& t);
+// What a parameter wants: "(8, 8)", or "(8, 8) as nf4 (block 64, double quant)".
+std::string wanted(const core::Param& p);
+
 // The name a parameter has in the newer transformers layout.
 std::string new_layout_name(const std::string& classic);
 

@@ -50,11 +50,16 @@ Tensor flat(const Tensor& t) { return t.view({t.numel()}); }
 
 // A model group's parameters split by whether they train (LoRA: a layer's frozen base and its adapters), each part
 // sharded on its own under the group's name (a split group: "<group>.frozen" and "<group>.trainable").
+// A quantized base's weights (u8 blobs) are a part of their own, "<group>.quantized".
 std::vector<std::pair<std::string, std::vector<Param*>>> parts_of(const core::ParamGroup& mg) {
-  std::vector<Param*> frozen, trainable;
-  for (Param* p : mg.params) (p->trainable ? trainable : frozen).push_back(p);
-  if (frozen.empty() || trainable.empty()) return {{mg.name, mg.params}};
-  return {{mg.name + ".frozen", frozen}, {mg.name + ".trainable", trainable}};
+  std::vector<Param*> frozen, trainable, quantized;
+  for (Param* p : mg.params) (p->quantized() ? quantized : p->trainable ? trainable : frozen).push_back(p);
+  if (quantized.empty() && (frozen.empty() || trainable.empty())) return {{mg.name, mg.params}};
+  std::vector<std::pair<std::string, std::vector<Param*>>> parts;
+  if (!frozen.empty()) parts.emplace_back(mg.name + ".frozen", frozen);
+  if (!quantized.empty()) parts.emplace_back(mg.name + ".quantized", quantized);
+  if (!trainable.empty()) parts.emplace_back(mg.name + ".trainable", trainable);
+  return parts;
 }
 
 // dst (S) <- the blocks of rank q taken from each parameter's full tensor `src(p)` (missing: left as is).

@@ -51,7 +51,7 @@ int cmd_model(const std::vector<std::string>& args) {
   for (const auto& p : model.params().all()) {
     const std::string g = group_of(p->name);
     if (!groups.count(g)) order.push_back(g);
-    groups[g] += p->numel();
+    groups[g] += p->count();
   }
   const LlavaConfig& c = spec.config;
   std::printf("model %s: vision %lldx%lld (%lld layers, %lld px / %lld), projector %s, llm %lld layers x %lld "

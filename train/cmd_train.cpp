@@ -101,8 +101,20 @@ int lora_merge(const std::vector<std::string>& args) {
   HR_CHECK(c.lora_enable, "[lora merge] ", dir, " is not a LoRA run's checkpoint (its config.yaml has lora.enable: false)");
   std::string why;
   HR_CHECK(models::hf_expressible(c.model.config, &why), "[lora merge] ", out, ": ", why);
-  const auto model = build_model(c, core::Device::cpu());
+  // The model as it trained (ZeRO-3 shards are laid out by its parameters); a quantized base (lora.base_bits) is
+  // then dequantized into a model in the model precision, which the merge writes.
+  auto model = build_model(c, core::Device::cpu());
   load_model_weights(dir, *model);
+  if (c.lora.quantizes_base()) {
+    RunConfig full = c;
+    full.lora.base_bits = 16;
+    auto dequantized = build_model(full, core::Device::cpu());
+    for (const auto& q : dequantized->params().all()) {
+      const std::string bad = models::assign_param(*q, model->params().find(q->name)->data);
+      HR_ASSERT(bad.empty(), "dequantizing ", q->name, ": ", bad);
+    }
+    model = std::move(dequantized);
+  }
   core::ParamStore& store = model->params();
   const float s = c.lora.scale();
   int64_t merged = 0;

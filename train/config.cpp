@@ -392,6 +392,20 @@ std::vector<Key> lora_keys() {
          const std::string s = get<std::string>(n, k, "a string");
          if (s != "none" && s != "lora_only" && s != "all") bad_value(k, n, "one of: none, lora_only, all");
        }},
+      // QLoRA: the decoder layers' frozen linear weights held quantized (bitsandbytes' load_in_8bit / load_in_4bit).
+      {"lora.base_bits", "16",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.lora.base_bits = get<int>(n, k, "16, 8 or 4");
+         if (c.lora.base_bits != 16 && c.lora.base_bits != 8 && c.lora.base_bits != 4) bad_value(k, n, "16, 8 or 4");
+       }},
+      {"lora.quant_type", "nf4",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::string s = get<std::string>(n, k, "nf4 or fp4");
+         if (s != "nf4" && s != "fp4") bad_value(k, n, "nf4 or fp4");
+         c.lora.quant_type = core::parse_quant_type(s);
+       }},
+      {"lora.double_quant", "true",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.lora.double_quant = get<bool>(n, k, "true or false"); }},
   };
 }
 
@@ -598,6 +612,8 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
     model.remove("pretrain_mm_mlp_adapter");
   }
   c.model = models::parse_model_spec(model, where);
+  HR_CHECK(c.lora_enable || !c.lora.quantizes_base(), "[config] lora.base_bits: ", c.lora.base_bits,
+           " quantizes the frozen base of a LoRA run; set lora.enable: true (or lora.base_bits: 16)");
   if (c.init_weights.empty()) c.init_weights = c.model.name_or_path;  // a Hugging Face directory's own weights
   // Global batch = micro x accumulation x world size: infer one from the other two, refuse a contradiction.
   check_batch_bounds(c, world_size);  // the given values, before they are multiplied below

@@ -127,7 +127,7 @@ class NonfiniteWatch : public core::OutputWatch {
     found = str(g.name, pass == core::Pass::Forward ? " (its forward output)" : " (the gradient its backward passes on)");
     // The group's parameters are in place while it runs (gathered under ZeRO-3).
     for (const core::Param* p : g.params)
-      if (!all_finite(p->data)) found += str("; parameter ", p->name, " is not finite");
+      if (!p->quantized() && !all_finite(p->data)) found += str("; parameter ", p->name, " is not finite");
   }
   std::string found;
 

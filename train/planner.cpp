@@ -321,7 +321,7 @@ Counts counts_of(const Llava& m) {
   for (const ParamGroup& g : m.groups()) {
     double n = 0;
     bool trainable = false;
-    for (const Param* p : g.params) n += double(p->numel()), trainable |= p->trainable;
+    for (const Param* p : g.params) n += double(p->count()), trainable |= p->trainable;
     switch (g.kind) {
       case GroupKind::EncoderLayer: k.vision_layer = n, k.vision_trainable |= trainable; break;
       case GroupKind::EncoderStem: k.vision_other = n, k.vision_trainable |= trainable; break;
@@ -414,8 +414,11 @@ std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
   const bool off = c.zero.offload_optimizer == parallel::Offload::Cpu;
   std::vector<ClosedFormRow> rows;
   auto at = [&](Category cat) { return p.rank.at_peak[std::size_t(cat)]; };
+  const LoraSpec& lora = model.config().llm.lora;
+  const std::string quantized = lora.quantizes_base() ? str(" (the decoder's linear weights: ", lora.base_format().describe(),
+                                                            ", bits / 8 + constants per weight)") : "";
   rows.push_back({"params", zs == 3 ? params / W + largest : params, at(Category::Params),
-                  zs == 3 ? "parameter bytes / world + the largest group gathered" : "parameter count x bytes per parameter"});
+                  (zs == 3 ? "parameter bytes / world + the largest group gathered" : "parameter count x bytes per parameter") + quantized});
   rows.push_back({"grads", zs >= 2 ? trainable * e / W + largest_trainable : trainable * e, at(Category::Grads),
                   zs >= 2 ? "trainable x bytes / world + one group's full gradients while reduced" : "trainable x bytes"});
   rows.push_back({"master_params", off || !low ? 0 : trainable * 4 / (zs >= 1 ? W : 1), at(Category::MasterParams),
@@ -438,7 +441,6 @@ std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
   act += 2 * n * C * e + n * 4;  // final norm input and the shifted hidden states
   int64_t transient = llm_block(CheckpointKind::None) + 3 * n * C * e;
   // LoRA: the widest adapted layer's input with dropout applied and its input gradient.
-  const LoraSpec& lora = model.config().llm.lora;
   if (lora.r > 0) {
     const bool wide = lora.adapts("down_proj");
     transient += n * (wide ? I : C) * e * (lora.dropout > 0.f ? 2 : 1);
@@ -538,7 +540,7 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
   };
   for (const ParamGroup& g : model.groups()) {
     int64_t n = 0;
-    for (const Param* q : g.params) n += q->numel();
+    for (const Param* q : g.params) n += q->count();
     add(module_name(g.kind), n);
   }
   p.time = step_time(p, counts_of(model));

@@ -24,6 +24,7 @@ struct Kernels {
 
   // Linear algebra
   void (*gemm)(const GemmArgs&) = nullptr;
+  void (*dequantize)(const DequantArgs&) = nullptr;
 
   // Element-wise
   void (*axpby)(const Tensor& out, float alpha, const Tensor& x, float beta, const Tensor& y) = nullptr;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/quant.h"
 #include "core/tensor.h"
 
 namespace hr::core {
@@ -73,6 +74,16 @@ struct CrossEntropyArgs {
   Tensor logits, labels, lse, loss, dloss;
   int64_t ignore_index = -100;
   float inv_normalizer = 1.f;
+};
+
+// A tile of a quantized weight, dequantized: out (rows, cols) contiguous float <- the weight's elements
+// [row0, row0 + rows) x [col0, col0 + cols). `blob` is the whole weight as core/quant.h lays it out (its header
+// holds double quant's offset, which kernels read from the blob itself).
+struct DequantArgs {
+  Tensor blob;
+  QuantLayout layout;
+  int64_t row0 = 0, col0 = 0;
+  Tensor out;
 };
 
 }  // namespace hr::core

@@ -145,6 +145,40 @@ TEST(Mpi, LoraUnderZeroMatchesASingleProcess) {
   }
 }
 
+TEST(Mpi, QloraUnderZero3MatchesASingleProcessAndMerges) {
+  // A 4-bit base is a part of its own in each layer ("<layer>.quantized"): ZeRO-3 shards and gathers its bytes.
+  // Its checkpoint holds them as shards; lora merge consolidates them by the model as it trained, then
+  // dequantizes.
+  const std::string base = fresh_dir("mpi_qlora");
+  const std::string cfg = config(base);
+  const std::string qlora = " --set lora.enable=true --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0 "
+                            "--set lora.base_bits=4 --set train.max_steps=6";
+  CmdResult single = train(1, cfg, base + "/single", qlora);
+  ASSERT_EQ(single.status, 0) << single.output;
+  const auto ref = losses(base + "/single/memory.jsonl");
+  CmdResult z3 = train(2, cfg, base + "/z3", qlora + " --set memory.zero_stage=3");
+  ASSERT_EQ(z3.status, 0) << z3.output;
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto got = losses(str(base, "/z3/memory.rank", rank, ".jsonl"));
+    ASSERT_EQ(got.size(), ref.size());
+    for (std::size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], kLossTolerance) << "step " << i + 1;
+    for (const json& l : jsonl(str(base, "/z3/memory.rank", rank, ".jsonl")))
+      EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "rank " << rank << " step " << l["step"];
+  }
+  EXPECT_FALSE(fs::exists(base + "/z3/checkpoint-6/model.safetensors")) << "ZeRO-3 saves shards";
+  for (const char* run : {"single", "z3"}) {
+    CmdResult m = hr::testing_cli::run(str(HR_HEADROOM_BIN, " lora merge ", base, "/", run, "/checkpoint-6 --out ", base, "/", run, "-merged"));
+    ASSERT_EQ(m.status, 0) << run << "\n" << m.output;
+  }
+  const core::SafetensorsFile a = core::SafetensorsFile::open(base + "/single-merged/model.safetensors");
+  const core::SafetensorsFile b = core::SafetensorsFile::open(base + "/z3-merged/model.safetensors");
+  const std::string w = "language_model.model.layers.0.mlp.down_proj.weight";
+  ASSERT_EQ(a.dtype(w), core::DType::F32);
+  ASSERT_EQ(a.shape(w), b.shape(w));
+  const std::vector<float> x = a.get(w).to_floats(), y = b.get(w).to_floats();
+  for (std::size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], y[i], 1e-4) << w << " " << i;
+}
+
 TEST(Mpi, APlanForTwoRanksIsWhatEachRankMeasures) {
   // Fixed shapes, so every step is the planned worst case. `headroom plan --world-size 2` runs in one process
   // and sizes each rank's workspaces for the threads that rank will have (oneDNN's scratchpads depend on it).

@@ -65,6 +65,10 @@ std::vector<std::string> strategy_combinations() {
       "--set memory.gradient_checkpointing=full --set memory.gradient_checkpointing.every=2 --set train.optimizer=sgd",
       "--set lora.enable=true --set lora.r=8 --set lora.alpha=16",
       "--set lora.enable=true --set lora.r=8 --set memory.precision=bf16 --set memory.gradient_checkpointing=full --set train.gradient_accumulation_steps=4",
+      "--set lora.enable=true --set lora.r=8 --set lora.base_bits=8 --set memory.gradient_checkpointing=selective",
+      "--set lora.enable=true --set lora.r=8 --set lora.base_bits=4 --set memory.precision=bf16 --set train.gradient_accumulation_steps=2",
+      "--set lora.enable=true --set lora.r=8 --set lora.base_bits=8 --set memory.precision=bf16",
+      "--set lora.enable=true --set lora.r=8 --set lora.base_bits=4 --set lora.quant_type=fp4 --set memory.gradient_checkpointing=full",
   };
 }
 

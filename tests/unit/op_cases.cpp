@@ -2,6 +2,7 @@
 #include "op_cases.h"
 
 #include <cmath>
+#include <memory>
 #include <random>
 
 #include "core/ops/attention.h"
@@ -11,6 +12,7 @@
 #include "core/ops/embedding.h"
 #include "core/ops/linear.h"
 #include "core/ops/norm.h"
+#include "core/ops/quant_linear.h"
 #include "core/ops/reduce.h"
 #include "core/ops/softmax.h"
 
@@ -559,6 +561,31 @@ std::vector<OpCase> op_cases() {
     };
     c.reference = [](const Values& v) { return v[0]; };
     c.tol_f32 = 1e-3;  // the f32 run produces f16: its rounding is the error
+    cases.push_back(c);
+  }
+  {  // a linear layer over an NF4 weight with double quantization: forward and input gradient in uneven tiles
+    OpCase c;
+    c.name = "qlinear_nf4";
+    c.inputs = {rnd({2, 3, 70})};
+    auto w = std::make_shared<std::vector<float>>();
+    std::mt19937 rng(99);
+    std::normal_distribution<float> d(0.f, 0.1f);
+    for (int i = 0; i < 5 * 70; ++i) w->push_back(d(rng));
+    QuantFormat f;
+    f.double_quant = true;
+    auto blob = std::make_shared<std::vector<uint8_t>>(quantize(w->data(), 5, 70, f));
+    const QuantLayout l = QuantLayout::of(f, 5, 70);
+    auto on = [blob](Device dev) { return Tensor::wrap(blob->data(), {int64_t(blob->size())}, DType::U8, Device::host(), [] {}).to(dev); };
+    c.forward = [on, l](const std::vector<Tensor>& t) {
+      return qlinear_forward(t[0], on(t[0].device()), l, Tensor(), 2 * 70 * int64_t(dtype_size(t[0].dtype())));
+    };
+    c.backward = [on, l](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{qlinear_backward_dx(dy, on(t[0].device()), l, 3 * 5 * int64_t(dtype_size(t[0].dtype())))};
+    };
+    c.reference = [blob, l](const Values& v) {
+      const std::vector<float> wq = dequantize(blob->data(), l);
+      return linear_ref(v[0], std::vector<double>(wq.begin(), wq.end()), nullptr, 6, 70, 5);
+    };
     cases.push_back(c);
   }
   return cases;

@@ -38,6 +38,11 @@ std::vector<StepCase> step_cases() {
       {"lora", 1, {"lora.enable=true", "lora.r=4", "lora.alpha=8"}},
       {"lora_bf16_full_accumulate", 1, {"lora.enable=true", "lora.r=4", "memory.precision=bf16", "memory.gradient_checkpointing=full", "train.gradient_accumulation_steps=2"}},
       {"lora_z3_selective", 2, {"lora.enable=true", "lora.r=2", "lora.target_modules=[q_proj, v_proj]", "memory.zero_stage=3", "memory.gradient_checkpointing=selective"}},
+      {"lora_int8", 1, {"lora.enable=true", "lora.r=4", "lora.base_bits=8"}},
+      {"lora_int8_bf16_full", 1, {"lora.enable=true", "lora.r=4", "lora.base_bits=8", "memory.precision=bf16", "memory.gradient_checkpointing=full"}},
+      {"lora_nf4", 1, {"lora.enable=true", "lora.r=4", "lora.base_bits=4"}},
+      {"lora_nf4_bf16_selective_accumulate", 1, {"lora.enable=true", "lora.r=4", "lora.base_bits=4", "memory.precision=bf16", "memory.gradient_checkpointing=selective", "train.gradient_accumulation_steps=2"}},
+      {"lora_fp4_z3_full", 2, {"lora.enable=true", "lora.r=2", "lora.base_bits=4", "lora.quant_type=fp4", "lora.double_quant=false", "memory.zero_stage=3", "memory.gradient_checkpointing=full"}},
   };
 }
 

@@ -220,9 +220,29 @@ TEST(LlavaArgs, FinetuneLoraShFlagsBecomeLoraKeys) {
   EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.dropout=1"}, 1); }).find("[0, 1)"), std::string::npos);
 }
 
+TEST(LlavaArgs, FinetuneQloraShFlagsQuantizeTheBase) {
+  // A QLoRA run as LLaVA launches one: --bits 4 --double_quant True --quant_type nf4 with LoRA on.
+  const LlavaArgs a = translate_llava_args({"--lora_enable", "True", "--lora_r", "64", "--bits", "4", "--double_quant",
+                                            "False", "--quant_type", "fp4"});
+  const RunConfig c = load_config_text("", "(flags)", a.sets, 1);
+  EXPECT_EQ(c.lora.base_bits, 4);
+  EXPECT_EQ(c.lora.quant_type, core::QuantType::FP4);
+  EXPECT_FALSE(c.lora.double_quant);
+  EXPECT_EQ(c.lora.base_format().type, core::QuantType::FP4);
+  // Defaults: 16 bits (no quantization); 4 bits is NF4 with double quantization, 8 bits int8.
+  const RunConfig d = load_config_text("", "(flags)", {"lora.enable=true", "lora.base_bits=4"}, 1);
+  EXPECT_EQ(d.lora.base_format().type, core::QuantType::NF4);
+  EXPECT_TRUE(d.lora.base_format().double_quant);
+  EXPECT_EQ(load_config_text("", "(flags)", {"lora.enable=true", "lora.base_bits=8"}, 1).lora.base_format().type, core::QuantType::Int8);
+  EXPECT_FALSE(load_config_text("", "(flags)", {}, 1).lora.quantizes_base());
+  // Quantizing needs LoRA (a quantized base cannot train), and only 16, 8 and 4 bits exist.
+  EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.base_bits=4"}, 1); }).find("set lora.enable: true"), std::string::npos);
+  EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.enable=true", "lora.base_bits=3"}, 1); }).find("lora.base_bits"), std::string::npos);
+  EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.quant_type=int4"}, 1); }).find("nf4 or fp4"), std::string::npos);
+}
+
 TEST(LlavaArgs, FlagsHeadroomCannotHonourSayWhy) {
   auto err = [](std::vector<std::string> args) { return error_of([&] { translate_llava_args(args); }); };
-  EXPECT_NE(err({"--bits", "4"}).find("quantized training is not implemented yet"), std::string::npos);
   EXPECT_NE(err({"--mm_use_im_start_end", "True"}).find("only False is supported"), std::string::npos);
   EXPECT_NE(err({"--version", "mpt"}).find("plain, v1 (vicuna_v1) and llava_llama_2"), std::string::npos);
   EXPECT_NE(err({"--report_to", "wandb"}).find("none and tensorboard"), std::string::npos);

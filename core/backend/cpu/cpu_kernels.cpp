@@ -17,6 +17,7 @@ const Kernels& cpu_kernels() {
     t.fill = cpu::fill;
     t.copy = cpu::copy;
     t.gemm = cpu::gemm;
+    t.dequantize = cpu::dequantize;
     t.axpby = cpu::axpby;
     t.dropout = cpu::dropout;
     t.mul = cpu::mul;

@@ -20,6 +20,7 @@ std::size_t norm_workspace_bytes(int64_t rows, int64_t cols);
 void fill(const Tensor& out, float value);
 void copy(const Tensor& dst, const Tensor& src);
 void gemm(const GemmArgs& a);
+void dequantize(const DequantArgs& a);
 
 void axpby(const Tensor& out, float alpha, const Tensor& x, float beta, const Tensor& y);
 void mul(const Tensor& out, const Tensor& a, const Tensor& b);

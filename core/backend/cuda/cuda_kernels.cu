@@ -11,6 +11,7 @@ const Kernels& cuda_kernels() {
     t.fill = cuda::fill;
     t.copy = cuda::copy;
     t.gemm = cuda::gemm;
+    t.dequantize = cuda::dequantize;
     t.axpby = cuda::axpby;
     t.dropout = cuda::dropout;
     t.mul = cuda::mul;

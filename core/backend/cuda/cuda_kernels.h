@@ -11,6 +11,7 @@ using namespace hr::core;
 void fill(const Tensor& out, float value);
 void copy(const Tensor& dst, const Tensor& src);
 void gemm(const GemmArgs& a);
+void dequantize(const DequantArgs& a);
 void axpby(const Tensor& out, float alpha, const Tensor& x, float beta, const Tensor& y);
 void mul(const Tensor& out, const Tensor& a, const Tensor& b);
 void dropout(const Tensor& out, const Tensor& x, float p, uint64_t key);
