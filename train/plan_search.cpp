@@ -145,6 +145,40 @@ std::vector<Plan> suggest_fixes(const RunConfig& c, const DevicePreset& device, 
   }
   std::stable_sort(fits.begin(), fits.end(), faster);
   if (int(fits.size()) > count) fits.resize(std::size_t(count));
+  // LoRA, then a quantized frozen base (QLoRA), fit where a full fine-tune does not, but they change what trains
+  // or the base's precision: offered after the others, the first that fits only, and never chosen by `auto`.
+  if (c.stage != Stage::Pretrain && !c.model.freeze_llm && !(c.lora_enable && c.lora.base_bits == 4)) {
+    std::vector<std::pair<std::string, RunConfig>> lora;
+    auto add = [&](const std::string& what, const std::function<void(RunConfig&)>& f) {
+      RunConfig r = c;
+      f(r);
+      if (valid(r)) lora.emplace_back(what, r);
+    };
+    // LLaVA's finetune_lora.sh: r 128 and alpha 256 on a 4,096-wide model; a rank of hidden / 32 on smaller ones.
+    const int64_t rank = std::clamp<int64_t>(c.model.config.llm.hidden / 32, 1, 128);
+    const std::string enable = str("lora.enable=true --set lora.r=", rank, " --set lora.alpha=", 2 * rank);
+    auto enable_lora = [rank](RunConfig& r) {
+      r.lora_enable = true;
+      r.lora.r = rank;
+      r.lora.alpha = float(2 * rank);
+    };
+    if (!c.lora_enable) add(enable + " (LoRA: trains adapters, not the language model)", enable_lora);
+    for (int bits : {8, 4})
+      if (!c.lora_enable || bits < c.lora.base_bits)
+        add(str(c.lora_enable ? "" : enable + " --set ", "lora.base_bits=", bits, " (LoRA over a ", bits,
+                "-bit frozen base", c.lora_enable ? "" : ": trains adapters, not the language model", ")"),
+            [&](RunConfig& r) {
+              if (!c.lora_enable) enable_lora(r);
+              r.lora.base_bits = bits;
+            });
+    for (auto& [what, r] : lora) {
+      Plan p = make_plan(r, device, world);
+      if (!p.fits) continue;
+      p.decisions_changed = what;
+      fits.push_back(std::move(p));
+      break;
+    }
+  }
   return fits;
 }
 

@@ -203,6 +203,29 @@ TEST(Plan, PreflightRefusesWhatDoesNotFitAndNamesTheCheapestFixes) {
   EXPECT_NE(p.output.find("DOES NOT FIT"), std::string::npos) << p.output;
 }
 
+TEST(Plan, PreflightOffersLoraWhenNoFullFineTuneFitsAndNeverPicksItItself) {
+  const std::string base = fresh_dir("plan_lora_fix");
+  const std::string cfg = config(base);
+  // A finetune of the language model already at its most frugal (bf16, full checkpointing, micro-batch 1, the
+  // optimizer on the host, the planned allocator): no memory fix is left, while LoRA over a 4-bit base drops the
+  // gradients and most of the weights' bytes.
+  const std::string stage = "--set memory.allocator=planned --set memory.budget=1.0 --set train.stage=finetune --set memory.precision=bf16 --set "
+                            "memory.gradient_checkpointing=full --set train.micro_batch_size=1 --set memory.offload_optimizer=cpu";
+  const json frugal = plan_json(cfg, stage);
+  const json qlora = plan_json(cfg, stage + " --set lora.enable=true --set lora.r=8 --set lora.alpha=16 --set lora.base_bits=4");
+  const int64_t a = qlora["ranks"][0]["peak_reserved"], b = frugal["ranks"][0]["peak_allocated"];
+  ASSERT_LT(a, b);
+  const int64_t cap = (a + b) / 2;
+  CmdResult p = headroom(str("plan ", cfg, " ", stage, " --capacity ", cap));
+  EXPECT_EQ(WEXITSTATUS(p.status), 3) << p.output;
+  EXPECT_NE(p.output.find("--set lora.enable=true --set lora.r=8 --set lora.alpha=16"), std::string::npos) << p.output;  // hidden 256 / 32
+  EXPECT_NE(p.output.find("trains adapters, not the language model"), std::string::npos) << p.output;
+  // auto searches the memory strategies only: it still does not fit, and nothing switches LoRA on.
+  const json automatic = plan_json(cfg, stage + str(" --capacity ", cap, " --set memory.zero_stage=auto --set memory.gradient_checkpointing=auto"));
+  EXPECT_FALSE(automatic["fits"].get<bool>());
+  EXPECT_EQ(automatic["params_trainable"], frugal["params_trainable"]);
+}
+
 TEST(Plan, PreflightRefusesARunWhoseEvaluationDoesNotFitBeforeItsFirstStep) {
   const std::string base = fresh_dir("plan_refuse_eval");
   const std::string cfg = config(base);
