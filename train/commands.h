@@ -18,5 +18,6 @@ int cmd_ckpt(const std::vector<std::string>& args);
 int cmd_lora(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_report(const std::vector<std::string>& args);
+int cmd_bench(const std::vector<std::string>& args);
 
 }  // namespace hr::train

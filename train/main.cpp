@@ -43,6 +43,10 @@ void usage(std::FILE* to) {
                "                       stdin, the conversation kept, as LLaVA's CLI); temperature 0 is greedy\n"
                "  data synth --out DIR [--train N] [--eval M] [--seed S] [--image-size PX]\n"
                "                       write the synthetic VQA set (LLaVA JSON + PNG)\n"
+               "  bench CONFIG [--steps N] [--warmup W] [--set key=value ...]\n"
+               "                       W + N training steps (no evaluation, no checkpoint), then JSON: step time,\n"
+               "                       tokens/s, model GFLOP/s, peak RSS, the CPU; scripts/torch_twin.py times\n"
+               "                       the same model in PyTorch from that JSON\n"
                "  info                 build features, devices and threads\n"
                "  demo oom [--capacity BYTES]\n"
                "                       run linear layers on a capped CPU device until it runs out, and show\n"
@@ -81,6 +85,7 @@ int main(int argc, char** argv) {
     if (cmd == "demo") return hr::train::cmd_demo(args);
     if (cmd == "model") return hr::train::cmd_model(args);
     if (cmd == "debug") return hr::train::cmd_debug(args);
+    if (cmd == "bench") return hr::train::cmd_bench(args);
     std::fprintf(stderr, "headroom: unknown command '%s'\n\n", cmd.c_str());
     usage(stderr);
     return 2;

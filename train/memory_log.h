@@ -17,6 +17,8 @@ namespace hr::train {
 struct StepRecord {
   int64_t step = 0;
   float loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
+  double step_s = 0;       // wall time of the step: drawing its batches, forward, backward, update
+  int64_t tokens = 0;      // over all ranks
   double tokens_per_s = 0, samples_per_s = 0;
   bool skipped = false;  // fp16 overflow or a non-finite step: the optimizer step was skipped
   std::string nonfinite;  // a non-finite loss or gradient (bf16/fp32): the first group that produced one

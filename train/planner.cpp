@@ -363,6 +363,7 @@ StepTime step_time(const Plan& p, const Counts& k) {
   const double rows = B * L, half = p.device.cuda ? 1024.0 : 64.0;
   const double peak = (low ? p.device.tflops_bf16 : p.device.tflops_fp32) * 1e12 * (p.device.cuda ? 0.5 : 1.0) * rows / (rows + half);
   t.flops = flops + A * recompute;
+  t.model_flops = flops;
   t.compute_s = flops / peak;
   t.recompute_s = A * recompute / peak;
   t.compute_s += t.recompute_s;

@@ -109,6 +109,7 @@ struct Decisions {
 struct StepTime {
   double compute_s = 0, recompute_s = 0, comm_s = 0, offload_s = 0;
   double flops = 0;  // per step and rank, recompute included
+  double model_flops = 0;  // per step and rank, recompute not credited (the model's FLOPs, as MFU counts them)
   double total() const { return compute_s + comm_s + offload_s; }
 };
 

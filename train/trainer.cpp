@@ -243,6 +243,7 @@ class Trainer {
   Clock::time_point t_start_ = Clock::now();
   Plan plan_;
   const RunConfig& c_;
+  const bool save_and_evaluate_at_end_;
   std::unique_ptr<Predictor> predictor_;  // every step dry-run at its own shapes
   // Dry runs of the step shapes seen, the kPredictionsKept most recently used: batches whose lengths vary
   // make new shapes for the whole run, and each dry run keeps the step's request trace.
@@ -322,7 +323,7 @@ Plan Trainer::plan_and_preflight(const RunConfig& given) {
 
 Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::Communicator& comm)
     : comm_(comm), lead_(comm.rank() == 0), plan_(plan_and_preflight((use_cpu_threads(given, comm.world()), given))),
-      c_(plan_.config) {
+      c_(plan_.config), save_and_evaluate_at_end_(options.finish) {
   const int rank = comm.rank(), world = comm.world();
   predictor_ = std::make_unique<Predictor>(c_, world, rank, Backend::CPU);
   HR_CHECK(c_.device == "cpu", "[train] device.type '", c_.device,
@@ -502,6 +503,8 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   rec.grad_norm = s.scaled_norm / rec.loss_scale;
   rec.skipped = skipped;
   if (nonfinite_) rec.nonfinite = nonfinite_where_.empty() ? "elsewhere (another rank's micro-batch)" : nonfinite_where_;
+  rec.step_s = secs;
+  rec.tokens = s.tokens;
   rec.tokens_per_s = double(s.tokens) / std::max(secs, 1e-9);
   rec.samples_per_s = double(c_.global_batch_size) / std::max(secs, 1e-9);
   const MemoryStats ms = alloc_->stats();
@@ -661,8 +664,10 @@ int Trainer::stop() {
 
 int Trainer::finish() {
   if (tty_) std::printf("\n");
-  engine_->save(state_);
-  evaluate_now();
+  if (save_and_evaluate_at_end_) {
+    engine_->save(state_);
+    evaluate_now();
+  }
   const int world = comm_.world();
   if (mismatches_)
     std::printf("%s[memory] %lld steps measured a peak other than predicted\n",

@@ -12,6 +12,7 @@ namespace hr::train {
 
 struct TrainOptions {
   bool resume = false;  // continue from the newest checkpoint in output_dir
+  bool finish = true;   // save and evaluate after the last step (headroom bench: no)
 };
 
 // Runs the whole training as one rank of `comm` (every rank calls it); returns the process exit code.

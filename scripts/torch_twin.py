@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""The PyTorch twin of `headroom bench`: the same model and batch, timed per optimizer step in PyTorch.
+
+    headroom bench CONFIG --set data.pad_to_max_length=true > hr.json
+    python3 scripts/torch_twin.py hr.json [--compile] [--threads N]
+
+The model is transformers' LlavaForConditionalGeneration built from the bench JSON's `hf_config` (the
+architecture headroom's parity tests check against), with random weights. Every step takes
+global_batch_size samples of max_seq_len tokens, one image each, in micro-batches of micro_batch_size, with the
+same trainable parts as headroom's stage, gradient checkpointing where headroom checkpoints, AdamW and gradient
+clipping at 1. bf16 and fp16 run under torch.autocast over f32 weights, PyTorch's usual mixed precision.
+`--compile` wraps the forward and loss in torch.compile (PyTorch 2). Prints one JSON object, with the step time
+ratio to headroom's (PyTorch / headroom: above 1, headroom is faster).
+"""
+import argparse
+import json
+import resource
+import statistics
+import sys
+import time
+
+import torch
+from transformers import LlavaConfig, LlavaForConditionalGeneration
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("bench_json", help="headroom bench's output ('-' for stdin)")
+    ap.add_argument("--steps", type=int, help="timed steps (default: the bench's)")
+    ap.add_argument("--warmup", type=int, help="untimed steps first (default: the bench's, at least 1 with --compile)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the forward and loss")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch.set_num_threads (default: headroom's threads per rank x ranks)")
+    a = ap.parse_args()
+    b = json.load(sys.stdin if a.bench_json == "-" else open(a.bench_json))
+    if "not_expressible" in b["hf_config"]:
+        sys.exit(f"torch_twin: the model has no transformers twin: {b['hf_config']['not_expressible']}")
+    steps = a.steps or b["steps"]
+    warmup = b["warmup_steps"] if a.warmup is None else a.warmup
+    if a.compile:
+        warmup = max(warmup, 1)
+    torch.set_num_threads(a.threads or b["threads_per_rank"] * b["world_size"])
+
+    torch.manual_seed(0)
+    cfg = LlavaConfig.from_dict(b["hf_config"])
+    model = LlavaForConditionalGeneration(cfg).float().train()
+    for name in ("vision_tower", "language_model"):
+        getattr(model, name).requires_grad_(False)
+    if b["stage"] == "full":
+        model.vision_tower.requires_grad_(True)
+    if b["stage"] != "pretrain":
+        model.language_model.requires_grad_(True)
+    if b["checkpointing"]["llm"] != "none":
+        model.language_model.gradient_checkpointing_enable()
+    if b["stage"] == "full" and b["checkpointing"]["vision"] != "none":
+        model.vision_tower.gradient_checkpointing_enable()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=b["learning_rate"], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+
+    micro, seq = b["micro_batch_size"], b["max_seq_len"]
+    accumulation = b["global_batch_size"] // micro
+    vocab, image_token = cfg.text_config.vocab_size, cfg.image_token_index
+    per_image = b["hf_config"]["image_seq_length"]
+    size = cfg.vision_config.image_size
+    g = torch.Generator().manual_seed(1)
+
+    def batch():
+        ids = torch.randint(0, image_token, (micro, seq), generator=g)
+        ids[:, 1:1 + per_image] = image_token
+        labels = ids.clone()
+        labels[:, :1 + per_image] = -100
+        pixels = torch.randn(micro, 3, size, size, generator=g)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels, "labels": labels}
+
+    batches = [batch() for _ in range(accumulation)]
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[b["precision"]]
+
+    def loss_of(inputs):
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+            return model(**inputs).loss
+
+    forward = torch.compile(loss_of) if a.compile else loss_of
+
+    def step():
+        for inputs in batches:
+            (forward(inputs) / accumulation).backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    times = []
+    for i in range(warmup + steps):
+        t0 = time.perf_counter()
+        step()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    t = statistics.median(times)
+    headroom = b["step_ms"]["median"] / 1e3
+    print(json.dumps({
+        "torch": torch.__version__,
+        "compiled": a.compile,
+        "threads": torch.get_num_threads(),
+        "precision": b["precision"],
+        "steps": steps,
+        "step_ms": {"median": 1e3 * t, "mean": 1e3 * statistics.mean(times), "min": 1e3 * min(times),
+                    "max": 1e3 * max(times)},
+        "tokens_per_s": b["global_batch_size"] * seq / t,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "headroom_step_ms": b["step_ms"]["median"],
+        "ratio_torch_over_headroom": t / headroom,
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `headroom bench` and its PyTorch twin work together (no timing is asserted): bench prints one JSON object on
+# stdout with a step time, tokens/s, the model's GFLOP/s and the Hugging Face config; scripts/torch_twin.py reads
+# it, builds the same model in transformers, runs the same batch and prints its own step time and the ratio.
+# Usage: bench_cli.sh HEADROOM WORK_DIR
+set -euo pipefail
+bin=$1 work=$2
+root=$(cd "$(dirname "$0")/../.." && pwd)
+# The twin needs torch and transformers: the oracle venv scripts/setup.sh makes, else Debian's python3.
+py="${HR_PYENV:-$root/.pyenv}/bin/python3"
+[ -x "$py" ] || py=/usr/bin/python3
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+"$bin" bench "$root/tests/bench/configs/bench-2m.yaml" --steps 2 --warmup 1 --set run.output_dir="$work/run" \
+  > hr.json 2> hr.log
+python3 - <<'PY'
+import json
+b = json.load(open("hr.json"))
+assert b["steps"] == 2 and b["warmup_steps"] == 1, b
+assert b["step_ms"]["median"] > 0 and b["tokens_per_s"] > 0 and b["achieved_gflops"] > 0, b
+assert 0 < b["tokens_per_step"] <= 4 * 128, b  # the tokens of 4 conversations padded to 128 positions
+# 2 x parameters x tokens for the matmuls alone, forward and backward, is a floor for the model's FLOPs.
+assert b["model_gflop_per_step"] * 1e9 > 6 * 1.5e6 * 4 * 128, b
+assert b["hf_config"]["model_type"] == "llava", b
+assert b["peak_rss_mib"] > 0 and b["isa"] and b["cpu"], b
+PY
+# The run's own lines went to stderr; no checkpoint, no evaluation.
+grep -q "step 3/3" hr.log
+test ! -e run/bench/checkpoint-3
+"$py" "$root/scripts/torch_twin.py" hr.json --steps 1 --warmup 0 > twin.json
+python3 - <<'PY'
+import json
+t = json.load(open("twin.json"))
+assert t["steps"] == 1 and t["step_ms"]["median"] > 0 and t["ratio_torch_over_headroom"] > 0, t
+PY
+echo "bench and twin: ok"

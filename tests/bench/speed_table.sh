@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# headroom against PyTorch on the same models and batches (the README's speed table): `headroom bench` per row,
+# then scripts/torch_twin.py on its JSON with Debian's torch 1.13 (TORCH1_PYTHON, default the oracle venv's
+# python3) and, when TORCH2_PYTHON names a python with PyTorch 2 and transformers, eager and compiled.
+# Prints a markdown table; each row's JSON stays in OUT_DIR. Run it on a quiet machine.
+# BENCH_STEPS timed steps per run (default 10, after 2 warm-up steps).
+# Usage: tests/bench/speed_table.sh [BUILD_DIR] [OUT_DIR]   (from the repository root)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+HR="${1:-build}/train/headroom"
+out="${2:-runs/speed}"
+mkdir -p "$out"
+t1="${TORCH1_PYTHON:-.pyenv/bin/python3}"
+t2="${TORCH2_PYTHON:-}"
+# Debian's torch 1.13 calls libblas.so.3: the reference BLAS unless OpenBLAS is installed; e.g.
+# TORCH1_ENV="LD_LIBRARY_PATH=<openblas-pthread dir> OMP_WAIT_POLICY=PASSIVE" (the fastest setting found here).
+t1env="${TORCH1_ENV:-}"
+steps="${BENCH_STEPS:-10}"
+[ -f runs/bench-disk-data/train.json ] ||
+  "$HR" data synth --out runs/bench-disk-data --train 2048 --eval 8 --image-size 64 > /dev/null
+ms() { python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['step_ms']['median']))" "$1"; }
+echo "| model | precision | checkpointing | headroom | torch 1.13 | torch 2 eager | torch 2 compiled | fastest peer ÷ headroom |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+row() {  # name config precision checkpointing [extra --set ...]
+  local name=$1 cfg=$2 prec=$3 ck=$4
+  shift 4
+  local tag="$name-$prec-$ck"
+  "$HR" bench "$cfg" --steps "$steps" --warmup 2 --set memory.precision="$prec" \
+    --set memory.gradient_checkpointing="$ck" "$@" > "$out/$tag.headroom.json" 2> "$out/$tag.headroom.log"
+  local h e1 e2="—" c2="—" best
+  h=$(ms "$out/$tag.headroom.json")
+  env $t1env "$t1" scripts/torch_twin.py "$out/$tag.headroom.json" > "$out/$tag.torch1.json" 2> /dev/null
+  e1=$(ms "$out/$tag.torch1.json")
+  best=$e1
+  if [ -n "$t2" ]; then
+    "$t2" scripts/torch_twin.py "$out/$tag.headroom.json" > "$out/$tag.torch2.json" 2> /dev/null
+    "$t2" scripts/torch_twin.py "$out/$tag.headroom.json" --compile > "$out/$tag.torch2c.json" 2> "$out/$tag.torch2c.log" || true
+    e2=$(ms "$out/$tag.torch2.json")
+    best=$(( e2 < best ? e2 : best ))
+    if [ -s "$out/$tag.torch2c.json" ]; then
+      c2=$(ms "$out/$tag.torch2c.json")
+      best=$(( c2 < best ? c2 : best ))
+    fi
+  fi
+  echo "| $name | $prec | $ck | $h ms | $e1 ms | $e2 ms | $c2 ms | $(python3 -c "print(f'{$best/$h:.2f}')") |"
+}
+for prec in fp32 bf16; do
+  for ck in none full; do row "2.0M (4 × 128)" tests/bench/configs/bench-2m.yaml $prec $ck; done
+done
+for prec in fp32 bf16; do
+  for ck in none full; do row "19.2M (8 × 256)" tests/bench/configs/bench-19m.yaml $prec $ck; done
+done
+for prec in bf16 fp32; do
+  row "5.2M, 64-px PNG from disk (32 a step)" tests/bench/configs/bench-5m-disk.yaml $prec none
+  row "5.2M, fixed-shape synthetic (32 a step)" tests/bench/configs/bench-5m-synth.yaml $prec none
+done

@@ -1,0 +1,179 @@
+// `headroom bench CONFIG [--steps N] [--warmup W] [--set key=value ...]`: the config's training run for W + N
+// steps (no evaluation, no checkpoint), then one JSON object on stdout: step time, tokens/s, the model's FLOPs
+// and the GFLOP/s they make, peak RSS, the CPU, and the Hugging Face config of the model, so that
+// scripts/torch_twin.py can time the same model and batch in PyTorch. The run's own console output goes to
+// stderr.
+#include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "models/hf_config.h"
+#include "train/cli_args.h"
+#include "train/commands.h"
+#include "train/config.h"
+#include "train/engine.h"
+#include "train/planner.h"
+#include "train/trainer.h"
+
+namespace hr::train {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string cpu_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  return "unknown";
+}
+
+const char* isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
+// Standard output to stderr while the run prints; restored when the scope ends.
+class StdoutToStderr {
+ public:
+  StdoutToStderr() {
+    std::fflush(stdout);
+    saved_ = dup(1);
+    dup2(2, 1);
+  }
+  ~StdoutToStderr() {
+    std::fflush(stdout);
+    dup2(saved_, 1);
+    close(saved_);
+  }
+  StdoutToStderr(const StdoutToStderr&) = delete;
+  StdoutToStderr& operator=(const StdoutToStderr&) = delete;
+
+ private:
+  int saved_ = -1;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+json hf_config_of(const RunConfig& c) {
+  std::string why;
+  if (!models::hf_expressible(c.model.config, &why)) return json{{"not_expressible", why}};
+  const fs::path dir = fs::path(c.output_dir) / "hf_config";
+  fs::create_directories(dir);
+  models::write_hf_config(dir.string(), c.model.config, param_dtype(c.precision));
+  return json::parse(std::ifstream(dir / "config.json"));
+}
+
+}  // namespace
+
+int cmd_bench(const std::vector<std::string>& args) {
+  Parsed p = parse(args, "bench", {"--steps", "--warmup"}, {});
+  HR_CHECK(!p.config.empty(), "[bench] usage: headroom bench CONFIG [--steps N] [--warmup W] [--set key=value ...]");
+  auto count = [&](const char* k, int64_t def) {
+    if (!p.options.count(k)) return def;
+    const int64_t v = std::stoll(p.options[k]);
+    HR_CHECK(v >= (std::string(k) == "--steps" ? 1 : 0), "[bench] ", k, " ", v, " is out of range");
+    return v;
+  };
+  const int64_t steps = count("--steps", 20), warmup = count("--warmup", 3);
+  auto comm = parallel::make_default();
+  const int world = comm->world(), rank = comm->rank();
+  const std::string out_dir = load_config(p.config, p.sets, world).output_dir + "/bench";
+  std::vector<std::string> sets = p.sets;
+  for (const std::string& s : {str("train.max_steps=", warmup + steps), std::string("train.eval_steps=0"),
+                               std::string("train.save_steps=0"), std::string("log.progress_bar=false"),
+                               str("run.output_dir=", out_dir)})
+    sets.push_back(s);
+  RunConfig c = load_config(p.config, sets, world);
+  int status = 0;
+  {
+    StdoutToStderr quiet;
+    TrainOptions o;
+    o.finish = false;
+    status = run_training(c, o, *comm);
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double rss = double(usage.ru_maxrss) * 1024.0, rss_all = comm->sum(rss);
+  if (status != 0 || rank != 0) return status;
+  // The steps after the warm-up, from rank 0's memory log (ranks step together).
+  const std::string log = out_dir + (world == 1 ? "/memory.jsonl" : "/memory.rank0.jsonl");
+  std::ifstream f(log);
+  HR_CHECK(f, "[bench] ", log, " is missing");
+  std::vector<double> step_s;
+  std::vector<double> tokens;
+  std::string line;
+  while (std::getline(f, line)) {
+    const json j = json::parse(line);
+    if (j.value("step", int64_t(0)) <= warmup) continue;
+    step_s.push_back(j.at("step_s").get<double>());
+    tokens.push_back(double(j.at("tokens").get<int64_t>()));
+  }
+  HR_CHECK(!step_s.empty(), "[bench] ", log, " has no step after the ", warmup, " warm-up steps");
+  const Plan plan = make_plan(c, run_device(c), world);
+  const double t = median(step_s), mean = [&] {
+    double s = 0;
+    for (double v : step_s) s += v;
+    return s / double(step_s.size());
+  }();
+  const double model_flops = plan.time.model_flops * double(world);
+  const json out = {
+      {"config", p.config},
+      {"model", c.model.config.name},
+      {"cpu", cpu_name()},
+      {"isa", isa_name(dnnl::get_effective_cpu_isa())},
+      {"world_size", world},
+      {"threads_per_rank", omp_get_max_threads()},
+      {"precision", precision_name(c.precision)},
+      {"stage", stage_name(c.stage)},
+      {"checkpointing", {{"vision", models::checkpoint_name(plan.config.vision_ckpt.kind)},
+                         {"llm", models::checkpoint_name(plan.config.llm_ckpt.kind)}}},
+      {"zero_stage", plan.config.zero.stage},
+      {"micro_batch_size", plan.config.micro_batch_size},
+      {"gradient_accumulation_steps", plan.config.gradient_accumulation_steps},
+      {"global_batch_size", plan.config.global_batch_size},
+      {"max_seq_len", c.max_seq_len},
+      {"images_per_sample", c.max_images_per_sample},
+      {"learning_rate", c.learning_rate},
+      {"warmup_steps", warmup},
+      {"steps", int64_t(step_s.size())},
+      {"step_ms", {{"median", 1e3 * t},
+                   {"mean", 1e3 * mean},
+                   {"min", 1e3 * *std::min_element(step_s.begin(), step_s.end())},
+                   {"max", 1e3 * *std::max_element(step_s.begin(), step_s.end())}}},
+      {"tokens_per_step", median(tokens)},
+      {"tokens_per_s", median(tokens) / t},
+      {"model_gflop_per_step", model_flops / 1e9},
+      {"achieved_gflops", model_flops / 1e9 / t},
+      {"peak_rss_mib", rss / 1048576.0},
+      {"peak_rss_mib_all_ranks", rss_all / 1048576.0},
+      {"hf_config", hf_config_of(c)},
+  };
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace hr::train
