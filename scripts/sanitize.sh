@@ -50,6 +50,7 @@ fi
 if ((status)); then
   echo "sanitize: FAILED (reports, if any, above and in $logs)"
 else
+  rm -rf "$TEST_TMPDIR"  # green: its scratch directories go; a failure keeps them to look at
   echo "sanitize: clean (ASan, LSan, UBSan)"
 fi
 exit "$status"

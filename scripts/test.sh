@@ -21,6 +21,8 @@ export TEST_TMPDIR="$PWD/tmp"
 mkdir -p "$TEST_TMPDIR"
 ctest --output-on-failure -LE gpu --timeout 1200 "$@" | tee ctest.log
 summary=$(grep -m1 'tests passed' ctest.log || true)
+# Green: its scratch directories (checkpoints, runs) go before the next build needs the disk.
+rm -rf "$TEST_TMPDIR"
 if (($# == 0)); then
   "$root"/scripts/sanitize.sh --quick
 fi
