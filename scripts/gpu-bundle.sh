@@ -28,7 +28,7 @@ fi
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/configs"
-for b in train/headroom tests/test_ops_cuda tests/test_cuda_memory tests/test_nccl tests/bench/bench_ops tests/bench/bench_generate; do
+for b in train/headroom tests/test_ops_cuda tests/test_cuda_kernels tests/test_cuda_train tests/test_cuda_memory tests/test_nccl tests/bench/bench_ops tests/bench/bench_generate; do
   [[ -x $build/$b ]] && install -m 755 "$build/$b" "$out/bin/"
 done
 strip --strip-unneeded "$out"/bin/*

@@ -43,6 +43,8 @@ Operand as_operand(const int64_t strides[3], int64_t rows, int64_t cols, const c
 
 }  // namespace
 
+void create_library_handles() { handle(); }
+
 void gemm(const GemmArgs& g) {
   const GemmDesc& d = g.desc;
   HR_CHECK(g.scratchpad.defined() && g.scratchpad.nbytes() >= kCublasWorkspace, "[gemm] cuBLAS needs a ",

@@ -1,6 +1,6 @@
 // Workspace sizes of the CUDA back-end, in plain C++ so every build (and the meta device) can plan a GPU run.
-// They describe what the CUDA kernels allocate; kernels that do not exist yet are sized as the design they
-// will follow (FlashAttention-2 backward, two-pass norm weight gradients).
+// They are exactly what the CUDA kernels are given: cuBLAS's workspace, the widened GEMM operands, the attention
+// backward's delta (attention.cu), the norm weight-gradient partials (norm.cu).
 #include <algorithm>
 
 #include "core/backend/kernels.h"
@@ -27,8 +27,7 @@ std::size_t gemm_bytes(const GemmDesc& d) {
 
 std::size_t attention_bytes(const AttentionDesc& a, bool backward) {
   if (!backward) return 0;
-  return align(std::size_t(a.batch * a.q_heads * a.q_len) * 4) +                 // delta
-         align(std::size_t(a.batch * a.q_len * a.q_heads * a.head_dim) * 4);    // f32 dQ accumulator
+  return align(std::size_t(a.batch * a.q_heads * a.q_len) * 4);  // delta = rowsum(dO * O), f32
 }
 
 std::size_t norm_bytes(int64_t rows, int64_t cols) {

@@ -1,0 +1,199 @@
+// CUDA optimizer updates: the twins of backend/cpu/optimizer.cpp, one fused element-wise pass per parameter in
+// f32 (AdamW, SGD), and Adafactor's row, column and RMS reductions in a fixed order before its update. The scalars
+// one pass hands the next (Adafactor's mean row moment and clipping divisor) stay on the device.
+#include <cmath>
+
+#include "core/backend/cuda/cuda_common.h"
+#include "core/backend/cuda/cuda_kernels.h"
+#include "core/backend/cuda/device/dtype.cuh"
+#include "core/backend/cuda/device/partials.cuh"
+
+namespace hr::cuda {
+
+namespace {
+
+using device::load;
+using device::store;
+
+// w is the master weight where there is one, else the parameter; the result goes to both.
+template <typename P, typename G, typename F>
+__device__ __forceinline__ void update_at(long long i, P* p, const G* g, float* master, float grad_scale, F&& f) {
+  const float w = master ? master[i] : load(p, i);
+  const float updated = f(load(g, i) * grad_scale, w);
+  if (master) master[i] = updated;
+  store(p, i, updated);
+}
+
+template <typename P, typename G>
+__global__ void adamw_kernel(P* p, const G* g, float* master, float* m, float* v, long long n, AdamWHyper h,
+                             float step_size, float bc2_sqrt, float decay) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  update_at(i, p, g, master, h.grad_scale, [&](float gi, float w) {
+    m[i] = h.beta1 * m[i] + (1.f - h.beta1) * gi;
+    v[i] = h.beta2 * v[i] + (1.f - h.beta2) * gi * gi;
+    return w * decay - step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + h.eps);
+  });
+}
+
+template <typename P, typename G>
+__global__ void sgd_kernel(P* p, const G* g, float* master, float* buf, long long n, SgdHyper h) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  update_at(i, p, g, master, h.grad_scale, [&](float gi, float w) {
+    gi += h.weight_decay * w;  // coupled weight decay, as torch.optim.SGD
+    if (buf) {
+      buf[i] = h.momentum * buf[i] + gi;
+      gi = h.nesterov ? gi + h.momentum * buf[i] : buf[i];
+    }
+    return w - h.lr * gi;
+  });
+}
+
+// Adafactor's scalars between passes.
+__device__ double g_rmean;  // mean of the row moments (factored)
+__device__ float g_clip;    // max(1, rms(u) / clip_threshold)
+
+template <typename G>
+__global__ void adafactor_rows_kernel(const G* g, float* r, long long cols, float scale, float eps1, float decay) {
+  __shared__ double scratch[device::kWarp];
+  const long long row = blockIdx.x;
+  double s = 0.0;
+  for (long long j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float x = load(g, row * cols + j) * scale;
+    s += double(x) * x + eps1;
+  }
+  s = device::block_sum(s, scratch);
+  if (threadIdx.x == 0) r[row] = decay * r[row] + (1.f - decay) * float(s / double(cols));
+}
+
+template <typename G>
+__global__ void adafactor_cols_kernel(const G* g, float* c, long long rows, long long cols, float scale, float eps1,
+                                      float decay) {
+  const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= cols) return;
+  double s = 0.0;
+  for (long long i = 0; i < rows; ++i) {
+    const float x = load(g, i * cols + j) * scale;
+    s += double(x) * x + eps1;
+  }
+  c[j] = decay * c[j] + (1.f - decay) * float(s / double(rows));
+}
+
+template <typename G>
+__global__ void adafactor_full_kernel(const G* g, float* r, long long n, float scale, float eps1, float decay) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = load(g, i) * scale;
+  r[i] = decay * r[i] + (1.f - decay) * (x * x + eps1);
+}
+
+__global__ void sum_rows_kernel(const float* r, long long rows) {
+  device::partial_sums(rows, [&](long long i) { return double(r[i]); });
+}
+__global__ void rmean_kernel(long long rows) {
+  const double t = device::total_of_partials();
+  if (threadIdx.x == 0) g_rmean = t / double(rows);
+}
+
+// The update before clipping: u = g / sqrt(v), v = r c / mean(r) when factored.
+__device__ __forceinline__ float adafactor_u(long long i, float g, const float* r, const float* c, long long cols) {
+  return c ? g / sqrtf(float(double(r[i / cols]) * c[i % cols] / g_rmean)) : g / sqrtf(r[i]);
+}
+
+template <typename G>
+__global__ void u_squares_kernel(const G* g, const float* r, const float* c, long long n, long long cols, float scale) {
+  device::partial_sums(n, [&](long long i) {
+    const double u = adafactor_u(i, load(g, i) * scale, r, c, cols);
+    return u * u;
+  });
+}
+__global__ void clip_kernel(long long n, float threshold) {
+  const double t = device::total_of_partials();
+  if (threadIdx.x == 0) g_clip = fmaxf(1.f, float(sqrt(t / double(n > 1 ? n : 1))) / threshold);
+}
+
+template <typename P, typename G>
+__global__ void adafactor_update_kernel(P* p, const G* g, float* master, const float* r, const float* c, long long n,
+                                        long long cols, AdafactorHyper h) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float wd = 1.f - h.lr * h.weight_decay, clip = g_clip;
+  update_at(i, p, g, master, h.grad_scale,
+            [&](float gi, float w) { return w * wd - h.lr * adafactor_u(i, gi, r, c, cols) / clip; });
+}
+
+// Calls f(P{}, G{}) for the parameter's and the gradient's element types.
+template <typename F>
+void dispatch_update(const Tensor& param, const Tensor& grad, const char* op, F&& f) {
+  dispatch_float(param.dtype(), op, [&](auto ptag) {
+    dispatch_float(grad.dtype(), op, [&](auto gtag) { f(ptag, gtag); });
+  });
+}
+
+float* master_of(const Tensor& master) { return master.defined() ? master.data<float>() : nullptr; }
+
+}  // namespace
+
+void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m, const Tensor& v,
+                  const AdamWHyper& h) {
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  const float bc1 = 1.f - std::pow(h.beta1, float(h.step)), bc2 = 1.f - std::pow(h.beta2, float(h.step));
+  const float step_size = h.lr / bc1, bc2_sqrt = std::sqrt(bc2), decay = 1.f - h.lr * h.weight_decay;
+  dispatch_update(param, grad, "adamw", [&](auto ptag, auto gtag) {
+    using P = decltype(ptag);
+    using G = decltype(gtag);
+    adamw_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(param.data<P>(), grad.data<G>(), master_of(master),
+                                                          m.data<float>(), v.data<float>(), n, h, step_size, bc2_sqrt,
+                                                          decay);
+  });
+  HR_CUDA_CHECK(cudaGetLastError());
+}
+
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
+                const SgdHyper& h) {
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  dispatch_update(param, grad, "sgd", [&](auto ptag, auto gtag) {
+    using P = decltype(ptag);
+    using G = decltype(gtag);
+    sgd_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(param.data<P>(), grad.data<G>(), master_of(master),
+                                                        momentum.defined() ? momentum.data<float>() : nullptr, n, h);
+  });
+  HR_CUDA_CHECK(cudaGetLastError());
+}
+
+void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& row,
+                      const Tensor& col, const AdafactorHyper& h) {
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  const bool factored = col.defined();
+  const int64_t cols = factored ? param.size(-1) : n, rows = factored ? n / cols : 1;
+  float* r = row.data<float>();
+  float* c = factored ? col.data<float>() : nullptr;
+  dispatch_float(grad.dtype(), "adafactor", [&](auto gtag) {
+    using G = decltype(gtag);
+    const G* g = grad.data<G>();
+    if (factored) {
+      adafactor_rows_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(g, r, cols, h.grad_scale, h.eps1, h.beta2);
+      adafactor_cols_kernel<<<blocks_for(cols), kThreads, 0, stream()>>>(g, c, rows, cols, h.grad_scale, h.eps1,
+                                                                        h.beta2);
+      sum_rows_kernel<<<device::kPartials, device::kPartialThreads, 0, stream()>>>(r, rows);
+      rmean_kernel<<<1, device::kPartials, 0, stream()>>>(rows);
+    } else {
+      adafactor_full_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(g, r, n, h.grad_scale, h.eps1, h.beta2);
+    }
+    u_squares_kernel<<<device::kPartials, device::kPartialThreads, 0, stream()>>>(g, r, c, n, cols, h.grad_scale);
+    clip_kernel<<<1, device::kPartials, 0, stream()>>>(n, h.clip_threshold);
+  });
+  dispatch_update(param, grad, "adafactor", [&](auto ptag, auto gtag) {
+    using P = decltype(ptag);
+    using G = decltype(gtag);
+    adafactor_update_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(param.data<P>(), grad.data<G>(),
+                                                                     master_of(master), r, c, n, cols, h);
+  });
+  HR_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace hr::cuda

@@ -1,0 +1,97 @@
+// CUDA softmax over the last dim (one block per row) and rotary position embedding (one thread per rotated
+// pair): the twins of backend/cpu/softmax.cpp. RoPE's angles are taken in double, as the CPU takes them, so long
+// positions rotate alike on both.
+#include "core/backend/cuda/cuda_common.h"
+#include "core/backend/cuda/cuda_kernels.h"
+#include "core/backend/cuda/device/dtype.cuh"
+#include "core/backend/cuda/device/reduce.cuh"
+#include "core/backend/cuda/first_index.cuh"
+
+namespace hr::cuda {
+
+namespace {
+
+using device::block_max;
+using device::block_sum;
+using device::load;
+using device::store;
+
+constexpr int kRowThreads = 256;
+
+template <typename T>
+__global__ void softmax_kernel(const T* x, T* y, long long cols) {
+  __shared__ float scratch[device::kWarp];
+  const T* xr = x + (long long)blockIdx.x * cols;
+  T* yr = y + (long long)blockIdx.x * cols;
+  float mx = -INFINITY;
+  for (long long c = threadIdx.x; c < cols; c += blockDim.x) mx = fmaxf(mx, load(xr, c));
+  mx = block_max(mx, scratch);
+  float s = 0.f;
+  for (long long c = threadIdx.x; c < cols; c += blockDim.x) s += expf(load(xr, c) - mx);
+  const float inv = 1.f / block_sum(s, scratch);
+  for (long long c = threadIdx.x; c < cols; c += blockDim.x) store(yr, c, expf(load(xr, c) - mx) * inv);
+}
+
+template <typename T>
+__global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, long long cols) {
+  __shared__ float scratch[device::kWarp];
+  const long long o = (long long)blockIdx.x * cols;
+  float dot = 0.f;
+  for (long long c = threadIdx.x; c < cols; c += blockDim.x) dot += load(y, o + c) * load(dy, o + c);
+  dot = block_sum(dot, scratch);
+  for (long long c = threadIdx.x; c < cols; c += blockDim.x) store(dx, o + c, load(y, o + c) * (load(dy, o + c) - dot));
+}
+
+// Thread t rotates the pair (i, i + half) of one head of one position.
+template <typename T, typename I>
+__global__ void rope_kernel(const T* x, const I* pos, T* out, long long pairs, long long heads, long long hd,
+                            double theta, float sign) {
+  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= pairs) return;
+  const long long half = hd / 2, i = t % half, bsh = t / half, bs = bsh / heads;
+  const double ang = double(pos[bs]) * pow(theta, -2.0 * double(i) / double(hd));
+  const float c = float(cos(ang)), s = sign * float(sin(ang));
+  const long long o = bsh * hd;
+  const float x1 = load(x, o + i), x2 = load(x, o + i + half);
+  store(out, o + i, x1 * c - x2 * s);
+  store(out, o + i + half, x2 * c + x1 * s);
+}
+
+}  // namespace
+
+void softmax_forward(const Tensor& x, const Tensor& y) {
+  const int64_t cols = x.dim() ? x.size(-1) : 1, rows = cols ? x.numel() / cols : 0;
+  if (rows == 0) return;
+  dispatch_float(x.dtype(), "softmax", [&](auto tag) {
+    using T = decltype(tag);
+    softmax_kernel<<<unsigned(rows), kRowThreads, 0, stream()>>>(x.data<T>(), y.data<T>(), cols);
+  });
+  HR_CUDA_CHECK(cudaGetLastError());
+}
+
+void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  const int64_t cols = y.dim() ? y.size(-1) : 1, rows = cols ? y.numel() / cols : 0;
+  if (rows == 0) return;
+  dispatch_float(y.dtype(), "softmax_backward", [&](auto tag) {
+    using T = decltype(tag);
+    softmax_backward_kernel<<<unsigned(rows), kRowThreads, 0, stream()>>>(y.data<T>(), dy.data<T>(), dx.data<T>(), cols);
+  });
+  HR_CUDA_CHECK(cudaGetLastError());
+}
+
+void rope(const RopeArgs& a) {
+  const int64_t heads = a.x.size(2), hd = a.x.size(3), pairs = a.x.numel() / 2;
+  if (pairs == 0) return;
+  dispatch_index(a.positions.dtype(), "rope", [&](auto itag) {
+    using I = decltype(itag);
+    dispatch_float(a.x.dtype(), "rope", [&](auto tag) {
+      using T = decltype(tag);
+      rope_kernel<<<blocks_for(pairs), kThreads, 0, stream()>>>(a.x.data<T>(), a.positions.data<I>(), a.out.data<T>(),
+                                                               pairs, heads, hd, double(a.theta),
+                                                               a.inverse ? -1.f : 1.f);
+    });
+  });
+  HR_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace hr::cuda

@@ -1,0 +1,149 @@
+// What the op table (test_ops_cuda) does not cover of the CUDA kernels (label gpu): the optimizer updates against
+// their CPU twins over several steps (f32, and bf16 parameters with f32 masters), reductions over arrays larger
+// than one pass of the fixed grid, bit-for-bit repeatability of the kernels that sum (attention backward, norm
+// weight gradients, embedding backward, global norm), and bad ids and labels refused by position. Skipped where
+// no GPU is present.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/ops/attention.h"
+#include "core/ops/embedding.h"
+#include "core/ops/norm.h"
+#include "core/ops/optimizer.h"
+#include "core/ops/reduce.h"
+
+using namespace hr;
+using namespace hr::core;
+
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::vector<float> randoms(std::size_t n, uint64_t seed, float scale = 1.f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.f, scale);
+  std::vector<float> v(n);
+  for (float& e : v) e = d(rng);
+  return v;
+}
+
+Tensor on(const std::vector<float>& v, const Shape& s, DType t, Device d) { return Tensor::from_floats(v, s, t, d); }
+std::vector<float> host(const Tensor& t) { return t.to(Device::cpu()).to_floats(); }
+
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, double rel, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  double worst = 0, scale = 1e-12;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i])), scale = std::max(scale, std::fabs(double(b[i])));
+  EXPECT_LE(worst, rel * scale) << what;
+}
+
+// One optimizer, three steps on the CPU and on cuda:0 from the same start: parameters (and masters) agree.
+template <typename Step>
+void same_on_both(DType param_dtype, const Shape& shape, Step&& step, const std::string& what) {
+  const int64_t n = shape_numel(shape);
+  const bool master = param_dtype != DType::F32;
+  std::vector<std::vector<float>> result;
+  for (Device dev : {Device::cpu(), Device::cuda()}) {
+    const std::vector<float> w0 = randoms(std::size_t(n), 1, 0.1f);
+    Tensor p = on(w0, shape, param_dtype, dev);
+    Tensor m = master ? on(host(p.to(Device::cpu())), shape, DType::F32, dev) : Tensor();
+    Tensor s1 = Tensor::zeros(shape, DType::F32, dev), s2 = Tensor::zeros(shape, DType::F32, dev);
+    for (int k = 1; k <= 3; ++k) step(p, on(randoms(std::size_t(n), 10 + k), shape, param_dtype, dev), m, s1, s2, k);
+    result.push_back(host(master ? m : p));
+  }
+  expect_close(result[1], result[0], 1e-5, what);
+}
+
+}  // namespace
+
+TEST(CudaKernels, OptimizerUpdatesMatchTheirCpuTwins) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const std::string d = dtype_name(dt);
+    same_on_both(dt, {37, 129}, [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s1, const Tensor& s2, int k) {
+      AdamWHyper h;
+      h.lr = 1e-2f, h.weight_decay = 0.1f, h.step = k, h.grad_scale = 0.5f;
+      adamw_update(p, g, m, s1, s2, h);
+    }, "adamw " + d);
+    same_on_both(dt, {4099}, [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s1, const Tensor&, int) {
+      SgdHyper h;
+      h.lr = 0.05f, h.momentum = 0.9f, h.weight_decay = 0.01f, h.nesterov = true;
+      sgd_update(p, g, m, s1, h);
+    }, "sgd " + d);
+    // Factored (a matrix: row and column moments) and full (a vector) Adafactor.
+    same_on_both(dt, {65, 300}, [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s1, const Tensor& s2, int k) {
+      AdafactorHyper h;
+      h.lr = 1e-2f, h.step = k, h.clip_threshold = 0.5f;
+      adafactor_update(p, g, m, s1.view({s1.numel()}).slice(0, 0, 65), s2.view({s2.numel()}).slice(0, 0, 300), h);
+    }, "adafactor factored " + d);
+    same_on_both(dt, {1000}, [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s1, const Tensor&, int k) {
+      AdafactorHyper h;
+      h.step = k;
+      adafactor_update(p, g, m, s1, Tensor(), h);
+    }, "adafactor full " + d);
+  }
+}
+
+TEST(CudaKernels, ReductionsOverManyPassesOfTheGridMatchTheCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  // 3M elements: twelve strides of the 256 x 256 first pass, and a ragged end.
+  const std::vector<float> v = randoms(3'000'001, 5);
+  const Tensor x = on(v, {int64_t(v.size())}, DType::F32, Device::cpu());
+  const Tensor norm_cpu = global_norm({x}), norm_gpu = global_norm({x.to(Device::cuda())});
+  expect_close(host(norm_gpu), host(norm_cpu), 1e-6, "global_norm");
+  const Tensor s_cpu = sum(x), s_gpu = sum(x.to(Device::cuda()));
+  EXPECT_NEAR(host(s_gpu)[0], host(s_cpu)[0], 1e-3) << "sum";
+}
+
+TEST(CudaKernels, SummingKernelsGiveTheSameBitsEveryRun) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  const Device g = Device::cuda();
+  const Tensor q = on(randoms(2 * 70 * 8 * 64, 1), {2, 70, 8, 64}, DType::BF16, g);
+  const Tensor k = on(randoms(2 * 70 * 2 * 64, 2), {2, 70, 2, 64}, DType::BF16, g);
+  const Tensor v = on(randoms(2 * 70 * 2 * 64, 3), {2, 70, 2, 64}, DType::BF16, g);
+  const Tensor dout = on(randoms(2 * 70 * 8 * 64, 4), {2, 70, 8, 64}, DType::BF16, g);
+  const AttentionOut fwd = attention_forward(q, k, v, Mask::Causal, 0.125f);
+  const AttentionGrads a = attention_backward(dout, q, k, v, fwd, Mask::Causal, 0.125f);
+  const AttentionGrads b = attention_backward(dout, q, k, v, fwd, Mask::Causal, 0.125f);
+  EXPECT_EQ(host(a.dq), host(b.dq));
+  EXPECT_EQ(host(a.dk), host(b.dk));
+  EXPECT_EQ(host(a.dv), host(b.dv));
+
+  const Tensor x = on(randoms(300 * 96, 5), {300, 96}, DType::F32, g);
+  const Tensor w = on(randoms(96, 6), {96}, DType::F32, g), bias = on(randoms(96, 7), {96}, DType::F32, g);
+  const Tensor dy = on(randoms(300 * 96, 8), {300, 96}, DType::F32, g);
+  const NormOut n = layernorm_forward(x, w, bias, 1e-5f);
+  const NormGrads n1 = layernorm_backward(dy, x, w, true, n.saved), n2 = layernorm_backward(dy, x, w, true, n.saved);
+  EXPECT_EQ(host(n1.dweight), host(n2.dweight));
+  EXPECT_EQ(host(n1.dbias), host(n2.dbias));
+
+  std::vector<int64_t> idv(500);
+  for (std::size_t i = 0; i < idv.size(); ++i) idv[i] = int64_t(i * 7 % 13);  // repeated rows
+  const Tensor ids = Tensor::from_ints(idv, {500}, DType::I64, g);
+  const Tensor dyt = on(randoms(500 * 32, 9), {500, 32}, DType::F32, g);
+  const Tensor e1 = embedding_backward(ids, dyt, {13, 32}, DType::BF16), e2 = embedding_backward(ids, dyt, {13, 32}, DType::BF16);
+  EXPECT_EQ(host(e1), host(e2));
+  // And in the CPU's order: the same bits as the CPU twin, bf16 rounding of every addition included.
+  const Tensor e_cpu = embedding_backward(ids.to(Device::cpu()), dyt.to(Device::cpu()), {13, 32}, DType::BF16);
+  EXPECT_EQ(host(e1), host(e_cpu));
+}
+
+TEST(CudaKernels, IdsOutsideTheVocabularyAreRefusedByPosition) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  const Device g = Device::cuda();
+  const Tensor table = Tensor::zeros({10, 4}, DType::F32, g);
+  const Tensor ids = Tensor::from_ints({1, 2, 3, 12, 4, 11}, {6}, DType::I64, g);
+  try {
+    embedding_forward(ids, table);
+    FAIL() << "an id of 12 in a vocabulary of 10 went through";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("id 12 at position 3"), std::string::npos) << m;
+  }
+}
