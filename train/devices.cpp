@@ -4,6 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+
+#include "core/backend/device_info.h"
 #include "core/check.h"
 #include "core/suggest.h"
 
@@ -56,6 +60,33 @@ DevicePreset device_preset(const std::string& name) {
   std::vector<std::string> names = device_preset_names();
   throw Error(str("[plan] unknown device '", name, "'", did_you_mean(name, names), "; presets: a100-40g, a100-80g, ",
                   "h100-80g, h200-141g, l4-24g, rtx4090-24g, v100-32g, cpu:<capacity>"));
+}
+
+DevicePreset local_gpu_preset(int index, std::size_t memory_limit) {
+  const core::CudaMemInfo m = core::cuda_memory_after_start(index);
+  const core::CudaInfo info = core::query_cuda();
+  const auto g = std::find_if(info.gpus.begin(), info.gpus.end(), [&](const core::GpuInfo& x) { return x.index == index; });
+  HR_CHECK(g != info.gpus.end(), "[device] cuda:", index, " did not answer cudaGetDeviceProperties");
+  std::string name = g->name;
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  // The throughputs of the preset of the same part (the cost model's rates), by the name the driver gives.
+  const bool big = m.total_bytes > int64_t(48) << 30;
+  const char* part = name.find("h200") != std::string::npos   ? "h200-141g"
+                     : name.find("h100") != std::string::npos ? "h100-80g"
+                     : name.find("a100") != std::string::npos ? (big ? "a100-80g" : "a100-40g")
+                     : name.find("l4") != std::string::npos   ? "l4-24g"
+                     : name.find("4090") != std::string::npos ? "rtx4090-24g"
+                     : name.find("v100") != std::string::npos ? "v100-32g"
+                                                              : "a100-40g";  // unknown parts: rates of an A100 40GB
+  DevicePreset p = device_preset(part);
+  p.name = str("cuda:", index, " (", g->name, ")");
+  // Measured here: the context, the libraries' handles and any other process's memory. A capped GPU counts only
+  // its allocator's segments against the cap, as the capped CPU device does.
+  p.capacity = memory_limit ? std::min<std::size_t>(memory_limit, std::size_t(m.free_bytes)) : std::size_t(m.total_bytes);
+  p.runtime_reserve = memory_limit ? 0 : std::size_t(m.total_bytes - m.free_bytes);
+  p.bf16 = g->major >= 8;
+  p.cuda = true;
+  return p;
 }
 
 }  // namespace hr::train

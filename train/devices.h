@@ -25,5 +25,9 @@ struct DevicePreset {
 // cpu alone is this machine's memory). Unknown names list the presets.
 DevicePreset device_preset(const std::string& name);
 std::vector<std::string> device_preset_names();
+// This machine's cuda:`index` as the planner sees it: its memory (or `memory_limit`, a capped GPU), the runtime
+// reserve measured at start-up (total - free once the context and library handles exist), bf16 from its compute
+// capability, and the throughputs of the preset of the same part. Throws where there is no such GPU.
+DevicePreset local_gpu_preset(int index, std::size_t memory_limit);
 
 }  // namespace hr::train

@@ -68,6 +68,7 @@ nlohmann::json MemoryLog::write(const StepRecord& r, const MemoryStats& s, const
   j["host"] = {{"allocated", host.allocated_bytes.current}, {"peak_allocated", host.allocated_bytes.peak},
                {"reserved", host.reserved_bytes.current}, {"by_category", hcat}};
   j["host_rss"] = rss;
+  if (r.device_total >= 0) j["device_free"] = r.device_free, j["device_total"] = r.device_total;
   j["warnings"] = r.warnings;
   const std::string line = j.dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), file_);

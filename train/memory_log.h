@@ -26,6 +26,7 @@ struct StepRecord {
   // plan's worst case; -1: none.
   int64_t predicted_peak = -1, predicted_reserved = -1, planned_peak = -1;
   const char* allocator = "caching";  // memory.allocator in use
+  int64_t device_free = -1, device_total = -1;  // cudaMemGetInfo after the step, on a GPU; -1: the CPU
   std::vector<std::string> warnings;  // the leak watch's and the prediction check's, as printed
 };
 

@@ -486,7 +486,11 @@ int64_t Plan::total_predicted() const {
   return peak + runtime_reserve;
 }
 
+core::Device run_device_of(const RunConfig& c) { return core::Device::parse(c.device); }
+
 DevicePreset run_device(const RunConfig& c) {
+  const core::Device d = run_device_of(c);
+  if (d.type == core::DeviceType::CUDA) return local_gpu_preset(d.index, c.memory_limit);
   return device_preset(c.memory_limit ? str("cpu:", c.memory_limit) : std::string("cpu"));
 }
 

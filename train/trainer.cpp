@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/backend/device_info.h"
 #include "core/io/atomic_file.h"
 #include "core/lru_map.h"
 #include "core/memory/device_memory.h"
@@ -261,6 +262,7 @@ class Trainer {
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<MemoryLog> mlog_;
   std::shared_ptr<CachingAllocator> alloc_, host_alloc_;
+  int gpu_ = -1;  // N of the cuda:N the run trains on; -1 on the CPU
   std::unique_ptr<RunObservers> observers_;  // TensorBoard, memory timelines, out-of-memory snapshots
   // For the console's ETA and the end-of-run summary.
   Clock::time_point loop_start_;
@@ -325,13 +327,15 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
     : comm_(comm), lead_(comm.rank() == 0), plan_(plan_and_preflight((use_cpu_threads(given, comm.world()), given))),
       c_(plan_.config), save_and_evaluate_at_end_(options.finish) {
   const int rank = comm.rank(), world = comm.world();
-  predictor_ = std::make_unique<Predictor>(c_, world, rank, Backend::CPU);
-  HR_CHECK(c_.device == "cpu", "[train] device.type '", c_.device,
-           "': training runs on the CPU back-end in this build (the CUDA back-end has GEMM and element-wise kernels "
-           "only)");
-  configure_device(Device::cpu(), {c_.memory_limit, Backend::CPU, c_.allocator});
-  alloc_ = allocator_for(Device::cpu());
+  // device.type: cpu or cuda:N. Parameters, gradients, states and activations live there through its caching
+  // allocator; the host allocator keeps the loader's batches and offloaded states.
+  const Device device = run_device_of(c_);
+  const Backend backend = device.type == DeviceType::CUDA ? Backend::CUDA : Backend::CPU;
+  predictor_ = std::make_unique<Predictor>(c_, world, rank, backend);
+  configure_device(device, {c_.memory_limit, backend, c_.allocator});
+  alloc_ = allocator_for(device);
   host_alloc_ = allocator_for(Device::host());
+  if (device.type == DeviceType::CUDA) gpu_ = device.index;
 
   const DataPaths paths = resolve_data_paths(c_, comm);
   DataOptions dopt = data_options(c_, paths.train_json, paths.image_folder);
@@ -341,7 +345,7 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
     eval_set_ = std::make_unique<LlavaDataset>(dopt, models::input_spec(c_.model.config));
   }
 
-  engine_ = std::make_unique<Engine>(c_, Device::cpu(), comm);
+  engine_ = std::make_unique<Engine>(c_, device, comm);
   const std::optional<std::string> resume_dir = options.resume ? latest_checkpoint(c_.output_dir) : std::nullopt;
   state_ = resume_dir ? engine_->load(*resume_dir) : engine_->start();
   // Planned: what starting left cached goes back, so that reserved is the states, their segments and the arena.
@@ -513,6 +517,10 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   // The dry run's requests replayed from the state this step started in.
   rec.predicted_reserved = replay(start, *predicted.requests, alloc_->capacity(), predicted.layout).peak_reserved;
   rec.allocator = allocator_kind_name(c_.allocator);
+  if (gpu_ >= 0) {
+    const core::CudaMemInfo m = core::cuda_memory_now(gpu_);
+    rec.device_free = m.free_bytes, rec.device_total = m.total_bytes;
+  }
   rec.planned_peak = plan_.rank.peak_allocated;
   if (!skipped && (ms.allocated_bytes.peak != rec.predicted_peak || ms.reserved_bytes.peak != rec.predicted_reserved)) {
     ++mismatches_;

@@ -24,6 +24,16 @@ struct CudaInfo {
 
 CudaInfo query_cuda();
 
+struct CudaMemInfo {
+  int64_t free_bytes = 0, total_bytes = 0;
+};
+// cuda:`index` once its context and the back-end's library handles (cuBLAS) exist, created here when they do not
+// yet. total - free is what no allocator of headroom's sees (the context, the handles' workspaces, other
+// processes): the plan's runtime reserve on this machine. Throws naming the device when it cannot be used.
+CudaMemInfo cuda_memory_after_start(int index);
+// cudaMemGetInfo of cuda:`index` now (the memory log's device_free and device_total).
+CudaMemInfo cuda_memory_now(int index);
+
 // "13.0" from 13000.
 std::string cuda_version_text(int version);
 

@@ -13,7 +13,7 @@ std::shared_ptr<CachingAllocator> make_allocator(Device d, const DeviceMemoryOpt
       break;
     case DeviceType::Host: raw = make_host_allocator(); break;
     case DeviceType::Meta: raw = make_meta_allocator(o.capacity); break;
-    case DeviceType::CUDA: raw = make_cuda_allocator(d.index); break;
+    case DeviceType::CUDA: raw = make_cuda_allocator(d.index, o.capacity); break;
   }
   return std::make_shared<CachingAllocator>(std::move(raw), d.name(),
                                             d.type == DeviceType::Host ? AllocatorKind::Caching : o.kind);

@@ -44,7 +44,8 @@ std::unique_ptr<RawAllocator> make_host_allocator();
 std::unique_ptr<RawAllocator> make_capped_host_allocator(std::size_t capacity);
 // Hands out fake, never-dereferenced addresses; `capacity` 0 means unlimited.
 std::unique_ptr<RawAllocator> make_meta_allocator(std::size_t capacity);
-// cudaMalloc/cudaFree on one device; throws "[cuda] no CUDA back-end" in builds without CUDA.
-std::unique_ptr<RawAllocator> make_cuda_allocator(int device_index);
+// cudaMalloc/cudaFree on one device; throws "[cuda] no CUDA back-end" in builds without CUDA. `capacity` > 0 caps
+// it there (device.memory_limit): a smaller card on a larger one.
+std::unique_ptr<RawAllocator> make_cuda_allocator(int device_index, std::size_t capacity = 0);
 
 }  // namespace hr::core

@@ -36,10 +36,12 @@ step versions bash -c "cat '$here/BUILD'; nvcc --version | tail -2; python3 -c '
 step libraries bash -c "missing=0; for b in '$here'/bin/*; do ldd \"\$b\" | grep 'not found' | sed \"s|^|\$(basename \$b): |\" && missing=1; done; exit \$missing"
 step info "$here/bin/headroom" info
 step ops_cuda "$here/bin/test_ops_cuda" --gtest_output="json:$out/ops_cuda.json"
+[[ -x $here/bin/test_cuda_kernels ]] && step cuda_kernels "$here/bin/test_cuda_kernels" --gtest_output="json:$out/cuda_kernels.json"
+[[ -x $here/bin/test_cuda_train ]] && step cuda_train env HR_HEADROOM="$here/bin/headroom" "$here/bin/test_cuda_train" --gtest_output="json:$out/cuda_train.json"
 [[ -x $here/bin/test_cuda_memory ]] && step cuda_memory "$here/bin/test_cuda_memory" --gtest_output="json:$out/cuda_memory.json"
 [[ -x $here/bin/test_nccl ]] && step nccl "$here/bin/test_nccl" --gtest_output="json:$out/nccl.json"
 if command -v compute-sanitizer > /dev/null; then
-  step sanitizer compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/test_ops_cuda" --gtest_filter='*Gemm*:*Attention*:*Copy*'
+  step sanitizer compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/test_ops_cuda"
 fi
 step cpu_smoke smoke "$out/cpu_smoke"
 step train_cuda smoke "$out/train_cuda" --set device.type=cuda

@@ -3,6 +3,7 @@
 // cudaGetDriverEntryPointByVersion so that the binary needs no libcuda to load on a machine without a GPU.
 #include <cuda.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "core/backend/cuda/cuda_check.h"
@@ -46,11 +47,13 @@ struct Vmm {
 
 class CudaAllocator : public RawAllocator {
  public:
-  explicit CudaAllocator(int device) : device_(device) {
+  // cap > 0: a capped GPU (device.memory_limit): it runs out at `cap` bytes as a smaller card would.
+  CudaAllocator(int device, std::size_t cap) : device_(device) {
     HR_CUDA_CHECK(cudaSetDevice(device_));
     std::size_t free_bytes = 0, total = 0;
     HR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
-    capacity_ = total;
+    capacity_ = cap ? std::min(cap, total) : total;
+    capped_ = cap != 0;
     prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop_.location.id = device_;
@@ -69,6 +72,7 @@ class CudaAllocator : public RawAllocator {
   }
   void release(void* base, std::size_t bytes) override { vmm_.free(reinterpret_cast<CUdeviceptr>(base), bytes); }
   bool map(void* at, std::size_t bytes) override {
+    if (capped_ && used_ + bytes > capacity_) return false;
     const auto base = reinterpret_cast<CUdeviceptr>(at);
     for (std::size_t off = 0; off < bytes; off += kPageSize) {
       CUmemGenericAllocationHandle h{};
@@ -102,6 +106,7 @@ class CudaAllocator : public RawAllocator {
     }
   }
   void* allocate(std::size_t bytes) override {
+    if (capped_ && used_ + bytes > capacity_) return nullptr;
     HR_CUDA_CHECK(cudaSetDevice(device_));
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, bytes);
@@ -124,6 +129,7 @@ class CudaAllocator : public RawAllocator {
  private:
   int device_;
   std::size_t capacity_ = 0, used_ = 0, page_ = 0;
+  bool capped_ = false;
   Vmm vmm_;
   CUmemAllocationProp prop_{};
   std::unordered_map<CUdeviceptr, CUmemGenericAllocationHandle> pages_;
@@ -131,8 +137,8 @@ class CudaAllocator : public RawAllocator {
 
 }  // namespace
 
-std::unique_ptr<RawAllocator> make_cuda_allocator(int device_index) {
-  return std::make_unique<CudaAllocator>(device_index);
+std::unique_ptr<RawAllocator> make_cuda_allocator(int device_index, std::size_t capacity) {
+  return std::make_unique<CudaAllocator>(device_index, capacity);
 }
 
 }  // namespace hr::core

@@ -1,9 +1,11 @@
-// query_cuda through the CUDA runtime: versions, then each device's properties and free memory.
+// query_cuda through the CUDA runtime: versions, then each device's properties and free memory; a device's memory
+// once the back-end has started on it.
 #include "core/backend/device_info.h"
 
 #include <cuda_runtime.h>
 
-#include "core/check.h"
+#include "core/backend/cuda/cuda_check.h"
+#include "core/backend/cuda/cuda_kernels.h"
 
 namespace hr::core {
 
@@ -38,6 +40,25 @@ CudaInfo query_cuda() {
   cudaGetLastError();
   if (info.gpus.empty()) info.absent = "no GPU answered cudaGetDeviceProperties";
   return info;
+}
+
+CudaMemInfo cuda_memory_now(int index) {
+  HR_CUDA_CHECK(cudaSetDevice(index));
+  std::size_t free_bytes = 0, total = 0;
+  HR_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  return {int64_t(free_bytes), int64_t(total)};
+}
+
+CudaMemInfo cuda_memory_after_start(int index) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  HR_CHECK(e == cudaSuccess && index >= 0 && index < count, "[device] cuda:", index, " is not usable: ",
+           e != cudaSuccess ? std::string(cudaGetErrorString(e)) : str(count, " GPU(s) on this machine"));
+  HR_CUDA_CHECK(cudaSetDevice(index));
+  HR_CUDA_CHECK(cudaFree(nullptr));  // the context
+  cuda::create_library_handles();
+  HR_CUDA_CHECK(cudaDeviceSynchronize());
+  return cuda_memory_now(index);
 }
 
 }  // namespace hr::core

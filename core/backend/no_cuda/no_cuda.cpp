@@ -9,7 +9,7 @@ const Kernels& cuda_kernels() {
   throw Error("[cuda] no CUDA back-end in this build (configure found no nvcc; see the CUDA line of cmake's output)");
 }
 
-std::unique_ptr<RawAllocator> make_cuda_allocator(int device_index) {
+std::unique_ptr<RawAllocator> make_cuda_allocator(int device_index, std::size_t) {
   throw Error(str("[cuda] cannot use cuda:", device_index, ": no CUDA back-end in this build"));
 }
 
@@ -18,5 +18,11 @@ CudaInfo query_cuda() {
   info.absent = "no CUDA back-end in this build";
   return info;
 }
+
+CudaMemInfo cuda_memory_after_start(int index) {
+  throw Error(str("[cuda] cannot use cuda:", index, ": no CUDA back-end in this build"));
+}
+
+CudaMemInfo cuda_memory_now(int index) { return cuda_memory_after_start(index); }
 
 }  // namespace hr::core
