@@ -56,9 +56,22 @@ int cmd_plan(const std::vector<std::string>& args) {
   HR_CHECK(world >= 1, "[plan] --world-size must be at least 1");
   RunConfig c = load_config(p.config, p.sets, world);
   use_cpu_threads(c, world);
-  DevicePreset dev = p.options.count("--device") ? device_preset(p.options["--device"]) : run_device(c);
+  // Without --device the run's own device: a cuda:N config plans for this machine's GPU, measured.
+  auto own_device = [&] {
+    try {
+      return run_device(c);
+    } catch (const Error& e) {
+      if (run_device_of(c).type != core::DeviceType::CUDA || p.options.count("--capacity")) throw;
+      std::string names;
+      for (const std::string& n : device_preset_names()) names += (names.empty() ? "" : ", ") + n;
+      throw Error(str(e.what(), "\n[plan] device.type is ", c.device, ": to plan for a GPU this machine does not have, ",
+                      "name one with --device (", names, ")"));
+    }
+  };
+  DevicePreset dev = p.options.count("--device") ? device_preset(p.options["--device"])
+                     : p.options.count("--capacity") ? device_preset("cpu")
+                                                     : own_device();
   if (p.options.count("--capacity")) {
-    if (!p.options.count("--device")) dev = device_preset("cpu");
     dev.name = str(dev.name, " capped at ", p.options["--capacity"]);
     dev.capacity = parse_bytes(p.options["--capacity"], "--capacity");
   }
