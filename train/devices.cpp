@@ -63,8 +63,8 @@ DevicePreset device_preset(const std::string& name) {
 }
 
 DevicePreset local_gpu_preset(int index, std::size_t memory_limit) {
-  const core::CudaMemInfo m = core::cuda_memory_after_start(index);
   const core::CudaInfo info = core::query_cuda();
+  const core::CudaMemInfo m = core::cuda_memory_after_start(index);  // leaves cuda:index current
   const auto g = std::find_if(info.gpus.begin(), info.gpus.end(), [&](const core::GpuInfo& x) { return x.index == index; });
   HR_CHECK(g != info.gpus.end(), "[device] cuda:", index, " did not answer cudaGetDeviceProperties");
   std::string name = g->name;

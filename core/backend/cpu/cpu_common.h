@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/backend/dispatch_index.h"
 #include "core/check.h"
 #include "core/tensor.h"
 
 namespace hr::cpu {
 
 using core::bf16;
+using core::dispatch_index;
 using core::DType;
 using core::f16;
 using core::Tensor;
@@ -31,16 +33,6 @@ void dispatch_float(DType t, const char* op, F&& f) {
     case DType::BF16: f(bf16{}); return;
     case DType::F16: f(f16{}); return;
     default: throw Error(str("[", op, "] unsupported dtype ", core::dtype_name(t), " (expects f32, bf16 or f16)"));
-  }
-}
-
-// Calls f(T{}) with T the C++ type of an index dtype.
-template <typename F>
-void dispatch_index(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::I32: f(int32_t{}); return;
-    case DType::I64: f(int64_t{}); return;
-    default: throw Error(str("[", op, "] indices must be i32 or i64; got ", core::dtype_name(t)));
   }
 }
 

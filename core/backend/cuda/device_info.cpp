@@ -24,6 +24,8 @@ CudaInfo query_cuda() {
     cudaGetLastError();
     return info;
   }
+  int current = 0;
+  cudaGetDevice(&current);  // put back below: asking each GPU for its free memory makes it current
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp p{};
     if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
@@ -37,6 +39,7 @@ CudaInfo query_cuda() {
     if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess) g.free_bytes = int64_t(free);
     info.gpus.push_back(g);
   }
+  cudaSetDevice(current);
   cudaGetLastError();
   if (info.gpus.empty()) info.absent = "no GPU answered cudaGetDeviceProperties";
   return info;

@@ -6,8 +6,11 @@
 #include <cstdint>
 
 #include "core/backend/cuda/cuda_common.h"
+#include "core/backend/dispatch_index.h"
 
 namespace hr::cuda {
+
+using core::dispatch_index;
 
 constexpr unsigned long long kNoIndex = ~0ull;
 
@@ -35,16 +38,6 @@ inline int64_t index_at(const Tensor& ids, unsigned long long i) {
     HR_CUDA_CHECK(cudaMemcpy(&v, static_cast<const int64_t*>(ids.data_ptr()) + i, sizeof v, cudaMemcpyDeviceToHost));
   }
   return v;
-}
-
-// Calls f(I{}) with I the C++ type of an index dtype.
-template <typename F>
-void dispatch_index(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::I32: f(int32_t{}); return;
-    case DType::I64: f(int64_t{}); return;
-    default: throw Error(str("[", op, "] indices must be i32 or i64; got ", core::dtype_name(t)));
-  }
 }
 
 }  // namespace hr::cuda
