@@ -203,6 +203,22 @@ TEST(Plan, PreflightRefusesWhatDoesNotFitAndNamesTheCheapestFixes) {
   EXPECT_NE(p.output.find("DOES NOT FIT"), std::string::npos) << p.output;
 }
 
+TEST(Plan, ACudaConfigPlansForThisMachinesGpuOrAsksForAPreset) {
+  const std::string base = fresh_dir("plan_cuda");
+  const std::string cfg = config(base);
+  CmdResult own = headroom(str("plan ", cfg, " --set device.type=cuda:0"));
+  if (own.status == 0) {
+    // A GPU is here: the plan is for it, its runtime reserve measured.
+    EXPECT_NE(own.output.find("cuda:0 ("), std::string::npos) << own.output;
+  } else {
+    // None: the error says why and how to plan for a GPU anyway; it never plans for the CPU's memory instead.
+    EXPECT_NE(own.output.find("cuda:0 is not usable"), std::string::npos) << own.output;
+    EXPECT_NE(own.output.find("name one with --device (a100-40g, a100-80g, h100-80g"), std::string::npos) << own.output;
+  }
+  const json preset = plan_json(cfg, "--set device.type=cuda:0 --device h100-80g");
+  EXPECT_TRUE(preset["fits"].get<bool>()) << preset.dump();
+}
+
 TEST(Plan, PreflightOffersLoraWhenNoFullFineTuneFitsAndNeverPicksItItself) {
   const std::string base = fresh_dir("plan_lora_fix");
   const std::string cfg = config(base);
