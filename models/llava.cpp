@@ -128,7 +128,14 @@ Tensor Llava::embed_inputs(const Batch& b, LlavaState& st, const ModelOptions& o
     Tensor pixels;
     {
       MemoryScope scope(Category::IO, "batch");
-      pixels = b.pixel_values.to(dev);
+      // The loader's batch lives until the step ends: on a GPU the transfer from its (pinned) buffer overlaps
+      // the embedding lookup and the first layers' launches.
+      if (b.pixel_values.device() == dev) {
+        pixels = b.pixel_values;
+      } else {
+        pixels = Tensor::empty(b.pixel_values.shape(), b.pixel_values.dtype(), dev);
+        copy_async_(pixels, b.pixel_values);
+      }
     }
     Tensor feats = vision_->forward(pixels, st.vision, opt.vision_policy, inference || !vision_trainable_);
     const DType llm_dtype = store_->dtype();

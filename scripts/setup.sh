@@ -51,6 +51,10 @@ pypi_pins=(tensorboard==2.16.2 protobuf==4.25.3
 # imports with torch 1.13; it and accelerate (which it imports) go in without their dependencies, which would
 # pull a torch 2 wheel: the ones they use (numpy, psutil, pyyaml, safetensors, huggingface-hub) are here already.
 nodeps_pins=(peft==0.13.2 accelerate==1.2.1)
+# cuDNN's C++ frontend (header-only; the wheel's include/ holds it): the graph API behind the CUDA back-end's
+# fused attention (core/backend/cuda/cudnn_attention.cpp). Only its headers are used, so its Python side's
+# dependencies (CUTLASS DSL, TVM FFI) are not installed.
+nodeps_pins+=(nvidia-cudnn-frontend==1.32.0)
 stamp="$pyenv/.headroom-pins"
 if [[ ! -x "$pyenv/bin/python3" ]]; then
   /usr/bin/python3 -m venv --system-site-packages "$pyenv"

@@ -21,6 +21,9 @@ struct Kernels {
   // Memory
   void (*fill)(const Tensor& out, float value) = nullptr;
   void (*copy)(const Tensor& dst, const Tensor& src) = nullptr;  // any strides, casts between dtypes
+  // copy, except that a host<->device transfer may still run when it returns (on the compute stream): both
+  // tensors must stay alive until the stream next synchronizes. From pinned host memory it overlaps compute.
+  void (*copy_async)(const Tensor& dst, const Tensor& src) = nullptr;
 
   // Linear algebra
   void (*gemm)(const GemmArgs&) = nullptr;

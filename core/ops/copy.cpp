@@ -23,6 +23,15 @@ void copy_(const Tensor& dst, const Tensor& src) {
   launch("copy", run, &Kernels::copy, dst, src);
 }
 
+void copy_async_(const Tensor& dst, const Tensor& src) {
+  HR_CHECK(dst.shape() == src.shape(), "[copy_async] shape mismatch: ", dst.describe(), " <- ", src.describe());
+  if (dst.numel() == 0) return;
+  Device dd = dst.device(), sd = src.device();
+  if (dd.type == DeviceType::Meta || sd.type == DeviceType::Meta) return;
+  Device run = dd.type == DeviceType::CUDA ? dd : sd;
+  launch("copy_async", run, &Kernels::copy_async, dst, src);
+}
+
 void fill_(const Tensor& dst, float value) {
   if (dst.numel() == 0) return;
   launch("fill", dst.device(), &Kernels::fill, dst, value);

@@ -9,6 +9,9 @@ namespace hr::core {
 
 // dst = src element-wise (same shape; any strides; casts between dtypes; host/cpu/meta/cuda as the build allows).
 void copy_(const Tensor& dst, const Tensor& src);
+// copy_ that may return while a host<->device transfer still runs on the compute stream: the caller keeps dst
+// and src alive until the stream next synchronizes (a batch copied in at a step's start, read back at its end).
+void copy_async_(const Tensor& dst, const Tensor& src);
 void fill_(const Tensor& dst, float value);
 
 Tensor cast(const Tensor& x, DType dtype);

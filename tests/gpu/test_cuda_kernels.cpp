@@ -1,14 +1,17 @@
 // What the op table (test_ops_cuda) does not cover of the CUDA kernels (label gpu): the optimizer updates against
 // their CPU twins over several steps (f32, and bf16 parameters with f32 masters), reductions over arrays larger
 // than one pass of the fixed grid, bit-for-bit repeatability of the kernels that sum (attention backward, norm
-// weight gradients, embedding backward, global norm), and bad ids and labels refused by position. Skipped where
-// no GPU is present.
+// weight gradients, embedding backward, global norm), bad ids and labels refused by position, and cuDNN's fused
+// attention against the own kernel in both directions. Skipped where no GPU is present.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
+#include "core/backend/cuda/attention_path.h"
+#include "core/backend/cuda/cudnn_attention.h"
+#include "core/backend/device_info.h"
 #include "core/ops/attention.h"
 #include "core/ops/embedding.h"
 #include "core/ops/norm.h"
@@ -145,5 +148,55 @@ TEST(CudaKernels, IdsOutsideTheVocabularyAreRefusedByPosition) {
   } catch (const Error& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("id 12 at position 3"), std::string::npos) << m;
+  }
+}
+
+// The shapes cuDNN admits take its fused attention on the GPU (the sizing query says so), and give what the own
+// kernel gives: output, log-sum-exp, and gradients, also when the backward is not the forward's kernel.
+TEST(CudaKernels, CudnnFusedAttentionMatchesTheOwnKernelBothWays) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  cuda_memory_after_start(0);  // the library handles, which register cuDNN's sizing query
+  struct Case {
+    int64_t b, lq, lkv, hq, hkv, d;
+    Mask mask;
+    DType t;
+  };
+  const Device g = Device::cuda();
+  for (const Case c : {Case{2, 64, 64, 8, 8, 64, Mask::Causal, DType::BF16}, Case{2, 70, 70, 8, 2, 64, Mask::Causal, DType::BF16},
+                       Case{1, 33, 80, 4, 4, 128, Mask::Causal, DType::F16}, Case{2, 48, 48, 4, 2, 32, Mask::None, DType::BF16}}) {
+    const std::string what = str(c.b, "x", c.lq, "x", c.lkv, " heads ", c.hq, "/", c.hkv, " dim ", c.d,
+                                 c.mask == Mask::Causal ? " causal " : " ", dtype_name(c.t));
+    const float scale = 1.f / std::sqrt(float(c.d));
+    const Tensor q = on(randoms(std::size_t(c.b * c.lq * c.hq * c.d), 1), {c.b, c.lq, c.hq, c.d}, c.t, g);
+    const Tensor k = on(randoms(std::size_t(c.b * c.lkv * c.hkv * c.d), 2), {c.b, c.lkv, c.hkv, c.d}, c.t, g);
+    const Tensor v = on(randoms(std::size_t(c.b * c.lkv * c.hkv * c.d), 3), {c.b, c.lkv, c.hkv, c.d}, c.t, g);
+    const Tensor dout = on(randoms(std::size_t(c.b * c.lq * c.hq * c.d), 4), {c.b, c.lq, c.hq, c.d}, c.t, g);
+    AttentionDesc d;
+    d.batch = c.b, d.q_len = c.lq, d.kv_len = c.lkv, d.q_heads = c.hq, d.kv_heads = c.hkv, d.head_dim = c.d;
+    d.dtype = c.t, d.mask = c.mask;
+    ASSERT_TRUE(cudnn_attention_admits(d, false)) << what;
+    CudnnAttentionQuery query = cudnn_attention_query();
+    ASSERT_NE(query, nullptr) << "no cuDNN sizing query registered";
+    std::size_t ws = 0;
+    EXPECT_TRUE(query(d, false, &ws)) << "cuDNN does not take the forward of " << what;
+    EXPECT_TRUE(query(d, true, &ws)) << "cuDNN does not take the backward of " << what;
+
+    cuda::set_cudnn_attention_enabled(true);
+    const AttentionOut fc = attention_forward(q, k, v, c.mask, scale);
+    const AttentionGrads gc = attention_backward(dout, q, k, v, fc, c.mask, scale);
+    cuda::set_cudnn_attention_enabled(false);
+    const AttentionOut fo = attention_forward(q, k, v, c.mask, scale);
+    const AttentionGrads go = attention_backward(dout, q, k, v, fo, c.mask, scale);
+    const AttentionGrads mixed = attention_backward(dout, q, k, v, fc, c.mask, scale);  // cuDNN's forward, own backward
+    cuda::set_cudnn_attention_enabled(true);
+    const AttentionGrads mixed2 = attention_backward(dout, q, k, v, fo, c.mask, scale);  // and the other way
+
+    expect_close(host(fc.out), host(fo.out), 2e-2, what + " out");
+    expect_close(host(fc.lse), host(fo.lse), 1e-3, what + " lse");
+    for (const auto* grads : {&gc, &mixed, &mixed2}) {
+      expect_close(host(grads->dq), host(go.dq), 3e-2, what + " dq");
+      expect_close(host(grads->dk), host(go.dk), 3e-2, what + " dk");
+      expect_close(host(grads->dv), host(go.dv), 3e-2, what + " dv");
+    }
   }
 }

@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "core/memory/arena_plan.h"
+#include "core/memory/device_memory.h"
+#include "core/ops/copy.h"
 #include "core/memory/caching_allocator.h"
 #include "core/memory/replay.h"
 
@@ -79,4 +81,21 @@ TEST(CudaMemory, APlannedStretchRunsFromItsArena) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   gpu.free(kept);
   meta.free(kept_meta);
+}
+
+TEST(CudaMemory, APinnedHostDeviceIsPageLockedAndCopiesFromItAsynchronously) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  MemoryContext context;
+  MemoryContext::Use use(context);
+  configure_device(Device::host(), {0, Backend::CPU, AllocatorKind::Caching, true});
+  std::vector<float> values(3 << 20);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = float(i % 1000) * 0.5f;
+  const Tensor batch = Tensor::from_floats(values, {3, 1 << 20}, DType::F32, Device::host());
+  cudaPointerAttributes attributes{};
+  ASSERT_EQ(cudaPointerGetAttributes(&attributes, batch.data_ptr()), cudaSuccess);
+  EXPECT_EQ(attributes.type, cudaMemoryTypeHost) << "the host device's memory is not page-locked";
+  EXPECT_EQ(allocator_for(Device::host())->stats().allocated_bytes.current, int64_t(12_MiB));
+  const Tensor on_gpu = Tensor::empty(batch.shape(), DType::F32, Device::cuda());
+  copy_async_(on_gpu, batch);
+  EXPECT_EQ(on_gpu.to(Device::cpu()).to_floats(), values);  // the copy back waits for the stream
 }

@@ -2,7 +2,10 @@
 // predictors (two dry runs at different capacities and targets) live at once without touching each other.
 #include <gtest/gtest.h>
 
+#include "core/backend/cuda/attention_path.h"
+#include "core/backend/kernels.h"
 #include "core/memory/device_memory.h"
+#include "core/ops/copy.h"
 #include "train/config.h"
 #include "train/planner.h"
 
@@ -58,4 +61,58 @@ TEST(MemoryContext, TwoPredictorsLiveAtOnceAndPredictAsEachWouldAlone) {
     EXPECT_EQ(b.peak_allocated, alone_cuda.peak_allocated);
     EXPECT_EQ(b.peak_reserved, alone_cuda.peak_reserved);
   }
+}
+
+// Only the host device can be pinned (the GPU run's loader buffers and offloaded states); asking for it elsewhere
+// names the device. Off a GPU, copy_async_ is a plain copy.
+TEST(MemoryContext, OnlyTheHostDeviceIsPinnedAndCopyAsyncIsACopyOnTheCpu) {
+  MemoryContext context;
+  MemoryContext::Use use(context);
+  try {
+    configure_device(Device::cpu(), {0, Backend::CPU, AllocatorKind::Caching, true});
+    FAIL() << "a pinned cpu device was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("only the host device can be pinned; got cpu"), std::string::npos) << e.what();
+  }
+  const std::vector<float> values = {1.f, -2.f, 3.5f, 4.f, 5.f, 6.f};
+  const Tensor host = Tensor::from_floats(values, {2, 3}, DType::F32, Device::host());
+  const Tensor cpu = Tensor::empty({2, 3}, DType::F32, Device::cpu());
+  copy_async_(cpu, host);
+  EXPECT_EQ(cpu.to_floats(), values);
+}
+
+// The CUDA attention sizing, as the meta device plans a GPU run: a shape cuDNN's fused attention admits gets room
+// for it or for the own kernel, whichever needs more; the rest (f32, large head dims) the own kernel's delta; and
+// a GPU's query (registered by the CUDA back-end there) decides where one answers.
+TEST(MemoryContext, CudaAttentionSizingCoversTheKernelEachShapeTakes) {
+  const Kernels& k = cuda_sizing_kernels();
+  AttentionDesc d;
+  d.batch = 2, d.q_len = 128, d.kv_len = 128, d.q_heads = 8, d.kv_heads = 2, d.head_dim = 64;
+  d.dtype = DType::BF16, d.mask = Mask::Causal;
+  const std::size_t rows = 2 * 8 * 128, delta = rows * 4;
+  ASSERT_TRUE(cudnn_attention_admits(d, false));
+  EXPECT_FALSE(cudnn_attention_admits(d, true)) << "a KV cache takes the own kernel";
+  EXPECT_EQ(k.attention_workspace_bytes(d, false), 0u);
+  EXPECT_EQ(k.attention_workspace_bytes(d, true), rows * 64 * 4 + delta);  // dQ's f32 accumulator and row sums
+  AttentionDesc f32 = d;
+  f32.dtype = DType::F32;
+  EXPECT_FALSE(cudnn_attention_admits(f32, false));
+  EXPECT_EQ(k.attention_workspace_bytes(f32, true), delta);
+  AttentionDesc wide = d;
+  wide.head_dim = 256;
+  EXPECT_FALSE(cudnn_attention_admits(wide, false));
+  EXPECT_EQ(k.attention_workspace_bytes(wide, true), delta);
+
+  // A GPU where cuDNN's graph builds for multi-head shapes only, with a 1 MiB backward workspace.
+  const CudnnAttentionQuery saved = cudnn_attention_query();
+  set_cudnn_attention_query([](const AttentionDesc& a, bool backward, std::size_t* ws) {
+    *ws = backward ? std::size_t(1) << 20 : 0;
+    return a.kv_heads == a.q_heads;
+  });
+  AttentionDesc mha = d;
+  mha.kv_heads = 8;
+  EXPECT_EQ(k.attention_workspace_bytes(mha, true), std::size_t(1) << 20);
+  EXPECT_EQ(k.attention_workspace_bytes(mha, false), 0u);
+  EXPECT_EQ(k.attention_workspace_bytes(d, true), delta) << "the graph did not build: the own kernel's need";
+  set_cudnn_attention_query(saved);
 }

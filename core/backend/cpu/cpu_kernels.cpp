@@ -16,6 +16,7 @@ const Kernels& cpu_kernels() {
     t.norm_workspace_bytes = cpu::norm_workspace_bytes;
     t.fill = cpu::fill;
     t.copy = cpu::copy;
+    t.copy_async = cpu::copy;
     t.gemm = cpu::gemm;
     t.dequantize = cpu::dequantize;
     t.axpby = cpu::axpby;

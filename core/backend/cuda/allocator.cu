@@ -4,6 +4,7 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <atomic>
 #include <unordered_map>
 
 #include "core/backend/cuda/cuda_check.h"
@@ -136,6 +137,37 @@ class CudaAllocator : public RawAllocator {
 };
 
 }  // namespace
+
+namespace {
+
+// The host device's segments when a run is on a GPU: page-locked, so that copies to the GPU are DMA transfers
+// that run beside compute. Accounted on the host allocator like any host memory.
+class PinnedHostAllocator : public RawAllocator {
+ public:
+  void* allocate(std::size_t bytes) override {
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    used_ += bytes;
+    return p;
+  }
+  void deallocate(void* ptr, std::size_t bytes) override {
+    cudaFreeHost(ptr);
+    used_ -= bytes;
+  }
+  std::size_t capacity() const override { return 0; }
+  std::size_t used() const override { return used_; }
+  std::string name() const override { return "host"; }
+
+ private:
+  std::atomic<std::size_t> used_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<RawAllocator> make_pinned_host_allocator() { return std::make_unique<PinnedHostAllocator>(); }
 
 std::unique_ptr<RawAllocator> make_cuda_allocator(int device_index, std::size_t capacity) {
   return std::make_unique<CudaAllocator>(device_index, capacity);

@@ -1,4 +1,5 @@
-// CUDA attention, the contract of the CPU twin (backend/cpu/attention.cpp): O(L) memory, the forward saving each
+// CUDA attention where cuDNN's fused attention does not take the shape (cudnn_attention.cpp: f32, KV caches,
+// head dims cuDNN's flash kernels do not cover), with the contract of the CPU twin (backend/cpu/attention.cpp): O(L) memory, the forward saving each
 // query's log-sum-exp and the backward recomputing the probabilities from it.
 // - Forward: an online softmax over key tiles, one block per (query, head, sequence), with or without a KV
 //   cache's per-row positions.
@@ -9,6 +10,7 @@
 //   with atomics instead).
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
+#include "core/backend/cuda/cudnn_attention.h"
 #include "core/backend/cuda/device/dtype.cuh"
 #include "core/backend/cuda/device/reduce.cuh"
 
@@ -186,6 +188,7 @@ __global__ void attention_dq_kernel(const T* q, const T* k, const T* v, const T*
 }  // namespace
 
 void attention_forward(const AttentionArgs& a) {
+  if (cudnn_attention_forward(a)) return;
   const AttentionDesc& s = a.desc;
   HR_CHECK(s.head_dim <= kMaxHeadDim, "[attention] head_dim ", s.head_dim, " is larger than the CUDA kernel's ",
            kMaxHeadDim);
@@ -202,6 +205,7 @@ void attention_forward(const AttentionArgs& a) {
 }
 
 void attention_backward(const AttentionArgs& a) {
+  if (cudnn_attention_backward(a)) return;
   const AttentionDesc& s = a.desc;
   HR_CHECK(s.head_dim <= kMaxHeadDim, "[attention_backward] head_dim ", s.head_dim,
            " is larger than the CUDA kernel's ", kMaxHeadDim);

@@ -76,6 +76,16 @@ void fill(const Tensor& out, float value) {
   HR_CUDA_CHECK(cudaGetLastError());
 }
 
+// A plain copy between host and device waits for the transfer (the host side may be freed or read right after);
+// copy_async leaves it running on the stream, for callers that keep both sides alive until the stream syncs.
+void copy_async(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    HR_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault, stream()));
+    return;
+  }
+  copy(dst, src);
+}
+
 void copy(const Tensor& dst, const Tensor& src) {
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
     HR_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault, stream()));

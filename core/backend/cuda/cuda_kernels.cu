@@ -9,6 +9,7 @@ const Kernels& cuda_kernels() {
     Kernels t = cuda_sizing_kernels();
     t.fill = cuda::fill;
     t.copy = cuda::copy;
+    t.copy_async = cuda::copy_async;
     t.gemm = cuda::gemm;
     t.dequantize = cuda::dequantize;
     t.axpby = cuda::axpby;

@@ -8,12 +8,13 @@ namespace hr::cuda {
 
 using namespace hr::core;
 
-// Creates the library handles the kernels use (cuBLAS) on the current device, if not yet: start-up measures
+// Creates the library handles the kernels use (cuBLAS, cuBLASLt, cuDNN) on the current device, if not yet: start-up measures
 // what they take.
 void create_library_handles();
 
 void fill(const Tensor& out, float value);
 void copy(const Tensor& dst, const Tensor& src);
+void copy_async(const Tensor& dst, const Tensor& src);
 void gemm(const GemmArgs& a);
 void dequantize(const DequantArgs& a);
 void axpby(const Tensor& out, float alpha, const Tensor& x, float beta, const Tensor& y);

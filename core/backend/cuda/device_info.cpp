@@ -6,12 +6,14 @@
 
 #include "core/backend/cuda/cuda_check.h"
 #include "core/backend/cuda/cuda_kernels.h"
+#include "core/backend/cuda/cudnn_attention.h"
 
 namespace hr::core {
 
 CudaInfo query_cuda() {
   CudaInfo info;
   cudaRuntimeGetVersion(&info.runtime_version);
+  info.fused_attention = cuda::cudnn_attention_version();
   if (cudaDriverGetVersion(&info.driver_version) != cudaSuccess || info.driver_version == 0) {
     info.driver_version = 0;
     info.absent = "no NVIDIA driver on this machine";

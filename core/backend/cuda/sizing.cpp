@@ -1,8 +1,11 @@
 // Workspace sizes of the CUDA back-end, in plain C++ so every build (and the meta device) can plan a GPU run.
-// They are exactly what the CUDA kernels are given: cuBLAS's workspace, the widened GEMM operands, the attention
-// backward's delta (attention.cu), the norm weight-gradient partials (norm.cu).
+// They are exactly what the CUDA kernels are given: cuBLASLt's workspace, the widened GEMM operands, cuDNN's
+// fused-attention workspace or the own attention backward's delta (attention.cu), the norm weight-gradient
+// partials (norm.cu).
 #include <algorithm>
+#include <atomic>
 
+#include "core/backend/cuda/attention_path.h"
 #include "core/backend/kernels.h"
 
 namespace hr::core {
@@ -25,9 +28,24 @@ std::size_t gemm_bytes(const GemmDesc& d) {
   return bytes;
 }
 
-std::size_t attention_bytes(const AttentionDesc& a, bool backward) {
+std::atomic<CudnnAttentionQuery> g_cudnn_query{nullptr};
+
+std::size_t own_attention_bytes(const AttentionDesc& a, bool backward) {
   if (!backward) return 0;
   return align(std::size_t(a.batch * a.q_heads * a.q_len) * 4);  // delta = rowsum(dO * O), f32
+}
+
+// On a GPU, cuDNN's own figure for the shapes whose graph builds there. Without one (planning for a GPU
+// elsewhere), a shape cuDNN admits gets the larger of cuDNN's rule and the own kernel's need: either kernel
+// runs within it.
+std::size_t attention_bytes(const AttentionDesc& a, bool backward) {
+  const std::size_t own = own_attention_bytes(a, backward);
+  if (!cudnn_attention_admits(a, false)) return own;
+  if (CudnnAttentionQuery query = g_cudnn_query.load()) {
+    std::size_t workspace = 0;
+    return query(a, backward, &workspace) ? std::max(workspace, own) : own;
+  }
+  return std::max(own, cudnn_attention_rule_workspace(a, backward));
 }
 
 std::size_t norm_bytes(int64_t rows, int64_t cols) {
@@ -36,6 +54,20 @@ std::size_t norm_bytes(int64_t rows, int64_t cols) {
 }
 
 }  // namespace
+
+bool cudnn_attention_admits(const AttentionDesc& d, bool kv_cache) {
+  return !kv_cache && (d.dtype == DType::BF16 || d.dtype == DType::F16) && d.head_dim % 8 == 0 &&
+         d.head_dim > 0 && d.head_dim <= 128 && d.batch > 0 && d.q_len > 0 && d.kv_len > 0;
+}
+
+std::size_t cudnn_attention_rule_workspace(const AttentionDesc& d, bool backward) {
+  if (!backward) return 0;
+  const std::size_t rows = std::size_t(d.batch * d.q_heads * d.q_len);
+  return align(rows * std::size_t(d.head_dim) * 4) + align(rows * 4);
+}
+
+void set_cudnn_attention_query(CudnnAttentionQuery query) { g_cudnn_query.store(query); }
+CudnnAttentionQuery cudnn_attention_query() { return g_cudnn_query.load(); }
 
 const Kernels& cuda_sizing_kernels() {
   static const Kernels k = [] {

@@ -1,0 +1,26 @@
+// Which kernel a CUDA attention takes, shared by the kernels and the sizing so that the workspace an op allocates
+// is the one its kernel uses. cuDNN's fused attention (cudnn_attention.cpp) takes the shapes its flash kernels
+// support; the back-end's own kernel (attention.cu) takes the rest, f32 and KV caches included.
+#pragma once
+
+#include <cstddef>
+
+#include "core/ops/params.h"
+
+namespace hr::core {
+
+// cuDNN 9's rule for its fused (flash) attention: bf16 or f16, head_dim a multiple of 8 up to 128, no KV
+// cache. A shape it admits may still fail to build on a given GPU; the query below then says no.
+bool cudnn_attention_admits(const AttentionDesc& d, bool kv_cache);
+
+// What cuDNN reports as the graph's workspace, from the sizes its flash backward keeps in f32 (dQ's accumulator
+// and the softmax row sums): the figure a machine without a GPU plans with. Forward needs none.
+std::size_t cudnn_attention_rule_workspace(const AttentionDesc& d, bool backward);
+
+// Set by the CUDA back-end once its cuDNN handle exists on a GPU: true and cuDNN's own workspace figure when
+// the graph for the shape builds there, false when the shape takes the back-end's own kernel.
+using CudnnAttentionQuery = bool (*)(const AttentionDesc& d, bool backward, std::size_t* workspace);
+void set_cudnn_attention_query(CudnnAttentionQuery query);
+CudnnAttentionQuery cudnn_attention_query();
+
+}  // namespace hr::core

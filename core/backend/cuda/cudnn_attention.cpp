@@ -1,0 +1,198 @@
+// cuDNN 9's fused scaled-dot-product attention (its flash kernels) through the C++ frontend's graph API, for the
+// shapes core/backend/cuda/attention_path.h admits. The contract is the own kernel's (attention.cu): q, o
+// (batch, q_len, q_heads, head_dim) and k, v (batch, kv_len, kv_heads, head_dim) as strides of cuDNN's
+// (batch, heads, seq, head_dim); the saved statistics are the natural log-sum-exp of the scaled scores,
+// (batch, q_heads, q_len) f32, exactly cuDNN's `Stats` output, so either backward can follow either forward.
+// A causal mask is aligned to the bottom right (query i sees keys j <= i + kv_len - q_len). Grouped-query
+// heads are cuDNN's own (kv_heads < q_heads). The backward is deterministic (no atomics in dQ).
+//
+// Each shape's graph is built once (the first call, or the sizing query that comes before it) and kept; a
+// graph that does not build on this GPU makes the shape take the own kernel, for the sizing and the kernel
+// alike. HR_CUDNN_ATTENTION=0 sends every shape to the own kernel.
+#include <cudnn.h>
+#include <cudnn_frontend.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "core/backend/cuda/attention_path.h"
+#include "core/backend/cuda/cuda_check.h"
+#include "core/backend/cuda/cuda_kernels.h"
+#include "core/backend/cuda/cudnn_attention.h"
+#include "core/lru_map.h"
+
+namespace hr::cuda {
+
+namespace {
+
+namespace fe = cudnn_frontend;
+
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+cudnnHandle_t cudnn_handle() {
+  static std::once_flag once;
+  static cudnnHandle_t h;
+  std::call_once(once, [] {
+    const cudnnStatus_t st = cudnnCreate(&h);
+    if (st != CUDNN_STATUS_SUCCESS) throw Error(str("[cudnn] cudnnCreate failed: ", cudnnGetErrorString(st)));
+  });
+  return h;
+}
+
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> on = [] {
+    const char* v = std::getenv("HR_CUDNN_ATTENTION");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+bool enabled() { return enabled_flag().load(); }
+
+// (batch, seq, heads, dim) contiguous, as cuDNN's (batch, heads, seq, dim).
+std::vector<int64_t> bshd_dims(int64_t b, int64_t s, int64_t h, int64_t d) { return {b, h, s, d}; }
+std::vector<int64_t> bshd_strides(int64_t, int64_t s, int64_t h, int64_t d) { return {s * h * d, d, h * d, 1}; }
+
+struct Graph {
+  std::shared_ptr<fe::graph::Graph> graph;
+  std::size_t workspace = 0;
+  bool built = false;
+};
+
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, float>;
+
+Key key_of(const AttentionDesc& d, bool backward, float scale) {
+  return {d.batch, d.q_len, d.kv_len, d.q_heads, d.kv_heads, d.head_dim, int(d.dtype), int(d.mask), backward, scale};
+}
+
+Graph build(const AttentionDesc& d, bool backward, float scale) {
+  Graph out;
+  out.graph = std::make_shared<fe::graph::Graph>();
+  fe::graph::Graph& g = *out.graph;
+  g.set_io_data_type(d.dtype == DType::BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  auto tensor = [&](const char* name, Uid uid, int64_t seq, int64_t heads) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim(bshd_dims(d.batch, seq, heads, d.head_dim))
+                        .set_stride(bshd_strides(d.batch, seq, heads, d.head_dim)));
+  };
+  auto q = tensor("Q", kQ, d.q_len, d.q_heads);
+  auto k = tensor("K", kK, d.kv_len, d.kv_heads);
+  auto v = tensor("V", kV, d.kv_len, d.kv_heads);
+  const bool causal = d.mask == Mask::Causal;
+  const bool square = d.q_len == d.kv_len;
+  if (!backward) {
+    auto options = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(scale);
+    if (causal && square) options.set_causal_mask(true);
+    if (causal && !square) options.set_causal_mask_bottom_right(true);
+    auto [o, stats] = g.sdpa(q, k, v, options);
+    o->set_output(true)
+        .set_uid(kO)
+        .set_dim(bshd_dims(d.batch, d.q_len, d.q_heads, d.head_dim))
+        .set_stride(bshd_strides(d.batch, d.q_len, d.q_heads, d.head_dim));
+    stats->set_output(true)
+        .set_uid(kStats)
+        .set_data_type(fe::DataType_t::FLOAT)
+        .set_dim({d.batch, d.q_heads, d.q_len, 1})
+        .set_stride({d.q_heads * d.q_len, d.q_len, 1, 1});
+  } else {
+    auto o = tensor("O", kO, d.q_len, d.q_heads);
+    auto dout = tensor("dO", kDO, d.q_len, d.q_heads);
+    auto stats = g.tensor(fe::graph::Tensor_attributes()
+                              .set_name("Stats")
+                              .set_uid(kStats)
+                              .set_data_type(fe::DataType_t::FLOAT)
+                              .set_dim({d.batch, d.q_heads, d.q_len, 1})
+                              .set_stride({d.q_heads * d.q_len, d.q_len, 1, 1}));
+    auto options = fe::graph::SDPA_backward_attributes()
+                       .set_name("attention_backward")
+                       .set_attn_scale(scale)
+                       .set_deterministic_algorithm(true);
+    if (causal && square) options.set_causal_mask(true);
+    if (causal && !square) options.set_causal_mask_bottom_right(true);
+    auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, dout, stats, options);
+    dq->set_output(true).set_uid(kDQ).set_dim(bshd_dims(d.batch, d.q_len, d.q_heads, d.head_dim))
+        .set_stride(bshd_strides(d.batch, d.q_len, d.q_heads, d.head_dim));
+    dk->set_output(true).set_uid(kDK).set_dim(bshd_dims(d.batch, d.kv_len, d.kv_heads, d.head_dim))
+        .set_stride(bshd_strides(d.batch, d.kv_len, d.kv_heads, d.head_dim));
+    dv->set_output(true).set_uid(kDV).set_dim(bshd_dims(d.batch, d.kv_len, d.kv_heads, d.head_dim))
+        .set_stride(bshd_strides(d.batch, d.kv_len, d.kv_heads, d.head_dim));
+  }
+  cudnnHandle_t h = cudnn_handle();
+  if (!g.validate().is_good() || !g.build_operation_graph(h).is_good() ||
+      !g.create_execution_plans({fe::HeurMode_t::A}).is_good() || !g.check_support(h).is_good() ||
+      !g.build_plans(h).is_good())
+    return out;
+  int64_t workspace = 0;
+  if (!g.get_workspace_size(workspace).is_good() || workspace < 0) return out;
+  out.workspace = std::size_t(workspace);
+  out.built = true;
+  return out;
+}
+
+// The graph of a shape, built on first use; null when cuDNN does not take it.
+const Graph* graph_for(const AttentionDesc& d, bool backward, float scale) {
+  if (!enabled() || !core::cudnn_attention_admits(d, false)) return nullptr;
+  static std::mutex mu;
+  static core::LruMap<Key, Graph> graphs(64);
+  std::lock_guard<std::mutex> lock(mu);
+  const Graph& g = graphs.get(key_of(d, backward, scale), [&] { return build(d, backward, scale); });
+  return g.built ? &g : nullptr;
+}
+
+// The sizing query (attention_path.h). The op sizes before it knows nothing but the shape; the graphs are
+// keyed by scale too, and every caller in headroom uses 1/sqrt(head_dim), so the query builds that one.
+bool query(const AttentionDesc& d, bool backward, std::size_t* workspace) {
+  const Graph* g = graph_for(d, backward, 1.f / std::sqrt(float(d.head_dim)));
+  if (!g) return false;
+  *workspace = g->workspace;
+  return true;
+}
+
+bool run(const AttentionArgs& a, bool backward) {
+  const Graph* g = graph_for(a.desc, backward, a.scale);
+  if (!g || (g->workspace > 0 && (!a.workspace.defined() || a.workspace.nbytes() < g->workspace))) return false;
+  HR_CHECK(cudnnSetStream(cudnn_handle(), stream()) == CUDNN_STATUS_SUCCESS, "[cudnn] cudnnSetStream failed");
+  std::unordered_map<int64_t, void*> pack = {{kQ, a.q.data_ptr()}, {kK, a.k.data_ptr()}, {kV, a.v.data_ptr()},
+                                             {kO, a.out.data_ptr()}, {kStats, a.lse.data_ptr()}};
+  if (backward) {
+    pack[kDO] = a.dout.data_ptr();
+    pack[kDQ] = a.dq.data_ptr();
+    pack[kDK] = a.dk.data_ptr();
+    pack[kDV] = a.dv.data_ptr();
+  }
+  void* workspace = g->workspace > 0 ? a.workspace.data_ptr() : nullptr;
+  auto status = g->graph->execute(cudnn_handle(), pack, workspace);
+  HR_CHECK(status.is_good(), "[", backward ? "attention_backward" : "attention", "] cuDNN's fused attention failed: ",
+           status.get_message());
+  return true;
+}
+
+}  // namespace
+
+void create_cudnn_handle() {
+  cudnn_handle();
+  core::set_cudnn_attention_query(query);
+}
+
+void set_cudnn_attention_enabled(bool on) { enabled_flag().store(on); }
+
+bool cudnn_attention_forward(const AttentionArgs& a) { return !a.past.defined() && run(a, false); }
+bool cudnn_attention_backward(const AttentionArgs& a) { return run(a, true); }
+const char* cudnn_attention_version() {
+  static const std::string v = str("cuDNN ", cudnnGetVersion() / 10000, ".", cudnnGetVersion() / 100 % 100, ".", cudnnGetVersion() % 100, ", frontend ", CUDNN_FRONTEND_MAJOR_VERSION, ".",
+                                   CUDNN_FRONTEND_MINOR_VERSION, ".", CUDNN_FRONTEND_PATCH_VERSION);
+  return v.c_str();
+}
+
+}  // namespace hr::cuda
