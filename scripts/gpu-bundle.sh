@@ -18,7 +18,8 @@ limit_mib=60
 if [[ ${HR_BUNDLE_NO_BUILD:-0} != 1 ]]; then
   [[ -f $build/build.ninja ]] || "$root/scripts/build.sh"
   cmake --build "$build" -j "$(nproc)" --target headroom
-  cmake --build "$build" -j "$(nproc)" --target test_ops_cuda test_cuda_memory test_nccl bench_ops bench_generate 2>/dev/null ||
+  cmake --build "$build" -j "$(nproc)" --target test_ops_cuda test_cuda_kernels test_cuda_train test_cuda_memory test_nccl \
+    bench_ops bench_generate 2>/dev/null ||
     cmake --build "$build" -j "$(nproc)" --target test_ops_cuda
 fi
 [[ -x $build/tests/test_ops_cuda ]] || {
@@ -33,7 +34,9 @@ for b in train/headroom tests/test_ops_cuda tests/test_cuda_kernels tests/test_c
 done
 strip --strip-unneeded "$out"/bin/*
 cp "$root"/configs/*.yaml "$out/configs/"
-cp "$root/scripts/gpu/check.sh" "$root/scripts/gpu/env.sh" "$out/"
+mkdir -p "$out/configs/bench"
+cp "$root"/tests/bench/configs/*.yaml "$out/configs/bench/"
+cp "$root/scripts/gpu/check.sh" "$root/scripts/gpu/env.sh" "$root/scripts/torch_twin.py" "$out/"
 
 # shellcheck source=gpu/provided.sh
 source "$root/scripts/gpu/provided.sh"

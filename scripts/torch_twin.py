@@ -2,15 +2,18 @@
 """The PyTorch twin of `headroom bench`: the same model and batch, timed per optimizer step in PyTorch.
 
     headroom bench CONFIG --set data.pad_to_max_length=true > hr.json
-    python3 scripts/torch_twin.py hr.json [--compile] [--threads N]
+    python3 scripts/torch_twin.py hr.json [--compile] [--threads N] [--device cuda]
 
 The model is transformers' LlavaForConditionalGeneration built from the bench JSON's `hf_config` (the
 architecture headroom's parity tests check against), with random weights. Every step takes
 global_batch_size samples of max_seq_len tokens, one image each, in micro-batches of micro_batch_size, with the
 same trainable parts as headroom's stage, gradient checkpointing where headroom checkpoints, AdamW and gradient
 clipping at 1. bf16 and fp16 run under torch.autocast over f32 weights, PyTorch's usual mixed precision.
-`--compile` wraps the forward and loss in torch.compile (PyTorch 2). Prints one JSON object, with the step time
-ratio to headroom's (PyTorch / headroom: above 1, headroom is faster).
+`--compile` wraps the forward and loss in torch.compile (PyTorch 2). `--device cuda` is the GPU peer: the model
+on the GPU with SDPA attention, autocast on CUDA, PyTorch's caching allocator, whose
+max_memory_allocated / max_memory_reserved are reported beside headroom's peaks (the bench JSON of a
+`device.type: cuda` run). Prints one JSON object, with the step time ratio to headroom's (PyTorch / headroom:
+above 1, headroom is faster).
 """
 import argparse
 import json
@@ -31,6 +34,7 @@ def main():
     ap.add_argument("--compile", action="store_true", help="torch.compile the forward and loss")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch.set_num_threads (default: headroom's threads per rank x ranks)")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where the twin runs")
     a = ap.parse_args()
     b = json.load(sys.stdin if a.bench_json == "-" else open(a.bench_json))
     if "not_expressible" in b["hf_config"]:
@@ -43,7 +47,11 @@ def main():
 
     torch.manual_seed(0)
     cfg = LlavaConfig.from_dict(b["hf_config"])
-    model = LlavaForConditionalGeneration(cfg).float().train()
+    device = torch.device(a.device)
+    gpu = device.type == "cuda"
+    if gpu:
+        cfg._attn_implementation = "sdpa"
+    model = LlavaForConditionalGeneration(cfg).float().train().to(device)
     for name in ("vision_tower", "language_model"):
         getattr(model, name).requires_grad_(False)
     if b["stage"] == "full":
@@ -70,13 +78,14 @@ def main():
         labels = ids.clone()
         labels[:, :1 + per_image] = -100
         pixels = torch.randn(micro, 3, size, size, generator=g)
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels, "labels": labels}
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels, "labels": labels}
+        return {k: v.to(device) for k, v in inputs.items()}
 
     batches = [batch() for _ in range(accumulation)]
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}[b["precision"]]
 
     def loss_of(inputs):
-        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             return model(**inputs).loss
 
     forward = torch.compile(loss_of) if a.compile else loss_of
@@ -88,16 +97,31 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    if gpu:
+        torch.cuda.reset_peak_memory_stats(device)
     times = []
     for i in range(warmup + steps):
+        sync()
         t0 = time.perf_counter()
         step()
+        sync()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     t = statistics.median(times)
     headroom = b["step_ms"]["median"] / 1e3
+    memory = {}
+    if gpu:
+        memory = {"gpu": torch.cuda.get_device_name(device),
+                  "max_memory_allocated_mib": torch.cuda.max_memory_allocated(device) / 2**20,
+                  "max_memory_reserved_mib": torch.cuda.max_memory_reserved(device) / 2**20,
+                  "headroom_peak_allocated_mib": b.get("peak_allocated_mib"),
+                  "headroom_peak_reserved_mib": b.get("peak_reserved_mib")}
+        if b.get("peak_reserved_mib"):
+            memory["reserved_ratio_headroom_over_torch"] = b["peak_reserved_mib"] / memory["max_memory_reserved_mib"]
     print(json.dumps({
         "torch": torch.__version__,
+        "device": str(device),
         "compiled": a.compile,
         "threads": torch.get_num_threads(),
         "precision": b["precision"],
@@ -108,6 +132,7 @@ def main():
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "headroom_step_ms": b["step_ms"]["median"],
         "ratio_torch_over_headroom": t / headroom,
+        **memory,
     }, indent=2))
 
 

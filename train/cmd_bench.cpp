@@ -125,9 +125,18 @@ int cmd_bench(const std::vector<std::string>& args) {
   HR_CHECK(f, "[bench] ", log, " is missing");
   std::vector<double> step_s;
   std::vector<double> tokens;
+  // The device's memory over the whole run (the caching allocator's peaks) and the steps the plan predicted
+  // byte for byte: what the GPU peer's torch.cuda.max_memory_allocated / max_memory_reserved are set beside.
+  int64_t peak_allocated = 0, peak_reserved = 0, exact_steps = 0, logged_steps = 0;
   std::string line;
   while (std::getline(f, line)) {
     const json j = json::parse(line);
+    peak_allocated = std::max(peak_allocated, j.value("peak_allocated", int64_t(0)));
+    peak_reserved = std::max(peak_reserved, j.value("peak_reserved", int64_t(0)));
+    ++logged_steps;
+    if (j.contains("predicted_peak") && j["predicted_peak"].is_number() &&
+        j["predicted_peak"].get<int64_t>() == j.value("peak_allocated", int64_t(-1)))
+      ++exact_steps;
     if (j.value("step", int64_t(0)) <= warmup) continue;
     step_s.push_back(j.at("step_s").get<double>());
     tokens.push_back(double(j.at("tokens").get<int64_t>()));
@@ -145,6 +154,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       {"model", c.model.config.name},
       {"cpu", cpu_name()},
       {"isa", isa_name(dnnl::get_effective_cpu_isa())},
+      {"device", run_device_of(c).name()},
       {"world_size", world},
       {"threads_per_rank", omp_get_max_threads()},
       {"precision", precision_name(c.precision)},
@@ -168,6 +178,9 @@ int cmd_bench(const std::vector<std::string>& args) {
       {"tokens_per_s", median(tokens) / t},
       {"model_gflop_per_step", model_flops / 1e9},
       {"achieved_gflops", model_flops / 1e9 / t},
+      {"peak_allocated_mib", double(peak_allocated) / 1048576.0},
+      {"peak_reserved_mib", double(peak_reserved) / 1048576.0},
+      {"steps_predicted_exactly", str(exact_steps, " / ", logged_steps)},
       {"peak_rss_mib", rss / 1048576.0},
       {"peak_rss_mib_all_ranks", rss_all / 1048576.0},
       {"hf_config", hf_config_of(c)},
