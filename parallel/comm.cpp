@@ -19,6 +19,20 @@ void check_blocks(const char* op, const Tensor& whole, const Tensor& block, int 
 
 namespace {
 
+class Finished final : public PendingCollective {
+ public:
+  void wait() override {}
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> Communicator::all_gather_start(const Tensor& in, const Tensor& out) {
+  all_gather(in, out);
+  return std::make_unique<Finished>();
+}
+
+namespace {
+
 class SingleProcess final : public Communicator {
  public:
   const char* name() const override { return "single"; }

@@ -12,6 +12,16 @@ namespace hr::parallel {
 
 using core::Tensor;
 
+// A collective started and not yet finished: wait() completes it, and until then the tensors it was given stay
+// alive and untouched. poll() lets it progress without waiting (MPI moves a non-blocking collective's data
+// only inside MPI calls). A handle destroyed unfinished waits for it.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+  virtual void poll() {}
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -26,6 +36,9 @@ class Communicator {
   virtual void reduce_scatter(const Tensor& in, const Tensor& out) = 0;
   // Rank r's `in` becomes block r of `out` on every rank. `in` may be that block of `out` (in place).
   virtual void all_gather(const Tensor& in, const Tensor& out) = 0;
+  // all_gather, started and left running where the communicator can (MPI_Iallgather); the default runs it to
+  // the end at once. Every rank starts its collectives in the same order, blocking ones included.
+  virtual std::unique_ptr<PendingCollective> all_gather_start(const Tensor& in, const Tensor& out);
   virtual void broadcast(const Tensor& t, int root) = 0;
   virtual void barrier() = 0;
   // Host scalars (losses, norms, flags): the sum over ranks.

@@ -38,6 +38,28 @@ void sum_half(void* in, void* inout, int* len, MPI_Datatype*) {
   }
 }
 
+// A non-blocking MPI collective: MPI_Test moves it along, MPI_Wait ends it.
+class MpiPending final : public PendingCollective {
+ public:
+  MpiPending() = default;
+  MPI_Request* request() { return &request_; }
+  void wait() override {
+    if (request_ == MPI_REQUEST_NULL) return;
+    HR_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+  }
+  void poll() override {
+    if (request_ == MPI_REQUEST_NULL) return;
+    int done = 0;
+    HR_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
+  }
+  ~MpiPending() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+
+ private:
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
 class MpiComm final : public Communicator {
  public:
   MpiComm() {
@@ -88,6 +110,15 @@ class MpiComm final : public Communicator {
     const bool in_place = static_cast<char*>(in.data_ptr()) == static_cast<char*>(out.data_ptr()) + in.nbytes() * std::size_t(rank_);
     HR_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), count(in), type(in), out.data_ptr(), count(in),
                                type(out), MPI_COMM_WORLD));
+  }
+  std::unique_ptr<PendingCollective> all_gather_start(const Tensor& in, const Tensor& out) override {
+    check_host("all_gather", out);
+    check_blocks("all_gather", out, in, world_);
+    const bool in_place = static_cast<char*>(in.data_ptr()) == static_cast<char*>(out.data_ptr()) + in.nbytes() * std::size_t(rank_);
+    auto pending = std::make_unique<MpiPending>();
+    HR_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data_ptr(), count(in), type(in), out.data_ptr(), count(in),
+                                type(out), MPI_COMM_WORLD, pending->request()));
+    return pending;
   }
   void broadcast(const Tensor& t, int root) override {
     check_host("broadcast", t);

@@ -37,6 +37,8 @@ struct Zero::Group {
   Tensor grads;                    // (shard) stage >= 2: this rank's reduced gradients
   Tensor params;                   // (shard) stage 3: this rank's parameters (on the host with offload_params)
   bool gathered = false;
+  Tensor whole;                                  // (world x shard) stage 3: an all-gather started, not finished
+  std::unique_ptr<PendingCollective> pending;    // that all-gather, where it runs in the background
 
   // Elements of `seg` held by rank q of `world`.
   static int64_t valid(const Segment& seg, int q) {
@@ -186,23 +188,61 @@ void Zero::set_lr_ratio(GroupKind kind, float ratio) {
 
 // ---- parameters (stage 3) ----
 
-void Zero::gather(Group& g) {
-  if (g.gathered) return;
+void Zero::start_gather(Group& g) {
+  if (g.gathered || g.whole.defined()) return;
   const int W = shard_world_;
   for (auto& seg : g.segs) {
     MemoryScope scope(Category::Params, core::owner_of(seg.param->name));
     seg.param->data = Tensor::empty(seg.param->shape, g.dtype, device_);
   }
   MemoryScope scope(Category::Comm, g.name);
-  Tensor whole = Tensor::empty({int64_t(W) * g.shard}, g.dtype, device_);
-  Tensor block = whole.slice(0, int64_t(shard_rank_) * g.shard, int64_t(shard_rank_ + 1) * g.shard);
+  g.whole = Tensor::empty({int64_t(W) * g.shard}, g.dtype, device_);
+  Tensor block = g.whole.slice(0, int64_t(shard_rank_) * g.shard, int64_t(shard_rank_ + 1) * g.shard);
   copy_(block, g.params);  // brings an offloaded shard in
   if (W > 1) {
-    core::TraceSpan span("comm", "all_gather ", g.name);
-    comm_.all_gather(block, whole);
+    core::TraceSpan span("comm", "all_gather start ", g.name);
+    g.pending = comm_.all_gather_start(block, g.whole);
   }
-  unpack(g, W, whole, [](Param* p) { return p->data; });
+}
+
+void Zero::finish_gather(Group& g) {
+  if (g.gathered) return;
+  start_gather(g);
+  if (g.pending) {
+    core::TraceSpan span("comm", "all_gather wait ", g.name);
+    g.pending->wait();
+    g.pending.reset();
+  }
+  unpack(g, shard_world_, g.whole, [](Param* p) { return p->data; });
+  g.whole = Tensor();
   g.gathered = true;
+}
+
+void Zero::gather(Group& g) { finish_gather(g); }
+
+void Zero::prefetch(Pass pass, std::size_t position) {
+  const std::vector<int>& order = model_.pass_order(pass);
+  for (std::size_t ahead = 1; ahead <= std::size_t(std::max(0, z_.prefetch_groups)); ++ahead)
+    if (position + ahead < order.size())
+      for (auto& g : groups_[std::size_t(order[position + ahead])]) start_gather(*g);
+}
+
+void Zero::poll_gathers() {
+  for (auto& parts : groups_)
+    for (auto& g : parts)
+      if (g->pending) g->pending->poll();
+}
+
+// After a step that failed part-way (an out-of-memory error): gathers started ahead are finished (every rank
+// started them) and their buffers freed.
+void Zero::drop_pending_gathers() {
+  for (auto& parts : groups_)
+    for (auto& g : parts) {
+      if (g->pending) g->pending->wait();
+      g->pending.reset();
+      if (g->whole.defined() && !g->gathered) release(*g);
+      g->whole = Tensor();
+    }
 }
 
 void Zero::release(Group& g) {
@@ -214,6 +254,7 @@ void Zero::release(Group& g) {
 
 void Zero::before(int group, Pass pass) {
   catch_up(pass, group);
+  poll_gathers();
   // The group's slice spans its gather, its computation and its reduction (ended in after()).
   if (core::tracing()) {
     core::trace_begin(pass == Pass::Forward ? "forward" : "backward",
@@ -233,6 +274,7 @@ void Zero::after(int group, Pass pass) {
   std::size_t& at = cursor_[int(pass)];
   HR_ASSERT(at < order.size() && order[at] == group, "group ", group, " ended out of its pass's order");
   done(group, pass);
+  poll_gathers();
   if (open_slices_ > 0) core::trace_end(), --open_slices_;
   ++at;
 }
@@ -252,9 +294,10 @@ void Zero::catch_up(Pass pass, int until) {
   HR_ASSERT(until < 0 || at < order.size(), "group ", until, " is not in its pass's order");
 }
 
-void Zero::use(int group, Pass) {
-  for (auto& g : groups_[std::size_t(group)])
-    if (z_.stage == 3) gather(*g);
+void Zero::use(int group, Pass pass) {
+  if (z_.stage != 3) return;
+  for (auto& g : groups_[std::size_t(group)]) finish_gather(*g);
+  prefetch(pass, cursor_[int(pass)]);  // the cursor is at `group` (before() and catch_up() put it there)
 }
 
 void Zero::done(int group, Pass pass) {
@@ -268,6 +311,7 @@ void Zero::done(int group, Pass pass) {
 
 void Zero::begin_step() {
   cursor_ = {};  // a step redone after an out-of-memory error starts its passes again
+  drop_pending_gathers();
   for (; open_slices_ > 0; --open_slices_) core::trace_end();  // the slices an out-of-memory error left open
   if (z_.stage >= 2) {
     for (auto& parts : groups_)

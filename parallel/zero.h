@@ -32,6 +32,7 @@ struct ZeroOptions {
   Offload offload_optimizer = Offload::None;  // memory.offload_optimizer
   Offload offload_params = Offload::None;     // memory.offload_params (stage 3)
   int64_t bucket_bytes = 25 << 20;           // parallel.bucket_size: gradient all-reduce buckets (stages 0, 1)
+  int prefetch_groups = 1;  // parallel.prefetch_groups (stage 3): groups whose all-gather starts ahead of use
 };
 
 // Throws with the reason when the combination cannot be honoured (nothing is silently downgraded).
@@ -88,7 +89,16 @@ class Zero final : public core::GroupHooks {
   std::string group_name(int group) const;
   int open_slices_ = 0;  // group slices begun in a memory timeline and not yet ended
   void done(int group, core::Pass pass);  // what after() does
+  // Stage 3: start_gather allocates a group's parameters and its gather buffer and starts the all-gather;
+  // finish_gather waits for it and unpacks. gather() is both at once. prefetch() starts the groups after
+  // `position` in the pass's order, up to prefetch_groups ahead, so that their all-gathers run while this
+  // group computes.
+  void start_gather(Group& g);
+  void finish_gather(Group& g);
   void gather(Group& g);
+  void prefetch(core::Pass pass, std::size_t position);
+  void poll_gathers();
+  void drop_pending_gathers();
   void release(Group& g);
   void reduce_scatter_grads(Group& g);
   void all_reduce_grads();

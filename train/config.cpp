@@ -336,6 +336,12 @@ std::vector<Key> memory_parallel_log_keys() {
          c.zero.bucket_bytes = int64_t(parse_bytes(get<std::string>(n, k, "a size"), k));
          if (c.zero.bucket_bytes <= 0) bad_value(k, n, "a positive size");
        }},
+      {"parallel.prefetch_groups", "1",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const int64_t v = get<int64_t>(n, k, "a count of groups (0 turns prefetching off)");
+         if (v < 0 || v > 8) bad_value(k, n, "a count from 0 to 8");
+         c.zero.prefetch_groups = int(v);
+       }},
       {"log.logging_steps", "10", i64(&RunConfig::logging_steps, 1)},
       {"log.progress_bar", "auto", choice(&RunConfig::progress_bar, parse_bar)},
       // Hugging Face's key: a name or a list of names of the integrations to report to.

@@ -90,7 +90,9 @@ std::string plan_table(const Plan& p) {
   }
   const double tokens = double(c.global_batch_size * c.max_seq_len);
   o += str("step time (cost model): ", p.time.total(), " s = compute ", p.time.compute_s, " s (recompute ",
-           p.time.recompute_s, " s) + collectives ", p.time.comm_s, " s + offload ", p.time.offload_s, " s; ",
+           p.time.recompute_s, " s) + collectives ", p.time.exposed_comm_s(), " s exposed",
+           p.time.hidden_comm_s > 0 ? str(" (", p.time.hidden_comm_s, " s more under compute: prefetched all-gathers)") : "",
+           " + offload ", p.time.offload_s, " s; ",
            int64_t(tokens / std::max(p.time.total(), 1e-12)), " tokens/s over all ranks\n");
   return o;
 }
@@ -175,7 +177,9 @@ std::string plan_json(const Plan& p) {
               {"offload_optimizer", c.zero.offload_optimizer == parallel::Offload::Cpu ? "cpu" : "none"},
               {"offload_params", c.zero.offload_params == parallel::Offload::Cpu ? "cpu" : "none"}}},
             {"step_time", {{"total_s", p.time.total()}, {"compute_s", p.time.compute_s}, {"recompute_s", p.time.recompute_s},
-                           {"comm_s", p.time.comm_s}, {"offload_s", p.time.offload_s}, {"flops", p.time.flops}}},
+                           {"comm_s", p.time.comm_s}, {"comm_hidden_s", p.time.hidden_comm_s},
+                           {"comm_exposed_s", p.time.exposed_comm_s()}, {"offload_s", p.time.offload_s},
+                           {"flops", p.time.flops}}},
             {"closed_form", closed},
             {"ranks", ranks}};
   return j.dump(2) + "\n";

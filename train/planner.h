@@ -108,9 +108,13 @@ struct Decisions {
 
 struct StepTime {
   double compute_s = 0, recompute_s = 0, comm_s = 0, offload_s = 0;
+  // Of comm_s, what runs under compute: ZeRO-3's parameter all-gathers started a group ahead
+  // (parallel.prefetch_groups > 0) overlap the previous group's compute; the first group's of each pass does not.
+  double hidden_comm_s = 0;
   double flops = 0;  // per step and rank, recompute included
   double model_flops = 0;  // per step and rank, recompute not credited (the model's FLOPs, as MFU counts them)
-  double total() const { return compute_s + comm_s + offload_s; }
+  double exposed_comm_s() const { return comm_s - hidden_comm_s; }
+  double total() const { return compute_s + exposed_comm_s() + offload_s; }
 };
 
 // One row of the closed-form breakdown beside the dry run.

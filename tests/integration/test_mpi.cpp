@@ -201,6 +201,59 @@ TEST(Mpi, APlanForTwoRanksIsWhatEachRankMeasures) {
   }
 }
 
+// ZeRO-3 with parallel.prefetch_groups: 1 (the default) starts the next group's all-gather (MPI_Iallgather) before
+// the current group computes. The arithmetic is the same as without prefetching (the same losses, bit for bit),
+// every rank's peaks still equal its dry run, and in the dry run's timeline the next decoder layer's all-gather
+// starts inside the current layer's forward, whose parameters in memory then include the next layer's.
+TEST(Mpi, Zero3PrefetchKeepsTheNextGroupGatheredWhileOneComputesAndThePlanSaysSo) {
+  const std::string base = fresh_dir("mpi_prefetch");
+  const std::string cfg = config(base);
+  const std::string sets = " --set data.pad_to_max_length=true --set data.max_seq_len=40 --set train.max_steps=4"
+                           " --set memory.zero_stage=3";
+  std::map<int, std::vector<double>> loss;
+  std::map<int, int64_t> params_in_layer0;
+  std::map<int, bool> started_inside;
+  for (int prefetch : {0, 1}) {
+    const std::string set = str(sets, " --set parallel.prefetch_groups=", prefetch), out = str(base, "/p", prefetch);
+    CmdResult r = train(2, cfg, out, set);
+    ASSERT_EQ(r.status, 0) << r.output;
+    for (int rank = 0; rank < 2; ++rank)
+      for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
+        EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "prefetch " << prefetch << " rank " << rank;
+        EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << "prefetch " << prefetch << " rank " << rank;
+      }
+    loss[prefetch] = losses(out + "/memory.rank0.jsonl");
+    const std::string trace = out + "/plan_trace.json";
+    CmdResult p = run(str(HR_HEADROOM_BIN, " plan ", cfg, " --world-size 2 --trace ", trace, set));
+    ASSERT_EQ(p.status, 0) << p.output;
+    std::ifstream f(trace);
+    const json t = json::parse(f);
+    std::vector<std::string> open;
+    const std::string layer0 = "forward language_model.model.layers.0";
+    auto inside = [&](const std::string& name) { return std::find(open.begin(), open.end(), name) != open.end(); };
+    for (const json& e : t["traceEvents"]) {
+      const std::string ph = e.value("ph", ""), name = e.value("name", "");
+      if (ph == "B") {
+        if (name == "all_gather start language_model.model.layers.1" && inside(layer0)) started_inside[prefetch] = true;
+        open.push_back(name);
+      } else if (ph == "E" && !open.empty()) {
+        open.pop_back();
+      } else if (ph == "C" && name == "device params" && inside(layer0)) {
+        params_in_layer0[prefetch] = std::max(params_in_layer0[prefetch], e["args"]["bytes"].get<int64_t>());
+      }
+    }
+  }
+  EXPECT_EQ(loss[1], loss[0]);
+  EXPECT_TRUE(started_inside[1]) << "layer 1's all-gather did not start during layer 0's forward";
+  EXPECT_FALSE(started_inside[0]);
+  // A decoder layer of the tiny LLaMA (hidden 32, 4 heads / 2 kv heads of 8, MLP 64), f32: q, k, v, o, gate, up,
+  // down and two norms. With prefetching, all of it is gathered beside layer 0 while layer 0 computes.
+  const int64_t layer = 4 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64 + 2 * 32);
+  EXPECT_GE(params_in_layer0[1] - params_in_layer0[0], layer)
+      << "parameters in memory during layer 0's forward: " << params_in_layer0[0] << " B without prefetching, "
+      << params_in_layer0[1] << " B with";
+}
+
 TEST(Mpi, EvaluationIsShardedAcrossRanksAndMergesToOneProcesssResult) {
   // 9 samples in batches of 2: rank 0 evaluates 5, rank 1 4, so rank 1's third batch is a filler; at ZeRO-3
   // the ranks still gather every group together.

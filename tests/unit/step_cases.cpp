@@ -35,6 +35,7 @@ std::vector<StepCase> step_cases() {
       {"z2_offload", 2, {"memory.zero_stage=2", "memory.offload_optimizer=cpu"}},
       {"z3_bf16", 2, {"memory.zero_stage=3", "memory.precision=bf16"}},
       {"z3_offload_everything", 2, {"memory.zero_stage=3", "memory.gradient_checkpointing=full", "memory.offload_optimizer=cpu", "memory.offload_params=cpu"}},
+      {"z3_no_prefetch", 2, {"memory.zero_stage=3", "parallel.prefetch_groups=0"}},
       {"lora", 1, {"lora.enable=true", "lora.r=4", "lora.alpha=8"}},
       {"lora_bf16_full_accumulate", 1, {"lora.enable=true", "lora.r=4", "memory.precision=bf16", "memory.gradient_checkpointing=full", "train.gradient_accumulation_steps=2"}},
       {"lora_z3_selective", 2, {"lora.enable=true", "lora.r=2", "lora.target_modules=[q_proj, v_proj]", "memory.zero_stage=3", "memory.gradient_checkpointing=selective"}},
