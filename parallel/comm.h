@@ -39,6 +39,8 @@ class Communicator {
   // all_gather, started and left running where the communicator can (MPI_Iallgather); the default runs it to
   // the end at once. Every rank starts its collectives in the same order, blocking ones included.
   virtual std::unique_ptr<PendingCollective> all_gather_start(const Tensor& in, const Tensor& out);
+  // reduce_scatter, started and left running where the communicator can (MPI_Ireduce_scatter_block).
+  virtual std::unique_ptr<PendingCollective> reduce_scatter_start(const Tensor& in, const Tensor& out);
   virtual void broadcast(const Tensor& t, int root) = 0;
   virtual void barrier() = 0;
   // Host scalars (losses, norms, flags): the sum over ranks.

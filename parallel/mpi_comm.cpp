@@ -120,6 +120,14 @@ class MpiComm final : public Communicator {
                                 type(out), MPI_COMM_WORLD, pending->request()));
     return pending;
   }
+  std::unique_ptr<PendingCollective> reduce_scatter_start(const Tensor& in, const Tensor& out) override {
+    check_host("reduce_scatter", in);
+    check_blocks("reduce_scatter", in, out, world_);
+    auto pending = std::make_unique<MpiPending>();
+    HR_MPI_CHECK(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), op(out),
+                                           MPI_COMM_WORLD, pending->request()));
+    return pending;
+  }
   void broadcast(const Tensor& t, int root) override {
     check_host("broadcast", t);
     HR_MPI_CHECK(MPI_Bcast(t.data_ptr(), count(t), type(t), root, MPI_COMM_WORLD));

@@ -39,6 +39,8 @@ struct Zero::Group {
   bool gathered = false;
   Tensor whole;                                  // (world x shard) stage 3: an all-gather started, not finished
   std::unique_ptr<PendingCollective> pending;    // that all-gather, where it runs in the background
+  Tensor reduce_in, reduce_out;                  // stage >= 2: a reduce-scatter started, not finished
+  std::unique_ptr<PendingCollective> reducing;   // that reduce-scatter
 
   // Elements of `seg` held by rank q of `world`.
   static int64_t valid(const Segment& seg, int q) {
@@ -231,11 +233,19 @@ void Zero::poll_gathers() {
   for (auto& parts : groups_)
     for (auto& g : parts)
       if (g->pending) g->pending->poll();
+  for (Group* g : reducing_)
+    if (g->reducing) g->reducing->poll();
 }
 
-// After a step that failed part-way (an out-of-memory error): gathers started ahead are finished (every rank
-// started them) and their buffers freed.
+// After a step that failed part-way (an out-of-memory error): gathers started ahead and reductions still running
+// are finished (every rank started them) and their buffers freed; the step starts again from no gradients.
 void Zero::drop_pending_gathers() {
+  for (Group* g : reducing_) {
+    if (g->reducing) g->reducing->wait();
+    g->reducing.reset();
+    g->reduce_in = g->reduce_out = Tensor();
+  }
+  reducing_.clear();
   for (auto& parts : groups_)
     for (auto& g : parts) {
       if (g->pending) g->pending->wait();
@@ -281,6 +291,7 @@ void Zero::after(int group, Pass pass) {
 
 void Zero::end_pass(Pass pass) {
   catch_up(pass, -1);
+  if (pass == Pass::Backward) finish_reductions();
   cursor_[int(pass)] = 0;
 }
 
@@ -325,6 +336,9 @@ void Zero::begin_step() {
 }
 
 void Zero::reduce_scatter_grads(Group& g) {
+  // The previous group's reduce-scatter had this group's backward to run under; it ends now, before this
+  // group's starts, so that at most one is in flight.
+  finish_reductions();
   const int W = shard_world_;
   Tensor whole, mine;
   {
@@ -341,10 +355,32 @@ void Zero::reduce_scatter_grads(Group& g) {
     }
     for (auto& seg : g.segs) seg.param->grad = Tensor();
     mine = Tensor::empty({g.shard}, g.dtype, device_);
+    if (z_.overlap_comm) {
+      core::TraceSpan span("comm", "reduce_scatter start ", g.name);
+      g.reducing = comm_.reduce_scatter_start(whole, mine);
+      g.reduce_in = whole;
+      g.reduce_out = mine;
+      reducing_.push_back(&g);
+      return;
+    }
     core::TraceSpan span("comm", "reduce_scatter ", g.name);
     comm_.reduce_scatter(whole, mine);
   }
   add_(g.grads, mine);
+}
+
+void Zero::finish_reductions() {
+  for (Group* g : reducing_) {
+    if (g->reducing) {
+      core::TraceSpan span("comm", "reduce_scatter wait ", g->name);
+      g->reducing->wait();
+      g->reducing.reset();
+    }
+    g->reduce_in = Tensor();
+    add_(g->grads, g->reduce_out);
+    g->reduce_out = Tensor();
+  }
+  reducing_.clear();
 }
 
 std::vector<bool> Zero::on_any_rank(const std::vector<bool>& mine) {
@@ -406,6 +442,7 @@ void Zero::all_reduce_grads() {
 }
 
 void Zero::finish_gradients() {
+  finish_reductions();
   if (comm_.world() > 1 && z_.stage <= 1) all_reduce_grads();
   if (z_.stage >= 2) {
     // Which parameters had a gradient on any rank this step: the others are not stepped (as a single process).

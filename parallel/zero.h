@@ -33,6 +33,9 @@ struct ZeroOptions {
   Offload offload_params = Offload::None;     // memory.offload_params (stage 3)
   int64_t bucket_bytes = 25 << 20;           // parallel.bucket_size: gradient all-reduce buckets (stages 0, 1)
   int prefetch_groups = 1;  // parallel.prefetch_groups (stage 3): groups whose all-gather starts ahead of use
+  // parallel.overlap_comm (stages 2, 3): a group's gradient reduce-scatter runs while the next group's backward
+  // computes, and is finished after it (DeepSpeed's overlap_comm).
+  bool overlap_comm = true;
 };
 
 // Throws with the reason when the combination cannot be honoured (nothing is silently downgraded).
@@ -101,6 +104,9 @@ class Zero final : public core::GroupHooks {
   void drop_pending_gathers();
   void release(Group& g);
   void reduce_scatter_grads(Group& g);
+  // Ends the reduce-scatters still running (overlap_comm): their shards are added to the groups' gradients and
+  // their buffers freed.
+  void finish_reductions();
   void all_reduce_grads();
   // Which of this rank's flags are set on any rank (an i64 all-reduce of host buffers tagged comm).
   std::vector<bool> on_any_rank(const std::vector<bool>& mine);
@@ -115,6 +121,7 @@ class Zero final : public core::GroupHooks {
   // By model group id: its parts (one, or a frozen and a trainable one), none for a group with nothing to shard.
   std::vector<std::vector<std::unique_ptr<Group>>> groups_;
   std::unique_ptr<optim::Optimizer> local_;       // stage 0 without offload
+  std::vector<Group*> reducing_;                  // groups whose reduce-scatter is running (overlap_comm)
   int64_t steps_ = 0;
   core::Device device_, state_device_, host_;  // host_: where host-side buffers go (a meta host in a plan)
 };

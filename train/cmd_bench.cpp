@@ -108,6 +108,9 @@ int cmd_bench(const std::vector<std::string>& args) {
                                str("run.output_dir=", out_dir)})
     sets.push_back(s);
   RunConfig c = load_config(p.config, sets, world);
+  // A fresh directory: the memory log of an earlier bench there would be appended to, and its steps counted.
+  if (rank == 0) std::filesystem::remove_all(out_dir);
+  comm->barrier();
   int status = 0;
   {
     StdoutToStderr quiet;

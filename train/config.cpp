@@ -336,6 +336,8 @@ std::vector<Key> memory_parallel_log_keys() {
          c.zero.bucket_bytes = int64_t(parse_bytes(get<std::string>(n, k, "a size"), k));
          if (c.zero.bucket_bytes <= 0) bad_value(k, n, "a positive size");
        }},
+      {"parallel.overlap_comm", "true",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.zero.overlap_comm = get<bool>(n, k, "true or false"); }},
       {"parallel.prefetch_groups", "1",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          const int64_t v = get<int64_t>(n, k, "a count of groups (0 turns prefetching off)");

@@ -123,7 +123,11 @@ struct Reader {
                       set("parallel.bucket_size", std::to_string(integer(b, kk) * 4));
                     })},
                    {"allgather_bucket_size", ignored()}, {"allgather_partitions", ignored()},
-                   {"reduce_scatter", ignored()}, {"overlap_comm", ignored()}, {"contiguous_gradients", ignored()},
+                   {"reduce_scatter", ignored()},
+                   {"overlap_comm", [&](const json& b, const std::string& kk) {
+                      if (!b.is_boolean()) fail(kk, str("expected true or false; got ", b.dump()));
+                      set("parallel.overlap_comm", b.get<bool>() ? "true" : "false");
+                    }}, {"contiguous_gradients", ignored()},
                    {"sub_group_size", ignored()}, {"round_robin_gradients", ignored()},
                    {"stage3_prefetch_bucket_size", ignored()}, {"stage3_param_persistence_threshold", ignored()},
                    {"stage3_max_live_parameters", ignored()}, {"stage3_max_reuse_distance", ignored()},

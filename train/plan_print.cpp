@@ -91,7 +91,7 @@ std::string plan_table(const Plan& p) {
   const double tokens = double(c.global_batch_size * c.max_seq_len);
   o += str("step time (cost model): ", p.time.total(), " s = compute ", p.time.compute_s, " s (recompute ",
            p.time.recompute_s, " s) + collectives ", p.time.exposed_comm_s(), " s exposed",
-           p.time.hidden_comm_s > 0 ? str(" (", p.time.hidden_comm_s, " s more under compute: prefetched all-gathers)") : "",
+           p.time.hidden_comm_s > 0 ? str(" (", p.time.hidden_comm_s, " s more under compute: prefetched all-gathers, overlapped reduce-scatters)") : "",
            " + offload ", p.time.offload_s, " s; ",
            int64_t(tokens / std::max(p.time.total(), 1e-12)), " tokens/s over all ranks\n");
   return o;

@@ -373,20 +373,22 @@ StepTime step_time(const Plan& p, const Counts& k) {
   double trainable = 0, all = 0;
   for (const auto& [name, n] : p.params_by_module) all += double(n);
   trainable = double(p.params_trainable);
-  double moved = 0, gathered = 0;
+  double moved = 0, gathered = 0, reduced = 0;
   if (W > 1) {
     if (c.zero.stage <= 1) moved += 2 * ring * trainable * e;             // all-reduce of the gradients
     if (c.zero.stage >= 1) moved += ring * trainable * e;                 // all-gather of updated parameters
-    if (c.zero.stage >= 2) moved += A * ring * trainable * e;             // reduce-scatter per micro-batch
+    if (c.zero.stage >= 2) reduced = A * ring * trainable * e, moved += reduced;  // reduce-scatter per micro-batch
     if (c.zero.stage == 3) gathered = A * 2 * ring * all * e, moved += gathered - ring * trainable * e;  // gathers in fwd and bwd instead
   }
   t.comm_s = moved / (p.device.link_gbps * 1e9);
-  if (gathered > 0 && c.zero.prefetch_groups > 0) {
-    // Each group's gather runs while the group before it computes: all but the first of each pass hide, as far
-    // as there is compute to hide under.
-    const double groups = double(m.llm.layers) + (vision_used(m) ? v_layers : 0) + 3;
-    t.hidden_comm_s = std::min(gathered / (p.device.link_gbps * 1e9) * (1 - 1 / groups), t.compute_s);
-  }
+  // Overlap: each group's prefetched gather runs while the group before it computes, and (overlap_comm) each
+  // group's reduce-scatter while the next group's backward computes; all but the first (last) of each pass
+  // hide, as far as there is compute to hide under.
+  const double groups = double(m.llm.layers) + (vision_used(m) ? v_layers : 0) + 3;
+  double overlappable = 0;
+  if (c.zero.prefetch_groups > 0) overlappable += gathered;
+  if (c.zero.overlap_comm) overlappable += reduced;
+  t.hidden_comm_s = std::min(overlappable / (p.device.link_gbps * 1e9) * (1 - 1 / groups), t.compute_s);
   // Offload: gradients out and parameters back over PCIe, and the host's AdamW (~1e9 parameters/s).
   const double shard = c.zero.stage >= 1 ? trainable / W : trainable;
   if (c.zero.offload_optimizer == parallel::Offload::Cpu)

@@ -254,6 +254,63 @@ TEST(Mpi, Zero3PrefetchKeepsTheNextGroupGatheredWhileOneComputesAndThePlanSaysSo
       << params_in_layer0[1] << " B with";
 }
 
+// parallel.overlap_comm (the default) at ZeRO-2: a group's gradient reduce-scatter (MPI_Ireduce_scatter_block)
+// runs while the next group's backward computes and is finished after it. The losses are those of the blocking
+// reduce-scatter, bit for bit; every rank's peaks equal its dry run; in the dry run's timeline layer 1's
+// reduce-scatter is waited for inside layer 0's backward, with its buffers alive there.
+TEST(Mpi, Zero2OverlappedReduceScatterRunsUnderTheNextGroupsBackwardAndThePlanSaysSo) {
+  const std::string base = fresh_dir("mpi_overlap");
+  const std::string cfg = config(base);
+  const std::string sets = " --set data.pad_to_max_length=true --set data.max_seq_len=40 --set train.max_steps=4"
+                           " --set memory.zero_stage=2";
+  std::map<bool, std::vector<double>> loss;
+  std::map<bool, bool> waited_in_layer0;
+  std::map<bool, int64_t> comm_in_layer0;
+  for (bool overlap : {false, true}) {
+    const std::string set = str(sets, " --set parallel.overlap_comm=", overlap ? "true" : "false");
+    const std::string out = str(base, overlap ? "/on" : "/off");
+    CmdResult r = train(2, cfg, out, set);
+    ASSERT_EQ(r.status, 0) << r.output;
+    for (int rank = 0; rank < 2; ++rank)
+      for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
+        EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "overlap " << overlap << " rank " << rank;
+        EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << "overlap " << overlap << " rank " << rank;
+      }
+    loss[overlap] = losses(out + "/memory.rank0.jsonl");
+    const std::string trace = out + "/plan_trace.json";
+    CmdResult p = run(str(HR_HEADROOM_BIN, " plan ", cfg, " --world-size 2 --trace ", trace, set));
+    ASSERT_EQ(p.status, 0) << p.output;
+    std::ifstream f(trace);
+    const json t = json::parse(f);
+    std::vector<std::string> open;
+    const std::string layer0 = "backward language_model.model.layers.0";
+    int64_t comm_now = 0;
+    auto inside = [&](const std::string& name) { return std::find(open.begin(), open.end(), name) != open.end(); };
+    for (const json& e : t["traceEvents"]) {
+      const std::string ph = e.value("ph", ""), name = e.value("name", "");
+      if (ph == "B") {
+        if (name == "reduce_scatter wait language_model.model.layers.1" && inside(layer0)) waited_in_layer0[overlap] = true;
+        // What the comm buffers hold as layer 0's backward begins (its own collectives come after its compute).
+        if (name == layer0) comm_in_layer0[overlap] = std::max(comm_in_layer0[overlap], comm_now);
+        open.push_back(name);
+      } else if (ph == "E" && !open.empty()) {
+        open.pop_back();
+      } else if (ph == "C" && name == "device comm") {
+        comm_now = e["args"]["bytes"].get<int64_t>();
+      }
+    }
+  }
+  EXPECT_EQ(loss[true], loss[false]);
+  EXPECT_TRUE(waited_in_layer0[true]) << "layer 1's reduce-scatter was not finished during layer 0's backward";
+  EXPECT_FALSE(waited_in_layer0[false]);
+  // Layer 1's reduce-scatter buffers (its whole gradients, f32, and this rank's half) are alive as layer 0's
+  // backward starts computing.
+  const int64_t layer = 4 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64 + 2 * 32);
+  EXPECT_GE(comm_in_layer0[true] - comm_in_layer0[false], layer)
+      << "comm bytes as layer 0's backward starts: " << comm_in_layer0[false] << " blocking, " << comm_in_layer0[true]
+      << " overlapped";
+}
+
 TEST(Mpi, EvaluationIsShardedAcrossRanksAndMergesToOneProcesssResult) {
   // 9 samples in batches of 2: rank 0 evaluates 5, rank 1 4, so rank 1's third batch is a filler; at ZeRO-3
   // the ranks still gather every group together.

@@ -33,6 +33,7 @@ std::vector<StepCase> step_cases() {
       {"z1_bf16", 2, {"memory.zero_stage=1", "memory.precision=bf16", "memory.gradient_checkpointing.vision=full"}},
       {"z2", 2, {"memory.zero_stage=2"}},
       {"z2_offload", 2, {"memory.zero_stage=2", "memory.offload_optimizer=cpu"}},
+      {"z2_blocking_reduce", 2, {"memory.zero_stage=2", "parallel.overlap_comm=false"}},
       {"z3_bf16", 2, {"memory.zero_stage=3", "memory.precision=bf16"}},
       {"z3_offload_everything", 2, {"memory.zero_stage=3", "memory.gradient_checkpointing=full", "memory.offload_optimizer=cpu", "memory.offload_params=cpu"}},
       {"z3_no_prefetch", 2, {"memory.zero_stage=3", "parallel.prefetch_groups=0"}},
