@@ -1,6 +1,10 @@
 // NcclComm: collectives over NCCL for device tensors. Bootstrapped over another communicator (MPI): rank 0
 // creates the unique id, the bootstrap broadcasts it, every rank calls ncclCommInitRank on its local GPU.
-// Each collective runs on the communicator's stream and is waited for before returning.
+// Host tensors (ZeRO's gradient flags, scalars) go through the bootstrap.
+// Each collective runs on the communicator's own stream, after the work the compute stream has queued (an
+// event): a blocking one is waited for before returning; a started one (all_gather_start, reduce_scatter_start)
+// returns at once, and its wait() makes the compute stream wait for it without blocking the host, so that a
+// buffer freed after wait() is reused only by work ordered after the collective.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -40,6 +44,30 @@ ncclDataType_t nccl_type(const Tensor& t) {
   return ncclUint8;
 }
 
+// The compute stream of the CUDA back-end (core/backend/cuda/cuda_common.h): the legacy default stream.
+constexpr cudaStream_t kComputeStream = nullptr;
+
+class NcclPending final : public PendingCollective {
+ public:
+  explicit NcclPending(cudaStream_t comm_stream) {
+    HR_CUDA_RT_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    HR_CUDA_RT_CHECK(cudaEventRecord(done_, comm_stream));
+  }
+  ~NcclPending() override {
+    if (!waited_) cudaStreamWaitEvent(kComputeStream, done_, 0);
+    cudaEventDestroy(done_);
+  }
+  void wait() override {
+    if (waited_) return;
+    HR_CUDA_RT_CHECK(cudaStreamWaitEvent(kComputeStream, done_, 0));
+    waited_ = true;
+  }
+
+ private:
+  cudaEvent_t done_ = nullptr;
+  bool waited_ = false;
+};
+
 class NcclComm final : public Communicator {
  public:
   NcclComm(Communicator& bootstrap, int device) : bootstrap_(bootstrap), device_(device) {
@@ -53,8 +81,10 @@ class NcclComm final : public Communicator {
     std::memcpy(&id, buf.data_ptr(), sizeof id);
     HR_NCCL_CHECK(ncclCommInitRank(&comm_, bootstrap.world(), id, bootstrap.rank()));
     HR_CUDA_RT_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    HR_CUDA_RT_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
   }
   ~NcclComm() override {
+    if (inputs_ready_) cudaEventDestroy(inputs_ready_);
     if (stream_) cudaStreamDestroy(stream_);
     if (comm_) ncclCommDestroy(comm_);
   }
@@ -64,25 +94,34 @@ class NcclComm final : public Communicator {
   int local_rank() const override { return device_; }
 
   void all_reduce(const Tensor& t) override {
+    if (on_host(t)) return bootstrap_.all_reduce(t);
     check_device("all_reduce", t);
+    after_compute();
     HR_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), ncclSum, comm_, stream_));
     wait();
   }
   void reduce_scatter(const Tensor& in, const Tensor& out) override {
-    check_device("reduce_scatter", in);
-    check_blocks("reduce_scatter", in, out, world());
-    HR_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), std::size_t(out.numel()), nccl_type(out), ncclSum,
-                                    comm_, stream_));
+    start_reduce_scatter(in, out);
     wait();
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
-    check_device("all_gather", out);
-    check_blocks("all_gather", out, in, world());
-    HR_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), std::size_t(in.numel()), nccl_type(in), comm_, stream_));
+    start_all_gather(in, out);
     wait();
   }
+  std::unique_ptr<PendingCollective> all_gather_start(const Tensor& in, const Tensor& out) override {
+    if (on_host(out)) return bootstrap_.all_gather_start(in, out);
+    start_all_gather(in, out);
+    return std::make_unique<NcclPending>(stream_);
+  }
+  std::unique_ptr<PendingCollective> reduce_scatter_start(const Tensor& in, const Tensor& out) override {
+    if (on_host(in)) return bootstrap_.reduce_scatter_start(in, out);
+    start_reduce_scatter(in, out);
+    return std::make_unique<NcclPending>(stream_);
+  }
   void broadcast(const Tensor& t, int root) override {
+    if (on_host(t)) return bootstrap_.broadcast(t, root);
     check_device("broadcast", t);
+    after_compute();
     HR_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), root, comm_, stream_));
     wait();
   }
@@ -91,6 +130,27 @@ class NcclComm final : public Communicator {
   std::vector<double> gather(const std::vector<double>& mine) override { return bootstrap_.gather(mine); }
 
  private:
+  static bool on_host(const Tensor& t) { return t.device().runs_cpu_kernels(); }
+  // The collective's inputs were written by kernels queued on the compute stream: the NCCL stream waits for them.
+  void after_compute() {
+    HR_CUDA_RT_CHECK(cudaEventRecord(inputs_ready_, kComputeStream));
+    HR_CUDA_RT_CHECK(cudaStreamWaitEvent(stream_, inputs_ready_, 0));
+  }
+  void start_all_gather(const Tensor& in, const Tensor& out) {
+    if (on_host(out)) return bootstrap_.all_gather(in, out);
+    check_device("all_gather", out);
+    check_blocks("all_gather", out, in, world());
+    after_compute();
+    HR_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), std::size_t(in.numel()), nccl_type(in), comm_, stream_));
+  }
+  void start_reduce_scatter(const Tensor& in, const Tensor& out) {
+    if (on_host(in)) return bootstrap_.reduce_scatter(in, out);
+    check_device("reduce_scatter", in);
+    check_blocks("reduce_scatter", in, out, world());
+    after_compute();
+    HR_NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), std::size_t(out.numel()), nccl_type(out), ncclSum,
+                                    comm_, stream_));
+  }
   static void check_device(const char* op, const Tensor& t) {
     HR_CHECK(t.device().type == DeviceType::CUDA, "[", op, "] NcclComm moves device tensors; ", t.describe(),
              " is not on a CUDA device (use MpiComm)");
@@ -102,6 +162,7 @@ class NcclComm final : public Communicator {
   int device_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t inputs_ready_ = nullptr;
 };
 
 }  // namespace

@@ -494,7 +494,11 @@ int64_t Plan::total_predicted() const {
   return peak + runtime_reserve;
 }
 
-core::Device run_device_of(const RunConfig& c) { return core::Device::parse(c.device); }
+core::Device run_device_of(const RunConfig& c, int local_rank) {
+  core::Device d = core::Device::parse(c.device);
+  if (d.type == core::DeviceType::CUDA) d.index += local_rank;
+  return d;
+}
 
 DevicePreset run_device(const RunConfig& c) {
   const core::Device d = run_device_of(c);

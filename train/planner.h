@@ -186,8 +186,10 @@ std::string search_explanation(const Search& s, std::size_t show = 10);
 
 // The device preset a run on this machine plans for: cpu with device.memory_limit (or the machine's memory).
 DevicePreset run_device(const RunConfig& config);
-// The device a run trains on (device.type): cpu, or cuda:N ("cuda" is cuda:0).
-core::Device run_device_of(const RunConfig& config);
+// The device a run trains on (device.type): cpu, or cuda:N ("cuda" is cuda:0). Under several ranks a GPU's index
+// is offset by the rank's local rank: rank r of a machine trains on cuda:local_rank (cuda:N+local_rank for
+// device.type cuda:N).
+core::Device run_device_of(const RunConfig& config, int local_rank = 0);
 
 // Sets the OpenMP threads of a rank of this run on the CPU: device.threads, or with several ranks the
 // machine's cores shared among the ranks on it (mpirun's local size, else `world`). oneDNN's scratchpads

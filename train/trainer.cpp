@@ -254,6 +254,7 @@ class Trainer {
   int64_t dry_runs_ = 0;
   const Prediction& prediction_for(const std::vector<std::array<int64_t, 3>>& shapes);
   std::unique_ptr<LlavaDataset> train_set_, eval_set_;
+  std::unique_ptr<parallel::Communicator> nccl_;  // several ranks on GPUs: ZeRO's collectives on device tensors
   std::unique_ptr<Engine> engine_;
   TrainerState state_;
   int64_t total_ = 0;
@@ -329,7 +330,22 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   const int rank = comm.rank(), world = comm.world();
   // device.type: cpu or cuda:N. Parameters, gradients, states and activations live there through its caching
   // allocator; the host allocator keeps the loader's batches and offloaded states.
-  const Device device = run_device_of(c_);
+  const Device device = run_device_of(c_, world > 1 ? comm.local_rank() : 0);
+  if (device.type == DeviceType::CUDA && world > 1) {
+    // Every rank learns whether any rank lacks its GPU, so that all of them stop with the reason and none
+    // waits in a collective for one that failed.
+    const int gpus = int(core::query_cuda().gpus.size());
+    const bool mine_ok = device.index < gpus;
+    const std::vector<double> ok = comm.gather({mine_ok ? 1.0 : 0.0});
+    std::string bad;
+    for (int r = 0; r < world; ++r)
+      if (ok[std::size_t(r)] == 0) bad += str(bad.empty() ? "" : ", ", r);
+    HR_CHECK(bad.empty(), "[device] rank(s) ", bad, " have no GPU of their own: each rank trains on cuda:<local rank> ",
+             "(device.type ", c_.device, "), and this machine has ", gpus, " GPU(s); start at most ", gpus,
+             " ranks per machine");
+    HR_CHECK(parallel::have_nccl(), "[device] several ranks on GPUs need NCCL, and this build has none "
+             "(configure found no nccl.h / libnccl)");
+  }
   const Backend backend = device.type == DeviceType::CUDA ? Backend::CUDA : Backend::CPU;
   predictor_ = std::make_unique<Predictor>(c_, world, rank, backend);
   configure_device(device, {c_.memory_limit, backend, c_.allocator});
@@ -349,7 +365,8 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
     eval_set_ = std::make_unique<LlavaDataset>(dopt, models::input_spec(c_.model.config));
   }
 
-  engine_ = std::make_unique<Engine>(c_, device, comm);
+  if (device.type == DeviceType::CUDA && world > 1) nccl_ = parallel::make_nccl(comm, device.index);
+  engine_ = std::make_unique<Engine>(c_, device, nccl_ ? *nccl_ : comm);
   const std::optional<std::string> resume_dir = options.resume ? latest_checkpoint(c_.output_dir) : std::nullopt;
   state_ = resume_dir ? engine_->load(*resume_dir) : engine_->start();
   // Planned: what starting left cached goes back, so that reserved is the states, their segments and the arena.

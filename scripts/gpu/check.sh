@@ -41,7 +41,7 @@ step ops_cuda "$here/bin/test_ops_cuda" --gtest_output="json:$out/ops_cuda.json"
 step ops_cuda_own_attention env HR_CUDNN_ATTENTION=0 "$here/bin/test_ops_cuda" \
   --gtest_output="json:$out/ops_cuda_own_attention.json"
 [[ -x $here/bin/test_cuda_kernels ]] && step cuda_kernels "$here/bin/test_cuda_kernels" --gtest_output="json:$out/cuda_kernels.json"
-[[ -x $here/bin/test_cuda_train ]] && step cuda_train env HR_HEADROOM="$here/bin/headroom" "$here/bin/test_cuda_train" --gtest_output="json:$out/cuda_train.json"
+[[ -x $here/bin/test_cuda_train ]] && step cuda_train env HR_HEADROOM="$here/bin/headroom" HR_MPIRUN="$here/bin/mpirun" "$here/bin/test_cuda_train" --gtest_output="json:$out/cuda_train.json"
 [[ -x $here/bin/test_cuda_memory ]] && step cuda_memory "$here/bin/test_cuda_memory" --gtest_output="json:$out/cuda_memory.json"
 [[ -x $here/bin/test_nccl ]] && step nccl "$here/bin/test_nccl" --gtest_output="json:$out/nccl.json"
 if command -v compute-sanitizer > /dev/null; then

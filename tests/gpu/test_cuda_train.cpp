@@ -86,3 +86,33 @@ TEST(CudaTrain, ACappedGpuRunsOutOfMemoryWithTheReport) {
   EXPECT_NE(r.output.find("out of memory"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("cuda:0"), std::string::npos) << r.output;
 }
+
+// Under mpirun each rank trains on cuda:<local rank> with ZeRO's collectives over NCCL. With more ranks than GPUs
+// (NCCL refuses two ranks on one GPU), every rank stops with the reason instead of one failing and the others
+// waiting in a collective. With as many ranks as GPUs (two or more), ZeRO-3 matches the single GPU's losses.
+TEST(CudaTrain, RanksTakeTheirLocalGpuOverNcclAndMoreRanksThanGpusIsAnErrorOnEveryRank) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  int gpus = 0;
+  cudaGetDeviceCount(&gpus);
+  const std::string base = fresh_dir("cuda_ranks");
+  const std::string cfg = write_config(base, kConfig);
+  const char* mpirun = std::getenv("HR_MPIRUN");
+  const std::string launch = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+                             (mpirun && *mpirun ? mpirun : "mpirun") + " --oversubscribe -np ";
+  const std::string sets = " --set device.type=cuda --set train.max_steps=5 --set memory.zero_stage=3";
+  CmdResult over = run(launch + std::to_string(gpus + 1) + " " + headroom_bin() + " train " + cfg +
+                       " --set run.output_dir=" + base + "/over" + sets);
+  EXPECT_NE(over.status, 0) << over.output;
+  EXPECT_NE(over.output.find("have no GPU of their own"), std::string::npos) << over.output;
+  if (gpus < 2) return;
+  CmdResult one = train(cfg, base + "/one", sets);
+  ASSERT_EQ(one.status, 0) << one.output;
+  CmdResult two = run(launch + "2 " + headroom_bin() + " train " + cfg + " --set run.output_dir=" + base + "/two" + sets);
+  ASSERT_EQ(two.status, 0) << two.output;
+  const auto a = jsonl(base + "/one/memory.jsonl"), b = jsonl(base + "/two/memory.rank0.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_NEAR(b[i]["loss"].get<double>(), a[i]["loss"].get<double>(), 1e-3) << "step " << i + 1;
+    EXPECT_EQ(b[i]["peak_allocated"], b[i]["predicted_peak"]) << "step " << i + 1;
+  }
+}
