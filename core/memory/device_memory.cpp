@@ -11,7 +11,9 @@ std::shared_ptr<CachingAllocator> make_allocator(Device d, const DeviceMemoryOpt
     case DeviceType::CPU:
       raw = o.capacity ? make_capped_host_allocator(o.capacity) : make_host_allocator();
       break;
-    case DeviceType::Host: raw = o.pinned ? make_pinned_host_allocator() : make_host_allocator(); break;
+    case DeviceType::Host:
+      raw = o.pinned_for_gpu >= 0 ? make_pinned_host_allocator(o.pinned_for_gpu) : make_host_allocator();
+      break;
     case DeviceType::Meta: raw = make_meta_allocator(o.capacity); break;
     case DeviceType::CUDA: raw = make_cuda_allocator(d.index, o.capacity); break;
   }
@@ -49,7 +51,7 @@ void MemoryContext::configure(Device device, const DeviceMemoryOptions& options)
     allocators_.erase(it);
   }
   HR_CHECK(!(device.type == DeviceType::Host && options.capacity), "[device] the host device cannot be capped; cap 'cpu'");
-  HR_CHECK(!options.pinned || device.type == DeviceType::Host, "[device] only the host device can be pinned; got ",
+  HR_CHECK(options.pinned_for_gpu < 0 || device.type == DeviceType::Host, "[device] only the host device can be pinned; got ",
            device.name());
   allocators_.emplace(key_of(device), make_allocator(device, options));
   if (device.type == DeviceType::Meta) meta_target_ = options.meta_target;

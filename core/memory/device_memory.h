@@ -15,7 +15,7 @@ struct DeviceMemoryOptions {
   std::size_t capacity = 0;            // 0: unlimited (cpu, host, meta) or the GPU's own size (cuda)
   Backend meta_target = Backend::CPU;  // meta only: whose workspace sizes to mirror
   AllocatorKind kind = AllocatorKind::Caching;  // not for the host device, which always caches
-  bool pinned = false;  // host only: page-locked memory (cudaHostAlloc), for a run on a GPU
+  int pinned_for_gpu = -1;  // host only: page-locked memory (cudaHostAlloc) for this GPU's run; -1: pageable
 };
 
 // One caching allocator per device and the backend a meta device mirrors. A process starts with a default

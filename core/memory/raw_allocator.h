@@ -42,9 +42,11 @@ constexpr std::size_t kSegmentAlignment = 256;
 std::unique_ptr<RawAllocator> make_host_allocator();
 // A CPU "device" with a fixed capacity: segments beyond it fail as cudaMalloc would.
 std::unique_ptr<RawAllocator> make_capped_host_allocator(std::size_t capacity);
-// Page-locked host memory (cudaHostAlloc) for the host device beside a GPU: transfers from it run asynchronously
-// and at full bus speed. Throws "[cuda] no CUDA back-end" in builds without CUDA.
-std::unique_ptr<RawAllocator> make_pinned_host_allocator();
+// Page-locked host memory (cudaHostAlloc, with `gpu_index` current, so that no other GPU gets a context from the
+// thread that allocates) for the host device beside a GPU: transfers from it run asynchronously and at full bus
+// speed. A segment the driver will not pin is ordinary heap memory. Throws "[cuda] no CUDA back-end" in builds
+// without CUDA.
+std::unique_ptr<RawAllocator> make_pinned_host_allocator(int gpu_index);
 // Hands out fake, never-dereferenced addresses; `capacity` 0 means unlimited.
 std::unique_ptr<RawAllocator> make_meta_allocator(std::size_t capacity);
 // cudaMalloc/cudaFree on one device; throws "[cuda] no CUDA back-end" in builds without CUDA. `capacity` > 0 caps

@@ -87,7 +87,7 @@ TEST(CudaMemory, APinnedHostDeviceIsPageLockedAndCopiesFromItAsynchronously) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   MemoryContext context;
   MemoryContext::Use use(context);
-  configure_device(Device::host(), {0, Backend::CPU, AllocatorKind::Caching, true});
+  configure_device(Device::host(), {0, Backend::CPU, AllocatorKind::Caching, 0});
   std::vector<float> values(3 << 20);
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = float(i % 1000) * 0.5f;
   const Tensor batch = Tensor::from_floats(values, {3, 1 << 20}, DType::F32, Device::host());

@@ -69,7 +69,7 @@ TEST(MemoryContext, OnlyTheHostDeviceIsPinnedAndCopyAsyncIsACopyOnTheCpu) {
   MemoryContext context;
   MemoryContext::Use use(context);
   try {
-    configure_device(Device::cpu(), {0, Backend::CPU, AllocatorKind::Caching, true});
+    configure_device(Device::cpu(), {0, Backend::CPU, AllocatorKind::Caching, 0});
     FAIL() << "a pinned cpu device was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("only the host device can be pinned; got cpu"), std::string::npos) << e.what();

@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "core/backend/cuda/cuda_check.h"
 #include "core/memory/raw_allocator.h"
@@ -141,20 +144,34 @@ class CudaAllocator : public RawAllocator {
 namespace {
 
 // The host device's segments when a run is on a GPU: page-locked, so that copies to the GPU are DMA transfers
-// that run beside compute. Accounted on the host allocator like any host memory.
+// that run beside compute. Accounted on the host allocator like any host memory. The run's GPU is made current
+// first (loader threads allocate too, and would otherwise make a context on GPU 0); a segment the driver does
+// not pin (locked-memory limits, a huge offloaded state) comes from the heap instead.
 class PinnedHostAllocator : public RawAllocator {
  public:
+  explicit PinnedHostAllocator(int gpu) : gpu_(gpu) {}
   void* allocate(std::size_t bytes) override {
     void* p = nullptr;
-    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    if (cudaSetDevice(gpu_) != cudaSuccess || cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
       cudaGetLastError();
-      return nullptr;
+      p = std::aligned_alloc(kSegmentAlignment, (bytes + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment);
+      if (!p) return nullptr;
+      std::lock_guard<std::mutex> lock(mutex_);
+      pageable_.insert(p);
     }
     used_ += bytes;
     return p;
   }
   void deallocate(void* ptr, std::size_t bytes) override {
-    cudaFreeHost(ptr);
+    bool pageable = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pageable = pageable_.erase(ptr) > 0;
+    }
+    if (pageable)
+      std::free(ptr);
+    else
+      cudaFreeHost(ptr);
     used_ -= bytes;
   }
   std::size_t capacity() const override { return 0; }
@@ -162,12 +179,17 @@ class PinnedHostAllocator : public RawAllocator {
   std::string name() const override { return "host"; }
 
  private:
+  int gpu_;
   std::atomic<std::size_t> used_{0};
+  std::mutex mutex_;
+  std::unordered_set<void*> pageable_;
 };
 
 }  // namespace
 
-std::unique_ptr<RawAllocator> make_pinned_host_allocator() { return std::make_unique<PinnedHostAllocator>(); }
+std::unique_ptr<RawAllocator> make_pinned_host_allocator(int gpu_index) {
+  return std::make_unique<PinnedHostAllocator>(gpu_index);
+}
 
 std::unique_ptr<RawAllocator> make_cuda_allocator(int device_index, std::size_t capacity) {
   return std::make_unique<CudaAllocator>(device_index, capacity);

@@ -89,7 +89,8 @@ void copy_async(const Tensor& dst, const Tensor& src) {
 void copy(const Tensor& dst, const Tensor& src) {
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
     HR_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault, stream()));
-    HR_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    // Host memory may be read, freed or reused as soon as this returns; device memory is ordered by the stream.
+    if (!on_gpu(dst) || !on_gpu(src)) HR_CUDA_CHECK(cudaStreamSynchronize(stream()));
     return;
   }
   HR_CHECK(on_gpu(dst) && on_gpu(src), "[copy] a copy between host and CUDA needs contiguous tensors of one dtype; got ",

@@ -4,7 +4,10 @@
 // (batch, heads, seq, head_dim); the saved statistics are the natural log-sum-exp of the scaled scores,
 // (batch, q_heads, q_len) f32, exactly cuDNN's `Stats` output, so either backward can follow either forward.
 // A causal mask is aligned to the bottom right (query i sees keys j <= i + kv_len - q_len). Grouped-query
-// heads are cuDNN's own (kv_heads < q_heads). The backward is deterministic (no atomics in dQ).
+// heads are cuDNN's own (kv_heads < q_heads). The backward is cuDNN's default, which accumulates dQ in f32 with
+// atomics (not bit-repeatable): its deterministic variant keeps a (q_len x kv_len) dP workspace per head on
+// cuDNN < 9.25, the O(L^2) memory this path exists to avoid. HR_CUDNN_ATTENTION=0 gives the own kernel's
+// repeatable bits.
 //
 // Each shape's graph is built once (the first call, or the sizing query that comes before it) and kept; a
 // graph that does not build on this GPU makes the shape take the own kernel, for the sizing and the kernel
@@ -14,6 +17,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -72,7 +76,7 @@ Key key_of(const AttentionDesc& d, bool backward, float scale) {
   return {d.batch, d.q_len, d.kv_len, d.q_heads, d.kv_heads, d.head_dim, int(d.dtype), int(d.mask), backward, scale};
 }
 
-Graph build(const AttentionDesc& d, bool backward, float scale) {
+Graph build_graph(const AttentionDesc& d, bool backward, float scale) {
   Graph out;
   out.graph = std::make_shared<fe::graph::Graph>();
   fe::graph::Graph& g = *out.graph;
@@ -114,10 +118,7 @@ Graph build(const AttentionDesc& d, bool backward, float scale) {
                               .set_data_type(fe::DataType_t::FLOAT)
                               .set_dim({d.batch, d.q_heads, d.q_len, 1})
                               .set_stride({d.q_heads * d.q_len, d.q_len, 1, 1}));
-    auto options = fe::graph::SDPA_backward_attributes()
-                       .set_name("attention_backward")
-                       .set_attn_scale(scale)
-                       .set_deterministic_algorithm(true);
+    auto options = fe::graph::SDPA_backward_attributes().set_name("attention_backward").set_attn_scale(scale);
     if (causal && square) options.set_causal_mask(true);
     if (causal && !square) options.set_causal_mask_bottom_right(true);
     auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, dout, stats, options);
@@ -140,28 +141,48 @@ Graph build(const AttentionDesc& d, bool backward, float scale) {
   return out;
 }
 
-// The graph of a shape, built on first use; null when cuDNN does not take it.
-const Graph* graph_for(const AttentionDesc& d, bool backward, float scale) {
-  if (!enabled() || !core::cudnn_attention_admits(d, false)) return nullptr;
+// A graph the frontend refuses by throwing (no engine for the shape) is one that did not build.
+Graph build(const AttentionDesc& d, bool backward, float scale) {
+  try {
+    return build_graph(d, backward, scale);
+  } catch (const std::exception&) {
+    return Graph{};
+  }
+}
+
+// The graph of a shape, built on first use (a copy of the cached entry, which an eviction cannot take away);
+// not built when cuDNN does not take the shape.
+Graph graph_for(const AttentionDesc& d, bool backward, float scale) {
+  if (!enabled() || !core::cudnn_attention_admits(d, false)) return Graph{};
   static std::mutex mu;
   static core::LruMap<Key, Graph> graphs(64);
   std::lock_guard<std::mutex> lock(mu);
-  const Graph& g = graphs.get(key_of(d, backward, scale), [&] { return build(d, backward, scale); });
-  return g.built ? &g : nullptr;
+  return graphs.get(key_of(d, backward, scale), [&] { return build(d, backward, scale); });
 }
 
 // The sizing query (attention_path.h). The op sizes before it knows nothing but the shape; the graphs are
 // keyed by scale too, and every caller in headroom uses 1/sqrt(head_dim), so the query builds that one.
 bool query(const AttentionDesc& d, bool backward, std::size_t* workspace) {
-  const Graph* g = graph_for(d, backward, 1.f / std::sqrt(float(d.head_dim)));
-  if (!g) return false;
-  *workspace = g->workspace;
+  const Graph g = graph_for(d, backward, 1.f / std::sqrt(float(d.head_dim)));
+  if (!g.built) return false;
+  *workspace = g.workspace;
+  return true;
+}
+
+// cuDNN's execute() wants every operand 16-byte aligned: a view that is not takes the own kernel.
+bool aligned(const AttentionArgs& a, bool backward) {
+  std::vector<const Tensor*> ts = {&a.q, &a.k, &a.v, &a.out, &a.lse};
+  if (backward) ts.insert(ts.end(), {&a.dout, &a.dq, &a.dk, &a.dv});
+  for (const Tensor* t : ts)
+    if (reinterpret_cast<uintptr_t>(t->data_ptr()) % 16) return false;
   return true;
 }
 
 bool run(const AttentionArgs& a, bool backward) {
-  const Graph* g = graph_for(a.desc, backward, a.scale);
-  if (!g || (g->workspace > 0 && (!a.workspace.defined() || a.workspace.nbytes() < g->workspace))) return false;
+  const Graph g = graph_for(a.desc, backward, a.scale);
+  if (!g.built || !aligned(a, backward) ||
+      (g.workspace > 0 && (!a.workspace.defined() || a.workspace.nbytes() < g.workspace)))
+    return false;
   HR_CHECK(cudnnSetStream(cudnn_handle(), stream()) == CUDNN_STATUS_SUCCESS, "[cudnn] cudnnSetStream failed");
   std::unordered_map<int64_t, void*> pack = {{kQ, a.q.data_ptr()}, {kK, a.k.data_ptr()}, {kV, a.v.data_ptr()},
                                              {kO, a.out.data_ptr()}, {kStats, a.lse.data_ptr()}};
@@ -171,8 +192,8 @@ bool run(const AttentionArgs& a, bool backward) {
     pack[kDK] = a.dk.data_ptr();
     pack[kDV] = a.dv.data_ptr();
   }
-  void* workspace = g->workspace > 0 ? a.workspace.data_ptr() : nullptr;
-  auto status = g->graph->execute(cudnn_handle(), pack, workspace);
+  void* workspace = g.workspace > 0 ? a.workspace.data_ptr() : nullptr;
+  auto status = g.graph->execute(cudnn_handle(), pack, workspace);
   HR_CHECK(status.is_good(), "[", backward ? "attention_backward" : "attention", "] cuDNN's fused attention failed: ",
            status.get_message());
   return true;

@@ -1,10 +1,11 @@
 // CUDA GEMM through cuBLASLt with f32 compute (bf16 and f16 inputs accumulate in f32). Row-major C = A B is
 // computed as the column-major C^T = B^T A^T; a transposed view is an op flag, never a copy, and batches are
-// strided layouts (a batch stride of 0 broadcasts). Operands of two different dtypes are widened to f32 in the
-// workspace. cuBLASLt works in the scratchpad the op allocates from the caching allocator (both sized in
+// strided layouts (a batch stride of 0 broadcasts). Operands of two different dtypes are staged in the workspace
+// in one: f32 when C is f32, else C's 16-bit type (cuBLAS has no f32-input GEMM with a 16-bit output). cuBLASLt works in the scratchpad the op allocates from the caching allocator (both sized in
 // sizing.cpp) and is told its size, so it never allocates on its own. The chosen algorithm is cached per shape;
 // a shape cuBLASLt's heuristic has no algorithm for goes through cublasGemmStridedBatchedEx in the same
 // scratchpad.
+#include <memory>
 #include <mutex>
 #include <tuple>
 
@@ -141,11 +142,11 @@ uint32_t alignment(const void* p) {
   return bytes;
 }
 
-const LtPlan& plan_for(const LtProblem& p) {
+std::shared_ptr<const LtPlan> plan_for(const LtProblem& p) {
   static std::mutex mu;
-  static core::LruMap<decltype(p.key()), std::unique_ptr<LtPlan>> plans(256);
+  static core::LruMap<decltype(p.key()), std::shared_ptr<const LtPlan>> plans(256);
   std::lock_guard<std::mutex> lock(mu);
-  return *plans.get(p.key(), [&] { return std::make_unique<LtPlan>(p); });
+  return plans.get(p.key(), [&] { return std::make_shared<const LtPlan>(p); });
 }
 
 }  // namespace
@@ -160,26 +161,6 @@ void gemm(const GemmArgs& g) {
   const GemmDesc& d = g.desc;
   HR_CHECK(g.scratchpad.defined() && g.scratchpad.nbytes() >= kCublasWorkspace, "[gemm] cuBLASLt needs a ",
            kCublasWorkspace, "-byte scratchpad");
-  char* ws = g.workspace.defined() ? static_cast<char*>(g.workspace.data_ptr()) : nullptr;
-  Tensor a = g.a, b = g.b;
-  int64_t as[3] = {d.a_strides[0], d.a_strides[1], d.a_strides[2]};
-  int64_t bs[3] = {d.b_strides[0], d.b_strides[1], d.b_strides[2]};
-  std::size_t at = 0;
-  auto widen = [&](Tensor& t, int64_t* st) {
-    const int64_t batch = st[0] ? t.size(0) : 1;
-    Tensor view = st[0] ? t : t.slice(0, 0, 1);
-    Tensor w = Tensor::wrap(ws + at, view.shape(), DType::F32, t.device(), nullptr);
-    copy(w, view);
-    at += (std::size_t(batch * view.size(1) * view.size(2)) * 4 + 255) / 256 * 256;
-    st[0] = st[0] ? view.size(1) * view.size(2) : 0;
-    st[1] = view.size(2);
-    st[2] = 1;
-    t = w;
-  };
-  if (d.a_dtype != d.b_dtype) {
-    if (d.a_dtype != DType::F32) widen(a, as);
-    if (d.b_dtype != DType::F32) widen(b, bs);
-  }
   if (d.m == 0 || d.n == 0 || d.batch == 0) return;
   if (d.k == 0) {  // C = beta C: no product to run
     if (d.beta == 0.f)
@@ -188,15 +169,36 @@ void gemm(const GemmArgs& g) {
       axpby(g.c, d.beta, g.c, 0.f, g.c);
     return;
   }
+  char* ws = g.workspace.defined() ? static_cast<char*>(g.workspace.data_ptr()) : nullptr;
+  Tensor a = g.a, b = g.b;
+  int64_t as[3] = {d.a_strides[0], d.a_strides[1], d.a_strides[2]};
+  int64_t bs[3] = {d.b_strides[0], d.b_strides[1], d.b_strides[2]};
+  std::size_t at = 0;
+  auto stage = [&](Tensor& t, int64_t* st, DType to) {  // t as a contiguous `to` copy in the workspace
+    const int64_t batch = st[0] ? t.size(0) : 1;
+    Tensor view = st[0] ? t : t.slice(0, 0, 1);
+    Tensor w = Tensor::wrap(ws + at, view.shape(), to, t.device(), nullptr);
+    copy(w, view);
+    at += (std::size_t(batch * view.size(1) * view.size(2)) * core::dtype_size(to) + 255) / 256 * 256;
+    st[0] = st[0] ? view.size(1) * view.size(2) : 0;
+    st[1] = view.size(2);
+    st[2] = 1;
+    t = w;
+  };
+  if (d.a_dtype != d.b_dtype) {  // the same rule as sizing.cpp's gemm_bytes
+    const DType common = d.c_dtype;
+    if (d.a_dtype != common) stage(a, as, common);
+    if (d.b_dtype != common) stage(b, bs, common);
+  }
   // Column-major: C^T (n x m) = B^T (n x k) * A^T (k x m).
   Operand ob = as_operand(bs, d.k, d.n, "b"), oa = as_operand(as, d.m, d.k, "a");
   const float alpha = d.alpha, beta = d.beta;
   const LtProblem p{int(ob.op), int(oa.op), d.n, d.m, d.k, ob.ld, oa.ld, bs[0], as[0], d.batch,
                     int(cuda_type(b.dtype())), int(cuda_type(a.dtype())), int(cuda_type(d.c_dtype)), beta != 0.f,
                     alignment(b.data_ptr()), alignment(a.data_ptr()), alignment(g.c.data_ptr())};
-  const LtPlan& plan = plan_for(p);
-  if (plan.usable()) {
-    plan.run(&alpha, b.data_ptr(), a.data_ptr(), &beta, g.c.data_ptr(), g.scratchpad.data_ptr());
+  const std::shared_ptr<const LtPlan> plan = plan_for(p);
+  if (plan->usable()) {
+    plan->run(&alpha, b.data_ptr(), a.data_ptr(), &beta, g.c.data_ptr(), g.scratchpad.data_ptr());
     return;
   }
   HR_CUBLAS_CHECK(cublasSetWorkspace(handle(), g.scratchpad.data_ptr(), kCublasWorkspace));

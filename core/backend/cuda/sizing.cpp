@@ -19,11 +19,16 @@ std::size_t align(std::size_t n) { return (n + 255) / 256 * 256; }
 
 std::size_t gemm_scratchpad(const GemmDesc&) { return kCublasWorkspace; }
 
+// cuBLAS wants one input type: operands of two dtypes are staged in f32 when C is f32, else in C's 16-bit type
+// (an f32-input GEMM has no 16-bit output).
 std::size_t gemm_bytes(const GemmDesc& d) {
   std::size_t bytes = 0;
-  if (d.a_dtype != d.b_dtype) {  // cuBLAS wants one input type: widen the narrower operand
-    if (d.a_dtype != DType::F32) bytes += align(std::size_t((d.a_strides[0] ? d.batch : 1) * d.m * d.k) * 4);
-    if (d.b_dtype != DType::F32) bytes += align(std::size_t((d.b_strides[0] ? d.batch : 1) * d.k * d.n) * 4);
+  if (d.m == 0 || d.n == 0 || d.k == 0 || d.batch == 0) return 0;
+  if (d.a_dtype != d.b_dtype) {
+    const DType common = d.c_dtype;
+    const std::size_t e = core::dtype_size(common);
+    if (d.a_dtype != common) bytes += align(std::size_t((d.a_strides[0] ? d.batch : 1) * d.m * d.k) * e);
+    if (d.b_dtype != common) bytes += align(std::size_t((d.b_strides[0] ? d.batch : 1) * d.k * d.n) * e);
   }
   return bytes;
 }

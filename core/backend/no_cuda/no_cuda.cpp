@@ -13,7 +13,7 @@ std::unique_ptr<RawAllocator> make_cuda_allocator(int device_index, std::size_t)
   throw Error(str("[cuda] cannot use cuda:", device_index, ": no CUDA back-end in this build"));
 }
 
-std::unique_ptr<RawAllocator> make_pinned_host_allocator() {
+std::unique_ptr<RawAllocator> make_pinned_host_allocator(int) {
   throw Error("[cuda] cannot pin host memory: no CUDA back-end in this build");
 }
 
