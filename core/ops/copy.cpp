@@ -13,24 +13,22 @@ int norm_dim(const char* op, int dim, int nd) {
 }
 }  // namespace
 
-void copy_(const Tensor& dst, const Tensor& src) {
-  HR_CHECK(dst.shape() == src.shape(), "[copy] shape mismatch: ", dst.describe(), " <- ", src.describe());
+namespace {
+using CopyKernel = void (*)(const Tensor&, const Tensor&);
+
+void copy_with(const char* op, CopyKernel Kernels::*kernel, const Tensor& dst, const Tensor& src) {
+  HR_CHECK(dst.shape() == src.shape(), "[", op, "] shape mismatch: ", dst.describe(), " <- ", src.describe());
   if (dst.numel() == 0) return;
   Device dd = dst.device(), sd = src.device();
   if (dd.type == DeviceType::Meta || sd.type == DeviceType::Meta) return;
   // A copy touching a GPU runs on the GPU backend; anything else is host memory.
   Device run = dd.type == DeviceType::CUDA ? dd : sd;
-  launch("copy", run, &Kernels::copy, dst, src);
+  launch(op, run, kernel, dst, src);
 }
+}  // namespace
 
-void copy_async_(const Tensor& dst, const Tensor& src) {
-  HR_CHECK(dst.shape() == src.shape(), "[copy_async] shape mismatch: ", dst.describe(), " <- ", src.describe());
-  if (dst.numel() == 0) return;
-  Device dd = dst.device(), sd = src.device();
-  if (dd.type == DeviceType::Meta || sd.type == DeviceType::Meta) return;
-  Device run = dd.type == DeviceType::CUDA ? dd : sd;
-  launch("copy_async", run, &Kernels::copy_async, dst, src);
-}
+void copy_(const Tensor& dst, const Tensor& src) { copy_with("copy", &Kernels::copy, dst, src); }
+void copy_async_(const Tensor& dst, const Tensor& src) { copy_with("copy_async", &Kernels::copy_async, dst, src); }
 
 void fill_(const Tensor& dst, float value) {
   if (dst.numel() == 0) return;

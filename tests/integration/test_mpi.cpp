@@ -201,6 +201,58 @@ TEST(Mpi, APlanForTwoRanksIsWhatEachRankMeasures) {
   }
 }
 
+namespace {
+
+// A 2-rank run with `sets` whose every step on every rank must equal its dry run, rank 0's losses, and the
+// events of `headroom plan --world-size 2 --trace` for the same config.
+struct TracedRun {
+  std::vector<double> losses;
+  json events;
+};
+
+TracedRun traced_run(const std::string& cfg, const std::string& out, const std::string& sets) {
+  TracedRun t;
+  CmdResult r = train(2, cfg, out, sets);
+  EXPECT_EQ(r.status, 0) << r.output;
+  if (r.status != 0) return t;
+  for (int rank = 0; rank < 2; ++rank)
+    for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
+      EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << sets << " rank " << rank << " step " << l["step"];
+      EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << sets << " rank " << rank << " step " << l["step"];
+    }
+  t.losses = losses(out + "/memory.rank0.jsonl");
+  const std::string trace = out + "/plan_trace.json";
+  CmdResult p = run(str(HR_HEADROOM_BIN, " plan ", cfg, " --world-size 2 --trace ", trace, sets));
+  EXPECT_EQ(p.status, 0) << p.output;
+  std::ifstream f(trace);
+  t.events = json::parse(f)["traceEvents"];
+  return t;
+}
+
+// Walks a trace's events with the stack of open slices: `on` sees each event and the slices it is inside.
+template <typename F>
+void walk_slices(const json& events, F&& on) {
+  std::vector<std::string> open;
+  for (const json& e : events) {
+    const std::string ph = e.value("ph", "");
+    on(e, open);
+    if (ph == "B") open.push_back(e.value("name", ""));
+    else if (ph == "E" && !open.empty()) open.pop_back();
+  }
+}
+
+bool inside(const std::vector<std::string>& open, const std::string& slice) {
+  return std::find(open.begin(), open.end(), slice) != open.end();
+}
+
+// A decoder layer of the tiny LLaMA (hidden 32, 4 heads / 2 kv heads of 8, MLP 64) in f32 bytes: q, k, v, o, gate,
+// up, down and two norms.
+constexpr int64_t kTinyLayerBytes = 4 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64 + 2 * 32);
+
+const std::string kFixedShapes = " --set data.pad_to_max_length=true --set data.max_seq_len=40 --set train.max_steps=4";
+
+}  // namespace
+
 // ZeRO-3 with parallel.prefetch_groups: 1 (the default) starts the next group's all-gather (MPI_Iallgather) before
 // the current group computes. The arithmetic is the same as without prefetching (the same losses, bit for bit),
 // every rank's peaks still equal its dry run, and in the dry run's timeline the next decoder layer's all-gather
@@ -208,48 +260,26 @@ TEST(Mpi, APlanForTwoRanksIsWhatEachRankMeasures) {
 TEST(Mpi, Zero3PrefetchKeepsTheNextGroupGatheredWhileOneComputesAndThePlanSaysSo) {
   const std::string base = fresh_dir("mpi_prefetch");
   const std::string cfg = config(base);
-  const std::string sets = " --set data.pad_to_max_length=true --set data.max_seq_len=40 --set train.max_steps=4"
-                           " --set memory.zero_stage=3";
-  std::map<int, std::vector<double>> loss;
+  const std::string layer0 = "forward language_model.model.layers.0";
+  std::map<int, TracedRun> runs;
   std::map<int, int64_t> params_in_layer0;
   std::map<int, bool> started_inside;
   for (int prefetch : {0, 1}) {
-    const std::string set = str(sets, " --set parallel.prefetch_groups=", prefetch), out = str(base, "/p", prefetch);
-    CmdResult r = train(2, cfg, out, set);
-    ASSERT_EQ(r.status, 0) << r.output;
-    for (int rank = 0; rank < 2; ++rank)
-      for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
-        EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "prefetch " << prefetch << " rank " << rank;
-        EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << "prefetch " << prefetch << " rank " << rank;
-      }
-    loss[prefetch] = losses(out + "/memory.rank0.jsonl");
-    const std::string trace = out + "/plan_trace.json";
-    CmdResult p = run(str(HR_HEADROOM_BIN, " plan ", cfg, " --world-size 2 --trace ", trace, set));
-    ASSERT_EQ(p.status, 0) << p.output;
-    std::ifstream f(trace);
-    const json t = json::parse(f);
-    std::vector<std::string> open;
-    const std::string layer0 = "forward language_model.model.layers.0";
-    auto inside = [&](const std::string& name) { return std::find(open.begin(), open.end(), name) != open.end(); };
-    for (const json& e : t["traceEvents"]) {
+    runs[prefetch] = traced_run(cfg, str(base, "/p", prefetch),
+                                str(kFixedShapes, " --set memory.zero_stage=3 --set parallel.prefetch_groups=", prefetch));
+    walk_slices(runs[prefetch].events, [&](const json& e, const std::vector<std::string>& open) {
       const std::string ph = e.value("ph", ""), name = e.value("name", "");
-      if (ph == "B") {
-        if (name == "all_gather start language_model.model.layers.1" && inside(layer0)) started_inside[prefetch] = true;
-        open.push_back(name);
-      } else if (ph == "E" && !open.empty()) {
-        open.pop_back();
-      } else if (ph == "C" && name == "device params" && inside(layer0)) {
+      if (ph == "B" && name == "all_gather start language_model.model.layers.1" && inside(open, layer0))
+        started_inside[prefetch] = true;
+      if (ph == "C" && name == "device params" && inside(open, layer0))
         params_in_layer0[prefetch] = std::max(params_in_layer0[prefetch], e["args"]["bytes"].get<int64_t>());
-      }
-    }
+    });
   }
-  EXPECT_EQ(loss[1], loss[0]);
+  EXPECT_EQ(runs[1].losses, runs[0].losses);
   EXPECT_TRUE(started_inside[1]) << "layer 1's all-gather did not start during layer 0's forward";
   EXPECT_FALSE(started_inside[0]);
-  // A decoder layer of the tiny LLaMA (hidden 32, 4 heads / 2 kv heads of 8, MLP 64), f32: q, k, v, o, gate, up,
-  // down and two norms. With prefetching, all of it is gathered beside layer 0 while layer 0 computes.
-  const int64_t layer = 4 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64 + 2 * 32);
-  EXPECT_GE(params_in_layer0[1] - params_in_layer0[0], layer)
+  // With prefetching, all of layer 1 is gathered beside layer 0 while layer 0 computes.
+  EXPECT_GE(params_in_layer0[1] - params_in_layer0[0], kTinyLayerBytes)
       << "parameters in memory during layer 0's forward: " << params_in_layer0[0] << " B without prefetching, "
       << params_in_layer0[1] << " B with";
 }
@@ -257,56 +287,33 @@ TEST(Mpi, Zero3PrefetchKeepsTheNextGroupGatheredWhileOneComputesAndThePlanSaysSo
 // parallel.overlap_comm (the default) at ZeRO-2: a group's gradient reduce-scatter (MPI_Ireduce_scatter_block)
 // runs while the next group's backward computes and is finished after it. The losses are those of the blocking
 // reduce-scatter, bit for bit; every rank's peaks equal its dry run; in the dry run's timeline layer 1's
-// reduce-scatter is waited for inside layer 0's backward, with its buffers alive there.
+// reduce-scatter is waited for inside layer 0's backward, with its buffers alive as that backward starts.
 TEST(Mpi, Zero2OverlappedReduceScatterRunsUnderTheNextGroupsBackwardAndThePlanSaysSo) {
   const std::string base = fresh_dir("mpi_overlap");
   const std::string cfg = config(base);
-  const std::string sets = " --set data.pad_to_max_length=true --set data.max_seq_len=40 --set train.max_steps=4"
-                           " --set memory.zero_stage=2";
-  std::map<bool, std::vector<double>> loss;
+  const std::string layer0 = "backward language_model.model.layers.0";
+  std::map<bool, TracedRun> runs;
   std::map<bool, bool> waited_in_layer0;
   std::map<bool, int64_t> comm_in_layer0;
   for (bool overlap : {false, true}) {
-    const std::string set = str(sets, " --set parallel.overlap_comm=", overlap ? "true" : "false");
-    const std::string out = str(base, overlap ? "/on" : "/off");
-    CmdResult r = train(2, cfg, out, set);
-    ASSERT_EQ(r.status, 0) << r.output;
-    for (int rank = 0; rank < 2; ++rank)
-      for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
-        EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "overlap " << overlap << " rank " << rank;
-        EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << "overlap " << overlap << " rank " << rank;
-      }
-    loss[overlap] = losses(out + "/memory.rank0.jsonl");
-    const std::string trace = out + "/plan_trace.json";
-    CmdResult p = run(str(HR_HEADROOM_BIN, " plan ", cfg, " --world-size 2 --trace ", trace, set));
-    ASSERT_EQ(p.status, 0) << p.output;
-    std::ifstream f(trace);
-    const json t = json::parse(f);
-    std::vector<std::string> open;
-    const std::string layer0 = "backward language_model.model.layers.0";
+    runs[overlap] = traced_run(cfg, str(base, overlap ? "/on" : "/off"),
+                               str(kFixedShapes, " --set memory.zero_stage=2 --set parallel.overlap_comm=", overlap ? "true" : "false"));
     int64_t comm_now = 0;
-    auto inside = [&](const std::string& name) { return std::find(open.begin(), open.end(), name) != open.end(); };
-    for (const json& e : t["traceEvents"]) {
+    walk_slices(runs[overlap].events, [&](const json& e, const std::vector<std::string>& open) {
       const std::string ph = e.value("ph", ""), name = e.value("name", "");
-      if (ph == "B") {
-        if (name == "reduce_scatter wait language_model.model.layers.1" && inside(layer0)) waited_in_layer0[overlap] = true;
-        // What the comm buffers hold as layer 0's backward begins (its own collectives come after its compute).
-        if (name == layer0) comm_in_layer0[overlap] = std::max(comm_in_layer0[overlap], comm_now);
-        open.push_back(name);
-      } else if (ph == "E" && !open.empty()) {
-        open.pop_back();
-      } else if (ph == "C" && name == "device comm") {
-        comm_now = e["args"]["bytes"].get<int64_t>();
-      }
-    }
+      if (ph == "C" && name == "device comm") comm_now = e["args"]["bytes"].get<int64_t>();
+      if (ph == "B" && name == "reduce_scatter wait language_model.model.layers.1" && inside(open, layer0))
+        waited_in_layer0[overlap] = true;
+      // What the comm buffers hold as layer 0's backward begins (its own collectives come after its compute).
+      if (ph == "B" && name == layer0) comm_in_layer0[overlap] = std::max(comm_in_layer0[overlap], comm_now);
+    });
   }
-  EXPECT_EQ(loss[true], loss[false]);
+  EXPECT_EQ(runs[true].losses, runs[false].losses);
   EXPECT_TRUE(waited_in_layer0[true]) << "layer 1's reduce-scatter was not finished during layer 0's backward";
   EXPECT_FALSE(waited_in_layer0[false]);
   // Layer 1's reduce-scatter buffers (its whole gradients, f32, and this rank's half) are alive as layer 0's
   // backward starts computing.
-  const int64_t layer = 4 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64 + 2 * 32);
-  EXPECT_GE(comm_in_layer0[true] - comm_in_layer0[false], layer)
+  EXPECT_GE(comm_in_layer0[true] - comm_in_layer0[false], kTinyLayerBytes)
       << "comm bytes as layer 0's backward starts: " << comm_in_layer0[false] << " blocking, " << comm_in_layer0[true]
       << " overlapped";
 }
