@@ -1,5 +1,6 @@
-// ZeRO stages 0-3 and CPU offload over parameter groups: sharding, gather/release, gradient reduction,
-// the sharded optimizer step, and checkpoint shards that reload at any world size.
+// ZeRO stages 0-3 and CPU offload over parameter groups: sharding, the hooks that run every rank's collectives
+// in the same order (the collectives themselves: zero_comm.cpp), the sharded optimizer step, and checkpoint
+// shards that reload at any world size.
 #include "parallel/zero.h"
 
 #include <algorithm>
@@ -11,46 +12,14 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/optimizer.h"
 #include "core/ops/reduce.h"
+#include "parallel/zero_group.h"
 
 namespace hr::parallel {
 
 using namespace hr::core;
 using optim::OptimizerKind;
 
-struct Zero::Group {
-  // One parameter's part of the group: rank q owns elements [q * block, q * block + valid(q)) of it, kept at
-  // `offset` in the group's shard.
-  struct Segment {
-    Param* param;
-    int64_t numel = 0, block = 0, offset = 0;
-    bool decay = true;
-    float lr_ratio = 1.f;
-    bool had_grad = false;  // on any rank this step (after finish_gradients)
-  };
-  std::string name;
-  GroupKind kind = GroupKind::DecoderLayer;
-  bool trainable = false;
-  DType dtype = DType::F32;
-  std::vector<Segment> segs;
-  int64_t shard = 0;               // elements of each rank's shard (the sum of the segments' blocks)
-  optim::OptimizerState state;     // (shard) f32 on the state device: master weights and moments
-  Tensor grads;                    // (shard) stage >= 2: this rank's reduced gradients
-  Tensor params;                   // (shard) stage 3: this rank's parameters (on the host with offload_params)
-  bool gathered = false;
-  Tensor whole;                                  // (world x shard) stage 3: an all-gather started, not finished
-  std::unique_ptr<PendingCollective> pending;    // that all-gather, where it runs in the background
-  Tensor reduce_in, reduce_out;                  // stage >= 2: a reduce-scatter started, not finished
-  std::unique_ptr<PendingCollective> reducing;   // that reduce-scatter
-
-  // Elements of `seg` held by rank q of `world`.
-  static int64_t valid(const Segment& seg, int q) {
-    return std::clamp<int64_t>(seg.numel - int64_t(q) * seg.block, 0, seg.block);
-  }
-};
-
 namespace {
-
-Tensor flat(const Tensor& t) { return t.view({t.numel()}); }
 
 // A model group's parameters split by whether they train (LoRA: a layer's frozen base and its adapters), each part
 // sharded on its own under the group's name (a split group: "<group>.frozen" and "<group>.trainable").
@@ -64,29 +33,6 @@ std::vector<std::pair<std::string, std::vector<Param*>>> parts_of(const core::Pa
   if (!quantized.empty()) parts.emplace_back(mg.name + ".quantized", quantized);
   if (!trainable.empty()) parts.emplace_back(mg.name + ".trainable", trainable);
   return parts;
-}
-
-// dst (S) <- the blocks of rank q taken from each parameter's full tensor `src(p)` (missing: left as is).
-template <typename F>
-void pack(const Zero::Group& g, int q, const Tensor& dst, F&& src) {
-  for (const auto& seg : g.segs) {
-    const int64_t v = Zero::Group::valid(seg, q);
-    Tensor full = src(seg.param);
-    if (v == 0 || !full.defined()) continue;
-    copy_(dst.slice(0, seg.offset, seg.offset + v), flat(full).slice(0, q * seg.block, q * seg.block + v));
-  }
-}
-
-// Each parameter's full tensor `dst(p)` <- its blocks from every rank's shard in `whole` (world x S).
-template <typename F>
-void unpack(const Zero::Group& g, int world, const Tensor& whole, F&& dst) {
-  for (const auto& seg : g.segs) {
-    Tensor full = flat(dst(seg.param));
-    for (int q = 0; q < world; ++q) {
-      const int64_t v = Zero::Group::valid(seg, q);
-      if (v) copy_(full.slice(0, q * seg.block, q * seg.block + v), whole.slice(0, q * g.shard + seg.offset, q * g.shard + seg.offset + v));
-    }
-  }
 }
 
 int64_t shard_size(std::vector<Zero::Group::Segment>& segs, int world) {
@@ -188,78 +134,6 @@ void Zero::set_lr_ratio(GroupKind kind, float ratio) {
         for (auto& seg : g->segs) seg.lr_ratio = ratio;
 }
 
-// ---- parameters (stage 3) ----
-
-void Zero::start_gather(Group& g) {
-  if (g.gathered || g.whole.defined()) return;
-  const int W = shard_world_;
-  for (auto& seg : g.segs) {
-    MemoryScope scope(Category::Params, core::owner_of(seg.param->name));
-    seg.param->data = Tensor::empty(seg.param->shape, g.dtype, device_);
-  }
-  MemoryScope scope(Category::Comm, g.name);
-  g.whole = Tensor::empty({int64_t(W) * g.shard}, g.dtype, device_);
-  Tensor block = g.whole.slice(0, int64_t(shard_rank_) * g.shard, int64_t(shard_rank_ + 1) * g.shard);
-  copy_(block, g.params);  // brings an offloaded shard in
-  if (W > 1) {
-    core::TraceSpan span("comm", "all_gather start ", g.name);
-    g.pending = comm_.all_gather_start(block, g.whole);
-  }
-}
-
-void Zero::finish_gather(Group& g) {
-  if (g.gathered) return;
-  start_gather(g);
-  if (g.pending) {
-    core::TraceSpan span("comm", "all_gather wait ", g.name);
-    g.pending->wait();
-    g.pending.reset();
-  }
-  unpack(g, shard_world_, g.whole, [](Param* p) { return p->data; });
-  g.whole = Tensor();
-  g.gathered = true;
-}
-
-void Zero::gather(Group& g) { finish_gather(g); }
-
-void Zero::prefetch(Pass pass, std::size_t position) {
-  const std::vector<int>& order = model_.pass_order(pass);
-  for (std::size_t ahead = 1; ahead <= std::size_t(std::max(0, z_.prefetch_groups)); ++ahead)
-    if (position + ahead < order.size())
-      for (auto& g : groups_[std::size_t(order[position + ahead])]) start_gather(*g);
-}
-
-void Zero::poll_gathers() {
-  for (auto& parts : groups_)
-    for (auto& g : parts)
-      if (g->pending) g->pending->poll();
-  for (Group* g : reducing_)
-    if (g->reducing) g->reducing->poll();
-}
-
-// After a step that failed part-way (an out-of-memory error): gathers started ahead and reductions still running
-// are finished (every rank started them) and their buffers freed; the step starts again from no gradients.
-void Zero::drop_pending_gathers() {
-  for (Group* g : reducing_) {
-    if (g->reducing) g->reducing->wait();
-    g->reducing.reset();
-    g->reduce_in = g->reduce_out = Tensor();
-  }
-  reducing_.clear();
-  for (auto& parts : groups_)
-    for (auto& g : parts) {
-      if (g->pending) g->pending->wait();
-      g->pending.reset();
-      if (g->whole.defined() && !g->gathered) release(*g);
-      g->whole = Tensor();
-    }
-}
-
-void Zero::release(Group& g) {
-  for (auto& seg : g.segs) seg.param->data = Tensor();
-  g.gathered = false;
-}
-
 // ---- the hooks, and every rank's collectives in the same order ----
 
 void Zero::before(int group, Pass pass) {
@@ -333,129 +207,6 @@ void Zero::begin_step() {
         }
   }
   model_.params().zero_grad();
-}
-
-void Zero::reduce_scatter_grads(Group& g) {
-  // The previous group's reduce-scatter had this group's backward to run under; it ends now, before this
-  // group's starts, so that at most one is in flight.
-  finish_reductions();
-  const int W = shard_world_;
-  Tensor whole, mine;
-  {
-    MemoryScope scope(Category::Comm, g.name);
-    whole = Tensor::zeros({int64_t(W) * g.shard}, g.dtype, device_);
-    for (auto& seg : g.segs) {
-      if (!seg.param->grad.defined()) continue;
-      seg.had_grad = true;
-      Tensor gf = flat(seg.param->grad);
-      for (int q = 0; q < W; ++q) {
-        const int64_t v = Group::valid(seg, q);
-        if (v) copy_(whole.slice(0, q * g.shard + seg.offset, q * g.shard + seg.offset + v), gf.slice(0, q * seg.block, q * seg.block + v));
-      }
-    }
-    for (auto& seg : g.segs) seg.param->grad = Tensor();
-    mine = Tensor::empty({g.shard}, g.dtype, device_);
-    if (z_.overlap_comm) {
-      core::TraceSpan span("comm", "reduce_scatter start ", g.name);
-      g.reducing = comm_.reduce_scatter_start(whole, mine);
-      g.reduce_in = whole;
-      g.reduce_out = mine;
-      reducing_.push_back(&g);
-      return;
-    }
-    core::TraceSpan span("comm", "reduce_scatter ", g.name);
-    comm_.reduce_scatter(whole, mine);
-  }
-  add_(g.grads, mine);
-}
-
-void Zero::finish_reductions() {
-  for (Group* g : reducing_) {
-    if (g->reducing) {
-      core::TraceSpan span("comm", "reduce_scatter wait ", g->name);
-      g->reducing->wait();
-      g->reducing.reset();
-    }
-    g->reduce_in = Tensor();
-    add_(g->grads, g->reduce_out);
-    g->reduce_out = Tensor();
-  }
-  reducing_.clear();
-}
-
-std::vector<bool> Zero::on_any_rank(const std::vector<bool>& mine) {
-  if (comm_.world() == 1) return mine;
-  MemoryScope scope(Category::Comm, "zero.flags");
-  Tensor flags = Tensor::empty({int64_t(mine.size())}, DType::I64, host_);
-  core::TraceSpan span("comm", "all_reduce gradient flags");
-  if (host_.type == DeviceType::Meta) return mine;  // a plan: the planned world's ranks do what this one does
-  for (std::size_t i = 0; i < mine.size(); ++i) flags.data<int64_t>()[i] = mine[i];
-  comm_.all_reduce(flags);
-  std::vector<bool> any(mine.size());
-  for (std::size_t i = 0; i < mine.size(); ++i) any[i] = flags.data<int64_t>()[i] > 0;
-  return any;
-}
-
-void Zero::all_reduce_grads() {
-  // Whether each trainable parameter has a gradient on some rank: those take part (zeros where missing).
-  std::vector<Param*> params;
-  for (const auto& p : model_.params().all())
-    if (p->trainable) params.push_back(p.get());
-  std::vector<bool> has(params.size());
-  for (std::size_t i = 0; i < params.size(); ++i) has[i] = params[i]->grad.defined();
-  has = on_any_rank(has);
-  std::vector<Param*> live;
-  for (std::size_t i = 0; i < params.size(); ++i)
-    if (has[i]) {
-      params[i]->ensure_grad();
-      live.push_back(params[i]);
-    }
-  // Buckets of up to bucket_bytes of one dtype; a gradient larger than a bucket is reduced in place.
-  std::vector<Param*> bucket;
-  int64_t elems = 0;
-  auto flush = [&] {
-    if (bucket.empty()) return;
-    core::TraceSpan span("comm", "all_reduce gradients (", bucket.size(), bucket.size() == 1 ? " tensor)" : " tensors)");
-    if (bucket.size() == 1) {
-      comm_.all_reduce(bucket[0]->grad);
-    } else {
-      MemoryScope scope(Category::Comm, "gradient_bucket");
-      Tensor buf = Tensor::empty({elems}, bucket[0]->dtype, device_);
-      int64_t at = 0;
-      for (Param* p : bucket) copy_(buf.slice(0, at, at + p->numel()), flat(p->grad)), at += p->numel();
-      comm_.all_reduce(buf);
-      at = 0;
-      for (Param* p : bucket) copy_(flat(p->grad), buf.slice(0, at, at + p->numel())), at += p->numel();
-    }
-    bucket.clear();
-    elems = 0;
-  };
-  for (Param* p : live) {
-    const int64_t bytes = p->numel() * int64_t(dtype_size(p->dtype));
-    if (!bucket.empty() && (bucket[0]->dtype != p->dtype ||
-                            (elems * int64_t(dtype_size(p->dtype)) + bytes) > z_.bucket_bytes))
-      flush();
-    bucket.push_back(p);
-    elems += p->numel();
-  }
-  flush();
-}
-
-void Zero::finish_gradients() {
-  finish_reductions();
-  if (comm_.world() > 1 && z_.stage <= 1) all_reduce_grads();
-  if (z_.stage >= 2) {
-    // Which parameters had a gradient on any rank this step: the others are not stepped (as a single process).
-    std::vector<Group::Segment*> segs;
-    for (auto& parts : groups_)
-      for (auto& g : parts)
-        if (g->trainable)
-          for (auto& seg : g->segs) segs.push_back(&seg);
-    std::vector<bool> had(segs.size());
-    for (std::size_t i = 0; i < segs.size(); ++i) had[i] = segs[i]->had_grad;
-    had = on_any_rank(had);
-    for (std::size_t i = 0; i < segs.size(); ++i) segs[i]->had_grad = had[i];
-  }
 }
 
 float Zero::grad_norm() {
