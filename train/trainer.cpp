@@ -352,7 +352,7 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   // Beside a GPU the host device's memory is pinned: the loader's batches copy in asynchronously, and offloaded
   // states move at full bus speed. (Unless something already lives there, as in a process that trains twice.)
   if (device.type == DeviceType::CUDA && allocator_for(Device::host())->stats().allocated_bytes.current == 0)
-    configure_device(Device::host(), {0, Backend::CPU, AllocatorKind::Caching, true});
+    configure_device(Device::host(), {0, Backend::CPU, AllocatorKind::Caching, device.index});
   alloc_ = allocator_for(device);
   host_alloc_ = allocator_for(Device::host());
   if (device.type == DeviceType::CUDA) gpu_ = device.index;
