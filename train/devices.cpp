@@ -89,4 +89,17 @@ DevicePreset local_gpu_preset(int index, std::size_t memory_limit) {
   return p;
 }
 
+void require_gpu_per_rank(int index, const std::string& device_key, parallel::Communicator& comm) {
+  const int gpus = int(core::query_cuda().gpus.size());
+  const std::vector<double> ok = comm.gather({index < gpus ? 1.0 : 0.0});
+  std::string bad;
+  for (int r = 0; r < comm.world(); ++r)
+    if (ok[std::size_t(r)] == 0) bad += str(bad.empty() ? "" : ", ", r);
+  HR_CHECK(bad.empty(), "[device] rank(s) ", bad, " have no GPU of their own: each rank trains on cuda:<local rank> ",
+           "(device.type ", device_key, "), and this machine has ", gpus, " GPU(s); start at most ", gpus,
+           " ranks per machine");
+  HR_CHECK(parallel::have_nccl(), "[device] several ranks on GPUs need NCCL, and this build has none "
+           "(configure found no nccl.h / libnccl)");
+}
+
 }  // namespace hr::train

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "parallel/comm.h"
+
 namespace hr::train {
 
 struct DevicePreset {
@@ -29,5 +31,9 @@ std::vector<std::string> device_preset_names();
 // reserve measured at start-up (total - free once the context and library handles exist), bf16 from its compute
 // capability, and the throughputs of the preset of the same part. Throws where there is no such GPU.
 DevicePreset local_gpu_preset(int index, std::size_t memory_limit);
+// Several ranks on GPUs: that this rank's cuda:`index` exists (NCCL refuses two ranks on one GPU) and that the
+// build has NCCL. Every rank learns about every rank, so that all of them stop with the reason (naming the ranks
+// and `device_key`, device.type) and none waits in a collective for one that failed.
+void require_gpu_per_rank(int index, const std::string& device_key, parallel::Communicator& comm);
 
 }  // namespace hr::train

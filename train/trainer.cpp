@@ -331,21 +331,7 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   // device.type: cpu or cuda:N. Parameters, gradients, states and activations live there through its caching
   // allocator; the host allocator keeps the loader's batches and offloaded states.
   const Device device = run_device_of(c_, world > 1 ? comm.local_rank() : 0);
-  if (device.type == DeviceType::CUDA && world > 1) {
-    // Every rank learns whether any rank lacks its GPU, so that all of them stop with the reason and none
-    // waits in a collective for one that failed.
-    const int gpus = int(core::query_cuda().gpus.size());
-    const bool mine_ok = device.index < gpus;
-    const std::vector<double> ok = comm.gather({mine_ok ? 1.0 : 0.0});
-    std::string bad;
-    for (int r = 0; r < world; ++r)
-      if (ok[std::size_t(r)] == 0) bad += str(bad.empty() ? "" : ", ", r);
-    HR_CHECK(bad.empty(), "[device] rank(s) ", bad, " have no GPU of their own: each rank trains on cuda:<local rank> ",
-             "(device.type ", c_.device, "), and this machine has ", gpus, " GPU(s); start at most ", gpus,
-             " ranks per machine");
-    HR_CHECK(parallel::have_nccl(), "[device] several ranks on GPUs need NCCL, and this build has none "
-             "(configure found no nccl.h / libnccl)");
-  }
+  if (device.type == DeviceType::CUDA && world > 1) require_gpu_per_rank(device.index, c_.device, comm);
   const Backend backend = device.type == DeviceType::CUDA ? Backend::CUDA : Backend::CPU;
   predictor_ = std::make_unique<Predictor>(c_, world, rank, backend);
   configure_device(device, {c_.memory_limit, backend, c_.allocator});
