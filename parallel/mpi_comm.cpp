@@ -111,6 +111,12 @@ class MpiComm final : public Communicator {
     HR_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), count(in), type(in), out.data_ptr(), count(in),
                                type(out), MPI_COMM_WORLD));
   }
+  std::unique_ptr<PendingCollective> all_reduce_start(const Tensor& t) override {
+    check_host("all_reduce", t);
+    auto pending = std::make_unique<MpiPending>();
+    HR_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), op(t), MPI_COMM_WORLD, pending->request()));
+    return pending;
+  }
   std::unique_ptr<PendingCollective> all_gather_start(const Tensor& in, const Tensor& out) override {
     check_host("all_gather", out);
     check_blocks("all_gather", out, in, world_);

@@ -2,13 +2,14 @@
 // creates the unique id, the bootstrap broadcasts it, every rank calls ncclCommInitRank on its local GPU.
 // Host tensors (ZeRO's gradient flags, scalars) go through the bootstrap.
 // Each collective runs on the communicator's own stream, after the work the compute stream has queued (an
-// event): a blocking one is waited for before returning; a started one (all_gather_start, reduce_scatter_start)
-// returns at once, and its wait() makes the compute stream wait for it without blocking the host, so that a
-// buffer freed after wait() is reused only by work ordered after the collective.
+// event): a blocking one is waited for before returning; a started one (all_reduce_start, all_gather_start,
+// reduce_scatter_start) returns at once, and its wait() makes the compute stream wait for it without blocking the
+// host, so that a buffer freed after wait() is reused only by work ordered after the collective.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <cstring>
+#include <thread>
 
 #include "core/memory/category.h"
 #include "parallel/comm.h"
@@ -95,10 +96,13 @@ class NcclComm final : public Communicator {
 
   void all_reduce(const Tensor& t) override {
     if (on_host(t)) return bootstrap_.all_reduce(t);
-    check_device("all_reduce", t);
-    after_compute();
-    HR_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), ncclSum, comm_, stream_));
+    start_all_reduce(t);
     wait();
+  }
+  std::unique_ptr<PendingCollective> all_reduce_start(const Tensor& t) override {
+    if (on_host(t)) return bootstrap_.all_reduce_start(t);
+    start_all_reduce(t);
+    return std::make_unique<NcclPending>(stream_);
   }
   void reduce_scatter(const Tensor& in, const Tensor& out) override {
     start_reduce_scatter(in, out);
@@ -133,8 +137,14 @@ class NcclComm final : public Communicator {
   static bool on_host(const Tensor& t) { return t.device().runs_cpu_kernels(); }
   // The collective's inputs were written by kernels queued on the compute stream: the NCCL stream waits for them.
   void after_compute() {
+    HR_CHECK(comm_ != nullptr, "[nccl] the communicator was aborted after an earlier collective failed");
     HR_CUDA_RT_CHECK(cudaEventRecord(inputs_ready_, kComputeStream));
     HR_CUDA_RT_CHECK(cudaStreamWaitEvent(stream_, inputs_ready_, 0));
+  }
+  void start_all_reduce(const Tensor& t) {
+    check_device("all_reduce", t);
+    after_compute();
+    HR_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), ncclSum, comm_, stream_));
   }
   void start_all_gather(const Tensor& in, const Tensor& out) {
     if (on_host(out)) return bootstrap_.all_gather(in, out);
@@ -156,7 +166,25 @@ class NcclComm final : public Communicator {
              " is not on a CUDA device (use MpiComm)");
     HR_CHECK(t.is_contiguous(), "[", op, "] ", t.describe(), " is not contiguous");
   }
-  void wait() { HR_CUDA_RT_CHECK(cudaStreamSynchronize(stream_)); }
+  // Waits for the NCCL stream, checking NCCL's asynchronous errors meanwhile (a peer that died or hung up): the
+  // communicator is aborted (ncclCommAbort frees what its kernels hold) and the error thrown, so that this rank
+  // reports it and the launcher ends the job instead of every rank spinning in a collective that cannot finish.
+  void wait() {
+    for (;;) {
+      const cudaError_t q = cudaStreamQuery(stream_);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) HR_CUDA_RT_CHECK(q);
+      ncclResult_t async = ncclSuccess;
+      HR_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+      if (async != ncclSuccess && async != ncclInProgress) {
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        throw Error(str("[nccl] a collective failed on rank ", rank(), ": ", ncclGetErrorString(async),
+                        " (a peer rank died or lost its connection); the communicator was aborted"));
+      }
+      std::this_thread::yield();
+    }
+  }
 
   Communicator& bootstrap_;
   int device_;

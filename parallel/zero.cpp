@@ -58,7 +58,7 @@ void validate(const ZeroOptions& z, const optim::OptimizerConfig& opt) {
 }
 
 Zero::Zero(GroupedParams& model, Communicator& comm, const optim::OptimizerConfig& opt, const ZeroOptions& z)
-    : model_(model), comm_(comm), opt_(opt), z_(z) {
+    : model_(model), comm_(comm), opt_(opt), z_(z), buckets_(std::make_unique<Buckets>()) {
   validate(z, opt);
   device_ = model.params().device();
   // A plan on the meta device keeps its "host" on a second meta device: nothing is really allocated.
@@ -186,6 +186,7 @@ void Zero::use(int group, Pass pass) {
 }
 
 void Zero::done(int group, Pass pass) {
+  if (pass == Pass::Backward && last_micro_ && reduces_in_last_backward()) bucket_grads(group);
   for (auto& g : groups_[std::size_t(group)]) {
     if (pass == Pass::Backward && z_.stage >= 2 && g->trainable) reduce_scatter_grads(*g);
     if (z_.stage == 3) release(*g);

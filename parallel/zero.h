@@ -33,8 +33,9 @@ struct ZeroOptions {
   Offload offload_params = Offload::None;     // memory.offload_params (stage 3)
   int64_t bucket_bytes = 25 << 20;           // parallel.bucket_size: gradient all-reduce buckets (stages 0, 1)
   int prefetch_groups = 1;  // parallel.prefetch_groups (stage 3): groups whose all-gather starts ahead of use
-  // parallel.overlap_comm (stages 2, 3): a group's gradient reduce-scatter runs while the next group's backward
-  // computes, and is finished after it (DeepSpeed's overlap_comm).
+  // parallel.overlap_comm (DeepSpeed's overlap_comm): at stages 2-3 a group's gradient reduce-scatter runs while
+  // the next group's backward computes, and is finished after it; at stages 0-1 the step's last micro-batch
+  // all-reduces its gradients bucket by bucket as the groups' backwards end, each bucket while the next fills.
   bool overlap_comm = true;
 };
 
@@ -53,6 +54,9 @@ class Zero final : public core::GroupHooks {
   // Before the first micro-batch of a step: starts from no gradients (end_step dropped the last step's; a
   // step redone after an out-of-memory error drops what its failed attempt left).
   void begin_step();
+  // Before each micro-batch: whether it is the step's last (whose backward, at stages 0-1 with overlap_comm,
+  // starts the gradient all-reduce).
+  void begin_micro_batch(bool last);
   // After the last micro-batch's backward: the reductions still owed (all-reduce for stages 0 and 1).
   void finish_gradients();
   // The global gradient norm over all ranks (inf/NaN when some gradient overflowed).
@@ -77,6 +81,8 @@ class Zero final : public core::GroupHooks {
                                         const std::vector<const core::Checkpoint*>& files);
 
   bool shards_parameters() const { return z_.stage == 3; }
+  // Whether the last micro-batch's backward differs from the others (it starts the all-reduce buckets).
+  bool reduces_in_last_backward() const { return z_.stage <= 1 && z_.overlap_comm && comm_.world() > 1; }
   const ZeroOptions& options() const { return z_; }
 
   void before(int group, core::Pass pass) override;
@@ -108,6 +114,12 @@ class Zero final : public core::GroupHooks {
   // their buffers freed.
   void finish_reductions();
   void all_reduce_grads();
+  // Stages 0-1 with overlap_comm on the last micro-batch: the group's trainable gradients (zeros where this rank
+  // has none) join the bucket being filled; a full bucket starts its all-reduce once the one before it has ended.
+  void bucket_grads(int group);
+  void add_to_bucket(core::Param* p);
+  void start_bucket();
+  void finish_bucket();
   // Which of this rank's flags are set on any rank (an i64 all-reduce of host buffers tagged comm).
   std::vector<bool> on_any_rank(const std::vector<bool>& mine);
   void step_group(Group& g, float lr, float grad_scale);
@@ -122,6 +134,9 @@ class Zero final : public core::GroupHooks {
   std::vector<std::vector<std::unique_ptr<Group>>> groups_;
   std::unique_ptr<optim::Optimizer> local_;       // stage 0 without offload
   std::vector<Group*> reducing_;                  // groups whose reduce-scatter is running (overlap_comm)
+  struct Buckets;
+  std::unique_ptr<Buckets> buckets_;              // stages 0-1: the all-reduce during the last backward
+  bool last_micro_ = false;
   int64_t steps_ = 0;
   core::Device device_, state_device_, host_;  // host_: where host-side buffers go (a meta host in a plan)
 };

@@ -56,11 +56,14 @@ void Zero::poll_gathers() {
       if (g->pending) g->pending->poll();
   for (Group* g : reducing_)
     if (g->reducing) g->reducing->poll();
+  if (buckets_->op) buckets_->op->poll();
 }
 
 // After a step that failed part-way (an out-of-memory error): gathers started ahead and reductions still running
 // are finished (every rank started them) and their buffers freed; the step starts again from no gradients.
 void Zero::drop_pending_gathers() {
+  if (buckets_->op) buckets_->op->wait();
+  *buckets_ = Buckets{};
   for (Group* g : reducing_) {
     if (g->reducing) g->reducing->wait();
     g->reducing.reset();
@@ -145,52 +148,96 @@ std::vector<bool> Zero::on_any_rank(const std::vector<bool>& mine) {
 }
 
 void Zero::all_reduce_grads() {
-  // Whether each trainable parameter has a gradient on some rank: those take part (zeros where missing).
+  // Whether each trainable parameter has a gradient on some rank: those take part (zeros where missing). Those
+  // the last backward already reduced keep theirs only if some rank had one (as if never reduced).
   std::vector<Param*> params;
   for (const auto& p : model_.params().all())
     if (p->trainable) params.push_back(p.get());
+  auto& bucketed = buckets_->done;
+  start_bucket();  // the last backward's buckets end before any of their gradients can be dropped
+  finish_bucket();
   std::vector<bool> has(params.size());
-  for (std::size_t i = 0; i < params.size(); ++i) has[i] = params[i]->grad.defined();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const auto it = bucketed.find(params[i]);
+    has[i] = it != bucketed.end() ? it->second : params[i]->grad.defined();
+  }
   has = on_any_rank(has);
   std::vector<Param*> live;
-  for (std::size_t i = 0; i < params.size(); ++i)
-    if (has[i]) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (bucketed.count(params[i])) {
+      if (!has[i]) params[i]->grad = Tensor();
+    } else if (has[i]) {
       params[i]->ensure_grad();
       live.push_back(params[i]);
     }
-  // Buckets of up to bucket_bytes of one dtype; a gradient larger than a bucket is reduced in place.
-  std::vector<Param*> bucket;
-  int64_t elems = 0;
-  auto flush = [&] {
-    if (bucket.empty()) return;
-    core::TraceSpan span("comm", "all_reduce gradients (", bucket.size(), bucket.size() == 1 ? " tensor)" : " tensors)");
-    if (bucket.size() == 1) {
-      comm_.all_reduce(bucket[0]->grad);
-    } else {
-      MemoryScope scope(Category::Comm, "gradient_bucket");
-      Tensor buf = Tensor::empty({elems}, bucket[0]->dtype, device_);
-      int64_t at = 0;
-      for (Param* p : bucket) copy_(buf.slice(0, at, at + p->numel()), flat(p->grad)), at += p->numel();
-      comm_.all_reduce(buf);
-      at = 0;
-      for (Param* p : bucket) copy_(flat(p->grad), buf.slice(0, at, at + p->numel())), at += p->numel();
-    }
-    bucket.clear();
-    elems = 0;
-  };
-  for (Param* p : live) {
-    const int64_t bytes = p->numel() * int64_t(dtype_size(p->dtype));
-    if (!bucket.empty() && (bucket[0]->dtype != p->dtype ||
-                            (elems * int64_t(dtype_size(p->dtype)) + bytes) > z_.bucket_bytes))
-      flush();
-    bucket.push_back(p);
-    elems += p->numel();
   }
-  flush();
+  bucketed.clear();
+  for (Param* p : live) add_to_bucket(p);
+  start_bucket();
+  finish_bucket();
 }
+
+void Zero::bucket_grads(int group) {
+  for (Param* p : model_.params().groups()[std::size_t(group)].params) {
+    if (!p->trainable || buckets_->done.count(p)) continue;
+    buckets_->done[p] = p->grad.defined();
+    p->ensure_grad();
+    add_to_bucket(p);
+  }
+}
+
+// Buckets of up to bucket_bytes of one dtype; a gradient larger than a bucket is reduced in place.
+void Zero::add_to_bucket(Param* p) {
+  Buckets& b = *buckets_;
+  const int64_t bytes = p->numel() * int64_t(dtype_size(p->dtype));
+  if (!b.filling.empty() && (b.filling[0]->dtype != p->dtype ||
+                             b.filling_elems * int64_t(dtype_size(p->dtype)) + bytes > z_.bucket_bytes))
+    start_bucket();
+  b.filling.push_back(p);
+  b.filling_elems += p->numel();
+}
+
+void Zero::start_bucket() {
+  finish_bucket();  // one bucket in flight at a time: its buffer is the only one alive
+  Buckets& b = *buckets_;
+  if (b.filling.empty()) return;
+  const std::size_t n = b.filling.size();
+  core::TraceSpan span("comm", "all_reduce start gradients (", n, n == 1 ? " tensor)" : " tensors)");
+  if (n == 1) {
+    b.op = comm_.all_reduce_start(b.filling[0]->grad);
+  } else {
+    MemoryScope scope(Category::Comm, "gradient_bucket");
+    b.buffer = Tensor::empty({b.filling_elems}, b.filling[0]->dtype, device_);
+    int64_t at = 0;
+    for (Param* p : b.filling) copy_(b.buffer.slice(0, at, at + p->numel()), flat(p->grad)), at += p->numel();
+    b.op = comm_.all_reduce_start(b.buffer);
+  }
+  b.flying = std::move(b.filling);
+  b.filling.clear();
+  b.filling_elems = 0;
+}
+
+void Zero::finish_bucket() {
+  Buckets& b = *buckets_;
+  if (b.flying.empty()) return;
+  {
+    core::TraceSpan span("comm", "all_reduce wait gradients (", b.flying.size(), b.flying.size() == 1 ? " tensor)" : " tensors)");
+    b.op->wait();
+    b.op.reset();
+  }
+  if (b.buffer.defined()) {
+    int64_t at = 0;
+    for (Param* p : b.flying) copy_(flat(p->grad), b.buffer.slice(0, at, at + p->numel())), at += p->numel();
+    b.buffer = Tensor();
+  }
+  b.flying.clear();
+}
+
+void Zero::begin_micro_batch(bool last) { last_micro_ = last; }
 
 void Zero::finish_gradients() {
   finish_reductions();
+  last_micro_ = false;
   if (comm_.world() > 1 && z_.stage <= 1) all_reduce_grads();
   if (z_.stage >= 2) {
     // Which parameters had a gradient on any rank this step: the others are not stepped (as a single process).

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <unordered_map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,16 @@ struct Zero::Group {
   static int64_t valid(const Segment& seg, int q) {
     return std::clamp<int64_t>(seg.numel - int64_t(q) * seg.block, 0, seg.block);
   }
+};
+
+// Stages 0-1 with overlap_comm: the gradient buckets of the step's last backward.
+struct Zero::Buckets {
+  std::vector<Param*> filling;                  // gradients joining the next bucket
+  int64_t filling_elems = 0;
+  std::vector<Param*> flying;                   // the bucket whose all-reduce is running
+  Tensor buffer;                                // its packed gradients (a bucket of one is reduced in place)
+  std::unique_ptr<PendingCollective> op;
+  std::unordered_map<const Param*, bool> done;  // bucketed this step: whether this rank had a gradient
 };
 
 inline Tensor flat(const Tensor& t) { return t.view({t.numel()}); }

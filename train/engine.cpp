@@ -83,6 +83,7 @@ Engine::StepStats Engine::step(const std::function<LoadedBatch()>& next, int64_t
   double loss_sum = 0;
   zero_->begin_step();
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    zero_->begin_micro_batch(micro + 1 == micro_batches);
     {
       LoadedBatch lb = next();
       out.tokens += lb.tokens;

@@ -91,7 +91,8 @@ std::string plan_table(const Plan& p) {
   const double tokens = double(c.global_batch_size * c.max_seq_len);
   o += str("step time (cost model): ", p.time.total(), " s = compute ", p.time.compute_s, " s (recompute ",
            p.time.recompute_s, " s) + collectives ", p.time.exposed_comm_s(), " s exposed",
-           p.time.hidden_comm_s > 0 ? str(" (", p.time.hidden_comm_s, " s more under compute: prefetched all-gathers, overlapped reduce-scatters)") : "",
+           p.time.hidden_comm_s > 0 ? str(" (", p.time.hidden_comm_s, " s more under compute: overlapped ",
+                                                 c.zero.stage <= 1 ? "all-reduce buckets" : "reduce-scatters and prefetched all-gathers", ")") : "",
            " + offload ", p.time.offload_s, " s; ",
            int64_t(tokens / std::max(p.time.total(), 1e-12)), " tokens/s over all ranks\n");
   return o;

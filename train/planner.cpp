@@ -155,14 +155,16 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
   AllocatorSnapshot dev_was, host_was;
   const auto after_micro = [&](int64_t k) -> int64_t {
     const std::size_t at = std::size_t(k);
-    // Only a micro-batch followed by one of its shape can be repeated, and the first is never a repetition:
-    // the allocators are compared (snapshots cost a walk over every block) only where it can pay.
-    if (rec || at == 0 || at + 1 >= micro.size() || micro[at + 1] != micro[at]) return 0;
+    // Only a micro-batch followed by one of its shape can be repeated, and the first is never a repetition, nor
+    // the last where its backward differs (ZeRO 0-1 start the gradient all-reduce in it): the allocators are
+    // compared (snapshots cost a walk over every block) only where it can pay.
+    const std::size_t last = micro.size() - (engine_->zero().reduces_in_last_backward() ? 1 : 0);
+    if (rec || at == 0 || at + 1 >= last || micro[at + 1] != micro[at]) return 0;
     AllocatorSnapshot dev_now = dev->snapshot(), host_now = host->snapshot();
     if (at >= 2 && micro[at] == micro[at - 1] && requests->periodic(begins[at - 1], begins[at], requests->requests().size()) &&
         dev_now == dev_was && host_now == host_was) {
       std::size_t rest = 0;
-      while (at + 1 + rest < micro.size() && micro[at + 1 + rest] == micro[at]) ++rest;
+      while (at + 1 + rest < last && micro[at + 1 + rest] == micro[at]) ++rest;
       requests->repeat_last(begins[at], rest);
       p.micro_batches_repeated += int64_t(rest);
       i += rest;
@@ -373,9 +375,9 @@ StepTime step_time(const Plan& p, const Counts& k) {
   double trainable = 0, all = 0;
   for (const auto& [name, n] : p.params_by_module) all += double(n);
   trainable = double(p.params_trainable);
-  double moved = 0, gathered = 0, reduced = 0;
+  double moved = 0, gathered = 0, reduced = 0, all_reduced = 0;
   if (W > 1) {
-    if (c.zero.stage <= 1) moved += 2 * ring * trainable * e;             // all-reduce of the gradients
+    if (c.zero.stage <= 1) all_reduced = 2 * ring * trainable * e, moved += all_reduced;  // all-reduce of the gradients
     if (c.zero.stage >= 1) moved += ring * trainable * e;                 // all-gather of updated parameters
     if (c.zero.stage >= 2) reduced = A * ring * trainable * e, moved += reduced;  // reduce-scatter per micro-batch
     if (c.zero.stage == 3) gathered = A * 2 * ring * all * e, moved += gathered - ring * trainable * e;  // gathers in fwd and bwd instead
@@ -383,12 +385,16 @@ StepTime step_time(const Plan& p, const Counts& k) {
   t.comm_s = moved / (p.device.link_gbps * 1e9);
   // Overlap: each group's prefetched gather runs while the group before it computes, and (overlap_comm) each
   // group's reduce-scatter while the next group's backward computes; all but the first (last) of each pass
-  // hide, as far as there is compute to hide under.
+  // hide, as far as there is compute to hide under. At stages 0-1 the gradient all-reduce hides the same way,
+  // under the last micro-batch's backward only.
   const double groups = double(m.llm.layers) + (vision_used(m) ? v_layers : 0) + 3;
+  const double link = p.device.link_gbps * 1e9, hide = 1 - 1 / groups;
   double overlappable = 0;
   if (c.zero.prefetch_groups > 0) overlappable += gathered;
   if (c.zero.overlap_comm) overlappable += reduced;
-  t.hidden_comm_s = std::min(overlappable / (p.device.link_gbps * 1e9) * (1 - 1 / groups), t.compute_s);
+  double hidden = std::min(overlappable / link * hide, t.compute_s);
+  if (c.zero.overlap_comm) hidden += std::min(all_reduced / link * hide, bwd / peak);
+  t.hidden_comm_s = std::min(hidden, t.compute_s);
   // Offload: gradients out and parameters back over PCIe, and the host's AdamW (~1e9 parameters/s).
   const double shard = c.zero.stage >= 1 ? trainable / W : trainable;
   if (c.zero.offload_optimizer == parallel::Offload::Cpu)

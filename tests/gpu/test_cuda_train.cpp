@@ -116,3 +116,28 @@ TEST(CudaTrain, RanksTakeTheirLocalGpuOverNcclAndMoreRanksThanGpusIsAnErrorOnEve
     EXPECT_EQ(b[i]["peak_allocated"], b[i]["predicted_peak"]) << "step " << i + 1;
   }
 }
+
+// A rank killed while NCCL carries ZeRO-3's collectives still ends the whole job within a minute (the launcher
+// ends the job; a rank whose collective can no longer finish sees NCCL's asynchronous error, aborts its
+// communicator and reports). Needs two GPUs: NCCL takes one GPU per rank.
+TEST(CudaTrain, AKilledRankEndsTheNcclJobWithinAMinute) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs two GPUs";
+  const std::string base = fresh_dir("cuda_kill");
+  const std::string cfg = write_config(base, kConfig);
+  const char* mpirun = std::getenv("HR_MPIRUN");
+  const pid_t launcher = spawn(std::string("exec env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+                                   (mpirun && *mpirun ? mpirun : "mpirun") + " -np 2 " + headroom_bin() + " train " + cfg +
+                                   " --set run.output_dir=" + base + "/run --set device.type=cuda --set train.max_steps=1000000" +
+                                   " --set memory.zero_stage=3",
+                               base + "/log.txt");
+  ASSERT_GT(launcher, 0);
+  ASSERT_TRUE(wait_for_lines(base + "/run/memory.rank1.jsonl", 1, 120)) << read_file(base + "/log.txt");
+  const std::vector<pid_t> ranks = ranks_of(launcher);
+  ASSERT_EQ(ranks.size(), 2u);
+  const JobEnd end = signal_rank(launcher, ranks, 1, SIGKILL, 60);
+  ASSERT_TRUE(end.ended) << "the job was still running 60 s after a rank was killed\n" << read_file(base + "/log.txt");
+  EXPECT_TRUE(!WIFEXITED(end.status) || WEXITSTATUS(end.status) != 0) << "mpirun exited 0";
+  EXPECT_TRUE(process_gone(ranks[0])) << "rank 0 still alive";
+  std::printf("job ended %.1f s after rank 1 was killed\n", end.seconds);
+}

@@ -6,11 +6,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,6 +79,45 @@ inline bool wait_for_lines(const std::string& path, std::size_t lines, int secon
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
+}
+
+// The ranks an mpirun started as `launcher` runs: its children running `headroom train`.
+inline std::vector<pid_t> ranks_of(pid_t launcher) {
+  const CmdResult ps = run("pgrep -P " + std::to_string(launcher) + " -f 'headroom train'");
+  std::vector<pid_t> ranks;
+  std::istringstream in(ps.output);
+  for (pid_t p; in >> p;) ranks.push_back(p);
+  return ranks;
+}
+
+// How a job ended after one of its ranks got a signal.
+struct JobEnd {
+  bool ended = false;  // within the time given (otherwise the launcher and every rank were killed)
+  int status = 0;      // the launcher's, as waitpid gives it
+  double seconds = 0;  // from the signal to the launcher's end
+};
+
+// Sends `sig` to `ranks[victim]` and waits up to `seconds` for the launcher to end.
+inline JobEnd signal_rank(pid_t launcher, const std::vector<pid_t>& ranks, std::size_t victim, int sig, int seconds) {
+  JobEnd e;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (kill(ranks.at(victim), sig) != 0) return e;
+  pid_t done = 0;
+  while ((done = waitpid(launcher, &e.status, WNOHANG)) == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(seconds))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  e.ended = done != 0;
+  if (!e.ended) {
+    kill(launcher, SIGKILL);
+    for (pid_t p : ranks) kill(p, SIGKILL);
+    waitpid(launcher, &e.status, 0);
+  }
+  return e;
+}
+
+// Whether process `pid` is gone (or a zombie).
+inline bool process_gone(pid_t pid) {
+  return ::kill(pid, 0) != 0 || run("ps -o stat= -p " + std::to_string(pid)).output.find('Z') != std::string::npos;
 }
 
 inline std::string read_file(const std::string& path) {

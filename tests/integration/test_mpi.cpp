@@ -5,7 +5,6 @@
 // whole job down quickly.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,8 +15,6 @@
 #include "core/check.h"
 #include "core/io/safetensors.h"
 #include "integration/cli.h"
-
-extern char** environ;
 
 using namespace hr;
 using namespace hr::testing_cli;
@@ -318,6 +315,41 @@ TEST(Mpi, Zero2OverlappedReduceScatterRunsUnderTheNextGroupsBackwardAndThePlanSa
       << " overlapped";
 }
 
+// parallel.overlap_comm (the default) at ZeRO-0: the step's last micro-batch all-reduces its gradients bucket by
+// bucket (MPI_Iallreduce) as the groups' backwards end, each bucket while the next group's backward computes,
+// instead of all at once after the backward. With buckets of about one decoder layer and two micro-batches per
+// step, the losses are those of the blocking all-reduce, bit for bit; every rank's peaks equal its dry run; in
+// the dry run's timeline buckets start inside the decoder layers' backwards, and a bucket's buffer is alive as
+// layer 0's backward starts.
+TEST(Mpi, Zero0BucketedAllReduceRunsUnderTheLastBackwardAndThePlanSaysSo) {
+  const std::string base = fresh_dir("mpi_buckets");
+  const std::string cfg = config(base);
+  const std::string layer0 = "backward language_model.model.layers.0", layer1 = "backward language_model.model.layers.1";
+  std::map<bool, TracedRun> runs;
+  std::map<bool, int> started_in_layers;
+  std::map<bool, int64_t> comm_in_layer0;
+  for (bool overlap : {false, true}) {
+    runs[overlap] = traced_run(cfg, str(base, overlap ? "/on" : "/off"),
+                               str(kFixedShapes, " --set train.global_batch_size=16 --set parallel.bucket_size=", kTinyLayerBytes + 4096,
+                                   " --set parallel.overlap_comm=", overlap ? "true" : "false"));
+    int64_t comm_now = 0;
+    walk_slices(runs[overlap].events, [&](const json& e, const std::vector<std::string>& open) {
+      const std::string ph = e.value("ph", ""), name = e.value("name", "");
+      if (ph == "C" && name == "device comm") comm_now = e["args"]["bytes"].get<int64_t>();
+      if (ph == "B" && name.rfind("all_reduce start gradients", 0) == 0 && (inside(open, layer0) || inside(open, layer1)))
+        ++started_in_layers[overlap];
+      if (ph == "B" && name == layer0) comm_in_layer0[overlap] = std::max(comm_in_layer0[overlap], comm_now);
+    });
+  }
+  ASSERT_EQ(runs[true].losses.size(), 4u);
+  EXPECT_EQ(runs[true].losses, runs[false].losses);
+  // Layer 1's and layer 0's gradients each close a bucket inside their own backward, on the last micro-batch only.
+  EXPECT_EQ(started_in_layers[true], 2);
+  EXPECT_EQ(started_in_layers[false], 0);
+  EXPECT_EQ(comm_in_layer0[false], 0);
+  EXPECT_GE(comm_in_layer0[true], kTinyLayerBytes) << "no gradient bucket in flight as layer 0's backward starts";
+}
+
 TEST(Mpi, EvaluationIsShardedAcrossRanksAndMergesToOneProcesssResult) {
   // 9 samples in batches of 2: rank 0 evaluates 5, rank 1 4, so rank 1's third batch is a filler; at ZeRO-3
   // the ranks still gather every group together.
@@ -384,49 +416,21 @@ TEST(Mpi, ShardedCheckpointsResumeAtAnotherWorldSizeAndConsolidate) {
 TEST(Mpi, AKilledRankEndsEveryRankWithinAMinute) {
   const std::string base = fresh_dir("mpi_kill");
   const std::string cfg = config(base);
-  std::vector<std::string> args = {"/bin/sh", "-c",
-                                   "exec " + kMpirun + "2 " + HR_HEADROOM_BIN + " train " + cfg + " --set run.output_dir=" +
-                                       base + "/run --set train.max_steps=1000000 --set memory.zero_stage=3 > " + base +
-                                       "/log.txt 2>&1"};
-  std::vector<char*> argv;
-  for (auto& s : args) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t launcher = 0;
-  ASSERT_EQ(posix_spawn(&launcher, "/bin/sh", nullptr, nullptr, argv.data(), environ), 0);
-  // Wait until rank 1 is training.
-  const std::string log1 = base + "/run/memory.rank1.jsonl";
-  for (int i = 0; i < 600 && (!fs::exists(log1) || fs::file_size(log1) == 0); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_TRUE(fs::exists(log1)) << "rank 1 never started";
-  // The ranks are the launcher's children running headroom; kill one.
-  CmdResult ps = run(str("pgrep -P ", launcher, " -f 'headroom train'"));
-  std::vector<pid_t> ranks;
-  std::istringstream in(ps.output);
-  for (pid_t p; in >> p;) ranks.push_back(p);
-  ASSERT_EQ(ranks.size(), 2u) << ps.output;
-  const auto t0 = std::chrono::steady_clock::now();
-  ASSERT_EQ(kill(ranks[1], SIGKILL), 0);
-  int status = 0;
-  pid_t done = 0;
-  while ((done = waitpid(launcher, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (done == 0) {
-    kill(launcher, SIGKILL);
-    for (pid_t p : ranks) kill(p, SIGKILL);
-    waitpid(launcher, &status, 0);
-    FAIL() << "the job was still running 60 s after a rank was killed";
-  }
-  EXPECT_TRUE(!WIFEXITED(status) || WEXITSTATUS(status) != 0) << "mpirun exited 0";
-  EXPECT_LT(secs, 60.0);
-  // The surviving rank is gone too.
-  EXPECT_NE(::kill(ranks[0], 0) == 0 && run(str("ps -o stat= -p ", ranks[0])).output.find('Z') == std::string::npos,
-            true)
-      << "rank 0 still alive";
-  std::ifstream log(base + "/log.txt");
-  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  const pid_t launcher = spawn("exec " + kMpirun + "2 " + HR_HEADROOM_BIN + " train " + cfg + " --set run.output_dir=" +
+                                   base + "/run --set train.max_steps=1000000 --set memory.zero_stage=3",
+                               base + "/log.txt");
+  ASSERT_GT(launcher, 0);
+  // Wait until rank 1 is training, then kill it.
+  ASSERT_TRUE(wait_for_lines(base + "/run/memory.rank1.jsonl", 1, 60)) << read_file(base + "/log.txt");
+  const std::vector<pid_t> ranks = ranks_of(launcher);
+  ASSERT_EQ(ranks.size(), 2u);
+  const JobEnd end = signal_rank(launcher, ranks, 1, SIGKILL, 60);
+  ASSERT_TRUE(end.ended) << "the job was still running 60 s after a rank was killed";
+  EXPECT_TRUE(!WIFEXITED(end.status) || WEXITSTATUS(end.status) != 0) << "mpirun exited 0";
+  EXPECT_TRUE(process_gone(ranks[0])) << "rank 0 still alive";
+  const std::string text = read_file(base + "/log.txt");
   EXPECT_NE(text.find("rank 1"), std::string::npos) << text;
-  std::printf("job ended %.1f s after rank 1 was killed\n", secs);
+  std::printf("job ended %.1f s after rank 1 was killed\n", end.seconds);
 }
 
 // A scheduler's SIGTERM reaching only one rank stops every rank after the same step, with one checkpoint of
@@ -441,23 +445,11 @@ TEST(Mpi, SigtermToOneRankStopsEveryRankAfterTheSameStep) {
   ASSERT_GT(launcher, 0);
   ASSERT_TRUE(testing_cli::wait_for_lines(base + "/run/memory.rank1.jsonl", 3, 120))
       << testing_cli::read_file(base + "/log.txt");
-  CmdResult ps = run(str("pgrep -P ", launcher, " -f 'headroom train'"));
-  std::vector<pid_t> ranks;
-  std::istringstream in(ps.output);
-  for (pid_t p; in >> p;) ranks.push_back(p);
-  ASSERT_EQ(ranks.size(), 2u) << ps.output;
-  ASSERT_EQ(kill(ranks[1], SIGTERM), 0);
-  const auto t0 = std::chrono::steady_clock::now();
-  int status = 0;
-  pid_t done = 0;
-  while ((done = waitpid(launcher, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  if (done == 0) {
-    kill(launcher, SIGKILL);
-    for (pid_t p : ranks) kill(p, SIGKILL);
-    waitpid(launcher, &status, 0);
-    FAIL() << "the job was still running 60 s after SIGTERM";
-  }
+  const std::vector<pid_t> ranks = ranks_of(launcher);
+  ASSERT_EQ(ranks.size(), 2u);
+  const JobEnd end = signal_rank(launcher, ranks, 1, SIGTERM, 60);
+  ASSERT_TRUE(end.ended) << "the job was still running 60 s after SIGTERM";
+  const int status = end.status;
   const std::string log = testing_cli::read_file(base + "/log.txt");
   ASSERT_TRUE(WIFEXITED(status)) << log;
   EXPECT_EQ(WEXITSTATUS(status), 0) << log;

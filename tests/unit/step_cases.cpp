@@ -30,6 +30,8 @@ std::vector<StepCase> step_cases() {
       {"adafactor", 1, {"train.optimizer=adafactor"}},
       {"offload_optimizer", 1, {"memory.offload_optimizer=cpu", "train.gradient_accumulation_steps=2"}},
       {"z0_two_ranks", 2, {}},
+      {"z0_blocking_all_reduce", 2, {"parallel.overlap_comm=false"}},
+      {"z1_small_buckets_accumulate", 2, {"memory.zero_stage=1", "parallel.bucket_size=16KiB", "train.gradient_accumulation_steps=2"}},
       {"z1_bf16", 2, {"memory.zero_stage=1", "memory.precision=bf16", "memory.gradient_checkpointing.vision=full"}},
       {"z2", 2, {"memory.zero_stage=2"}},
       {"z2_offload", 2, {"memory.zero_stage=2", "memory.offload_optimizer=cpu"}},
