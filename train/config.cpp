@@ -340,7 +340,9 @@ std::vector<Key> memory_parallel_log_keys() {
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.zero.overlap_comm = get<bool>(n, k, "true or false"); }},
       {"parallel.prefetch_groups", "1",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         const int64_t v = get<int64_t>(n, k, "a count of groups (0 turns prefetching off)");
+         c.prefetch_auto = n.IsScalar() && n.Scalar() == "auto";
+         if (c.prefetch_auto) return;
+         const int64_t v = get<int64_t>(n, k, "a count of groups (0 turns prefetching off) or auto");
          if (v < 0 || v > 8) bad_value(k, n, "a count from 0 to 8");
          c.zero.prefetch_groups = int(v);
        }},

@@ -175,6 +175,7 @@ std::string plan_json(const Plan& p) {
               {"gradient_accumulation_steps", c.gradient_accumulation_steps},
               {"global_batch_size", c.global_batch_size},
               {"zero_stage", c.zero.stage},
+              {"prefetch_groups", c.zero.prefetch_groups},
               {"offload_optimizer", c.zero.offload_optimizer == parallel::Offload::Cpu ? "cpu" : "none"},
               {"offload_params", c.zero.offload_params == parallel::Offload::Cpu ? "cpu" : "none"}}},
             {"step_time", {{"total_s", p.time.total()}, {"compute_s", p.time.compute_s}, {"recompute_s", p.time.recompute_s},

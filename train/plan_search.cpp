@@ -54,7 +54,7 @@ bool valid(const RunConfig& c, std::string* why = nullptr) {
 Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
   const auto t0 = Clock::now();
   Search s;
-  s.any_auto = c.micro_auto || c.vision_ckpt_auto || c.llm_ckpt_auto || c.offload_auto || c.zero_auto;
+  s.any_auto = c.micro_auto || c.vision_ckpt_auto || c.llm_ckpt_auto || c.offload_auto || c.zero_auto || c.prefetch_auto;
   std::vector<int> stages = c.zero_auto ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{c.zero.stage};
   std::vector<Offload> offloads = c.offload_auto ? std::vector<Offload>{Offload::None, Offload::Cpu}
                                                  : std::vector<Offload>{c.zero.offload_optimizer};
@@ -65,30 +65,36 @@ Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
   std::vector<CheckpointKind> llm = c.llm_ckpt_auto ? all : std::vector<CheckpointKind>{c.llm_ckpt.kind};
   const int64_t per_rank = c.micro_auto ? c.global_batch_size / world : 0;
   std::vector<int64_t> micros = c.micro_auto ? divisors(per_rank) : std::vector<int64_t>{c.micro_batch_size};
+  // Prefetch depth matters at ZeRO-3 only (deeper holds more gathered groups and hides no more in the cost model
+  // past one, so the faster-then-smaller order takes 1 where it fits and 0 where only that fits).
+  const std::vector<int> depths = c.prefetch_auto ? std::vector<int>{0, 1, 2} : std::vector<int>{c.zero.prefetch_groups};
   std::string invalid;
   for (int stage : stages)
     for (Offload off : offloads)
-      for (CheckpointKind v : vis)
-        for (CheckpointKind l : llm) {
-          RunConfig r = c;
-          r.zero.stage = stage;
-          r.zero.offload_optimizer = off;
-          r.vision_ckpt.kind = v;
-          r.llm_ckpt.kind = l;
-          r.zero_auto = r.offload_auto = r.vision_ckpt_auto = r.llm_ckpt_auto = false;
-          if (!valid(r, &invalid)) continue;
-          // The peak grows with the micro-batch: binary search for the largest that fits.
-          std::size_t lo = 0, hi = micros.size();
-          while (lo < hi) {
-            const std::size_t mid = (lo + hi) / 2;
-            Plan p = make_plan(with_micro(r, micros[mid], per_rank, world), device, world);
-            ++s.evaluated;
-            const bool fit = p.fits;
-            s.ranked.push_back(std::move(p));
-            if (fit) lo = mid + 1;
-            else hi = mid;
+      for (int depth : depths)
+        for (CheckpointKind v : vis)
+          for (CheckpointKind l : llm) {
+            if (stage != 3 && depth != depths.back()) continue;
+            RunConfig r = c;
+            r.zero.stage = stage;
+            r.zero.offload_optimizer = off;
+            r.zero.prefetch_groups = stage == 3 ? depth : (c.prefetch_auto ? 1 : c.zero.prefetch_groups);
+            r.vision_ckpt.kind = v;
+            r.llm_ckpt.kind = l;
+            r.zero_auto = r.offload_auto = r.vision_ckpt_auto = r.llm_ckpt_auto = r.prefetch_auto = false;
+            if (!valid(r, &invalid)) continue;
+            // The peak grows with the micro-batch: binary search for the largest that fits.
+            std::size_t lo = 0, hi = micros.size();
+            while (lo < hi) {
+              const std::size_t mid = (lo + hi) / 2;
+              Plan p = make_plan(with_micro(r, micros[mid], per_rank, world), device, world);
+              ++s.evaluated;
+              const bool fit = p.fits;
+              s.ranked.push_back(std::move(p));
+              if (fit) lo = mid + 1;
+              else hi = mid;
+            }
           }
-        }
   // No combination the search may choose from is valid: the user's own setting is the error.
   if (s.ranked.empty()) throw Error(invalid);
   std::stable_sort(s.ranked.begin(), s.ranked.end(), faster);
@@ -116,6 +122,8 @@ std::vector<Plan> suggest_fixes(const RunConfig& c, const DevicePreset& device, 
   if (world > 1)
     for (int z = c.zero.stage + 1; z <= 3; ++z)
       change(str("memory.zero_stage=", z), [&](RunConfig& r) { r.zero.stage = z; });
+  if (c.zero.stage == 3 && c.zero.prefetch_groups > 0)
+    change("parallel.prefetch_groups=0", [&](RunConfig& r) { r.zero.prefetch_groups = 0; });
   if (c.zero.offload_optimizer == Offload::None)
     change("memory.offload_optimizer=cpu", [&](RunConfig& r) { r.zero.offload_optimizer = Offload::Cpu; });
   if (c.precision == Precision::FP32)

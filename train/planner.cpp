@@ -274,6 +274,7 @@ Prediction Predictor::generation(const GenerationShape& g) {
 std::string Decisions::describe() const {
   std::string s = str("micro ", micro_batch_size, " x accumulation ", gradient_accumulation_steps, ", ZeRO ", zero_stage,
                       ", checkpointing vision ", checkpoint_name(vision_ckpt), " / llm ", checkpoint_name(llm_ckpt));
+  if (zero_stage == 3) s += str(", prefetch ", prefetch_groups);
   if (offload_optimizer == parallel::Offload::Cpu) s += ", optimizer on cpu";
   if (offload_params == parallel::Offload::Cpu) s += ", params on cpu";
   if (allocator != AllocatorKind::Caching) s += str(", ", allocator_kind_name(allocator), " allocator");
@@ -291,6 +292,7 @@ Decisions decisions_of(const RunConfig& c) {
   d.micro_batch_size = c.micro_batch_size;
   d.gradient_accumulation_steps = c.gradient_accumulation_steps;
   d.zero_stage = c.zero.stage;
+  d.prefetch_groups = c.zero.prefetch_groups;
   d.offload_optimizer = c.zero.offload_optimizer;
   d.offload_params = c.zero.offload_params;
   return d;

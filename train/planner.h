@@ -101,6 +101,7 @@ struct Decisions {
   models::CheckpointKind vision_ckpt = models::CheckpointKind::None, llm_ckpt = models::CheckpointKind::None;
   int64_t micro_batch_size = 1, gradient_accumulation_steps = 1;
   int zero_stage = 0;
+  int prefetch_groups = 1;  // ZeRO-3's all-gathers started ahead
   parallel::Offload offload_optimizer = parallel::Offload::None, offload_params = parallel::Offload::None;
   core::AllocatorKind allocator = core::AllocatorKind::Caching;
   std::string describe() const;  // "micro 4 x accumulation 2, ZeRO 2, checkpointing vision none / llm selective, ..."

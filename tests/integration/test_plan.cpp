@@ -292,6 +292,26 @@ TEST(Plan, AutoPicksSelectiveWhenNoneDoesNotFitAndALargerMicroBatchWhenMemoryAll
   EXPECT_EQ(small["decisions"]["gradient_accumulation_steps"], 8);
 }
 
+// parallel.prefetch_groups: auto at ZeRO-3 (2 ranks): prefetching one group when it fits (its gathers hide under
+// compute), none where only that fits; never two (no faster in the cost model, and larger).
+TEST(Plan, AutoPrefetchesOneGroupWhenItFitsAndNoneWhenOnlyThatFits) {
+  const std::string cfg = config(fresh_dir("plan_prefetch"));
+  const std::string z3 = "--world-size 2 --set memory.zero_stage=3 --set memory.budget=1.0";
+  const json p0 = plan_json(cfg, z3 + " --set parallel.prefetch_groups=0");
+  const json p1 = plan_json(cfg, z3 + " --set parallel.prefetch_groups=1");
+  const int64_t r0 = p0["ranks"][0]["peak_reserved"], r1 = p1["ranks"][0]["peak_reserved"];
+  ASSERT_LT(r0, r1);
+  EXPECT_LT(p1["step_time"]["comm_exposed_s"].get<double>(), p0["step_time"]["comm_exposed_s"].get<double>());
+  const json roomy = plan_json(cfg, z3 + " --set parallel.prefetch_groups=auto --capacity 4GiB");
+  EXPECT_EQ(roomy["decisions"]["prefetch_groups"], 1) << roomy.dump();
+  const json tight = plan_json(cfg, str(z3, " --set parallel.prefetch_groups=auto --capacity ", (r0 + r1) / 2));
+  EXPECT_TRUE(tight["fits"].get<bool>());
+  EXPECT_EQ(tight["decisions"]["prefetch_groups"], 0) << tight.dump();
+  // Prefetching off is one of the fixes offered for a ZeRO-3 plan that does not fit.
+  CmdResult over = headroom(str("plan ", cfg, " ", z3, " --capacity ", (r0 + r1) / 2));
+  EXPECT_NE(over.output.find("--set parallel.prefetch_groups=0"), std::string::npos) << over.output;
+}
+
 TEST(Plan, MaxMicroBatchAgreesWithRealRunsAndOnOomShrinksWithoutLosingASample) {
   const std::string base = fresh_dir("plan_max");
   const std::string cfg = config(base);
