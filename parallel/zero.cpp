@@ -186,7 +186,7 @@ void Zero::use(int group, Pass pass) {
 }
 
 void Zero::done(int group, Pass pass) {
-  if (pass == Pass::Backward && last_micro_ && reduces_in_last_backward()) bucket_grads(group);
+  if (pass == Pass::Backward && last_micro_ && last_backward_differs()) bucket_grads(group);
   for (auto& g : groups_[std::size_t(group)]) {
     if (pass == Pass::Backward && z_.stage >= 2 && g->trainable) reduce_scatter_grads(*g);
     if (z_.stage == 3) release(*g);
@@ -198,6 +198,7 @@ void Zero::done(int group, Pass pass) {
 void Zero::begin_step() {
   cursor_ = {};  // a step redone after an out-of-memory error starts its passes again
   drop_pending_gathers();
+  settle_side_copies();
   for (; open_slices_ > 0; --open_slices_) core::trace_end();  // the slices an out-of-memory error left open
   if (z_.stage >= 2) {
     for (auto& parts : groups_)
@@ -228,14 +229,19 @@ float Zero::grad_norm() {
 
 // ---- the optimizer step ----
 
-void Zero::end_step() { model_.params().zero_grad(); }
+void Zero::end_step() {
+  settle_side_copies();  // a skipped step's gradients sent ahead
+  model_.params().zero_grad();
+}
 
 void Zero::step(float lr, float grad_scale) {
   if (local_) return local_->step(lr, grad_scale);
   ++steps_;
+  side_copies_done(device_);  // the gradients sent to the host during the backward have arrived
   for (auto& parts : groups_)
     for (auto& g : parts)
       if (g->trainable) step_group(*g, lr, grad_scale);
+  settle_side_copies();
 }
 
 void Zero::step_group(Group& g, float lr, float grad_scale) {
@@ -263,7 +269,7 @@ void Zero::step_group(Group& g, float lr, float grad_scale) {
       upd_param = dst.to(state_device_);
     }
     MemoryScope scope(Category::Grads, g.name);
-    upd_grad = grad.to(state_device_);
+    upd_grad = g.host_grads.defined() ? g.host_grads : grad.to(state_device_);
   }
   for (const auto& seg : g.segs) {
     const int64_t v = Group::valid(seg, r);
@@ -274,7 +280,19 @@ void Zero::step_group(Group& g, float lr, float grad_scale) {
     optim::update(opt_, upd_param.slice(0, seg.offset, end), upd_grad.slice(0, seg.offset, end),
                   g.state.slice(seg.offset, end), {lr * seg.lr_ratio, seg.decay ? opt_.weight_decay : 0.f, steps_, grad_scale});
   }
-  if (!upd_param.same_storage(dst)) copy_(dst, upd_param);
+  if (!upd_param.same_storage(dst)) {
+    if (z_.stage == 3) {
+      // Stage 3 uses the shard only in the next step's gathers: its upload runs on the side stream while the next
+      // group updates on the host. The previous group's upload has arrived before its host copy goes.
+      side_copies_done(device_);
+      uploading_ = Tensor();
+      copy_side_(dst, upd_param);
+      uploading_ = upd_param;
+    } else {
+      copy_(dst, upd_param);  // the all-gather below reads it
+    }
+  }
+  g.host_grads = Tensor();
   upd_param = upd_grad = grad = Tensor();
   if (z_.stage <= 2) {
     if (W > 1) {

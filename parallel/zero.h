@@ -81,8 +81,11 @@ class Zero final : public core::GroupHooks {
                                         const std::vector<const core::Checkpoint*>& files);
 
   bool shards_parameters() const { return z_.stage == 3; }
-  // Whether the last micro-batch's backward differs from the others (it starts the all-reduce buckets).
-  bool reduces_in_last_backward() const { return z_.stage <= 1 && z_.overlap_comm && comm_.world() > 1; }
+  // Whether the last micro-batch's backward differs from the others: it starts the all-reduce buckets (stages
+  // 0-1), or sends the offloaded optimizer its gradients (stages 2-3).
+  bool last_backward_differs() const {
+    return (z_.stage <= 1 && z_.overlap_comm && comm_.world() > 1) || (z_.stage >= 2 && z_.offload_optimizer == Offload::Cpu);
+  }
   const ZeroOptions& options() const { return z_; }
 
   void before(int group, core::Pass pass) override;
@@ -113,6 +116,12 @@ class Zero final : public core::GroupHooks {
   // Ends the reduce-scatters still running (overlap_comm): their shards are added to the groups' gradients and
   // their buffers freed.
   void finish_reductions();
+  // A group's gradient shard is complete (its reduction ended): on the last micro-batch with the optimizer
+  // offloaded, its copy to the host starts on the side stream, under the backward still to come.
+  void reduced(Group& g);
+  // Offload: waits for the side copies and drops the host buffers they filled (gradients sent ahead, the last
+  // group's updated parameters).
+  void settle_side_copies();
   void all_reduce_grads();
   // Stages 0-1 with overlap_comm on the last micro-batch: the group's trainable gradients (zeros where this rank
   // has none) join the bucket being filled; a full bucket starts its all-reduce once the one before it has ended.
@@ -137,6 +146,7 @@ class Zero final : public core::GroupHooks {
   struct Buckets;
   std::unique_ptr<Buckets> buckets_;              // stages 0-1: the all-reduce during the last backward
   bool last_micro_ = false;
+  Tensor uploading_;  // stage 3 with offload: the host copy of the group whose updated parameters are arriving
   int64_t steps_ = 0;
   core::Device device_, state_device_, host_;  // host_: where host-side buffers go (a meta host in a plan)
 };

@@ -118,6 +118,22 @@ void Zero::reduce_scatter_grads(Group& g) {
     comm_.reduce_scatter(whole, mine);
   }
   add_(g.grads, mine);
+  mine = Tensor();
+  reduced(g);
+}
+
+void Zero::reduced(Group& g) {
+  if (!last_micro_ || z_.offload_optimizer != Offload::Cpu) return;
+  MemoryScope scope(Category::Grads, g.name);
+  g.host_grads = Tensor::empty({g.shard}, g.dtype, state_device_);
+  copy_side_(g.host_grads, g.grads);
+}
+
+void Zero::settle_side_copies() {
+  side_copies_done(device_);
+  uploading_ = Tensor();
+  for (auto& parts : groups_)
+    for (auto& g : parts) g->host_grads = Tensor();
 }
 
 void Zero::finish_reductions() {
@@ -130,6 +146,7 @@ void Zero::finish_reductions() {
     g->reduce_in = Tensor();
     add_(g->grads, g->reduce_out);
     g->reduce_out = Tensor();
+    reduced(*g);
   }
   reducing_.clear();
 }

@@ -34,6 +34,7 @@ struct Zero::Group {
   int64_t shard = 0;               // elements of each rank's shard (the sum of the segments' blocks)
   optim::OptimizerState state;     // (shard) f32 on the state device: master weights and moments
   Tensor grads;                    // (shard) stage >= 2: this rank's reduced gradients
+  Tensor host_grads;               // (shard) stage >= 2 with offload: `grads`, sent to the host in the last backward
   Tensor params;                   // (shard) stage 3: this rank's parameters (on the host with offload_params)
   bool gathered = false;
   Tensor whole;                                  // (world x shard) stage 3: an all-gather started, not finished

@@ -158,7 +158,7 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
     // Only a micro-batch followed by one of its shape can be repeated, and the first is never a repetition, nor
     // the last where its backward differs (ZeRO 0-1 start the gradient all-reduce in it): the allocators are
     // compared (snapshots cost a walk over every block) only where it can pay.
-    const std::size_t last = micro.size() - (engine_->zero().reduces_in_last_backward() ? 1 : 0);
+    const std::size_t last = micro.size() - (engine_->zero().last_backward_differs() ? 1 : 0);
     if (rec || at == 0 || at + 1 >= last || micro[at + 1] != micro[at]) return 0;
     AllocatorSnapshot dev_now = dev->snapshot(), host_now = host->snapshot();
     if (at >= 2 && micro[at] == micro[at - 1] && requests->periodic(begins[at - 1], begins[at], requests->requests().size()) &&

@@ -24,6 +24,11 @@ struct Kernels {
   // copy, except that a host<->device transfer may still run when it returns (on the compute stream): both
   // tensors must stay alive until the stream next synchronizes. From pinned host memory it overlaps compute.
   void (*copy_async)(const Tensor& dst, const Tensor& src) = nullptr;
+  // A host<->device copy on the side (copy) stream, after the work the compute stream has queued: kernels queued
+  // after it run while it moves. Both tensors stay alive and untouched until side_sync() returns, which blocks
+  // until every side copy has arrived (so whatever is queued after it is ordered after them).
+  void (*copy_side)(const Tensor& dst, const Tensor& src) = nullptr;
+  void (*side_sync)() = nullptr;
 
   // Linear algebra
   void (*gemm)(const GemmArgs&) = nullptr;

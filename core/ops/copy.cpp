@@ -29,6 +29,10 @@ void copy_with(const char* op, CopyKernel Kernels::*kernel, const Tensor& dst, c
 
 void copy_(const Tensor& dst, const Tensor& src) { copy_with("copy", &Kernels::copy, dst, src); }
 void copy_async_(const Tensor& dst, const Tensor& src) { copy_with("copy_async", &Kernels::copy_async, dst, src); }
+void copy_side_(const Tensor& dst, const Tensor& src) { copy_with("copy_side", &Kernels::copy_side, dst, src); }
+void side_copies_done(Device device) {
+  if (device.type == DeviceType::CUDA) launch("side_sync", device, &Kernels::side_sync);
+}
 
 void fill_(const Tensor& dst, float value) {
   if (dst.numel() == 0) return;

@@ -12,6 +12,13 @@ void copy_(const Tensor& dst, const Tensor& src);
 // copy_ that may return while a host<->device transfer still runs on the compute stream: the caller keeps dst
 // and src alive until the stream next synchronizes (a batch copied in at a step's start, read back at its end).
 void copy_async_(const Tensor& dst, const Tensor& src);
+// A host<->device copy on `dst`'s or `src`'s GPU's side stream, after what the compute stream has queued, so that
+// it moves while later kernels compute (offloaded gradients leaving during the backward, updated parameters
+// arriving during the next group's host update). dst and src stay alive and untouched until
+// side_copies_done(that device). On the CPU and the meta device it is copy_.
+void copy_side_(const Tensor& dst, const Tensor& src);
+// Blocks until every side copy of `device` has arrived; nothing on the CPU or the meta device.
+void side_copies_done(Device device);
 void fill_(const Tensor& dst, float value);
 
 Tensor cast(const Tensor& x, DType dtype);

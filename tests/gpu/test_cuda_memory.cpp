@@ -9,6 +9,7 @@
 #include "core/memory/arena_plan.h"
 #include "core/memory/device_memory.h"
 #include "core/ops/copy.h"
+#include "core/ops/elementwise.h"
 #include "core/memory/caching_allocator.h"
 #include "core/memory/replay.h"
 
@@ -98,4 +99,16 @@ TEST(CudaMemory, APinnedHostDeviceIsPageLockedAndCopiesFromItAsynchronously) {
   const Tensor on_gpu = Tensor::empty(batch.shape(), DType::F32, Device::cuda());
   copy_async_(on_gpu, batch);
   EXPECT_EQ(on_gpu.to(Device::cpu()).to_floats(), values);  // the copy back waits for the stream
+  // Side copies (offloaded gradients out, updated parameters in): ordered after the compute stream's kernels
+  // that wrote their source, arrived once side_copies_done returns.
+  const Tensor doubled = axpby(2.f, on_gpu, 0.f, on_gpu);
+  const Tensor out = Tensor::empty(batch.shape(), DType::F32, Device::host());
+  copy_side_(out, doubled);
+  side_copies_done(Device::cuda());
+  const std::vector<float> got = out.to_floats();
+  for (std::size_t i = 0; i < values.size(); i += 4099) ASSERT_EQ(got[i], 2.f * values[i]) << i;
+  const Tensor in = Tensor::empty(batch.shape(), DType::F32, Device::cuda());
+  copy_side_(in, out);
+  side_copies_done(Device::cuda());
+  EXPECT_EQ(in.to(Device::cpu()).to_floats(), out.to_floats());
 }

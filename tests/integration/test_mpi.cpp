@@ -350,6 +350,37 @@ TEST(Mpi, Zero0BucketedAllReduceRunsUnderTheLastBackwardAndThePlanSaysSo) {
   EXPECT_GE(comm_in_layer0[true], kTinyLayerBytes) << "no gradient bucket in flight as layer 0's backward starts";
 }
 
+// memory.offload_optimizer: cpu at ZeRO-2: on the step's last micro-batch each group's reduced gradient shard
+// leaves for the host (on a GPU, on the side stream) as soon as its reduction ends, under the backward still to
+// come, and the host update reads it there. Every rank's peaks equal its dry run; the losses are those of the
+// optimizer on the device within the usual tolerance; in the dry run's timeline the host receives layer 1's
+// gradients during layer 0's backward on the last micro-batch, and no gradients on the first.
+TEST(Mpi, OffloadedGradientsLeaveForTheHostDuringTheLastBackward) {
+  const std::string base = fresh_dir("mpi_offload_side");
+  const std::string cfg = config(base);
+  const std::string layer0 = "backward language_model.model.layers.0";
+  const std::string sets = str(kFixedShapes, " --set train.global_batch_size=16 --set memory.zero_stage=2");
+  const TracedRun offload = traced_run(cfg, base + "/offload", sets + " --set memory.offload_optimizer=cpu");
+  const TracedRun device = traced_run(cfg, base + "/device", sets);
+  ASSERT_EQ(offload.losses.size(), 4u);
+  ASSERT_EQ(device.losses.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(offload.losses[i], device.losses[i], kLossTolerance) << "step " << i + 1;
+  std::vector<int64_t> at_start, most;  // host gradient bytes as each of layer 0's backwards starts, and the most in it
+  int64_t host_now = 0;
+  walk_slices(offload.events, [&](const json& e, const std::vector<std::string>& open) {
+    const std::string ph = e.value("ph", ""), name = e.value("name", "");
+    if (ph == "C" && name == "host grads") {
+      host_now = e["args"]["bytes"].get<int64_t>();
+      if (inside(open, layer0) && !most.empty()) most.back() = std::max(most.back(), host_now);
+    }
+    if (ph == "B" && name == layer0) at_start.push_back(host_now), most.push_back(host_now);
+  });
+  ASSERT_EQ(most.size(), 2u) << "one backward of layer 0 per micro-batch";
+  EXPECT_EQ(most[0], 0) << "gradients left for the host before the last micro-batch";
+  // Layer 1's shard (half its f32 gradients) arrives on the host while layer 0's backward runs.
+  EXPECT_GE(most[1] - at_start[1], kTinyLayerBytes / 2);
+}
+
 TEST(Mpi, EvaluationIsShardedAcrossRanksAndMergesToOneProcesssResult) {
   // 9 samples in batches of 2: rank 0 evaluates 5, rank 1 4, so rank 1's third batch is a filler; at ZeRO-3
   // the ranks still gather every group together.

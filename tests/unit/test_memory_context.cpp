@@ -64,7 +64,7 @@ TEST(MemoryContext, TwoPredictorsLiveAtOnceAndPredictAsEachWouldAlone) {
 }
 
 // Only the host device can be pinned (the GPU run's loader buffers and offloaded states); asking for it elsewhere
-// names the device. Off a GPU, copy_async_ is a plain copy.
+// names the device. Off a GPU, copy_async_ and copy_side_ are plain copies and side_copies_done waits for nothing.
 TEST(MemoryContext, OnlyTheHostDeviceIsPinnedAndCopyAsyncIsACopyOnTheCpu) {
   MemoryContext context;
   MemoryContext::Use use(context);
@@ -79,6 +79,11 @@ TEST(MemoryContext, OnlyTheHostDeviceIsPinnedAndCopyAsyncIsACopyOnTheCpu) {
   const Tensor cpu = Tensor::empty({2, 3}, DType::F32, Device::cpu());
   copy_async_(cpu, host);
   EXPECT_EQ(cpu.to_floats(), values);
+  const Tensor back = Tensor::zeros({2, 3}, DType::F32, Device::host());
+  copy_side_(back, cpu);
+  EXPECT_EQ(back.to_floats(), values);
+  side_copies_done(Device::cpu());
+  side_copies_done(Device::meta());
 }
 
 // The CUDA attention sizing, as the meta device plans a GPU run: a shape cuDNN's fused attention admits gets room

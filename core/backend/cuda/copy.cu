@@ -86,6 +86,41 @@ void copy_async(const Tensor& dst, const Tensor& src) {
   copy(dst, src);
 }
 
+namespace {
+
+// The side stream of the current device (non-blocking: the legacy compute stream does not wait for it) and the
+// event that orders it after the compute stream.
+struct SideStream {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t queued = nullptr;
+};
+
+SideStream& side_stream() {
+  constexpr int kMaxDevices = 64;
+  static SideStream streams[kMaxDevices];
+  int device = 0;
+  HR_CUDA_CHECK(cudaGetDevice(&device));
+  HR_CHECK(device >= 0 && device < kMaxDevices, "[copy_side] device ", device, " out of range");
+  SideStream& s = streams[device];
+  if (!s.stream) {
+    HR_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+    HR_CUDA_CHECK(cudaEventCreateWithFlags(&s.queued, cudaEventDisableTiming));
+  }
+  return s;
+}
+
+}  // namespace
+
+void copy_side(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() != src.dtype() || !dst.is_contiguous() || !src.is_contiguous()) return copy(dst, src);
+  SideStream& s = side_stream();
+  HR_CUDA_CHECK(cudaEventRecord(s.queued, stream()));  // what the compute stream wrote into src first
+  HR_CUDA_CHECK(cudaStreamWaitEvent(s.stream, s.queued, 0));
+  HR_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault, s.stream));
+}
+
+void side_sync() { HR_CUDA_CHECK(cudaStreamSynchronize(side_stream().stream)); }
+
 void copy(const Tensor& dst, const Tensor& src) {
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
     HR_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault, stream()));

@@ -10,6 +10,8 @@ const Kernels& cuda_kernels() {
     t.fill = cuda::fill;
     t.copy = cuda::copy;
     t.copy_async = cuda::copy_async;
+    t.copy_side = cuda::copy_side;
+    t.side_sync = cuda::side_sync;
     t.gemm = cuda::gemm;
     t.dequantize = cuda::dequantize;
     t.axpby = cuda::axpby;

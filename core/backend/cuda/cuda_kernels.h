@@ -15,6 +15,8 @@ void create_library_handles();
 void fill(const Tensor& out, float value);
 void copy(const Tensor& dst, const Tensor& src);
 void copy_async(const Tensor& dst, const Tensor& src);
+void copy_side(const Tensor& dst, const Tensor& src);
+void side_sync();
 void gemm(const GemmArgs& a);
 void dequantize(const DequantArgs& a);
 void axpby(const Tensor& out, float alpha, const Tensor& x, float beta, const Tensor& y);
