@@ -4,6 +4,18 @@
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/kernels.h"
 
+namespace hr::cpu {
+
+bool attention_isa_present() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return true;
+#endif
+}
+
+}  // namespace hr::cpu
+
 namespace hr::core {
 
 const Kernels& cpu_kernels() {
@@ -36,9 +48,15 @@ const Kernels& cpu_kernels() {
     t.embedding_forward = cpu::embedding_forward;
     t.embedding_backward = cpu::embedding_backward;
     t.patchify = cpu::patchify;
-    t.attention_forward = cpu::attention_forward;
-    t.attention_backward = cpu::attention_backward;
-    t.attention_cached = cpu::attention_forward;
+    if (cpu::attention_isa_present()) {
+      t.attention_forward = cpu::attention_forward;
+      t.attention_backward = cpu::attention_backward;
+      t.attention_cached = cpu::attention_forward;
+    } else {  // compiled for AVX2 + FMA (core/CMakeLists.txt): a named error instead of an illegal instruction
+      t.attention_forward = t.attention_backward = t.attention_cached = [](const AttentionArgs&) {
+        throw Error("[attention] the CPU attention kernel needs AVX2 and FMA (x86-64-v3); this CPU has neither");
+      };
+    }
     t.cross_entropy_forward = cpu::cross_entropy_forward;
     t.cross_entropy_backward = cpu::cross_entropy_backward;
     t.sum_leading = cpu::sum_leading;

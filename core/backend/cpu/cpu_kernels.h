@@ -39,6 +39,8 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
 void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable);
 void patchify(const Tensor& images, const Tensor& patches, int64_t patch, bool inverse);
 
+// Whether this CPU runs the attention kernels (compiled for AVX2 + FMA on x86-64).
+bool attention_isa_present();
 void attention_forward(const AttentionArgs& a);
 void attention_backward(const AttentionArgs& a);
 void cross_entropy_forward(const CrossEntropyArgs& a);
