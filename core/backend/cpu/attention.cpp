@@ -15,6 +15,7 @@ constexpr int64_t kBlockK = 64;  // key rows per tile
 
 using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MapM = Eigen::Map<Mat, Eigen::Aligned64>;
+using MapRow = Eigen::Map<Eigen::ArrayXf>;  // a score row: exponentials in Eigen's vectorized exp
 
 std::size_t fwd_slot_bytes(int64_t d) {
   return WorkspaceCarver::bytes(kBlockQ * d) * 2 + WorkspaceCarver::bytes(kBlockK * d) * 2 +
@@ -97,15 +98,15 @@ void attention_forward(const AttentionArgs& a) {
         for (int64_t r = 0; r < bq; ++r) {
           float* sr = S + r * bk;
           const int64_t last = causal ? std::min(bk, i0 + r + off - j0 + 1) : bk;  // keys [0, last) visible
-          float mx = m[r];
-          for (int64_t c = 0; c < last; ++c) mx = std::max(mx, sr[c]);
+          MapRow row(sr, std::max<int64_t>(last, 0));
+          const float mx = last > 0 ? std::max(m[r], row.maxCoeff()) : m[r];
           if (mx == -INFINITY) {
             std::fill(sr, sr + bk, 0.f);
             continue;
           }
           const float alpha = std::exp(m[r] - mx);
-          float sum = 0.f;
-          for (int64_t c = 0; c < last; ++c) sum += (sr[c] = std::exp(sr[c] - mx));
+          row = (row - mx).exp();
+          const float sum = row.sum();
           std::fill(sr + std::max<int64_t>(last, 0), sr + bk, 0.f);
           l[r] = l[r] * alpha + sum;
           m[r] = mx;
@@ -185,11 +186,12 @@ void attention_backward(const AttentionArgs& a) {
               const int64_t last = causal ? std::clamp<int64_t>(i0 + r + off - j0 + 1, 0, bk) : bk;
               float* pr = P + r * bk;
               float* dpr = dP + r * bk;
-              for (int64_t c = 0; c < bk; ++c) {
-                const float p = c < last && lrow[r] != -INFINITY ? std::exp(pr[c] * a.scale - lrow[r]) : 0.f;
-                pr[c] = p;
-                dpr[c] = p * (dpr[c] - drow[r]) * a.scale;  // dS, with the softmax scale folded in
-              }
+              const int64_t seen = lrow[r] == -INFINITY ? 0 : last;
+              MapRow p(pr, seen), dp(dpr, seen);
+              p = (p * a.scale - lrow[r]).exp();
+              dp = p * (dp - drow[r]) * a.scale;  // dS, with the softmax scale folded in
+              std::fill(pr + seen, pr + bk, 0.f);
+              std::fill(dpr + seen, dpr + bk, 0.f);
             }
             MapM(dV, bk, d).noalias() += Pm.transpose() * MapM(dO, bq, d);
             MapM(dK, bk, d).noalias() += dPm.transpose() * MapM(Q, bq, d);
