@@ -195,6 +195,7 @@ void Zero::all_reduce_grads() {
 }
 
 void Zero::bucket_grads(int group) {
+  HR_ASSERT(z_.stage <= 1, "gradient buckets at ZeRO stage ", z_.stage);
   for (Param* p : model_.params().groups()[std::size_t(group)].params) {
     if (!p->trainable || buckets_->done.count(p)) continue;
     buckets_->done[p] = p->grad.defined();

@@ -4,6 +4,8 @@
 // one above (which runs out of memory); memory.on_oom: shrink_micro_batch recovers without losing a sample.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "core/check.h"
 #include "integration/cli.h"
 
@@ -310,6 +312,22 @@ TEST(Plan, AutoPrefetchesOneGroupWhenItFitsAndNoneWhenOnlyThatFits) {
   // Prefetching off is one of the fixes offered for a ZeRO-3 plan that does not fit.
   CmdResult over = headroom(str("plan ", cfg, " ", z3, " --capacity ", (r0 + r1) / 2));
   EXPECT_NE(over.output.find("--set parallel.prefetch_groups=0"), std::string::npos) << over.output;
+}
+
+// The LLaVA-1.5-7B preset on 8 x a100-80g plans at every ZeRO stage with the optimizer on the device or offloaded
+// (large models fill many gradient buckets: a stage that buckets gradients it does not own would fail here),
+// and offloading shrinks each stage's device peak.
+TEST(Plan, The7bPresetPlansEveryZeroStageWithAndWithoutOffloadOnEightGpus) {
+  const std::string cfg = std::string(HR_SOURCE_DIR) + "/configs/llava-1.5-7b.yaml";
+  for (int stage = 0; stage <= 3; ++stage) {
+    std::map<std::string, int64_t> peak;
+    for (const char* offload : {"none", "cpu"}) {
+      const json p = plan_json(cfg, str("--world-size 8 --device a100-80g --set memory.zero_stage=", stage,
+                                        " --set memory.offload_optimizer=", offload));
+      peak[offload] = p["ranks"][0]["peak_allocated"];
+    }
+    EXPECT_LT(peak["cpu"], peak["none"]) << "ZeRO " << stage;
+  }
 }
 
 TEST(Plan, MaxMicroBatchAgreesWithRealRunsAndOnOomShrinksWithoutLosingASample) {
