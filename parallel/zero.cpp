@@ -186,7 +186,7 @@ void Zero::use(int group, Pass pass) {
 }
 
 void Zero::done(int group, Pass pass) {
-  if (pass == Pass::Backward && last_micro_ && z_.stage <= 1 && z_.overlap_comm && comm_.world() > 1) bucket_grads(group);
+  if (pass == Pass::Backward && last_micro_ && buckets_gradients()) bucket_grads(group);
   for (auto& g : groups_[std::size_t(group)]) {
     if (pass == Pass::Backward && z_.stage >= 2 && g->trainable) reduce_scatter_grads(*g);
     if (z_.stage == 3) release(*g);

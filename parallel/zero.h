@@ -84,7 +84,7 @@ class Zero final : public core::GroupHooks {
   // Whether the last micro-batch's backward differs from the others: it starts the all-reduce buckets (stages
   // 0-1), or sends the offloaded optimizer its gradients (stages 2-3).
   bool last_backward_differs() const {
-    return (z_.stage <= 1 && z_.overlap_comm && comm_.world() > 1) || (z_.stage >= 2 && z_.offload_optimizer == Offload::Cpu);
+    return buckets_gradients() || (z_.stage >= 2 && z_.offload_optimizer == Offload::Cpu);
   }
   const ZeroOptions& options() const { return z_; }
 
@@ -123,6 +123,8 @@ class Zero final : public core::GroupHooks {
   // group's updated parameters).
   void settle_side_copies();
   void all_reduce_grads();
+  // Whether the last backward all-reduces gradient buckets as its groups end (stages 0-1, overlap_comm, ranks > 1).
+  bool buckets_gradients() const { return z_.stage <= 1 && z_.overlap_comm && comm_.world() > 1; }
   // Stages 0-1 with overlap_comm on the last micro-batch: the group's trainable gradients (zeros where this rank
   // has none) join the bucket being filled; a full bucket starts its all-reduce once the one before it has ended.
   void bucket_grads(int group);

@@ -156,7 +156,7 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
   const auto after_micro = [&](int64_t k) -> int64_t {
     const std::size_t at = std::size_t(k);
     // Only a micro-batch followed by one of its shape can be repeated, and the first is never a repetition, nor
-    // the last where its backward differs (ZeRO 0-1 start the gradient all-reduce in it): the allocators are
+    // the last where its backward differs (Zero::last_backward_differs): the allocators are
     // compared (snapshots cost a walk over every block) only where it can pay.
     const std::size_t last = micro.size() - (engine_->zero().last_backward_differs() ? 1 : 0);
     if (rec || at == 0 || at + 1 >= last || micro[at + 1] != micro[at]) return 0;
