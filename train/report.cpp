@@ -289,6 +289,14 @@ std::string run_report_html(const std::string& run_dir) {
   }
   body += chart("Throughput", {{"tokens/s", "#76b7b2", pick(m, [](const json& j) { return num(j, "tokens_per_s"); }, Merge::Mean)}},
                 false, false);
+  {
+    std::vector<Series> s = {{"step time", "#4e79a7", pick(m, [](const json& j) { return num(j, "step_s"); }, Merge::Mean)}};
+    for (std::size_t r = 0; ranks.size() > 1 && r < ranks.size(); ++r)
+      s.push_back({str("rank ", r, " exposed communication"), kPalette[(r + 1) % 10],
+                   pick(ranks[r], [](const json& j) { return num(j, "comm_exposed_s"); }, Merge::Mean)});
+    body += chart("Step time (seconds)", s, false, false,
+                  ranks.size() > 1 ? "Exposed communication: the part of a step a rank stood still for collectives." : "");
+  }
   body += chart("Host memory", {{"host RSS", "#b07aa1", pick(m, [](const json& j) { return num(j, "host_rss"); })},
                                 {"host allocated", "#edc948", pick(m, [](const json& j) { return j.contains("host") ? num(j["host"], "allocated") : NAN; })}},
                 true, false);

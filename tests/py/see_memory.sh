@@ -40,7 +40,7 @@ python3 "$here/check_snapshot.py" "$work/plan.pickle" --expect-owner language_mo
 "$bin" report "$run" --out "$work/report.html" > /dev/null
 series=(--expect-series "measured peak allocated" --expect-series "predicted peak allocated" --expect-series activations
         --expect-series "train loss" --expect-series "eval accuracy" --expect-series tokens/s)
-if [[ -n $mpiexec ]]; then series+=(--expect-series "rank 1 peak allocated"); fi
+if [[ -n $mpiexec ]]; then series+=(--expect-series "rank 1 peak allocated" --expect-series "rank 1 exposed communication"); fi
 python3 "$here/check_report.py" "$work/report.html" --png "$work/report.png" "${series[@]}"
 
 # An out-of-memory error with memory.snapshot_on_oom: the allocator at that moment, for memory_viz.

@@ -303,7 +303,8 @@ TEST(Report, NamesWhatIsMissingAndDrawsEverySeries) {
   {
     std::ofstream m(d + "/memory.rank0.jsonl"), m1(d + "/memory.rank1.jsonl");
     for (int s = 1; s <= 3; ++s) {
-      json l = {{"step", s}, {"loss", 3.0 / s}, {"tokens_per_s", 100}, {"peak_allocated", 1000 * s},
+      json l = {{"step", s}, {"loss", 3.0 / s}, {"tokens_per_s", 100}, {"step_s", 0.5}, {"comm_exposed_s", 0.01 * s},
+                {"peak_allocated", 1000 * s},
                 {"predicted_peak", 1000 * s}, {"peak_reserved", 4096}, {"predicted_reserved", 4096},
                 {"planned_peak", 5000}, {"host_rss", 1 << 20}, {"host", {{"allocated", 10}}},
                 {"at_peak", {{"params", 500}, {"activations", 1000 * s - 500}}},
@@ -319,6 +320,7 @@ TEST(Report, NamesWhatIsMissingAndDrawsEverySeries) {
   for (const char* s : {"data-series=\"params\"", "data-series=\"activations\"", "data-series=\"measured peak allocated\"",
                         "data-series=\"predicted peak allocated\"", "data-series=\"rank 1 peak allocated\"",
                         "data-series=\"eval accuracy\"", "data-series=\"accuracy color\"", "data-series=\"tokens/s\"",
+                        "data-series=\"step time\"", "data-series=\"rank 1 exposed communication\"",
                         "exactly where its dry run said", "document.body.dataset.ready", "3 steps logged",
                         "1 log lines that are not JSON skipped"})
     EXPECT_NE(html.find(s), std::string::npos) << s;
