@@ -50,6 +50,13 @@ class Communicator {
   // Host values of every rank in one collective: each rank's `mine` (the same length on every rank),
   // concatenated in rank order, on every rank.
   virtual std::vector<double> gather(const std::vector<double>& mine) = 0;
+  // Exposed communication: the seconds this rank's work stood still for collectives since the communicator was
+  // made. MPI: the host's time inside blocking collectives and inside the waits and polls of started ones (on the
+  // CPU the host is the compute). NCCL: the compute stream's stalls behind the communication stream (timing
+  // events around each wait, read here, after they have passed), plus the host's time in its bootstrap's
+  // collectives of host values begun while the compute stream was idle. The
+  // difference of two reads around a step is that step's exposed communication; what overlap hid is not in it.
+  virtual double exposed_seconds() { return 0; }
 };
 
 // One process: collectives are copies or nothing.

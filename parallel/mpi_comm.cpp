@@ -2,6 +2,7 @@
 // go through user-defined MPI operations (MPI has no 16-bit float types).
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 
@@ -38,25 +39,44 @@ void sum_half(void* in, void* inout, int* len, MPI_Datatype*) {
   }
 }
 
-// A non-blocking MPI collective: MPI_Test moves it along, MPI_Wait ends it.
+// Adds the time from its construction to its end to `total` (seconds): the host's time inside an MPI call.
+class Inside {
+ public:
+  explicit Inside(double& total) : total_(total), t0_(std::chrono::steady_clock::now()) {}
+  ~Inside() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  Inside(const Inside&) = delete;
+  Inside& operator=(const Inside&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+// A non-blocking MPI collective: MPI_Test moves it along, MPI_Wait ends it. The time in both is exposed
+// communication, added to the communicator's total (which outlives its collectives).
 class MpiPending final : public PendingCollective {
  public:
-  MpiPending() = default;
+  explicit MpiPending(double& exposed) : exposed_(exposed) {}
   MPI_Request* request() { return &request_; }
   void wait() override {
     if (request_ == MPI_REQUEST_NULL) return;
+    Inside inside(exposed_);
     HR_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
   }
   void poll() override {
     if (request_ == MPI_REQUEST_NULL) return;
+    Inside inside(exposed_);
     int done = 0;
     HR_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
   }
   ~MpiPending() override {
-    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    if (request_ == MPI_REQUEST_NULL) return;
+    Inside inside(exposed_);
+    MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
 
  private:
+  double& exposed_;
   MPI_Request request_ = MPI_REQUEST_NULL;
 };
 
@@ -97,23 +117,27 @@ class MpiComm final : public Communicator {
 
   void all_reduce(const Tensor& t) override {
     check_host("all_reduce", t);
+    Inside inside(exposed_);
     HR_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), op(t), MPI_COMM_WORLD));
   }
   void reduce_scatter(const Tensor& in, const Tensor& out) override {
     check_host("reduce_scatter", in);
     check_blocks("reduce_scatter", in, out, world_);
+    Inside inside(exposed_);
     HR_MPI_CHECK(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), op(out), MPI_COMM_WORLD));
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
     check_host("all_gather", out);
     check_blocks("all_gather", out, in, world_);
     const bool in_place = static_cast<char*>(in.data_ptr()) == static_cast<char*>(out.data_ptr()) + in.nbytes() * std::size_t(rank_);
+    Inside inside(exposed_);
     HR_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), count(in), type(in), out.data_ptr(), count(in),
                                type(out), MPI_COMM_WORLD));
   }
   std::unique_ptr<PendingCollective> all_reduce_start(const Tensor& t) override {
     check_host("all_reduce", t);
-    auto pending = std::make_unique<MpiPending>();
+    auto pending = std::make_unique<MpiPending>(exposed_);
+    Inside inside(exposed_);  // starting may move data too
     HR_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), op(t), MPI_COMM_WORLD, pending->request()));
     return pending;
   }
@@ -121,7 +145,8 @@ class MpiComm final : public Communicator {
     check_host("all_gather", out);
     check_blocks("all_gather", out, in, world_);
     const bool in_place = static_cast<char*>(in.data_ptr()) == static_cast<char*>(out.data_ptr()) + in.nbytes() * std::size_t(rank_);
-    auto pending = std::make_unique<MpiPending>();
+    auto pending = std::make_unique<MpiPending>(exposed_);
+    Inside inside(exposed_);  // starting may move data too
     HR_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data_ptr(), count(in), type(in), out.data_ptr(), count(in),
                                 type(out), MPI_COMM_WORLD, pending->request()));
     return pending;
@@ -129,28 +154,36 @@ class MpiComm final : public Communicator {
   std::unique_ptr<PendingCollective> reduce_scatter_start(const Tensor& in, const Tensor& out) override {
     check_host("reduce_scatter", in);
     check_blocks("reduce_scatter", in, out, world_);
-    auto pending = std::make_unique<MpiPending>();
+    auto pending = std::make_unique<MpiPending>(exposed_);
+    Inside inside(exposed_);  // starting may move data too
     HR_MPI_CHECK(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), op(out),
                                            MPI_COMM_WORLD, pending->request()));
     return pending;
   }
   void broadcast(const Tensor& t, int root) override {
     check_host("broadcast", t);
+    Inside inside(exposed_);
     HR_MPI_CHECK(MPI_Bcast(t.data_ptr(), count(t), type(t), root, MPI_COMM_WORLD));
   }
-  void barrier() override { HR_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
+  void barrier() override {
+    Inside inside(exposed_);
+    HR_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  }
   double sum(double v) override {
+    Inside inside(exposed_);
     double out = 0;
     HR_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     return out;
   }
 
   std::vector<double> gather(const std::vector<double>& mine) override {
+    Inside inside(exposed_);
     std::vector<double> all(mine.size() * std::size_t(world_));
     HR_MPI_CHECK(MPI_Allgather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), int(mine.size()), MPI_DOUBLE,
                                MPI_COMM_WORLD));
     return all;
   }
+  double exposed_seconds() override { return exposed_; }
 
  private:
   static void check_host(const char* op, const Tensor& t) {
@@ -180,6 +213,7 @@ class MpiComm final : public Communicator {
   }
   int rank_ = 0, world_ = 1, local_rank_ = 0;
   bool owns_ = false;
+  double exposed_ = 0;  // seconds inside MPI calls: exposed_seconds()
   MPI_Datatype half_{};
   MPI_Op sum_bf16_{}, sum_f16_{};
 };

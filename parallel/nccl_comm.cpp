@@ -8,8 +8,11 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "core/memory/category.h"
 #include "parallel/comm.h"
@@ -48,9 +51,51 @@ ncclDataType_t nccl_type(const Tensor& t) {
 // The compute stream of the CUDA back-end (core/backend/cuda/cuda_common.h): the legacy default stream.
 constexpr cudaStream_t kComputeStream = nullptr;
 
+// The compute stream's stalls: pairs of timing events (where a stall may start, where it is over), read once
+// the second has passed. Events are reused.
+class Stalls {
+ public:
+  Stalls() = default;
+  Stalls(const Stalls&) = delete;
+  Stalls& operator=(const Stalls&) = delete;
+  ~Stalls() {
+    for (auto [a, b] : open_) cudaEventDestroy(a), cudaEventDestroy(b);
+    for (cudaEvent_t e : spare_) cudaEventDestroy(e);
+  }
+  cudaEvent_t event() {
+    if (!spare_.empty()) {
+      cudaEvent_t e = spare_.back();
+      spare_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    HR_CUDA_RT_CHECK(cudaEventCreate(&e));  // with timing
+    return e;
+  }
+  // Both events recorded; `begin` on the compute stream, `end` once the stall is over.
+  void add(cudaEvent_t begin, cudaEvent_t end) { open_.emplace_back(begin, end); }
+  // The seconds of every stall so far (waits for the ones still in flight).
+  double seconds() {
+    for (auto [a, b] : open_) {
+      HR_CUDA_RT_CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      HR_CUDA_RT_CHECK(cudaEventElapsedTime(&ms, a, b));
+      total_ += std::max(0.0, double(ms) / 1e3);
+      spare_.push_back(a), spare_.push_back(b);
+    }
+    open_.clear();
+    return total_;
+  }
+
+ private:
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> open_;
+  std::vector<cudaEvent_t> spare_;
+  double total_ = 0;
+};
+
 class NcclPending final : public PendingCollective {
  public:
-  explicit NcclPending(cudaStream_t comm_stream) {
+  NcclPending(cudaStream_t comm_stream, Stalls& stalls) : stalls_(stalls) {
     HR_CUDA_RT_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     HR_CUDA_RT_CHECK(cudaEventRecord(done_, comm_stream));
   }
@@ -58,13 +103,19 @@ class NcclPending final : public PendingCollective {
     if (!waited_) cudaStreamWaitEvent(kComputeStream, done_, 0);
     cudaEventDestroy(done_);
   }
+  // The compute stream waits for the collective, between two timing events: how long it stood still.
   void wait() override {
     if (waited_) return;
+    cudaEvent_t begin = stalls_.event(), end = stalls_.event();
+    HR_CUDA_RT_CHECK(cudaEventRecord(begin, kComputeStream));
     HR_CUDA_RT_CHECK(cudaStreamWaitEvent(kComputeStream, done_, 0));
+    HR_CUDA_RT_CHECK(cudaEventRecord(end, kComputeStream));
+    stalls_.add(begin, end);
     waited_ = true;
   }
 
  private:
+  Stalls& stalls_;
   cudaEvent_t done_ = nullptr;
   bool waited_ = false;
 };
@@ -95,14 +146,14 @@ class NcclComm final : public Communicator {
   int local_rank() const override { return device_; }
 
   void all_reduce(const Tensor& t) override {
-    if (on_host(t)) return bootstrap_.all_reduce(t);
+    if (on_host(t)) return on_bootstrap([&] { bootstrap_.all_reduce(t); });
     start_all_reduce(t);
     wait();
   }
   std::unique_ptr<PendingCollective> all_reduce_start(const Tensor& t) override {
     if (on_host(t)) return bootstrap_.all_reduce_start(t);
     start_all_reduce(t);
-    return std::make_unique<NcclPending>(stream_);
+    return std::make_unique<NcclPending>(stream_, stalls_);
   }
   void reduce_scatter(const Tensor& in, const Tensor& out) override {
     start_reduce_scatter(in, out);
@@ -115,26 +166,45 @@ class NcclComm final : public Communicator {
   std::unique_ptr<PendingCollective> all_gather_start(const Tensor& in, const Tensor& out) override {
     if (on_host(out)) return bootstrap_.all_gather_start(in, out);
     start_all_gather(in, out);
-    return std::make_unique<NcclPending>(stream_);
+    return std::make_unique<NcclPending>(stream_, stalls_);
   }
   std::unique_ptr<PendingCollective> reduce_scatter_start(const Tensor& in, const Tensor& out) override {
     if (on_host(in)) return bootstrap_.reduce_scatter_start(in, out);
     start_reduce_scatter(in, out);
-    return std::make_unique<NcclPending>(stream_);
+    return std::make_unique<NcclPending>(stream_, stalls_);
   }
   void broadcast(const Tensor& t, int root) override {
-    if (on_host(t)) return bootstrap_.broadcast(t, root);
+    if (on_host(t)) return on_bootstrap([&] { bootstrap_.broadcast(t, root); });
     check_device("broadcast", t);
     after_compute();
     HR_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), root, comm_, stream_));
     wait();
   }
-  void barrier() override { bootstrap_.barrier(); }
-  double sum(double v) override { return bootstrap_.sum(v); }
-  std::vector<double> gather(const std::vector<double>& mine) override { return bootstrap_.gather(mine); }
+  void barrier() override { on_bootstrap([&] { bootstrap_.barrier(); }); }
+  double sum(double v) override {
+    double out = 0;
+    on_bootstrap([&] { out = bootstrap_.sum(v); });
+    return out;
+  }
+  std::vector<double> gather(const std::vector<double>& mine) override {
+    std::vector<double> all;
+    on_bootstrap([&] { all = bootstrap_.gather(mine); });
+    return all;
+  }
+  double exposed_seconds() override { return stalls_.seconds() + host_exposed_; }
 
  private:
   static bool on_host(const Tensor& t) { return t.device().runs_cpu_kernels(); }
+  // A blocking collective of host values through the bootstrap. Its time is exposed when the compute stream had
+  // nothing left to run as it began; otherwise the GPU worked meanwhile, and a stall it caused is the events'.
+  // (Host collectives started and waited for later, all_reduce_start on a host tensor, are not counted.)
+  template <class F>
+  void on_bootstrap(F&& collective) {
+    const bool idle = cudaStreamQuery(kComputeStream) == cudaSuccess;
+    const double before = bootstrap_.exposed_seconds();
+    collective();
+    if (idle) host_exposed_ += bootstrap_.exposed_seconds() - before;
+  }
   // The collective's inputs were written by kernels queued on the compute stream: the NCCL stream waits for them.
   void after_compute() {
     HR_CHECK(comm_ != nullptr, "[nccl] the communicator was aborted after an earlier collective failed");
@@ -147,14 +217,14 @@ class NcclComm final : public Communicator {
     HR_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), ncclSum, comm_, stream_));
   }
   void start_all_gather(const Tensor& in, const Tensor& out) {
-    if (on_host(out)) return bootstrap_.all_gather(in, out);
+    if (on_host(out)) return on_bootstrap([&] { bootstrap_.all_gather(in, out); });
     check_device("all_gather", out);
     check_blocks("all_gather", out, in, world());
     after_compute();
     HR_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), std::size_t(in.numel()), nccl_type(in), comm_, stream_));
   }
   void start_reduce_scatter(const Tensor& in, const Tensor& out) {
-    if (on_host(in)) return bootstrap_.reduce_scatter(in, out);
+    if (on_host(in)) return on_bootstrap([&] { bootstrap_.reduce_scatter(in, out); });
     check_device("reduce_scatter", in);
     check_blocks("reduce_scatter", in, out, world());
     after_compute();
@@ -166,10 +236,21 @@ class NcclComm final : public Communicator {
              " is not on a CUDA device (use MpiComm)");
     HR_CHECK(t.is_contiguous(), "[", op, "] ", t.describe(), " is not contiguous");
   }
+  // A blocking collective: the compute stream stands still from where the collective's inputs are ready to where
+  // the collective ends (the host waits for it and queues nothing meanwhile).
+  // Nothing was queued on the compute stream since the collective started, so `begin` marks where its inputs are
+  // ready.
+  void wait() {
+    cudaEvent_t begin = stalls_.event(), end = stalls_.event();
+    HR_CUDA_RT_CHECK(cudaEventRecord(begin, kComputeStream));
+    HR_CUDA_RT_CHECK(cudaEventRecord(end, stream_));
+    stalls_.add(begin, end);
+    wait_for_stream();
+  }
   // Waits for the NCCL stream, checking NCCL's asynchronous errors meanwhile (a peer that died or hung up): the
   // communicator is aborted (ncclCommAbort frees what its kernels hold) and the error thrown, so that this rank
   // reports it and the launcher ends the job instead of every rank spinning in a collective that cannot finish.
-  void wait() {
+  void wait_for_stream() {
     for (;;) {
       const cudaError_t q = cudaStreamQuery(stream_);
       if (q == cudaSuccess) return;
@@ -191,6 +272,8 @@ class NcclComm final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t inputs_ready_ = nullptr;
+  Stalls stalls_;
+  double host_exposed_ = 0;  // seconds of on_bootstrap collectives begun with the compute stream idle
 };
 
 }  // namespace

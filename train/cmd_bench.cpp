@@ -126,7 +126,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   const std::string log = out_dir + (world == 1 ? "/memory.jsonl" : "/memory.rank0.jsonl");
   std::ifstream f(log);
   HR_CHECK(f, "[bench] ", log, " is missing");
-  std::vector<double> step_s;
+  std::vector<double> step_s, exposed_s;
   std::vector<double> tokens;
   // The device's memory over the whole run (the caching allocator's peaks) and the steps the plan predicted
   // byte for byte: what the GPU peer's torch.cuda.max_memory_allocated / max_memory_reserved are set beside.
@@ -142,6 +142,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       ++exact_steps;
     if (j.value("step", int64_t(0)) <= warmup) continue;
     step_s.push_back(j.at("step_s").get<double>());
+    exposed_s.push_back(j.value("comm_exposed_s", 0.0));
     tokens.push_back(double(j.at("tokens").get<int64_t>()));
   }
   HR_CHECK(!step_s.empty(), "[bench] ", log, " has no step after the ", warmup, " warm-up steps");
@@ -177,6 +178,9 @@ int cmd_bench(const std::vector<std::string>& args) {
                    {"mean", 1e3 * mean},
                    {"min", 1e3 * *std::min_element(step_s.begin(), step_s.end())},
                    {"max", 1e3 * *std::max_element(step_s.begin(), step_s.end())}}},
+      // Rank 0's time standing still for collectives (what overlap did not hide), per step.
+      {"comm_exposed_ms", {{"median", 1e3 * median(exposed_s)},
+                           {"max", 1e3 * *std::max_element(exposed_s.begin(), exposed_s.end())}}},
       {"tokens_per_step", median(tokens)},
       {"tokens_per_s", median(tokens) / t},
       {"model_gflop_per_step", model_flops / 1e9},

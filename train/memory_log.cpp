@@ -41,6 +41,7 @@ nlohmann::json MemoryLog::write(const StepRecord& r, const MemoryStats& s, const
   j["skipped"] = r.skipped;
   j["nonfinite"] = r.nonfinite.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.nonfinite);
   j["step_s"] = r.step_s;
+  j["comm_exposed_s"] = r.comm_exposed_s;
   j["tokens"] = r.tokens;
   j["tokens_per_s"] = r.tokens_per_s;
   j["samples_per_s"] = r.samples_per_s;

@@ -18,6 +18,7 @@ struct StepRecord {
   int64_t step = 0;
   float loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
   double step_s = 0;       // wall time of the step: drawing its batches, forward, backward, update
+  double comm_exposed_s = 0;  // of it, the time this rank stood still for collectives (Communicator::exposed_seconds)
   int64_t tokens = 0;      // over all ranks
   double tokens_per_s = 0, samples_per_s = 0;
   bool skipped = false;  // fp16 overflow or a non-finite step: the optimizer step was skipped

@@ -22,6 +22,7 @@ std::vector<std::pair<std::string, float>> step_scalars(const json& j) {
   add("train/loss_scale", j["loss_scale"]);
   add("train/tokens_per_s", j["tokens_per_s"]);
   add("train/samples_per_s", j["samples_per_s"]);
+  add("train/comm_exposed_s", j["comm_exposed_s"]);
   for (const char* k : {"allocated", "reserved", "peak_allocated", "peak_reserved", "predicted_peak", "predicted_reserved",
                         "planned_peak", "fragmentation", "host_rss"})
     add(str("memory/", k).c_str(), j[k]);

@@ -108,6 +108,9 @@ std::string format_rate(double v) {
   return buf;
 }
 
+// "0.42 ms", "12.3 ms", "184 ms": exposed communication on the console line.
+std::string format_ms(double seconds) { return format_rate(seconds * 1e3) + " ms"; }
+
 // Peak allocated bytes of evaluation passes' dry runs, by shape: a loss pass is {0, batch, seq, images, logit
 // rows}, generation {1, images, max_new_tokens, decode steps, prompt lengths...}. Every evaluation runs the same
 // loss passes, and the state a step leaves does not change between evaluations.
@@ -227,8 +230,9 @@ class Trainer {
   bool stopped_on_nonfinite() const { return nonfinite_ && c_.on_nonfinite == OnNonfinite::Stop; }
   int stop_on_nonfinite();
   void maybe_save_or_evaluate();
-  // Whether any rank was asked to stop (SIGTERM, SIGINT); every rank calls it after every step.
-  bool stop_requested();
+  // Whether any rank was asked to stop (SIGTERM, SIGINT) by the end of the step just recorded: the ranks agree on it
+  // in one collective as record() begins, so that a rank waiting there for the others counts it in the step.
+  bool stop_requested() const { return stop_agreed_; }
   // Ends a stopped run: the checkpoint of the step just finished, no evaluation; returns 0.
   int stop();
   int finish();
@@ -236,6 +240,8 @@ class Trainer {
  private:
   Plan plan_and_preflight(const RunConfig& given);
   void evaluate_now();
+  bool agree_on_stop();
+  bool stop_agreed_ = false;
   // output_dir/report.html (headroom report); a failure to write it is reported, never fatal.
   void write_report();
 
@@ -255,6 +261,9 @@ class Trainer {
   const Prediction& prediction_for(const std::vector<std::array<int64_t, 3>>& shapes);
   std::unique_ptr<LlavaDataset> train_set_, eval_set_;
   std::unique_ptr<parallel::Communicator> nccl_;  // several ranks on GPUs: ZeRO's collectives on device tensors
+  // The communicator the engine's collectives go through, and its exposed communication when the step began.
+  parallel::Communicator& collectives() { return nccl_ ? *nccl_ : comm_; }
+  double exposed_at_start_ = 0;
   std::unique_ptr<Engine> engine_;
   TrainerState state_;
   int64_t total_ = 0;
@@ -415,6 +424,7 @@ AllocatorSnapshot Trainer::begin_step() {
   host_alloc_->reset_peak_stats();
   AllocatorSnapshot start = alloc_->snapshot();
   observers_->begin_step(state_.step + 1);
+  exposed_at_start_ = collectives().exposed_seconds();
   return start;
 }
 
@@ -502,6 +512,7 @@ bool Trainer::update(const Engine::StepStats& s, const Drawn& d, float lr) {
 void Trainer::record(const Engine::StepStats& s, const Drawn& d, const AllocatorSnapshot& start, float lr,
                      bool skipped, Clock::time_point t0) {
   const int rank = comm_.rank(), world = comm_.world();
+  stop_agreed_ = agree_on_stop();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const std::string trace = observers_->end_step();  // before the dry run below, whose phases are not this step's
   if (!trace.empty() && lead_) std::printf("%sstep %lld: memory timeline in %s%s (open it in ui.perfetto.dev)\n", tty_ ? "\n" : "",
@@ -515,6 +526,7 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   rec.skipped = skipped;
   if (nonfinite_) rec.nonfinite = nonfinite_where_.empty() ? "elsewhere (another rank's micro-batch)" : nonfinite_where_;
   rec.step_s = secs;
+  rec.comm_exposed_s = collectives().exposed_seconds() - exposed_at_start_;
   rec.tokens = s.tokens;
   rec.tokens_per_s = double(s.tokens) / std::max(secs, 1e-9);
   rec.samples_per_s = double(c_.global_batch_size) / std::max(secs, 1e-9);
@@ -578,8 +590,9 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
     const std::string line = str("step ", rec.step, "/", total_, " | loss ", rec.loss, " | lr ", lr, " | grad_norm ",
                                  rec.grad_norm, " | tok/s ", int64_t(rec.tokens_per_s), " | samples/s ",
                                  format_rate(rec.samples_per_s), " | mem ", format_bytes(double(ms.allocated_bytes.peak)),
-                                 " peak / ", format_bytes(double(ms.reserved_bytes.peak)), " reserved | ETA ",
-                                 format_duration(eta));
+                                 " peak / ", format_bytes(double(ms.reserved_bytes.peak)), " reserved",
+                                 world > 1 ? str(" | comm ", format_ms(rec.comm_exposed_s), " exposed") : std::string(),
+                                 " | ETA ", format_duration(eta));
     if (tty_) std::printf("\r%s %s", bar(rec.step, total_).c_str(), line.c_str());
     else std::printf("%s\n", line.c_str());
     std::fflush(stdout);
@@ -658,9 +671,9 @@ int Trainer::stop_on_nonfinite() {
   return 1;
 }
 
-bool Trainer::stop_requested() {
+bool Trainer::agree_on_stop() {
   const double mine = stop_signal() ? 1.0 : 0.0;
-  return (comm_.world() > 1 ? comm_.sum(mine) : mine) > 0;
+  return (comm_.world() > 1 ? collectives().sum(mine) : mine) > 0;
 }
 
 int Trainer::stop() {

@@ -141,3 +141,24 @@ TEST(CudaTrain, AKilledRankEndsTheNcclJobWithinAMinute) {
   EXPECT_TRUE(process_gone(ranks[0])) << "rank 0 still alive";
   std::printf("job ended %.1f s after rank 1 was killed\n", end.seconds);
 }
+
+// Exposed communication with NCCL (memory.jsonl's comm_exposed_s: the compute stream's stalls behind the NCCL
+// stream): rank 1 stopped for 2 s in the middle of a ZeRO-2 run shows up in one step of rank 0, and its other steps hold little.
+// Needs two GPUs.
+TEST(CudaTrain, ARankWaitingForAnotherOverNcclReportsItAsExposedCommunication) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs two GPUs";
+  const std::string base = fresh_dir("cuda_exposed");
+  const std::string cfg = write_config(base, kConfig);
+  const char* mpirun = std::getenv("HR_MPIRUN");
+  const pid_t launcher = spawn(std::string("exec env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
+                                   (mpirun && *mpirun ? mpirun : "mpirun") + " -np 2 " + headroom_bin() + " train " + cfg +
+                                   " --set run.output_dir=" + base + "/run --set device.type=cuda --set train.max_steps=1000000" +
+                                   " --set memory.zero_stage=2",
+                               base + "/log.txt");
+  ASSERT_GT(launcher, 0);
+  const JobEnd end = pause_rank_then_stop(launcher, base + "/run", 2);
+  ASSERT_TRUE(end.ended) << read_file(base + "/log.txt");
+  ASSERT_TRUE(WIFEXITED(end.status) && WEXITSTATUS(end.status) == 0) << read_file(base + "/log.txt");
+  expect_rank0_waited_once(base + "/run", 2.0);
+}

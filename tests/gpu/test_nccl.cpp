@@ -2,6 +2,9 @@
 // `mpirun -np 2 test_nccl` on a machine with two GPUs to exercise more than one rank.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+
 #include "core/ops/copy.h"
 #include "parallel/comm.h"
 
@@ -57,4 +60,42 @@ TEST(Nccl, StartedCollectivesAreOrderedWithTheComputeStreamAndHostTensorsUseTheB
   Tensor flags = Tensor::full({4}, 1.f, DType::F32, Device::host());
   nccl->all_reduce(flags);  // a host tensor: MPI (or the single process) sums it
   for (float v : flags.to_floats()) ASSERT_EQ(v, float(w));
+}
+
+// Exposed communication is the compute stream's stalls: a started collective waited for at once stalls it for the
+// collective's time; one waited for after enough compute work has been queued stalls it for about nothing; a
+// blocking one counts from where the compute stream's queue ends, not the queued work before it.
+TEST(Nccl, ExposedSecondsAreTheComputeStreamsStalls) {
+  auto boot = parallel::make_default();
+  auto nccl = parallel::make_nccl(*boot, boot->local_rank());
+  const int w = nccl->world();
+  const Device gpu = Device::cuda(nccl->local_rank());
+  const int64_t n = int64_t(1) << 27;  // 512 MiB of f32 a rank: the collective takes a measurable time
+  Tensor mine = Tensor::full({n}, 1.f, DType::F32, gpu);
+  Tensor whole = Tensor::empty({n * w}, DType::F32, gpu);
+  Tensor busy = Tensor::empty({n}, DType::F32, gpu);
+  nccl->all_gather(mine, whole);  // warm-up: NCCL's first collective sets up its channels
+  const double t0 = nccl->exposed_seconds();
+  nccl->all_gather_start(mine, whole)->wait();
+  const double at_once = nccl->exposed_seconds() - t0;
+
+  auto hidden = nccl->all_gather_start(mine, whole);
+  for (int i = 0; i < 40; ++i) fill_(busy, float(i));  // tens of milliseconds of compute queued after the start
+  hidden->wait();
+  const double t1 = nccl->exposed_seconds();
+  const double under_compute = t1 - (t0 + at_once);
+
+  const auto h0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 40; ++i) fill_(busy, float(i));
+  nccl->all_gather(mine, whole);  // blocking: the host waits for it
+  const double blocking = nccl->exposed_seconds() - t1;
+  const double host = std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
+
+  std::printf("all_gather of %lld MiB a rank over %d rank(s): stall waited at once %.3f ms, under compute %.3f ms, "
+              "blocking %.3f ms of %.3f ms on the host\n", (long long)(n * 4 >> 20), w, at_once * 1e3,
+              under_compute * 1e3, blocking * 1e3, host * 1e3);
+  EXPECT_GT(at_once, 0.0);
+  EXPECT_LT(under_compute, at_once / 2 + 20e-6);
+  EXPECT_GT(blocking, 0.0);
+  EXPECT_LT(blocking, host / 2);  // the fills before it are not communication
 }

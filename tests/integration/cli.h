@@ -70,12 +70,17 @@ inline pid_t spawn(const std::string& command, const std::string& output) {
   return pid;
 }
 
+// The complete lines `path` has now.
+inline std::size_t count_lines(const std::string& path) {
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return std::size_t(std::count(text.begin(), text.end(), '\n'));
+}
+
 // Waits until `path` has at least `lines` complete lines (false after `seconds`).
 inline bool wait_for_lines(const std::string& path, std::size_t lines, int seconds) {
   for (int i = 0; i < seconds * 20; ++i) {
-    std::ifstream in(path);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (std::size_t(std::count(text.begin(), text.end(), '\n')) >= lines) return true;
+    if (count_lines(path) >= lines) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
@@ -113,6 +118,53 @@ inline JobEnd signal_rank(pid_t launcher, const std::vector<pid_t>& ranks, std::
     waitpid(launcher, &e.status, 0);
   }
   return e;
+}
+
+// Stops rank 1 of the 2-rank training job `launcher` (SIGSTOP) for `seconds` once it has logged 3 steps in
+// `run`/memory.rank1.jsonl, lets it log 3 more, then asks it to stop (SIGTERM). Returns how the job ended
+// (`ended` false when a step never came).
+inline JobEnd pause_rank_then_stop(pid_t launcher, const std::string& run, int seconds) {
+  const std::string log = run + "/memory.rank1.jsonl";
+  if (!wait_for_lines(log, 3, 120)) return {};
+  const std::vector<pid_t> ranks = ranks_of(launcher);
+  if (ranks.size() != 2 || kill(ranks[1], SIGSTOP) != 0) return {};
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  kill(ranks[1], SIGCONT);
+  if (!wait_for_lines(log, count_lines(log) + 3, 60)) return {};
+  return signal_rank(launcher, ranks, 1, SIGTERM, 60);
+}
+
+// The memory logs of a 2-rank run in which rank 1 was stopped for `paused` seconds: every step's comm_exposed_s
+// lies within its step_s; one step of rank 0 holds most of the pause as exposed communication; the other steps'
+// exposed communication is a small part of them (on the median step, under half). Rank 1's same step is not checked:
+// stopped inside an MPI call, it spent the pause there too. Returns the index of rank 0's step that waited.
+inline std::size_t expect_rank0_waited_once(const std::string& run, double paused) {
+  const std::vector<nlohmann::json> a = jsonl(run + "/memory.rank0.jsonl"), b = jsonl(run + "/memory.rank1.jsonl");
+  EXPECT_EQ(a.size(), b.size());
+  if (a.size() < 4) {
+    ADD_FAILURE() << "only " << a.size() << " steps logged in " << run;
+    return 0;
+  }
+  std::size_t waited = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    for (const nlohmann::json* l : {&a[i], i < b.size() ? &b[i] : &a[i]}) {
+      EXPECT_GE((*l)["comm_exposed_s"].get<double>(), 0.0) << l->dump();
+      EXPECT_LE((*l)["comm_exposed_s"].get<double>(), (*l)["step_s"].get<double>()) << l->dump();
+    }
+    if (a[i]["comm_exposed_s"] > a[waited]["comm_exposed_s"]) waited = i;
+  }
+  EXPECT_GE(a[waited]["comm_exposed_s"].get<double>(), 0.85 * paused) << a[waited].dump();
+  std::vector<double> exposed, step;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (i != waited) exposed.push_back(a[i]["comm_exposed_s"]), step.push_back(a[i]["step_s"]);
+  std::sort(exposed.begin(), exposed.end());
+  std::sort(step.begin(), step.end());
+  const double median_exposed = exposed[exposed.size() / 2], median_step = step[step.size() / 2];
+  EXPECT_LT(median_exposed, 0.5 * median_step);
+  std::printf("rank 0 stood still %.3f s in step %lld; its other steps: median %.3f ms exposed of %.3f ms\n",
+              a[waited]["comm_exposed_s"].get<double>(), (long long)a[waited]["step"].get<int64_t>(),
+              median_exposed * 1e3, median_step * 1e3);
+  return waited;
 }
 
 // Whether process `pid` is gone (or a zombie).

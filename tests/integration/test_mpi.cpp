@@ -490,3 +490,22 @@ TEST(Mpi, SigtermToOneRankStopsEveryRankAfterTheSameStep) {
   EXPECT_TRUE(fs::exists(str(base, "/run/checkpoint-", step0))) << log;
   EXPECT_NE(log.find(str("saving the checkpoint of step ", step0)), std::string::npos) << log;
 }
+
+// Exposed communication (memory.jsonl's comm_exposed_s) is the time a rank stood still for the others: with rank
+// 1 stopped for 2 s in the middle of a run, one step of rank 0 holds those 2 s, and its other steps little.
+TEST(Mpi, ARankWaitingForAnotherReportsItAsExposedCommunication) {
+  const std::string base = fresh_dir("mpi_exposed");
+  const std::string cfg = config(base);
+  const pid_t launcher = spawn("exec " + kMpirun + "2 " + HR_HEADROOM_BIN + " train " + cfg + " --set run.output_dir=" +
+                                   base + "/run --set train.max_steps=1000000 --set memory.zero_stage=2 "
+                                   "--set log.logging_steps=1",
+                               base + "/log.txt");
+  ASSERT_GT(launcher, 0);
+  const JobEnd end = pause_rank_then_stop(launcher, base + "/run", 2);
+  const std::string log = read_file(base + "/log.txt");
+  ASSERT_TRUE(end.ended) << log;
+  ASSERT_TRUE(WIFEXITED(end.status) && WEXITSTATUS(end.status) == 0) << log;
+  const std::size_t waited = expect_rank0_waited_once(base + "/run", 2.0);
+  EXPECT_NE(log.find(str("step ", waited + 1, "/")), std::string::npos) << log;
+  EXPECT_NE(log.find(" exposed | "), std::string::npos) << log;
+}

@@ -100,6 +100,7 @@ TEST(Train, MemoryLogHasEveryFieldOnEveryStep) {
     }
     EXPECT_EQ(at_peak, l["peak_allocated"].get<int64_t>()) << l.dump();
     EXPECT_GT(l["samples_per_s"].get<double>(), 0);
+    EXPECT_EQ(l["comm_exposed_s"].get<double>(), 0.0);  // one process: no collective to wait for
     EXPECT_TRUE(l["warnings"].is_array() && l["warnings"].empty()) << l.dump();
   }
   EXPECT_EQ(lines.back()["step"], 8);

@@ -50,6 +50,7 @@ TRAIN_TAGS = {
     "train/loss_scale": ("loss_scale",),
     "train/tokens_per_s": ("tokens_per_s",),
     "train/samples_per_s": ("samples_per_s",),
+    "train/comm_exposed_s": ("comm_exposed_s",),
     "memory/allocated": ("allocated",),
     "memory/reserved": ("reserved",),
     "memory/peak_allocated": ("peak_allocated",),

@@ -32,7 +32,8 @@ MiB = 1 << 20
 
 TRAIN = {"train/loss": "loss", "train/learning_rate": "lr", "train/grad_norm": "grad_norm",
          "train/loss_scale": "loss_scale", "train/tokens_per_s": "tokens_per_s",
-         "train/samples_per_s": "samples_per_s", "memory/allocated": "allocated", "memory/reserved": "reserved",
+         "train/samples_per_s": "samples_per_s", "train/comm_exposed_s": "comm_exposed_s",
+         "memory/allocated": "allocated", "memory/reserved": "reserved",
          "memory/peak_allocated": "peak_allocated", "memory/peak_reserved": "peak_reserved",
          "memory/predicted_peak": "predicted_peak", "memory/predicted_reserved": "predicted_reserved",
          "memory/planned_peak": "planned_peak", "memory/fragmentation": "fragmentation",
@@ -45,6 +46,7 @@ def memory_rows(rank, steps):
         rows.append({
             "step": step, "loss": 2.0 / step + rank * 0.01, "lr": 1e-3 * step / 7, "grad_norm": 1.2345678 + step,
             "loss_scale": 65536.0, "tokens_per_s": 1234.5 + step / 3, "samples_per_s": 33.3,
+            "comm_exposed_s": 0.0125 * step if rank else 0.0,
             "allocated": 123456789 + step, "reserved": 1 << 27, "peak_allocated": 150000001 + rank,
             "peak_reserved": 1 << 28, "predicted_peak": None if step == steps[0] else 150000001 + rank,
             "predicted_reserved": 1 << 28, "planned_peak": None, "fragmentation": 0.1234567,
