@@ -172,6 +172,22 @@ inline bool process_gone(pid_t pid) {
   return ::kill(pid, 0) != 0 || run("ps -o stat= -p " + std::to_string(pid)).output.find('Z') != std::string::npos;
 }
 
+// Walks a Chrome trace's events with the stack of open slices: `on` sees each event and the slices it is inside.
+template <typename F>
+void walk_slices(const nlohmann::json& events, F&& on) {
+  std::vector<std::string> open;
+  for (const nlohmann::json& e : events) {
+    const std::string ph = e.value("ph", "");
+    on(e, open);
+    if (ph == "B") open.push_back(e.value("name", ""));
+    else if (ph == "E" && !open.empty()) open.pop_back();
+  }
+}
+
+inline bool inside(const std::vector<std::string>& open, const std::string& slice) {
+  return std::find(open.begin(), open.end(), slice) != open.end();
+}
+
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -226,22 +226,6 @@ TracedRun traced_run(const std::string& cfg, const std::string& out, const std::
   return t;
 }
 
-// Walks a trace's events with the stack of open slices: `on` sees each event and the slices it is inside.
-template <typename F>
-void walk_slices(const json& events, F&& on) {
-  std::vector<std::string> open;
-  for (const json& e : events) {
-    const std::string ph = e.value("ph", "");
-    on(e, open);
-    if (ph == "B") open.push_back(e.value("name", ""));
-    else if (ph == "E" && !open.empty()) open.pop_back();
-  }
-}
-
-bool inside(const std::vector<std::string>& open, const std::string& slice) {
-  return std::find(open.begin(), open.end(), slice) != open.end();
-}
-
 // A decoder layer of the tiny LLaMA (hidden 32, 4 heads / 2 kv heads of 8, MLP 64) in f32 bytes: q, k, v, o, gate,
 // up, down and two norms.
 constexpr int64_t kTinyLayerBytes = 4 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64 + 2 * 32);
