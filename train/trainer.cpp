@@ -20,6 +20,7 @@
 #include "data/synth.h"
 #include "train/checkpoint.h"
 #include "train/engine.h"
+#include "train/eval_log.h"
 #include "train/evaluate.h"
 #include "train/memory_log.h"
 #include "train/observe.h"
@@ -111,63 +112,6 @@ std::string format_rate(double v) {
 // "0.42 ms", "12.3 ms", "184 ms": exposed communication on the console line.
 std::string format_ms(double seconds) { return format_rate(seconds * 1e3) + " ms"; }
 
-// Peak allocated bytes of evaluation passes' dry runs, by shape: a loss pass is {0, batch, seq, images, logit
-// rows}, generation {1, images, max_new_tokens, decode steps, prompt lengths...}. Every evaluation runs the same
-// loss passes, and the state a step leaves does not change between evaluations.
-using EvalPredictions = LruMap<std::vector<int64_t>, int64_t>;
-
-// Each evaluation pass's measured peak against the dry run of its shape on the predictor's engine (which a
-// step has left as the real one: parameters, gradients and states in place).
-class EvalMemory final : public EvalWatch {
- public:
-  struct Peaks {
-    int64_t measured = 0, predicted = 0, passes = 0, mismatches = 0;
-    nlohmann::json json() const {
-      return {{"peak_allocated", measured}, {"predicted_peak", predicted}, {"passes", passes}, {"mismatches", mismatches}};
-    }
-  };
-  EvalMemory(CachingAllocator& device, Predictor& predictor, EvalPredictions& predicted)
-      : device_(device), predictor_(predictor), predicted_(predicted) {}
-  void begin() override { device_.reset_peak_stats(); }
-  void end(const EvalShape& s) override {
-    add(loss, predicted_.get({0, s.batch, s.seq, s.images, s.logit_rows},
-                             [&] { return predictor_.evaluation(s).peak_allocated; }));
-  }
-  void end(const GenerationShape& s) override {
-    std::vector<int64_t> key = {1, s.images, s.max_new_tokens, s.decode_steps};
-    key.insert(key.end(), s.prompt_lengths.begin(), s.prompt_lengths.end());
-    add(generation, predicted_.get(key, [&] { return predictor_.generation(s).peak_allocated; }));
-  }
-  Peaks loss, generation;
-
- private:
-  void add(Peaks& p, int64_t predicted) {
-    const int64_t measured = device_.stats().allocated_bytes.peak;
-    p.measured = std::max(p.measured, measured);
-    p.predicted = std::max(p.predicted, predicted);
-    ++p.passes;
-    p.mismatches += measured != predicted;
-  }
-  CachingAllocator& device_;
-  Predictor& predictor_;
-  EvalPredictions& predicted_;
-};
-
-void write_eval_line(const std::string& path, int64_t step, const EvalResult& r, const EvalMemory& m) {
-  nlohmann::json j = {{"step", step}, {"loss", r.loss}, {"accuracy", r.accuracy}, {"samples", r.samples}};
-  j["memory"] = {{"loss_pass", m.loss.json()}, {"generation", m.generation.json()}};
-  nlohmann::json by = nlohmann::json::object();
-  for (const auto& [type, ct] : r.by_type) by[type] = ct.second ? double(ct.first) / double(ct.second) : 0.0;
-  j["accuracy_by_type"] = by;
-  std::ofstream(path, std::ios::app) << j.dump() << "\n";
-}
-
-// Every evaluated sample's answer, one line each, tagged with the step: what a confusion matrix is made from.
-void write_predictions(const std::string& path, int64_t step, const EvalResult& r) {
-  std::ofstream f(path, std::ios::app);
-  for (const EvalPrediction& p : r.predictions) f << prediction_line(p, step) << "\n";
-}
-
 // Splits a loader batch into `parts` micro-batches of consecutive samples (after an out-of-memory error).
 std::vector<LoadedBatch> split_batch(const LoadedBatch& lb, int64_t parts, const RunConfig& c) {
   if (parts == 1) return {lb};
@@ -188,16 +132,6 @@ std::vector<MicroShape> to_shapes(const std::vector<std::array<int64_t, 3>>& v) 
   std::vector<MicroShape> out;
   for (const auto& a : v) out.push_back({a[0], a[1], a[2]});
   return out;
-}
-
-std::string eval_summary(const EvalResult& r) {
-  std::string s = str("eval loss ", r.loss, " | accuracy ", 100.0 * r.accuracy, "% (");
-  bool first = true;
-  for (const auto& [type, ct] : r.by_type) {
-    s += str(first ? "" : ", ", type, " ", ct.second ? 100.0 * double(ct.first) / double(ct.second) : 0.0, "%");
-    first = false;
-  }
-  return s + str(") over ", r.samples, " samples");
 }
 
 // One training run as one rank: everything run_training's loop needs, and the parts of a step.

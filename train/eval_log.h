@@ -1,0 +1,69 @@
+// What an evaluation during training records: each pass's measured peak against the dry run of its shape,
+// eval.jsonl's line, predictions.jsonl's lines, and the console's summary.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <nlohmann/json.hpp>
+
+#include "core/lru_map.h"
+#include "core/memory/caching_allocator.h"
+#include "train/evaluate.h"
+#include "train/planner.h"
+
+namespace hr::train {
+
+// Peak allocated bytes of evaluation passes' dry runs, by shape: a loss pass is {0, batch, seq, images, logit
+// rows}, generation {1, images, max_new_tokens, decode steps, prompt lengths...}. Every evaluation runs the same
+// loss passes, and the state a step leaves does not change between evaluations.
+using EvalPredictions = core::LruMap<std::vector<int64_t>, int64_t>;
+
+// Each evaluation pass's measured peak against the dry run of its shape on the predictor's engine (which a
+// step has left as the real one: parameters, gradients and states in place).
+class EvalMemory final : public EvalWatch {
+ public:
+  struct Peaks {
+    int64_t measured = 0, predicted = 0, passes = 0, mismatches = 0;
+    nlohmann::json json() const {
+      return {{"peak_allocated", measured}, {"predicted_peak", predicted}, {"passes", passes}, {"mismatches", mismatches}};
+    }
+  };
+  EvalMemory(core::CachingAllocator& device, Predictor& predictor, EvalPredictions& predicted)
+      : device_(device), predictor_(predictor), predicted_(predicted) {}
+  void begin() override { device_.reset_peak_stats(); }
+  void end(const EvalShape& s) override {
+    add(loss, predicted_.get({0, s.batch, s.seq, s.images, s.logit_rows},
+                             [&] { return predictor_.evaluation(s).peak_allocated; }));
+  }
+  void end(const GenerationShape& s) override {
+    std::vector<int64_t> key = {1, s.images, s.max_new_tokens, s.decode_steps};
+    key.insert(key.end(), s.prompt_lengths.begin(), s.prompt_lengths.end());
+    add(generation, predicted_.get(key, [&] { return predictor_.generation(s).peak_allocated; }));
+  }
+  Peaks loss, generation;
+
+ private:
+  void add(Peaks& p, int64_t predicted) {
+    const int64_t measured = device_.stats().allocated_bytes.peak;
+    p.measured = std::max(p.measured, measured);
+    p.predicted = std::max(p.predicted, predicted);
+    ++p.passes;
+    p.mismatches += measured != predicted;
+  }
+  core::CachingAllocator& device_;
+  Predictor& predictor_;
+  EvalPredictions& predicted_;
+};
+
+// Appends the evaluation's line to eval.jsonl at `path`: loss, accuracy (overall and per question type), samples,
+// and the passes' memory against their dry runs.
+void write_eval_line(const std::string& path, int64_t step, const EvalResult& r, const EvalMemory& m);
+
+// Every evaluated sample's answer, one line each, tagged with the step: what a confusion matrix is made from.
+void write_predictions(const std::string& path, int64_t step, const EvalResult& r);
+
+// "eval loss L | accuracy A% (type a%, ...) over N samples".
+std::string eval_summary(const EvalResult& r);
+
+}  // namespace hr::train
