@@ -361,7 +361,8 @@ CachingAllocator::Block* CachingAllocator::malloc_expandable(Pool& pool, std::si
   std::unique_ptr<Expandable>& slot = expandable_[pool.is_small ? 0 : 1];
   if (!slot) {
     const std::size_t range = raw_->reservable() / kPageSize * kPageSize;
-    void* base = range ? raw_->reserve(range) : nullptr;
+    if (range == 0) out_of_memory(bytes, size, kPageSize, tag);  // a capacity under one page holds nothing
+    void* base = raw_->reserve(range);
     HR_CHECK(base, "[memory] ", device_name_, ": cannot reserve ", format_bytes(double(range)),
              " of addresses for an expandable segment");
     slot = std::make_unique<Expandable>();

@@ -98,6 +98,15 @@ TEST(Expandable, RetryUnmapsCachedPagesOfTheOtherPool) {
   a.free(big);
 }
 
+// A capacity under one 2 MiB page holds no page at all: every request is out of memory (what the planner turns into
+// "does not fit"), not an error about address space.
+TEST(Expandable, ACapacityUnderOnePageIsOutOfMemory) {
+  CachingAllocator a(make_capped_host_allocator(1_MiB + 512_KiB), "test", AllocatorKind::Expandable);
+  EXPECT_THROW(a.allocate(512), OutOfMemory);
+  EXPECT_EQ(a.stats().num_ooms, 1);
+  EXPECT_EQ(a.stats().reserved_bytes.current, 0);
+}
+
 TEST(Expandable, MetaMirrorsTheHostAndAReplicaReplaysItsPeaks) {
   uint64_t seed = 11;
   auto next = [&] { return (seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
