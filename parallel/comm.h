@@ -68,6 +68,15 @@ std::unique_ptr<Communicator> make_mpi();
 // NCCL over the ranks of `bootstrap` (an MPI communicator carries the unique id). Throws without NCCL.
 std::unique_ptr<Communicator> make_nccl(Communicator& bootstrap, int device_index);
 
+// An error every rank throws at the same point, having agreed on it in a collective (a rank without a GPU of its
+// own, a plan that fits no rank's room): the command line lets every rank print it before it ends the job.
+class EveryRankError : public Error {
+ public:
+  using Error::Error;
+};
+// MPI_Barrier over every rank of an MPI job; nothing in a single process or a build without MPI.
+void barrier_all();
+
 // Whether this process was started by an MPI launcher (mpirun/srun set their rank variables).
 bool launched_by_mpi();
 // The communicator for this process: MPI when launched by mpirun, else a single process.

@@ -231,6 +231,13 @@ void abort_all(int code) {
   if (world > 1) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
+void barrier_all() {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) MPI_Barrier(MPI_COMM_WORLD);
+}
+
 std::string rank_prefix() {
   int inited = 0, finalized = 0, world = 1, rank = 0;
   MPI_Initialized(&inited);

@@ -8,6 +8,7 @@ std::unique_ptr<Communicator> make_mpi() {
 }
 bool have_mpi() { return false; }
 void abort_all(int) {}
+void barrier_all() {}
 std::string rank_prefix() { return ""; }
 
 }  // namespace hr::parallel

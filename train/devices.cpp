@@ -95,9 +95,10 @@ void require_gpu_per_rank(int index, const std::string& device_key, parallel::Co
   std::string bad;
   for (int r = 0; r < comm.world(); ++r)
     if (ok[std::size_t(r)] == 0) bad += str(bad.empty() ? "" : ", ", r);
-  HR_CHECK(bad.empty(), "[device] rank(s) ", bad, " have no GPU of their own: each rank trains on cuda:<local rank> ",
-           "(device.type ", device_key, "), and this machine has ", gpus, " GPU(s); start at most ", gpus,
-           " ranks per machine");
+  if (!bad.empty())
+    throw parallel::EveryRankError(str("[device] rank(s) ", bad, " have no GPU of their own: each rank trains on ",
+                                       "cuda:<local rank> (device.type ", device_key, "), and this machine has ", gpus,
+                                       " GPU(s); start at most ", gpus, " ranks per machine"));
   HR_CHECK(parallel::have_nccl(), "[device] several ranks on GPUs need NCCL, and this build has none "
            "(configure found no nccl.h / libnccl)");
 }

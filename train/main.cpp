@@ -89,6 +89,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "headroom: unknown command '%s'\n\n", cmd.c_str());
     usage(stderr);
     return 2;
+  } catch (const hr::parallel::EveryRankError& e) {
+    // Every rank is here with its own account of it: each prints before any ends the job.
+    std::fprintf(stderr, "headroom: %s%s\n", hr::parallel::rank_prefix().c_str(), e.what());
+    std::fflush(stderr);
+    hr::parallel::barrier_all();
+    hr::parallel::abort_all(1);
+    return 1;
   } catch (const std::exception& e) {
     // Under mpirun the other ranks may be waiting in a collective: take the whole job down, not just this rank.
     std::fprintf(stderr, "headroom: %s%s\n", hr::parallel::rank_prefix().c_str(), e.what());

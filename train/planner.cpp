@@ -508,8 +508,8 @@ core::Device run_device_of(const RunConfig& c, int local_rank) {
   return d;
 }
 
-DevicePreset run_device(const RunConfig& c) {
-  const core::Device d = run_device_of(c);
+DevicePreset run_device(const RunConfig& c, int local_rank) {
+  const core::Device d = run_device_of(c, local_rank);
   if (d.type == core::DeviceType::CUDA) return local_gpu_preset(d.index, c.memory_limit);
   return device_preset(c.memory_limit ? str("cpu:", c.memory_limit) : std::string("cpu"));
 }

@@ -185,8 +185,9 @@ std::string plan_table(const Plan& plan);
 std::string plan_json(const Plan& plan);
 std::string search_explanation(const Search& s, std::size_t show = 10);
 
-// The device preset a run on this machine plans for: cpu with device.memory_limit (or the machine's memory).
-DevicePreset run_device(const RunConfig& config);
+// The device preset a run on this machine plans for: cpu with device.memory_limit (or the machine's memory), or
+// the GPU rank `local_rank` of the machine trains on, measured (what the context and other processes hold).
+DevicePreset run_device(const RunConfig& config, int local_rank = 0);
 // The device a run trains on (device.type): cpu, or cuda:N ("cuda" is cuda:0). Under several ranks a GPU's index
 // is offset by the rank's local rank: rank r of a machine trains on cuda:local_rank (cuda:N+local_rank for
 // device.type cuda:N).

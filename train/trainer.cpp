@@ -173,6 +173,8 @@ class Trainer {
 
  private:
   Plan plan_and_preflight(const RunConfig& given);
+  DevicePreset device_with_least_room(const RunConfig& given);
+  int tightest_rank_ = 0;  // the rank whose device room every rank plans with
   void evaluate_now();
   bool agree_on_stop();
   bool stop_agreed_ = false;
@@ -224,8 +226,31 @@ class Trainer {
   int64_t nonfinite_steps_ = 0;
 };
 
+// Every rank must run the same plan (micro-batch, checkpointing, what `auto` picks): each measures its own device,
+// and all plan for the one with the least usable room (a GPU another process already holds memory on), so that
+// they decide alike and a plan that does not fit fails on every rank with the same account.
+DevicePreset Trainer::device_with_least_room(const RunConfig& given) {
+  const int world = comm_.world(), local = world > 1 ? comm_.local_rank() : 0;
+  const Device d = run_device_of(given, local);
+  if (d.type == DeviceType::CUDA && world > 1) require_gpu_per_rank(d.index, given.device, comm_);
+  DevicePreset device = run_device(given, local);
+  if (world == 1) return device;
+  const std::vector<double> all = comm_.gather({double(device.capacity), double(device.runtime_reserve)});
+  auto usable = [&](int r) { return double(given.budget) * all[std::size_t(2 * r)] - all[std::size_t(2 * r + 1)]; };
+  int tightest = 0;
+  for (int r = 1; r < world; ++r)
+    if (usable(r) < usable(tightest)) tightest = r;
+  if (usable(tightest) < usable(comm_.rank())) {
+    device.capacity = std::size_t(all[std::size_t(2 * tightest)]);
+    device.runtime_reserve = std::size_t(all[std::size_t(2 * tightest + 1)]);
+    device.name += str(", planned with rank ", tightest, "'s room (the least of the ranks)");
+  }
+  tightest_rank_ = tightest;
+  return device;
+}
+
 Plan Trainer::plan_and_preflight(const RunConfig& given) {
-  const DevicePreset device = run_device(given);
+  const DevicePreset device = device_with_least_room(given);
   const Search search = search_plans(given, device, comm_.world());
   // memory.allocator: auto takes the allocator whose dry run of the step reserves the least.
   Plan plan = given.allocator_auto ? compare_allocators(search.ranked.front()) : search.ranked.front();
@@ -260,9 +285,10 @@ Plan Trainer::plan_and_preflight(const RunConfig& given) {
   const std::string msg = str("[plan] ", what, ": predicted ", format_bytes(double(plan.total_predicted())),
                               " per rank against ", format_bytes(double(plan.usable + plan.runtime_reserve)), " (",
                               int(c.budget * 100 + 0.5f), "% of ", format_bytes(double(plan.capacity)),
+                              comm_.world() > 1 ? str(", rank ", tightest_rank_, "'s room: every rank plans with the least") : "",
                               "). The cheapest changes that fit:",
                               fixes.empty() ? std::string("\n  (none of the single changes tried)") : fixes);
-  if (c.preflight) throw Error(msg + "\n(memory.preflight: false starts it anyway)");
+  if (c.preflight) throw parallel::EveryRankError(msg + "\n(memory.preflight: false starts it anyway)");
   if (lead_) std::printf("%s\nstarting anyway (memory.preflight: false): expect an out-of-memory error\n", msg.c_str());
   return plan;
 }
@@ -273,8 +299,7 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   const int rank = comm.rank(), world = comm.world();
   // device.type: cpu or cuda:N. Parameters, gradients, states and activations live there through its caching
   // allocator; the host allocator keeps the loader's batches and offloaded states.
-  const Device device = run_device_of(c_, world > 1 ? comm.local_rank() : 0);
-  if (device.type == DeviceType::CUDA && world > 1) require_gpu_per_rank(device.index, c_.device, comm);
+  const Device device = run_device_of(c_, world > 1 ? comm.local_rank() : 0);  // checked by the plan
   const Backend backend = device.type == DeviceType::CUDA ? Backend::CUDA : Backend::CPU;
   predictor_ = std::make_unique<Predictor>(c_, world, rank, backend);
   configure_device(device, {c_.memory_limit, backend, c_.allocator});

@@ -493,3 +493,35 @@ TEST(Mpi, ARankWaitingForAnotherReportsItAsExposedCommunication) {
   EXPECT_NE(log.find(str("step ", waited + 1, "/")), std::string::npos) << log;
   EXPECT_NE(log.find(" exposed | "), std::string::npos) << log;
 }
+
+// Ranks with different room (here device.memory_limit per rank, as a GPU another process already fills would be)
+// all plan with the least of it, so that `auto` decides alike on every rank: rank 0 alone would take micro-batches
+// of 4, rank 1 only fits 2, and both train with 2, every step predicted exactly. With too little room on rank 1,
+// every rank stops with the same account before any collective of the step.
+TEST(Mpi, EveryRankPlansWithTheLeastRoomOfAnyRank) {
+  const std::string base = fresh_dir("mpi_least_room");
+  const std::string cfg = config(base);
+  const std::string common = str(HR_HEADROOM_BIN, " train ", cfg, " --set data.pad_to_max_length=true --set data.max_seq_len=256",
+                                 " --set train.micro_batch_size=auto --set train.max_steps=3 --set run.output_dir=");
+  auto two = [&](const std::string& out, const char* room0, const char* room1) {
+    return run(str(kMpirun, "1 ", common, out, " --set device.memory_limit=", room0, " : -np 1 ", common, out,
+                   " --set device.memory_limit=", room1));
+  };
+  CmdResult ok = two(base + "/fits", "64MiB", "8MiB");
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  EXPECT_NE(ok.output.find("planned with rank 1's room"), std::string::npos) << ok.output;
+  std::ifstream plan_file(base + "/fits/plan.json");
+  const json plan = json::parse(plan_file);
+  EXPECT_EQ(plan["decisions"]["micro_batch_size"], 2) << plan.dump();
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto lines = jsonl(str(base, "/fits/memory.rank", rank, ".jsonl"));
+    ASSERT_EQ(lines.size(), 3u) << rank;
+    for (const json& l : lines) EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "rank " << rank << " " << l.dump();
+  }
+  CmdResult no = two(base + "/tight", "64MiB", "1MiB");
+  EXPECT_NE(no.status, 0) << no.output;
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_NE(no.output.find(str("headroom: rank ", rank, ": [plan] the run does not fit")), std::string::npos)
+        << "rank " << rank << "\n" << no.output;
+  EXPECT_NE(no.output.find("rank 1's room: every rank plans with the least"), std::string::npos) << no.output;
+}
