@@ -23,7 +23,10 @@ struct CudaInfo {
   std::string fused_attention;  // the cuDNN (and frontend) behind fused attention, or why there is none
 };
 
-CudaInfo query_cuda();
+// `free_memory`: also each GPU's free memory (headroom info). Asking for it makes a CUDA context on every GPU
+// (hundreds of MiB each, for the process's life), so a training rank, which must hold a context only on its own
+// GPU, asks without it: GpuInfo::free_bytes stays 0.
+CudaInfo query_cuda(bool free_memory = false);
 
 struct CudaMemInfo {
   int64_t free_bytes = 0, total_bytes = 0;

@@ -113,7 +113,7 @@ TEST(Config, AModelSectionOfTheWrongShapeIsAConfigError) {
 // `headroom info`'s GPU query never throws: on a machine without a driver or a GPU it says why; with GPUs each
 // has a name, a compute capability and memory.
 TEST(Info, CudaQueryDescribesTheGpusOrWhyThereAreNone) {
-  const core::CudaInfo info = core::query_cuda();
+  const core::CudaInfo info = core::query_cuda(/*free_memory=*/true);
   if (info.gpus.empty()) {
     EXPECT_FALSE(info.absent.empty());
   } else {

@@ -10,7 +10,7 @@
 
 namespace hr::core {
 
-CudaInfo query_cuda() {
+CudaInfo query_cuda(bool free_memory) {
   CudaInfo info;
   cudaRuntimeGetVersion(&info.runtime_version);
   info.fused_attention = cuda::cudnn_attention_version();
@@ -26,8 +26,10 @@ CudaInfo query_cuda() {
     cudaGetLastError();
     return info;
   }
+  // Asking a GPU for its free memory makes it current (and, since CUDA 12, so does cudaSetDevice alone make a
+  // context): the current device is put back below, and neither happens without `free_memory`.
   int current = 0;
-  cudaGetDevice(&current);  // put back below: asking each GPU for its free memory makes it current
+  if (free_memory) cudaGetDevice(&current);
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp p{};
     if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
@@ -38,10 +40,10 @@ CudaInfo query_cuda() {
     g.multiprocessors = p.multiProcessorCount;
     g.total_bytes = int64_t(p.totalGlobalMem);
     std::size_t free = 0, total = 0;
-    if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess) g.free_bytes = int64_t(free);
+    if (free_memory && cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess) g.free_bytes = int64_t(free);
     info.gpus.push_back(g);
   }
-  cudaSetDevice(current);
+  if (free_memory) cudaSetDevice(current);
   cudaGetLastError();
   if (info.gpus.empty()) info.absent = "no GPU answered cudaGetDeviceProperties";
   return info;
