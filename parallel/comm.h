@@ -67,6 +67,9 @@ std::unique_ptr<Communicator> make_planned(int world, int rank);
 std::unique_ptr<Communicator> make_mpi();
 // NCCL over the ranks of `bootstrap` (an MPI communicator carries the unique id). Throws without NCCL.
 std::unique_ptr<Communicator> make_nccl(Communicator& bootstrap, int device_index);
+// Collectives on tensors of any device through `via` (MPI), staged in host tensors of the host allocator
+// (category comm): blocking, for ranks that share a GPU (NCCL takes one GPU per rank).
+std::unique_ptr<Communicator> make_staged(Communicator& via);
 
 // An error every rank throws at the same point, having agreed on it in a collective (a rank without a GPU of its
 // own, a plan that fits no rank's room): the command line lets every rank print it before it ends the job.

@@ -338,6 +338,12 @@ std::vector<Key> memory_parallel_log_keys() {
        }},
       {"parallel.overlap_comm", "true",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.zero.overlap_comm = get<bool>(n, k, "true or false"); }},
+      {"parallel.backend", "nccl",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::string s = get<std::string>(n, k, "a string");
+         if (s != "nccl" && s != "mpi") bad_value(k, n, "one of: nccl, mpi");
+         c.gpu_collectives_over_mpi = s == "mpi";
+       }},
       {"parallel.prefetch_groups", "1",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          c.prefetch_auto = n.IsScalar() && n.Scalar() == "auto";

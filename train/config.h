@@ -85,6 +85,9 @@ struct RunConfig {
   // The other strategy keys set to auto (the planner decides), the memory budget, and OOM handling.
   bool micro_auto = false, vision_ckpt_auto = false, llm_ckpt_auto = false, offload_auto = false;
   bool prefetch_auto = false;  // parallel.prefetch_groups: auto (0, 1 or 2 at ZeRO-3)
+  // parallel.backend: mpi: ranks on GPUs move device tensors through MPI (staged in host memory) instead of NCCL,
+  // and may share a GPU (rank r on cuda:<local rank mod GPUs>); nccl (the default): one GPU per rank.
+  bool gpu_collectives_over_mpi = false;
   float budget = 0.95f;        // memory.budget: plans must fit budget x (capacity - runtime reserve)
   bool shrink_on_oom = false;  // memory.on_oom: shrink_micro_batch
   bool preflight = true;       // memory.preflight: false starts a run whose plan does not fit (it will OOM)

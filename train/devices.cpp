@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
+#include <functional>
+#include <string>
 
 #include "core/backend/device_info.h"
 #include "core/check.h"
@@ -98,9 +101,27 @@ void require_gpu_per_rank(int index, const std::string& device_key, parallel::Co
   if (!bad.empty())
     throw parallel::EveryRankError(str("[device] rank(s) ", bad, " have no GPU of their own: each rank trains on ",
                                        "cuda:<local rank> (device.type ", device_key, "), and this machine has ", gpus,
-                                       " GPU(s); start at most ", gpus, " ranks per machine"));
+                                       " GPU(s); start at most ", gpus, " ranks per machine, or let ranks share GPUs ",
+                                       "with parallel.backend: mpi (collectives through host memory)"));
   HR_CHECK(parallel::have_nccl(), "[device] several ranks on GPUs need NCCL, and this build has none "
            "(configure found no nccl.h / libnccl)");
+}
+
+std::size_t share_of_gpu(int index, parallel::Communicator& comm) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  // The machine as a number a double holds exactly, beside the GPU's index.
+  const double machine = double(std::hash<std::string>{}(host) & ((uint64_t(1) << 52) - 1));
+  const std::vector<double> all = comm.gather({machine, double(index)});
+  int sharing = 0;
+  for (int r = 0; r < comm.world(); ++r)
+    sharing += all[std::size_t(2 * r)] == machine && all[std::size_t(2 * r + 1)] == double(index);
+  if (sharing <= 1) return 0;
+  comm.barrier();  // every rank's context exists: what is free now is what the ranks on this GPU split
+  const core::CudaMemInfo m = core::cuda_memory_now(index);
+  comm.barrier();  // nobody allocates before everyone has measured
+  constexpr std::size_t kPage = std::size_t(2) << 20;
+  return std::size_t(m.free_bytes) / std::size_t(sharing) / kPage * kPage;
 }
 
 }  // namespace hr::train

@@ -35,5 +35,9 @@ DevicePreset local_gpu_preset(int index, std::size_t memory_limit);
 // build has NCCL. Every rank learns about every rank, so that all of them stop with the reason (naming the ranks
 // and `device_key`, device.type) and none waits in a collective for one that failed.
 void require_gpu_per_rank(int index, const std::string& device_key, parallel::Communicator& comm);
+// Ranks that share a GPU (parallel.backend: mpi): the bytes this rank may use of its cuda:`index`, the GPU's free
+// memory once every rank has made its context there, divided by the ranks on it; 0 when the rank has it alone.
+// A collective: every rank calls it.
+std::size_t share_of_gpu(int index, parallel::Communicator& comm);
 
 }  // namespace hr::train

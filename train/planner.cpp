@@ -11,6 +11,7 @@
 #include <cmath>
 #include <functional>
 
+#include "core/backend/device_info.h"
 #include "core/memory/device_memory.h"
 #include "data/tokenizer.h"
 #include "train/engine.h"
@@ -504,7 +505,9 @@ int64_t Plan::total_predicted() const {
 
 core::Device run_device_of(const RunConfig& c, int local_rank) {
   core::Device d = core::Device::parse(c.device);
-  if (d.type == core::DeviceType::CUDA) d.index += local_rank;
+  if (d.type != core::DeviceType::CUDA || local_rank == 0) return d;
+  const int gpus = c.gpu_collectives_over_mpi ? int(core::query_cuda().gpus.size()) : 0;
+  d.index += gpus > d.index ? local_rank % (gpus - d.index) : local_rank;
   return d;
 }
 

@@ -190,7 +190,7 @@ std::string search_explanation(const Search& s, std::size_t show = 10);
 DevicePreset run_device(const RunConfig& config, int local_rank = 0);
 // The device a run trains on (device.type): cpu, or cuda:N ("cuda" is cuda:0). Under several ranks a GPU's index
 // is offset by the rank's local rank: rank r of a machine trains on cuda:local_rank (cuda:N+local_rank for
-// device.type cuda:N).
+// device.type cuda:N); with parallel.backend: mpi ranks share the GPUs from cuda:N on, in turn.
 core::Device run_device_of(const RunConfig& config, int local_rank = 0);
 
 // Sets the OpenMP threads of a rank of this run on the CPU: device.threads, or with several ranks the

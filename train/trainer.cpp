@@ -173,7 +173,7 @@ class Trainer {
 
  private:
   Plan plan_and_preflight(const RunConfig& given);
-  DevicePreset device_with_least_room(const RunConfig& given);
+  DevicePreset device_with_least_room(RunConfig& config);
   int tightest_rank_ = 0;  // the rank whose device room every rank plans with
   void evaluate_now();
   bool agree_on_stop();
@@ -196,9 +196,10 @@ class Trainer {
   int64_t dry_runs_ = 0;
   const Prediction& prediction_for(const std::vector<std::array<int64_t, 3>>& shapes);
   std::unique_ptr<LlavaDataset> train_set_, eval_set_;
-  std::unique_ptr<parallel::Communicator> nccl_;  // several ranks on GPUs: ZeRO's collectives on device tensors
+  // Several ranks on GPUs: ZeRO's collectives on device tensors, over NCCL (or MPI through host memory).
+  std::unique_ptr<parallel::Communicator> gpu_comm_;
   // The communicator the engine's collectives go through, and its exposed communication when the step began.
-  parallel::Communicator& collectives() { return nccl_ ? *nccl_ : comm_; }
+  parallel::Communicator& collectives() { return gpu_comm_ ? *gpu_comm_ : comm_; }
   double exposed_at_start_ = 0;
   std::unique_ptr<Engine> engine_;
   TrainerState state_;
@@ -228,15 +229,22 @@ class Trainer {
 
 // Every rank must run the same plan (micro-batch, checkpointing, what `auto` picks): each measures its own device,
 // and all plan for the one with the least usable room (a GPU another process already holds memory on), so that
-// they decide alike and a plan that does not fit fails on every rank with the same account.
-DevicePreset Trainer::device_with_least_room(const RunConfig& given) {
+// they decide alike and a plan that does not fit fails on every rank with the same account. Ranks that share a
+// GPU (parallel.backend: mpi) each get an equal share of it, as a device.memory_limit in `config`.
+DevicePreset Trainer::device_with_least_room(RunConfig& config) {
   const int world = comm_.world(), local = world > 1 ? comm_.local_rank() : 0;
-  const Device d = run_device_of(given, local);
-  if (d.type == DeviceType::CUDA && world > 1) require_gpu_per_rank(d.index, given.device, comm_);
-  DevicePreset device = run_device(given, local);
+  const Device d = run_device_of(config, local);
+  if (d.type == DeviceType::CUDA && world > 1 && !config.gpu_collectives_over_mpi)
+    require_gpu_per_rank(d.index, config.device, comm_);
+  DevicePreset device = run_device(config, local);
   if (world == 1) return device;
+  if (d.type == DeviceType::CUDA && config.gpu_collectives_over_mpi)
+    if (const std::size_t share = share_of_gpu(d.index, comm_)) {
+      config.memory_limit = config.memory_limit ? std::min(config.memory_limit, share) : share;
+      device = run_device(config, local);
+    }
   const std::vector<double> all = comm_.gather({double(device.capacity), double(device.runtime_reserve)});
-  auto usable = [&](int r) { return double(given.budget) * all[std::size_t(2 * r)] - all[std::size_t(2 * r + 1)]; };
+  auto usable = [&](int r) { return double(config.budget) * all[std::size_t(2 * r)] - all[std::size_t(2 * r + 1)]; };
   int tightest = 0;
   for (int r = 1; r < world; ++r)
     if (usable(r) < usable(tightest)) tightest = r;
@@ -249,7 +257,8 @@ DevicePreset Trainer::device_with_least_room(const RunConfig& given) {
   return device;
 }
 
-Plan Trainer::plan_and_preflight(const RunConfig& given) {
+Plan Trainer::plan_and_preflight(const RunConfig& requested) {
+  RunConfig given = requested;
   const DevicePreset device = device_with_least_room(given);
   const Search search = search_plans(given, device, comm_.world());
   // memory.allocator: auto takes the allocator whose dry run of the step reserves the least.
@@ -319,8 +328,9 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
     eval_set_ = std::make_unique<LlavaDataset>(dopt, models::input_spec(c_.model.config));
   }
 
-  if (device.type == DeviceType::CUDA && world > 1) nccl_ = parallel::make_nccl(comm, device.index);
-  engine_ = std::make_unique<Engine>(c_, device, nccl_ ? *nccl_ : comm);
+  if (device.type == DeviceType::CUDA && world > 1)
+    gpu_comm_ = c_.gpu_collectives_over_mpi ? parallel::make_staged(comm) : parallel::make_nccl(comm, device.index);
+  engine_ = std::make_unique<Engine>(c_, device, gpu_comm_ ? *gpu_comm_ : comm);
   const std::optional<std::string> resume_dir = options.resume ? latest_checkpoint(c_.output_dir) : std::nullopt;
   state_ = resume_dir ? engine_->load(*resume_dir) : engine_->start();
   // Planned: what starting left cached goes back, so that reserved is the states, their segments and the arena.

@@ -163,25 +163,22 @@ TEST(CudaTrain, ARankWaitingForAnotherOverNcclReportsItAsExposedCommunication) {
   expect_rank0_waited_once(base + "/run", 2.0);
 }
 
-// The MPI matrix over NCCL: ZeRO 0-3, each with and without optimizer offload (overlap and prefetch on, the
-// defaults), on two GPUs: both ranks' losses equal one GPU's within 1e-3 and every step's peaks equal its dry run
-// on both ranks. At ZeRO-3 step 3's measured memory timeline has layer 1's parameters gathered beside layer 0's
-// while layer 0's forward runs with prefetch 1, and not with prefetch 0. Needs two GPUs.
-TEST(CudaTrain, ZeroStagesWithAndWithoutOffloadOverNcclMatchOneGpuAndTheirDryRuns) {
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs two GPUs";
-  const std::string base = fresh_dir("cuda_zero_matrix");
+namespace {
+
+// The MPI matrix on GPUs: ZeRO 0-3, each with and without optimizer offload (overlap and prefetch on, the defaults),
+// 2 ranks launched as `launch` (mpirun ... -np 2, its environment first) with `more` settings: both ranks' losses
+// equal one GPU's within 1e-3 and every step's peaks equal its dry run on both ranks. At ZeRO-3 step 3's measured
+// memory timeline has layer 1's parameters gathered beside layer 0's while layer 0's forward runs with prefetch 1,
+// and not with prefetch 0.
+void zero_matrix_on_gpus(const std::string& base, const std::string& launch, const std::string& more) {
   const std::string cfg = write_config(base, kConfig);
-  const char* mpirun = std::getenv("HR_MPIRUN");
-  const std::string launch = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
-                             (mpirun && *mpirun ? mpirun : "mpirun") + " -np 2 " + headroom_bin() + " train " + cfg;
   const std::string sets = " --set device.type=cuda --set train.max_steps=8";
   CmdResult one = train(cfg, base + "/one", sets);
   ASSERT_EQ(one.status, 0) << one.output;
   const auto ref = jsonl(base + "/one/memory.jsonl");
-  auto two = [&](const std::string& name, const std::string& more) {
+  auto two = [&](const std::string& name, const std::string& extra) {
     const std::string out = base + "/" + name;
-    CmdResult r = run(launch + " --set run.output_dir=" + out + sets + more);
+    CmdResult r = run(launch + " " + headroom_bin() + " train " + cfg + " --set run.output_dir=" + out + sets + more + extra);
     EXPECT_EQ(r.status, 0) << name << "\n" << r.output;
     for (int rank = 0; rank < 2; ++rank) {
       const auto got = jsonl(out + "/memory.rank" + std::to_string(rank) + ".jsonl");
@@ -215,4 +212,27 @@ TEST(CudaTrain, ZeroStagesWithAndWithoutOffloadOverNcclMatchOneGpuAndTheirDryRun
   const int64_t layer_bytes = 4 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64 + 2 * 32);
   EXPECT_GE(params_in_layer0[1] - params_in_layer0[0], layer_bytes)
       << "parameters during layer 0's forward: " << params_in_layer0[0] << " B without prefetching, " << params_in_layer0[1] << " B with";
+}
+
+std::string mpirun_two(const std::string& env) {
+  const char* mpirun = std::getenv("HR_MPIRUN");
+  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env + " " +
+         (mpirun && *mpirun ? mpirun : "mpirun") + " --oversubscribe -np 2";
+}
+
+}  // namespace
+
+// The matrix over NCCL, one GPU per rank. Needs two GPUs.
+TEST(CudaTrain, ZeroStagesWithAndWithoutOffloadOverNcclMatchOneGpuAndTheirDryRuns) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs two GPUs";
+  zero_matrix_on_gpus(fresh_dir("cuda_zero_nccl"), mpirun_two(""), "");
+}
+
+// The matrix with both ranks on one GPU (parallel.backend: mpi: NCCL refuses two ranks on one GPU, so the device
+// tensors' collectives go through MPI in host memory, and each rank plans with half the GPU's free memory): what a
+// machine with one GPU can check of several ranks' arithmetic and memory.
+TEST(CudaTrain, TwoRanksShareOneGpuOverMpiAndMatchOneGpuAndTheirDryRuns) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  zero_matrix_on_gpus(fresh_dir("cuda_zero_shared"), mpirun_two("CUDA_VISIBLE_DEVICES=0"), " --set parallel.backend=mpi");
 }
