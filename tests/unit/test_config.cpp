@@ -60,6 +60,9 @@ TEST(Config, BadValuesNameTheKeyAndWhatItAccepts) {
             std::string::npos);
   EXPECT_NE(error_of("", {"train.micro_batch_size=0"}).find("an integer >= 1"), std::string::npos);
   EXPECT_NE(error_of("", {"train.optimizer=lion"}).find("one of: adamw, sgd, adafactor"), std::string::npos);
+  EXPECT_NE(error_of("", {"parallel.backend=gloo"}).find("parallel.backend: 'gloo' is not one of: nccl, mpi"),
+            std::string::npos)
+      << error_of("", {"parallel.backend=gloo"});
   EXPECT_NE(error_of("", {"device.memory_limit=lots"}).find("device.memory_limit"), std::string::npos);
   EXPECT_NE(
       error_of("", {"data.synthetic.captions=1.5"}).find("data.synthetic.captions: '1.5' is not a fraction in [0, 1]"),
