@@ -21,8 +21,26 @@ void copy_with(const char* op, CopyKernel Kernels::*kernel, const Tensor& dst, c
   if (dst.numel() == 0) return;
   Device dd = dst.device(), sd = src.device();
   if (dd.type == DeviceType::Meta || sd.type == DeviceType::Meta) return;
+  // Between host memory and a GPU the bytes move as they are (cudaMemcpy): a cast, or a strided host side, is
+  // done in host memory on a contiguous host tensor of the GPU side's dtype (no GPU memory borrowed for it); only
+  // a strided GPU side is made contiguous on the GPU. The staged copy is a plain, synchronous one.
+  const bool dgpu = dd.type == DeviceType::CUDA, sgpu = sd.type == DeviceType::CUDA;
+  if (dgpu != sgpu && (dst.dtype() != src.dtype() || !dst.is_contiguous() || !src.is_contiguous())) {
+    if (dgpu) {
+      Tensor h = Tensor::empty(src.shape(), dst.dtype(), Device::host());
+      copy_(h, src);
+      if (dst.is_contiguous()) return launch(op, dd, &Kernels::copy, dst, h);
+      Tensor g = Tensor::empty(dst.shape(), dst.dtype(), dd);
+      launch(op, dd, &Kernels::copy, g, h);
+      return launch(op, dd, &Kernels::copy, dst, g);
+    }
+    const Tensor g = src.is_contiguous() ? src : src.contiguous();
+    Tensor h = Tensor::empty(src.shape(), src.dtype(), Device::host());
+    launch(op, sd, &Kernels::copy, h, g);
+    return copy_(dst, h);
+  }
   // A copy touching a GPU runs on the GPU backend; anything else is host memory.
-  Device run = dd.type == DeviceType::CUDA ? dd : sd;
+  Device run = dgpu ? dd : sd;
   launch(op, run, kernel, dst, src);
 }
 }  // namespace

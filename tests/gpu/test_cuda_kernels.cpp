@@ -13,6 +13,7 @@
 #include "core/backend/cuda/cudnn_attention.h"
 #include "core/backend/device_info.h"
 #include "core/ops/attention.h"
+#include "core/ops/copy.h"
 #include "core/ops/embedding.h"
 #include "core/ops/norm.h"
 #include "core/ops/optimizer.h"
@@ -202,4 +203,32 @@ TEST(CudaKernels, CudnnFusedAttentionMatchesTheOwnKernelBothWays) {
       expect_close(host(grads->dv), host(go.dv), 3e-2, what + " dv");
     }
   }
+}
+
+// Copies between host memory and a GPU that cast or follow strides (weights loaded in another dtype, f32 host
+// masters of bf16 GPU parameters, transposed views): the cast and the strides are done in host memory (or, for a
+// strided GPU side, on the GPU) and the bytes move as they are.
+TEST(CudaKernels, CopiesBetweenHostAndGpuCastAndFollowStrides) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  const std::vector<float> v = randoms(6 * 5, 7);
+  const Tensor h32 = on(v, {6, 5}, DType::F32, Device::cpu());
+  const std::vector<float> rounded = host(h32.to(DType::BF16));
+  // Host f32 into GPU bf16, and back into host f32.
+  Tensor g16 = Tensor::empty({6, 5}, DType::BF16, Device::cuda());
+  copy_(g16, h32);
+  EXPECT_EQ(host(g16), rounded);
+  Tensor back = Tensor::empty({6, 5}, DType::F32, Device::host());
+  copy_(back, g16);
+  EXPECT_EQ(back.to_floats(), rounded);
+  // A transposed host view into a contiguous GPU tensor, and a transposed GPU view into a contiguous host tensor.
+  Tensor gt = Tensor::empty({5, 6}, DType::F32, Device::cuda());
+  copy_(gt, h32.transpose(0, 1));
+  EXPECT_EQ(host(gt), host(h32.transpose(0, 1).contiguous()));
+  Tensor ht = Tensor::empty({6, 5}, DType::F32, Device::cpu());
+  copy_(ht, gt.transpose(0, 1));
+  EXPECT_EQ(ht.to_floats(), v);
+  // Into a strided GPU view, with a cast.
+  Tensor g2 = Tensor::zeros({5, 6}, DType::BF16, Device::cuda());
+  copy_(g2.transpose(0, 1), h32);
+  EXPECT_EQ(host(g2.transpose(0, 1).contiguous()), rounded);
 }

@@ -5,6 +5,7 @@
 // (the GPU bundle's bin/headroom) or the one built beside this test.
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdlib>
 
 #include "integration/cli.h"
@@ -235,4 +236,32 @@ TEST(CudaTrain, ZeroStagesWithAndWithoutOffloadOverNcclMatchOneGpuAndTheirDryRun
 TEST(CudaTrain, TwoRanksShareOneGpuOverMpiAndMatchOneGpuAndTheirDryRuns) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   zero_matrix_on_gpus(fresh_dir("cuda_zero_shared"), mpirun_two("CUDA_VISIBLE_DEVICES=0"), " --set parallel.backend=mpi");
+}
+
+// bf16 on one GPU, where host and GPU tensors of different dtypes meet (f32 initial values into bf16 parameters,
+// f32 host masters of bf16 GPU parameters with optimizer offload, LoRA's adapters) and with ZeRO-3's parameters on
+// the host without offloaded states (the update runs on the GPU, the shard comes and goes): each trains, and every
+// step's peaks equal its dry run.
+TEST(CudaTrain, Bf16WithOffloadLoraAndHostParametersTrainsAndEveryPeakItsDryRun) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  const std::string base = fresh_dir("cuda_bf16");
+  const std::string cfg = write_config(base, kConfig);
+  const std::string sets = " --set device.type=cuda --set memory.precision=bf16 --set train.max_steps=6";
+  const std::pair<const char*, const char*> runs[] = {
+      {"plain", ""},
+      {"offload", " --set memory.offload_optimizer=cpu"},
+      {"lora", " --set lora.enable=true --set train.learning_rate=0.01"},
+      {"z3_host_params", " --set memory.zero_stage=3 --set memory.offload_params=cpu"},
+  };
+  for (const auto& [name, more] : runs) {
+    CmdResult r = train(cfg, base + "/" + name, sets + more);
+    ASSERT_EQ(r.status, 0) << name << "\n" << r.output;
+    const auto lines = jsonl(base + "/" + name + "/memory.jsonl");
+    ASSERT_EQ(lines.size(), 6u) << name;
+    for (const json& l : lines) {
+      EXPECT_TRUE(std::isfinite(l["loss"].get<double>())) << name << " " << l.dump();
+      EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << name << " step " << l["step"];
+    }
+    EXPECT_LT(lines.back()["loss"].get<double>(), lines.front()["loss"].get<double>()) << name;
+  }
 }
