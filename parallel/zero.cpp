@@ -263,11 +263,13 @@ void Zero::step_group(Group& g, float lr, float grad_scale) {
     pack(g, r, dst, [](Param* p) { return p->data; });
   }
   Tensor upd_param = dst, upd_grad = grad;
+  // The update runs where the states are: parameters elsewhere (offloaded states, or offload_params without them)
+  // come there for it and go back after.
+  if (upd_param.device() != state_device_) {
+    MemoryScope scope(Category::Params, g.name);
+    upd_param = dst.to(state_device_);
+  }
   if (offload) {
-    if (upd_param.device() != state_device_) {
-      MemoryScope scope(Category::Params, g.name);
-      upd_param = dst.to(state_device_);
-    }
     MemoryScope scope(Category::Grads, g.name);
     upd_grad = g.host_grads.defined() ? g.host_grads : grad.to(state_device_);
   }

@@ -6,9 +6,19 @@
 namespace hr::core {
 
 namespace {
+// One kernel reads every tensor of an update: on a GPU all of them are on that GPU, off a GPU none is on one.
+void check_reachable(const char* op, const char* name, const Tensor& param, const Tensor& t) {
+  if (!t.defined()) return;
+  const bool gpu = param.device().type == DeviceType::CUDA;
+  HR_CHECK(gpu ? t.device() == param.device() : t.device().type != DeviceType::CUDA, "[", op, "] ", name, " ",
+           t.describe(), " is not where the update of ", param.describe(), " runs");
+}
+
 void check_common(const char* op, const Tensor& param, const Tensor& grad, const Tensor& master) {
   check_float(op, "param", param);
   check_shape(op, "grad", grad, param.shape());
+  check_reachable(op, "grad", param, grad);
+  check_reachable(op, "master", param, master);
   HR_CHECK(param.is_contiguous() && grad.is_contiguous(), "[", op, "] param and grad must be contiguous");
   if (master.defined()) {
     check_shape(op, "master", master, param.shape());
@@ -25,6 +35,8 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master,
   check_common("adamw", param, grad, master);
   check_shape("adamw", "exp_avg", m, param.shape());
   check_shape("adamw", "exp_avg_sq", v, param.shape());
+  check_reachable("adamw", "exp_avg", param, m);
+  check_reachable("adamw", "exp_avg_sq", param, v);
   launch("adamw", param.device(), &Kernels::adamw_update, param, grad, master, m, v, h);
 }
 
@@ -32,6 +44,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, c
                 const SgdHyper& h) {
   check_common("sgd", param, grad, master);
   if (h.momentum != 0.f) check_shape("sgd", "momentum_buffer", momentum, param.shape());
+  check_reachable("sgd", "momentum_buffer", param, momentum);
   launch("sgd", param.device(), &Kernels::sgd_update, param, grad, master, momentum, h);
 }
 
@@ -45,6 +58,8 @@ void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& mas
   } else {
     check_shape("adafactor", "exp_avg_sq", row, param.shape());
   }
+  check_reachable("adafactor", "exp_avg_sq_row", param, row);
+  check_reachable("adafactor", "exp_avg_sq_col", param, col);
   launch("adafactor", param.device(), &Kernels::adafactor_update, param, grad, master, row, col, h);
 }
 
