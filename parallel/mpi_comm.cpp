@@ -92,8 +92,11 @@ class MpiComm final : public Communicator {
     }
     HR_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
     HR_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
-    if (const char* l = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local_rank_ = std::atoi(l);
-    else local_rank_ = rank_;
+    // The rank among the ranks of this machine (any launcher: Open MPI, MPICH's Hydra, srun): its GPU.
+    MPI_Comm node = MPI_COMM_NULL;
+    HR_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+    HR_MPI_CHECK(MPI_Comm_rank(node, &local_rank_));
+    MPI_Comm_free(&node);
     HR_MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &half_));
     HR_MPI_CHECK(MPI_Type_commit(&half_));
     HR_MPI_CHECK(MPI_Op_create(&sum_half<DType::BF16>, 1, &sum_bf16_));

@@ -9,6 +9,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -124,6 +125,9 @@ class NcclComm final : public Communicator {
  public:
   NcclComm(Communicator& bootstrap, int device) : bootstrap_(bootstrap), device_(device) {
     HR_CUDA_RT_CHECK(cudaSetDevice(device_));
+    // Every connection and its buffers made at initialisation (NCCL makes them at a collective's first use
+    // otherwise, since 2.22), so that the GPU memory measured after it holds them: the plan's runtime reserve.
+    setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
     ncclUniqueId id;
     std::memset(&id, 0, sizeof id);
     if (bootstrap.rank() == 0) HR_NCCL_CHECK(ncclGetUniqueId(&id));
@@ -143,7 +147,7 @@ class NcclComm final : public Communicator {
   const char* name() const override { return "nccl"; }
   int rank() const override { return bootstrap_.rank(); }
   int world() const override { return bootstrap_.world(); }
-  int local_rank() const override { return device_; }
+  int local_rank() const override { return bootstrap_.local_rank(); }
 
   void all_reduce(const Tensor& t) override {
     if (on_host(t)) return on_bootstrap([&] { bootstrap_.all_reduce(t); });

@@ -183,6 +183,10 @@ class Trainer {
 
   parallel::Communicator& comm_;
   const bool lead_;  // rank 0 prints, writes eval.jsonl, plan.json and the resolved config
+  // Several ranks on GPUs: ZeRO's collectives on device tensors, over NCCL (or MPI through host memory). Made while
+  // planning, before the GPU's memory is measured (NCCL's buffers are part of the runtime reserve): declared before
+  // plan_.
+  std::unique_ptr<parallel::Communicator> gpu_comm_;
   Clock::time_point t_start_ = Clock::now();
   Plan plan_;
   const RunConfig& c_;
@@ -196,8 +200,6 @@ class Trainer {
   int64_t dry_runs_ = 0;
   const Prediction& prediction_for(const std::vector<std::array<int64_t, 3>>& shapes);
   std::unique_ptr<LlavaDataset> train_set_, eval_set_;
-  // Several ranks on GPUs: ZeRO's collectives on device tensors, over NCCL (or MPI through host memory).
-  std::unique_ptr<parallel::Communicator> gpu_comm_;
   // The communicator the engine's collectives go through, and its exposed communication when the step began.
   parallel::Communicator& collectives() { return gpu_comm_ ? *gpu_comm_ : comm_; }
   double exposed_at_start_ = 0;
@@ -234,8 +236,14 @@ class Trainer {
 DevicePreset Trainer::device_with_least_room(RunConfig& config) {
   const int world = comm_.world(), local = world > 1 ? comm_.local_rank() : 0;
   const Device d = run_device_of(config, local);
-  if (d.type == DeviceType::CUDA && world > 1 && !config.gpu_collectives_over_mpi)
-    require_gpu_per_rank(d.index, config.device, comm_);
+  if (d.type == DeviceType::CUDA && world > 1) {
+    if (config.gpu_collectives_over_mpi) {
+      gpu_comm_ = parallel::make_staged(comm_);
+    } else {
+      require_gpu_per_rank(d.index, config.device, comm_);
+      gpu_comm_ = parallel::make_nccl(comm_, d.index);  // its buffers exist before the GPU is measured below
+    }
+  }
   DevicePreset device = run_device(config, local);
   if (world == 1) return device;
   if (d.type == DeviceType::CUDA && config.gpu_collectives_over_mpi)
@@ -258,6 +266,12 @@ DevicePreset Trainer::device_with_least_room(RunConfig& config) {
 }
 
 Plan Trainer::plan_and_preflight(const RunConfig& requested) {
+  // A rank that runs out of memory would redo its step alone while the others wait in the step's collectives.
+  if (requested.shrink_on_oom && comm_.world() > 1)
+    throw parallel::EveryRankError("[config] memory.on_oom: shrink_micro_batch redoes a step in one process only: with "
+                                   "several ranks the one that ran out would redo it alone while the others wait in "
+                                   "its collectives. Use memory.on_oom: fail and let the planner size the step "
+                                   "(train.micro_batch_size: auto)");
   RunConfig given = requested;
   const DevicePreset device = device_with_least_room(given);
   const Search search = search_plans(given, device, comm_.world());
@@ -328,8 +342,6 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
     eval_set_ = std::make_unique<LlavaDataset>(dopt, models::input_spec(c_.model.config));
   }
 
-  if (device.type == DeviceType::CUDA && world > 1)
-    gpu_comm_ = c_.gpu_collectives_over_mpi ? parallel::make_staged(comm) : parallel::make_nccl(comm, device.index);
   engine_ = std::make_unique<Engine>(c_, device, gpu_comm_ ? *gpu_comm_ : comm);
   const std::optional<std::string> resume_dir = options.resume ? latest_checkpoint(c_.output_dir) : std::nullopt;
   state_ = resume_dir ? engine_->load(*resume_dir) : engine_->start();

@@ -525,3 +525,14 @@ TEST(Mpi, EveryRankPlansWithTheLeastRoomOfAnyRank) {
         << "rank " << rank << "\n" << no.output;
   EXPECT_NE(no.output.find("rank 1's room: every rank plans with the least"), std::string::npos) << no.output;
 }
+
+// memory.on_oom: shrink_micro_batch cannot work across ranks (the rank that ran out would redo its step alone):
+// every rank refuses it at start, with the reason.
+TEST(Mpi, ShrinkingOnOutOfMemoryIsRefusedByEveryRank) {
+  const std::string base = fresh_dir("mpi_shrink");
+  CmdResult r = train(2, config(base), base + "/run", "--set memory.on_oom=shrink_micro_batch");
+  EXPECT_NE(r.status, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_NE(r.output.find(str("rank ", rank, ": [config] memory.on_oom: shrink_micro_batch")), std::string::npos)
+        << rank << "\n" << r.output;
+}
