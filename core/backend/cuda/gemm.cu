@@ -201,8 +201,9 @@ void gemm(const GemmArgs& g) {
     plan->run(&alpha, b.data_ptr(), a.data_ptr(), &beta, g.c.data_ptr(), g.scratchpad.data_ptr());
     return;
   }
-  HR_CUBLAS_CHECK(cublasSetWorkspace(handle(), g.scratchpad.data_ptr(), kCublasWorkspace));
+  // In this order: cublasSetStream puts cuBLAS back on its own workspace pool (cudaMalloc'd, outside the allocator).
   HR_CUBLAS_CHECK(cublasSetStream(handle(), stream()));
+  HR_CUBLAS_CHECK(cublasSetWorkspace(handle(), g.scratchpad.data_ptr(), kCublasWorkspace));
   HR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       handle(), ob.op, oa.op, int(d.n), int(d.m), int(d.k), &alpha, b.data_ptr(), cuda_type(b.dtype()), ob.ld, bs[0],
       a.data_ptr(), cuda_type(a.dtype()), oa.ld, as[0], &beta, g.c.data_ptr(), cuda_type(d.c_dtype), d.n, d.m * d.n,
