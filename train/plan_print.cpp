@@ -93,7 +93,9 @@ std::string plan_table(const Plan& p) {
            p.time.recompute_s, " s) + collectives ", p.time.exposed_comm_s(), " s exposed",
            p.time.hidden_comm_s > 0 ? str(" (", p.time.hidden_comm_s, " s more under compute: overlapped ",
                                                  c.zero.stage <= 1 ? "all-reduce buckets" : "reduce-scatters and prefetched all-gathers", ")") : "",
-           " + offload ", p.time.offload_s, " s; ",
+           " + offload ", p.time.offload_s, " s",
+           p.time.hidden_offload_s > 0 ? str(" (", p.time.hidden_offload_s, " s more of host transfers under the backward and the host update)") : "",
+           "; ",
            int64_t(tokens / std::max(p.time.total(), 1e-12)), " tokens/s over all ranks\n");
   return o;
 }
@@ -180,7 +182,7 @@ std::string plan_json(const Plan& p) {
               {"offload_params", c.zero.offload_params == parallel::Offload::Cpu ? "cpu" : "none"}}},
             {"step_time", {{"total_s", p.time.total()}, {"compute_s", p.time.compute_s}, {"recompute_s", p.time.recompute_s},
                            {"comm_s", p.time.comm_s}, {"comm_hidden_s", p.time.hidden_comm_s},
-                           {"comm_exposed_s", p.time.exposed_comm_s()}, {"offload_s", p.time.offload_s},
+                           {"comm_exposed_s", p.time.exposed_comm_s()}, {"offload_s", p.time.offload_s}, {"offload_hidden_s", p.time.hidden_offload_s},
                            {"flops", p.time.flops}}},
             {"closed_form", closed},
             {"ranks", ranks}};

@@ -398,10 +398,18 @@ StepTime step_time(const Plan& p, const Counts& k) {
   double hidden = std::min(overlappable / link * hide, t.compute_s);
   if (c.zero.overlap_comm) hidden += std::min(all_reduced / link * hide, bwd / peak);
   t.hidden_comm_s = std::min(hidden, t.compute_s);
-  // Offload: gradients out and parameters back over PCIe, and the host's AdamW (~1e9 parameters/s).
+  // Offload: gradients out and parameters back over PCIe, and the host's AdamW (~1e9 parameters/s). At ZeRO 2-3
+  // each group's gradient shard leaves as its reduction ends on the last micro-batch (all but the last group's
+  // under that backward); at ZeRO-3 each group's updated shard goes back while the next group updates on the host
+  // (all but the last group's under the host update).
   const double shard = c.zero.stage >= 1 ? trainable / W : trainable;
-  if (c.zero.offload_optimizer == parallel::Offload::Cpu)
-    t.offload_s = 2 * shard * e / (p.device.host_gbps * 1e9) + shard / 1e9;
+  if (c.zero.offload_optimizer == parallel::Offload::Cpu) {
+    const double transfer = shard * e / (p.device.host_gbps * 1e9), adam = shard / 1e9;
+    const double down_hidden = c.zero.stage >= 2 ? std::min(transfer * hide, bwd / peak) : 0;
+    const double up_hidden = c.zero.stage == 3 ? std::min(transfer * hide, adam) : 0;
+    t.hidden_offload_s = down_hidden + up_hidden;
+    t.offload_s = 2 * transfer + adam - t.hidden_offload_s;
+  }
   if (c.zero.offload_params == parallel::Offload::Cpu) t.offload_s += A * 2 * (all / W) * e / (p.device.host_gbps * 1e9);
   return t;
 }

@@ -112,6 +112,9 @@ struct StepTime {
   // Of comm_s, what runs under compute: ZeRO-3's parameter all-gathers started a group ahead
   // (parallel.prefetch_groups > 0) overlap the previous group's compute; the first group's of each pass does not.
   double hidden_comm_s = 0;
+  // Of the offload's transfers, what moves under other work (not in offload_s): at ZeRO 2-3 gradients leave for the
+  // host during the last backward; at ZeRO-3 updated shards go back while the next group updates on the host.
+  double hidden_offload_s = 0;
   double flops = 0;  // per step and rank, recompute included
   double model_flops = 0;  // per step and rank, recompute not credited (the model's FLOPs, as MFU counts them)
   double exposed_comm_s() const { return comm_s - hidden_comm_s; }
