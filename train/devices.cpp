@@ -93,18 +93,22 @@ DevicePreset local_gpu_preset(int index, std::size_t memory_limit) {
 }
 
 void require_gpu_per_rank(int index, const std::string& device_key, parallel::Communicator& comm) {
-  const int gpus = int(core::query_cuda().gpus.size());
+  const core::CudaInfo cuda = core::query_cuda();
+  const int gpus = int(cuda.gpus.size());
   const std::vector<double> ok = comm.gather({index < gpus ? 1.0 : 0.0});
   std::string bad;
   for (int r = 0; r < comm.world(); ++r)
     if (ok[std::size_t(r)] == 0) bad += str(bad.empty() ? "" : ", ", r);
+  if (!bad.empty() && gpus == 0)
+    throw parallel::EveryRankError(str("[device] device.type ", device_key, ": this machine has no GPU to train on (",
+                                       cuda.absent, ")"));
   if (!bad.empty())
     throw parallel::EveryRankError(str("[device] rank(s) ", bad, " have no GPU of their own: each rank trains on ",
                                        "cuda:<local rank> (device.type ", device_key, "), and this machine has ", gpus,
                                        " GPU(s); start at most ", gpus, " ranks per machine, or let ranks share GPUs ",
                                        "with parallel.backend: mpi (collectives through host memory)"));
   HR_CHECK(parallel::have_nccl(), "[device] several ranks on GPUs need NCCL, and this build has none "
-           "(configure found no nccl.h / libnccl)");
+           "(configure found no nccl.h / libnccl); parallel.backend: mpi moves their tensors through MPI instead");
 }
 
 std::size_t share_of_gpu(int index, parallel::Communicator& comm) {
