@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/backend/device_info.h"
 #include "core/io/safetensors.h"
 #include "integration/cli.h"
 
@@ -534,5 +535,18 @@ TEST(Mpi, ShrinkingOnOutOfMemoryIsRefusedByEveryRank) {
   EXPECT_NE(r.status, 0) << r.output;
   for (int rank = 0; rank < 2; ++rank)
     EXPECT_NE(r.output.find(str("rank ", rank, ": [config] memory.on_oom: shrink_micro_batch")), std::string::npos)
+        << rank << "\n" << r.output;
+}
+
+// device.type: cuda under mpirun on a machine without a GPU: every rank stops with the reason, printed by each
+// before the job ends (on a machine with GPUs this trains instead, and is skipped).
+TEST(Mpi, RanksOnCudaWithoutAGpuEachSaySo) {
+  if (!core::query_cuda().gpus.empty()) GTEST_SKIP() << "this machine has a GPU";
+  const std::string base = fresh_dir("mpi_no_gpu");
+  CmdResult r = train(2, config(base), base + "/run", "--set device.type=cuda");
+  EXPECT_NE(r.status, 0) << r.output;
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_NE(r.output.find(str("rank ", rank, ": [device] device.type cuda: this machine has no GPU to train on")),
+              std::string::npos)
         << rank << "\n" << r.output;
 }
