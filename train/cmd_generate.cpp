@@ -10,6 +10,7 @@
 #include "train/cli_args.h"
 #include "train/commands.h"
 #include "train/config.h"
+#include "train/planner.h"
 #include "train/engine.h"
 #include "train/generate.h"
 #include "train/trainer.h"
@@ -56,7 +57,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   p.sets.insert(p.sets.begin(), "train.global_batch_size=0");  // as in eval: the run's batch is of no use here
   const RunConfig c = load_config(p.config, p.sets);
   HR_CHECK(p.options.count("--checkpoint"), "[generate] --checkpoint DIR (or a model .safetensors) is required");
-  const auto model = build_model(c, core::Device::cpu());
+  const auto model = build_model(c, inference_device(c));
   load_inference_weights(*model, p.options["--checkpoint"]);
 
   core::Tensor image;

@@ -19,6 +19,7 @@
 #include "train/cli_args.h"
 #include "train/commands.h"
 #include "train/config.h"
+#include "train/planner.h"
 #include "train/engine.h"
 #include "train/evaluate.h"
 #include "train/llava_args.h"
@@ -196,7 +197,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   HR_CHECK(!paths.eval_json.empty(), "[eval] the config names no data.eval_json to evaluate on");
   const data::DataOptions d = data_options(c, paths.eval_json, paths.image_folder);
   data::LlavaDataset eval_set(d, models::input_spec(c.model.config));
-  const auto model = build_model(c, core::Device::cpu());
+  const auto model = build_model(c, inference_device(c));
   load_inference_weights(*model, p.options["--checkpoint"]);
   EvalResult r = evaluate(*model, eval_set, {c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows});
   std::printf("eval loss %.4f | accuracy %.2f%% over %lld samples\n", r.loss, 100.0 * r.accuracy, (long long)r.samples);

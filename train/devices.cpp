@@ -111,6 +111,13 @@ void require_gpu_per_rank(int index, const std::string& device_key, parallel::Co
            "(configure found no nccl.h / libnccl); parallel.backend: mpi moves their tensors through MPI instead");
 }
 
+void configure_run_device(core::Device device, std::size_t memory_limit, core::AllocatorKind kind) {
+  const bool gpu = device.type == core::DeviceType::CUDA;
+  core::configure_device(device, {memory_limit, gpu ? core::Backend::CUDA : core::Backend::CPU, kind});
+  if (gpu && core::allocator_for(core::Device::host())->stats().allocated_bytes.current == 0)
+    core::configure_device(core::Device::host(), {0, core::Backend::CPU, core::AllocatorKind::Caching, device.index});
+}
+
 std::size_t share_of_gpu(int index, parallel::Communicator& comm) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);

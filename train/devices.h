@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+#include "core/memory/device_memory.h"
 #include "parallel/comm.h"
 
 namespace hr::train {
@@ -35,6 +37,11 @@ DevicePreset local_gpu_preset(int index, std::size_t memory_limit);
 // build has NCCL. Every rank learns about every rank, so that all of them stop with the reason (naming the ranks
 // and `device_key`, device.type) and none waits in a collective for one that failed.
 void require_gpu_per_rank(int index, const std::string& device_key, parallel::Communicator& comm);
+// Sets up `device` for a run (training, evaluation, generation): its caching allocator with `memory_limit` (0: the
+// whole device) and allocator `kind`; beside a GPU the host device pinned (cudaHostAlloc), so that batches copy in
+// asynchronously and offloaded states move at full bus speed, unless the host already holds something (a process
+// that runs twice).
+void configure_run_device(core::Device device, std::size_t memory_limit, core::AllocatorKind kind);
 // Ranks that share a GPU (parallel.backend: mpi): the bytes this rank may use of its cuda:`index`, the GPU's free
 // memory once every rank has made its context there, divided by the ranks on it; 0 when the rank has it alone.
 // A collective: every rank calls it.

@@ -519,6 +519,14 @@ core::Device run_device_of(const RunConfig& c, int local_rank) {
   return d;
 }
 
+core::Device inference_device(const RunConfig& c) {
+  const core::Device d = run_device_of(c);
+  if (d.type != core::DeviceType::CUDA) return core::Device::cpu();
+  core::cuda_memory_after_start(d.index);  // names the device when it cannot be used
+  configure_run_device(d, c.memory_limit, c.allocator);
+  return d;
+}
+
 DevicePreset run_device(const RunConfig& c, int local_rank) {
   const core::Device d = run_device_of(c, local_rank);
   if (d.type == core::DeviceType::CUDA) return local_gpu_preset(d.index, c.memory_limit);

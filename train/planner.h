@@ -195,6 +195,9 @@ DevicePreset run_device(const RunConfig& config, int local_rank = 0);
 // is offset by the rank's local rank: rank r of a machine trains on cuda:local_rank (cuda:N+local_rank for
 // device.type cuda:N); with parallel.backend: mpi ranks share the GPUs from cuda:N on, in turn.
 core::Device run_device_of(const RunConfig& config, int local_rank = 0);
+// The device `headroom eval` and `headroom generate` run on: device.type's GPU, set up as training sets it up
+// (device.memory_limit, memory.allocator, the host pinned beside it), or the CPU.
+core::Device inference_device(const RunConfig& config);
 
 // Sets the OpenMP threads of a rank of this run on the CPU: device.threads, or with several ranks the
 // machine's cores shared among the ranks on it (mpirun's local size, else `world`). oneDNN's scratchpads

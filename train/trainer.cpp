@@ -325,11 +325,7 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   const Device device = run_device_of(c_, world > 1 ? comm.local_rank() : 0);  // checked by the plan
   const Backend backend = device.type == DeviceType::CUDA ? Backend::CUDA : Backend::CPU;
   predictor_ = std::make_unique<Predictor>(c_, world, rank, backend);
-  configure_device(device, {c_.memory_limit, backend, c_.allocator});
-  // Beside a GPU the host device's memory is pinned: the loader's batches copy in asynchronously, and offloaded
-  // states move at full bus speed. (Unless something already lives there, as in a process that trains twice.)
-  if (device.type == DeviceType::CUDA && allocator_for(Device::host())->stats().allocated_bytes.current == 0)
-    configure_device(Device::host(), {0, Backend::CPU, AllocatorKind::Caching, device.index});
+  configure_run_device(device, c_.memory_limit, c_.allocator);
   alloc_ = allocator_for(device);
   host_alloc_ = allocator_for(Device::host());
   if (device.type == DeviceType::CUDA) gpu_ = device.index;

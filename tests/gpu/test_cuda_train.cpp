@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <map>
 #include <cstdlib>
 
 #include "integration/cli.h"
@@ -264,4 +265,36 @@ TEST(CudaTrain, Bf16WithOffloadLoraAndHostParametersTrainsAndEveryPeakItsDryRun)
     }
     EXPECT_LT(lines.back()["loss"].get<double>(), lines.front()["loss"].get<double>()) << name;
   }
+}
+
+// `headroom eval` and `headroom generate` with device.type: cuda run on the GPU and give the CPU's results for the
+// same checkpoint (f32): the same eval loss within 1e-3 and accuracy, the same greedy tokens.
+TEST(CudaTrain, EvalAndGenerateOnTheGpuAgreeWithTheCpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  const std::string base = fresh_dir("cuda_inference");
+  const std::string cfg = write_config(base, kConfig);
+  const std::string out = " --set run.output_dir=" + base + "/run";
+  CmdResult t = train(cfg, base + "/run", " --set train.max_steps=10 --set train.save_steps=10");
+  ASSERT_EQ(t.status, 0) << t.output;
+  const std::string ckpt = " --checkpoint " + base + "/run/checkpoint-10";
+  std::string image;
+  for (const auto& e : std::filesystem::directory_iterator(base + "/run/data/images")) image = e.path().string();
+  ASSERT_FALSE(image.empty());
+  std::map<std::string, std::string> eval_line;
+  std::map<std::string, json> answer;
+  for (const char* dev : {"cpu", "cuda"}) {
+    const std::string on = std::string(" --set device.type=") + dev;
+    CmdResult e = run(headroom_bin() + " eval " + cfg + ckpt + out + on);
+    ASSERT_EQ(e.status, 0) << dev << "\n" << e.output;
+    eval_line[dev] = e.output.substr(0, e.output.find('\n'));
+    CmdResult g = run(headroom_bin() + " generate " + cfg + ckpt + out + on + " --image " + image +
+                      " --prompt 'What color is the shape?' --max-new-tokens 4 --json");
+    ASSERT_EQ(g.status, 0) << dev << "\n" << g.output;
+    answer[dev] = json::parse(g.output.substr(g.output.find('{')));
+  }
+  auto loss = [](const std::string& line) { return std::stod(line.substr(line.find("eval loss ") + 10)); };
+  auto accuracy = [](const std::string& line) { return line.substr(line.find("accuracy")); };
+  EXPECT_NEAR(loss(eval_line["cuda"]), loss(eval_line["cpu"]), 1e-3) << eval_line["cuda"] << " | " << eval_line["cpu"];
+  EXPECT_EQ(accuracy(eval_line["cuda"]), accuracy(eval_line["cpu"]));
+  EXPECT_EQ(answer["cuda"]["tokens"], answer["cpu"]["tokens"]) << answer["cuda"].dump() << "\n" << answer["cpu"].dump();
 }

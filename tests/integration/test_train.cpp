@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "core/backend/device_info.h"
 #include "core/io/safetensors.h"
 #include "models/llava.h"
 #include "optim/optimizer.h"
@@ -443,4 +444,29 @@ TEST(Train, ConfigErrorsStopBeforeTraining) {
   EXPECT_NE(overflow.status, 0) << overflow.output;
   EXPECT_NE(overflow.output.find("the batch's sizes overflow 64 bits"), std::string::npos) << overflow.output;
   EXPECT_FALSE(fs::exists(d + "/memory.jsonl"));
+}
+
+// `headroom eval` and `headroom generate` run on device.type: on the CPU as given; with device.type: cuda on a
+// machine without a usable GPU they stop naming it (they used to run on the CPU, silently).
+TEST(Train, EvalAndGenerateRunOnTheConfiguredDevice) {
+  const std::string d = fresh_dir("inference_device");
+  const std::string cfg = config_file(d), out = " --set run.output_dir=" + d;
+  CmdResult t = headroom("train " + cfg + out + " --set train.max_steps=2 --set train.save_steps=2");
+  ASSERT_EQ(t.status, 0) << t.output;
+  const std::string ckpt = " --checkpoint " + d + "/checkpoint-2";
+  std::string image;
+  for (const auto& e : fs::directory_iterator(d + "/data/images")) image = e.path().string();
+  const std::string ask = " --image " + image + " --prompt 'What color is the shape?' --max-new-tokens 2 --json";
+  CmdResult e = headroom("eval " + cfg + ckpt + out);
+  EXPECT_EQ(e.status, 0) << e.output;
+  EXPECT_EQ(e.output.rfind("eval loss ", 0), 0u) << e.output;
+  CmdResult g = headroom("generate " + cfg + ckpt + out + ask);
+  EXPECT_EQ(g.status, 0) << g.output;
+  EXPECT_NE(g.output.find("\"tokens\""), std::string::npos) << g.output;
+  if (!core::query_cuda().gpus.empty()) GTEST_SKIP() << "this machine has a GPU (test_cuda_train runs them there)";
+  for (const std::string& cmd : {"eval " + cfg + ckpt + out, "generate " + cfg + ckpt + out + ask}) {
+    CmdResult r = headroom(cmd + " --set device.type=cuda");
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("[device] cuda:0 is not usable"), std::string::npos) << r.output;
+  }
 }
