@@ -9,8 +9,14 @@ namespace hr::core {
 
 namespace {
 
+// Every kernel reads all of an op's tensors as the first one's dtype.
+void check_same_dtype(const char* op, const Tensor& x, const Tensor& y) {
+  HR_CHECK(x.dtype() == y.dtype(), "[", op, "] dtypes differ: ", x.describe(), " and ", y.describe());
+}
+
 void check_repeat(const char* op, const Tensor& x, const Tensor& y) {
   check_same_device(op, x, y);
+  check_same_dtype(op, x, y);
   HR_CHECK(x.is_contiguous() && y.is_contiguous(), "[", op, "] expects contiguous inputs; got ", x.describe(), " and ",
            y.describe());
   bool suffix = y.dim() <= x.dim();
@@ -105,6 +111,7 @@ Tensor unary_forward(UnaryOp op, const Tensor& x) {
 
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy) {
   check_shape(unary_name(op), "dy", dy, x.shape());
+  check_same_dtype(unary_name(op), x, dy);
   Tensor xc = x.contiguous(), dyc = dy.contiguous();
   Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   launch(unary_name(op), x.device(), &Kernels::unary_backward, op, xc, dyc, dx);
@@ -115,6 +122,7 @@ Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
   check_float("swiglu", "gate", gate);
   check_shape("swiglu", "up", up, gate.shape());
   check_same_device("swiglu", gate, up);
+  check_same_dtype("swiglu", gate, up);
   Tensor g = gate.contiguous(), u = up.contiguous();
   Tensor y = Tensor::empty(gate.shape(), gate.dtype(), gate.device());
   launch("swiglu", gate.device(), &Kernels::swiglu_forward, g, u, y);
@@ -123,6 +131,8 @@ Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
 
 SwigluGrads swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy) {
   check_shape("swiglu_backward", "dy", dy, gate.shape());
+  check_same_dtype("swiglu_backward", gate, up);
+  check_same_dtype("swiglu_backward", gate, dy);
   Tensor g = gate.contiguous(), u = up.contiguous(), d = dy.contiguous();
   SwigluGrads out{Tensor::empty(gate.shape(), gate.dtype(), gate.device()),
                   Tensor::empty(up.shape(), up.dtype(), up.device())};
