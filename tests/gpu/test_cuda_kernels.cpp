@@ -231,4 +231,10 @@ TEST(CudaKernels, CopiesBetweenHostAndGpuCastAndFollowStrides) {
   Tensor g2 = Tensor::zeros({5, 6}, DType::BF16, Device::cuda());
   copy_(g2.transpose(0, 1), h32);
   EXPECT_EQ(host(g2.transpose(0, 1).contiguous()), rounded);
+  // Integer views on the GPU (ids, labels, quantized blobs) copy strided too.
+  std::vector<int64_t> n(30);
+  for (int64_t i = 0; i < 30; ++i) n[std::size_t(i)] = i * 7 - 50;
+  const Tensor ids = Tensor::from_ints(n, {6, 5}, DType::I64, Device::cuda());
+  EXPECT_EQ(ids.transpose(0, 1).contiguous().to(Device::cpu()).to_ints(),
+            Tensor::from_ints(n, {6, 5}, DType::I64, Device::cpu()).transpose(0, 1).contiguous().to_ints());
 }

@@ -44,6 +44,13 @@ __global__ void copy_kernel(D* dst, Layout dl, const S* src, Layout sl, long lon
   device::store(dst, offset_of(dl, i), device::load(src, offset_of(sl, i)));
 }
 
+// Integer tensors (ids, labels, quantized blobs) copy strided without a cast.
+template <typename T>
+__global__ void copy_int_kernel(T* dst, Layout dl, const T* src, Layout sl, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dst[offset_of(dl, i)] = src[offset_of(sl, i)];
+}
+
 template <typename T>
 __global__ void fill_kernel(T* out, Layout l, long long n, float v) {
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -132,6 +139,21 @@ void copy(const Tensor& dst, const Tensor& src) {
            dst.describe(), " <- ", src.describe(), " (cast or make contiguous on one side first)");
   const long long n = dst.numel();
   Layout dl = layout_of(dst), sl = layout_of(src);
+  if (!core::is_float(dst.dtype()) || !core::is_float(src.dtype())) {
+    HR_CHECK(dst.dtype() == src.dtype(), "[copy] casts between integer and float tensors are not on CUDA: ",
+             dst.describe(), " <- ", src.describe());
+    const auto run = [&](auto* d, const auto* s) {
+      copy_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(d, dl, s, sl, n);
+    };
+    switch (dst.dtype()) {
+      case DType::I32: run(dst.data<int32_t>(), src.data<int32_t>()); break;
+      case DType::I64: run(dst.data<int64_t>(), src.data<int64_t>()); break;
+      case DType::U8: run(dst.data<uint8_t>(), src.data<uint8_t>()); break;
+      default: HR_CHECK(false, "[copy] unsupported dtype ", dst.describe());
+    }
+    HR_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   dispatch_float(dst.dtype(), "copy", [&](auto dtag) {
     dispatch_float(src.dtype(), "copy", [&](auto stag) {
       using D = decltype(dtag);
