@@ -11,6 +11,7 @@
 
 #include "core/backend/kernels.h"
 #include "core/memory/device_memory.h"
+#include "core/ops/elementwise.h"
 #include "op_cases.h"
 
 using namespace hr;
@@ -285,3 +286,22 @@ TEST_P(OpTest, MatchesTheCpuTwin) {
 INSTANTIATE_TEST_SUITE_P(Ops, OpTest,
                          testing::Combine(testing::ValuesIn(case_names()), testing::Values(DType::F32, DType::BF16)),
                          name_of);
+
+// Element-wise ops refuse tensors of different dtypes, naming them (every kernel reads all of them as the first's).
+TEST(Elementwise, MixedDtypesAreRefusedByName) {
+  const Tensor a = Tensor::full({4, 3}, 1.f, DType::F32, Device::cpu());
+  const Tensor b = Tensor::full({4, 3}, 1.f, DType::BF16, Device::cpu());
+  auto error = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error([&] { mul(a, b); }).find("[mul] dtypes differ"), std::string::npos);
+  EXPECT_NE(error([&] { add_(a, b, 1.f); }).find("[add_] dtypes differ"), std::string::npos);
+  EXPECT_NE(error([&] { swiglu_forward(a, b); }).find("[swiglu] dtypes differ"), std::string::npos);
+  EXPECT_NE(error([&] { unary_backward(UnaryOp::Silu, a, b); }).find("[silu] dtypes differ"), std::string::npos);
+  EXPECT_EQ(mul(a, a).dtype(), DType::F32);
+}
