@@ -55,6 +55,21 @@ CmdResult train(const std::string& cfg, const std::string& out, const std::strin
   return run(headroom_bin() + " train " + cfg + " --set run.output_dir=" + out + " " + sets);
 }
 
+// `mpirun -np ranks` as root (HR_MPIRUN: the GPU bundle's), with `env` (VAR=value ...) before it.
+std::string mpirun(int ranks, const std::string& env = "") {
+  const char* m = std::getenv("HR_MPIRUN");
+  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env + " " + (m && *m ? m : "mpirun") +
+         " --oversubscribe -np " + std::to_string(ranks);
+}
+
+// Two ranks training on GPUs at ZeRO `stage` until stopped, in the background; output in base/log.txt.
+pid_t spawn_endless_training(const std::string& base, const std::string& cfg, int stage) {
+  return spawn("exec " + mpirun(2) + " " + headroom_bin() + " train " + cfg + " --set run.output_dir=" + base +
+                   "/run --set device.type=cuda --set train.max_steps=1000000 --set memory.zero_stage=" +
+                   std::to_string(stage),
+               base + "/log.txt");
+}
+
 }  // namespace
 
 TEST(CudaTrain, TwentyStepsMatchTheCpuAndEveryPeakItsDryRun) {
@@ -98,18 +113,15 @@ TEST(CudaTrain, RanksTakeTheirLocalGpuOverNcclAndMoreRanksThanGpusIsAnErrorOnEve
   cudaGetDeviceCount(&gpus);
   const std::string base = fresh_dir("cuda_ranks");
   const std::string cfg = write_config(base, kConfig);
-  const char* mpirun = std::getenv("HR_MPIRUN");
-  const std::string launch = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
-                             (mpirun && *mpirun ? mpirun : "mpirun") + " --oversubscribe -np ";
   const std::string sets = " --set device.type=cuda --set train.max_steps=5 --set memory.zero_stage=3";
-  CmdResult over = run(launch + std::to_string(gpus + 1) + " " + headroom_bin() + " train " + cfg +
+  CmdResult over = run(mpirun(gpus + 1) + " " + headroom_bin() + " train " + cfg +
                        " --set run.output_dir=" + base + "/over" + sets);
   EXPECT_NE(over.status, 0) << over.output;
   EXPECT_NE(over.output.find("have no GPU of their own"), std::string::npos) << over.output;
   if (gpus < 2) return;
   CmdResult one = train(cfg, base + "/one", sets);
   ASSERT_EQ(one.status, 0) << one.output;
-  CmdResult two = run(launch + "2 " + headroom_bin() + " train " + cfg + " --set run.output_dir=" + base + "/two" + sets);
+  CmdResult two = run(mpirun(2) + " " + headroom_bin() + " train " + cfg + " --set run.output_dir=" + base + "/two" + sets);
   ASSERT_EQ(two.status, 0) << two.output;
   const auto a = jsonl(base + "/one/memory.jsonl"), b = jsonl(base + "/two/memory.rank0.jsonl");
   ASSERT_EQ(a.size(), b.size());
@@ -127,12 +139,7 @@ TEST(CudaTrain, AKilledRankEndsTheNcclJobWithinAMinute) {
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs two GPUs";
   const std::string base = fresh_dir("cuda_kill");
   const std::string cfg = write_config(base, kConfig);
-  const char* mpirun = std::getenv("HR_MPIRUN");
-  const pid_t launcher = spawn(std::string("exec env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
-                                   (mpirun && *mpirun ? mpirun : "mpirun") + " -np 2 " + headroom_bin() + " train " + cfg +
-                                   " --set run.output_dir=" + base + "/run --set device.type=cuda --set train.max_steps=1000000" +
-                                   " --set memory.zero_stage=3",
-                               base + "/log.txt");
+  const pid_t launcher = spawn_endless_training(base, cfg, 3);
   ASSERT_GT(launcher, 0);
   ASSERT_TRUE(wait_for_lines(base + "/run/memory.rank1.jsonl", 1, 120)) << read_file(base + "/log.txt");
   const std::vector<pid_t> ranks = ranks_of(launcher);
@@ -152,12 +159,7 @@ TEST(CudaTrain, ARankWaitingForAnotherOverNcclReportsItAsExposedCommunication) {
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs two GPUs";
   const std::string base = fresh_dir("cuda_exposed");
   const std::string cfg = write_config(base, kConfig);
-  const char* mpirun = std::getenv("HR_MPIRUN");
-  const pid_t launcher = spawn(std::string("exec env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") +
-                                   (mpirun && *mpirun ? mpirun : "mpirun") + " -np 2 " + headroom_bin() + " train " + cfg +
-                                   " --set run.output_dir=" + base + "/run --set device.type=cuda --set train.max_steps=1000000" +
-                                   " --set memory.zero_stage=2",
-                               base + "/log.txt");
+  const pid_t launcher = spawn_endless_training(base, cfg, 2);
   ASSERT_GT(launcher, 0);
   const JobEnd end = pause_rank_then_stop(launcher, base + "/run", 2);
   ASSERT_TRUE(end.ended) << read_file(base + "/log.txt");
@@ -216,11 +218,6 @@ void zero_matrix_on_gpus(const std::string& base, const std::string& launch, con
       << "parameters during layer 0's forward: " << params_in_layer0[0] << " B without prefetching, " << params_in_layer0[1] << " B with";
 }
 
-std::string mpirun_two(const std::string& env) {
-  const char* mpirun = std::getenv("HR_MPIRUN");
-  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env + " " +
-         (mpirun && *mpirun ? mpirun : "mpirun") + " --oversubscribe -np 2";
-}
 
 }  // namespace
 
@@ -228,7 +225,7 @@ std::string mpirun_two(const std::string& env) {
 TEST(CudaTrain, ZeroStagesWithAndWithoutOffloadOverNcclMatchOneGpuAndTheirDryRuns) {
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs two GPUs";
-  zero_matrix_on_gpus(fresh_dir("cuda_zero_nccl"), mpirun_two(""), "");
+  zero_matrix_on_gpus(fresh_dir("cuda_zero_nccl"), mpirun(2), "");
 }
 
 // The matrix with both ranks on one GPU (parallel.backend: mpi: NCCL refuses two ranks on one GPU, so the device
@@ -236,7 +233,7 @@ TEST(CudaTrain, ZeroStagesWithAndWithoutOffloadOverNcclMatchOneGpuAndTheirDryRun
 // machine with one GPU can check of several ranks' arithmetic and memory.
 TEST(CudaTrain, TwoRanksShareOneGpuOverMpiAndMatchOneGpuAndTheirDryRuns) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
-  zero_matrix_on_gpus(fresh_dir("cuda_zero_shared"), mpirun_two("CUDA_VISIBLE_DEVICES=0"), " --set parallel.backend=mpi");
+  zero_matrix_on_gpus(fresh_dir("cuda_zero_shared"), mpirun(2, "CUDA_VISIBLE_DEVICES=0"), " --set parallel.backend=mpi");
 }
 
 // bf16 on one GPU, where host and GPU tensors of different dtypes meet (f32 initial values into bf16 parameters,
