@@ -160,10 +160,12 @@ class NcclComm final : public Communicator {
     return std::make_unique<NcclPending>(stream_, stalls_);
   }
   void reduce_scatter(const Tensor& in, const Tensor& out) override {
+    if (on_host(in)) return on_bootstrap([&] { bootstrap_.reduce_scatter(in, out); });
     start_reduce_scatter(in, out);
     wait();
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
+    if (on_host(out)) return on_bootstrap([&] { bootstrap_.all_gather(in, out); });
     start_all_gather(in, out);
     wait();
   }
@@ -221,14 +223,12 @@ class NcclComm final : public Communicator {
     HR_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), ncclSum, comm_, stream_));
   }
   void start_all_gather(const Tensor& in, const Tensor& out) {
-    if (on_host(out)) return on_bootstrap([&] { bootstrap_.all_gather(in, out); });
     check_device("all_gather", out);
     check_blocks("all_gather", out, in, world());
     after_compute();
     HR_NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), std::size_t(in.numel()), nccl_type(in), comm_, stream_));
   }
   void start_reduce_scatter(const Tensor& in, const Tensor& out) {
-    if (on_host(in)) return on_bootstrap([&] { bootstrap_.reduce_scatter(in, out); });
     check_device("reduce_scatter", in);
     check_blocks("reduce_scatter", in, out, world());
     after_compute();
