@@ -2,6 +2,7 @@
 #include "data/dataset.h"
 
 #include <filesystem>
+#include <system_error>
 #include <fstream>
 
 #include "core/memory/category.h"
@@ -107,7 +108,9 @@ Example LlavaDataset::get(int64_t index) const {
       throw bad("image '" + e["image"].get<std::string>() +
                 "' is outside data.image_folder (set data.allow_outside_image_folder: true to allow it)");
     const std::string path = (std::filesystem::path(opt_.image_folder) / rel).string();
-    if (!std::filesystem::exists(path)) throw bad("image " + path + " does not exist");
+    std::error_code missing;  // a name the file system refuses (too long) is a bad sample, not an exception
+    if (!std::filesystem::exists(path, missing))
+      throw bad("image " + path + (missing ? " cannot be looked up: " + missing.message() : " does not exist"));
     try {
       ex.images.push_back(load_clip_image(path, inputs_.image_size, opt_.aspect, opt_.image_norm));
     } catch (const Error& err) {

@@ -391,6 +391,25 @@ TEST(Dataset, ImagePathsStayInsideTheImageFolderUnlessAllowed) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(allowed.get(i).images.size(), 1u) << i;
 }
 
+// Found by fuzzing: an image name longer than the file system takes made std::filesystem::exists throw
+// filesystem_error, which no bad-sample handler caught; it is a bad sample that says why.
+TEST(Dataset, AnImageNameTooLongForTheFileSystemIsABadSample) {
+  const std::string d = dir("long_name");
+  write_synthetic_vqa({d, 1, 1, 1, 8});
+  const std::string name = "images/" + std::string(400, 'h') + ".png";
+  std::ofstream(d + "/long.jsonl") << image_entry("x", name, "<image>\nq?");
+  DataOptions o;
+  o.json_path = d + "/long.jsonl";
+  o.image_folder = d;
+  LlavaDataset data(o, models::input_spec(small_model()));
+  try {
+    data.get(0);
+    FAIL() << "no error";
+  } catch (const BadSample& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be looked up"), std::string::npos) << e.what();
+  }
+}
+
 // Found by fuzzing: an image path naming a directory opened as a stream and threw std::ios_base::failure when
 // read, which no bad-sample handler caught.
 TEST(Dataset, AnImagePathThatIsADirectoryIsABadSample) {
