@@ -8,8 +8,7 @@
 namespace hr {
 
 void assert_fail(const char* cond, const char* file, int line, const std::string& msg) {
-  throw Error(str("[internal] ", file, ":", line, ": assertion `", cond, "` failed",
-                  msg.empty() ? "" : ": ", msg));
+  throw Error(str("[internal] ", file, ":", line, ": assertion `", cond, "` failed", msg.empty() ? "" : ": ", msg));
 }
 
 std::string format_bytes(double bytes) {
@@ -38,14 +37,22 @@ std::size_t parse_bytes(const std::string& text, const std::string& what) {
   }
   std::string unit = text.substr(used);
   double mul = 0;
-  if (unit.empty() || unit == "B") mul = 1;
-  else if (unit == "KiB" || unit == "K") mul = 1024.0;
-  else if (unit == "MiB" || unit == "M") mul = 1024.0 * 1024;
-  else if (unit == "GiB" || unit == "G") mul = 1024.0 * 1024 * 1024;
-  else if (unit == "TiB" || unit == "T") mul = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "KB") mul = 1e3;
-  else if (unit == "MB") mul = 1e6;
-  else if (unit == "GB") mul = 1e9;
+  if (unit.empty() || unit == "B")
+    mul = 1;
+  else if (unit == "KiB" || unit == "K")
+    mul = 1024.0;
+  else if (unit == "MiB" || unit == "M")
+    mul = 1024.0 * 1024;
+  else if (unit == "GiB" || unit == "G")
+    mul = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB" || unit == "T")
+    mul = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB")
+    mul = 1e3;
+  else if (unit == "MB")
+    mul = 1e6;
+  else if (unit == "GB")
+    mul = 1e9;
   HR_CHECK(used > 0 && mul > 0 && v >= 0, "[", what, "] '", text,
            "' is not a size; write e.g. 64MiB, 2GiB, 40GB or a number of bytes");
   return std::size_t(v * mul);

@@ -23,9 +23,15 @@ std::string str(const Args&... args) {
 
 [[noreturn]] void assert_fail(const char* cond, const char* file, int line, const std::string& msg);
 
-constexpr std::size_t operator""_KiB(unsigned long long v) { return v << 10; }
-constexpr std::size_t operator""_MiB(unsigned long long v) { return v << 20; }
-constexpr std::size_t operator""_GiB(unsigned long long v) { return v << 30; }
+constexpr std::size_t operator""_KiB(unsigned long long v) {
+  return v << 10;
+}
+constexpr std::size_t operator""_MiB(unsigned long long v) {
+  return v << 20;
+}
+constexpr std::size_t operator""_GiB(unsigned long long v) {
+  return v << 30;
+}
 
 // "1.50 MiB", "512 B": bytes in the unit a reader expects.
 std::string format_bytes(double bytes);
@@ -35,12 +41,12 @@ std::size_t parse_bytes(const std::string& text, const std::string& what);
 
 }  // namespace hr
 
-#define HR_ASSERT(cond, ...)                                                   \
-  do {                                                                         \
+#define HR_ASSERT(cond, ...)                                                           \
+  do {                                                                                 \
     if (!(cond)) ::hr::assert_fail(#cond, __FILE__, __LINE__, ::hr::str(__VA_ARGS__)); \
   } while (0)
 
-#define HR_CHECK(cond, ...)                                  \
-  do {                                                       \
-    if (!(cond)) throw ::hr::Error(::hr::str(__VA_ARGS__));  \
+#define HR_CHECK(cond, ...)                                 \
+  do {                                                      \
+    if (!(cond)) throw ::hr::Error(::hr::str(__VA_ARGS__)); \
   } while (0)

@@ -7,10 +7,14 @@ namespace hr::core {
 
 std::string Device::name() const {
   switch (type) {
-    case DeviceType::CPU: return "cpu";
-    case DeviceType::Host: return "host";
-    case DeviceType::CUDA: return str("cuda:", index);
-    case DeviceType::Meta: return "meta";
+    case DeviceType::CPU:
+      return "cpu";
+    case DeviceType::Host:
+      return "host";
+    case DeviceType::CUDA:
+      return str("cuda:", index);
+    case DeviceType::Meta:
+      return "meta";
   }
   return "?";
 }

@@ -10,9 +10,11 @@ namespace hr::core {
 enum class DType : uint8_t { F32, BF16, F16, I32, I64, U8 };
 
 std::size_t dtype_size(DType t);
-const char* dtype_name(DType t);  // "f32", "bf16", ...
+const char* dtype_name(DType t);             // "f32", "bf16", ...
 DType parse_dtype(const std::string& name);  // throws naming the allowed values
-inline bool is_float(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+inline bool is_float(DType t) {
+  return t == DType::F32 || t == DType::BF16 || t == DType::F16;
+}
 
 struct bf16 {
   uint16_t bits;
@@ -38,15 +40,17 @@ inline bf16 to_bf16(float f) {
   uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
   return bf16{uint16_t((u + rounding) >> 16)};
 }
-inline float to_f32(bf16 h) { return bits_f32(uint32_t(h.bits) << 16); }
+inline float to_f32(bf16 h) {
+  return bits_f32(uint32_t(h.bits) << 16);
+}
 
 inline f16 to_f16(float f) {
   uint32_t u = f32_bits(f);
   uint16_t sign = uint16_t((u >> 16) & 0x8000u);
   uint32_t abs = u & 0x7fffffffu;
   if (abs > 0x7f800000u) return f16{uint16_t(sign | 0x7e00u | ((abs >> 13) & 0x1ffu))};  // NaN stays NaN
-  if (abs >= 0x477ff000u) return f16{uint16_t(sign | 0x7c00u)};  // rounds to >= 65520: inf
-  if (abs < 0x38800000u) {  // result is subnormal or zero: scale to units of 2^-24 and round
+  if (abs >= 0x477ff000u) return f16{uint16_t(sign | 0x7c00u)};                          // rounds to >= 65520: inf
+  if (abs < 0x38800000u) {                    // result is subnormal or zero: scale to units of 2^-24 and round
     if (abs < 0x33000000u) return f16{sign};  // below half the smallest subnormal
     uint32_t e = abs >> 23;
     uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
@@ -58,7 +62,7 @@ inline f16 to_f16(float f) {
     return f16{uint16_t(sign | q)};
   }
   uint32_t r = abs + 0xfffu + ((abs >> 13) & 1u);  // round to nearest even at bit 13
-  r -= 0x38000000u;                                  // rebias exponent 127 -> 15
+  r -= 0x38000000u;                                // rebias exponent 127 -> 15
   return f16{uint16_t(sign | (r >> 13))};
 }
 inline float to_f32(f16 h) {

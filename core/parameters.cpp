@@ -13,18 +13,28 @@ std::string owner_of(const std::string& name) {
 
 const char* group_kind_name(GroupKind k) {
   switch (k) {
-    case GroupKind::Embedding: return "embedding";
-    case GroupKind::EncoderStem: return "encoder stem";
-    case GroupKind::EncoderLayer: return "encoder layer";
-    case GroupKind::Projector: return "projector";
-    case GroupKind::DecoderLayer: return "decoder layer";
-    case GroupKind::Head: return "head";
+    case GroupKind::Embedding:
+      return "embedding";
+    case GroupKind::EncoderStem:
+      return "encoder stem";
+    case GroupKind::EncoderLayer:
+      return "encoder layer";
+    case GroupKind::Projector:
+      return "projector";
+    case GroupKind::DecoderLayer:
+      return "decoder layer";
+    case GroupKind::Head:
+      return "head";
   }
   return "?";
 }
 
-bool is_encoder(GroupKind k) { return k == GroupKind::EncoderStem || k == GroupKind::EncoderLayer; }
-bool is_decoder(GroupKind k) { return k == GroupKind::Embedding || k == GroupKind::DecoderLayer || k == GroupKind::Head; }
+bool is_encoder(GroupKind k) {
+  return k == GroupKind::EncoderStem || k == GroupKind::EncoderLayer;
+}
+bool is_decoder(GroupKind k) {
+  return k == GroupKind::Embedding || k == GroupKind::DecoderLayer || k == GroupKind::Head;
+}
 
 Tensor& Param::ensure_grad() {
   HR_ASSERT(trainable, "gradient requested for frozen parameter ", name);
@@ -45,7 +55,9 @@ ParamStore::GroupScope::GroupScope(ParamStore& store, int group) : store_(store)
   store.current_group_ = group;
 }
 
-ParamStore::GroupScope::~GroupScope() { store_.current_group_ = saved_; }
+ParamStore::GroupScope::~GroupScope() {
+  store_.current_group_ = saved_;
+}
 
 Param& ParamStore::add(const std::string& name, const Shape& shape, ParamRole role) {
   HR_ASSERT(current_group_ >= 0, "parameter ", name, " added outside any group");

@@ -11,9 +11,12 @@ namespace hr::core {
 
 const char* quant_type_name(QuantType t) {
   switch (t) {
-    case QuantType::Int8: return "int8";
-    case QuantType::NF4: return "nf4";
-    case QuantType::FP4: return "fp4";
+    case QuantType::Int8:
+      return "int8";
+    case QuantType::NF4:
+      return "nf4";
+    case QuantType::FP4:
+      return "fp4";
   }
   return "?";
 }
@@ -29,10 +32,14 @@ std::string QuantFormat::describe() const {
   return str(quant_type_name(type), " (block ", block, double_quant ? ", double quant)" : ")");
 }
 
-std::string QuantLayout::describe() const { return str(format.describe(), " ", rows, "x", cols); }
+std::string QuantLayout::describe() const {
+  return str(format.describe(), " ", rows, "x", cols);
+}
 
 namespace {
-int64_t align4(int64_t v) { return (v + 3) / 4 * 4; }
+int64_t align4(int64_t v) {
+  return (v + 3) / 4 * 4;
+}
 
 struct Header {
   char magic[4];
@@ -79,11 +86,22 @@ QuantLayout QuantLayout::of(const QuantFormat& f, int64_t rows, int64_t cols) {
 
 const std::array<float, 16>& code4(QuantType t) {
   // NF4: QLoRA's Appendix E values (bitsandbytes' get_4bit_type('nf4')).
-  static const std::array<float, 16> nf4 = {
-      -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f, -0.28444138169288635f,
-      -0.18477343022823334f, -0.09105003625154495f, 0.0f, 0.07958029955625534f, 0.16093020141124725f,
-      0.24611230194568634f, 0.33791524171829224f, 0.44070982933044434f, 0.5626170039176941f,
-      0.7229568362236023f, 1.0f};
+  static const std::array<float, 16> nf4 = {-1.0f,
+                                            -0.6961928009986877f,
+                                            -0.5250730514526367f,
+                                            -0.39491748809814453f,
+                                            -0.28444138169288635f,
+                                            -0.18477343022823334f,
+                                            -0.09105003625154495f,
+                                            0.0f,
+                                            0.07958029955625534f,
+                                            0.16093020141124725f,
+                                            0.24611230194568634f,
+                                            0.33791524171829224f,
+                                            0.44070982933044434f,
+                                            0.5626170039176941f,
+                                            0.7229568362236023f,
+                                            1.0f};
   // FP4: bitsandbytes' e2m1 code (sign bit 3; 0b000 zero, 0b001 the subnormal), divided by its largest, 12.
   static const std::array<float, 16> fp4 = [] {
     const float raw[16] = {0, 0.0625f, 8, 12, 4, 6, 2, 3, -0.f, -0.0625f, -8, -12, -4, -6, -2, -3};
@@ -150,8 +168,14 @@ std::vector<uint8_t> quantize(const float* w, int64_t rows, int64_t cols, const 
   for (int64_t i = 0; i < n; ++i)
     HR_CHECK(std::isfinite(w[i]), "[quant] element ", i, " (row ", i / cols, ", column ", i % cols, ") is ", w[i],
              "; only finite weights can be quantized");
-  Header h{{'H', 'R', 'Q', '1'}, uint8_t(l.format.type), uint8_t(l.format.double_quant), 0,
-           int32_t(l.format.block), 0.f, rows, cols};
+  Header h{{'H', 'R', 'Q', '1'},
+           uint8_t(l.format.type),
+           uint8_t(l.format.double_quant),
+           0,
+           int32_t(l.format.block),
+           0.f,
+           rows,
+           cols};
   auto put_f32 = [&](int64_t offset, float v) { std::memcpy(blob.data() + offset, &v, 4); };
   if (l.format.type == QuantType::Int8) {
     for (int64_t r = 0; r < rows; ++r) {
@@ -191,7 +215,8 @@ std::vector<uint8_t> quantize(const float* w, int64_t rows, int64_t cols, const 
         float am2 = 0.f;
         for (int64_t b = lo; b < hi; ++b) am2 = std::max(am2, std::fabs(absmax[std::size_t(b)] - h.offset));
         for (int64_t b = lo; b < hi; ++b)
-          blob[std::size_t(l.absmax + b)] = uint8_t(nearest_sorted(dyn, am2 > 0.f ? (absmax[std::size_t(b)] - h.offset) / am2 : 0.f));
+          blob[std::size_t(l.absmax + b)] =
+              uint8_t(nearest_sorted(dyn, am2 > 0.f ? (absmax[std::size_t(b)] - h.offset) / am2 : 0.f));
         put_f32(l.absmax2 + 4 * c, am2);
       }
     }

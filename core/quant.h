@@ -28,7 +28,7 @@ struct QuantFormat {
   int bits() const { return type == QuantType::Int8 ? 8 : 4; }
   std::string describe() const;  // "nf4 (block 64, double quant)", "int8 (per output channel)"
 };
-const char* quant_type_name(QuantType t);      // "int8", "nf4", "fp4"
+const char* quant_type_name(QuantType t);          // "int8", "nf4", "fp4"
 QuantType parse_quant_type(const std::string& s);  // nf4 or fp4; throws naming the allowed values
 
 constexpr int64_t kQuantHeaderBytes = 32;
@@ -38,11 +38,11 @@ constexpr int64_t kDoubleQuantBlock = 256;
 struct QuantLayout {
   QuantFormat format;
   int64_t rows = 0, cols = 0;
-  int64_t blocks = 0;          // 4-bit: absmax values; int8: rows
+  int64_t blocks = 0;  // 4-bit: absmax values; int8: rows
   int64_t codes = kQuantHeaderBytes;
-  int64_t absmax = 0;          // f32[blocks], or with double_quant u8[blocks]
-  int64_t absmax2 = 0;         // double_quant: f32[ceil(blocks / 256)]
-  int64_t bytes = 0;           // the whole blob
+  int64_t absmax = 0;   // f32[blocks], or with double_quant u8[blocks]
+  int64_t absmax2 = 0;  // double_quant: f32[ceil(blocks / 256)]
+  int64_t bytes = 0;    // the whole blob
 
   static QuantLayout of(const QuantFormat& f, int64_t rows, int64_t cols);
   int64_t numel() const { return rows * cols; }

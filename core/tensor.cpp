@@ -50,11 +50,14 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   t.dtype_ = dtype;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
-  t.storage_ = std::make_shared<Storage>(allocator_for(device), std::size_t(shape_numel(shape)) * dtype_size(dtype), device);
+  t.storage_ =
+      std::make_shared<Storage>(allocator_for(device), std::size_t(shape_numel(shape)) * dtype_size(dtype), device);
   return t;
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.f, dtype, device); }
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  return full(shape, 0.f, dtype, device);
+}
 
 Tensor Tensor::full(const Shape& shape, float value, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
@@ -67,12 +70,14 @@ Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device, 
   t.dtype_ = dtype;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
-  t.storage_ = std::make_shared<Storage>(data, std::size_t(shape_numel(shape)) * dtype_size(dtype), device, std::move(release));
+  t.storage_ =
+      std::make_shared<Storage>(data, std::size_t(shape_numel(shape)) * dtype_size(dtype), device, std::move(release));
   return t;
 }
 
 Tensor Tensor::from_floats(const std::vector<float>& values, const Shape& shape, DType dtype, Device device) {
-  HR_CHECK(int64_t(values.size()) == shape_numel(shape), "[tensor] ", values.size(), " values for shape ", shape_str(shape));
+  HR_CHECK(int64_t(values.size()) == shape_numel(shape), "[tensor] ", values.size(), " values for shape ",
+           shape_str(shape));
   Tensor src = wrap(const_cast<float*>(values.data()), shape, DType::F32, Device::host(), nullptr);  // read only
   Tensor t = empty(shape, dtype, device);
   copy_(t, src);
@@ -80,7 +85,8 @@ Tensor Tensor::from_floats(const std::vector<float>& values, const Shape& shape,
 }
 
 Tensor Tensor::from_ints(const std::vector<int64_t>& values, const Shape& shape, DType dtype, Device device) {
-  HR_CHECK(int64_t(values.size()) == shape_numel(shape), "[tensor] ", values.size(), " values for shape ", shape_str(shape));
+  HR_CHECK(int64_t(values.size()) == shape_numel(shape), "[tensor] ", values.size(), " values for shape ",
+           shape_str(shape));
   Tensor src = wrap(const_cast<int64_t*>(values.data()), shape, DType::I64, Device::host(), nullptr);  // read only
   Tensor t = empty(shape, dtype, device);
   copy_(t, src);
@@ -132,7 +138,9 @@ Tensor Tensor::view(const Shape& shape) const {
   return t;
 }
 
-Tensor Tensor::reshape(const Shape& shape) const { return is_contiguous() ? view(shape) : contiguous().view(shape); }
+Tensor Tensor::reshape(const Shape& shape) const {
+  return is_contiguous() ? view(shape) : contiguous().view(shape);
+}
 
 Tensor Tensor::transpose(int a, int b) const {
   int nd = dim();
@@ -149,8 +157,8 @@ Tensor Tensor::slice(int d, int64_t start, int64_t end) const {
   int nd = dim();
   if (d < 0) d += nd;
   HR_CHECK(d >= 0 && d < nd, "[slice] dim ", d, " out of range for ", describe());
-  HR_CHECK(0 <= start && start <= end && end <= shape_[d], "[slice] range [", start, ", ", end, ") out of bounds for dim ",
-           d, " of ", describe());
+  HR_CHECK(0 <= start && start <= end && end <= shape_[d], "[slice] range [", start, ", ", end,
+           ") out of bounds for dim ", d, " of ", describe());
   Tensor t = *this;
   t.offset_ += start * strides_[d];
   t.shape_[d] = end - start;
@@ -180,7 +188,9 @@ Tensor Tensor::expand(const Shape& shape) const {
   return t;
 }
 
-Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+Tensor Tensor::contiguous() const {
+  return is_contiguous() ? *this : clone();
+}
 
 Tensor Tensor::clone() const {
   Tensor t = empty(shape_, dtype_, device());

@@ -76,7 +76,7 @@ class Tensor {
   }
 
   // Views (no copy).
-  Tensor view(const Shape& shape) const;  // requires contiguous; one dim may be -1
+  Tensor view(const Shape& shape) const;     // requires contiguous; one dim may be -1
   Tensor reshape(const Shape& shape) const;  // view when contiguous, otherwise a contiguous copy first
   Tensor transpose(int a, int b) const;
   Tensor slice(int dim, int64_t start, int64_t end) const;

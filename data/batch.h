@@ -15,7 +15,7 @@ struct InputSpec {
   int64_t image_size = 336;        // square images, pixels
   int64_t tokens_per_image = 576;  // placeholders standing for one image in input_ids
   int64_t image_token_id = 32000;
-  int64_t ignore_index = -100;     // label of positions without loss
+  int64_t ignore_index = -100;  // label of positions without loss
 };
 
 // One micro-batch. Token ids and labels are host data (the loader has them there); each image stands in

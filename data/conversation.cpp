@@ -83,7 +83,8 @@ Tokenized llava_exact(Template t, const std::vector<Turn>& turns_in, const Token
   std::vector<Turn> turns = turns_in;
   // preprocess_multimodal: the tag moves to the front of its message.
   for (Turn& turn : turns)
-    if (count_images(turn.value) > 0) turn.value = py_strip("<image>\n" + py_strip(tok::replace_all(turn.value, kImageTag, "")));
+    if (count_images(turn.value) > 0)
+      turn.value = py_strip("<image>\n" + py_strip(tok::replace_all(turn.value, kImageTag, "")));
   Tokenized out;
   out.images = count_images(turns[0].value);
   std::vector<int64_t> ids, labels;

@@ -2,8 +2,8 @@
 #include "data/dataset.h"
 
 #include <filesystem>
-#include <system_error>
 #include <fstream>
+#include <system_error>
 
 #include "core/memory/category.h"
 #include "core/ops/copy.h"
@@ -25,8 +25,9 @@ LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs)
     : LlavaDataset(opt, inputs, read_text(opt.json_path)) {}
 
 LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs, const std::string& text)
-    : opt_(opt), inputs_(inputs), tok_(opt.tokenizer ? opt.tokenizer
-                                       : std::make_shared<ByteTokenizer>(inputs.vocab, inputs.image_token_id)) {
+    : opt_(opt),
+      inputs_(inputs),
+      tok_(opt.tokenizer ? opt.tokenizer : std::make_shared<ByteTokenizer>(inputs.vocab, inputs.image_token_id)) {
   HR_CHECK(tok_->image_token() == inputs.image_token_id, "[data] the tokenizer's image token ", tok_->image_token(),
            " is not the model's image_token_index ", inputs.image_token_id);
   std::size_t first = text.find_first_not_of(" \t\r\n");
@@ -60,7 +61,8 @@ LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs, cons
     bool img = e.is_object() && e.contains("image");
     if (e.is_object() && e.contains("conversations") && e["conversations"].is_array())
       for (const json& t : e["conversations"])
-        if (t.is_object() && t.contains("value") && t["value"].is_string()) len += int64_t(t["value"].get_ref<const std::string&>().size());
+        if (t.is_object() && t.contains("value") && t["value"].is_string())
+          len += int64_t(t["value"].get_ref<const std::string&>().size());
     lengths_.push_back(len + (img ? tpi : 0));
     has_image_.push_back(img);
   }
@@ -68,7 +70,8 @@ LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs, cons
 
 std::string LlavaDataset::name(int64_t i) const {
   const json& e = entries_[i];
-  std::string id = e.is_object() && e.contains("id") ? (e["id"].is_string() ? e["id"].get<std::string>() : e["id"].dump()) : "?";
+  std::string id =
+      e.is_object() && e.contains("id") ? (e["id"].is_string() ? e["id"].get<std::string>() : e["id"].dump()) : "?";
   return str(opt_.json_path, "[", i, "] (id ", id, ")");
 }
 
@@ -80,14 +83,16 @@ Example LlavaDataset::get(int64_t index) const {
     throw bad("entry has no 'conversations' array");
   std::vector<Turn> turns;
   for (const json& t : e["conversations"]) {
-    if (!t.is_object() || !t.contains("from") || !t.contains("value") || !t["from"].is_string() || !t["value"].is_string())
+    if (!t.is_object() || !t.contains("from") || !t.contains("value") || !t["from"].is_string() ||
+        !t["value"].is_string())
       throw bad("a turn needs string 'from' and 'value'");
     const std::string from = t["from"];
     if (from != "human" && from != "gpt") throw bad("turn 'from' is '" + from + "', not human or gpt");
     turns.push_back({from == "human", t["value"]});
   }
   Example ex;
-  ex.id = e.contains("id") ? (e["id"].is_string() ? e["id"].get<std::string>() : e["id"].dump()) : std::to_string(index);
+  ex.id =
+      e.contains("id") ? (e["id"].is_string() ? e["id"].get<std::string>() : e["id"].dump()) : std::to_string(index);
   if (e.contains("question_type") && e["question_type"].is_string()) ex.question_type = e["question_type"];
   const bool has_image = e.contains("image");
   if (has_image && !turns.empty() && turns[0].value.find("<image>") == std::string::npos)
@@ -103,8 +108,8 @@ Example LlavaDataset::get(int64_t index) const {
   if (has_image) {
     if (!e["image"].is_string()) throw bad("'image' must be a file name");
     const std::filesystem::path rel = std::filesystem::path(e["image"].get<std::string>()).lexically_normal();
-    if (!opt_.allow_outside_image_folder && (rel.is_absolute() || rel.has_root_name() || rel.empty() ||
-                                             *rel.begin() == ".."))
+    if (!opt_.allow_outside_image_folder &&
+        (rel.is_absolute() || rel.has_root_name() || rel.empty() || *rel.begin() == ".."))
       throw bad("image '" + e["image"].get<std::string>() +
                 "' is outside data.image_folder (set data.allow_outside_image_folder: true to allow it)");
     const std::string path = (std::filesystem::path(opt_.image_folder) / rel).string();

@@ -2,8 +2,8 @@
 // with images under an image folder. Samples are processed on demand (decode, template, truncation).
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

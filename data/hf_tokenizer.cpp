@@ -35,7 +35,9 @@ struct Decoder {
   bool prepend = true;
 };
 
-std::size_t utf8_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+std::size_t utf8_len(unsigned char c) {
+  return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+}
 
 bool valid_utf8(const std::string& s) {
   for (std::size_t i = 0; i < s.size();) {
@@ -110,8 +112,8 @@ class HfTokenizer : public Tokenizer {
       if (mg.is_string()) {
         const std::string s = mg;
         const std::size_t sp = s.find(' ');
-        HR_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, "[tokenizer] ", file,
-                 ": merge '", s, "' is not two pieces");
+        HR_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, "[tokenizer] ", file, ": merge '",
+                 s, "' is not two pieces");
         l = s.substr(0, sp), r = s.substr(sp + 1);
       } else {
         l = mg.at(0), r = mg.at(1);
@@ -126,11 +128,13 @@ class HfTokenizer : public Tokenizer {
     // Added tokens.
     if (j.contains("added_tokens"))
       for (const json& t : j["added_tokens"]) {
-        AddedToken a{t.at("content"), tok::json_int(t.at("id"), str(file, ": added token id")), t.value("lstrip", false),
-                     t.value("rstrip", false), t.value("special", false), t.value("normalized", false)};
+        AddedToken a{t.at("content"),           tok::json_int(t.at("id"), str(file, ": added token id")),
+                     t.value("lstrip", false),  t.value("rstrip", false),
+                     t.value("special", false), t.value("normalized", false)};
         check_id(a.id, str("added token '", a.content, "'"));
         if (a.normalized) throw unsupported(str("added token '", a.content, "' with normalized"), json(true));
-        if (t.value("single_word", false)) throw unsupported(str("added token '", a.content, "' with single_word"), json(true));
+        if (t.value("single_word", false))
+          throw unsupported(str("added token '", a.content, "' with single_word"), json(true));
         added_.push_back(a);
         pieces_.resize(std::max<std::size_t>(pieces_.size(), std::size_t(a.id) + 1));
         pieces_[std::size_t(a.id)] = a.content;
@@ -158,7 +162,8 @@ class HfTokenizer : public Tokenizer {
       replacement_ = p.value("replacement", std::string(tok::kMetaspace));
       HR_CHECK(!replacement_.empty(), "[tokenizer] ", file, ": pre_tokenizer Metaspace has an empty replacement");
       const std::string scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
-      if (scheme != "always" && scheme != "first" && scheme != "never") throw unsupported("Metaspace prepend_scheme", p);
+      if (scheme != "always" && scheme != "first" && scheme != "never")
+        throw unsupported("Metaspace prepend_scheme", p);
       prepend_scheme_ = scheme;
       split_ = p.value("split", true);
     }
@@ -192,7 +197,8 @@ class HfTokenizer : public Tokenizer {
       } else if (type == "Fuse") {
         decoders_.push_back({Decoder::Fuse, "", ""});
       } else if (type == "Strip") {
-        decoders_.push_back({Decoder::Strip, d.at("content"), "", tok::json_int(d.at("start"), str(file, ": Strip start")),
+        decoders_.push_back({Decoder::Strip, d.at("content"), "",
+                             tok::json_int(d.at("start"), str(file, ": Strip start")),
                              tok::json_int(d.at("stop"), str(file, ": Strip stop"))});
       } else if (type == "Metaspace") {
         Decoder x{Decoder::Metaspace, d.value("replacement", std::string(tok::kMetaspace)), ""};
@@ -204,7 +210,8 @@ class HfTokenizer : public Tokenizer {
     };
     add_decoder(j.value("decoder", json()));
     // Token roles, from tokenizer_config.json beside the file where there is one.
-    const tok::TokenizerConfig cfg = config_dir.empty() ? tok::TokenizerConfig{} : tok::read_tokenizer_config(config_dir);
+    const tok::TokenizerConfig cfg =
+        config_dir.empty() ? tok::TokenizerConfig{} : tok::read_tokenizer_config(config_dir);
     legacy_ = cfg.legacy.is_boolean() ? cfg.legacy.get<bool>() : true;
     auto id_of = [&](const std::string& text, const char* fallback) -> int64_t {
       const std::string t = text.empty() ? fallback : text;
@@ -224,7 +231,6 @@ class HfTokenizer : public Tokenizer {
   }
 
  public:
-
   std::vector<int64_t> encode(const std::string& text, bool add_special) const override {
     std::vector<int64_t> ids;
     if (add_special) ids = prefix_;
@@ -358,7 +364,8 @@ class HfTokenizer : public Tokenizer {
       if (!m || m->second != top.id) continue;
       cur.c = top.id, cur.len += right.len, cur.next = right.next;
       sym[next].len = 0;
-      if (right.next > -1 && std::size_t(right.next) < sym.size()) sym[std::size_t(right.next)].prev = std::ptrdiff_t(top.pos);
+      if (right.next > -1 && std::size_t(right.next) < sym.size())
+        sym[std::size_t(right.next)].prev = std::ptrdiff_t(top.pos);
       if (cur.prev >= 0)
         if (const auto* pm = lookup(sym[std::size_t(cur.prev)].c, cur.c))
           queue.push({std::size_t(cur.prev), pm->first, pm->second});
@@ -409,8 +416,8 @@ class HfTokenizer : public Tokenizer {
           bytes.clear(), count = 0;
         };
         for (const std::string& t : in) {
-          if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
-              std::isxdigit(static_cast<unsigned char>(t[4]))) {
+          if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>' &&
+              std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]))) {
             bytes += char(std::stoi(t.substr(3, 2), nullptr, 16));
             ++count;
           } else {

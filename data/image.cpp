@@ -3,7 +3,6 @@
 
 #include <stb/stb_image.h>
 #include <stb/stb_image_write.h>
-
 #include <zlib.h>
 
 #include <algorithm>
@@ -82,13 +81,16 @@ namespace {
 constexpr uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 constexpr std::size_t kPngChunkOverhead = 12;  // length, type, CRC: 4 bytes each
 
-uint32_t big_endian32(const uint8_t* p) { return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3]; }
+uint32_t big_endian32(const uint8_t* p) {
+  return uint32_t(p[0]) << 24 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 8 | p[3];
+}
 
 std::string chunk_name(const uint8_t* type) {
   std::string s;
   for (int i = 0; i < 4; ++i) {
     const bool letter = (type[i] >= 'A' && type[i] <= 'Z') || (type[i] >= 'a' && type[i] <= 'z');
-    s += letter ? std::string(1, char(type[i])) : str("\\x", "0123456789abcdef"[type[i] >> 4], "0123456789abcdef"[type[i] & 15]);
+    s += letter ? std::string(1, char(type[i]))
+                : str("\\x", "0123456789abcdef"[type[i] >> 4], "0123456789abcdef"[type[i] & 15]);
   }
   return s;
 }
@@ -137,7 +139,8 @@ struct JpegTables {
 // The Huffman tables of one DHT segment: per table a class/id byte, 16 code counts, then that many symbols.
 void check_jpeg_dht(const uint8_t* p, std::size_t length, std::size_t at, const std::string& name, JpegTables& tables) {
   while (length > 0) {
-    HR_CHECK(length >= 1 + kHuffmanCounts, "[image] ", name, ": JPEG Huffman table segment at byte ", at, " is cut short");
+    HR_CHECK(length >= 1 + kHuffmanCounts, "[image] ", name, ": JPEG Huffman table segment at byte ", at,
+             " is cut short");
     std::size_t codes = 0;
     for (std::size_t i = 0; i < kHuffmanCounts; ++i) codes += p[1 + i];
     HR_CHECK(codes <= kMaxHuffmanCodes, "[image] ", name, ": JPEG Huffman table at byte ", at, " has ", codes,
@@ -166,7 +169,8 @@ void check_jpeg_sos(const uint8_t* p, std::size_t length, std::size_t at, const 
     const auto check = [&](bool used, int table_class, int slot) {
       if (!used || slot >= int(kHuffmanSlots)) return;  // stb refuses slots past 3
       HR_CHECK(tables.defined[table_class][slot], "[image] ", name, ": JPEG scan at byte ", at, " decodes with ",
-               table_class == 0 ? "DC" : "AC", " Huffman table ", slot, ", which no DHT segment before it defines (corrupt file)");
+               table_class == 0 ? "DC" : "AC", " Huffman table ", slot,
+               ", which no DHT segment before it defines (corrupt file)");
     };
     check(uses_dc, 0, dc);
     check(uses_ac, 1, ac);
@@ -309,10 +313,11 @@ Tensor clip_tensor(const RgbImage& sq, int64_t size, const ImageNorm& norm) {
 Tensor clip_image(RgbImage img, const std::string& name, int64_t size, AspectMode mode, const ImageNorm& norm) {
   if (mode == AspectMode::Pad) {
     const int64_t side = std::max(img.width, img.height);
-    HR_CHECK(side * side <= kMaxImagePixels, "[image] ", name, ": ", img.width, " x ", img.height, " pads to a ",
-             side, " x ", side, " square, above the limit of ", kMaxImagePixels, " pixels");
+    HR_CHECK(side * side <= kMaxImagePixels, "[image] ", name, ": ", img.width, " x ", img.height, " pads to a ", side,
+             " x ", side, " square, above the limit of ", kMaxImagePixels, " pixels");
     uint8_t fill[3];
-    for (int ch = 0; ch < 3; ++ch) fill[ch] = uint8_t(std::clamp(int(norm.mean[ch] * 255), 0, 255));  // int(): truncates
+    for (int ch = 0; ch < 3; ++ch)
+      fill[ch] = uint8_t(std::clamp(int(norm.mean[ch] * 255), 0, 255));  // int(): truncates
     img = expand_to_square(img, fill);
   }
   return clip_tensor(img, size, norm);
@@ -351,10 +356,10 @@ ImageNorm parse_preprocessor(const nlohmann::json& j, const std::string& path, i
   auto side = [&](const char* key, const char* field) -> int64_t {
     if (!j.contains(key)) return size;
     const auto& v = j[key];
-    const nlohmann::json* n = v.is_number_integer()                       ? &v
-                              : v.is_object() && v.contains(field)          ? &v[field]
-                              : v.is_object() && v.contains("height")       ? &v["height"]
-                                                                            : nullptr;
+    const nlohmann::json* n = v.is_number_integer()                   ? &v
+                              : v.is_object() && v.contains(field)    ? &v[field]
+                              : v.is_object() && v.contains("height") ? &v["height"]
+                                                                      : nullptr;
     if (n && n->is_number_integer()) return n->get<int64_t>();
     throw refuse(key, "is neither a number nor an object with shortest_edge or height");
   };

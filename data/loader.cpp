@@ -24,7 +24,9 @@ DataLoader::DataLoader(const LlavaDataset& data, const LoaderOptions& opt, Loade
   start_workers();
 }
 
-DataLoader::~DataLoader() { stop_workers(); }
+DataLoader::~DataLoader() {
+  stop_workers();
+}
 
 std::vector<int64_t> DataLoader::order_for(int64_t epoch) const {
   const int64_t n = data_.size();
@@ -43,8 +45,7 @@ std::vector<int64_t> DataLoader::order_for(int64_t epoch) const {
     for (std::size_t s = 0; s < group->size(); s += std::size_t(mb)) {
       auto b = group->begin() + long(s), e = group->begin() + long(std::min(group->size(), s + std::size_t(mb)));
       std::stable_sort(b, e, [&](int64_t x, int64_t y) { return data_.length(x) > data_.length(y); });
-      for (auto it = b; it < e; it += opt_.micro_batch)
-        batches.emplace_back(it, std::min(e, it + opt_.micro_batch));
+      for (auto it = b; it < e; it += opt_.micro_batch) batches.emplace_back(it, std::min(e, it + opt_.micro_batch));
     }
   std::shuffle(batches.begin(), batches.end(), rng);
   order.clear();

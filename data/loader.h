@@ -11,8 +11,8 @@
 #include <thread>
 #include <vector>
 
-#include "data/dataset.h"
 #include "data/batch.h"
+#include "data/dataset.h"
 
 namespace hr::data {
 

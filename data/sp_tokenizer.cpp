@@ -140,7 +140,8 @@ class SentencePieceTokenizer : public Tokenizer {
       for (int id : encode_text(s.text)) ids.push_back(id);
     }
     // LlamaTokenizer.tokenize: a lone "▁" in front of a special token is dropped.
-    if (!legacy_ && ids.size() > first + 1 && decoder_.IdToPiece(int(ids[first])) == tok::kMetaspace && is_special(ids[first + 1]))
+    if (!legacy_ && ids.size() > first + 1 && decoder_.IdToPiece(int(ids[first])) == tok::kMetaspace &&
+        is_special(ids[first + 1]))
       ids.erase(ids.begin() + std::ptrdiff_t(first));
     if (add_special && add_eos_ && eos_ >= 0) ids.push_back(eos_);
     return ids;

@@ -42,7 +42,9 @@ void unlink(Block* b) {
 StbAssertion::StbAssertion(const char* expression)
     : Error(str("stb_image's internal check `", expression, "` failed")), expression_(expression) {}
 
-void assertion_failed(const char* expression) { throw StbAssertion(expression); }
+void assertion_failed(const char* expression) {
+  throw StbAssertion(expression);
+}
 
 DecodeScope::DecodeScope() {
   HR_ASSERT(!live.in_scope, "stb decode scopes do not nest");
@@ -58,7 +60,9 @@ DecodeScope::~DecodeScope() {
   live.in_scope = false;
 }
 
-std::size_t live_bytes() { return live.bytes; }
+std::size_t live_bytes() {
+  return live.bytes;
+}
 
 void* allocate(std::size_t bytes) {
   if (bytes > SIZE_MAX - sizeof(Block)) return nullptr;

@@ -23,8 +23,8 @@ struct Color {
   const char* name;
   uint8_t rgb[3];
 };
-constexpr std::array<Color, 4> kColors = {{{"red", {220, 40, 40}}, {"green", {40, 170, 60}},
-                                           {"blue", {50, 80, 220}}, {"yellow", {230, 200, 30}}}};
+constexpr std::array<Color, 4> kColors = {
+    {{"red", {220, 40, 40}}, {"green", {40, 170, 60}}, {"blue", {50, 80, 220}}, {"yellow", {230, 200, 30}}}};
 constexpr std::array<const char*, 3> kShapes = {"circle", "square", "triangle"};
 constexpr std::array<const char*, 3> kSlots = {"left", "middle", "right"};
 constexpr std::array<const char*, 3> kCounts = {"one", "two", "three"};
@@ -80,8 +80,12 @@ json make_sample(std::mt19937_64& rng, const std::string& id, const std::string&
   for (const Object& o : objs) draw(img, o, o.slot * cell + half + pick(room), cell + half + pick(room), half);
   const std::string file = "images/" + id + ".png";
   write_png(dir + "/" + file, img);
-  auto unique_shape = [&](int s) { return std::count_if(objs.begin(), objs.end(), [&](const Object& o) { return o.shape == s; }) == 1; };
-  auto unique_color = [&](int c) { return std::count_if(objs.begin(), objs.end(), [&](const Object& o) { return o.color == c; }) == 1; };
+  auto unique_shape = [&](int s) {
+    return std::count_if(objs.begin(), objs.end(), [&](const Object& o) { return o.shape == s; }) == 1;
+  };
+  auto unique_color = [&](int c) {
+    return std::count_if(objs.begin(), objs.end(), [&](const Object& o) { return o.color == c; }) == 1;
+  };
   auto ask = [&](int type, const Object& o) -> std::optional<Question> {
     if (type == 0 && unique_shape(o.shape))
       return Question{"color", str("What color is the ", kShapes[o.shape], "?"), kColors[o.color].name};
@@ -112,7 +116,8 @@ json make_sample(std::mt19937_64& rng, const std::string& id, const std::string&
     std::vector<Question> rest;
     for (int type = 0; type < 4; ++type)
       for (const Object& o : objs)
-        if (auto q = ask(type, o); q && q->text != qs[0].text &&
+        if (auto q = ask(type, o);
+            q && q->text != qs[0].text &&
             std::none_of(rest.begin(), rest.end(), [&](const Question& r) { return r.text == q->text; }))
           rest.push_back(*q);
     std::mt19937_64 local(turn_seed);

@@ -40,7 +40,9 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
   return s;
 }
 
-std::string ByteTokenizer::describe() const { return str("byte-level (", vocab_, " ids)"); }
+std::string ByteTokenizer::describe() const {
+  return str("byte-level (", vocab_, " ids)");
+}
 
 std::string find_tokenizer_file(const std::string& dir) {
   for (const char* name : {"tokenizer.model", "tokenizer.json"})
@@ -96,7 +98,9 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
 }
 
 namespace {
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 }  // namespace
 
 std::vector<Segment> split_added(const std::string& text, const std::vector<AddedToken>& added) {
@@ -172,7 +176,8 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
     for (const auto& [content, id] : j.items()) {
       bool known = false;
       for (const AddedToken& a : c.added) known |= a.content == content;
-      if (!known) c.added.push_back({content, json_int(id, str(older.string(), ": '", content, "'")), false, false, true, false});
+      if (!known)
+        c.added.push_back({content, json_int(id, str(older.string(), ": '", content, "'")), false, false, true, false});
     }
   }
   return c;

@@ -7,9 +7,12 @@ namespace hr::models {
 
 const char* checkpoint_name(CheckpointKind k) {
   switch (k) {
-    case CheckpointKind::None: return "none";
-    case CheckpointKind::Selective: return "selective";
-    case CheckpointKind::Full: return "full";
+    case CheckpointKind::None:
+      return "none";
+    case CheckpointKind::Selective:
+      return "selective";
+    case CheckpointKind::Full:
+      return "full";
   }
   return "?";
 }

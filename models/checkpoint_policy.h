@@ -30,9 +30,12 @@ struct CheckpointPolicy {
 
 inline bool survives(Keep keep, CheckpointKind kind) {
   switch (kind) {
-    case CheckpointKind::None: return true;
-    case CheckpointKind::Selective: return keep != Keep::Internal;
-    case CheckpointKind::Full: return keep == Keep::Input;
+    case CheckpointKind::None:
+      return true;
+    case CheckpointKind::Selective:
+      return keep != Keep::Internal;
+    case CheckpointKind::Full:
+      return keep == Keep::Input;
   }
   return true;
 }

@@ -13,7 +13,6 @@ bool LoraSpec::adapts(const std::string& layer) const {
   return std::find(targets.begin(), targets.end(), last) != targets.end();
 }
 
-
 int64_t VisionConfig::layers_used() const {
   const int64_t idx = select_layer < 0 ? layers + 1 + select_layer : select_layer;
   return idx;  // hidden_states[idx] is the output of encoder layer idx - 1
@@ -28,8 +27,9 @@ void LlavaConfig::validate() const {
   HR_CHECK(v.layers_used() >= 0 && v.layers_used() <= v.layers, "[config] model.vision.select_layer ", v.select_layer,
            " is outside [-", v.layers + 1, ", ", v.layers, "]");
   const LlmConfig& l = llm;
-  HR_CHECK(l.hidden > 0 && l.heads > 0 && l.hidden % l.heads == 0 && l.head_dim() % 2 == 0, "[config] model.llm.hidden_size ",
-           l.hidden, " must split into num_attention_heads ", l.heads, " heads of even size");
+  HR_CHECK(l.hidden > 0 && l.heads > 0 && l.hidden % l.heads == 0 && l.head_dim() % 2 == 0,
+           "[config] model.llm.hidden_size ", l.hidden, " must split into num_attention_heads ", l.heads,
+           " heads of even size");
   HR_CHECK(l.kv_heads > 0 && l.heads % l.kv_heads == 0, "[config] model.llm.num_key_value_heads ", l.kv_heads,
            " must divide num_attention_heads ", l.heads);
   HR_CHECK(image_token_id >= 0 && image_token_id < l.vocab, "[config] model.image_token_id ", image_token_id,
@@ -65,9 +65,13 @@ LlavaConfig preset(const std::string& name) {
   throw Error(str("[model] unknown preset '", name, "'; available: ", all));
 }
 
-std::vector<std::string> preset_names() { return {"tiny", "small", "llava-1.5-7b", "llava-1.5-13b"}; }
+std::vector<std::string> preset_names() {
+  return {"tiny", "small", "llava-1.5-7b", "llava-1.5-13b"};
+}
 
-const char* projector_name(ProjectorType t) { return t == ProjectorType::Linear ? "linear" : "mlp2x_gelu"; }
+const char* projector_name(ProjectorType t) {
+  return t == ProjectorType::Linear ? "linear" : "mlp2x_gelu";
+}
 
 ProjectorType parse_projector(const std::string& s) {
   if (s == "linear") return ProjectorType::Linear;

@@ -11,7 +11,7 @@
 
 namespace hr::models {
 
-enum class FeatureSelect : uint8_t { Patch, ClsPatch };  // LLaVA's mm_vision_select_feature
+enum class FeatureSelect : uint8_t { Patch, ClsPatch };    // LLaVA's mm_vision_select_feature
 enum class ProjectorType : uint8_t { Linear, Mlp2xGelu };  // LLaVA's mm_projector_type
 
 struct VisionConfig {

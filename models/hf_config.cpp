@@ -19,9 +19,12 @@ constexpr int64_t kMaxPositions = 4096;
 
 const char* torch_dtype(core::DType t) {
   switch (t) {
-    case core::DType::BF16: return "bfloat16";
-    case core::DType::F16: return "float16";
-    default: return "float32";
+    case core::DType::BF16:
+      return "bfloat16";
+    case core::DType::F16:
+      return "float16";
+    default:
+      return "float32";
   }
 }
 
@@ -143,8 +146,8 @@ LlavaConfig from_hf_config(const json& j, const std::string& where) {
   require(t, "tie_word_embeddings", false, where, tp, "lm_head is its own matrix");
   require(j, "tie_word_embeddings", false, where, "", "lm_head is its own matrix");
   if (t.contains("head_dim") && !t.at("head_dim").is_null())
-    HR_CHECK(t.at("head_dim") == json(l.hidden / l.heads), "[hf] ", where, ": text_config.head_dim ", t.at("head_dim").dump(),
-             " is not hidden_size / num_attention_heads");
+    HR_CHECK(t.at("head_dim") == json(l.hidden / l.heads), "[hf] ", where, ": text_config.head_dim ",
+             t.at("head_dim").dump(), " is not hidden_size / num_attention_heads");
   VisionConfig& v = c.vision;
   v.hidden = get_or<int64_t>(vj, "hidden_size", 768, where, vp);
   v.intermediate = get_or<int64_t>(vj, "intermediate_size", 3072, where, vp);

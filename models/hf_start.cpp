@@ -27,7 +27,9 @@ json read_json(const std::string& dir, const char* key) {
   }
 }
 
-bool starts_with(const std::string& s, const std::string& p) { return s.compare(0, p.size(), p) == 0; }
+bool starts_with(const std::string& s, const std::string& p) {
+  return s.compare(0, p.size(), p) == 0;
+}
 
 }  // namespace
 
@@ -90,8 +92,10 @@ int64_t load_stage1_weights(core::ParamStore& store, const std::string& vision_d
              "; expected f32, bf16 or f16");
     if (p->quantized()) {  // a decoder layer's weight of a quantized base: quantized as it loads
       const std::string bad = assign_param(*p, t);
-      if (bad.empty()) ++loaded;
-      else bad_shape.push_back(str(name, " ", bad));
+      if (bad.empty())
+        ++loaded;
+      else
+        bad_shape.push_back(str(name, " ", bad));
       continue;
     }
     const core::Shape& want = p->data.shape();

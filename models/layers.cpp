@@ -15,9 +15,15 @@ namespace {
 thread_local const uint64_t* t_lora_key = nullptr;
 }  // namespace
 
-LoraDropoutScope::LoraDropoutScope(uint64_t key) : saved_(t_lora_key), key_(key) { t_lora_key = &key_; }
-LoraDropoutScope::~LoraDropoutScope() { t_lora_key = saved_; }
-const uint64_t* LoraDropoutScope::current() { return t_lora_key; }
+LoraDropoutScope::LoraDropoutScope(uint64_t key) : saved_(t_lora_key), key_(key) {
+  t_lora_key = &key_;
+}
+LoraDropoutScope::~LoraDropoutScope() {
+  t_lora_key = saved_;
+}
+const uint64_t* LoraDropoutScope::current() {
+  return t_lora_key;
+}
 
 Linear Linear::make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, bool bias,
                     const LoraSpec* lora) {
@@ -109,7 +115,9 @@ LayerNorm LayerNorm::make(ParamStore& store, const std::string& prefix, int64_t 
   return n;
 }
 
-NormOut LayerNorm::forward(const Tensor& x) const { return layernorm_forward(x, weight->data, bias->data, eps); }
+NormOut LayerNorm::forward(const Tensor& x) const {
+  return layernorm_forward(x, weight->data, bias->data, eps);
+}
 
 Tensor LayerNorm::backward(const Tensor& dy, const Tensor& x, const NormSaved& saved) const {
   NormBackwardOptions o;
@@ -129,7 +137,9 @@ RMSNorm RMSNorm::make(ParamStore& store, const std::string& prefix, int64_t dim,
   return n;
 }
 
-NormOut RMSNorm::forward(const Tensor& x) const { return rmsnorm_forward(x, weight->data, eps); }
+NormOut RMSNorm::forward(const Tensor& x) const {
+  return rmsnorm_forward(x, weight->data, eps);
+}
 
 Tensor RMSNorm::backward(const Tensor& dy, const Tensor& x, const NormSaved& saved) const {
   NormBackwardOptions o;

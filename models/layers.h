@@ -8,12 +8,12 @@
 
 namespace hr::models {
 
-using core::DType;
 using core::Device;
-using core::GroupHooks;
-using core::OutputWatch;
+using core::DType;
 using core::GroupedParams;
+using core::GroupHooks;
 using core::GroupKind;
+using core::OutputWatch;
 using core::Param;
 using core::ParamGroup;
 using core::ParamRole;
@@ -45,7 +45,7 @@ struct Linear {
   Param* lora_a = nullptr;  // (r, in) or null: LoRA's down projection
   Param* lora_b = nullptr;  // (out, r)
   float lora_scale = 0.f, lora_dropout = 0.f;
-  uint64_t lora_id = 0;     // this layer's part of the dropout key
+  uint64_t lora_id = 0;  // this layer's part of the dropout key
 
   // With `lora` naming this layer (the last part of `prefix`), adds its adapters; with `lora` quantizing the base,
   // the weight is held quantized (whether adapted or not).

@@ -18,11 +18,20 @@ using namespace hr::core;
 namespace {
 using S = LlamaLayerSaved;
 constexpr std::array<std::pair<Tensor S::*, Keep>, 14> kFields = {{
-    {&S::x, Keep::Input},        {&S::rms1, Keep::Internal}, {&S::xn1, Keep::Internal},
-    {&S::q, Keep::Internal},     {&S::k, Keep::Internal},    {&S::v, Keep::Internal},
-    {&S::attn, Keep::Selective}, {&S::lse, Keep::Selective}, {&S::h, Keep::Selective},
-    {&S::rms2, Keep::Internal},  {&S::xn2, Keep::Internal},  {&S::gate, Keep::Internal},
-    {&S::up, Keep::Internal},    {&S::act, Keep::Internal},
+    {&S::x, Keep::Input},
+    {&S::rms1, Keep::Internal},
+    {&S::xn1, Keep::Internal},
+    {&S::q, Keep::Internal},
+    {&S::k, Keep::Internal},
+    {&S::v, Keep::Internal},
+    {&S::attn, Keep::Selective},
+    {&S::lse, Keep::Selective},
+    {&S::h, Keep::Selective},
+    {&S::rms2, Keep::Internal},
+    {&S::xn2, Keep::Internal},
+    {&S::gate, Keep::Internal},
+    {&S::up, Keep::Internal},
+    {&S::act, Keep::Internal},
 }};
 }  // namespace
 
@@ -159,7 +168,11 @@ Tensor LlamaLayer::forward_cached(const Tensor& x, const Tensor& positions, cons
 
 LlamaModel::LlamaModel(ParamStore& store, const std::string& prefix, const std::string& head_name, const LlmConfig& cfg,
                        const Groups& groups)
-    : embed_group_(groups.embed), layer_group_(groups.first_layer), norm_group_(groups.norm), cfg_(cfg), prefix_(prefix) {
+    : embed_group_(groups.embed),
+      layer_group_(groups.first_layer),
+      norm_group_(groups.norm),
+      cfg_(cfg),
+      prefix_(prefix) {
   {
     ParamStore::GroupScope in(store, groups.embed);
     embed_tokens_ = &store.add(prefix + ".embed_tokens.weight", {cfg.vocab, cfg.hidden});

@@ -12,15 +12,15 @@
 namespace hr::models {
 
 struct LlamaLayerSaved {
-  Tensor x;               // (B, L, C) block input
-  Tensor rms1;            // (B*L) f32 rstd of input_layernorm
-  Tensor xn1;             // (B, L, C)
-  Tensor q, k, v;         // (B, L, H, D), (B, L, Hkv, D), (B, L, Hkv, D); q and k after RoPE
-  Tensor attn, lse;       // (B, L, H, D), f32 (B, H, L)
-  Tensor h;               // (B, L, C) x + o_proj(attn)
-  Tensor rms2;            // (B*L) f32 rstd of post_attention_layernorm
-  Tensor xn2;             // (B, L, C)
-  Tensor gate, up, act;   // (B, L, I) each; act = silu(gate) * up
+  Tensor x;              // (B, L, C) block input
+  Tensor rms1;           // (B*L) f32 rstd of input_layernorm
+  Tensor xn1;            // (B, L, C)
+  Tensor q, k, v;        // (B, L, H, D), (B, L, Hkv, D), (B, L, Hkv, D); q and k after RoPE
+  Tensor attn, lse;      // (B, L, H, D), f32 (B, H, L)
+  Tensor h;              // (B, L, C) x + o_proj(attn)
+  Tensor rms2;           // (B*L) f32 rstd of post_attention_layernorm
+  Tensor xn2;            // (B, L, C)
+  Tensor gate, up, act;  // (B, L, I) each; act = silu(gate) * up
 };
 
 class LlamaLayer {

@@ -39,7 +39,8 @@ Llava::Llava(const LlavaConfig& cfg, Device device, DType dtype, std::optional<D
   vision_ = std::make_unique<VisionTower>(*store_, kVisionPrefix, cfg_.vision, stem_group_);
   {
     ParamStore::GroupScope in(*store_, projector_group_);
-    projector_ = std::make_unique<Projector>(*store_, kProjectorPrefix, cfg_.projector, cfg_.vision.hidden, cfg_.llm.hidden);
+    projector_ =
+        std::make_unique<Projector>(*store_, kProjectorPrefix, cfg_.projector, cfg_.vision.hidden, cfg_.llm.hidden);
   }
   llm_ = std::make_unique<LlamaModel>(*store_, kLlmPrefix, kHeadName, cfg_.llm, llm);
   set_pass_orders();
@@ -82,7 +83,8 @@ void Llava::set_trainable(bool vision, bool projector, bool llm) {
   llm_adapters_ = llm && lora;
   for (GroupKind k : {GroupKind::EncoderStem, GroupKind::EncoderLayer}) store_->set_trainable(k, vision);
   store_->set_trainable(GroupKind::Projector, projector);
-  for (GroupKind k : {GroupKind::Embedding, GroupKind::DecoderLayer, GroupKind::Head}) store_->set_trainable(k, llm_trainable_);
+  for (GroupKind k : {GroupKind::Embedding, GroupKind::DecoderLayer, GroupKind::Head})
+    store_->set_trainable(k, llm_trainable_);
   if (llm_adapters_)  // LoRA: the decoder's adapters train, its base (and embeddings, norms, head) stays frozen
     for (const auto& p : store_->all())
       if (p->role == ParamRole::LoraA || p->role == ParamRole::LoraB) p->trainable = true;
@@ -231,8 +233,8 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
       bo.accumulate = Accumulate::Yes;
       bo.dweight_into = head.weight->ensure_grad();
     }
-    CrossEntropyGrads g = cross_entropy_backward(dloss, st.hidden_shift, head.weight->data, st.labels_shift, st.ce,
-                                                 st.ce_options, bo);
+    CrossEntropyGrads g =
+        cross_entropy_backward(dloss, st.hidden_shift, head.weight->data, st.labels_shift, st.ce, st.ce_options, bo);
     st.hidden_shift = st.labels_shift = Tensor();
     st.ce = {};
     watch_output(watch_, head_group_, Pass::Backward, g.dhidden);
@@ -247,7 +249,8 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
     const int64_t images = int64_t(st.image_offsets.size());
     d_proj = Tensor::empty({images, T, C}, d_embeds.dtype(), dev);
     Tensor flat = d_embeds.view({B * L, C});
-    for (int64_t i = 0; i < images; ++i) copy_(d_proj.select(0, i), flat.slice(0, st.image_offsets[i], st.image_offsets[i] + T));
+    for (int64_t i = 0; i < images; ++i)
+      copy_(d_proj.select(0, i), flat.slice(0, st.image_offsets[i], st.image_offsets[i] + T));
   }
   if (llm_trainable_) {
     // Image positions took their embeddings from the projector, not the table.

@@ -25,26 +25,26 @@ struct ModelOptions {
   // transformers' logits_to_keep: k > 0 keeps the logits of each row's last k positions, as (batch * k, vocab)
   // in row order; 0 keeps all (as return_logits); -1 (the default) none. Adds to logits_at.
   int64_t logits_to_keep = -1;
-  int64_t ce_chunk_rows = 0;   // rows of the fused cross-entropy per chunk; 0: default
-  bool inference = false;      // no backward will follow: keep no activations (evaluation, generation)
+  int64_t ce_chunk_rows = 0;  // rows of the fused cross-entropy per chunk; 0: default
+  bool inference = false;     // no backward will follow: keep no activations (evaluation, generation)
 };
 
 // What forward leaves for backward.
 struct LlavaState {
-  Tensor ids;                              // (B, L) i64 on the device
-  std::vector<int64_t> image_offsets;      // flat token offset of each image's placeholder run
+  Tensor ids;                          // (B, L) i64 on the device
+  std::vector<int64_t> image_offsets;  // flat token offset of each image's placeholder run
   VisionSaved vision;
   ProjectorSaved projector;
   LlamaSaved llm;
-  Tensor hidden_shift, labels_shift;       // (B*(L-1), C) and (B*(L-1)): position t predicts token t+1
+  Tensor hidden_shift, labels_shift;  // (B*(L-1), C) and (B*(L-1)): position t predicts token t+1
   core::CrossEntropyOut ce;
   core::CrossEntropyOptions ce_options;
   int64_t batch = 0, seq = 0;
   bool has_images = false;
   Tensor logits;  // (B, L, V) with return_logits; (positions, V) with logits_at
   int64_t valid_labels = 0;
-  bool backward_ready = false;             // forward kept what backward needs
-  uint64_t lora_key = 0;                   // the LoRA dropout key of this training pass (0: no dropout)
+  bool backward_ready = false;  // forward kept what backward needs
+  uint64_t lora_key = 0;        // the LoRA dropout key of this training pass (0: no dropout)
 };
 
 class Llava final : public GroupedParams {
@@ -98,8 +98,8 @@ class Llava final : public GroupedParams {
   std::unique_ptr<LlamaModel> llm_;
   void set_pass_orders();
   bool vision_trainable_ = true, projector_trainable_ = true, llm_trainable_ = true;
-  bool llm_adapters_ = false;            // LoRA: the decoder's adapters train (its base does not)
-  mutable uint64_t lora_passes_ = 0;     // training passes so far: each draws its own dropout masks
+  bool llm_adapters_ = false;         // LoRA: the decoder's adapters train (its base does not)
+  mutable uint64_t lora_passes_ = 0;  // training passes so far: each draws its own dropout masks
   GroupHooks* hooks_ = nullptr;
   OutputWatch* watch_ = nullptr;
   int embed_group_ = 0, stem_group_ = 0, projector_group_ = 0, head_group_ = 0;

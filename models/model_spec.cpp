@@ -47,7 +47,8 @@ void apply(const YAML::Node& node, const std::string& path, const std::map<std::
 
 ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
   ModelSpec s;
-  HR_CHECK(model.IsMap() || model.IsNull(), "[config] ", where, ": model must be a mapping, not '", YAML::Dump(model), "'");
+  HR_CHECK(model.IsMap() || model.IsNull(), "[config] ", where, ": model must be a mapping, not '", YAML::Dump(model),
+           "'");
   HR_CHECK(!(model["preset"] && model["name_or_path"]), "[config] ", where,
            ": model.preset and model.name_or_path both give the dimensions; keep one");
   const bool stage1 = model["vision_tower"] || model["language_model"];
@@ -88,7 +89,9 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
       {"layer_norm_eps", f32(v.layer_norm_eps, "vision.layer_norm_eps")},
       {"select_layer", [&](const YAML::Node& n) { v.select_layer = as<int>(n, "vision.select_layer", where); }},
       {"select_feature",
-       [&](const YAML::Node& n) { v.select_feature = parse_feature_select(as<std::string>(n, "vision.select_feature", where)); }},
+       [&](const YAML::Node& n) {
+         v.select_feature = parse_feature_select(as<std::string>(n, "vision.select_feature", where));
+       }},
   };
   std::map<std::string, Setter> llm_keys = {
       {"vocab_size", i64(l.vocab, "llm.vocab_size")},
@@ -113,7 +116,8 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
       {"dtype", [&](const YAML::Node& n) { s.dtype = core::parse_dtype(as<std::string>(n, "dtype", where)); }},
       {"vision", [&](const YAML::Node& n) { apply(n, "model.vision", vision_keys, where); }},
       {"llm", [&](const YAML::Node& n) { apply(n, "model.llm", llm_keys, where); }},
-      {"projector", [&](const YAML::Node& n) { s.config.projector = parse_projector(as<std::string>(n, "projector", where)); }},
+      {"projector",
+       [&](const YAML::Node& n) { s.config.projector = parse_projector(as<std::string>(n, "projector", where)); }},
       {"image_token_index", i64(s.config.image_token_id, "image_token_index")},
       {"freeze", [&](const YAML::Node& n) { apply(n, "model.freeze", freeze_keys, where); }},
   };

@@ -18,11 +18,21 @@ using namespace hr::core;
 namespace {
 using S = VisionLayerSaved;
 constexpr std::array<std::pair<Tensor S::*, Keep>, 15> kFields = {{
-    {&S::x, Keep::Input},          {&S::ln1_mean, Keep::Internal}, {&S::ln1_rstd, Keep::Internal},
-    {&S::xn1, Keep::Internal},     {&S::q, Keep::Internal},        {&S::k, Keep::Internal},
-    {&S::v, Keep::Internal},       {&S::attn, Keep::Selective},    {&S::lse, Keep::Selective},
-    {&S::h, Keep::Selective},      {&S::ln2_mean, Keep::Internal}, {&S::ln2_rstd, Keep::Internal},
-    {&S::xn2, Keep::Internal},     {&S::fc1, Keep::Internal},      {&S::act, Keep::Internal},
+    {&S::x, Keep::Input},
+    {&S::ln1_mean, Keep::Internal},
+    {&S::ln1_rstd, Keep::Internal},
+    {&S::xn1, Keep::Internal},
+    {&S::q, Keep::Internal},
+    {&S::k, Keep::Internal},
+    {&S::v, Keep::Internal},
+    {&S::attn, Keep::Selective},
+    {&S::lse, Keep::Selective},
+    {&S::h, Keep::Selective},
+    {&S::ln2_mean, Keep::Internal},
+    {&S::ln2_rstd, Keep::Internal},
+    {&S::xn2, Keep::Internal},
+    {&S::fc1, Keep::Internal},
+    {&S::act, Keep::Internal},
 }};
 }  // namespace
 
@@ -135,7 +145,9 @@ VisionTower::VisionTower(ParamStore& store, const std::string& prefix, const Vis
   patch_linear_.weight = patch_embedding_;
 }
 
-bool VisionTower::trainable() const { return patch_embedding_->trainable; }
+bool VisionTower::trainable() const {
+  return patch_embedding_->trainable;
+}
 
 Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const CheckpointPolicy& policy,
                             bool keep_nothing) const {
@@ -190,8 +202,7 @@ void VisionTower::backward(const Tensor& d_features, VisionSaved& saved) const {
   Tensor dh;
   {
     MemoryScope scope(Category::Activations, prefix_ + ".select_feature");
-    dh = cfg_.select_feature == FeatureSelect::ClsPatch ? d_features
-                                                         : slice_backward(d_features, {I, N, C}, 1, 1);
+    dh = cfg_.select_feature == FeatureSelect::ClsPatch ? d_features : slice_backward(d_features, {I, N, C}, 1, 1);
   }
   for (std::size_t i = saved.layers.size(); i-- > 0;) {
     hook_before(hooks_, group_ + 1 + int(i), Pass::Backward);
@@ -204,7 +215,8 @@ void VisionTower::backward(const Tensor& d_features, VisionSaved& saved) const {
   Tensor dx = pre_ln_.backward(dh, saved.pre_in, {saved.pre_mean, saved.pre_rstd});
   watch_output(watch_, group_, Pass::Backward, dx);
   dh = saved.pre_in = saved.pre_mean = saved.pre_rstd = Tensor();
-  if (position_embedding_->trainable) sum_leading(dx.view({I, N * C}), position_embedding_->ensure_grad().view({N * C}), Accumulate::Yes);
+  if (position_embedding_->trainable)
+    sum_leading(dx.view({I, N * C}), position_embedding_->ensure_grad().view({N * C}), Accumulate::Yes);
   if (class_embedding_->trainable) sum_leading(dx.select(1, 0), class_embedding_->ensure_grad(), Accumulate::Yes);
   patch_linear_.backward(slice_copy(dx, 1, 1, N), saved.patches, false);
   saved = VisionSaved{};

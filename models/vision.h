@@ -38,8 +38,8 @@ class VisionLayer {
 };
 
 struct VisionSaved {
-  Tensor patches;         // (I, P, 3*p*p) patchified pixels: the patch-embedding weight gradient needs them
-  Tensor pre_in;          // (I, N, C) embeddings before pre_layrnorm
+  Tensor patches;  // (I, P, 3*p*p) patchified pixels: the patch-embedding weight gradient needs them
+  Tensor pre_in;   // (I, N, C) embeddings before pre_layrnorm
   Tensor pre_mean, pre_rstd;
   std::vector<VisionLayerSaved> layers;
 };
@@ -68,7 +68,7 @@ class VisionTower {
   Param* position_embedding_;   // (N, C)
   LayerNorm pre_ln_, post_ln_;  // post_layernorm exists in the checkpoints; LLaVA never uses it
   std::vector<VisionLayer> layers_;
-  Linear patch_linear_;         // the conv as a linear over flattened patches, sharing patch_embedding_
+  Linear patch_linear_;  // the conv as a linear over flattened patches, sharing patch_embedding_
 };
 
 }  // namespace hr::models

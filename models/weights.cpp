@@ -3,10 +3,9 @@
 
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
-
-#include <nlohmann/json.hpp>
 
 #include "core/ops/copy.h"
 
@@ -15,7 +14,9 @@ namespace hr::models {
 using namespace hr::core;
 
 namespace {
-bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+bool starts_with(const std::string& s, const std::string& p) {
+  return s.rfind(p, 0) == 0;
+}
 }  // namespace
 
 void init_weights(ParamStore& store, uint64_t seed) {
@@ -25,13 +26,19 @@ void init_weights(ParamStore& store, uint64_t seed) {
   for (const auto& p : store.all()) {
     std::vector<float> v(std::size_t(p->count()));
     switch (p->role) {
-      case ParamRole::NormWeight: std::fill(v.begin(), v.end(), 1.f); break;
-      case ParamRole::Bias: std::fill(v.begin(), v.end(), 0.f); break;
+      case ParamRole::NormWeight:
+        std::fill(v.begin(), v.end(), 1.f);
+        break;
+      case ParamRole::Bias:
+        std::fill(v.begin(), v.end(), 0.f);
+        break;
       case ParamRole::Weight:
         for (float& e : v) e = normal(rng);
         break;
       case ParamRole::LoraA:
-      case ParamRole::LoraB: init_lora(*p, seed); continue;
+      case ParamRole::LoraB:
+        init_lora(*p, seed);
+        continue;
     }
     // A quantized weight gets the draws of the weight it stands for, quantized: the same model, quantized.
     MemoryScope scope(Category::IO, "init_weights");
@@ -50,7 +57,8 @@ std::string assign_param(Param& p, const Tensor& t) {
   auto mismatch = [&](const std::string& what) { return str(what, " (model wants ", wanted(p), ")"); };
   const bool blob = t.dtype() == DType::U8 && t.dim() == 1;
   if (!blob && !is_float(t.dtype()))
-    return mismatch(str(shape_str(t.shape()), " ", dtype_name(t.dtype()), ": expected f32, bf16, f16 or a quantized weight"));
+    return mismatch(
+        str(shape_str(t.shape()), " ", dtype_name(t.dtype()), ": expected f32, bf16, f16 or a quantized weight"));
   const bool meta = p.data.defined() && p.data.device().type == DeviceType::Meta;
   if (blob) {
     const Tensor h = t.to(Device::host()).contiguous();
@@ -125,8 +133,10 @@ int64_t load_weights(ParamStore& store, const Checkpoint& ckpt, MissingWeights m
   for (const auto& p : store.all()) {
     const std::string name = newer ? new_layout_name(p->name) : p->name;
     if (!ckpt.contains(name)) {
-      if (p->role == ParamRole::LoraA || p->role == ParamRole::LoraB) init_lora(*p, 0);
-      else absent.push_back(name);
+      if (p->role == ParamRole::LoraA || p->role == ParamRole::LoraB)
+        init_lora(*p, 0);
+      else
+        absent.push_back(name);
       continue;
     }
     used.insert(name);
@@ -162,7 +172,9 @@ NamedTensors named_weights(const ParamStore& store) {
   return out;
 }
 
-bool is_lora(const Param& p) { return p.role == ParamRole::LoraA || p.role == ParamRole::LoraB; }
+bool is_lora(const Param& p) {
+  return p.role == ParamRole::LoraA || p.role == ParamRole::LoraB;
+}
 
 namespace {
 const std::string kPeftPrefix = "base_model.model.";
@@ -251,8 +263,9 @@ int64_t load_projector(ParamStore& store, const std::string& path) {
   };
   HR_CHECK(!(ends(".bin") || ends(".pt") || ends(".pth")), "[weights] ", path,
            " is a PyTorch pickle, which headroom does not read; convert it once with python3 -c \"import torch; "
-           "from safetensors.torch import save_file; save_file(torch.load('", path, "', map_location='cpu'), '",
-           path.substr(0, path.rfind('.')), ".safetensors')\" and name the .safetensors file");
+           "from safetensors.torch import save_file; save_file(torch.load('",
+           path, "', map_location='cpu'), '", path.substr(0, path.rfind('.')),
+           ".safetensors')\" and name the .safetensors file");
   const core::SafetensorsFile f = core::SafetensorsFile::open(path);
   std::map<std::string, std::string> wanted;  // projector parameter name -> tensor name in the file
   std::vector<std::string> unexpected;
@@ -260,13 +273,18 @@ int64_t load_projector(ParamStore& store, const std::string& path) {
     std::string k = n.rfind("model.", 0) == 0 ? n.substr(6) : n;
     if (k.rfind("mm_projector.", 0) == 0) {
       k = k.substr(13);
-      if (k.rfind("0.", 0) == 0) k = "linear_1." + k.substr(2);
-      else if (k.rfind("2.", 0) == 0) k = "linear_2." + k.substr(2);
-      else if (k == "weight" || k == "bias") k = "linear_1." + k;
+      if (k.rfind("0.", 0) == 0)
+        k = "linear_1." + k.substr(2);
+      else if (k.rfind("2.", 0) == 0)
+        k = "linear_2." + k.substr(2);
+      else if (k == "weight" || k == "bias")
+        k = "linear_1." + k;
       k = "multi_modal_projector." + k;
     }
-    if (k.rfind("multi_modal_projector.", 0) == 0) wanted[k] = n;
-    else unexpected.push_back(n);
+    if (k.rfind("multi_modal_projector.", 0) == 0)
+      wanted[k] = n;
+    else
+      unexpected.push_back(n);
   }
   std::vector<std::string> missing, misshaped;
   int64_t loaded = 0;
@@ -279,7 +297,8 @@ int64_t load_projector(ParamStore& store, const std::string& path) {
     }
     core::Tensor t = f.get(it->second);
     if (t.shape() != p->shape) {
-      misshaped.push_back(str(it->second, " ", core::shape_str(t.shape()), " (", p->name, " is ", core::shape_str(p->shape), ")"));
+      misshaped.push_back(
+          str(it->second, " ", core::shape_str(t.shape()), " (", p->name, " is ", core::shape_str(p->shape), ")"));
     } else {
       core::copy_(p->data, t);
       ++loaded;
@@ -292,8 +311,9 @@ int64_t load_projector(ParamStore& store, const std::string& path) {
     for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
     return s;
   };
-  HR_CHECK(missing.empty() && unexpected.empty() && misshaped.empty(), "[weights] ", path, ": not this model's projector;",
-           missing.empty() ? "" : " missing: " + list(missing) + ";", unexpected.empty() ? "" : " unexpected: " + list(unexpected) + ";",
+  HR_CHECK(missing.empty() && unexpected.empty() && misshaped.empty(), "[weights] ", path,
+           ": not this model's projector;", missing.empty() ? "" : " missing: " + list(missing) + ";",
+           unexpected.empty() ? "" : " unexpected: " + list(unexpected) + ";",
            misshaped.empty() ? "" : " mis-shaped: " + list(misshaped) + ";");
   return loaded;
 }

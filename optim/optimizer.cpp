@@ -52,7 +52,8 @@ NamedTensors Optimizer::state() const {
 
 void Optimizer::load_state(const Checkpoint& ckpt, int64_t steps) {
   for (auto& [name, t] : state()) {
-    HR_CHECK(ckpt.contains(name), "[optimizer] checkpoint has no state '", name, "' (was it saved with another "
+    HR_CHECK(ckpt.contains(name), "[optimizer] checkpoint has no state '", name,
+             "' (was it saved with another "
              "optimizer or another set of trainable parameters?)");
     Tensor src = ckpt.get(name);
     HR_CHECK(src.shape() == t.shape(), "[optimizer] state '", name, "' has shape ", shape_str(src.shape()),

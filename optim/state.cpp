@@ -30,8 +30,12 @@ OptimizerState OptimizerState::slice(int64_t begin, int64_t end) const {
 
 void OptimizerState::for_each(const std::function<void(const char*, const Tensor&)>& f) const {
   const std::pair<const char*, const Tensor*> all[] = {
-      {".master", &master},           {".exp_avg", &exp_avg},          {".momentum_buffer", &momentum_buffer},
-      {".exp_avg_sq_row", &exp_avg_sq_row}, {".exp_avg_sq", &exp_avg_sq}, {".exp_avg_sq_col", &exp_avg_sq_col},
+      {".master", &master},
+      {".exp_avg", &exp_avg},
+      {".momentum_buffer", &momentum_buffer},
+      {".exp_avg_sq_row", &exp_avg_sq_row},
+      {".exp_avg_sq", &exp_avg_sq},
+      {".exp_avg_sq_col", &exp_avg_sq_col},
   };
   for (const auto& [suffix, t] : all)
     if (t->defined()) f(suffix, *t);
@@ -69,7 +73,8 @@ void update(const OptimizerConfig& c, const Tensor& param, const Tensor& grad, c
                    {a.lr, c.beta1, c.beta2, c.eps, a.weight_decay, a.step, a.grad_scale});
       return;
     case OptimizerKind::SGD:
-      sgd_update(param, grad, s.master, s.momentum_buffer, {a.lr, c.momentum, a.weight_decay, a.grad_scale, c.nesterov});
+      sgd_update(param, grad, s.master, s.momentum_buffer,
+                 {a.lr, c.momentum, a.weight_decay, a.grad_scale, c.nesterov});
       return;
     case OptimizerKind::Adafactor: {
       AdafactorHyper h;

@@ -87,7 +87,9 @@ class Planned final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_single_process() { return std::make_unique<SingleProcess>(); }
+std::unique_ptr<Communicator> make_single_process() {
+  return std::make_unique<SingleProcess>();
+}
 std::unique_ptr<Communicator> make_planned(int world, int rank) {
   HR_CHECK(world >= 1 && rank >= 0 && rank < world, "[parallel] rank ", rank, " of world size ", world);
   return std::make_unique<Planned>(world, rank);
@@ -99,6 +101,8 @@ bool launched_by_mpi() {
   return false;
 }
 
-std::unique_ptr<Communicator> make_default() { return launched_by_mpi() ? make_mpi() : make_single_process(); }
+std::unique_ptr<Communicator> make_default() {
+  return launched_by_mpi() ? make_mpi() : make_single_process();
+}
 
 }  // namespace hr::parallel

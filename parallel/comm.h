@@ -39,7 +39,8 @@ class Communicator {
   // all_reduce, started and left running where the communicator can (MPI_Iallreduce); the default runs it to the
   // end at once.
   virtual std::unique_ptr<PendingCollective> all_reduce_start(const Tensor& t);
-  // all_gather, started and left running where the communicator can (MPI_Iallgather). Every rank starts its collectives in the same order, blocking ones included.
+  // all_gather, started and left running where the communicator can (MPI_Iallgather). Every rank starts its collectives
+  // in the same order, blocking ones included.
   virtual std::unique_ptr<PendingCollective> all_gather_start(const Tensor& in, const Tensor& out);
   // reduce_scatter, started and left running where the communicator can (MPI_Ireduce_scatter_block).
   virtual std::unique_ptr<PendingCollective> reduce_scatter_start(const Tensor& in, const Tensor& out);

@@ -9,15 +9,15 @@
 #include "core/dtype.h"
 #include "parallel/comm.h"
 
-#define HR_MPI_CHECK(call)                                                        \
-  do {                                                                            \
-    const int hr_mpi_rc_ = (call);                                                \
-    if (hr_mpi_rc_ != MPI_SUCCESS) {                                              \
-      char hr_mpi_msg_[MPI_MAX_ERROR_STRING];                                     \
-      int hr_mpi_len_ = 0;                                                        \
-      MPI_Error_string(hr_mpi_rc_, hr_mpi_msg_, &hr_mpi_len_);                    \
-      throw ::hr::Error(::hr::str("[mpi] ", #call, " failed: ", hr_mpi_msg_));    \
-    }                                                                             \
+#define HR_MPI_CHECK(call)                                                     \
+  do {                                                                         \
+    const int hr_mpi_rc_ = (call);                                             \
+    if (hr_mpi_rc_ != MPI_SUCCESS) {                                           \
+      char hr_mpi_msg_[MPI_MAX_ERROR_STRING];                                  \
+      int hr_mpi_len_ = 0;                                                     \
+      MPI_Error_string(hr_mpi_rc_, hr_mpi_msg_, &hr_mpi_len_);                 \
+      throw ::hr::Error(::hr::str("[mpi] ", #call, " failed: ", hr_mpi_msg_)); \
+    }                                                                          \
   } while (0)
 
 namespace hr::parallel {
@@ -127,12 +127,14 @@ class MpiComm final : public Communicator {
     check_host("reduce_scatter", in);
     check_blocks("reduce_scatter", in, out, world_);
     Inside inside(exposed_);
-    HR_MPI_CHECK(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), op(out), MPI_COMM_WORLD));
+    HR_MPI_CHECK(
+        MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), op(out), MPI_COMM_WORLD));
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
     check_host("all_gather", out);
     check_blocks("all_gather", out, in, world_);
-    const bool in_place = static_cast<char*>(in.data_ptr()) == static_cast<char*>(out.data_ptr()) + in.nbytes() * std::size_t(rank_);
+    const bool in_place =
+        static_cast<char*>(in.data_ptr()) == static_cast<char*>(out.data_ptr()) + in.nbytes() * std::size_t(rank_);
     Inside inside(exposed_);
     HR_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), count(in), type(in), out.data_ptr(), count(in),
                                type(out), MPI_COMM_WORLD));
@@ -141,13 +143,15 @@ class MpiComm final : public Communicator {
     check_host("all_reduce", t);
     auto pending = std::make_unique<MpiPending>(exposed_);
     Inside inside(exposed_);  // starting may move data too
-    HR_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), op(t), MPI_COMM_WORLD, pending->request()));
+    HR_MPI_CHECK(
+        MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), op(t), MPI_COMM_WORLD, pending->request()));
     return pending;
   }
   std::unique_ptr<PendingCollective> all_gather_start(const Tensor& in, const Tensor& out) override {
     check_host("all_gather", out);
     check_blocks("all_gather", out, in, world_);
-    const bool in_place = static_cast<char*>(in.data_ptr()) == static_cast<char*>(out.data_ptr()) + in.nbytes() * std::size_t(rank_);
+    const bool in_place =
+        static_cast<char*>(in.data_ptr()) == static_cast<char*>(out.data_ptr()) + in.nbytes() * std::size_t(rank_);
     auto pending = std::make_unique<MpiPending>(exposed_);
     Inside inside(exposed_);  // starting may move data too
     HR_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data_ptr(), count(in), type(in), out.data_ptr(), count(in),
@@ -200,12 +204,17 @@ class MpiComm final : public Communicator {
   }
   MPI_Datatype type(const Tensor& t) const {
     switch (t.dtype()) {
-      case DType::F32: return MPI_FLOAT;
+      case DType::F32:
+        return MPI_FLOAT;
       case DType::BF16:
-      case DType::F16: return half_;
-      case DType::I32: return MPI_INT32_T;
-      case DType::I64: return MPI_INT64_T;
-      case DType::U8: return MPI_UINT8_T;
+      case DType::F16:
+        return half_;
+      case DType::I32:
+        return MPI_INT32_T;
+      case DType::I64:
+        return MPI_INT64_T;
+      case DType::U8:
+        return MPI_UINT8_T;
     }
     return MPI_BYTE;
   }
@@ -223,7 +232,9 @@ class MpiComm final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi() { return std::make_unique<MpiComm>(); }
+std::unique_ptr<Communicator> make_mpi() {
+  return std::make_unique<MpiComm>();
+}
 
 void abort_all(int code) {
   int inited = 0, finalized = 0, world = 1;
@@ -250,6 +261,8 @@ std::string rank_prefix() {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   return world > 1 ? str("rank ", rank, ": ") : "";
 }
-bool have_mpi() { return true; }
+bool have_mpi() {
+  return true;
+}
 
 }  // namespace hr::parallel

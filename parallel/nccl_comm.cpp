@@ -18,17 +18,17 @@
 #include "core/memory/category.h"
 #include "parallel/comm.h"
 
-#define HR_NCCL_CHECK(call)                                                                          \
-  do {                                                                                               \
-    const ncclResult_t hr_nccl_rc_ = (call);                                                         \
-    if (hr_nccl_rc_ != ncclSuccess)                                                                  \
+#define HR_NCCL_CHECK(call)                                                                         \
+  do {                                                                                              \
+    const ncclResult_t hr_nccl_rc_ = (call);                                                        \
+    if (hr_nccl_rc_ != ncclSuccess)                                                                 \
       throw ::hr::Error(::hr::str("[nccl] ", #call, " failed: ", ncclGetErrorString(hr_nccl_rc_))); \
   } while (0)
-#define HR_CUDA_RT_CHECK(call)                                                                       \
-  do {                                                                                               \
-    const cudaError_t hr_cuda_rc_ = (call);                                                          \
-    if (hr_cuda_rc_ != cudaSuccess)                                                                  \
-      throw ::hr::Error(::hr::str("[cuda] ", #call, " failed: ", cudaGetErrorString(hr_cuda_rc_)));  \
+#define HR_CUDA_RT_CHECK(call)                                                                      \
+  do {                                                                                              \
+    const cudaError_t hr_cuda_rc_ = (call);                                                         \
+    if (hr_cuda_rc_ != cudaSuccess)                                                                 \
+      throw ::hr::Error(::hr::str("[cuda] ", #call, " failed: ", cudaGetErrorString(hr_cuda_rc_))); \
   } while (0)
 
 namespace hr::parallel {
@@ -39,12 +39,18 @@ namespace {
 
 ncclDataType_t nccl_type(const Tensor& t) {
   switch (t.dtype()) {
-    case DType::F32: return ncclFloat32;
-    case DType::BF16: return ncclBfloat16;
-    case DType::F16: return ncclFloat16;
-    case DType::I32: return ncclInt32;
-    case DType::I64: return ncclInt64;
-    case DType::U8: return ncclUint8;
+    case DType::F32:
+      return ncclFloat32;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::I32:
+      return ncclInt32;
+    case DType::I64:
+      return ncclInt64;
+    case DType::U8:
+      return ncclUint8;
   }
   return ncclUint8;
 }
@@ -183,10 +189,13 @@ class NcclComm final : public Communicator {
     if (on_host(t)) return on_bootstrap([&] { bootstrap_.broadcast(t, root); });
     check_device("broadcast", t);
     after_compute();
-    HR_NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), root, comm_, stream_));
+    HR_NCCL_CHECK(
+        ncclBroadcast(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), root, comm_, stream_));
     wait();
   }
-  void barrier() override { on_bootstrap([&] { bootstrap_.barrier(); }); }
+  void barrier() override {
+    on_bootstrap([&] { bootstrap_.barrier(); });
+  }
   double sum(double v) override {
     double out = 0;
     on_bootstrap([&] { out = bootstrap_.sum(v); });
@@ -220,7 +229,8 @@ class NcclComm final : public Communicator {
   void start_all_reduce(const Tensor& t) {
     check_device("all_reduce", t);
     after_compute();
-    HR_NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), ncclSum, comm_, stream_));
+    HR_NCCL_CHECK(
+        ncclAllReduce(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), ncclSum, comm_, stream_));
   }
   void start_all_gather(const Tensor& in, const Tensor& out) {
     check_device("all_gather", out);
@@ -285,6 +295,8 @@ class NcclComm final : public Communicator {
 std::unique_ptr<Communicator> make_nccl(Communicator& bootstrap, int device_index) {
   return std::make_unique<NcclComm>(bootstrap, device_index);
 }
-bool have_nccl() { return true; }
+bool have_nccl() {
+  return true;
+}
 
 }  // namespace hr::parallel

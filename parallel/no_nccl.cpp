@@ -4,9 +4,12 @@
 namespace hr::parallel {
 
 std::unique_ptr<Communicator> make_nccl(Communicator&, int) {
-  throw Error("[parallel] this build has no NCCL (it needs the CUDA toolkit and libnccl); device collectives "
-              "are unavailable");
+  throw Error(
+      "[parallel] this build has no NCCL (it needs the CUDA toolkit and libnccl); device collectives "
+      "are unavailable");
 }
-bool have_nccl() { return false; }
+bool have_nccl() {
+  return false;
+}
 
 }  // namespace hr::parallel

@@ -69,6 +69,8 @@ class StagedComm final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_staged(Communicator& via) { return std::make_unique<StagedComm>(via); }
+std::unique_ptr<Communicator> make_staged(Communicator& via) {
+  return std::make_unique<StagedComm>(via);
+}
 
 }  // namespace hr::parallel

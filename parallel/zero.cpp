@@ -49,8 +49,10 @@ int64_t shard_size(std::vector<Zero::Group::Segment>& segs, int world) {
 
 void validate(const ZeroOptions& z, const optim::OptimizerConfig& opt) {
   HR_CHECK(z.stage >= 0 && z.stage <= 3, "[config] memory.zero_stage ", z.stage, " is not one of: 0, 1, 2, 3, auto");
-  HR_CHECK(z.offload_params == Offload::None || z.stage == 3, "[config] memory.offload_params: cpu needs "
-           "memory.zero_stage: 3 (parameters are offloaded as ZeRO-3 shards); zero_stage is ", z.stage);
+  HR_CHECK(z.offload_params == Offload::None || z.stage == 3,
+           "[config] memory.offload_params: cpu needs "
+           "memory.zero_stage: 3 (parameters are offloaded as ZeRO-3 shards); zero_stage is ",
+           z.stage);
   HR_CHECK(!(opt.kind == OptimizerKind::Adafactor && (z.stage > 0 || z.offload_optimizer != Offload::None)),
            "[config] train.optimizer: adafactor keeps factored row/column moments that cannot be sharded; use "
            "adamw or sgd with memory.zero_stage > 0 or memory.offload_optimizer");
@@ -122,9 +124,13 @@ Zero::Zero(GroupedParams& model, Communicator& comm, const optim::OptimizerConfi
   model.set_hooks(this);
 }
 
-Zero::~Zero() { model_.set_hooks(nullptr); }
+Zero::~Zero() {
+  model_.set_hooks(nullptr);
+}
 
-int64_t Zero::steps() const { return local_ ? local_->steps() : steps_; }
+int64_t Zero::steps() const {
+  return local_ ? local_->steps() : steps_;
+}
 
 void Zero::set_lr_ratio(GroupKind kind, float ratio) {
   if (local_) return local_->set_lr_ratio(kind, ratio);
@@ -280,7 +286,8 @@ void Zero::step_group(Group& g, float lr, float grad_scale) {
     if (v == 0) continue;
     const int64_t end = seg.offset + v;
     optim::update(opt_, upd_param.slice(0, seg.offset, end), upd_grad.slice(0, seg.offset, end),
-                  g.state.slice(seg.offset, end), {lr * seg.lr_ratio, seg.decay ? opt_.weight_decay : 0.f, steps_, grad_scale});
+                  g.state.slice(seg.offset, end),
+                  {lr * seg.lr_ratio, seg.decay ? opt_.weight_decay : 0.f, steps_, grad_scale});
   }
   if (!upd_param.same_storage(dst)) {
     if (z_.stage == 3) {
@@ -325,7 +332,8 @@ namespace {
 // The old shard world of a set of files, checked against the number of files.
 int old_world(const std::vector<const Checkpoint*>& files, const char* what) {
   HR_CHECK(!files.empty(), "[checkpoint] no ", what, " shard files");
-  HR_CHECK(files[0]->contains("zero.shard_world"), "[checkpoint] ", what, " was not written by a sharded run "
+  HR_CHECK(files[0]->contains("zero.shard_world"), "[checkpoint] ", what,
+           " was not written by a sharded run "
            "(no zero.shard_world)");
   const int w = int(files[0]->get("zero.shard_world").to_ints().at(0));
   HR_CHECK(w == 1 || w == int(files.size()), "[checkpoint] ", what, " shards were written by ", w, " ranks but ",
@@ -346,7 +354,8 @@ void reshard(const Zero::Group& g, int new_rank, const Tensor& dst, const std::v
       const Checkpoint& f = *files[std::size_t(w_old == 1 ? 0 : q)];
       HR_CHECK(f.contains(name), "[checkpoint] the shard file of rank ", q, " has no tensor '", name, "'");
       Tensor src = f.get(name);
-      copy_(dst.slice(0, seg.offset + (e - start), seg.offset + (e - start) + run), src.slice(0, off_old + in_q, off_old + in_q + run));
+      copy_(dst.slice(0, seg.offset + (e - start), seg.offset + (e - start) + run),
+            src.slice(0, off_old + in_q, off_old + in_q + run));
       e += run;
     }
     off_old += s_old;
@@ -358,7 +367,8 @@ void reshard(const Zero::Group& g, int new_rank, const Tensor& dst, const std::v
 void Zero::load_state(const std::vector<const Checkpoint*>& files, int64_t steps) {
   if (local_) {
     HR_CHECK(files.size() == 1 && !files[0]->contains("zero.shard_world"),
-             "[checkpoint] the optimizer state was written by a sharded run (", files.size(), " shard files); this run "
+             "[checkpoint] the optimizer state was written by a sharded run (", files.size(),
+             " shard files); this run "
              "uses zero_stage 0 without offload, which loads a single optimizer.safetensors");
     local_->load_state(*files[0], steps);
     return;
@@ -370,15 +380,19 @@ void Zero::load_state(const std::vector<const Checkpoint*>& files, int64_t steps
       if (!g->trainable) continue;
       g->state.for_each([&](const char* suffix, const Tensor& t) {
         const std::string name = g->name + suffix;
-        if (files[0]->contains(name) || std::string(suffix) != ".master") reshard(*g, shard_rank_, t, files, name, w);
-        else if (g->params.defined()) copy_(t, g->params);  // written without master weights (an f32 run)
-        else pack(*g, shard_rank_, t, [](Param* p) { return p->data; });
+        if (files[0]->contains(name) || std::string(suffix) != ".master")
+          reshard(*g, shard_rank_, t, files, name, w);
+        else if (g->params.defined())
+          copy_(t, g->params);  // written without master weights (an f32 run)
+        else
+          pack(*g, shard_rank_, t, [](Param* p) { return p->data; });
       });
     }
   steps_ = steps;
 }
 
-core::NamedTensors Zero::consolidate(const std::vector<ParamGroup>& groups, const std::vector<const Checkpoint*>& files) {
+core::NamedTensors Zero::consolidate(const std::vector<ParamGroup>& groups,
+                                     const std::vector<const Checkpoint*>& files) {
   const int w = old_world(files, "parameter");
   NamedTensors out;
   for (const auto& mg : groups)
@@ -390,7 +404,8 @@ core::NamedTensors Zero::consolidate(const std::vector<ParamGroup>& groups, cons
       g.shard = shard_size(g.segs, 1);  // the full layout: one "rank" holding everything
       Tensor full = Tensor::empty({g.shard}, files[0]->get(part_name + ".params").dtype(), Device::host());
       reshard(g, 0, full, files, part_name + ".params", w);
-      for (const auto& seg : g.segs) out.emplace_back(seg.param->name, full.slice(0, seg.offset, seg.offset + seg.numel).view(seg.param->shape));
+      for (const auto& seg : g.segs)
+        out.emplace_back(seg.param->name, full.slice(0, seg.offset, seg.offset + seg.numel).view(seg.param->shape));
     }
   return out;
 }

@@ -28,10 +28,10 @@ namespace hr::parallel {
 enum class Offload : uint8_t { None, Cpu };
 
 struct ZeroOptions {
-  int stage = 0;                             // memory.zero_stage
+  int stage = 0;                              // memory.zero_stage
   Offload offload_optimizer = Offload::None;  // memory.offload_optimizer
   Offload offload_params = Offload::None;     // memory.offload_params (stage 3)
-  int64_t bucket_bytes = 25 << 20;           // parallel.bucket_size: gradient all-reduce buckets (stages 0, 1)
+  int64_t bucket_bytes = 25 << 20;            // parallel.bucket_size: gradient all-reduce buckets (stages 0, 1)
   int prefetch_groups = 1;  // parallel.prefetch_groups (stage 3): groups whose all-gather starts ahead of use
   // parallel.overlap_comm (DeepSpeed's overlap_comm): at stages 2-3 a group's gradient reduce-scatter runs while
   // the next group's backward computes, and is finished after it; at stages 0-1 the step's last micro-batch
@@ -97,9 +97,9 @@ class Zero final : public core::GroupHooks {
  private:
   // Runs the hooks of the groups of `pass` before `until` (-1: all that remain) that the model skipped.
   void catch_up(core::Pass pass, int until);
-  void use(int group, core::Pass pass);   // what before() does for a group
+  void use(int group, core::Pass pass);  // what before() does for a group
   std::string group_name(int group) const;
-  int open_slices_ = 0;  // group slices begun in a memory timeline and not yet ended
+  int open_slices_ = 0;                   // group slices begun in a memory timeline and not yet ended
   void done(int group, core::Pass pass);  // what after() does
   // Stage 3: start_gather allocates a group's parameters and its gather buffer and starts the all-gather;
   // finish_gather waits for it and unpacks. gather() is both at once. prefetch() starts the groups after
@@ -143,10 +143,10 @@ class Zero final : public core::GroupHooks {
   int shard_world_ = 1, shard_rank_ = 0;
   // By model group id: its parts (one, or a frozen and a trainable one), none for a group with nothing to shard.
   std::vector<std::vector<std::unique_ptr<Group>>> groups_;
-  std::unique_ptr<optim::Optimizer> local_;       // stage 0 without offload
-  std::vector<Group*> reducing_;                  // groups whose reduce-scatter is running (overlap_comm)
+  std::unique_ptr<optim::Optimizer> local_;  // stage 0 without offload
+  std::vector<Group*> reducing_;             // groups whose reduce-scatter is running (overlap_comm)
   struct Buckets;
-  std::unique_ptr<Buckets> buckets_;              // stages 0-1: the all-reduce during the last backward
+  std::unique_ptr<Buckets> buckets_;  // stages 0-1: the all-reduce during the last backward
   bool last_micro_ = false;
   Tensor uploading_;  // stage 3 with offload: the host copy of the group whose updated parameters are arriving
   int64_t steps_ = 0;

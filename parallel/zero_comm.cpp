@@ -41,7 +41,9 @@ void Zero::finish_gather(Group& g) {
   g.gathered = true;
 }
 
-void Zero::gather(Group& g) { finish_gather(g); }
+void Zero::gather(Group& g) {
+  finish_gather(g);
+}
 
 void Zero::prefetch(Pass pass, std::size_t position) {
   const std::vector<int>& order = model_.pass_order(pass);
@@ -101,7 +103,9 @@ void Zero::reduce_scatter_grads(Group& g) {
       Tensor gf = flat(seg.param->grad);
       for (int q = 0; q < W; ++q) {
         const int64_t v = Group::valid(seg, q);
-        if (v) copy_(whole.slice(0, q * g.shard + seg.offset, q * g.shard + seg.offset + v), gf.slice(0, q * seg.block, q * seg.block + v));
+        if (v)
+          copy_(whole.slice(0, q * g.shard + seg.offset, q * g.shard + seg.offset + v),
+                gf.slice(0, q * seg.block, q * seg.block + v));
       }
     }
     for (auto& seg : g.segs) seg.param->grad = Tensor();
@@ -208,8 +212,8 @@ void Zero::bucket_grads(int group) {
 void Zero::add_to_bucket(Param* p) {
   Buckets& b = *buckets_;
   const int64_t bytes = p->numel() * int64_t(dtype_size(p->dtype));
-  if (!b.filling.empty() && (b.filling[0]->dtype != p->dtype ||
-                             b.filling_elems * int64_t(dtype_size(p->dtype)) + bytes > z_.bucket_bytes))
+  if (!b.filling.empty() &&
+      (b.filling[0]->dtype != p->dtype || b.filling_elems * int64_t(dtype_size(p->dtype)) + bytes > z_.bucket_bytes))
     start_bucket();
   b.filling.push_back(p);
   b.filling_elems += p->numel();
@@ -239,7 +243,8 @@ void Zero::finish_bucket() {
   Buckets& b = *buckets_;
   if (b.flying.empty()) return;
   {
-    core::TraceSpan span("comm", "all_reduce wait gradients (", b.flying.size(), b.flying.size() == 1 ? " tensor)" : " tensors)");
+    core::TraceSpan span("comm", "all_reduce wait gradients (", b.flying.size(),
+                         b.flying.size() == 1 ? " tensor)" : " tensors)");
     b.op->wait();
     b.op.reset();
   }
@@ -251,7 +256,9 @@ void Zero::finish_bucket() {
   b.flying.clear();
 }
 
-void Zero::begin_micro_batch(bool last) { last_micro_ = last; }
+void Zero::begin_micro_batch(bool last) {
+  last_micro_ = last;
+}
 
 void Zero::finish_gradients() {
   finish_reductions();

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <algorithm>
-#include <unordered_map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/ops/copy.h"
@@ -31,16 +31,16 @@ struct Zero::Group {
   bool trainable = false;
   DType dtype = DType::F32;
   std::vector<Segment> segs;
-  int64_t shard = 0;               // elements of each rank's shard (the sum of the segments' blocks)
-  optim::OptimizerState state;     // (shard) f32 on the state device: master weights and moments
-  Tensor grads;                    // (shard) stage >= 2: this rank's reduced gradients
-  Tensor host_grads;               // (shard) stage >= 2 with offload: `grads`, sent to the host in the last backward
-  Tensor params;                   // (shard) stage 3: this rank's parameters (on the host with offload_params)
+  int64_t shard = 0;            // elements of each rank's shard (the sum of the segments' blocks)
+  optim::OptimizerState state;  // (shard) f32 on the state device: master weights and moments
+  Tensor grads;                 // (shard) stage >= 2: this rank's reduced gradients
+  Tensor host_grads;            // (shard) stage >= 2 with offload: `grads`, sent to the host in the last backward
+  Tensor params;                // (shard) stage 3: this rank's parameters (on the host with offload_params)
   bool gathered = false;
-  Tensor whole;                                  // (world x shard) stage 3: an all-gather started, not finished
-  std::unique_ptr<PendingCollective> pending;    // that all-gather, where it runs in the background
-  Tensor reduce_in, reduce_out;                  // stage >= 2: a reduce-scatter started, not finished
-  std::unique_ptr<PendingCollective> reducing;   // that reduce-scatter
+  Tensor whole;                                 // (world x shard) stage 3: an all-gather started, not finished
+  std::unique_ptr<PendingCollective> pending;   // that all-gather, where it runs in the background
+  Tensor reduce_in, reduce_out;                 // stage >= 2: a reduce-scatter started, not finished
+  std::unique_ptr<PendingCollective> reducing;  // that reduce-scatter
 
   // Elements of `seg` held by rank q of `world`.
   static int64_t valid(const Segment& seg, int q) {
@@ -50,15 +50,17 @@ struct Zero::Group {
 
 // Stages 0-1 with overlap_comm: the gradient buckets of the step's last backward.
 struct Zero::Buckets {
-  std::vector<Param*> filling;                  // gradients joining the next bucket
+  std::vector<Param*> filling;  // gradients joining the next bucket
   int64_t filling_elems = 0;
-  std::vector<Param*> flying;                   // the bucket whose all-reduce is running
-  Tensor buffer;                                // its packed gradients (a bucket of one is reduced in place)
+  std::vector<Param*> flying;  // the bucket whose all-reduce is running
+  Tensor buffer;               // its packed gradients (a bucket of one is reduced in place)
   std::unique_ptr<PendingCollective> op;
   std::unordered_map<const Param*, bool> done;  // bucketed this step: whether this rank had a gradient
 };
 
-inline Tensor flat(const Tensor& t) { return t.view({t.numel()}); }
+inline Tensor flat(const Tensor& t) {
+  return t.view({t.numel()});
+}
 
 // dst (S) <- the blocks of rank q taken from each parameter's full tensor `src(p)` (missing: left as is).
 template <typename F>
@@ -78,7 +80,9 @@ void unpack(const Zero::Group& g, int world, const Tensor& whole, F&& dst) {
     Tensor full = flat(dst(seg.param));
     for (int q = 0; q < world; ++q) {
       const int64_t v = Zero::Group::valid(seg, q);
-      if (v) copy_(full.slice(0, q * seg.block, q * seg.block + v), whole.slice(0, q * g.shard + seg.offset, q * g.shard + seg.offset + v));
+      if (v)
+        copy_(full.slice(0, q * seg.block, q * seg.block + v),
+              whole.slice(0, q * g.shard + seg.offset, q * g.shard + seg.offset + v));
     }
   }
 }

@@ -10,6 +10,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev libomp-dev  # the fuzz build (tests/fuzz): libFuzzer, ASan, UBSan, OpenMP for clang
+  clang-format-14  # scripts/format.sh: the one formatter version the test command checks the tree with
 )
 # The reference libraries the outputs are checked against (tests/py, run with Debian's /usr/bin/python3 or the
 # venv below): PyTorch's memory_viz reads the allocator snapshots (python3-torch also generates the golden

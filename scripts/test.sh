@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 scripts/setup.sh
+# The tree is formatted as .clang-format says (scripts/format.sh fixes it): checked first, it takes a second.
+scripts/format.sh --check
 if [[ "${1:-}" == --sanitize ]]; then
   shift
   exec scripts/sanitize.sh "$@"

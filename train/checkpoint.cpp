@@ -160,8 +160,8 @@ std::string model_weights_path(const std::string& dir) {
 }  // namespace
 
 static void write_checkpoint_files(const fs::path& tmp, const models::Llava& model, const parallel::Zero& zero,
-                                   const TrainerState& st, parallel::Communicator& comm,
-                                   const std::string& config_yaml, const HfSidecar& sidecar) {
+                                   const TrainerState& st, parallel::Communicator& comm, const std::string& config_yaml,
+                                   const HfSidecar& sidecar) {
   const int rank = comm.rank();
   if (rank == 0 && !zero.shards_parameters()) {
     save_model_weights(tmp.string(), models::named_weights(model.params()), sidecar.max_shard_bytes);
@@ -194,13 +194,15 @@ static void write_checkpoint_files(const fs::path& tmp, const models::Llava& mod
               {"optimizer_steps", zero.steps()},
               {"loader", {{"epoch", st.loader.epoch}, {"offset", st.loader.offset}}},
               {"loss_scaler",
-               {{"scale", st.scaler.scale}, {"iter", st.scaler.iter}, {"last_overflow", st.scaler.last_overflow},
+               {{"scale", st.scaler.scale},
+                {"iter", st.scaler.iter},
+                {"last_overflow", st.scaler.last_overflow},
                 {"hysteresis_left", st.scaler.hysteresis_left}}},
               {"skipped_steps", st.skipped_steps},
               {"world_size", comm.world()},
               {"zero_stage", zero.options().stage}};
-    for (const auto& [name, text] : {std::pair<const char*, std::string>{"trainer_state.json", j.dump(2) + "\n"},
-                                     {"config.yaml", config_yaml}}) {
+    for (const auto& [name, text] :
+         {std::pair<const char*, std::string>{"trainer_state.json", j.dump(2) + "\n"}, {"config.yaml", config_yaml}}) {
       AtomicFile f((tmp / name).string());
       f.write(text.data(), text.size());
       f.commit();
@@ -258,10 +260,11 @@ std::vector<const Checkpoint*> pointers(const std::vector<Checkpoint>& v) {
 
 bool load_adapters_in(const std::string& dir, models::Llava& model) {
   if (!fs::is_directory(dir)) return false;
-  std::string path = dir + "/adapter/adapter_model.safetensors";  // a checkpoint's adapters
+  std::string path = dir + "/adapter/adapter_model.safetensors";     // a checkpoint's adapters
   if (!fs::exists(path)) path = dir + "/adapter_model.safetensors";  // an adapter directory itself
   if (!fs::exists(path)) return false;
-  HR_CHECK(model.config().llm.lora.r > 0, "[checkpoint] ", dir, " holds LoRA adapters (adapter_model.safetensors): set "
+  HR_CHECK(model.config().llm.lora.r > 0, "[checkpoint] ", dir,
+           " holds LoRA adapters (adapter_model.safetensors): set "
            "lora.enable: true with the adapters' lora.r and lora.target_modules (adapter_config.json) to load them");
   models::load_adapters(model.params(), Checkpoint::open(path));
   return true;

@@ -25,7 +25,7 @@ struct TrainerState {
   optim::LossScaler::State scaler{65536.f, 0, -1, 2};
   int64_t skipped_steps = 0;
   int64_t optimizer_steps = 0;
-  int64_t oom_recoveries = 0;  // this run's, not saved
+  int64_t oom_recoveries = 0;          // this run's, not saved
   int world_size = 1, zero_stage = 0;  // of the run that wrote it
 };
 
@@ -66,7 +66,8 @@ void load_inference_weights(models::Llava& model, const std::string& path);
 TrainerState read_trainer_state(const std::string& dir);
 void load_model_weights(const std::string& dir, models::Llava& model);
 // Loads the LoRA adapters a directory holds (PEFT's adapter_model.safetensors, in its adapter/ as checkpoints
-// write them, or in itself) into the model; false when it has none. A directory with adapters and a model without them is an error saying which lora.* keys to set.
+// write them, or in itself) into the model; false when it has none. A directory with adapters and a model without them
+// is an error saying which lora.* keys to set.
 bool load_adapters_in(const std::string& dir, models::Llava& model);
 void load_optimizer_state(const std::string& dir, parallel::Zero& zero, int64_t optimizer_steps);
 

@@ -42,13 +42,20 @@ std::string cpu_name() {
 
 const char* isa_name(dnnl::cpu_isa isa) {
   switch (isa) {
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    default: return "other";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    case dnnl::cpu_isa::avx2_vnni:
+      return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "other";
   }
 }
 
@@ -103,9 +110,9 @@ int cmd_bench(const std::vector<std::string>& args) {
   const int world = comm->world(), rank = comm->rank();
   const std::string out_dir = load_config(p.config, p.sets, world).output_dir + "/bench";
   std::vector<std::string> sets = p.sets;
-  for (const std::string& s : {str("train.max_steps=", warmup + steps), std::string("train.eval_steps=0"),
-                               std::string("train.save_steps=0"), std::string("log.progress_bar=false"),
-                               str("run.output_dir=", out_dir)})
+  for (const std::string& s :
+       {str("train.max_steps=", warmup + steps), std::string("train.eval_steps=0"), std::string("train.save_steps=0"),
+        std::string("log.progress_bar=false"), str("run.output_dir=", out_dir)})
     sets.push_back(s);
   RunConfig c = load_config(p.config, sets, world);
   // A fresh directory: the memory log of an earlier bench there would be appended to, and its steps counted.
@@ -163,8 +170,9 @@ int cmd_bench(const std::vector<std::string>& args) {
       {"threads_per_rank", omp_get_max_threads()},
       {"precision", precision_name(c.precision)},
       {"stage", stage_name(c.stage)},
-      {"checkpointing", {{"vision", models::checkpoint_name(plan.config.vision_ckpt.kind)},
-                         {"llm", models::checkpoint_name(plan.config.llm_ckpt.kind)}}},
+      {"checkpointing",
+       {{"vision", models::checkpoint_name(plan.config.vision_ckpt.kind)},
+        {"llm", models::checkpoint_name(plan.config.llm_ckpt.kind)}}},
       {"zero_stage", plan.config.zero.stage},
       {"micro_batch_size", plan.config.micro_batch_size},
       {"gradient_accumulation_steps", plan.config.gradient_accumulation_steps},
@@ -174,13 +182,14 @@ int cmd_bench(const std::vector<std::string>& args) {
       {"learning_rate", c.learning_rate},
       {"warmup_steps", warmup},
       {"steps", int64_t(step_s.size())},
-      {"step_ms", {{"median", 1e3 * t},
-                   {"mean", 1e3 * mean},
-                   {"min", 1e3 * *std::min_element(step_s.begin(), step_s.end())},
-                   {"max", 1e3 * *std::max_element(step_s.begin(), step_s.end())}}},
+      {"step_ms",
+       {{"median", 1e3 * t},
+        {"mean", 1e3 * mean},
+        {"min", 1e3 * *std::min_element(step_s.begin(), step_s.end())},
+        {"max", 1e3 * *std::max_element(step_s.begin(), step_s.end())}}},
       // Rank 0's time standing still for collectives (what overlap did not hide), per step.
-      {"comm_exposed_ms", {{"median", 1e3 * median(exposed_s)},
-                           {"max", 1e3 * *std::max_element(exposed_s.begin(), exposed_s.end())}}},
+      {"comm_exposed_ms",
+       {{"median", 1e3 * median(exposed_s)}, {"max", 1e3 * *std::max_element(exposed_s.begin(), exposed_s.end())}}},
       {"tokens_per_step", median(tokens)},
       {"tokens_per_s", median(tokens) / t},
       {"model_gflop_per_step", model_flops / 1e9},

@@ -5,11 +5,11 @@
 #include <cstdio>
 
 #include "core/io/safetensors.h"
+#include "data/dataset.h"
+#include "data/loader.h"
 #include "models/llava.h"
 #include "models/model_spec.h"
 #include "models/weights.h"
-#include "data/dataset.h"
-#include "data/loader.h"
 #include "train/cli_args.h"
 #include "train/commands.h"
 #include "train/config.h"
@@ -25,7 +25,8 @@ namespace {
 Batch read_batch(const std::string& path) {
   SafetensorsFile f = SafetensorsFile::open(path);
   for (const char* need : {"input_ids", "labels"})
-    HR_CHECK(f.contains(need), "[debug grads] ", path, " has no '", need, "' tensor (needs input_ids, labels and "
+    HR_CHECK(f.contains(need), "[debug grads] ", path, " has no '", need,
+             "' tensor (needs input_ids, labels and "
              "optionally pixel_values)");
   Tensor ids = f.get("input_ids"), labels = f.get("labels");
   HR_CHECK(ids.dim() == 2 && labels.shape() == ids.shape(), "[debug grads] ", path, ": input_ids ",
@@ -43,7 +44,8 @@ Batch read_batch(const std::string& path) {
 
 int debug_batch(const std::vector<std::string>& args) {
   Parsed p = parse(args, "debug batch", {"--out", "--count"}, {"--eval"});
-  HR_CHECK(!p.config.empty() && p.options.count("--out"), "[debug batch] usage: headroom debug batch CONFIG --out "
+  HR_CHECK(!p.config.empty() && p.options.count("--out"),
+           "[debug batch] usage: headroom debug batch CONFIG --out "
            "B.safetensors [--count N] [--eval] [--set key=value ...]");
   p.sets.insert(p.sets.begin(), "train.global_batch_size=0");
   const RunConfig c = load_config(p.config, p.sets);
@@ -84,13 +86,21 @@ int cmd_debug(const std::vector<std::string>& args) {
       HR_CHECK(i + 1 < args.size(), "[debug grads] ", flag, " needs a value");
       return args[++i];
     };
-    if (args[i] == "--config") config = value("--config");
-    else if (args[i] == "--weights") weights = value("--weights");
-    else if (args[i] == "--batch") batch_path = value("--batch");
-    else if (args[i] == "--out") out = value("--out");
-    else if (args[i] == "--dtype") dtype = parse_dtype(value("--dtype"));
-    else if (args[i] == "--logits") logits = true;
-    else throw Error(str("[debug grads] unknown option '", args[i], "'; allowed: --config --weights --batch --out --dtype --logits"));
+    if (args[i] == "--config")
+      config = value("--config");
+    else if (args[i] == "--weights")
+      weights = value("--weights");
+    else if (args[i] == "--batch")
+      batch_path = value("--batch");
+    else if (args[i] == "--out")
+      out = value("--out");
+    else if (args[i] == "--dtype")
+      dtype = parse_dtype(value("--dtype"));
+    else if (args[i] == "--logits")
+      logits = true;
+    else
+      throw Error(str("[debug grads] unknown option '", args[i],
+                      "'; allowed: --config --weights --batch --out --dtype --logits"));
   }
   HR_CHECK(!config.empty() && !weights.empty() && !batch_path.empty() && !out.empty(),
            "[debug grads] --config, --weights, --batch and --out are all required");

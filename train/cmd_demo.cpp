@@ -54,8 +54,10 @@ int cmd_demo(const std::vector<std::string>& args) {
   HR_CHECK(!args.empty() && args[0] == "oom", "[demo] usage: headroom demo oom [--capacity BYTES]");
   std::size_t capacity = 64_MiB;
   for (std::size_t i = 1; i < args.size(); ++i) {
-    if (args[i] == "--capacity" && i + 1 < args.size()) capacity = parse_bytes(args[++i], "demo --capacity");
-    else throw Error(str("[demo] unknown option '", args[i], "'; allowed: --capacity BYTES"));
+    if (args[i] == "--capacity" && i + 1 < args.size())
+      capacity = parse_bytes(args[++i], "demo --capacity");
+    else
+      throw Error(str("[demo] unknown option '", args[i], "'; allowed: --capacity BYTES"));
   }
   return demo_oom(capacity);
 }

@@ -10,9 +10,9 @@
 #include "train/cli_args.h"
 #include "train/commands.h"
 #include "train/config.h"
-#include "train/planner.h"
 #include "train/engine.h"
 #include "train/generate.h"
+#include "train/planner.h"
 #include "train/trainer.h"
 
 namespace hr::train {
@@ -38,8 +38,8 @@ data::Example make_prompt(const RunConfig& c, const data::Tokenizer& tok, const 
   const models::LlavaConfig& m = c.model.config;
   std::vector<data::Turn> turns = history;
   turns.push_back({false, ""});
-  const data::Tokenized t = data::apply_template(c.chat_template, turns, tok, m.vision.tokens_per_image(),
-                                                 c.system_prompt, m.ignore_index);
+  const data::Tokenized t =
+      data::apply_template(c.chat_template, turns, tok, m.vision.tokens_per_image(), c.system_prompt, m.ignore_index);
   data::Example e;
   e.id = "prompt";
   e.prompt = t.prompt;

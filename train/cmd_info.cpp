@@ -16,8 +16,9 @@ int cmd_info(const std::vector<std::string>& args) {
   std::printf("headroom %s\n", kVersion);
   auto version = [](bool have, const char* v) { return have ? str(" (compiled against ", v, ")") : std::string(); };
   std::printf("  %s CUDA back-end%s\n", kHaveCuda ? "✓" : "✗", version(kHaveCuda, kCudaVersion).c_str());
-  std::printf("  %s cuDNN%s\n  %s NCCL%s\n  %s MPI\n", kHaveCudnn ? "✓" : "✗", version(kHaveCudnn, kCudnnVersion).c_str(),
-              kHaveNccl ? "✓" : "✗", version(kHaveNccl, kNcclVersion).c_str(), kHaveMpi ? "✓" : "✗");
+  std::printf("  %s cuDNN%s\n  %s NCCL%s\n  %s MPI\n", kHaveCudnn ? "✓" : "✗",
+              version(kHaveCudnn, kCudnnVersion).c_str(), kHaveNccl ? "✓" : "✗",
+              version(kHaveNccl, kNcclVersion).c_str(), kHaveMpi ? "✓" : "✗");
   const core::CudaInfo cuda = core::query_cuda(/*free_memory=*/true);
   if (kHaveCuda)
     std::printf("  CUDA runtime %s, driver %s\n", core::cuda_version_text(cuda.runtime_version).c_str(),

@@ -40,10 +40,13 @@ std::string with_commas(int64_t v) {
 int cmd_model(const std::vector<std::string>& args) {
   HR_CHECK(args.size() == 2 && args[0] == "info", "[model] usage: headroom model info PRESET|CONFIG.yaml");
   const std::string what = args[1];
-  const bool is_file = what.size() > 5 && (what.substr(what.size() - 5) == ".yaml" || what.substr(what.size() - 4) == ".yml");
+  const bool is_file =
+      what.size() > 5 && (what.substr(what.size() - 5) == ".yaml" || what.substr(what.size() - 4) == ".yml");
   ModelSpec spec;
-  if (is_file) spec = load_model_spec(what);
-  else spec.config = preset(what);
+  if (is_file)
+    spec = load_model_spec(what);
+  else
+    spec.config = preset(what);
   Llava model(spec.config, Device::meta(), spec.dtype);
   model.set_trainable(!spec.freeze_vision, !spec.freeze_projector, !spec.freeze_llm);
   std::map<std::string, int64_t> groups;
@@ -54,15 +57,16 @@ int cmd_model(const std::vector<std::string>& args) {
     groups[g] += p->count();
   }
   const LlavaConfig& c = spec.config;
-  std::printf("model %s: vision %lldx%lld (%lld layers, %lld px / %lld), projector %s, llm %lld layers x %lld "
-              "(%lld heads, %lld kv), vocab %lld\n",
-              c.name.c_str(), (long long)c.vision.hidden, (long long)c.vision.intermediate, (long long)c.vision.layers,
-              (long long)c.vision.image_size, (long long)c.vision.patch, projector_name(c.projector),
-              (long long)c.llm.layers, (long long)c.llm.hidden, (long long)c.llm.heads, (long long)c.llm.kv_heads,
-              (long long)c.llm.vocab);
+  std::printf(
+      "model %s: vision %lldx%lld (%lld layers, %lld px / %lld), projector %s, llm %lld layers x %lld "
+      "(%lld heads, %lld kv), vocab %lld\n",
+      c.name.c_str(), (long long)c.vision.hidden, (long long)c.vision.intermediate, (long long)c.vision.layers,
+      (long long)c.vision.image_size, (long long)c.vision.patch, projector_name(c.projector), (long long)c.llm.layers,
+      (long long)c.llm.hidden, (long long)c.llm.heads, (long long)c.llm.kv_heads, (long long)c.llm.vocab);
   std::printf("  %-32s %18s %12s\n", "module", "parameters", "bf16 bytes");
   for (const std::string& g : order)
-    std::printf("  %-32s %18s %12s\n", g.c_str(), with_commas(groups[g]).c_str(), format_bytes(2.0 * double(groups[g])).c_str());
+    std::printf("  %-32s %18s %12s\n", g.c_str(), with_commas(groups[g]).c_str(),
+                format_bytes(2.0 * double(groups[g])).c_str());
   const int64_t total = model.params().count(), trainable = model.params().count(true);
   std::printf("  %-32s %18s %12s\n", "total", with_commas(total).c_str(), format_bytes(2.0 * double(total)).c_str());
   std::printf("  %-32s %18s\n", "trainable", with_commas(trainable).c_str());

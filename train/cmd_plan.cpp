@@ -31,17 +31,20 @@ void write_trace_and_snapshot(const Plan& plan, const std::string& trace, const 
   Predictor pred(plan.config, plan.world, 0, plan.device.cuda ? core::Backend::CUDA : core::Backend::CPU);
   const Prediction p = pred.step(pred.worst_case(), &rec);
   if (!trace.empty()) {
-    write_file(trace, timeline.chrome_json(0, str("rank 0 (planned: dry run of the worst-case step on ", plan.device.name, ")")));
-    std::fprintf(out, "memory timeline of the dry run (%zu events) in %s: open it in ui.perfetto.dev\n", timeline.events(),
-                trace.c_str());
+    write_file(trace, timeline.chrome_json(
+                          0, str("rank 0 (planned: dry run of the worst-case step on ", plan.device.name, ")")));
+    std::fprintf(out, "memory timeline of the dry run (%zu events) in %s: open it in ui.perfetto.dev\n",
+                 timeline.events(), trace.c_str());
   }
   if (!snapshot.empty()) {
     const core::PeakState at = core::state_at_peak(rec.start, *p.requests);
     HR_ASSERT(at.peak_allocated == p.peak_allocated, "the replayed peak ", at.peak_allocated,
               " differs from the dry run's ", p.peak_allocated);
     write_file(snapshot, core::memviz_snapshot(at.state, at.history, plan.device.name));
-    std::fprintf(out, "allocator at the dry run's peak (%s allocated in %zu segments) in %s: open it in pytorch.org/memory_viz\n",
-                format_bytes(double(at.peak_allocated)).c_str(), at.state.segments.size(), snapshot.c_str());
+    std::fprintf(
+        out,
+        "allocator at the dry run's peak (%s allocated in %zu segments) in %s: open it in pytorch.org/memory_viz\n",
+        format_bytes(double(at.peak_allocated)).c_str(), at.state.segments.size(), snapshot.c_str());
   }
 }
 
@@ -64,11 +67,11 @@ int cmd_plan(const std::vector<std::string>& args) {
       if (run_device_of(c).type != core::DeviceType::CUDA || p.options.count("--capacity")) throw;
       std::string names;
       for (const std::string& n : device_preset_names()) names += (names.empty() ? "" : ", ") + n;
-      throw Error(str(e.what(), "\n[plan] device.type is ", c.device, ": to plan for a GPU this machine does not have, ",
-                      "name one with --device (", names, ")"));
+      throw Error(str(e.what(), "\n[plan] device.type is ", c.device,
+                      ": to plan for a GPU this machine does not have, ", "name one with --device (", names, ")"));
     }
   };
-  DevicePreset dev = p.options.count("--device") ? device_preset(p.options["--device"])
+  DevicePreset dev = p.options.count("--device")     ? device_preset(p.options["--device"])
                      : p.options.count("--capacity") ? device_preset("cpu")
                                                      : own_device();
   if (p.options.count("--capacity")) {
@@ -79,9 +82,13 @@ int cmd_plan(const std::vector<std::string>& args) {
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   if (p.flags.count("--max-micro-batch")) {
     Plan best = max_micro_batch(c, dev, world);
-    if (json) std::printf("%s", plan_json(best).c_str());
-    else if (!best.fits) std::printf("not even micro-batch 1 fits:\n%s", plan_table(best).c_str());
-    else std::printf("largest micro-batch that fits: %lld\n%s", (long long)best.config.micro_batch_size, plan_table(best).c_str());
+    if (json)
+      std::printf("%s", plan_json(best).c_str());
+    else if (!best.fits)
+      std::printf("not even micro-batch 1 fits:\n%s", plan_table(best).c_str());
+    else
+      std::printf("largest micro-batch that fits: %lld\n%s", (long long)best.config.micro_batch_size,
+                  plan_table(best).c_str());
     return best.fits ? 0 : 3;
   }
   Search s = search_plans(c, dev, world);
@@ -101,8 +108,8 @@ int cmd_plan(const std::vector<std::string>& args) {
     const auto fixes = suggest_fixes(plan.config, dev, world);
     if (fixes.empty()) std::printf("  none of the single changes tried fits (more ranks, a larger device?)\n");
     for (const Plan& f : fixes)
-      std::printf("  --set %s: peak %s, step %.3g s\n", f.decisions_changed.c_str(), format_bytes(double(f.total_predicted())).c_str(),
-                  f.time.total());
+      std::printf("  --set %s: peak %s, step %.3g s\n", f.decisions_changed.c_str(),
+                  format_bytes(double(f.total_predicted())).c_str(), f.time.total());
   }
   std::printf("planned in %.2f s\n", elapsed());
   return plan.fits ? 0 : 3;

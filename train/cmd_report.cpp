@@ -2,8 +2,8 @@
 // of it rendered by a headless Chromium where a page cannot be opened.
 #include <cctype>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "core/io/atomic_file.h"
@@ -58,17 +58,21 @@ int cmd_report(const std::vector<std::string>& args) {
   if (p.options.count("--png")) {
     const std::string png = p.options["--png"];
     const std::string browser = find_chromium();
-    HR_CHECK(!browser.empty(), "[report] --png renders the page with a headless Chromium, and none is on PATH "
-             "(Debian: apt-get install chromium); the HTML report is in ", out);
+    HR_CHECK(!browser.empty(),
+             "[report] --png renders the page with a headless Chromium, and none is on PATH "
+             "(Debian: apt-get install chromium); the HTML report is in ",
+             out);
     std::filesystem::remove(png);  // an old picture must not pass for a new one
     // The window as tall as the page: about 330 px a section, 200 for the title and the margins.
     int64_t sections = 0;
-    for (std::size_t at = html.find("<section"); at != std::string::npos; at = html.find("<section", at + 1)) ++sections;
-    const std::string cmd = str(browser, " --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1000,",
-                                200 + 330 * sections, " --screenshot=", shell_quote(std::filesystem::absolute(png).string()), " ",
-                                shell_quote(file_url(std::filesystem::absolute(out).string())), " >/dev/null 2>&1");
-    HR_CHECK(std::system(cmd.c_str()) == 0 && std::filesystem::exists(png), "[report] ", browser,
-             " could not render ", out, " to ", png);
+    for (std::size_t at = html.find("<section"); at != std::string::npos; at = html.find("<section", at + 1))
+      ++sections;
+    const std::string cmd =
+        str(browser, " --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1000,",
+            200 + 330 * sections, " --screenshot=", shell_quote(std::filesystem::absolute(png).string()), " ",
+            shell_quote(file_url(std::filesystem::absolute(out).string())), " >/dev/null 2>&1");
+    HR_CHECK(std::system(cmd.c_str()) == 0 && std::filesystem::exists(png), "[report] ", browser, " could not render ",
+             out, " to ", png);
     std::printf("picture: %s\n", png.c_str());
   }
   return 0;

@@ -19,10 +19,10 @@
 #include "train/cli_args.h"
 #include "train/commands.h"
 #include "train/config.h"
-#include "train/planner.h"
 #include "train/engine.h"
 #include "train/evaluate.h"
 #include "train/llava_args.h"
+#include "train/planner.h"
 #include "train/trainer.h"
 
 namespace hr::train {
@@ -85,7 +85,8 @@ HfSidecar sidecar_of(const std::string& dir, const RunConfig& c) {
   if (std::filesystem::is_regular_file(cfg)) {
     const auto j = nlohmann::json::parse(std::ifstream(cfg), nullptr, false);
     if (j.is_object() && j.contains("text_config"))
-      side.tokens = {j["text_config"].value("bos_token_id", int64_t(1)), j["text_config"].value("eos_token_id", int64_t(2)),
+      side.tokens = {j["text_config"].value("bos_token_id", int64_t(1)),
+                     j["text_config"].value("eos_token_id", int64_t(2)),
                      j["text_config"].value("pad_token_id", int64_t(0))};
   }
   return side;
@@ -99,7 +100,8 @@ int lora_merge(const std::vector<std::string>& args) {
   HR_CHECK(std::filesystem::exists(dir + "/config.yaml"), "[lora merge] ", dir,
            "/config.yaml is missing (is this a checkpoint-STEP directory?)");
   const RunConfig c = load_config(dir + "/config.yaml", {}, read_trainer_state(dir).world_size);
-  HR_CHECK(c.lora_enable, "[lora merge] ", dir, " is not a LoRA run's checkpoint (its config.yaml has lora.enable: false)");
+  HR_CHECK(c.lora_enable, "[lora merge] ", dir,
+           " is not a LoRA run's checkpoint (its config.yaml has lora.enable: false)");
   std::string why;
   HR_CHECK(models::hf_expressible(c.model.config, &why), "[lora merge] ", out, ": ", why);
   // The model as it trained (ZeRO-3 shards are laid out by its parameters); a quantized base (lora.base_bits) is
@@ -126,7 +128,8 @@ int lora_merge(const std::vector<std::string>& args) {
     core::Param* b = store.find(layer + ".lora_B.weight");
     HR_ASSERT(w && b, "adapter ", a->name, " without its layer or its B");
     // In f32, then back to the model precision: (out, r) @ (r, in).
-    const core::Tensor delta = core::matmul_forward(core::cast(b->data, core::DType::F32), core::cast(a->data, core::DType::F32));
+    const core::Tensor delta =
+        core::matmul_forward(core::cast(b->data, core::DType::F32), core::cast(a->data, core::DType::F32));
     core::Tensor sum = core::cast(w->data, core::DType::F32);
     core::add_(sum, delta, s);
     core::copy_(w->data, sum);
@@ -137,13 +140,14 @@ int lora_merge(const std::vector<std::string>& args) {
   models::write_hf_config(out, c.model.config, store.dtype(), side.tokens);
   write_hf_sidecar(out, side);
   save_model_weights(out, models::named_weights(store), c.max_shard_bytes);
-  std::printf("wrote %s: %lld adapted layers merged (W += %g x B A), %lld parameters in the llava-hf layout, with "
-              "config.json and the tokenizer and preprocessor files\n", out.c_str(), (long long)merged, double(s),
-              (long long)store.count() - [&] {
-                int64_t n = 0;
-                for (const auto& q : store.all()) n += models::is_lora(*q) ? q->numel() : 0;
-                return n;
-              }());
+  std::printf(
+      "wrote %s: %lld adapted layers merged (W += %g x B A), %lld parameters in the llava-hf layout, with "
+      "config.json and the tokenizer and preprocessor files\n",
+      out.c_str(), (long long)merged, double(s), (long long)store.count() - [&] {
+        int64_t n = 0;
+        for (const auto& q : store.all()) n += models::is_lora(*q) ? q->numel() : 0;
+        return n;
+      }());
   return 0;
 }
 
@@ -155,7 +159,8 @@ int cmd_lora(const std::vector<std::string>& args) {
 }
 
 int cmd_ckpt(const std::vector<std::string>& args) {
-  HR_CHECK(!args.empty() && args[0] == "consolidate", "[ckpt] usage: headroom ckpt consolidate DIR [--out FILE | --out OUT_DIR/]");
+  HR_CHECK(!args.empty() && args[0] == "consolidate",
+           "[ckpt] usage: headroom ckpt consolidate DIR [--out FILE | --out OUT_DIR/]");
   Parsed p = parse({args.begin() + 1, args.end()}, "ckpt consolidate", {"--out"}, {});
   HR_CHECK(!p.config.empty(), "[ckpt consolidate] the checkpoint directory is required");
   const std::string dir = p.config;
@@ -176,8 +181,10 @@ int cmd_ckpt(const std::vector<std::string>& args) {
     models::write_hf_config(out, c.model.config, model->params().dtype(), side.tokens);
     write_hf_sidecar(out, side);
     consolidate_checkpoint(dir, *model, out, true, c.max_shard_bytes);
-    std::printf("wrote %s (%lld parameters in the llava-hf layout) with config.json, generation_config.json and the "
-                "tokenizer and preprocessor files beside it\n", out.c_str(), (long long)model->params().count());
+    std::printf(
+        "wrote %s (%lld parameters in the llava-hf layout) with config.json, generation_config.json and the "
+        "tokenizer and preprocessor files beside it\n",
+        out.c_str(), (long long)model->params().count());
     return 0;
   }
   consolidate_checkpoint(dir, *model, out);
@@ -202,8 +209,9 @@ int cmd_eval(const std::vector<std::string>& args) {
   EvalResult r = evaluate(*model, eval_set, {c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows});
   std::printf("eval loss %.4f | accuracy %.2f%% over %lld samples\n", r.loss, 100.0 * r.accuracy, (long long)r.samples);
   for (const auto& [type, ct] : r.by_type)
-    std::printf("  %-10s %.2f%% (%lld/%lld)\n", type.c_str(), 100.0 * double(ct.first) / double(std::max<int64_t>(ct.second, 1)),
-                (long long)ct.first, (long long)ct.second);
+    std::printf("  %-10s %.2f%% (%lld/%lld)\n", type.c_str(),
+                100.0 * double(ct.first) / double(std::max<int64_t>(ct.second, 1)), (long long)ct.first,
+                (long long)ct.second);
   if (p.options.count("--predictions")) {
     const std::string path = p.options["--predictions"];
     std::ofstream f(path);

@@ -1,18 +1,17 @@
 // Run configuration: schema, overrides, validation, derived values.
 #include "train/config.h"
-#include "train/deepspeed.h"
-
-#include <yaml-cpp/yaml.h>
 
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
 
-#include "core/suggest.h"
 #include "core/check.h"
+#include "core/suggest.h"
+#include "train/deepspeed.h"
 
 namespace hr::train {
 
@@ -29,13 +28,14 @@ namespace {
 void check_batch_bounds(const RunConfig& c, int world) {
   const auto& m = c.model.config;
   int64_t tokens = 0, per_step = 0, pixels = 0, images = 0, bytes = 0;
-  const bool overflow = __builtin_mul_overflow(c.micro_batch_size, c.max_seq_len, &tokens) ||
-                        __builtin_mul_overflow(c.micro_batch_size, c.gradient_accumulation_steps, &per_step) ||
-                        __builtin_mul_overflow(per_step, int64_t(world), &per_step) ||
-                        __builtin_mul_overflow(c.micro_batch_size, c.max_images_per_sample, &images) ||
-                        __builtin_mul_overflow(images, m.vision.channels * m.vision.image_size * m.vision.image_size, &pixels) ||
-                        __builtin_mul_overflow(tokens, int64_t(16), &bytes) || pixels > INT64_MAX / 4 ||
-                        __builtin_add_overflow(bytes, pixels * 4, &bytes);
+  const bool overflow =
+      __builtin_mul_overflow(c.micro_batch_size, c.max_seq_len, &tokens) ||
+      __builtin_mul_overflow(c.micro_batch_size, c.gradient_accumulation_steps, &per_step) ||
+      __builtin_mul_overflow(per_step, int64_t(world), &per_step) ||
+      __builtin_mul_overflow(c.micro_batch_size, c.max_images_per_sample, &images) ||
+      __builtin_mul_overflow(images, m.vision.channels * m.vision.image_size * m.vision.image_size, &pixels) ||
+      __builtin_mul_overflow(tokens, int64_t(16), &bytes) || pixels > INT64_MAX / 4 ||
+      __builtin_add_overflow(bytes, pixels * 4, &bytes);
   HR_CHECK(!overflow, "[config] train.micro_batch_size ", c.micro_batch_size, " with max_seq_len ", c.max_seq_len,
            ", gradient_accumulation_steps ", c.gradient_accumulation_steps, " and world size ", world,
            ": the batch's sizes overflow 64 bits");
@@ -100,7 +100,8 @@ Setter flag(bool RunConfig::*f) {
   return [=](RunConfig& c, const YAML::Node& n, const std::string& key) { c.*f = get<bool>(n, key, "true or false"); };
 }
 Setter text(std::string RunConfig::*f) {
-  return [=](RunConfig& c, const YAML::Node& n, const std::string& key) { c.*f = get<std::string>(n, key, "a string"); };
+  return
+      [=](RunConfig& c, const YAML::Node& n, const std::string& key) { c.*f = get<std::string>(n, key, "a string"); };
 }
 
 Precision parse_precision(const std::string& s) {
@@ -149,16 +150,22 @@ std::vector<Key> run_device_model_keys() {
   return {
       {"run.output_dir", "runs/default", text(&RunConfig::output_dir)},
       {"run.seed", "42",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.seed = get<uint64_t>(n, k, "a non-negative integer"); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.seed = get<uint64_t>(n, k, "a non-negative integer");
+       }},
       {"device.type", "cpu",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          c.device = get<std::string>(n, k, "a string");
          if (c.device != "cpu" && c.device.rfind("cuda", 0) != 0) bad_value(k, n, "one of: cpu, cuda, cuda:N");
        }},
       {"device.memory_limit", "0",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.memory_limit = parse_bytes(get<std::string>(n, k, "a size"), k); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.memory_limit = parse_bytes(get<std::string>(n, k, "a size"), k);
+       }},
       {"device.threads", "0",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.threads = int(get<int64_t>(n, k, "an integer")); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.threads = int(get<int64_t>(n, k, "an integer"));
+       }},
       {"model.weights", "''", text(&RunConfig::init_weights)},
   };
 }
@@ -179,7 +186,9 @@ std::vector<Key> data_keys() {
          if (!(c.synth_captions >= 0 && c.synth_captions <= 1)) bad_value(k, n, "a fraction in [0, 1]");
        }},
       {"data.synthetic.seed", "0",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.synth_seed = get<uint64_t>(n, k, "a non-negative integer"); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.synth_seed = get<uint64_t>(n, k, "a non-negative integer");
+       }},
       {"data.template", "vicuna_v1", choice(&RunConfig::chat_template, data::parse_template)},
       {"data.system_prompt", "default",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
@@ -187,7 +196,9 @@ std::vector<Key> data_keys() {
          c.system_prompt = s;
        }},
       {"data.tokenizer", "auto",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.tokenizer = get<std::string>(n, k, "a string"); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.tokenizer = get<std::string>(n, k, "a string");
+       }},
       {"data.image_aspect_ratio", "pad", choice(&RunConfig::aspect, data::parse_aspect)},
       {"data.max_seq_len", "2048", i64(&RunConfig::max_seq_len, 2)},
       {"data.group_by_modality_length", "false", flag(&RunConfig::group_by_modality_length)},
@@ -196,9 +207,13 @@ std::vector<Key> data_keys() {
       {"data.allow_outside_image_folder", "false", flag(&RunConfig::allow_outside_image_folder)},
       {"data.max_images_per_sample", "1", i64(&RunConfig::max_images_per_sample, 0)},
       {"data.num_workers", "2",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.num_workers = int(get<int64_t>(n, k, "an integer")); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.num_workers = int(get<int64_t>(n, k, "an integer"));
+       }},
       {"data.prefetch", "16",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.prefetch = int(get<int64_t>(n, k, "an integer")); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.prefetch = int(get<int64_t>(n, k, "an integer"));
+       }},
       {"data.on_bad_sample", "skip", choice(&RunConfig::on_bad_sample, data::parse_on_bad_sample)},
       {"train.on_nonfinite", "stop", choice(&RunConfig::on_nonfinite, parse_on_nonfinite)},
   };
@@ -217,7 +232,9 @@ std::vector<Key> train_keys() {
       {"train.global_batch_size", "0", i64(&RunConfig::global_batch_size, 0)},
       {"train.max_steps", "0", i64(&RunConfig::max_steps, 0)},
       {"train.num_train_epochs", "1",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.num_train_epochs = get<double>(n, k, "a number"); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.num_train_epochs = get<double>(n, k, "a number");
+       }},
       {"train.optimizer", "adamw",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          try {
@@ -230,15 +247,23 @@ std::vector<Key> train_keys() {
       {"train.mm_vision_tower_lr", "0", f32(&RunConfig::vision_lr, 0.f)},
       {"train.mm_projector_lr", "0", f32(&RunConfig::projector_lr, 0.f)},
       {"train.weight_decay", "0",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.optimizer.weight_decay = get<float>(n, k, "a number"); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.optimizer.weight_decay = get<float>(n, k, "a number");
+       }},
       {"train.adam_beta1", "0.9",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.optimizer.beta1 = get<float>(n, k, "a number"); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.optimizer.beta1 = get<float>(n, k, "a number");
+       }},
       {"train.adam_beta2", "0.999",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.optimizer.beta2 = get<float>(n, k, "a number"); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.optimizer.beta2 = get<float>(n, k, "a number");
+       }},
       {"train.adam_epsilon", "1e-8",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.optimizer.eps = get<float>(n, k, "a number"); }},
       {"train.momentum", "0.9",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.optimizer.momentum = get<float>(n, k, "a number"); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.optimizer.momentum = get<float>(n, k, "a number");
+       }},
       {"train.lr_scheduler_type", "cosine", choice(&RunConfig::scheduler, optim::parse_schedule)},
       {"train.warmup_ratio", "0", f32(&RunConfig::warmup_ratio, 0.f)},
       {"train.warmup_steps", "-1", i64(&RunConfig::warmup_steps, -1)},
@@ -278,16 +303,21 @@ std::vector<Key> memory_parallel_log_keys() {
       {"memory.loss_scale.initial", "65536", f32(&RunConfig::loss_scale_initial, 1.f)},
       {"memory.loss_scale.window", "1000", i64(&RunConfig::loss_scale_window, 1)},
       {"memory.loss_scale.hysteresis", "2",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.loss_scale_hysteresis = int(get<int64_t>(n, k, "an integer")); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.loss_scale_hysteresis = int(get<int64_t>(n, k, "an integer"));
+       }},
       {"memory.loss_scale.min", "1", f32(&RunConfig::loss_scale_min, 0.f)},
       {"memory.ce_chunk_rows", "0", i64(&RunConfig::ce_chunk_rows, 0)},
       {"memory.leak_window", "50", i64(&RunConfig::leak_window, 2)},
       {"memory.zero_stage", "0",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          const std::string s = get<std::string>(n, k, "a string");
-         if (s == "auto") c.zero_auto = true;
-         else if (s.size() == 1 && s[0] >= '0' && s[0] <= '3') c.zero.stage = s[0] - '0', c.zero_auto = false;
-         else bad_value(k, n, "one of: 0, 1, 2, 3, auto");
+         if (s == "auto")
+           c.zero_auto = true;
+         else if (s.size() == 1 && s[0] >= '0' && s[0] <= '3')
+           c.zero.stage = s[0] - '0', c.zero_auto = false;
+         else
+           bad_value(k, n, "one of: 0, 1, 2, 3, auto");
        }},
       {"memory.offload_optimizer", "none",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
@@ -304,10 +334,14 @@ std::vector<Key> memory_parallel_log_keys() {
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          const std::string s = get<std::string>(n, k, "a string");
          c.allocator_auto = s == "auto";
-         if (s == "caching") c.allocator = core::AllocatorKind::Caching;
-         else if (s == "expandable") c.allocator = core::AllocatorKind::Expandable;
-         else if (s == "planned" || s == "auto") c.allocator = core::AllocatorKind::Planned;
-         else bad_value(k, n, "one of: caching, expandable, planned, auto");
+         if (s == "caching")
+           c.allocator = core::AllocatorKind::Caching;
+         else if (s == "expandable")
+           c.allocator = core::AllocatorKind::Expandable;
+         else if (s == "planned" || s == "auto")
+           c.allocator = core::AllocatorKind::Planned;
+         else
+           bad_value(k, n, "one of: caching, expandable, planned, auto");
        }},
       {"memory.on_oom", "fail",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
@@ -317,8 +351,10 @@ std::vector<Key> memory_parallel_log_keys() {
        }},
       {"memory.trace_steps", "[]",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         if (n.IsScalar()) c.trace_steps = {get<int64_t>(n, k, "a step number or a list of them")};
-         else c.trace_steps = get<std::vector<int64_t>>(n, k, "a list of step numbers");
+         if (n.IsScalar())
+           c.trace_steps = {get<int64_t>(n, k, "a step number or a list of them")};
+         else
+           c.trace_steps = get<std::vector<int64_t>>(n, k, "a list of step numbers");
          for (int64_t s : c.trace_steps)
            if (s < 1) bad_value(k, n, "a list of step numbers >= 1");
        }},
@@ -337,7 +373,9 @@ std::vector<Key> memory_parallel_log_keys() {
          if (c.zero.bucket_bytes <= 0) bad_value(k, n, "a positive size");
        }},
       {"parallel.overlap_comm", "true",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.zero.overlap_comm = get<bool>(n, k, "true or false"); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.zero.overlap_comm = get<bool>(n, k, "true or false");
+       }},
       {"parallel.backend", "nccl",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          const std::string s = get<std::string>(n, k, "a string");
@@ -358,12 +396,16 @@ std::vector<Key> memory_parallel_log_keys() {
       {"log.report_to", "none",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          std::vector<std::string> names;
-         if (n.IsSequence()) names = get<std::vector<std::string>>(n, k, "a list of names");
-         else names = {get<std::string>(n, k, "a name or a list of names")};
+         if (n.IsSequence())
+           names = get<std::vector<std::string>>(n, k, "a list of names");
+         else
+           names = {get<std::string>(n, k, "a name or a list of names")};
          c.tensorboard = false;
          for (const std::string& s : names) {
-           if (s == "tensorboard" || s == "all") c.tensorboard = true;
-           else if (s != "none") bad_value(k, n, "tensorboard, all, none, or a list of them");
+           if (s == "tensorboard" || s == "all")
+             c.tensorboard = true;
+           else if (s != "none")
+             bad_value(k, n, "tensorboard, all, none, or a list of them");
          }
        }},
       {"log.tensorboard_dir", "''", text(&RunConfig::tensorboard_dir)},
@@ -392,10 +434,13 @@ std::vector<Key> lora_keys() {
       // LLaVA's find_all_linear_names: every linear layer of the language model but lm_head.
       {"lora.target_modules", "all-linear",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         const std::vector<std::string> all = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+         const std::vector<std::string> all = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                               "gate_proj", "up_proj", "down_proj"};
          std::vector<std::string> names;
-         if (n.IsSequence()) names = get<std::vector<std::string>>(n, k, "a list of layer names");
-         else names = {get<std::string>(n, k, "all-linear or a list of layer names")};
+         if (n.IsSequence())
+           names = get<std::vector<std::string>>(n, k, "a list of layer names");
+         else
+           names = {get<std::string>(n, k, "all-linear or a list of layer names")};
          if (names == std::vector<std::string>{"all-linear"}) names = all;
          for (const std::string& s : names)
            if (std::find(all.begin(), all.end(), s) == all.end())
@@ -421,7 +466,9 @@ std::vector<Key> lora_keys() {
          c.lora.quant_type = core::parse_quant_type(s);
        }},
       {"lora.double_quant", "true",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.lora.double_quant = get<bool>(n, k, "true or false"); }},
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.lora.double_quant = get<bool>(n, k, "true or false");
+       }},
   };
 }
 
@@ -448,13 +495,16 @@ std::vector<std::string> all_paths() {
 }
 
 // Visits every leaf of `node` outside `model` (the model section has its own parser, except model.weights).
-void walk(const YAML::Node& node, const std::string& prefix, const std::function<void(const std::string&, const YAML::Node&)>& f) {
+void walk(const YAML::Node& node, const std::string& prefix,
+          const std::function<void(const std::string&, const YAML::Node&)>& f) {
   for (const auto& kv : node) {
     const std::string key = prefix.empty() ? kv.first.as<std::string>() : prefix + "." + kv.first.as<std::string>();
     if (key == "model") continue;
     // memory.gradient_checkpointing may be a scalar (both groups) or a map per group.
-    if (kv.second.IsMap()) walk(kv.second, key, f);
-    else f(key, kv.second);
+    if (kv.second.IsMap())
+      walk(kv.second, key, f);
+    else
+      f(key, kv.second);
   }
 }
 
@@ -496,7 +546,9 @@ YAML::Node lookup(const YAML::Node& root, const std::string& path) {
   }
 }
 
-bool has_path(const YAML::Node& root, const std::string& path) { return lookup(root, path).IsDefined(); }
+bool has_path(const YAML::Node& root, const std::string& path) {
+  return lookup(root, path).IsDefined();
+}
 
 constexpr int64_t kMaxConfigNodes = 100'000;  // a real config has hundreds; aliases can make a tree look endless
 
@@ -504,7 +556,8 @@ constexpr int64_t kMaxConfigNodes = 100'000;  // a real config has hundreds; ali
 // whole section. Every mapping key must be a scalar that appears once; a repeat names both lines. Aliased
 // subtrees are visited once per use: the node budget stops an alias bomb before anything copies it.
 void check_keys(const YAML::Node& node, const std::string& prefix, const std::string& where, int64_t& budget) {
-  HR_CHECK(--budget >= 0, "[config] ", where, ": more than ", kMaxConfigNodes, " YAML nodes (aliases nested too deep?)");
+  HR_CHECK(--budget >= 0, "[config] ", where, ": more than ", kMaxConfigNodes,
+           " YAML nodes (aliases nested too deep?)");
   if (node.IsSequence()) {
     for (const YAML::Node& item : node) check_keys(item, prefix, where, budget);
     return;
@@ -543,8 +596,12 @@ const std::vector<YAML::Node>& default_nodes() {
 
 }  // namespace
 
-const char* precision_name(Precision p) { return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16"; }
-const char* stage_name(Stage s) { return s == Stage::Pretrain ? "pretrain" : s == Stage::Finetune ? "finetune" : "full"; }
+const char* precision_name(Precision p) {
+  return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16";
+}
+const char* stage_name(Stage s) {
+  return s == Stage::Pretrain ? "pretrain" : s == Stage::Finetune ? "finetune" : "full";
+}
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
   if (path.empty()) return load_config_text("", "(defaults)", overrides, world_size);
@@ -593,7 +650,8 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
     check_keys(value, o.substr(0, eq), "--set " + o, budget);
     set_path(root, o.substr(0, eq), value);
   }
-  static const std::vector<std::string> sections = {"run", "device", "model", "data", "train", "memory", "parallel", "log", "lora"};
+  static const std::vector<std::string> sections = {"run",    "device",   "model", "data", "train",
+                                                    "memory", "parallel", "log",   "lora"};
   for (const auto& kv : root) {
     const std::string s = kv.first.as<std::string>();
     if (std::find(sections.begin(), sections.end(), s) == sections.end())
@@ -613,7 +671,8 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
     const Key* k = find_key(key);
     if (!k) {
       const std::string close = closest_match(key, paths);
-      throw Error(str("[config] ", where, ": unknown key '", key, "'", close.empty() ? "" : "; did you mean '" + close + "'?"));
+      throw Error(
+          str("[config] ", where, ": unknown key '", key, "'", close.empty() ? "" : "; did you mean '" + close + "'?"));
     }
     k->set(c, value, key);
   });
@@ -624,7 +683,8 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
     model.remove("weights");
   }
   if (model.IsMap() && model["pretrain_mm_mlp_adapter"]) {  // LLaVA's stage-1 projector, loaded over the weights
-    c.projector_weights = get<std::string>(model["pretrain_mm_mlp_adapter"], "model.pretrain_mm_mlp_adapter", "a file name");
+    c.projector_weights =
+        get<std::string>(model["pretrain_mm_mlp_adapter"], "model.pretrain_mm_mlp_adapter", "a file name");
     model.remove("pretrain_mm_mlp_adapter");
   }
   c.model = models::parse_model_spec(model, where);
@@ -633,7 +693,8 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
   if (c.init_weights.empty()) c.init_weights = c.model.name_or_path;  // a Hugging Face directory's own weights
   // Global batch = micro x accumulation x world size: infer one from the other two, refuse a contradiction.
   check_batch_bounds(c, world_size);  // the given values, before they are multiplied below
-  const bool has_micro = has_path(root, "train.micro_batch_size"), has_accum = has_path(root, "train.gradient_accumulation_steps");
+  const bool has_micro = has_path(root, "train.micro_batch_size"),
+             has_accum = has_path(root, "train.gradient_accumulation_steps");
   if (c.micro_auto) {  // the planner picks micro and accumulation for the global batch
     HR_CHECK(c.global_batch_size > 0, "[config] train.micro_batch_size: auto needs train.global_batch_size");
     HR_CHECK(c.global_batch_size % world_size == 0, "[config] train.global_batch_size ", c.global_batch_size,

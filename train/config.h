@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "models/checkpoint_policy.h"
 #include "data/conversation.h"
 #include "data/image.h"
 #include "data/loader.h"
+#include "models/checkpoint_policy.h"
 #include "models/model_spec.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -38,7 +38,7 @@ struct RunConfig {
   int threads = 0;               // 0 = all cores
   // model
   models::ModelSpec model;
-  std::string init_weights;  // safetensors file or directory; empty = random initialisation
+  std::string init_weights;       // safetensors file or directory; empty = random initialisation
   std::string projector_weights;  // model.pretrain_mm_mlp_adapter: a projector loaded over init_weights
   // data
   std::string train_json, eval_json, image_folder;
@@ -64,7 +64,7 @@ struct RunConfig {
   double num_train_epochs = 1.0;
   optim::OptimizerConfig optimizer;
   float learning_rate = 1e-3f, max_grad_norm = 1.f, warmup_ratio = 0.f;
-  float vision_lr = 0.f;  // train.mm_vision_tower_lr: 0 means learning_rate
+  float vision_lr = 0.f;     // train.mm_vision_tower_lr: 0 means learning_rate
   float projector_lr = 0.f;  // train.mm_projector_lr: 0 means learning_rate
   int64_t warmup_steps = -1;
   optim::ScheduleKind scheduler = optim::ScheduleKind::Cosine;
@@ -95,7 +95,7 @@ struct RunConfig {
   // lora.*: adapters on the language model's linear layers (lora.enable); r, alpha, dropout, target_modules
   bool lora_enable = false;
   models::LoraSpec lora;
-  bool allocator_auto = false;  // memory.allocator: auto (the kind with the smallest predicted peak reserved)
+  bool allocator_auto = false;        // memory.allocator: auto (the kind with the smallest predicted peak reserved)
   int64_t max_images_per_sample = 1;  // data.max_images_per_sample: the planner's worst case
   std::vector<int64_t> trace_steps;   // memory.trace_steps: steps written as Chrome trace-event timelines
   bool trace_event_clock = false;     // memory.trace_clock: events (the allocator's events as the time axis)

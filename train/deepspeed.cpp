@@ -16,7 +16,9 @@ namespace {
 
 using json = nlohmann::json;
 
-bool is_auto(const json& v) { return v.is_string() && v.get<std::string>() == "auto"; }
+bool is_auto(const json& v) {
+  return v.is_string() && v.get<std::string>() == "auto";
+}
 
 struct Reader {
   std::string path;
@@ -44,7 +46,8 @@ struct Reader {
   }
 
   // Walks an object: each key to its handler, unknown keys an error naming the closest known one.
-  void walk(const json& obj, const std::string& prefix, const std::map<std::string, std::function<void(const json&, const std::string&)>>& keys) {
+  void walk(const json& obj, const std::string& prefix,
+            const std::map<std::string, std::function<void(const json&, const std::string&)>>& keys) {
     if (!obj.is_object()) fail(prefix.empty() ? "(top level)" : prefix, "expected an object");
     std::vector<std::string> names;
     for (const auto& [k, h] : keys) names.push_back(k);
@@ -63,7 +66,8 @@ struct Reader {
     return [this](const json&, const std::string& key) { ignore(key); };
   }
   // "auto" keeps headroom's value; otherwise `apply` maps the value.
-  std::function<void(const json&, const std::string&)> unless_auto(std::function<void(const json&, const std::string&)> apply) {
+  std::function<void(const json&, const std::string&)> unless_auto(
+      std::function<void(const json&, const std::string&)> apply) {
     return [apply](const json& v, const std::string& key) {
       if (!is_auto(v)) apply(v, key);
     };
@@ -74,113 +78,196 @@ struct Reader {
          {{"device",
            [&](const json& d, const std::string& k) {
              const std::string dev = d.is_string() ? d.get<std::string>() : "";
-             if (dev == "cpu" || dev == "none") set(target, dev);
-             else if (dev == "nvme") fail(k, "NVMe offload is not supported (headroom offloads to host memory: \"cpu\")");
-             else fail(k, str("expected \"cpu\", \"none\" or \"nvme\"; got ", d.dump()));
+             if (dev == "cpu" || dev == "none")
+               set(target, dev);
+             else if (dev == "nvme")
+               fail(k, "NVMe offload is not supported (headroom offloads to host memory: \"cpu\")");
+             else
+               fail(k, str("expected \"cpu\", \"none\" or \"nvme\"; got ", d.dump()));
            }},
-          {"pin_memory", ignored()}, {"nvme_path", ignored()}, {"buffer_count", ignored()}, {"buffer_size", ignored()},
-          {"max_in_cpu", ignored()}, {"fast_init", ignored()}, {"ratio", ignored()}});
+          {"pin_memory", ignored()},
+          {"nvme_path", ignored()},
+          {"buffer_count", ignored()},
+          {"buffer_size", ignored()},
+          {"max_in_cpu", ignored()},
+          {"fast_init", ignored()},
+          {"ratio", ignored()}});
   }
 
   void read(const json& root) {
     json batch = json::object();  // the triplet, as given
     int bf16 = -1, fp16 = -1;     // enabled: -1 auto (or absent), 0 false, 1 true
-    walk(root, "",
-         {{"train_batch_size", [&](const json& v, const std::string& k) { batch["global"] = v; if (!is_auto(v)) set("train.global_batch_size", std::to_string(integer(v, k))); }},
-          {"train_micro_batch_size_per_gpu", [&](const json& v, const std::string& k) { batch["micro"] = v; if (!is_auto(v)) set("train.micro_batch_size", std::to_string(integer(v, k))); }},
-          {"gradient_accumulation_steps", [&](const json& v, const std::string& k) { batch["accumulation"] = v; if (!is_auto(v)) set("train.gradient_accumulation_steps", std::to_string(integer(v, k))); }},
-          {"gradient_clipping", unless_auto([&](const json& v, const std::string& k) { set("train.max_grad_norm", json(number(v, k)).dump()); })},
-          {"bf16", [&](const json& v, const std::string& k) {
-             walk(v, k, {{"enabled", unless_auto([&](const json& e, const std::string& kk) { bf16 = boolean(e, kk) ? 1 : 0; })},
-                         {"immediate_grad_update", ignored()}});
-           }},
-          {"fp16", [&](const json& v, const std::string& k) {
-             walk(v, k,
-                  {{"enabled", unless_auto([&](const json& e, const std::string& kk) { fp16 = boolean(e, kk) ? 1 : 0; })},
-                   {"auto_cast", ignored()},
-                   {"loss_scale", unless_auto([&](const json& e, const std::string& kk) {
-                      if (number(e, kk) != 0) fail(kk, "a static loss scale is not supported; 0 (dynamic) is");
-                    })},
-                   {"initial_scale_power", unless_auto([&](const json& e, const std::string& kk) {
-                      set("memory.loss_scale.initial", json(std::ldexp(1.0, int(integer(e, kk)))).dump());
-                    })},
-                   {"loss_scale_window", unless_auto([&](const json& e, const std::string& kk) { set("memory.loss_scale.window", std::to_string(integer(e, kk))); })},
-                   {"hysteresis", unless_auto([&](const json& e, const std::string& kk) { set("memory.loss_scale.hysteresis", std::to_string(integer(e, kk))); })},
-                   {"consecutive_hysteresis", ignored()},
-                   {"min_loss_scale", unless_auto([&](const json& e, const std::string& kk) { set("memory.loss_scale.min", json(number(e, kk)).dump()); })}});
-           }},
-          {"zero_optimization", [&](const json& v, const std::string& k) {
-             walk(v, k,
-                  {{"stage", [&](const json& s, const std::string& kk) {
-                      const int64_t stage = integer(s, kk);
-                      if (stage < 0 || stage > 3) fail(kk, str("expected 0 to 3; got ", stage));
-                      set("memory.zero_stage", std::to_string(stage));
-                    }},
-                   {"offload_optimizer", [&](const json& o, const std::string& kk) { offload(o, kk, "memory.offload_optimizer"); }},
-                   {"offload_param", [&](const json& o, const std::string& kk) { offload(o, kk, "memory.offload_params"); }},
-                   {"reduce_bucket_size", unless_auto([&](const json& b, const std::string& kk) {
-                      // DeepSpeed counts elements; headroom's buckets are bytes of f32 gradients.
-                      set("parallel.bucket_size", std::to_string(integer(b, kk) * 4));
-                    })},
-                   {"allgather_bucket_size", ignored()}, {"allgather_partitions", ignored()},
-                   {"reduce_scatter", ignored()},
-                   {"overlap_comm", [&](const json& b, const std::string& kk) {
-                      if (!b.is_boolean()) fail(kk, str("expected true or false; got ", b.dump()));
-                      set("parallel.overlap_comm", b.get<bool>() ? "true" : "false");
-                    }}, {"contiguous_gradients", ignored()},
-                   {"sub_group_size", ignored()}, {"round_robin_gradients", ignored()},
-                   {"stage3_prefetch_bucket_size", ignored()}, {"stage3_param_persistence_threshold", ignored()},
-                   {"stage3_max_live_parameters", ignored()}, {"stage3_max_reuse_distance", ignored()},
-                   {"stage3_gather_16bit_weights_on_model_save", ignored()},
-                   {"gather_16bit_weights_on_model_save", ignored()}, {"ignore_unused_parameters", ignored()},
-                   {"elastic_checkpoint", ignored()}, {"load_from_fp32_weights", ignored()}});
-           }},
-          {"optimizer", [&](const json& v, const std::string& k) {
-             walk(v, k,
-                  {{"type", [&](const json& t, const std::string& kk) {
-                      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
-                      if (type == "AdamW" || type == "Adam") set("train.optimizer", "adamw");
-                      else fail(kk, str("optimizer '", type, "' is not supported here (AdamW is; headroom's SGD and "
-                                        "Adafactor are chosen with train.optimizer)"));
-                    }},
-                   {"params", [&](const json& p, const std::string& kk) {
-                      walk(p, kk,
-                           {{"lr", unless_auto([&](const json& x, const std::string& q) { set("train.learning_rate", json(number(x, q)).dump()); })},
-                            {"weight_decay", unless_auto([&](const json& x, const std::string& q) { set("train.weight_decay", json(number(x, q)).dump()); })},
-                            {"eps", unless_auto([&](const json& x, const std::string& q) { set("train.adam_epsilon", json(number(x, q)).dump()); })},
-                            {"betas", unless_auto([&](const json& x, const std::string& q) {
-                               if (!x.is_array() || x.size() != 2) fail(q, str("expected [beta1, beta2]; got ", x.dump()));
-                               set("train.adam_beta1", json(number(x[0], q)).dump());
-                               set("train.adam_beta2", json(number(x[1], q)).dump());
-                             })},
-                            {"torch_adam", ignored()}, {"adam_w_mode", ignored()}});
-                    }}});
-           }},
-          {"scheduler", [&](const json& v, const std::string& k) {
-             walk(v, k,
-                  {{"type", [&](const json& t, const std::string& kk) {
-                      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
-                      if (type == "WarmupLR") set("train.lr_scheduler_type", "constant");
-                      else if (type == "WarmupDecayLR") set("train.lr_scheduler_type", "linear");
-                      else if (type == "WarmupCosineLR") set("train.lr_scheduler_type", "cosine");
-                      else fail(kk, str("scheduler '", type, "' is not supported (WarmupLR, WarmupDecayLR and "
-                                        "WarmupCosineLR are: warmup, then constant, linear or cosine)"));
-                    }},
-                   {"params", [&](const json& p, const std::string& kk) {
-                      walk(p, kk,
-                           {{"warmup_num_steps", unless_auto([&](const json& x, const std::string& q) { set("train.warmup_steps", std::to_string(integer(x, q))); })},
-                            {"warmup_max_lr", unless_auto([&](const json& x, const std::string& q) { set("train.learning_rate", json(number(x, q)).dump()); })},
-                            {"warmup_min_lr", unless_auto([&](const json& x, const std::string& q) {
-                               if (number(x, q) != 0) fail(q, "warmup from a learning rate other than 0 is not supported");
-                             })},
-                            {"total_num_steps", unless_auto([&](const json& x, const std::string& q) { set("train.max_steps", std::to_string(integer(x, q))); })},
-                            {"warmup_type", ignored()}, {"cos_min_ratio", ignored()}, {"warmup_min_ratio", ignored()}});
-                    }}});
-           }},
-          {"steps_per_print", ignored()}, {"wall_clock_breakdown", ignored()}, {"zero_allow_untested_optimizer", ignored()},
-          {"prescale_gradients", ignored()}, {"gradient_predivide_factor", ignored()}, {"communication_data_type", ignored()},
-          {"activation_checkpointing", ignored()}, {"flops_profiler", ignored()}, {"tensorboard", ignored()},
-          {"wandb", ignored()}, {"memory_breakdown", ignored()}, {"dump_state", ignored()}});
+    walk(
+        root, "",
+        {{"train_batch_size",
+          [&](const json& v, const std::string& k) {
+            batch["global"] = v;
+            if (!is_auto(v)) set("train.global_batch_size", std::to_string(integer(v, k)));
+          }},
+         {"train_micro_batch_size_per_gpu",
+          [&](const json& v, const std::string& k) {
+            batch["micro"] = v;
+            if (!is_auto(v)) set("train.micro_batch_size", std::to_string(integer(v, k)));
+          }},
+         {"gradient_accumulation_steps",
+          [&](const json& v, const std::string& k) {
+            batch["accumulation"] = v;
+            if (!is_auto(v)) set("train.gradient_accumulation_steps", std::to_string(integer(v, k)));
+          }},
+         {"gradient_clipping", unless_auto([&](const json& v, const std::string& k) {
+            set("train.max_grad_norm", json(number(v, k)).dump());
+          })},
+         {"bf16",
+          [&](const json& v, const std::string& k) {
+            walk(
+                v, k,
+                {{"enabled", unless_auto([&](const json& e, const std::string& kk) { bf16 = boolean(e, kk) ? 1 : 0; })},
+                 {"immediate_grad_update", ignored()}});
+          }},
+         {"fp16",
+          [&](const json& v, const std::string& k) {
+            walk(
+                v, k,
+                {{"enabled", unless_auto([&](const json& e, const std::string& kk) { fp16 = boolean(e, kk) ? 1 : 0; })},
+                 {"auto_cast", ignored()},
+                 {"loss_scale", unless_auto([&](const json& e, const std::string& kk) {
+                    if (number(e, kk) != 0) fail(kk, "a static loss scale is not supported; 0 (dynamic) is");
+                  })},
+                 {"initial_scale_power", unless_auto([&](const json& e, const std::string& kk) {
+                    set("memory.loss_scale.initial", json(std::ldexp(1.0, int(integer(e, kk)))).dump());
+                  })},
+                 {"loss_scale_window", unless_auto([&](const json& e, const std::string& kk) {
+                    set("memory.loss_scale.window", std::to_string(integer(e, kk)));
+                  })},
+                 {"hysteresis", unless_auto([&](const json& e, const std::string& kk) {
+                    set("memory.loss_scale.hysteresis", std::to_string(integer(e, kk)));
+                  })},
+                 {"consecutive_hysteresis", ignored()},
+                 {"min_loss_scale", unless_auto([&](const json& e, const std::string& kk) {
+                    set("memory.loss_scale.min", json(number(e, kk)).dump());
+                  })}});
+          }},
+         {"zero_optimization",
+          [&](const json& v, const std::string& k) {
+            walk(v, k,
+                 {{"stage",
+                   [&](const json& s, const std::string& kk) {
+                     const int64_t stage = integer(s, kk);
+                     if (stage < 0 || stage > 3) fail(kk, str("expected 0 to 3; got ", stage));
+                     set("memory.zero_stage", std::to_string(stage));
+                   }},
+                  {"offload_optimizer",
+                   [&](const json& o, const std::string& kk) { offload(o, kk, "memory.offload_optimizer"); }},
+                  {"offload_param",
+                   [&](const json& o, const std::string& kk) { offload(o, kk, "memory.offload_params"); }},
+                  {"reduce_bucket_size", unless_auto([&](const json& b, const std::string& kk) {
+                     // DeepSpeed counts elements; headroom's buckets are bytes of f32 gradients.
+                     set("parallel.bucket_size", std::to_string(integer(b, kk) * 4));
+                   })},
+                  {"allgather_bucket_size", ignored()},
+                  {"allgather_partitions", ignored()},
+                  {"reduce_scatter", ignored()},
+                  {"overlap_comm",
+                   [&](const json& b, const std::string& kk) {
+                     if (!b.is_boolean()) fail(kk, str("expected true or false; got ", b.dump()));
+                     set("parallel.overlap_comm", b.get<bool>() ? "true" : "false");
+                   }},
+                  {"contiguous_gradients", ignored()},
+                  {"sub_group_size", ignored()},
+                  {"round_robin_gradients", ignored()},
+                  {"stage3_prefetch_bucket_size", ignored()},
+                  {"stage3_param_persistence_threshold", ignored()},
+                  {"stage3_max_live_parameters", ignored()},
+                  {"stage3_max_reuse_distance", ignored()},
+                  {"stage3_gather_16bit_weights_on_model_save", ignored()},
+                  {"gather_16bit_weights_on_model_save", ignored()},
+                  {"ignore_unused_parameters", ignored()},
+                  {"elastic_checkpoint", ignored()},
+                  {"load_from_fp32_weights", ignored()}});
+          }},
+         {"optimizer",
+          [&](const json& v, const std::string& k) {
+            walk(v, k,
+                 {{"type",
+                   [&](const json& t, const std::string& kk) {
+                     const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+                     if (type == "AdamW" || type == "Adam")
+                       set("train.optimizer", "adamw");
+                     else
+                       fail(kk, str("optimizer '", type,
+                                    "' is not supported here (AdamW is; headroom's SGD and "
+                                    "Adafactor are chosen with train.optimizer)"));
+                   }},
+                  {"params", [&](const json& p, const std::string& kk) {
+                     walk(p, kk,
+                          {{"lr", unless_auto([&](const json& x, const std::string& q) {
+                              set("train.learning_rate", json(number(x, q)).dump());
+                            })},
+                           {"weight_decay", unless_auto([&](const json& x, const std::string& q) {
+                              set("train.weight_decay", json(number(x, q)).dump());
+                            })},
+                           {"eps", unless_auto([&](const json& x, const std::string& q) {
+                              set("train.adam_epsilon", json(number(x, q)).dump());
+                            })},
+                           {"betas", unless_auto([&](const json& x, const std::string& q) {
+                              if (!x.is_array() || x.size() != 2)
+                                fail(q, str("expected [beta1, beta2]; got ", x.dump()));
+                              set("train.adam_beta1", json(number(x[0], q)).dump());
+                              set("train.adam_beta2", json(number(x[1], q)).dump());
+                            })},
+                           {"torch_adam", ignored()},
+                           {"adam_w_mode", ignored()}});
+                   }}});
+          }},
+         {"scheduler",
+          [&](const json& v, const std::string& k) {
+            walk(v, k,
+                 {{"type",
+                   [&](const json& t, const std::string& kk) {
+                     const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+                     if (type == "WarmupLR")
+                       set("train.lr_scheduler_type", "constant");
+                     else if (type == "WarmupDecayLR")
+                       set("train.lr_scheduler_type", "linear");
+                     else if (type == "WarmupCosineLR")
+                       set("train.lr_scheduler_type", "cosine");
+                     else
+                       fail(kk, str("scheduler '", type,
+                                    "' is not supported (WarmupLR, WarmupDecayLR and "
+                                    "WarmupCosineLR are: warmup, then constant, linear or cosine)"));
+                   }},
+                  {"params", [&](const json& p, const std::string& kk) {
+                     walk(p, kk,
+                          {{"warmup_num_steps", unless_auto([&](const json& x, const std::string& q) {
+                              set("train.warmup_steps", std::to_string(integer(x, q)));
+                            })},
+                           {"warmup_max_lr", unless_auto([&](const json& x, const std::string& q) {
+                              set("train.learning_rate", json(number(x, q)).dump());
+                            })},
+                           {"warmup_min_lr", unless_auto([&](const json& x, const std::string& q) {
+                              if (number(x, q) != 0)
+                                fail(q, "warmup from a learning rate other than 0 is not supported");
+                            })},
+                           {"total_num_steps", unless_auto([&](const json& x, const std::string& q) {
+                              set("train.max_steps", std::to_string(integer(x, q)));
+                            })},
+                           {"warmup_type", ignored()},
+                           {"cos_min_ratio", ignored()},
+                           {"warmup_min_ratio", ignored()}});
+                   }}});
+          }},
+         {"steps_per_print", ignored()},
+         {"wall_clock_breakdown", ignored()},
+         {"zero_allow_untested_optimizer", ignored()},
+         {"prescale_gradients", ignored()},
+         {"gradient_predivide_factor", ignored()},
+         {"communication_data_type", ignored()},
+         {"activation_checkpointing", ignored()},
+         {"flops_profiler", ignored()},
+         {"tensorboard", ignored()},
+         {"wandb", ignored()},
+         {"memory_breakdown", ignored()},
+         {"dump_state", ignored()}});
     if (bf16 == 1 && fp16 == 1) fail("bf16.enabled", "and fp16.enabled are both true; choose one");
     if (bf16 == 1) set("memory.precision", "bf16");
     if (fp16 == 1) set("memory.precision", "fp16");
@@ -190,8 +277,10 @@ struct Reader {
       const int64_t g = batch["global"].get<int64_t>(), m = batch["micro"].get<int64_t>(),
                     a = batch["accumulation"].get<int64_t>();
       if (g != m * a * world)
-        throw Error(str("[deepspeed] ", path, ": Check batch related parameters. train_batch_size is not equal to "
-                        "micro_batch_per_gpu * gradient_acc_step * world_size ", g, " != ", m, " * ", a, " * ", world));
+        throw Error(str("[deepspeed] ", path,
+                        ": Check batch related parameters. train_batch_size is not equal to "
+                        "micro_batch_per_gpu * gradient_acc_step * world_size ",
+                        g, " != ", m, " * ", a, " * ", world));
     }
   }
 };

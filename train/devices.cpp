@@ -56,8 +56,10 @@ DevicePreset device_preset(const std::string& name) {
     p.mem_gbps = 20;
     p.host_gbps = 10;
     p.link_gbps = 5;
-    if (name.size() > 4) p.capacity = parse_bytes(name.substr(4), "--device");
-    else p.capacity = std::size_t(sysconf(_SC_PHYS_PAGES)) * std::size_t(sysconf(_SC_PAGE_SIZE));
+    if (name.size() > 4)
+      p.capacity = parse_bytes(name.substr(4), "--device");
+    else
+      p.capacity = std::size_t(sysconf(_SC_PHYS_PAGES)) * std::size_t(sysconf(_SC_PAGE_SIZE));
     return p;
   }
   std::vector<std::string> names = device_preset_names();
@@ -68,7 +70,8 @@ DevicePreset device_preset(const std::string& name) {
 DevicePreset local_gpu_preset(int index, std::size_t memory_limit) {
   const core::CudaInfo info = core::query_cuda();
   const core::CudaMemInfo m = core::cuda_memory_after_start(index);  // leaves cuda:index current
-  const auto g = std::find_if(info.gpus.begin(), info.gpus.end(), [&](const core::GpuInfo& x) { return x.index == index; });
+  const auto g =
+      std::find_if(info.gpus.begin(), info.gpus.end(), [&](const core::GpuInfo& x) { return x.index == index; });
   HR_CHECK(g != info.gpus.end(), "[device] cuda:", index, " did not answer cudaGetDeviceProperties");
   std::string name = g->name;
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return char(std::tolower(c)); });
@@ -85,7 +88,8 @@ DevicePreset local_gpu_preset(int index, std::size_t memory_limit) {
   p.name = str("cuda:", index, " (", g->name, ")");
   // Measured here: the context, the libraries' handles and any other process's memory. A capped GPU counts only
   // its allocator's segments against the cap, as the capped CPU device does.
-  p.capacity = memory_limit ? std::min<std::size_t>(memory_limit, std::size_t(m.free_bytes)) : std::size_t(m.total_bytes);
+  p.capacity =
+      memory_limit ? std::min<std::size_t>(memory_limit, std::size_t(m.free_bytes)) : std::size_t(m.total_bytes);
   p.runtime_reserve = memory_limit ? 0 : std::size_t(m.total_bytes - m.free_bytes);
   p.bf16 = g->major >= 8;
   p.cuda = true;
@@ -100,14 +104,15 @@ void require_gpu_per_rank(int index, const std::string& device_key, parallel::Co
   for (int r = 0; r < comm.world(); ++r)
     if (ok[std::size_t(r)] == 0) bad += str(bad.empty() ? "" : ", ", r);
   if (!bad.empty() && gpus == 0)
-    throw parallel::EveryRankError(str("[device] device.type ", device_key, ": this machine has no GPU to train on (",
-                                       cuda.absent, ")"));
+    throw parallel::EveryRankError(
+        str("[device] device.type ", device_key, ": this machine has no GPU to train on (", cuda.absent, ")"));
   if (!bad.empty())
     throw parallel::EveryRankError(str("[device] rank(s) ", bad, " have no GPU of their own: each rank trains on ",
                                        "cuda:<local rank> (device.type ", device_key, "), and this machine has ", gpus,
                                        " GPU(s); start at most ", gpus, " ranks per machine, or let ranks share GPUs ",
                                        "with parallel.backend: mpi (collectives through host memory)"));
-  HR_CHECK(parallel::have_nccl(), "[device] several ranks on GPUs need NCCL, and this build has none "
+  HR_CHECK(parallel::have_nccl(),
+           "[device] several ranks on GPUs need NCCL, and this build has none "
            "(configure found no nccl.h / libnccl); parallel.backend: mpi moves their tensors through MPI instead");
 }
 

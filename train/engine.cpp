@@ -109,7 +109,9 @@ void Engine::update(float lr, float grad_scale) {
   zero_->end_step();
 }
 
-void Engine::skip_update() { zero_->end_step(); }
+void Engine::skip_update() {
+  zero_->end_step();
+}
 
 namespace {
 
@@ -125,7 +127,8 @@ class NonfiniteWatch : public core::OutputWatch {
   void output(int group, core::Pass pass, const core::Tensor& t) override {
     if (!found.empty() || all_finite(t)) return;
     const core::ParamGroup& g = store_.groups()[std::size_t(group)];
-    found = str(g.name, pass == core::Pass::Forward ? " (its forward output)" : " (the gradient its backward passes on)");
+    found =
+        str(g.name, pass == core::Pass::Forward ? " (its forward output)" : " (the gradient its backward passes on)");
     // The group's parameters are in place while it runs (gathered under ZeRO-3).
     for (const core::Param* p : g.params)
       if (!p->quantized() && !all_finite(p->data)) found += str("; parameter ", p->name, " is not finite");

@@ -3,9 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-#include <nlohmann/json.hpp>
 
 #include "core/lru_map.h"
 #include "core/memory/caching_allocator.h"
@@ -26,7 +26,8 @@ class EvalMemory final : public EvalWatch {
   struct Peaks {
     int64_t measured = 0, predicted = 0, passes = 0, mismatches = 0;
     nlohmann::json json() const {
-      return {{"peak_allocated", measured}, {"predicted_peak", predicted}, {"passes", passes}, {"mismatches", mismatches}};
+      return {
+          {"peak_allocated", measured}, {"predicted_peak", predicted}, {"passes", passes}, {"mismatches", mismatches}};
     }
   };
   EvalMemory(core::CachingAllocator& device, Predictor& predictor, EvalPredictions& predicted)

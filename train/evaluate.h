@@ -64,8 +64,8 @@ struct EvalResult {
   int64_t samples = 0, skipped = 0;
   int64_t decoded = 0;  // samples whose answer needed greedy decoding (the others were settled by the loss pass)
   std::map<std::string, std::pair<int64_t, int64_t>> by_type;  // type -> (correct, total)
-  std::vector<std::string> examples;                          // a few "question -> prediction (answer)" lines
-  std::vector<EvalPrediction> predictions;                    // every sample, in eval-set order
+  std::vector<std::string> examples;                           // a few "question -> prediction (answer)" lines
+  std::vector<EvalPrediction> predictions;                     // every sample, in eval-set order
 };
 
 // Greedy decoding: appends the argmax token until </s> or max_new_tokens, for every prompt at once.

@@ -25,7 +25,9 @@ uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-double uniform01(uint64_t& state) { return double(splitmix64(state) >> 11) * 0x1.0p-53; }
+double uniform01(uint64_t& state) {
+  return double(splitmix64(state) >> 11) * 0x1.0p-53;
+}
 
 // What a row has produced so far and whether it is done.
 struct Row {
@@ -63,9 +65,12 @@ void advance(Row& row, int64_t next, const GenerationOptions& o, const Tokenizer
 
 const char* finish_name(Finish f) {
   switch (f) {
-    case Finish::Eos: return "eos";
-    case Finish::Stop: return "stop";
-    case Finish::Length: return "length";
+    case Finish::Eos:
+      return "eos";
+    case Finish::Stop:
+      return "stop";
+    case Finish::Length:
+      return "length";
   }
   return "?";
 }
@@ -78,7 +83,9 @@ int64_t next_token(const float* logits, int64_t vocab, const GenerationOptions& 
   // Temperature, then top-k, then top-p over what is left, in the order Hugging Face's samplers apply them.
   std::vector<int64_t> idx(static_cast<std::size_t>(vocab));
   std::iota(idx.begin(), idx.end(), 0);
-  const auto by_logit = [&](int64_t a, int64_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const auto by_logit = [&](int64_t a, int64_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
   const int64_t k = o.top_k > 0 ? std::min(o.top_k, vocab) : vocab;
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), by_logit);
   idx.resize(std::size_t(k));
@@ -149,7 +156,8 @@ GenerationResult generate(const Llava& model, const std::vector<Example>& prompt
       for (const Example& e : cur) seq = std::max<int64_t>(seq, int64_t(e.ids.size()));
       ModelOptions mo;
       mo.inference = true;
-      for (std::size_t i = 0; i < cur.size(); ++i) mo.logits_at.push_back(int64_t(i) * seq + int64_t(cur[i].ids.size()) - 1);
+      for (std::size_t i = 0; i < cur.size(); ++i)
+        mo.logits_at.push_back(int64_t(i) * seq + int64_t(cur[i].ids.size()) - 1);
       LlavaState st;
       model.forward(collate(cur, std::max<int64_t>(seq, 2), cfg.ignore_index), st, mo);
       logits = st.logits;

@@ -15,14 +15,14 @@ namespace hr::train {
 
 struct GenerationOptions {
   int64_t max_new_tokens = 64;
-  bool do_sample = false;   // false: greedy (argmax); true: sample from temperature / top-k / top-p
-  float temperature = 1.f;  // logits are divided by it before sampling
-  int64_t top_k = 0;        // 0: every token
-  float top_p = 1.f;        // nucleus: the smallest set of tokens whose probability reaches top_p
-  uint64_t seed = 0;        // sampling is a function of the seed, the prompts and the model
+  bool do_sample = false;         // false: greedy (argmax); true: sample from temperature / top-k / top-p
+  float temperature = 1.f;        // logits are divided by it before sampling
+  int64_t top_k = 0;              // 0: every token
+  float top_p = 1.f;              // nucleus: the smallest set of tokens whose probability reaches top_p
+  uint64_t seed = 0;              // sampling is a function of the seed, the prompts and the model
   std::vector<std::string> stop;  // a row ends once its text contains one of these (cut from the text)
   int64_t eos_token_id = data::ByteTokenizer::kEos;  // set it to tokenizer->eos() with a real tokenizer
-  const data::Tokenizer* tokenizer = nullptr;         // the text of the tokens; null: byte-level
+  const data::Tokenizer* tokenizer = nullptr;        // the text of the tokens; null: byte-level
   bool use_cache = true;
   // Several ranks: every rank runs as many forwards as the rank that generates longest (ZeRO-3 gathers
   // parameters inside them). Null: this process alone.

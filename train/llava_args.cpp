@@ -23,13 +23,16 @@ Map key(const char* k) {
   return [k](const std::string& v, LlavaArgs& o) { o.sets.push_back(str(k, "=", v)); };
 }
 Map boolean(const char* flag, const char* k) {
-  return [flag, k](const std::string& v, LlavaArgs& o) { o.sets.push_back(str(k, "=", truth(flag, v) ? "true" : "false")); };
+  return [flag, k](const std::string& v, LlavaArgs& o) {
+    o.sets.push_back(str(k, "=", truth(flag, v) ? "true" : "false"));
+  };
 }
 // Accepted only with the value headroom implements.
 Map only(const char* flag, const char* value, const char* why) {
   return [flag, value, why](const std::string& v, LlavaArgs& o) {
     const bool is_bool = std::string(value) == "False" || std::string(value) == "True";
-    if (is_bool ? truth(flag, v) == truth(flag, value) : v == value) return o.not_acted_on.push_back(str("--", flag, " ", v));
+    if (is_bool ? truth(flag, v) == truth(flag, value) : v == value)
+      return o.not_acted_on.push_back(str("--", flag, " ", v));
     throw Error(str("[args] --", flag, " ", v, ": only ", value, " is supported (", why, ")"));
   };
 }
@@ -46,7 +49,8 @@ const std::map<std::string, Map>& flags() {
          if (v == "v1" || v == "vicuna_v1") return o.sets.push_back("data.template=vicuna_v1");
          if (v == "plain") return o.sets.push_back("data.template=plain");
          if (v == "llava_llama_2") return o.sets.push_back("data.template=llava_llama_2");
-         throw Error(str("[args] --version ", v, ": the conversation templates are plain, v1 (vicuna_v1) and llava_llama_2"));
+         throw Error(
+             str("[args] --version ", v, ": the conversation templates are plain, v1 (vicuna_v1) and llava_llama_2"));
        }},
       // With --vision_tower, --model_name_or_path is the language model (LLaVA's stage-1 start; see below).
       {"vision_tower", key("model.vision_tower")},
@@ -68,7 +72,8 @@ const std::map<std::string, Map>& flags() {
       {"image_aspect_ratio",
        [](const std::string& v, LlavaArgs& o) {
          if (v == "pad") return o.sets.push_back("data.image_aspect_ratio=pad");
-         throw Error(str("[args] --image_aspect_ratio ", v, ": pad is supported (LLaVA-1.5's); headroom's other mode, "
+         throw Error(str("[args] --image_aspect_ratio ", v,
+                         ": pad is supported (LLaVA-1.5's); headroom's other mode, "
                          "resize, is data.image_aspect_ratio: resize"));
        }},
       {"lazy_preprocess", nothing("lazy_preprocess")},  // headroom always processes samples on demand
@@ -91,7 +96,8 @@ const std::map<std::string, Map>& flags() {
       {"cache_dir", nothing("cache_dir")},
       {"optim",
        [](const std::string& v, LlavaArgs& o) {
-         if (v == "adamw_torch" || v == "adamw_hf" || v == "adamw_torch_fused") return o.sets.push_back("train.optimizer=adamw");
+         if (v == "adamw_torch" || v == "adamw_hf" || v == "adamw_torch_fused")
+           return o.sets.push_back("train.optimizer=adamw");
          if (v == "sgd") return o.sets.push_back("train.optimizer=sgd");
          if (v == "adafactor") return o.sets.push_back("train.optimizer=adafactor");
          throw Error(str("[args] --optim ", v, ": adamw_torch, sgd and adafactor are supported"));
@@ -119,8 +125,14 @@ const std::map<std::string, Map>& flags() {
          if (v == "none" || v == "tensorboard" || v == "all") return o.sets.push_back(str("log.report_to=", v));
          throw Error(str("[args] --report_to ", v, ": none and tensorboard are supported"));
        }},
-      {"bf16", [](const std::string& v, LlavaArgs& o) { if (truth("bf16", v)) o.sets.push_back("memory.precision=bf16"); }},
-      {"fp16", [](const std::string& v, LlavaArgs& o) { if (truth("fp16", v)) o.sets.push_back("memory.precision=fp16"); }},
+      {"bf16",
+       [](const std::string& v, LlavaArgs& o) {
+         if (truth("bf16", v)) o.sets.push_back("memory.precision=bf16");
+       }},
+      {"fp16",
+       [](const std::string& v, LlavaArgs& o) {
+         if (truth("fp16", v)) o.sets.push_back("memory.precision=fp16");
+       }},
       {"tf32", nothing("tf32")},  // a matmul mode of NVIDIA GPUs; headroom's CPU GEMMs are f32 or bf16
       {"gradient_checkpointing",
        [](const std::string& v, LlavaArgs& o) {

@@ -9,8 +9,8 @@
 namespace hr::train {
 
 struct LlavaArgs {
-  std::vector<std::string> sets;    // key=value overrides, in the order given
-  std::vector<std::string> rest;    // the arguments that are not LLaVA flags, for the usual parser
+  std::vector<std::string> sets;          // key=value overrides, in the order given
+  std::vector<std::string> rest;          // the arguments that are not LLaVA flags, for the usual parser
   std::vector<std::string> not_acted_on;  // flags accepted that change nothing here (--tf32, --lazy_preprocess ...)
 };
 

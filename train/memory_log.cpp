@@ -66,8 +66,10 @@ nlohmann::json MemoryLog::write(const StepRecord& r, const MemoryStats& s, const
   j["at_peak"] = at;
   nlohmann::json hcat = nlohmann::json::object();
   for (Category c : kAllCategories) hcat[category_name(c)] = host.category(c).peak;
-  j["host"] = {{"allocated", host.allocated_bytes.current}, {"peak_allocated", host.allocated_bytes.peak},
-               {"reserved", host.reserved_bytes.current}, {"by_category", hcat}};
+  j["host"] = {{"allocated", host.allocated_bytes.current},
+               {"peak_allocated", host.allocated_bytes.peak},
+               {"reserved", host.reserved_bytes.current},
+               {"by_category", hcat}};
   j["host_rss"] = rss;
   if (r.device_total >= 0) j["device_free"] = r.device_free, j["device_total"] = r.device_total;
   j["warnings"] = r.warnings;
@@ -90,7 +92,8 @@ std::string MemoryLog::leak_check(int64_t step, const MemoryStats& device, const
   if (rss > rss_base_ + slack) {
     out += str(out.empty() ? "" : "\n", "[memory] warning: the process's resident memory grew from ",
                format_bytes(double(rss_base_)), " at step ", rss_base_step_, " to ", format_bytes(double(rss)),
-               " at step ", step, " while the allocators' bytes stayed within their bounds: memory outside the "
+               " at step ", step,
+               " while the allocators' bytes stayed within their bounds: memory outside the "
                "allocators (a library cache, the data loader) keeps growing.");
     rss_base_ = rss, rss_base_step_ = step;
   }
@@ -120,8 +123,8 @@ std::string MemoryLog::Watch::check(int64_t step, const MemoryStats& s, int64_t 
     if (d > 0) grew += str(grew.empty() ? "" : ", ", name, " +", format_bytes(double(d)));
   }
   last_warned = step;
-  return str("[memory] warning: ", what, " grew for ", window, " steps in a row (step ", first.step, " -> ", step,
-             ", ", format_bytes(double(first.allocated)), " -> ", format_bytes(double(now.allocated)), "): ", grew,
+  return str("[memory] warning: ", what, " grew for ", window, " steps in a row (step ", first.step, " -> ", step, ", ",
+             format_bytes(double(first.allocated)), " -> ", format_bytes(double(now.allocated)), "): ", grew,
              ". Something keeps tensors alive across steps.");
 }
 

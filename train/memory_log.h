@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <deque>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,18 +17,18 @@ namespace hr::train {
 struct StepRecord {
   int64_t step = 0;
   float loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
-  double step_s = 0;       // wall time of the step: drawing its batches, forward, backward, update
+  double step_s = 0;          // wall time of the step: drawing its batches, forward, backward, update
   double comm_exposed_s = 0;  // of it, the time this rank stood still for collectives (Communicator::exposed_seconds)
-  int64_t tokens = 0;      // over all ranks
+  int64_t tokens = 0;         // over all ranks
   double tokens_per_s = 0, samples_per_s = 0;
-  bool skipped = false;  // fp16 overflow or a non-finite step: the optimizer step was skipped
+  bool skipped = false;   // fp16 overflow or a non-finite step: the optimizer step was skipped
   std::string nonfinite;  // a non-finite loss or gradient (bf16/fp32): the first group that produced one
   // The dry run of this step's exact shapes on the meta device (peak allocated and reserved), and the
   // plan's worst case; -1: none.
   int64_t predicted_peak = -1, predicted_reserved = -1, planned_peak = -1;
-  const char* allocator = "caching";  // memory.allocator in use
+  const char* allocator = "caching";            // memory.allocator in use
   int64_t device_free = -1, device_total = -1;  // cudaMemGetInfo after the step, on a GPU; -1: the CPU
-  std::vector<std::string> warnings;  // the leak watch's and the prediction check's, as printed
+  std::vector<std::string> warnings;            // the leak watch's and the prediction check's, as printed
 };
 
 // Resident set size of this process in bytes (from /proc/self/statm; 0 where unavailable).

@@ -23,8 +23,8 @@ std::vector<std::pair<std::string, float>> step_scalars(const json& j) {
   add("train/tokens_per_s", j["tokens_per_s"]);
   add("train/samples_per_s", j["samples_per_s"]);
   add("train/comm_exposed_s", j["comm_exposed_s"]);
-  for (const char* k : {"allocated", "reserved", "peak_allocated", "peak_reserved", "predicted_peak", "predicted_reserved",
-                        "planned_peak", "fragmentation", "host_rss"})
+  for (const char* k : {"allocated", "reserved", "peak_allocated", "peak_reserved", "predicted_peak",
+                        "predicted_reserved", "planned_peak", "fragmentation", "host_rss"})
     add(str("memory/", k).c_str(), j[k]);
   add("memory/host_allocated", j["host"]["allocated"]);
   for (const auto& [name, bytes] : j["by_category"].items()) add(str("memory/category/", name).c_str(), bytes);
@@ -38,10 +38,12 @@ std::vector<std::pair<std::string, float>> eval_scalars(const EvalResult& r) {
   return v;
 }
 
-RunObservers::RunObservers(const RunConfig& c, parallel::Communicator& comm, CachingAllocator& device, CachingAllocator& host)
+RunObservers::RunObservers(const RunConfig& c, parallel::Communicator& comm, CachingAllocator& device,
+                           CachingAllocator& host)
     : c_(c), comm_(comm), device_(device), host_(host) {
   if (c.tensorboard && comm.rank() == 0)
-    tensorboard_ = std::make_unique<EventWriter>(c.tensorboard_dir.empty() ? c.output_dir + "/runs" : c.tensorboard_dir);
+    tensorboard_ =
+        std::make_unique<EventWriter>(c.tensorboard_dir.empty() ? c.output_dir + "/runs" : c.tensorboard_dir);
   traced_ = !c.trace_steps.empty() || c.snapshot_on_oom;
   if (!traced_) return;
   device_.set_trace([this](const TraceEvent& e) { on_event(true, e); });
@@ -132,15 +134,16 @@ std::string RunObservers::end_step() {
   (void)device_.stats();
   const std::string path = str(c_.output_dir, "/trace.rank", comm_.rank(), ".step", step_, ".json");
   try {
-    const std::string text =
-        owned_->chrome_json(comm_.rank(), str("rank ", comm_.rank(), " step ", step_, " (measured, ", device_.device_name(), ")"));
+    const std::string text = owned_->chrome_json(
+        comm_.rank(), str("rank ", comm_.rank(), " step ", step_, " (measured, ", device_.device_name(), ")"));
     owned_.reset();
     AtomicFile f(path);
     f.write(text.data(), text.size());
     f.commit();
   } catch (const std::exception& e) {  // a timeline is worth a warning, not the run
     owned_.reset();
-    std::printf("[memory] the timeline of step %lld was not written to %s: %s\n", (long long)step_, path.c_str(), e.what());
+    std::printf("[memory] the timeline of step %lld was not written to %s: %s\n", (long long)step_, path.c_str(),
+                e.what());
     return "";
   }
   return path;

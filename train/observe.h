@@ -62,8 +62,8 @@ class RunObservers {
   // _record_memory_history keeps max_entries).
   std::deque<core::MemvizAction> history_;
   static constexpr std::size_t kHistoryKept = 20'000;
-  bool history_off_ = false;                 // the history could not be kept (out of host memory)
-  core::AllocatorSnapshot oom_state_;        // the device allocator at this step's out-of-memory error
+  bool history_off_ = false;           // the history could not be kept (out of host memory)
+  core::AllocatorSnapshot oom_state_;  // the device allocator at this step's out-of-memory error
   bool have_oom_state_ = false;
 };
 

@@ -18,10 +18,16 @@ std::string commas(int64_t v) {
   return (v < 0 ? "-" : "") + out;
 }
 
-std::string gib(int64_t b) { return format_bytes(double(b)); }
+std::string gib(int64_t b) {
+  return format_bytes(double(b));
+}
 
-std::string pad(const std::string& s, std::size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
-std::string lpad(const std::string& s, std::size_t w) { return s.size() >= w ? s : std::string(w - s.size(), ' ') + s; }
+std::string pad(const std::string& s, std::size_t w) {
+  return s.size() >= w ? s : s + std::string(w - s.size(), ' ');
+}
+std::string lpad(const std::string& s, std::size_t w) {
+  return s.size() >= w ? s : std::string(w - s.size(), ' ') + s;
+}
 
 const char* const kKinds[] = {"caching", "expandable", "planned"};
 
@@ -42,13 +48,20 @@ std::string plan_table(const Plan& p) {
   int64_t formula_total = 0;
   for (const ClosedFormRow& r : p.closed_form) {
     formula_total += r.formula;
-    o += str("  ", pad(r.item, 20), lpad(gib(r.dry_run), 14), lpad(gib(r.formula), 14), lpad(gib(r.formula - r.dry_run), 12),
-             "   ", r.how, "\n");
+    o += str("  ", pad(r.item, 20), lpad(gib(r.dry_run), 14), lpad(gib(r.formula), 14),
+             lpad(gib(r.formula - r.dry_run), 12), "   ", r.how, "\n");
   }
   const int64_t overhead = p.rank.peak_reserved - p.rank.peak_allocated;
   o += str("  ", pad("peak allocated", 20), lpad(gib(p.rank.peak_allocated), 14), lpad(gib(formula_total), 14),
-           lpad(str(p.rank.peak_allocated ? 100.0 * double(formula_total - p.rank.peak_allocated) / double(p.rank.peak_allocated) : 0.0).substr(0, 5) + "%", 12), "\n");
-  o += str("  ", pad("allocator overhead", 20), lpad(gib(overhead), 14), "   cached and split blocks (reserved - allocated)\n");
+           lpad(str(p.rank.peak_allocated
+                        ? 100.0 * double(formula_total - p.rank.peak_allocated) / double(p.rank.peak_allocated)
+                        : 0.0)
+                        .substr(0, 5) +
+                    "%",
+                12),
+           "\n");
+  o += str("  ", pad("allocator overhead", 20), lpad(gib(overhead), 14),
+           "   cached and split blocks (reserved - allocated)\n");
   if (p.reserved_by_allocator[0] >= 0 || p.reserved_by_allocator[2] >= 0) {
     o += str("  memory.allocator (a dry run with each; peak reserved, its overhead above peak allocated):\n");
     for (std::size_t k = 0; k < 3; ++k) {
@@ -59,14 +72,17 @@ std::string plan_table(const Plan& p) {
                std::size_t(c.allocator) == k ? "   <- this plan" : "", "\n");
     }
     if (p.arena.buffers)
-      o += str("  ", pad("", 20), "planned: ", commas(int64_t(p.arena.buffers)), " buffers of the step in an arena of ",
-               gib(int64_t(p.arena.arena)), " (their live peak ", gib(int64_t(p.arena.live_peak)), ", ",
-               str(p.arena.live_peak ? 100.0 * double(p.arena.arena - p.arena.live_peak) / double(p.arena.live_peak) : 0.0).substr(0, 4),
-               "% above)\n");
+      o += str(
+          "  ", pad("", 20), "planned: ", commas(int64_t(p.arena.buffers)), " buffers of the step in an arena of ",
+          gib(int64_t(p.arena.arena)), " (their live peak ", gib(int64_t(p.arena.live_peak)), ", ",
+          str(p.arena.live_peak ? 100.0 * double(p.arena.arena - p.arena.live_peak) / double(p.arena.live_peak) : 0.0)
+              .substr(0, 4),
+          "% above)\n");
   }
-  o += str("  ", pad("runtime reserve", 20), lpad(gib(p.runtime_reserve), 14), "   context and library workspaces (no allocator sees them)\n");
-  o += str("  ", pad("total", 20), lpad(gib(p.total_predicted()), 14), "   of ", gib(int64_t(double(c.budget) * double(p.capacity))),
-           " budget: ", p.fits ? "fits" : "DOES NOT FIT", "\n");
+  o += str("  ", pad("runtime reserve", 20), lpad(gib(p.runtime_reserve), 14),
+           "   context and library workspaces (no allocator sees them)\n");
+  o += str("  ", pad("total", 20), lpad(gib(p.total_predicted()), 14), "   of ",
+           gib(int64_t(double(c.budget) * double(p.capacity))), " budget: ", p.fits ? "fits" : "DOES NOT FIT", "\n");
   if (p.rank.host_peak) o += str("  host (offload, batches): ", gib(p.rank.host_peak), "\n");
   o += str("  peak reached in ", p.rank.peak_owner.empty() ? "(unscoped)" : p.rank.peak_owner, "; activation peak in ",
            p.rank.activation_peak_owner.empty() ? "-" : p.rank.activation_peak_owner, "\n");
@@ -75,28 +91,32 @@ std::string plan_table(const Plan& p) {
     const int64_t positions = c.max_seq_len + c.max_new_tokens - 1;
     const int64_t rows = p.eval_rows;
     o += str("evaluation on the state the step leaves (", rows, " sequences a batch: train.eval_batch_size ",
-             c.eval_batch_size, ", max_new_tokens ", c.max_new_tokens, "): ", p.eval_fits ? "fits" : "DOES NOT FIT", "\n");
-    o += str("  ", pad("loss pass", 20), lpad(gib(p.eval.peak_allocated), 14), " allocated, ", gib(p.eval.peak_reserved),
-             " reserved: ", rows, " x ", c.max_seq_len, " tokens, logits of ", rows * c.max_new_tokens,
-             " positions, peak in ", p.eval.peak_owner, "\n");
+             c.eval_batch_size, ", max_new_tokens ", c.max_new_tokens, "): ", p.eval_fits ? "fits" : "DOES NOT FIT",
+             "\n");
+    o += str("  ", pad("loss pass", 20), lpad(gib(p.eval.peak_allocated), 14), " allocated, ",
+             gib(p.eval.peak_reserved), " reserved: ", rows, " x ", c.max_seq_len, " tokens, logits of ",
+             rows * c.max_new_tokens, " positions, peak in ", p.eval.peak_owner, "\n");
     o += str("  ", pad("generation", 20), lpad(gib(p.generation.peak_allocated), 14), " allocated, ",
-             gib(p.generation.peak_reserved), " reserved: ", rows, " prompts of ", c.max_seq_len,
-             " tokens, peak in ", p.generation.peak_owner, "\n");
+             gib(p.generation.peak_reserved), " reserved: ", rows, " prompts of ", c.max_seq_len, " tokens, peak in ",
+             p.generation.peak_owner, "\n");
     o += str("  ", pad("KV cache", 20), lpad(gib(p.kv_cache_bytes), 14), " = 2 x ", llm.layers, " layers x ",
-             llm.kv_heads, " kv_heads x ", llm.head_dim(), " head_dim x ", rows, " x ", positions,
-             " positions x ", p.model_element_bytes, " B\n");
-    o += str("  ", pad("next-token logits", 20), lpad(gib(p.generation_logits_bytes), 14), " = [", rows,
-             ", ", llm.vocab, "]: the prompt's [tokens, vocab] logits never exist\n");
+             llm.kv_heads, " kv_heads x ", llm.head_dim(), " head_dim x ", rows, " x ", positions, " positions x ",
+             p.model_element_bytes, " B\n");
+    o += str("  ", pad("next-token logits", 20), lpad(gib(p.generation_logits_bytes), 14), " = [", rows, ", ",
+             llm.vocab, "]: the prompt's [tokens, vocab] logits never exist\n");
   }
   const double tokens = double(c.global_batch_size * c.max_seq_len);
   o += str("step time (cost model): ", p.time.total(), " s = compute ", p.time.compute_s, " s (recompute ",
            p.time.recompute_s, " s) + collectives ", p.time.exposed_comm_s(), " s exposed",
-           p.time.hidden_comm_s > 0 ? str(" (", p.time.hidden_comm_s, " s more under compute: overlapped ",
-                                                 c.zero.stage <= 1 ? "all-reduce buckets" : "reduce-scatters and prefetched all-gathers", ")") : "",
+           p.time.hidden_comm_s > 0
+               ? str(" (", p.time.hidden_comm_s, " s more under compute: overlapped ",
+                     c.zero.stage <= 1 ? "all-reduce buckets" : "reduce-scatters and prefetched all-gathers", ")")
+               : "",
            " + offload ", p.time.offload_s, " s",
-           p.time.hidden_offload_s > 0 ? str(" (", p.time.hidden_offload_s, " s more of host transfers under the backward and the host update)") : "",
-           "; ",
-           int64_t(tokens / std::max(p.time.total(), 1e-12)), " tokens/s over all ranks\n");
+           p.time.hidden_offload_s > 0
+               ? str(" (", p.time.hidden_offload_s, " s more of host transfers under the backward and the host update)")
+               : "",
+           "; ", int64_t(tokens / std::max(p.time.total(), 1e-12)), " tokens/s over all ranks\n");
   return o;
 }
 
@@ -111,7 +131,8 @@ std::string plan_json(const Plan& p) {
   json allocators = json::object();
   for (std::size_t k = 0; k < 3; ++k)
     if (p.reserved_by_allocator[k] >= 0)
-      allocators[kKinds[k]] = {{"peak_reserved", p.reserved_by_allocator[k]}, {"peak_allocated", p.allocated_by_allocator[k]}};
+      allocators[kKinds[k]] = {{"peak_reserved", p.reserved_by_allocator[k]},
+                               {"peak_allocated", p.allocated_by_allocator[k]}};
   json rank = {{"peak_allocated", p.rank.peak_allocated},
                {"peak_reserved", p.rank.peak_reserved},
                {"persistent", p.rank.persistent},
@@ -120,10 +141,11 @@ std::string plan_json(const Plan& p) {
                {"allocator_overhead", p.rank.peak_reserved - p.rank.peak_allocated},
                {"allocator", kKinds[std::size_t(c.allocator)]},
                {"allocators", allocators},
-               {"arena", {{"arena", p.arena.arena},
-                          {"live_peak", p.arena.live_peak},
-                          {"persistent", p.arena.persistent},
-                          {"buffers", p.arena.buffers}}},
+               {"arena",
+                {{"arena", p.arena.arena},
+                 {"live_peak", p.arena.live_peak},
+                 {"persistent", p.arena.persistent},
+                 {"buffers", p.arena.buffers}}},
                {"runtime_reserve", p.runtime_reserve},
                {"total", p.total_predicted()},
                {"peak_owner", p.rank.peak_owner},
@@ -143,49 +165,58 @@ std::string plan_json(const Plan& p) {
   json closed = json::array();
   for (const ClosedFormRow& r : p.closed_form)
     closed.push_back({{"item", r.item}, {"formula", r.formula}, {"dry_run", r.dry_run}, {"how", r.how}});
-  json j = {{"model", c.model.config.name},
-            {"device", p.device.name},
-            {"world_size", p.world},
-            {"params_total", p.params_total},
-            {"params_trainable", p.params_trainable},
-            {"params_by_module", modules},
-            {"capacity", p.capacity},
-            {"runtime_reserve", p.runtime_reserve},
-            {"budget", c.budget},
-            {"usable", p.usable},
-            {"fits", p.fits},
-            {"evaluation",
-             p.evaluates ? json{{"fits", p.eval_fits},
-                                {"eval_batch_size", c.eval_batch_size},
-                                {"rows", p.eval_rows},
-                                {"max_new_tokens", c.max_new_tokens},
-                                {"loss_pass", {{"peak_allocated", p.eval.peak_allocated},
-                                               {"peak_reserved", p.eval.peak_reserved},
-                                               {"by_category", cats(p.eval.at_peak)},
-                                               {"peak_owner", p.eval.peak_owner}}},
-                                {"generation", {{"peak_allocated", p.generation.peak_allocated},
-                                                {"peak_reserved", p.generation.peak_reserved},
-                                                {"by_category", cats(p.generation.at_peak)},
-                                                {"peak_owner", p.generation.peak_owner},
-                                                {"kv_cache_bytes", p.kv_cache_bytes},
-                                                {"logits_bytes", p.generation_logits_bytes}}}}
-                        : json(nullptr)},
-            {"decisions",
-             {{"precision", precision_name(c.precision)},
-              {"gradient_checkpointing", {{"vision", models::checkpoint_name(c.vision_ckpt.kind)}, {"llm", models::checkpoint_name(c.llm_ckpt.kind)}}},
-              {"micro_batch_size", c.micro_batch_size},
-              {"gradient_accumulation_steps", c.gradient_accumulation_steps},
-              {"global_batch_size", c.global_batch_size},
-              {"zero_stage", c.zero.stage},
-              {"prefetch_groups", c.zero.prefetch_groups},
-              {"offload_optimizer", c.zero.offload_optimizer == parallel::Offload::Cpu ? "cpu" : "none"},
-              {"offload_params", c.zero.offload_params == parallel::Offload::Cpu ? "cpu" : "none"}}},
-            {"step_time", {{"total_s", p.time.total()}, {"compute_s", p.time.compute_s}, {"recompute_s", p.time.recompute_s},
-                           {"comm_s", p.time.comm_s}, {"comm_hidden_s", p.time.hidden_comm_s},
-                           {"comm_exposed_s", p.time.exposed_comm_s()}, {"offload_s", p.time.offload_s}, {"offload_hidden_s", p.time.hidden_offload_s},
-                           {"flops", p.time.flops}}},
-            {"closed_form", closed},
-            {"ranks", ranks}};
+  json j = {
+      {"model", c.model.config.name},
+      {"device", p.device.name},
+      {"world_size", p.world},
+      {"params_total", p.params_total},
+      {"params_trainable", p.params_trainable},
+      {"params_by_module", modules},
+      {"capacity", p.capacity},
+      {"runtime_reserve", p.runtime_reserve},
+      {"budget", c.budget},
+      {"usable", p.usable},
+      {"fits", p.fits},
+      {"evaluation", p.evaluates ? json{{"fits", p.eval_fits},
+                                        {"eval_batch_size", c.eval_batch_size},
+                                        {"rows", p.eval_rows},
+                                        {"max_new_tokens", c.max_new_tokens},
+                                        {"loss_pass",
+                                         {{"peak_allocated", p.eval.peak_allocated},
+                                          {"peak_reserved", p.eval.peak_reserved},
+                                          {"by_category", cats(p.eval.at_peak)},
+                                          {"peak_owner", p.eval.peak_owner}}},
+                                        {"generation",
+                                         {{"peak_allocated", p.generation.peak_allocated},
+                                          {"peak_reserved", p.generation.peak_reserved},
+                                          {"by_category", cats(p.generation.at_peak)},
+                                          {"peak_owner", p.generation.peak_owner},
+                                          {"kv_cache_bytes", p.kv_cache_bytes},
+                                          {"logits_bytes", p.generation_logits_bytes}}}}
+                                 : json(nullptr)},
+      {"decisions",
+       {{"precision", precision_name(c.precision)},
+        {"gradient_checkpointing",
+         {{"vision", models::checkpoint_name(c.vision_ckpt.kind)}, {"llm", models::checkpoint_name(c.llm_ckpt.kind)}}},
+        {"micro_batch_size", c.micro_batch_size},
+        {"gradient_accumulation_steps", c.gradient_accumulation_steps},
+        {"global_batch_size", c.global_batch_size},
+        {"zero_stage", c.zero.stage},
+        {"prefetch_groups", c.zero.prefetch_groups},
+        {"offload_optimizer", c.zero.offload_optimizer == parallel::Offload::Cpu ? "cpu" : "none"},
+        {"offload_params", c.zero.offload_params == parallel::Offload::Cpu ? "cpu" : "none"}}},
+      {"step_time",
+       {{"total_s", p.time.total()},
+        {"compute_s", p.time.compute_s},
+        {"recompute_s", p.time.recompute_s},
+        {"comm_s", p.time.comm_s},
+        {"comm_hidden_s", p.time.hidden_comm_s},
+        {"comm_exposed_s", p.time.exposed_comm_s()},
+        {"offload_s", p.time.offload_s},
+        {"offload_hidden_s", p.time.hidden_offload_s},
+        {"flops", p.time.flops}}},
+      {"closed_form", closed},
+      {"ranks", ranks}};
   return j.dump(2) + "\n";
 }
 
@@ -193,15 +224,18 @@ std::string search_explanation(const Search& s, std::size_t show) {
   std::string o = str("search: ", s.evaluated, " dry runs in ", s.seconds, " s; candidates, best first:\n");
   for (std::size_t i = 0; i < s.ranked.size() && i < show; ++i) {
     const Plan& p = s.ranked[i];
-    o += str(i == 0 ? "  * " : "    ", p.decisions.describe(), " | peak ", gib(p.total_predicted()), " of ", gib(p.usable + p.runtime_reserve),
-             p.fits ? "" : " (does not fit)", " | step ", p.time.total(), " s\n");
+    o += str(i == 0 ? "  * " : "    ", p.decisions.describe(), " | peak ", gib(p.total_predicted()), " of ",
+             gib(p.usable + p.runtime_reserve), p.fits ? "" : " (does not fit)", " | step ", p.time.total(), " s\n");
   }
   if (!s.ranked.empty()) {
     const Plan& w = s.ranked.front();
-    if (!w.fits) o += "  nothing fits the budget\n";
+    if (!w.fits)
+      o += "  nothing fits the budget\n";
     else if (s.ranked.size() > 1)
       o += str("  the winner is the fastest predicted step among the plans that fit; the runner-up costs ",
-               s.ranked[1].fits ? str(s.ranked[1].time.total() - w.time.total(), " s more per step") : std::string("more memory than there is"), "\n");
+               s.ranked[1].fits ? str(s.ranked[1].time.total() - w.time.total(), " s more per step")
+                                : std::string("more memory than there is"),
+               "\n");
   }
   return o;
 }

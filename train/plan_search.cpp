@@ -54,20 +54,23 @@ bool valid(const RunConfig& c, std::string* why = nullptr) {
 Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
   const auto t0 = Clock::now();
   Search s;
-  s.any_auto = c.micro_auto || c.vision_ckpt_auto || c.llm_ckpt_auto || c.offload_auto || c.zero_auto || c.prefetch_auto;
+  s.any_auto =
+      c.micro_auto || c.vision_ckpt_auto || c.llm_ckpt_auto || c.offload_auto || c.zero_auto || c.prefetch_auto;
   std::vector<int> stages = c.zero_auto ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{c.zero.stage};
   std::vector<Offload> offloads = c.offload_auto ? std::vector<Offload>{Offload::None, Offload::Cpu}
                                                  : std::vector<Offload>{c.zero.offload_optimizer};
   const std::vector<CheckpointKind> all = {CheckpointKind::None, CheckpointKind::Selective, CheckpointKind::Full};
   const bool vision_trains = c.stage == Stage::Full && !c.model.freeze_vision;
-  std::vector<CheckpointKind> vis = c.vision_ckpt_auto ? (vision_trains ? all : std::vector<CheckpointKind>{CheckpointKind::None})
-                                                       : std::vector<CheckpointKind>{c.vision_ckpt.kind};
+  std::vector<CheckpointKind> vis = c.vision_ckpt_auto
+                                        ? (vision_trains ? all : std::vector<CheckpointKind>{CheckpointKind::None})
+                                        : std::vector<CheckpointKind>{c.vision_ckpt.kind};
   std::vector<CheckpointKind> llm = c.llm_ckpt_auto ? all : std::vector<CheckpointKind>{c.llm_ckpt.kind};
   const int64_t per_rank = c.micro_auto ? c.global_batch_size / world : 0;
   std::vector<int64_t> micros = c.micro_auto ? divisors(per_rank) : std::vector<int64_t>{c.micro_batch_size};
   // Prefetch depth matters at ZeRO-3 only (deeper holds more gathered groups and hides no more in the cost model
   // past one, so the faster-then-smaller order takes 1 where it fits and 0 where only that fits).
-  const std::vector<int> depths = c.prefetch_auto ? std::vector<int>{0, 1, 2} : std::vector<int>{c.zero.prefetch_groups};
+  const std::vector<int> depths =
+      c.prefetch_auto ? std::vector<int>{0, 1, 2} : std::vector<int>{c.zero.prefetch_groups};
   std::string invalid;
   for (int stage : stages)
     for (Offload off : offloads)
@@ -91,8 +94,10 @@ Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
               ++s.evaluated;
               const bool fit = p.fits;
               s.ranked.push_back(std::move(p));
-              if (fit) lo = mid + 1;
-              else hi = mid;
+              if (fit)
+                lo = mid + 1;
+              else
+                hi = mid;
             }
           }
   // No combination the search may choose from is valid: the user's own setting is the error.
@@ -111,13 +116,17 @@ std::vector<Plan> suggest_fixes(const RunConfig& c, const DevicePreset& device, 
   };
   const bool vision_trains = c.stage == Stage::Full && !c.model.freeze_vision;
   for (CheckpointKind k : {CheckpointKind::Selective, CheckpointKind::Full}) {
-    if (c.llm_ckpt.kind < k) change(str("memory.gradient_checkpointing.llm=", models::checkpoint_name(k)), [&](RunConfig& r) { r.llm_ckpt.kind = k; });
+    if (c.llm_ckpt.kind < k)
+      change(str("memory.gradient_checkpointing.llm=", models::checkpoint_name(k)),
+             [&](RunConfig& r) { r.llm_ckpt.kind = k; });
     if (vision_trains && c.vision_ckpt.kind < k)
-      change(str("memory.gradient_checkpointing=", models::checkpoint_name(k)), [&](RunConfig& r) { r.llm_ckpt.kind = r.vision_ckpt.kind = k; });
+      change(str("memory.gradient_checkpointing=", models::checkpoint_name(k)),
+             [&](RunConfig& r) { r.llm_ckpt.kind = r.vision_ckpt.kind = k; });
   }
   for (int64_t m = c.micro_batch_size / 2; m >= 1; m /= 2)
     if ((c.micro_batch_size * c.gradient_accumulation_steps) % m == 0)
-      change(str("train.micro_batch_size=", m, " (accumulation ", c.micro_batch_size * c.gradient_accumulation_steps / m, ")"),
+      change(str("train.micro_batch_size=", m, " (accumulation ",
+                 c.micro_batch_size * c.gradient_accumulation_steps / m, ")"),
              [&](RunConfig& r) { r = with_micro(r, m, c.micro_batch_size * c.gradient_accumulation_steps, world); });
   if (world > 1)
     for (int z = c.zero.stage + 1; z <= 3; ++z)
@@ -206,8 +215,10 @@ Plan max_micro_batch(const RunConfig& c, const DevicePreset& device, int world, 
   while (hi - lo > 1) {
     const int64_t mid = (lo + hi) / 2;
     Plan p = at(mid);
-    if (p.fits) lo = mid, best = std::move(p);
-    else hi = mid;
+    if (p.fits)
+      lo = mid, best = std::move(p);
+    else
+      hi = mid;
   }
   return best;
 }

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 
 #include "core/backend/device_info.h"
@@ -62,7 +62,8 @@ struct PeakWatch {
 void record_peaks(Prediction& p, const MemoryStats& s, const MemoryStats& h, const PeakWatch& dw) {
   p.peak_allocated = s.allocated_bytes.peak;
   p.peak_reserved = s.reserved_bytes.peak;
-  HR_ASSERT(p.peak_allocated == dw.best, "peak watch ", dw.best, " disagrees with the allocator's peak ", p.peak_allocated);
+  HR_ASSERT(p.peak_allocated == dw.best, "peak watch ", dw.best, " disagrees with the allocator's peak ",
+            p.peak_allocated);
   p.at_peak = s.at_peak;
   for (Category c : kAllCategories) p.category_peaks[std::size_t(c)] = s.category(c).peak;
   p.peak_owner = dw.owner;
@@ -97,12 +98,12 @@ LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s, Device ho
   if (s.images > 0) {
     MemoryScope scope(Category::IO, "loader");
     const Shape shape{s.images, m.vision.channels, m.vision.image_size, m.vision.image_size};
-    b.pixel_values = host.type == DeviceType::Meta ? Tensor::empty(shape, DType::F32, host) : Tensor::zeros(shape, DType::F32, host);
+    b.pixel_values =
+        host.type == DeviceType::Meta ? Tensor::empty(shape, DType::F32, host) : Tensor::zeros(shape, DType::F32, host);
   }
   lb.tokens = s.batch * s.seq;
   return lb;
 }
-
 
 Predictor::Predictor(const RunConfig& c, int world, int rank, Backend target, std::size_t capacity) : config_(c) {
   MemoryContext::Use use(memory_);
@@ -123,7 +124,9 @@ std::vector<MicroShape> Predictor::worst_case() const {
                                  {m, config_.max_seq_len, m * config_.max_images_per_sample});
 }
 
-const Llava& Predictor::model() const { return engine_->model(); }
+const Llava& Predictor::model() const {
+  return engine_->model();
+}
 
 Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* rec) {
   MemoryContext::Use use(memory_);
@@ -162,8 +165,9 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
     const std::size_t last = micro.size() - (engine_->zero().last_backward_differs() ? 1 : 0);
     if (rec || at == 0 || at + 1 >= last || micro[at + 1] != micro[at]) return 0;
     AllocatorSnapshot dev_now = dev->snapshot(), host_now = host->snapshot();
-    if (at >= 2 && micro[at] == micro[at - 1] && requests->periodic(begins[at - 1], begins[at], requests->requests().size()) &&
-        dev_now == dev_was && host_now == host_was) {
+    if (at >= 2 && micro[at] == micro[at - 1] &&
+        requests->periodic(begins[at - 1], begins[at], requests->requests().size()) && dev_now == dev_was &&
+        host_now == host_was) {
       std::size_t rest = 0;
       while (at + 1 + rest < last && micro[at + 1 + rest] == micro[at]) ++rest;
       requests->repeat_last(begins[at], rest);
@@ -205,9 +209,11 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
 int64_t Predictor::eval_rows() const {
   // Each rank evaluates its share of the samples, in batches of eval_batch_size.
   int64_t n = config_.eval_samples > 0 ? config_.eval_samples : 0;
-  if (config_.eval_json.empty() && config_.synth_eval > 0) n = n > 0 ? std::min(n, config_.synth_eval) : config_.synth_eval;
+  if (config_.eval_json.empty() && config_.synth_eval > 0)
+    n = n > 0 ? std::min(n, config_.synth_eval) : config_.synth_eval;
   const int64_t world = comm_->world();
-  return n > 0 ? std::max<int64_t>(1, std::min(config_.eval_batch_size, (n + world - 1) / world)) : config_.eval_batch_size;
+  return n > 0 ? std::max<int64_t>(1, std::min(config_.eval_batch_size, (n + world - 1) / world))
+               : config_.eval_batch_size;
 }
 
 EvalShape Predictor::eval_worst_case() const {
@@ -254,7 +260,8 @@ Prediction Predictor::evaluation(const EvalShape& e) {
 }
 
 Prediction Predictor::generation(const GenerationShape& g) {
-  HR_CHECK(!g.prompt_lengths.empty() && g.max_new_tokens >= 1, "[plan] generation needs prompts and max_new_tokens >= 1");
+  HR_CHECK(!g.prompt_lengths.empty() && g.max_new_tokens >= 1,
+           "[plan] generation needs prompts and max_new_tokens >= 1");
   return inference([&] {
     const Llava& model = engine_->model();
     const int64_t B = int64_t(g.prompt_lengths.size());
@@ -273,8 +280,9 @@ Prediction Predictor::generation(const GenerationShape& g) {
 // ---- decisions ----
 
 std::string Decisions::describe() const {
-  std::string s = str("micro ", micro_batch_size, " x accumulation ", gradient_accumulation_steps, ", ZeRO ", zero_stage,
-                      ", checkpointing vision ", checkpoint_name(vision_ckpt), " / llm ", checkpoint_name(llm_ckpt));
+  std::string s =
+      str("micro ", micro_batch_size, " x accumulation ", gradient_accumulation_steps, ", ZeRO ", zero_stage,
+          ", checkpointing vision ", checkpoint_name(vision_ckpt), " / llm ", checkpoint_name(llm_ckpt));
   if (zero_stage == 3) s += str(", prefetch ", prefetch_groups);
   if (offload_optimizer == parallel::Offload::Cpu) s += ", optimizer on cpu";
   if (offload_params == parallel::Offload::Cpu) s += ", params on cpu";
@@ -299,7 +307,9 @@ Decisions decisions_of(const RunConfig& c) {
   return d;
 }
 
-bool vision_used(const LlavaConfig& m) { return m.vision.layers > 0; }
+bool vision_used(const LlavaConfig& m) {
+  return m.vision.layers > 0;
+}
 
 // ---- the cost model ----
 
@@ -312,11 +322,16 @@ struct Counts {
 const char* module_name(GroupKind k) {
   switch (k) {
     case GroupKind::EncoderStem:
-    case GroupKind::EncoderLayer: return "vision_tower";
-    case GroupKind::Projector: return "multi_modal_projector";
-    case GroupKind::DecoderLayer: return "language_model.layers";
-    case GroupKind::Embedding: return "language_model.embed_tokens";
-    case GroupKind::Head: return "language_model.norm + lm_head";
+    case GroupKind::EncoderLayer:
+      return "vision_tower";
+    case GroupKind::Projector:
+      return "multi_modal_projector";
+    case GroupKind::DecoderLayer:
+      return "language_model.layers";
+    case GroupKind::Embedding:
+      return "language_model.embed_tokens";
+    case GroupKind::Head:
+      return "language_model.norm + lm_head";
   }
   return "?";
 }
@@ -328,12 +343,24 @@ Counts counts_of(const Llava& m) {
     bool trainable = false;
     for (const Param* p : g.params) n += double(p->count()), trainable |= p->trainable;
     switch (g.kind) {
-      case GroupKind::EncoderLayer: k.vision_layer = n, k.vision_trainable |= trainable; break;
-      case GroupKind::EncoderStem: k.vision_other = n, k.vision_trainable |= trainable; break;
-      case GroupKind::Projector: k.projector = n, k.projector_trainable = trainable; break;
-      case GroupKind::DecoderLayer: k.llm_layer = n, k.llm_trainable |= trainable; break;
-      case GroupKind::Embedding: k.embed = n; break;
-      case GroupKind::Head: k.head += n; break;
+      case GroupKind::EncoderLayer:
+        k.vision_layer = n, k.vision_trainable |= trainable;
+        break;
+      case GroupKind::EncoderStem:
+        k.vision_other = n, k.vision_trainable |= trainable;
+        break;
+      case GroupKind::Projector:
+        k.projector = n, k.projector_trainable = trainable;
+        break;
+      case GroupKind::DecoderLayer:
+        k.llm_layer = n, k.llm_trainable |= trainable;
+        break;
+      case GroupKind::Embedding:
+        k.embed = n;
+        break;
+      case GroupKind::Head:
+        k.head += n;
+        break;
     }
   }
   return k;
@@ -352,13 +379,17 @@ StepTime step_time(const Plan& p, const Counts& k) {
   const double I = B * double(c.max_images_per_sample), N = double(m.vision.num_positions());
   // Forward FLOPs per micro-batch: 2 x parameters x tokens for the matmuls, plus attention scores and values.
   const double v_layers = double(m.vision.layers_used());
-  const double vis_fwd = vision_used(m) && I > 0 ? 2.0 * k.vision_layer * v_layers * I * N + 4.0 * v_layers * I * N * N * double(m.vision.hidden) : 0;
+  const double vis_fwd = vision_used(m) && I > 0 ? 2.0 * k.vision_layer * v_layers * I * N +
+                                                       4.0 * v_layers * I * N * N * double(m.vision.hidden)
+                                                 : 0;
   const double proj_fwd = I > 0 ? 2.0 * k.projector * I * double(m.vision.tokens_per_image()) : 0;
-  const double llm_layers_fwd = 2.0 * k.llm_layer * double(m.llm.layers) * B * L + 2.0 * double(m.llm.layers) * B * L * L * double(m.llm.hidden);
+  const double llm_layers_fwd =
+      2.0 * k.llm_layer * double(m.llm.layers) * B * L + 2.0 * double(m.llm.layers) * B * L * L * double(m.llm.hidden);
   const double head_fwd = 2.0 * double(m.llm.hidden) * double(m.llm.vocab) * B * L;
   const bool grads_reach_llm = k.llm_trainable || k.projector_trainable || k.vision_trainable;
   const double bwd = (grads_reach_llm ? 2.0 * (llm_layers_fwd + head_fwd) : 0) +
-                     (k.projector_trainable || k.vision_trainable ? 2.0 * proj_fwd : 0) + (k.vision_trainable ? 2.0 * vis_fwd : 0);
+                     (k.projector_trainable || k.vision_trainable ? 2.0 * proj_fwd : 0) +
+                     (k.vision_trainable ? 2.0 * vis_fwd : 0);
   const double recompute = (grads_reach_llm ? recompute_fraction(c.llm_ckpt.kind) * llm_layers_fwd : 0) +
                            (k.vision_trainable ? recompute_fraction(c.vision_ckpt.kind) * vis_fwd : 0);
   const double flops = A * (vis_fwd + proj_fwd + llm_layers_fwd + head_fwd + bwd);
@@ -366,7 +397,8 @@ StepTime step_time(const Plan& p, const Counts& k) {
   // Achieved throughput: half the datasheet peak on a GPU at best, and less for small micro-batches, whose
   // GEMMs have few rows (half the best at 1024 tokens per micro-batch on a GPU, 64 on the CPU).
   const double rows = B * L, half = p.device.cuda ? 1024.0 : 64.0;
-  const double peak = (low ? p.device.tflops_bf16 : p.device.tflops_fp32) * 1e12 * (p.device.cuda ? 0.5 : 1.0) * rows / (rows + half);
+  const double peak =
+      (low ? p.device.tflops_bf16 : p.device.tflops_fp32) * 1e12 * (p.device.cuda ? 0.5 : 1.0) * rows / (rows + half);
   t.flops = flops + A * recompute;
   t.model_flops = flops;
   t.compute_s = flops / peak;
@@ -381,9 +413,10 @@ StepTime step_time(const Plan& p, const Counts& k) {
   double moved = 0, gathered = 0, reduced = 0, all_reduced = 0;
   if (W > 1) {
     if (c.zero.stage <= 1) all_reduced = 2 * ring * trainable * e, moved += all_reduced;  // all-reduce of the gradients
-    if (c.zero.stage >= 1) moved += ring * trainable * e;                 // all-gather of updated parameters
+    if (c.zero.stage >= 1) moved += ring * trainable * e;                         // all-gather of updated parameters
     if (c.zero.stage >= 2) reduced = A * ring * trainable * e, moved += reduced;  // reduce-scatter per micro-batch
-    if (c.zero.stage == 3) gathered = A * 2 * ring * all * e, moved += gathered - ring * trainable * e;  // gathers in fwd and bwd instead
+    if (c.zero.stage == 3)
+      gathered = A * 2 * ring * all * e, moved += gathered - ring * trainable * e;  // gathers in fwd and bwd instead
   }
   t.comm_s = moved / (p.device.link_gbps * 1e9);
   // Overlap: each group's prefetched gather runs while the group before it computes, and (overlap_comm) each
@@ -410,13 +443,16 @@ StepTime step_time(const Plan& p, const Counts& k) {
     t.hidden_offload_s = down_hidden + up_hidden;
     t.offload_s = 2 * transfer + adam - t.hidden_offload_s;
   }
-  if (c.zero.offload_params == parallel::Offload::Cpu) t.offload_s += A * 2 * (all / W) * e / (p.device.host_gbps * 1e9);
+  if (c.zero.offload_params == parallel::Offload::Cpu)
+    t.offload_s += A * 2 * (all / W) * e / (p.device.host_gbps * 1e9);
   return t;
 }
 
 // ---- the closed form ----
 
-int64_t elem(DType t) { return int64_t(dtype_size(t)); }
+int64_t elem(DType t) {
+  return int64_t(dtype_size(t));
+}
 
 std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
   const RunConfig& c = p.config;
@@ -441,14 +477,21 @@ std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
   std::vector<ClosedFormRow> rows;
   auto at = [&](Category cat) { return p.rank.at_peak[std::size_t(cat)]; };
   const LoraSpec& lora = model.config().llm.lora;
-  const std::string quantized = lora.quantizes_base() ? str(" (the decoder's linear weights: ", lora.base_format().describe(),
-                                                            ", bits / 8 + constants per weight)") : "";
-  rows.push_back({"params", zs == 3 ? params / W + largest : params, at(Category::Params),
-                  (zs == 3 ? "parameter bytes / world + the largest group gathered" : "parameter count x bytes per parameter") + quantized});
-  rows.push_back({"grads", zs >= 2 ? trainable * e / W + largest_trainable : trainable * e, at(Category::Grads),
-                  zs >= 2 ? "trainable x bytes / world + one group's full gradients while reduced" : "trainable x bytes"});
+  const std::string quantized =
+      lora.quantizes_base()
+          ? str(" (the decoder's linear weights: ", lora.base_format().describe(), ", bits / 8 + constants per weight)")
+          : "";
+  rows.push_back(
+      {"params", zs == 3 ? params / W + largest : params, at(Category::Params),
+       (zs == 3 ? "parameter bytes / world + the largest group gathered" : "parameter count x bytes per parameter") +
+           quantized});
+  rows.push_back(
+      {"grads", zs >= 2 ? trainable * e / W + largest_trainable : trainable * e, at(Category::Grads),
+       zs >= 2 ? "trainable x bytes / world + one group's full gradients while reduced" : "trainable x bytes"});
   rows.push_back({"master_params", off || !low ? 0 : trainable * 4 / (zs >= 1 ? W : 1), at(Category::MasterParams),
-                  off ? "on the host" : low ? "trainable x 4 (f32 master copy) / ZeRO share" : "none in fp32"});
+                  off   ? "on the host"
+                  : low ? "trainable x 4 (f32 master copy) / ZeRO share"
+                        : "none in fp32"});
   const int64_t states = c.optimizer.kind == optim::OptimizerKind::AdamW ? 8 : c.optimizer.momentum != 0.f ? 4 : 0;
   rows.push_back({"optimizer", off ? 0 : trainable * states / (zs >= 1 ? W : 1), at(Category::Optimizer),
                   off ? "on the host" : str("trainable x ", states, " (f32 states) / ZeRO share")});
@@ -474,10 +517,13 @@ std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
   rows.push_back({"activations", act + transient, at(Category::Activations),
                   str("kept per block by policy (", checkpoint_name(c.llm_ckpt.kind), ") + one block's backward",
                       lora.r > 0 ? " + LoRA's widest input and its gradient" : "")});
-  const int64_t chunk = std::min(c.ce_chunk_rows > 0 ? c.ce_chunk_rows : default_chunk_rows(B * (L - 1), m.llm.vocab), B * (L - 1));
-  rows.push_back({"workspace", chunk * m.llm.vocab * 4, at(Category::Workspace), "the cross-entropy logits chunk (f32)"});
+  const int64_t chunk =
+      std::min(c.ce_chunk_rows > 0 ? c.ce_chunk_rows : default_chunk_rows(B * (L - 1), m.llm.vocab), B * (L - 1));
+  rows.push_back(
+      {"workspace", chunk * m.llm.vocab * 4, at(Category::Workspace), "the cross-entropy logits chunk (f32)"});
   rows.push_back({"comm", 0, at(Category::Comm), "gather/reduce buffers live between compute, not at the peak"});
-  rows.push_back({"io", 3 * n * 8, at(Category::IO), "token ids, shifted labels, positions (i64); pixels are freed by then"});
+  rows.push_back(
+      {"io", 3 * n * 8, at(Category::IO), "token ids, shifted labels, positions (i64); pixels are freed by then"});
   return rows;
 }
 
@@ -500,7 +546,9 @@ void use_cpu_threads(const RunConfig& c, int world) {
   omp_set_num_threads(std::max(1, omp_get_num_procs() / local));
 }
 
-bool plans_evaluation(const RunConfig& c) { return !c.eval_json.empty() || (c.train_json.empty() && c.synth_eval > 0); }
+bool plans_evaluation(const RunConfig& c) {
+  return !c.eval_json.empty() || (c.train_json.empty() && c.synth_eval > 0);
+}
 
 int64_t Plan::total_predicted() const {
   int64_t peak = rank.peak_reserved;
@@ -567,7 +615,8 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
     p.generation = pred.generation(g);
     const models::LlmConfig& llm = config.model.config.llm;
     const int64_t rows = p.eval_rows = int64_t(g.prompt_lengths.size());
-    p.kv_cache_bytes = KvCache::bytes(llm, rows, config.max_seq_len + g.max_new_tokens - 1, pred.model().params().dtype());
+    p.kv_cache_bytes =
+        KvCache::bytes(llm, rows, config.max_seq_len + g.max_new_tokens - 1, pred.model().params().dtype());
     p.model_element_bytes = int64_t(dtype_size(pred.model().params().dtype()));
     p.generation_logits_bytes = rows * llm.vocab * p.model_element_bytes;
     // The allocator frees its cached blocks and retries before it fails, so what must fit is what is allocated.

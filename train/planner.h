@@ -39,12 +39,12 @@ using CategoryBytes = std::array<int64_t, core::kNumCategories>;
 
 struct Prediction {
   int64_t peak_allocated = 0, peak_reserved = 0;
-  int64_t persistent = 0;        // allocated before the step: parameters, states, shards
-  CategoryBytes at_peak{};       // by category at the moment of the peak (sums to peak_allocated)
+  int64_t persistent = 0;   // allocated before the step: parameters, states, shards
+  CategoryBytes at_peak{};  // by category at the moment of the peak (sums to peak_allocated)
   CategoryBytes category_peaks{};
-  std::string peak_owner;        // the module whose allocation reached the peak
+  std::string peak_owner;  // the module whose allocation reached the peak
   std::string activation_peak_owner;
-  int64_t host_peak = 0;         // host memory of the step (offloaded states, batch buffers)
+  int64_t host_peak = 0;  // host memory of the step (offloaded states, batch buffers)
   CategoryBytes host_at_peak{};
   // The step's device allocation requests in order: replayed on the state a real allocator is in when the
   // step starts, they give its reserved peak, which depends on what that allocator has cached.
@@ -115,7 +115,7 @@ struct StepTime {
   // Of the offload's transfers, what moves under other work (not in offload_s): at ZeRO 2-3 gradients leave for the
   // host during the last backward; at ZeRO-3 updated shards go back while the next group updates on the host.
   double hidden_offload_s = 0;
-  double flops = 0;  // per step and rank, recompute included
+  double flops = 0;        // per step and rank, recompute included
   double model_flops = 0;  // per step and rank, recompute not credited (the model's FLOPs, as MFU counts them)
   double exposed_comm_s() const { return comm_s - hidden_comm_s; }
   double total() const { return compute_s + exposed_comm_s() + offload_s; }
@@ -134,9 +134,9 @@ struct Plan {
   DevicePreset device;
   int world = 1;
   int64_t capacity = 0, runtime_reserve = 0, usable = 0;  // usable = budget x capacity - runtime reserve
-  bool fits = false;  // the step ran on a meta device capped at `usable` without running out of memory
+  bool fits = false;     // the step ran on a meta device capped at `usable` without running out of memory
   bool retries = false;  // it fits only because the allocator frees its cache and retries (as the real one will)
-  Prediction rank;   // every rank's prediction: shards are padded, so ranks differ in nothing the plan sees
+  Prediction rank;       // every rank's prediction: shards are padded, so ranks differ in nothing the plan sees
   StepTime time;
   int64_t params_total = 0, params_trainable = 0;
   std::vector<std::pair<std::string, int64_t>> params_by_module;
@@ -151,8 +151,8 @@ struct Plan {
   bool evaluates = false, eval_fits = true;
   Prediction eval, generation;
   int64_t kv_cache_bytes = 0, generation_logits_bytes = 0;  // the closed forms beside the generation dry run
-  int64_t model_element_bytes = 0;                           // of the model precision (the cache's and logits')
-  int64_t eval_rows = 0;                                     // sequences per evaluation batch
+  int64_t model_element_bytes = 0;                          // of the model precision (the cache's and logits')
+  int64_t eval_rows = 0;                                    // sequences per evaluation batch
   // The largest reserved peak of the run (training step, evaluation, generation) plus the runtime reserve.
   int64_t total_predicted() const;
   int64_t train_predicted() const { return rank.peak_reserved + runtime_reserve; }

@@ -39,8 +39,8 @@ std::vector<json> read_jsonl(const fs::path& path, int64_t& skipped) {
       ++skipped;
       continue;
     }
-    HR_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(), "[report] ", path.string(), ": line ",
-             n, " has no integer \"step\"");
+    HR_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer(), "[report] ", path.string(),
+             ": line ", n, " has no integer \"step\"");
     const int64_t step = j["step"].get<int64_t>();
     by_step[step] = std::move(j);
   }
@@ -49,23 +49,36 @@ std::vector<json> read_jsonl(const fs::path& path, int64_t& skipped) {
   return out;
 }
 
-std::string text_of(const json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
+std::string text_of(const json& j) {
+  return j.is_string() ? j.get<std::string>() : j.dump();
+}
 
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) {
     switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '&':
+        o += "&amp;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      default:
+        o += c;
     }
   }
   return o;
 }
 
-double num(const json& j, const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN; }
+double num(const json& j, const char* k) {
+  return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN;
+}
 
 std::string fmt(double v, bool bytes) {
   if (bytes) return format_bytes(v);
@@ -80,7 +93,8 @@ struct Series {
   bool dashed = false, dots = false;
 };
 
-const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+const char* kPalette[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                          "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
 
 // One chart: lines (or stacked areas) over steps, axes with round ticks, a legend whose entries toggle.
 std::string chart(const std::string& title, const std::vector<Series>& series, bool bytes, bool stacked,
@@ -115,7 +129,8 @@ std::string chart(const std::string& title, const std::vector<Series>& series, b
   y1 = std::ceil(y1 / step) * step;
   auto X = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
   auto Y = [&](double y) { return T + (1 - y / y1) * (H - T - B); };
-  o += str("<svg viewBox=\"0 0 ", W, " ", H, "\" width=\"", W, "\" height=\"", H, "\" xmlns=\"http://www.w3.org/2000/svg\">");
+  o += str("<svg viewBox=\"0 0 ", W, " ", H, "\" width=\"", W, "\" height=\"", H,
+           "\" xmlns=\"http://www.w3.org/2000/svg\">");
   for (double y = 0; y <= y1 + step / 2; y += step) {
     o += str("<line x1=\"", L, "\" x2=\"", W - R, "\" y1=\"", Y(y), "\" y2=\"", Y(y), "\" class=\"grid\"/>");
     o += str("<text x=\"", L - 6, "\" y=\"", Y(y) + 4, "\" class=\"ytick\">", esc(fmt(y, bytes)), "</text>");
@@ -156,8 +171,8 @@ std::string chart(const std::string& title, const std::vector<Series>& series, b
       for (std::size_t k = 0; k < s.points.size(); ++k)
         if (!std::isnan(tops[i][k]))
           shape += str("<circle cx=\"", X(s.points[k].first), "\" cy=\"", Y(tops[i][k]), "\" r=\"4\" fill=\"", s.color,
-                       "\"><title>", esc(s.name), " at step ", s.points[k].first, ": ", esc(fmt(s.points[k].second, bytes)),
-                       "</title></circle>");
+                       "\"><title>", esc(s.name), " at step ", s.points[k].first, ": ",
+                       esc(fmt(s.points[k].second, bytes)), "</title></circle>");
     } else {
       shape = str("<path d=\"", d, "\" fill=\"none\" stroke=\"", s.color, "\" stroke-width=\"2\"",
                   s.dashed ? " stroke-dasharray=\"6 4\"" : "", "/>");
@@ -166,7 +181,8 @@ std::string chart(const std::string& title, const std::vector<Series>& series, b
   }
   o += "</svg><div class=\"legend\">";
   for (const Series& s : series)
-    o += str("<span class=\"key\" data-key=\"", esc(s.name), "\"><i style=\"background:", s.color, "\"></i>", esc(s.name), "</span>");
+    o += str("<span class=\"key\" data-key=\"", esc(s.name), "\"><i style=\"background:", s.color, "\"></i>",
+             esc(s.name), "</span>");
   return o + "</div></section>\n";
 }
 
@@ -176,7 +192,9 @@ constexpr std::size_t kMaxPoints = 500;
 enum class Merge { Max, Mean };
 
 // Steps per point for `n` lines.
-std::size_t bucket(std::size_t n) { return (n + kMaxPoints - 1) / kMaxPoints; }
+std::size_t bucket(std::size_t n) {
+  return (n + kMaxPoints - 1) / kMaxPoints;
+}
 
 std::vector<std::pair<double, double>> pick(const std::vector<json>& lines, const std::function<double(const json&)>& f,
                                             Merge merge = Merge::Max) {
@@ -208,9 +226,11 @@ std::string run_report_html(const std::string& run_dir) {
   if (fs::exists(dir / "memory.jsonl")) {
     ranks.push_back(read_jsonl(dir / "memory.jsonl", skipped));
   } else {
-    for (int r = 0; fs::exists(dir / str("memory.rank", r, ".jsonl")); ++r) ranks.push_back(read_jsonl(dir / str("memory.rank", r, ".jsonl"), skipped));
+    for (int r = 0; fs::exists(dir / str("memory.rank", r, ".jsonl")); ++r)
+      ranks.push_back(read_jsonl(dir / str("memory.rank", r, ".jsonl"), skipped));
   }
-  HR_CHECK(!ranks.empty(), "[report] ", run_dir, " has no memory.jsonl or memory.rank0.jsonl: not a training run's output_dir");
+  HR_CHECK(!ranks.empty(), "[report] ", run_dir,
+           " has no memory.jsonl or memory.rank0.jsonl: not a training run's output_dir");
   const std::vector<json>& m = ranks.front();
   HR_CHECK(!m.empty(), "[report] ", (dir / (ranks.size() > 1 ? "memory.rank0.jsonl" : "memory.jsonl")).string(),
            " has no steps yet");
@@ -241,8 +261,9 @@ std::string run_report_html(const std::string& run_dir) {
       for (auto& p : x.points) any |= p.second > 0;  // NaN compares false
       if (any) s.push_back(std::move(x));
     }
-    body += chart("Memory by category at each step's peak", s, true, true,
-                  "Allocated bytes of each category at the moment the step reached its peak (stacked: the top is the peak).");
+    body += chart(
+        "Memory by category at each step's peak", s, true, true,
+        "Allocated bytes of each category at the moment the step reached its peak (stacked: the top is the peak).");
   }
   // Predicted against measured.
   {
@@ -250,7 +271,8 @@ std::string run_report_html(const std::string& run_dir) {
         {"measured peak allocated", "#4e79a7", pick(m, [](const json& j) { return num(j, "peak_allocated"); })},
         {"predicted peak allocated", "#f28e2b", pick(m, [](const json& j) { return num(j, "predicted_peak"); }), true},
         {"measured peak reserved", "#59a14f", pick(m, [](const json& j) { return num(j, "peak_reserved"); })},
-        {"predicted peak reserved", "#e15759", pick(m, [](const json& j) { return num(j, "predicted_reserved"); }), true},
+        {"predicted peak reserved", "#e15759", pick(m, [](const json& j) { return num(j, "predicted_reserved"); }),
+         true},
         {"planned worst case", "#9c755f", pick(m, [](const json& j) { return num(j, "planned_peak"); }), true}};
     int64_t off = 0, worst = 0;
     for (const json& j : m) {
@@ -259,21 +281,27 @@ std::string run_report_html(const std::string& run_dir) {
     }
     body += chart("Predicted against measured peak per step", s, true, false,
                   off == 0 ? str("Every one of the ", m.size(), " steps peaked exactly where its dry run said.")
-                           : str(off, " of ", m.size(), " steps differ from their dry run, by up to ", format_bytes(double(worst)), "."));
+                           : str(off, " of ", m.size(), " steps differ from their dry run, by up to ",
+                                 format_bytes(double(worst)), "."));
   }
   if (ranks.size() > 1) {
     std::vector<Series> s;
     for (std::size_t r = 0; r < ranks.size(); ++r)
-      s.push_back({str("rank ", r, " peak allocated"), kPalette[r % 10], pick(ranks[r], [](const json& j) { return num(j, "peak_allocated"); })});
+      s.push_back({str("rank ", r, " peak allocated"), kPalette[r % 10],
+                   pick(ranks[r], [](const json& j) { return num(j, "peak_allocated"); })});
     body += chart("Every rank's peak", s, true, false);
   }
   {
-    std::vector<Series> s = {{"train loss", "#4e79a7", pick(m, [](const json& j) { return num(j, "loss"); }, Merge::Mean)}};
-    if (!evals.empty()) s.push_back({"eval loss", "#e15759", pick(evals, [](const json& j) { return num(j, "loss"); }), false, true});
+    std::vector<Series> s = {{"train loss", "#4e79a7",
+                              pick(
+                                  m, [](const json& j) { return num(j, "loss"); }, Merge::Mean)}};
+    if (!evals.empty())
+      s.push_back({"eval loss", "#e15759", pick(evals, [](const json& j) { return num(j, "loss"); }), false, true});
     body += chart("Loss", s, false, false);
   }
   if (!evals.empty()) {
-    std::vector<Series> s = {{"eval accuracy", "#222222", pick(evals, [](const json& j) { return num(j, "accuracy"); }), false, true}};
+    std::vector<Series> s = {
+        {"eval accuracy", "#222222", pick(evals, [](const json& j) { return num(j, "accuracy"); }), false, true}};
     std::map<std::string, int> types;
     for (const json& e : evals)
       if (e.contains("accuracy_by_type") && e["accuracy_by_type"].is_object())
@@ -281,24 +309,38 @@ std::string run_report_html(const std::string& run_dir) {
     int i = 0;
     for (const auto& type : types) {
       const std::string& t = type.first;  // a named variable: clang 14 cannot capture a structured binding
-      s.push_back({"accuracy " + t, kPalette[(i++ + 3) % 10], pick(evals, [&](const json& j) {
-                     return j.contains("accuracy_by_type") && j["accuracy_by_type"].is_object() ? num(j["accuracy_by_type"], t.c_str()) : NAN;
-                   }), false, true});
+      s.push_back({"accuracy " + t, kPalette[(i++ + 3) % 10],
+                   pick(evals,
+                        [&](const json& j) {
+                          return j.contains("accuracy_by_type") && j["accuracy_by_type"].is_object()
+                                     ? num(j["accuracy_by_type"], t.c_str())
+                                     : NAN;
+                        }),
+                   false, true});
     }
     body += chart("Eval accuracy", s, false, false);
   }
-  body += chart("Throughput", {{"tokens/s", "#76b7b2", pick(m, [](const json& j) { return num(j, "tokens_per_s"); }, Merge::Mean)}},
+  body += chart("Throughput",
+                {{"tokens/s", "#76b7b2",
+                  pick(
+                      m, [](const json& j) { return num(j, "tokens_per_s"); }, Merge::Mean)}},
                 false, false);
   {
-    std::vector<Series> s = {{"step time", "#4e79a7", pick(m, [](const json& j) { return num(j, "step_s"); }, Merge::Mean)}};
+    std::vector<Series> s = {{"step time", "#4e79a7",
+                              pick(
+                                  m, [](const json& j) { return num(j, "step_s"); }, Merge::Mean)}};
     for (std::size_t r = 0; ranks.size() > 1 && r < ranks.size(); ++r)
       s.push_back({str("rank ", r, " exposed communication"), kPalette[(r + 1) % 10],
-                   pick(ranks[r], [](const json& j) { return num(j, "comm_exposed_s"); }, Merge::Mean)});
-    body += chart("Step time (seconds)", s, false, false,
-                  ranks.size() > 1 ? "Exposed communication: the part of a step a rank stood still for collectives." : "");
+                   pick(
+                       ranks[r], [](const json& j) { return num(j, "comm_exposed_s"); }, Merge::Mean)});
+    body +=
+        chart("Step time (seconds)", s, false, false,
+              ranks.size() > 1 ? "Exposed communication: the part of a step a rank stood still for collectives." : "");
   }
-  body += chart("Host memory", {{"host RSS", "#b07aa1", pick(m, [](const json& j) { return num(j, "host_rss"); })},
-                                {"host allocated", "#edc948", pick(m, [](const json& j) { return j.contains("host") ? num(j["host"], "allocated") : NAN; })}},
+  body += chart("Host memory",
+                {{"host RSS", "#b07aa1", pick(m, [](const json& j) { return num(j, "host_rss"); })},
+                 {"host allocated", "#edc948",
+                  pick(m, [](const json& j) { return j.contains("host") ? num(j["host"], "allocated") : NAN; })}},
                 true, false);
 
   // The plan's breakdown.
@@ -307,14 +349,20 @@ std::string run_report_html(const std::string& run_dir) {
     body += "<section><h2>The plan</h2><table><tr><th>category at the planned peak</th><th>bytes</th></tr>";
     if (r.contains("by_category"))
       for (const auto& [name, b] : r["by_category"].items())
-        if (b.is_number()) body += str("<tr><td>", esc(name), "</td><td>", esc(format_bytes(b.get<double>())), "</td></tr>");
+        if (b.is_number())
+          body += str("<tr><td>", esc(name), "</td><td>", esc(format_bytes(b.get<double>())), "</td></tr>");
     for (const char* k : {"peak_allocated", "peak_reserved", "allocator_overhead", "runtime_reserve", "total"})
-      if (r.contains(k) && r[k].is_number()) body += str("<tr><th>", k, "</th><th>", esc(format_bytes(r[k].get<double>())), "</th></tr>");
+      if (r.contains(k) && r[k].is_number())
+        body += str("<tr><th>", k, "</th><th>", esc(format_bytes(r[k].get<double>())), "</th></tr>");
     body += "</table>";
-    if (plan.contains("decisions")) body += str("<p class=\"note\">decisions: <code>", esc(plan["decisions"].dump()), "</code></p>");
+    if (plan.contains("decisions"))
+      body += str("<p class=\"note\">decisions: <code>", esc(plan["decisions"].dump()), "</code></p>");
     if (plan.contains("device"))
-      body += str("<p class=\"note\">device: ", esc(text_of(plan["device"])), ", usable ",
-                  esc(format_bytes(num(plan, "usable"))), ", ", plan.contains("fits") && plan["fits"].is_boolean() && plan["fits"].get<bool>() ? "fits" : "does not fit", "</p>");
+      body +=
+          str("<p class=\"note\">device: ", esc(text_of(plan["device"])), ", usable ",
+              esc(format_bytes(num(plan, "usable"))), ", ",
+              plan.contains("fits") && plan["fits"].is_boolean() && plan["fits"].get<bool>() ? "fits" : "does not fit",
+              "</p>");
     body += "</section>\n";
   }
   // The leak watch and the prediction check.
@@ -324,20 +372,26 @@ std::string run_report_html(const std::string& run_dir) {
       for (const json& j : ranks[r])
         if (j.contains("warnings") && j["warnings"].is_array())
           for (const json& x : j["warnings"])
-            w += str("<li>", ranks.size() > 1 ? str("rank ", r, ", ") : std::string(), "step ", j["step"].get<int64_t>(), ": ",
-                     esc(text_of(x)), "</li>");
-    body += str("<section><h2>Warnings</h2>", w.empty() ? std::string("<p>The leak watch and the prediction check raised none.</p>")
-                                                        : "<ul class=\"warn\">" + w + "</ul>", "</section>\n");
+            w += str("<li>", ranks.size() > 1 ? str("rank ", r, ", ") : std::string(), "step ",
+                     j["step"].get<int64_t>(), ": ", esc(text_of(x)), "</li>");
+    body += str("<section><h2>Warnings</h2>",
+                w.empty() ? std::string("<p>The leak watch and the prediction check raised none.</p>")
+                          : "<ul class=\"warn\">" + w + "</ul>",
+                "</section>\n");
   }
   const json& last = m.back();
   const std::size_t per = bucket(m.size());
   const std::string head =
       str("<h1>headroom run report</h1><p class=\"note\">", esc(dir.string()), ": ", m.size(), " steps logged (last ",
-          last["step"].get<int64_t>(), "), ", ranks.size(), ranks.size() == 1 ? " rank" : " ranks", evals.empty() ? "" : str(", ", evals.size(), " evaluations"),
+          last["step"].get<int64_t>(), "), ", ranks.size(), ranks.size() == 1 ? " rank" : " ranks",
+          evals.empty() ? "" : str(", ", evals.size(), " evaluations"),
           plan.contains("model") ? str(", model ", esc(text_of(plan["model"]))) : std::string(),
           skipped ? str(", ", skipped, " log lines that are not JSON skipped") : std::string(),
-          per > 1 ? str(". Each point of a chart over steps stands for ", per, " steps: the largest of their memory values, "
-                        "the mean of their loss and throughput") : std::string(), "</p>\n");
+          per > 1 ? str(". Each point of a chart over steps stands for ", per,
+                        " steps: the largest of their memory values, "
+                        "the mean of their loss and throughput")
+                  : std::string(),
+          "</p>\n");
   return str(R"(<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>headroom run report</title>
 <style>

@@ -35,13 +35,13 @@ namespace {
 // tokenizer_config.json, tokenizer.json and added_tokens.json of `dir` with "<image>" at `image` and "<pad>"
 // after it (where the vocabulary has room), the files that have them.
 std::vector<std::pair<std::string, std::string>> stage1_tokenizer_files(const std::string& dir, int64_t image,
-                                                                      int64_t vocab) {
+                                                                        int64_t vocab) {
   using json = nlohmann::json;
   std::vector<std::pair<std::string, int64_t>> add = {{"<image>", image}};
   if (image + 1 < vocab) add.emplace_back("<pad>", image + 1);
   auto token = [](const std::string& content) {
-    return json{{"content", content}, {"lstrip", false}, {"normalized", false}, {"rstrip", false},
-                {"single_word", false}, {"special", true}};
+    return json{{"content", content}, {"lstrip", false},      {"normalized", false},
+                {"rstrip", false},    {"single_word", false}, {"special", true}};
   };
   auto read = [&](const char* name) {
     const fs::path p = fs::path(dir) / name;
@@ -104,6 +104,5 @@ HfSidecar run_hf_sidecar(const RunConfig& c) {
   s.max_shard_bytes = c.max_shard_bytes;
   return s;
 }
-
 
 }  // namespace hr::train

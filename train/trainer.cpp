@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include <array>
-#include <csignal>
-#include <cstring>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,8 +24,8 @@
 #include "train/evaluate.h"
 #include "train/memory_log.h"
 #include "train/observe.h"
-#include "train/report.h"
 #include "train/planner.h"
+#include "train/report.h"
 
 namespace hr::train {
 
@@ -97,9 +97,12 @@ std::string bar(int64_t done, int64_t total) {
 std::string format_duration(double seconds) {
   const int64_t s = int64_t(std::llround(std::max(seconds, 0.0)));
   char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof(buf), "%llds", (long long)s);
-  else if (s < 3600) std::snprintf(buf, sizeof(buf), "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-  else std::snprintf(buf, sizeof(buf), "%lldh%02lldm", (long long)(s / 3600), (long long)(s / 60 % 60));
+  if (s < 60)
+    std::snprintf(buf, sizeof(buf), "%llds", (long long)s);
+  else if (s < 3600)
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
+  else
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", (long long)(s / 3600), (long long)(s / 60 % 60));
   return buf;
 }
 
@@ -110,7 +113,9 @@ std::string format_rate(double v) {
 }
 
 // "0.42 ms", "12.3 ms", "184 ms": exposed communication on the console line.
-std::string format_ms(double seconds) { return format_rate(seconds * 1e3) + " ms"; }
+std::string format_ms(double seconds) {
+  return format_rate(seconds * 1e3) + " ms";
+}
 
 // Splits a loader batch into `parts` micro-batches of consecutive samples (after an out-of-memory error).
 std::vector<LoadedBatch> split_batch(const LoadedBatch& lb, int64_t parts, const RunConfig& c) {
@@ -121,7 +126,8 @@ std::vector<LoadedBatch> split_batch(const LoadedBatch& lb, int64_t parts, const
     LoadedBatch b;
     b.examples.assign(lb.examples.begin() + start, lb.examples.begin() + std::min(n, start + per));
     int64_t seq = 0;
-    for (const Example& e : b.examples) seq = std::max<int64_t>(seq, int64_t(e.ids.size())), b.tokens += int64_t(e.ids.size());
+    for (const Example& e : b.examples)
+      seq = std::max<int64_t>(seq, int64_t(e.ids.size())), b.tokens += int64_t(e.ids.size());
     b.batch = collate(b.examples, c.pad_to_max_length ? c.max_seq_len : seq, c.model.config.ignore_index);
     out.push_back(std::move(b));
   }
@@ -147,7 +153,7 @@ class Trainer {
 
   // This step's batches from the loader, each cut in `split_` micro-batches (after recovered OOMs).
   struct Drawn {
-    std::vector<LoadedBatch> batches, pending;  // as the loader gave them; their micro-batches
+    std::vector<LoadedBatch> batches, pending;   // as the loader gave them; their micro-batches
     std::vector<std::array<int64_t, 3>> shapes;  // (batch, seq, images) of each micro-batch run
     std::size_t at = 0;
   };
@@ -211,7 +217,7 @@ class Trainer {
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<MemoryLog> mlog_;
   std::shared_ptr<CachingAllocator> alloc_, host_alloc_;
-  int gpu_ = -1;  // N of the cuda:N the run trains on; -1 on the CPU
+  int gpu_ = -1;                             // N of the cuda:N the run trains on; -1 on the CPU
   std::unique_ptr<RunObservers> observers_;  // TensorBoard, memory timelines, out-of-memory snapshots
   // For the console's ETA and the end-of-run summary.
   Clock::time_point loop_start_;
@@ -224,7 +230,7 @@ class Trainer {
   int64_t split_ = 1;  // micro-batches per loader batch: doubled by each recovered out-of-memory error
   int64_t mismatches_ = 0;
   std::size_t skipped_reported_ = 0, masked_reported_ = 0;
-  bool nonfinite_ = false;      // this step's loss or gradient norm was not finite (bf16/fp32)
+  bool nonfinite_ = false;       // this step's loss or gradient norm was not finite (bf16/fp32)
   std::string nonfinite_where_;  // what the diagnosis found on this rank
   int64_t nonfinite_steps_ = 0;
 };
@@ -268,10 +274,11 @@ DevicePreset Trainer::device_with_least_room(RunConfig& config) {
 Plan Trainer::plan_and_preflight(const RunConfig& requested) {
   // A rank that runs out of memory would redo its step alone while the others wait in the step's collectives.
   if (requested.shrink_on_oom && comm_.world() > 1)
-    throw parallel::EveryRankError("[config] memory.on_oom: shrink_micro_batch redoes a step in one process only: with "
-                                   "several ranks the one that ran out would redo it alone while the others wait in "
-                                   "its collectives. Use memory.on_oom: fail and let the planner size the step "
-                                   "(train.micro_batch_size: auto)");
+    throw parallel::EveryRankError(
+        "[config] memory.on_oom: shrink_micro_batch redoes a step in one process only: with "
+        "several ranks the one that ran out would redo it alone while the others wait in "
+        "its collectives. Use memory.on_oom: fail and let the planner size the step "
+        "(train.micro_batch_size: auto)");
   RunConfig given = requested;
   const DevicePreset device = device_with_least_room(given);
   const Search search = search_plans(given, device, comm_.world());
@@ -302,23 +309,27 @@ Plan Trainer::plan_and_preflight(const RunConfig& requested) {
   const std::string what = plan.evaluates && !plan.eval_fits && step_fits
                                ? str("the training step fits but evaluation does not (loss pass ",
                                      format_bytes(double(plan.eval.peak_allocated)), ", generation ",
-                                     format_bytes(double(plan.generation.peak_allocated)), " allocated at train.eval_batch_size ",
-                                     c.eval_batch_size, ")")
+                                     format_bytes(double(plan.generation.peak_allocated)),
+                                     " allocated at train.eval_batch_size ", c.eval_batch_size, ")")
                                : std::string("the run does not fit");
-  const std::string msg = str("[plan] ", what, ": predicted ", format_bytes(double(plan.total_predicted())),
-                              " per rank against ", format_bytes(double(plan.usable + plan.runtime_reserve)), " (",
-                              int(c.budget * 100 + 0.5f), "% of ", format_bytes(double(plan.capacity)),
-                              comm_.world() > 1 ? str(", rank ", tightest_rank_, "'s room: every rank plans with the least") : "",
-                              "). The cheapest changes that fit:",
-                              fixes.empty() ? std::string("\n  (none of the single changes tried)") : fixes);
+  const std::string msg =
+      str("[plan] ", what, ": predicted ", format_bytes(double(plan.total_predicted())), " per rank against ",
+          format_bytes(double(plan.usable + plan.runtime_reserve)), " (", int(c.budget * 100 + 0.5f), "% of ",
+          format_bytes(double(plan.capacity)),
+          comm_.world() > 1 ? str(", rank ", tightest_rank_, "'s room: every rank plans with the least") : "",
+          "). The cheapest changes that fit:",
+          fixes.empty() ? std::string("\n  (none of the single changes tried)") : fixes);
   if (c.preflight) throw parallel::EveryRankError(msg + "\n(memory.preflight: false starts it anyway)");
   if (lead_) std::printf("%s\nstarting anyway (memory.preflight: false): expect an out-of-memory error\n", msg.c_str());
   return plan;
 }
 
 Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::Communicator& comm)
-    : comm_(comm), lead_(comm.rank() == 0), plan_(plan_and_preflight((use_cpu_threads(given, comm.world()), given))),
-      c_(plan_.config), save_and_evaluate_at_end_(options.finish) {
+    : comm_(comm),
+      lead_(comm.rank() == 0),
+      plan_(plan_and_preflight((use_cpu_threads(given, comm.world()), given))),
+      c_(plan_.config),
+      save_and_evaluate_at_end_(options.finish) {
   const int rank = comm.rank(), world = comm.world();
   // device.type: cpu or cuda:N. Parameters, gradients, states and activations live there through its caching
   // allocator; the host allocator keeps the loader's batches and offloaded states.
@@ -380,14 +391,15 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   tty_ = lead_ && (c_.progress_bar == ProgressBar::On || (c_.progress_bar == ProgressBar::Auto && terminal));
   if (lead_) {
     const Llava& model = engine_->model();
-    std::printf("training %s (%s, stage %s): %lld parameters, %lld trainable; %lld steps of %lld samples "
-                "(micro %lld x accumulation %lld x %d rank%s); precision %s; ZeRO stage %d%s%s\n",
-                c_.model.config.name.c_str(), projector_name(c_.model.config.projector), stage_name(c_.stage),
-                (long long)model.params().count(), (long long)model.params().count(true), (long long)total_,
-                (long long)c_.global_batch_size, (long long)c_.micro_batch_size,
-                (long long)c_.gradient_accumulation_steps, world, world == 1 ? "" : "s", precision_name(c_.precision),
-                c_.zero.stage, c_.zero.offload_optimizer == parallel::Offload::Cpu ? ", optimizer offloaded to the host" : "",
-                c_.zero.offload_params == parallel::Offload::Cpu ? ", parameters offloaded to the host" : "");
+    std::printf(
+        "training %s (%s, stage %s): %lld parameters, %lld trainable; %lld steps of %lld samples "
+        "(micro %lld x accumulation %lld x %d rank%s); precision %s; ZeRO stage %d%s%s\n",
+        c_.model.config.name.c_str(), projector_name(c_.model.config.projector), stage_name(c_.stage),
+        (long long)model.params().count(), (long long)model.params().count(true), (long long)total_,
+        (long long)c_.global_batch_size, (long long)c_.micro_batch_size, (long long)c_.gradient_accumulation_steps,
+        world, world == 1 ? "" : "s", precision_name(c_.precision), c_.zero.stage,
+        c_.zero.offload_optimizer == parallel::Offload::Cpu ? ", optimizer offloaded to the host" : "",
+        c_.zero.offload_params == parallel::Offload::Cpu ? ", parameters offloaded to the host" : "");
     std::fflush(stdout);
   }
   const std::string mlog_name = world == 1 ? std::string("memory.jsonl") : str("memory.rank", rank, ".jsonl");
@@ -445,10 +457,11 @@ Engine::StepStats Trainer::step_redone_on_oom(Drawn& d, AllocatorSnapshot& start
       }
       split_ *= 2;
       if (lead_)
-        std::printf("%sstep %lld: out of memory with micro-batch %lld; halving it to micro-batch %lld x "
-                    "accumulation %lld (the same samples, the same global batch) and redoing the step\n",
-                    tty_ ? "\n" : "", (long long)(state_.step + 1), (long long)micro, (long long)(micro / 2),
-                    (long long)(c_.gradient_accumulation_steps * split_));
+        std::printf(
+            "%sstep %lld: out of memory with micro-batch %lld; halving it to micro-batch %lld x "
+            "accumulation %lld (the same samples, the same global batch) and redoing the step\n",
+            tty_ ? "\n" : "", (long long)(state_.step + 1), (long long)micro, (long long)(micro / 2),
+            (long long)(c_.gradient_accumulation_steps * split_));
       ++state_.oom_recoveries;
       alloc_->empty_cache();
       alloc_->reset_peak_stats();  // the step's peak is the redone step's; the OOM stays counted
@@ -486,14 +499,15 @@ bool Trainer::update(const Engine::StepStats& s, const Drawn& d, float lr) {
   return skipped;
 }
 
-void Trainer::record(const Engine::StepStats& s, const Drawn& d, const AllocatorSnapshot& start, float lr,
-                     bool skipped, Clock::time_point t0) {
+void Trainer::record(const Engine::StepStats& s, const Drawn& d, const AllocatorSnapshot& start, float lr, bool skipped,
+                     Clock::time_point t0) {
   const int rank = comm_.rank(), world = comm_.world();
   stop_agreed_ = agree_on_stop();
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const std::string trace = observers_->end_step();  // before the dry run below, whose phases are not this step's
-  if (!trace.empty() && lead_) std::printf("%sstep %lld: memory timeline in %s%s (open it in ui.perfetto.dev)\n", tty_ ? "\n" : "",
-                                           (long long)(state_.step + 1), trace.c_str(), world > 1 ? " and the other ranks'" : "");
+  if (!trace.empty() && lead_)
+    std::printf("%sstep %lld: memory timeline in %s%s (open it in ui.perfetto.dev)\n", tty_ ? "\n" : "",
+                (long long)(state_.step + 1), trace.c_str(), world > 1 ? " and the other ranks'" : "");
   StepRecord rec;
   rec.step = state_.step + 1;
   rec.loss = float(s.loss);
@@ -501,7 +515,8 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   rec.loss_scale = s.loss_scale;
   rec.grad_norm = s.scaled_norm / rec.loss_scale;
   rec.skipped = skipped;
-  if (nonfinite_) rec.nonfinite = nonfinite_where_.empty() ? "elsewhere (another rank's micro-batch)" : nonfinite_where_;
+  if (nonfinite_)
+    rec.nonfinite = nonfinite_where_.empty() ? "elsewhere (another rank's micro-batch)" : nonfinite_where_;
   rec.step_s = secs;
   rec.comm_exposed_s = collectives().exposed_seconds() - exposed_at_start_;
   rec.tokens = s.tokens;
@@ -522,8 +537,9 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
     ++mismatches_;
     rec.warnings.push_back(str("[memory] WARNING step ", rec.step, world > 1 ? str(" rank ", rank) : std::string(),
                                ": measured peak ", ms.allocated_bytes.peak, " B allocated / ", ms.reserved_bytes.peak,
-                               " B reserved differs from the dry run of this step's shapes, ", rec.predicted_peak, " B / ",
-                               rec.predicted_reserved, " B. The planner's prediction is exact by design on the CPU: "
+                               " B reserved differs from the dry run of this step's shapes, ", rec.predicted_peak,
+                               " B / ", rec.predicted_reserved,
+                               " B. The planner's prediction is exact by design on the CPU: "
                                "this is a bug."));
     std::printf("%s%s\n", tty_ ? "\n" : "", rec.warnings.back().c_str());
   }
@@ -539,11 +555,12 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   }
   observers_->step(mlog_->write(rec, ms, host_stats, rss));
   if (nonfinite_ && !nonfinite_where_.empty())
-    std::printf("%s%sstep %lld: non-finite loss (%g) or gradient norm (%g); the first non-finite value came from %s. "
-                "The step is skipped%s\n",
-                tty_ ? "\n" : "", world > 1 ? str("rank ", rank, ": ").c_str() : "", (long long)rec.step, rec.loss,
-                rec.grad_norm, nonfinite_where_.c_str(),
-                c_.on_nonfinite == OnNonfinite::Stop ? " and the run stops (train.on_nonfinite: stop)" : "");
+    std::printf(
+        "%s%sstep %lld: non-finite loss (%g) or gradient norm (%g); the first non-finite value came from %s. "
+        "The step is skipped%s\n",
+        tty_ ? "\n" : "", world > 1 ? str("rank ", rank, ": ").c_str() : "", (long long)rec.step, rec.loss,
+        rec.grad_norm, nonfinite_where_.c_str(),
+        c_.on_nonfinite == OnNonfinite::Stop ? " and the run stops (train.on_nonfinite: stop)" : "");
   else if (skipped && !nonfinite_ && lead_)
     std::printf("%sstep %lld: fp16 overflow at loss scale %g; step skipped\n", tty_ ? "\n" : "", (long long)rec.step,
                 rec.loss_scale);
@@ -556,22 +573,26 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
   while (masked_reported_ < loader_->masked().size()) {
     const std::string& what = loader_->masked()[masked_reported_++];
     if (lead_)
-      std::printf("%swarning: %s: LLaVA's round lengths disagree with the tokens (its \"tokenization mismatch\"); "
-                  "every label masked, as LLaVA does\n", tty_ ? "\n" : "", what.c_str());
+      std::printf(
+          "%swarning: %s: LLaVA's round lengths disagree with the tokens (its \"tokenization mismatch\"); "
+          "every label masked, as LLaVA does\n",
+          tty_ ? "\n" : "", what.c_str());
   }
   if (lead_ && (rec.step % c_.logging_steps == 0 || rec.step == total_ || tty_)) {
     // The ETA from the mean step time of this session's steps so far (evaluations and checkpoints included).
     const double elapsed = std::chrono::duration<double>(Clock::now() - loop_start_).count();
     const int64_t done = rec.step - first_step_;
     const double eta = done > 0 ? elapsed / double(done) * double(total_ - rec.step) : 0.0;
-    const std::string line = str("step ", rec.step, "/", total_, " | loss ", rec.loss, " | lr ", lr, " | grad_norm ",
-                                 rec.grad_norm, " | tok/s ", int64_t(rec.tokens_per_s), " | samples/s ",
-                                 format_rate(rec.samples_per_s), " | mem ", format_bytes(double(ms.allocated_bytes.peak)),
-                                 " peak / ", format_bytes(double(ms.reserved_bytes.peak)), " reserved",
-                                 world > 1 ? str(" | comm ", format_ms(rec.comm_exposed_s), " exposed") : std::string(),
-                                 " | ETA ", format_duration(eta));
-    if (tty_) std::printf("\r%s %s", bar(rec.step, total_).c_str(), line.c_str());
-    else std::printf("%s\n", line.c_str());
+    const std::string line =
+        str("step ", rec.step, "/", total_, " | loss ", rec.loss, " | lr ", lr, " | grad_norm ", rec.grad_norm,
+            " | tok/s ", int64_t(rec.tokens_per_s), " | samples/s ", format_rate(rec.samples_per_s), " | mem ",
+            format_bytes(double(ms.allocated_bytes.peak)), " peak / ", format_bytes(double(ms.reserved_bytes.peak)),
+            " reserved", world > 1 ? str(" | comm ", format_ms(rec.comm_exposed_s), " exposed") : std::string(),
+            " | ETA ", format_duration(eta));
+    if (tty_)
+      std::printf("\r%s %s", bar(rec.step, total_).c_str(), line.c_str());
+    else
+      std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   }
   state_.step = rec.step;
@@ -589,11 +610,12 @@ void Trainer::evaluate_now() {
   EvalResult r = evaluate(engine_->model(), *eval_set_, eo);
   const int64_t mismatches = memory.loss.mismatches + memory.generation.mismatches;
   if (mismatches)
-    std::printf("%s[memory] rank %d: %lld evaluation passes measured a peak other than their dry runs (loss pass %lld "
-                "B measured / %lld B predicted, generation %lld / %lld)\n",
-                tty_ ? "\n" : "", comm_.rank(), (long long)mismatches, (long long)memory.loss.measured,
-                (long long)memory.loss.predicted, (long long)memory.generation.measured,
-                (long long)memory.generation.predicted);
+    std::printf(
+        "%s[memory] rank %d: %lld evaluation passes measured a peak other than their dry runs (loss pass %lld "
+        "B measured / %lld B predicted, generation %lld / %lld)\n",
+        tty_ ? "\n" : "", comm_.rank(), (long long)mismatches, (long long)memory.loss.measured,
+        (long long)memory.loss.predicted, (long long)memory.generation.measured,
+        (long long)memory.generation.predicted);
   if (!lead_) return;
   write_eval_line(c_.output_dir + "/eval.jsonl", state_.step, r, memory);
   observers_->eval(state_.step, r);
@@ -639,11 +661,12 @@ const Prediction& Trainer::prediction_for(const std::vector<std::array<int64_t, 
 int Trainer::stop_on_nonfinite() {
   const std::optional<std::string> last = latest_checkpoint(c_.output_dir);
   if (lead_)
-    std::printf("stopped at step %lld on a non-finite loss or gradient; %s. Lower train.learning_rate, "
-                "check the data and weights, or set train.on_nonfinite: skip\n",
-                (long long)state_.step,
-                last ? str("the last checkpoint, ", *last, ", is from before it and was not overwritten").c_str()
-                     : "no checkpoint was written before it");
+    std::printf(
+        "stopped at step %lld on a non-finite loss or gradient; %s. Lower train.learning_rate, "
+        "check the data and weights, or set train.on_nonfinite: skip\n",
+        (long long)state_.step,
+        last ? str("the last checkpoint, ", *last, ", is from before it and was not overwritten").c_str()
+             : "no checkpoint was written before it");
   comm_.barrier();
   return 1;
 }
@@ -661,8 +684,9 @@ int Trainer::stop() {
                 sig ? strsignal(sig) : "on another rank", (long long)state_.step);
   engine_->save(state_);
   if (lead_) write_report();
-  if (lead_) std::printf("stopped at step %lld of %lld; outputs in %s\n", (long long)state_.step, (long long)total_,
-                         c_.output_dir.c_str());
+  if (lead_)
+    std::printf("stopped at step %lld of %lld; outputs in %s\n", (long long)state_.step, (long long)total_,
+                c_.output_dir.c_str());
   comm_.barrier();
   return 0;
 }
@@ -689,7 +713,8 @@ int Trainer::finish() {
     if (!loader_->masked().empty())
       std::printf("%zu samples trained with every label masked (LLaVA's tokenization mismatch, named above)\n",
                   loader_->masked().size());
-    if (state_.skipped_steps) std::printf("%lld optimizer steps skipped on fp16 overflow\n", (long long)state_.skipped_steps);
+    if (state_.skipped_steps)
+      std::printf("%lld optimizer steps skipped on fp16 overflow\n", (long long)state_.skipped_steps);
     if (nonfinite_steps_)
       std::printf("%lld steps skipped on a non-finite loss or gradient (named above)\n", (long long)nonfinite_steps_);
     std::printf("%s", alloc_->memory_summary().c_str());
@@ -699,12 +724,13 @@ int Trainer::finish() {
         if (const int64_t b = peak_step_.at_peak[std::size_t(cat)])
           cats += str(cats.empty() ? "" : ", ", category_name(cat), " ", format_bytes(double(b)));
       const int64_t err = peak_step_.measured - peak_step_.predicted;
-      std::printf("peak step %lld: %s allocated (%s); predicted %s by its dry run, error %s%s%s; the plan's worst "
-                  "case %s\n",
-                  (long long)peak_step_.step, format_bytes(double(peak_step_.measured)).c_str(), cats.c_str(),
-                  format_bytes(double(peak_step_.predicted)).c_str(), err < 0 ? "-" : "",
-                  format_bytes(double(err < 0 ? -err : err)).c_str(), err == 0 ? " (exact)" : "",
-                  format_bytes(double(plan_.rank.peak_allocated)).c_str());
+      std::printf(
+          "peak step %lld: %s allocated (%s); predicted %s by its dry run, error %s%s%s; the plan's worst "
+          "case %s\n",
+          (long long)peak_step_.step, format_bytes(double(peak_step_.measured)).c_str(), cats.c_str(),
+          format_bytes(double(peak_step_.predicted)).c_str(), err < 0 ? "-" : "",
+          format_bytes(double(err < 0 ? -err : err)).c_str(), err == 0 ? " (exact)" : "",
+          format_bytes(double(plan_.rank.peak_allocated)).c_str());
     }
     write_report();
     std::printf("done in %.1f s; outputs in %s\n", std::chrono::duration<double>(Clock::now() - t_start_).count(),
@@ -750,7 +776,9 @@ class StopSignals {
 
 }  // namespace
 
-int stop_signal() { return int(g_stop_signal); }
+int stop_signal() {
+  return int(g_stop_signal);
+}
 
 int run_training(const RunConfig& given, const TrainOptions& options, parallel::Communicator& comm) {
   if (comm.rank() == 0) {
@@ -759,7 +787,7 @@ int run_training(const RunConfig& given, const TrainOptions& options, parallel::
     f.write(given.resolved_yaml.data(), given.resolved_yaml.size());
     f.commit();
   }
-  const StopSignals signals;         // from here on, SIGTERM/SIGINT stop after a step with a checkpoint
+  const StopSignals signals;        // from here on, SIGTERM/SIGINT stop after a step with a checkpoint
   Trainer t(given, options, comm);  // plan, pre-flight, data, engine started or resumed, loader
   while (t.step() < t.total()) {
     const auto t0 = Clock::now();
@@ -767,8 +795,8 @@ int run_training(const RunConfig& given, const TrainOptions& options, parallel::
     Trainer::Drawn drawn;
     const Engine::StepStats s = t.step_redone_on_oom(drawn, start);  // draw, forward, backward, reduce
     const float lr = t.lr();
-    const bool skipped = t.update(s, drawn, lr);                     // loss scale, clip, optimizer
-    t.record(s, drawn, start, lr, skipped, t0);                      // memory log, console
+    const bool skipped = t.update(s, drawn, lr);  // loss scale, clip, optimizer
+    t.record(s, drawn, start, lr, skipped, t0);   // memory log, console
     if (t.stopped_on_nonfinite()) return t.stop_on_nonfinite();
     if (t.stop_requested()) return t.stop();
     t.maybe_save_or_evaluate();

@@ -5,6 +5,8 @@
 
 namespace hr::core {
 
-std::string cuda_version_text(int v) { return v <= 0 ? std::string("none") : str(v / 1000, ".", (v % 1000) / 10); }
+std::string cuda_version_text(int v) {
+  return v <= 0 ? std::string("none") : str(v / 1000, ".", (v % 1000) / 10);
+}
 
 }  // namespace hr::core

@@ -19,7 +19,7 @@ struct GpuInfo {
 struct CudaInfo {
   int runtime_version = 0, driver_version = 0;  // 13000 = 13.0; 0 where there is none
   std::vector<GpuInfo> gpus;
-  std::string absent;  // why there is no GPU to use ("" when gpus is not empty)
+  std::string absent;           // why there is no GPU to use ("" when gpus is not empty)
   std::string fused_attention;  // the cuDNN (and frontend) behind fused attention, or why there is none
 };
 

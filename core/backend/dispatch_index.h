@@ -12,9 +12,14 @@ namespace hr::core {
 template <typename F>
 void dispatch_index(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::I32: f(int32_t{}); return;
-    case DType::I64: f(int64_t{}); return;
-    default: throw Error(str("[", op, "] indices must be i32 or i64; got ", dtype_name(t)));
+    case DType::I32:
+      f(int32_t{});
+      return;
+    case DType::I64:
+      f(int64_t{});
+      return;
+    default:
+      throw Error(str("[", op, "] indices must be i32 or i64; got ", dtype_name(t)));
   }
 }
 

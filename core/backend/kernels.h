@@ -70,8 +70,8 @@ struct Kernels {
   void (*broadcast_scalar)(const Tensor& out, const Tensor& scalar, float scale) = nullptr;
 
   // Optimizers
-  void (*adamw_update)(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m,
-                       const Tensor& v, const AdamWHyper& h) = nullptr;
+  void (*adamw_update)(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m, const Tensor& v,
+                       const AdamWHyper& h) = nullptr;
   void (*sgd_update)(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
                      const SgdHyper& h) = nullptr;
   void (*adafactor_update)(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& row,

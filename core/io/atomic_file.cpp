@@ -40,8 +40,8 @@ void AtomicFile::commit() {
   HR_CHECK(::fsync(fd_) == 0, "[io] fsync of ", tmp_, " failed: ", std::strerror(errno));
   ::close(fd_);
   fd_ = -1;
-  HR_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, "[io] rename ", tmp_, " -> ", path_, " failed: ",
-           std::strerror(errno));
+  HR_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, "[io] rename ", tmp_, " -> ", path_,
+           " failed: ", std::strerror(errno));
   std::string dir = std::filesystem::path(path_).parent_path().string();
   int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {

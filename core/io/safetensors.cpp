@@ -26,12 +26,18 @@ constexpr std::size_t kMaxHeaderBytes = std::size_t(100) << 20;  // the referenc
 
 const char* st_dtype(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::BF16: return "BF16";
-    case DType::F16: return "F16";
-    case DType::I32: return "I32";
-    case DType::I64: return "I64";
-    case DType::U8: return "U8";
+    case DType::F32:
+      return "F32";
+    case DType::BF16:
+      return "BF16";
+    case DType::F16:
+      return "F16";
+    case DType::I32:
+      return "I32";
+    case DType::I64:
+      return "I64";
+    case DType::U8:
+      return "U8";
   }
   return "?";
 }
@@ -173,8 +179,12 @@ const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) co
   return it->second;
 }
 
-const Shape& SafetensorsFile::shape(const std::string& name) const { return entry(name).shape; }
-DType SafetensorsFile::dtype(const std::string& name) const { return entry(name).dtype; }
+const Shape& SafetensorsFile::shape(const std::string& name) const {
+  return entry(name).shape;
+}
+DType SafetensorsFile::dtype(const std::string& name) const {
+  return entry(name).dtype;
+}
 
 Tensor SafetensorsFile::get(const std::string& name) const {
   const Entry& e = entry(name);
@@ -191,7 +201,8 @@ Tensor SafetensorsFile::get(const std::string& name) const {
   return Tensor::wrap(const_cast<char*>(at), e.shape, e.dtype, Device::host(), [keep] {});
 }
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors, std::map<std::string, std::string> metadata) {
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      std::map<std::string, std::string> metadata) {
   json header = json::object();
   if (!metadata.count("format")) metadata["format"] = "pt";
   header["__metadata__"] = metadata;

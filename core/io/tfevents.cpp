@@ -32,7 +32,9 @@ void varint(std::string& out, uint64_t v) {
   }
   out.push_back(char(uint8_t(v)));
 }
-void key(std::string& out, int field, int wire_type) { varint(out, uint64_t(field) << 3 | uint64_t(wire_type)); }
+void key(std::string& out, int field, int wire_type) {
+  varint(out, uint64_t(field) << 3 | uint64_t(wire_type));
+}
 template <typename T>
 void fixed(std::string& out, T v) {
   char b[sizeof(T)];
@@ -61,7 +63,8 @@ uint32_t masked_crc32c(const void* data, std::size_t size) {
 
 // Event: 1 wall_time (double), 2 step (int64), 3 file_version (string), 5 summary (Summary).
 // Summary: 1 value (repeated Value). Value: 1 tag (string), 2 simple_value (float).
-std::string encode_scalar_event(double wall_time, int64_t step, const std::vector<std::pair<std::string, float>>& values) {
+std::string encode_scalar_event(double wall_time, int64_t step,
+                                const std::vector<std::pair<std::string, float>>& values) {
   std::string summary;
   for (const auto& [tag, v] : values) {
     std::string value;

@@ -17,7 +17,8 @@ uint32_t masked_crc32c(const void* data, std::size_t size);
 
 // One `Event` with wall_time, step and a Summary of simple_value scalars (or, with `file_version`, the
 // header event every event file begins with), encoded as protobuf wire format.
-std::string encode_scalar_event(double wall_time, int64_t step, const std::vector<std::pair<std::string, float>>& values);
+std::string encode_scalar_event(double wall_time, int64_t step,
+                                const std::vector<std::pair<std::string, float>>& values);
 std::string encode_version_event(double wall_time, const std::string& file_version);
 // `data` framed as one TFRecord.
 std::string tfrecord(const std::string& data);

@@ -12,10 +12,18 @@ namespace hr::core {
 
 namespace {
 
-int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
-int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
-bool overlap(std::size_t af, std::size_t al, std::size_t bf, std::size_t bl) { return af <= bl && bf <= al; }
-std::size_t end_of(const Lifetime& b) { return b.last + (b.count > 1 ? (b.count - 1) * b.period : 0); }
+int64_t floor_div(int64_t a, int64_t b) {
+  return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
+}
+int64_t ceil_div(int64_t a, int64_t b) {
+  return -floor_div(-a, b);
+}
+bool overlap(std::size_t af, std::size_t al, std::size_t bf, std::size_t bl) {
+  return af <= bl && bf <= al;
+}
+std::size_t end_of(const Lifetime& b) {
+  return b.last + (b.count > 1 ? (b.count - 1) * b.period : 0);
+}
 
 }  // namespace
 
@@ -143,7 +151,8 @@ Built build(const RequestTrace& trace) {
       L.recorded[i] = {true, round_size(r.bytes), ArenaLayout::kPersistent};
       continue;
     }
-    HR_ASSERT(r.pairs < i && reqs[r.pairs].alloc && free_of[r.pairs] == kNoFree, "a free of a request that is not allocated");
+    HR_ASSERT(r.pairs < i && reqs[r.pairs].alloc && free_of[r.pairs] == kNoFree,
+              "a free of a request that is not allocated");
     free_of[r.pairs] = i;
     L.recorded[i] = {false, 0, 0};
   }
@@ -220,15 +229,19 @@ ArenaLayout::Entry ArenaLayout::at(std::size_t r) const {
     }
     Entry e = recorded[b.prev + j];
     if (!e.alloc) return e;
-    if (c == b.times + 1 && b.last[j] != kNone) e.offset = b.last[j];
-    else if (c % 2 == 1) e.offset = recorded[b.begin + j].offset;
+    if (c == b.times + 1 && b.last[j] != kNone)
+      e.offset = b.last[j];
+    else if (c % 2 == 1)
+      e.offset = recorded[b.begin + j].offset;
     return e;
   }
   HR_ASSERT(r - shift < recorded.size(), "request ", r, " is past the planned stretch (", requests, " requests)");
   return recorded[r - shift];
 }
 
-ArenaLayout layout_arena(const RequestTrace& trace) { return build(trace).layout; }
+ArenaLayout layout_arena(const RequestTrace& trace) {
+  return build(trace).layout;
+}
 
 ArenaPlan plan_arena(const RequestTrace& trace) {
   const Built b = build(trace);

@@ -10,9 +10,12 @@ namespace hr::core {
 
 const char* allocator_kind_name(AllocatorKind k) {
   switch (k) {
-    case AllocatorKind::Caching: return "caching";
-    case AllocatorKind::Expandable: return "expandable";
-    case AllocatorKind::Planned: return "planned";
+    case AllocatorKind::Caching:
+      return "caching";
+    case AllocatorKind::Expandable:
+      return "expandable";
+    case AllocatorKind::Planned:
+      return "planned";
   }
   return "?";
 }
@@ -45,8 +48,8 @@ CachingAllocator::CachingAllocator(std::unique_ptr<RawAllocator> raw, std::strin
       kind_(kind),
       small_(new Pool{true, {}}),
       large_(new Pool{false, {}}) {
-  HR_CHECK(kind_ != AllocatorKind::Expandable || raw_->page_size() == kPageSize, "[memory] ", device_name_,
-           " (", raw_->name(), ") cannot map pages: memory.allocator: expandable is not available on it");
+  HR_CHECK(kind_ != AllocatorKind::Expandable || raw_->page_size() == kPageSize, "[memory] ", device_name_, " (",
+           raw_->name(), ") cannot map pages: memory.allocator: expandable is not available on it");
 }
 
 CachingAllocator::CachingAllocator(const AllocatorSnapshot& state, std::unique_ptr<RawAllocator> raw,
@@ -87,8 +90,10 @@ CachingAllocator::CachingAllocator(const AllocatorSnapshot& state, std::unique_p
       b->offset = sb.offset;
       b->pool = &pool;
       b->prev = prev;
-      if (prev) prev->next = b;
-      else segment_heads_[seg.id] = b;
+      if (prev)
+        prev->next = b;
+      else
+        segment_heads_[seg.id] = b;
       prev = b;
     }
     // Tags and accounting once the neighbours are linked (a free block counts as split by its neighbours).
@@ -221,9 +226,15 @@ AllocatorSnapshot CachingAllocator::snapshot_locked() const {
   return s;
 }
 
-void* CachingAllocator::data(const Block* b) { return b->ptr; }
-std::pair<uint64_t, std::size_t> CachingAllocator::position(const Block* b) { return {b->segment, b->offset}; }
-std::size_t CachingAllocator::block_size(const Block* b) { return b->size; }
+void* CachingAllocator::data(const Block* b) {
+  return b->ptr;
+}
+std::pair<uint64_t, std::size_t> CachingAllocator::position(const Block* b) {
+  return {b->segment, b->offset};
+}
+std::size_t CachingAllocator::block_size(const Block* b) {
+  return b->size;
+}
 
 const std::string* CachingAllocator::intern(const std::string& owner) {
   auto it = owners_.find(owner);
@@ -334,7 +345,8 @@ void CachingAllocator::split_block(Pool& pool, Block* block, std::size_t size) {
   // Caching: split when enough remains, any 512 B in the small pool, more than 1 MiB in the large pool. The
   // other kinds always split (a remainder costs nothing there: it is mapped on demand or exactly sized).
   const std::size_t remaining = block->size - size;
-  const bool split = kind_ != AllocatorKind::Caching || pool.is_small ? remaining >= kMinBlockSize : remaining > kSmallSize;
+  const bool split =
+      kind_ != AllocatorKind::Caching || pool.is_small ? remaining >= kMinBlockSize : remaining > kSmallSize;
   if (!split) return;
   Block* rest = new Block;
   rest->size = remaining;
@@ -413,7 +425,8 @@ bool CachingAllocator::map_range(Expandable& e, std::size_t offset, std::size_t 
     if (!raw_->map(e.base + p * kPageSize, (q - p) * kPageSize)) return false;
     for (std::size_t k = p; k < q; ++k) e.mapped[k] = 1;
     stats_.reserved_bytes.add(int64_t((q - p) * kPageSize));
-    if (trace_) trace_({TraceEvent::Kind::SegmentAlloc, (q - p) * kPageSize, 0, Category::Activations, nullptr, nullptr});
+    if (trace_)
+      trace_({TraceEvent::Kind::SegmentAlloc, (q - p) * kPageSize, 0, Category::Activations, nullptr, nullptr});
     p = q;
   }
   return true;
@@ -433,7 +446,8 @@ void CachingAllocator::unmap_unused(Expandable& e) {
     while (q < e.mapped.size() && e.mapped[q] && !used[q]) e.mapped[q++] = 0;
     raw_->unmap(e.base + p * kPageSize, (q - p) * kPageSize);
     stats_.reserved_bytes.add(-int64_t((q - p) * kPageSize));
-    if (trace_) trace_({TraceEvent::Kind::SegmentFree, (q - p) * kPageSize, 0, Category::Activations, nullptr, nullptr});
+    if (trace_)
+      trace_({TraceEvent::Kind::SegmentFree, (q - p) * kPageSize, 0, Category::Activations, nullptr, nullptr});
     p = q;
   }
   sync_expandable_stats();
@@ -537,9 +551,8 @@ void CachingAllocator::empty_cache() {
 
 void CachingAllocator::reset_peak_stats() {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (Stat* s : {&stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes,
-                  &stats_.inactive_split_bytes, &stats_.requested_bytes, &stats_.allocation,
-                  &stats_.segment, &stats_.inactive_split})
+  for (Stat* s : {&stats_.allocated_bytes, &stats_.reserved_bytes, &stats_.active_bytes, &stats_.inactive_split_bytes,
+                  &stats_.requested_bytes, &stats_.allocation, &stats_.segment, &stats_.inactive_split})
     s->reset_peak();
   for (Stat& s : stats_.by_category) s.reset_peak();
   for (Category c : kAllCategories) stats_.at_peak[std::size_t(c)] = stats_.category(c).current;

@@ -18,12 +18,12 @@
 
 namespace hr::core {
 
-constexpr std::size_t kMinBlockSize = 512;       // every request is rounded up to a multiple of this
-constexpr std::size_t kSmallSize = 1_MiB;        // requests up to this come from the small pool
-constexpr std::size_t kSmallBuffer = 2_MiB;      // small-pool segment size
-constexpr std::size_t kLargeBuffer = 20_MiB;     // segment size for requests between 1 and 10 MiB
-constexpr std::size_t kMinLargeAlloc = 10_MiB;   // at or above this a request gets its own segment
-constexpr std::size_t kRoundLarge = 2_MiB;       // ... rounded up to a multiple of this
+constexpr std::size_t kMinBlockSize = 512;      // every request is rounded up to a multiple of this
+constexpr std::size_t kSmallSize = 1_MiB;       // requests up to this come from the small pool
+constexpr std::size_t kSmallBuffer = 2_MiB;     // small-pool segment size
+constexpr std::size_t kLargeBuffer = 20_MiB;    // segment size for requests between 1 and 10 MiB
+constexpr std::size_t kMinLargeAlloc = 10_MiB;  // at or above this a request gets its own segment
+constexpr std::size_t kRoundLarge = 2_MiB;      // ... rounded up to a multiple of this
 
 // How a device's memory is organised (memory.allocator):
 // - Caching: PyTorch's caching allocator (segments of 2 MiB, 20 MiB or the request rounded to 2 MiB; best fit;
@@ -48,7 +48,10 @@ struct Stat {
   int64_t freed = 0;
   void add(int64_t delta) {
     current += delta;
-    if (delta > 0) allocated += delta; else freed -= delta;
+    if (delta > 0)
+      allocated += delta;
+    else
+      freed -= delta;
     if (current > peak) peak = current;
   }
   void reset_peak() { peak = current; }
@@ -232,7 +235,7 @@ class CachingAllocator {
   std::size_t arena_size_ = 0;
   bool stretch_ = false, recording_ = false, broken_ = false;
   std::shared_ptr<const ArenaLayout> layout_;
-  std::size_t request_ = 0;          // the stretch's next request
+  std::size_t request_ = 0;           // the stretch's next request
   std::vector<Block*> stretch_live_;  // recording: its allocations in order (null once freed)
   std::size_t arena_live_ = 0;        // arena blocks allocated
   std::uintptr_t fake_next_ = 0;      // recording: the next address of no arena

@@ -13,7 +13,8 @@ void CachingAllocator::begin_stretch(std::shared_ptr<const ArenaLayout> layout) 
   HR_CHECK(kind_ == AllocatorKind::Planned, "[memory] ", device_name_, " runs the ", allocator_kind_name(kind_),
            " allocator: only memory.allocator: planned follows a plan");
   HR_ASSERT(!stretch_, "a planned stretch begun inside another");
-  HR_CHECK(layout || !raw_->real(), "[memory] ", device_name_, ": a stretch without a plan records, which only the meta device can");
+  HR_CHECK(layout || !raw_->real(), "[memory] ", device_name_,
+           ": a stretch without a plan records, which only the meta device can");
   if (layout && !grow_arena(layout->arena)) {
     const MemoryTag tag{Category::Activations, "arena"};
     out_of_memory(layout->arena, layout->arena, layout->arena, tag);
@@ -97,7 +98,8 @@ bool CachingAllocator::stretch_free(Block* block) {
   if (trace_) trace_({TraceEvent::Kind::Free, block->size, block->requested, block->category, block->owner, block});
   account(block, -1);
   if (block->arena) --arena_live_;
-  if (block->index < stretch_live_.size() && stretch_live_[block->index] == block) stretch_live_[block->index] = nullptr;
+  if (block->index < stretch_live_.size() && stretch_live_[block->index] == block)
+    stretch_live_[block->index] = nullptr;
   delete block;
   return true;
 }
@@ -141,7 +143,8 @@ void CachingAllocator::end_stretch(std::shared_ptr<const ArenaLayout> layout) {
   auto trace = std::move(trace_);
   trace_ = nullptr;
   try {
-    if (!grow_arena(layout->arena)) out_of_memory(layout->arena, layout->arena, layout->arena, {Category::Activations, "arena"});
+    if (!grow_arena(layout->arena))
+      out_of_memory(layout->arena, layout->arena, layout->arena, {Category::Activations, "arena"});
     for (Block* b : live) adopt(b);
   } catch (...) {
     trace_ = std::move(trace);
@@ -166,8 +169,10 @@ void CachingAllocator::adopt(Block* b) {
   b->pool = nb->pool;
   b->prev = nb->prev;
   b->next = nb->next;
-  if (b->prev) b->prev->next = b;
-  else segment_heads_[b->segment] = b;
+  if (b->prev)
+    b->prev->next = b;
+  else
+    segment_heads_[b->segment] = b;
   if (b->next) b->next->prev = b;
   delete nb;
 }
@@ -183,8 +188,10 @@ void CachingAllocator::retire_arena(std::vector<Block*> live) {
   const auto link = [&](Block* b) {
     b->prev = prev;
     b->next = nullptr;
-    if (prev) prev->next = b;
-    else segment_heads_[id] = b;
+    if (prev)
+      prev->next = b;
+    else
+      segment_heads_[id] = b;
     prev = b;
     b->segment = id;
     b->pool = &pool;

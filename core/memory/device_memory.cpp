@@ -14,14 +14,20 @@ std::shared_ptr<CachingAllocator> make_allocator(Device d, const DeviceMemoryOpt
     case DeviceType::Host:
       raw = o.pinned_for_gpu >= 0 ? make_pinned_host_allocator(o.pinned_for_gpu) : make_host_allocator();
       break;
-    case DeviceType::Meta: raw = make_meta_allocator(o.capacity); break;
-    case DeviceType::CUDA: raw = make_cuda_allocator(d.index, o.capacity); break;
+    case DeviceType::Meta:
+      raw = make_meta_allocator(o.capacity);
+      break;
+    case DeviceType::CUDA:
+      raw = make_cuda_allocator(d.index, o.capacity);
+      break;
   }
   return std::make_shared<CachingAllocator>(std::move(raw), d.name(),
                                             d.type == DeviceType::Host ? AllocatorKind::Caching : o.kind);
 }
 
-std::pair<int, int> key_of(Device d) { return {int(d.type), d.index}; }
+std::pair<int, int> key_of(Device d) {
+  return {int(d.type), d.index};
+}
 
 MemoryContext& default_context() {
   static MemoryContext c;
@@ -50,9 +56,10 @@ void MemoryContext::configure(Device device, const DeviceMemoryOptions& options)
              " of tensors are alive on it");
     allocators_.erase(it);
   }
-  HR_CHECK(!(device.type == DeviceType::Host && options.capacity), "[device] the host device cannot be capped; cap 'cpu'");
-  HR_CHECK(options.pinned_for_gpu < 0 || device.type == DeviceType::Host, "[device] only the host device can be pinned; got ",
-           device.name());
+  HR_CHECK(!(device.type == DeviceType::Host && options.capacity),
+           "[device] the host device cannot be capped; cap 'cpu'");
+  HR_CHECK(options.pinned_for_gpu < 0 || device.type == DeviceType::Host,
+           "[device] only the host device can be pinned; got ", device.name());
   allocators_.emplace(key_of(device), make_allocator(device, options));
   if (device.type == DeviceType::Meta) meta_target_ = options.meta_target;
 }
@@ -62,24 +69,37 @@ Backend MemoryContext::meta_target() const {
   return meta_target_;
 }
 
-MemoryContext::Use::Use(MemoryContext& context) : saved_(t_current) { t_current = &context; }
-MemoryContext::Use::~Use() { t_current = saved_; }
+MemoryContext::Use::Use(MemoryContext& context) : saved_(t_current) {
+  t_current = &context;
+}
+MemoryContext::Use::~Use() {
+  t_current = saved_;
+}
 
-MemoryContext& current_memory_context() { return t_current ? *t_current : default_context(); }
+MemoryContext& current_memory_context() {
+  return t_current ? *t_current : default_context();
+}
 
-std::shared_ptr<CachingAllocator> allocator_for(Device device) { return current_memory_context().allocator(device); }
+std::shared_ptr<CachingAllocator> allocator_for(Device device) {
+  return current_memory_context().allocator(device);
+}
 
 void configure_device(Device device, const DeviceMemoryOptions& options) {
   current_memory_context().configure(device, options);
 }
 
-Backend meta_target() { return current_memory_context().meta_target(); }
+Backend meta_target() {
+  return current_memory_context().meta_target();
+}
 
 Backend workspace_backend(Device device) {
   switch (device.type) {
-    case DeviceType::CUDA: return Backend::CUDA;
-    case DeviceType::Meta: return meta_target();
-    default: return Backend::CPU;
+    case DeviceType::CUDA:
+      return Backend::CUDA;
+    case DeviceType::Meta:
+      return meta_target();
+    default:
+      return Backend::CPU;
   }
 }
 

@@ -12,8 +12,8 @@
 namespace hr::core {
 
 struct DeviceMemoryOptions {
-  std::size_t capacity = 0;            // 0: unlimited (cpu, host, meta) or the GPU's own size (cuda)
-  Backend meta_target = Backend::CPU;  // meta only: whose workspace sizes to mirror
+  std::size_t capacity = 0;                     // 0: unlimited (cpu, host, meta) or the GPU's own size (cuda)
+  Backend meta_target = Backend::CPU;           // meta only: whose workspace sizes to mirror
   AllocatorKind kind = AllocatorKind::Caching;  // not for the host device, which always caches
   int pinned_for_gpu = -1;  // host only: page-locked memory (cudaHostAlloc) for this GPU's run; -1: pageable
 };

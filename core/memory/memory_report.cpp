@@ -9,12 +9,17 @@ namespace hr::core {
 
 namespace {
 
-std::string pad(const std::string& s, std::size_t w) { return s.size() >= w ? s : s + std::string(w - s.size(), ' '); }
+std::string pad(const std::string& s, std::size_t w) {
+  return s.size() >= w ? s : s + std::string(w - s.size(), ' ');
+}
 
-std::string lpad(const std::string& s, std::size_t w) { return s.size() >= w ? s : std::string(w - s.size(), ' ') + s; }
+std::string lpad(const std::string& s, std::size_t w) {
+  return s.size() >= w ? s : std::string(w - s.size(), ' ') + s;
+}
 
 std::string row(const std::string& name, const Stat& s) {
-  return "  " + pad(name, 22) + lpad(format_bytes(double(s.current)), 12) + lpad(format_bytes(double(s.peak)), 12) + "\n";
+  return "  " + pad(name, 22) + lpad(format_bytes(double(s.current)), 12) + lpad(format_bytes(double(s.peak)), 12) +
+         "\n";
 }
 
 // The n largest owners by current bytes (ties by name), as "name (bytes)".
@@ -49,7 +54,8 @@ std::string CachingAllocator::memory_summary() const {
   out += "  largest owners (peak)\n";
   for (const auto& [name, st] : largest_owners(owner_bytes_, 5, true)) out += row("  " + name, st);
   char line[160];
-  std::snprintf(line, sizeof line, "  segments %lld (peak %lld), allocations %lld, alloc retries %lld, OOMs %lld, fragmentation %.1f%%\n",
+  std::snprintf(line, sizeof line,
+                "  segments %lld (peak %lld), allocations %lld, alloc retries %lld, OOMs %lld, fragmentation %.1f%%\n",
                 (long long)s.segment.current, (long long)s.segment.peak, (long long)s.allocation.current,
                 (long long)s.num_alloc_retries, (long long)s.num_ooms, 100.0 * s.fragmentation());
   out += line;
@@ -67,10 +73,10 @@ std::string CachingAllocator::oom_message(std::size_t requested, std::size_t rou
   if (cap)
     m += str("Device has a total capacity of ", format_bytes(double(cap)), " of which ",
              format_bytes(double(cap > used ? cap - used : 0)), " is free. ");
-  m += str("Of the allocated memory ", format_bytes(double(s.allocated_bytes.current)),
-           " is allocated by headroom, and ",
-           format_bytes(double(s.reserved_bytes.current - s.allocated_bytes.current)),
-           " is reserved by headroom but unallocated.\nBy category (allocated now / peak):\n");
+  m +=
+      str("Of the allocated memory ", format_bytes(double(s.allocated_bytes.current)),
+          " is allocated by headroom, and ", format_bytes(double(s.reserved_bytes.current - s.allocated_bytes.current)),
+          " is reserved by headroom but unallocated.\nBy category (allocated now / peak):\n");
   for (Category c : kAllCategories) {
     const Stat& st = s.category(c);
     m += str("  ", pad(category_name(c), 14), lpad(format_bytes(double(st.current)), 12), " / ",

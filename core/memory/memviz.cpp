@@ -46,9 +46,15 @@ class Pickler {
   }
   void value(const json& v) {
     switch (v.type()) {
-      case json::value_t::null: out_ += 'N'; break;
-      case json::value_t::boolean: out_ += v.get<bool>() ? '\x88' : '\x89'; break;
-      case json::value_t::number_integer: integer(v.get<int64_t>()); break;
+      case json::value_t::null:
+        out_ += 'N';
+        break;
+      case json::value_t::boolean:
+        out_ += v.get<bool>() ? '\x88' : '\x89';
+        break;
+      case json::value_t::number_integer:
+        integer(v.get<int64_t>());
+        break;
       case json::value_t::number_unsigned: {
         const uint64_t u = v.get<uint64_t>();
         if (u <= uint64_t(INT64_MAX)) {
@@ -69,7 +75,9 @@ class Pickler {
         for (int i = 7; i >= 0; --i) out_ += char(uint8_t(bits >> (8 * i)));
         break;
       }
-      case json::value_t::string: text(v.get<std::string>()); break;
+      case json::value_t::string:
+        text(v.get<std::string>());
+        break;
       case json::value_t::array:
         out_ += ']';  // EMPTY_LIST
         if (v.empty()) break;
@@ -87,7 +95,8 @@ class Pickler {
         }
         out_ += 'u';
         break;
-      default: HR_ASSERT(false, "a value pickle cannot hold");
+      default:
+        HR_ASSERT(false, "a value pickle cannot hold");
     }
   }
   std::string out_;
@@ -99,9 +108,13 @@ json frames(Category c, const std::string& owner) {
 
 }  // namespace
 
-uint64_t memviz_address(uint64_t segment, std::size_t offset) { return ((segment + 1) << 36) + offset; }
+uint64_t memviz_address(uint64_t segment, std::size_t offset) {
+  return ((segment + 1) << 36) + offset;
+}
 
-bool memviz_records(const TraceEvent& e) { return e.kind != TraceEvent::Kind::Retry; }
+bool memviz_records(const TraceEvent& e) {
+  return e.kind != TraceEvent::Kind::Retry;
+}
 
 MemvizAction memviz_action(const TraceEvent& e) {
   MemvizAction a{"alloc", 0, e.size, e.category, e.owner ? *e.owner : ""};
@@ -110,17 +123,29 @@ MemvizAction memviz_action(const TraceEvent& e) {
     a.addr = memviz_address(segment, offset);
   }
   switch (e.kind) {
-    case TraceEvent::Kind::Alloc: break;
-    case TraceEvent::Kind::Free: a.action = "free_completed"; break;
-    case TraceEvent::Kind::SegmentAlloc: a.action = "segment_alloc", a.owner.clear(); break;
-    case TraceEvent::Kind::SegmentFree: a.action = "segment_free", a.owner.clear(); break;
-    case TraceEvent::Kind::OOM: a.action = "oom", a.size = e.requested; break;
-    case TraceEvent::Kind::Retry: HR_ASSERT(false, "memory_viz has no action for a retry"); break;
+    case TraceEvent::Kind::Alloc:
+      break;
+    case TraceEvent::Kind::Free:
+      a.action = "free_completed";
+      break;
+    case TraceEvent::Kind::SegmentAlloc:
+      a.action = "segment_alloc", a.owner.clear();
+      break;
+    case TraceEvent::Kind::SegmentFree:
+      a.action = "segment_free", a.owner.clear();
+      break;
+    case TraceEvent::Kind::OOM:
+      a.action = "oom", a.size = e.requested;
+      break;
+    case TraceEvent::Kind::Retry:
+      HR_ASSERT(false, "memory_viz has no action for a retry");
+      break;
   }
   return a;
 }
 
-std::string memviz_snapshot(const AllocatorSnapshot& state, const std::vector<MemvizAction>& history, const std::string& device) {
+std::string memviz_snapshot(const AllocatorSnapshot& state, const std::vector<MemvizAction>& history,
+                            const std::string& device) {
   json segments = json::array();
   for (const AllocatorSnapshot::Segment& seg : state.segments) {
     const uint64_t base = memviz_address(seg.id, 0);
@@ -131,8 +156,11 @@ std::string memviz_snapshot(const AllocatorSnapshot& state, const std::vector<Me
       const uint64_t addr = base + b.offset;
       // torch 2.x reads address, size, requested_size, state and frames; torch 1.13 reads size, state and
       // history (one entry per allocation of the block, with its frames).
-      json block = {{"address", addr}, {"size", b.size}, {"requested_size", b.allocated ? b.requested : 0},
-                    {"state", b.allocated ? "active_allocated" : "inactive"}, {"frames", f}};
+      json block = {{"address", addr},
+                    {"size", b.size},
+                    {"requested_size", b.allocated ? b.requested : 0},
+                    {"state", b.allocated ? "active_allocated" : "inactive"},
+                    {"frames", f}};
       if (b.allocated) {
         block["history"] = json::array({{{"addr", addr}, {"real_size", b.requested}, {"frames", f}}});
         allocated += int64_t(b.size);
@@ -140,15 +168,26 @@ std::string memviz_snapshot(const AllocatorSnapshot& state, const std::vector<Me
       }
       blocks.push_back(std::move(block));
     }
-    segments.push_back({{"device", 0}, {"address", base}, {"total_size", seg.size}, {"allocated_size", allocated},
-                        {"active_size", allocated}, {"requested_size", requested}, {"stream", 0},
-                        {"segment_type", seg.small ? "small" : "large"}, {"segment_pool_id", json::array({0, 0})},
-                        {"is_expandable", false}, {"frames", json::array()}, {"blocks", std::move(blocks)}});
+    segments.push_back({{"device", 0},
+                        {"address", base},
+                        {"total_size", seg.size},
+                        {"allocated_size", allocated},
+                        {"active_size", allocated},
+                        {"requested_size", requested},
+                        {"stream", 0},
+                        {"segment_type", seg.small ? "small" : "large"},
+                        {"segment_pool_id", json::array({0, 0})},
+                        {"is_expandable", false},
+                        {"frames", json::array()},
+                        {"blocks", std::move(blocks)}});
   }
   json trace = json::array();
   for (const MemvizAction& a : history) {
     json f = a.owner.empty() && std::strncmp(a.action, "segment", 7) == 0 ? json::array() : frames(a.category, a.owner);
-    json t = {{"action", a.action}, {"addr", a.addr}, {"size", a.size}, {"stream", 0},
+    json t = {{"action", a.action},
+              {"addr", a.addr},
+              {"size", a.size},
+              {"stream", 0},
               {"time_us", int64_t(trace.size())},  // the history's order (the allocator keeps no clock)
               {"frames", std::move(f)}};
     if (std::strcmp(a.action, "oom") == 0) t["device_free"] = a.device_free;
@@ -169,9 +208,10 @@ using Block = CachingAllocator::Block;
 std::size_t replay_until(const AllocatorSnapshot& start, const RequestTrace& trace, std::size_t stop, PeakState* out) {
   CachingAllocator a(start, make_meta_allocator(0), "replay");
   std::vector<MemvizAction> history;
-  if (out) a.set_trace([&](const TraceEvent& e) {
-    if (memviz_records(e)) history.push_back(memviz_action(e));
-  });
+  if (out)
+    a.set_trace([&](const TraceEvent& e) {
+      if (memviz_records(e)) history.push_back(memviz_action(e));
+    });
   const std::vector<AllocRequest>& reqs = trace.requests();
   HR_CHECK(trace.repeats().empty(), "[memviz] a trace with repeated stretches (record the step without them)");
   std::vector<Block*> blocks(reqs.size(), nullptr);

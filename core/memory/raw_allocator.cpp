@@ -11,14 +11,20 @@
 
 namespace hr::core {
 
-void* RawAllocator::reserve(std::size_t) { return nullptr; }
+void* RawAllocator::reserve(std::size_t) {
+  return nullptr;
+}
 void RawAllocator::release(void*, std::size_t) {}
-bool RawAllocator::map(void*, std::size_t) { return false; }
+bool RawAllocator::map(void*, std::size_t) {
+  return false;
+}
 void RawAllocator::unmap(void*, std::size_t) {}
 
 namespace {
 
-std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+std::size_t align_up(std::size_t n, std::size_t a) {
+  return (n + a - 1) / a * a;
+}
 
 class HostAllocator : public RawAllocator {
  public:
@@ -118,7 +124,9 @@ class MetaAllocator : public RawAllocator {
 
 }  // namespace
 
-std::unique_ptr<RawAllocator> make_host_allocator() { return std::make_unique<HostAllocator>(); }
+std::unique_ptr<RawAllocator> make_host_allocator() {
+  return std::make_unique<HostAllocator>();
+}
 std::unique_ptr<RawAllocator> make_capped_host_allocator(std::size_t capacity) {
   return std::make_unique<CappedHostAllocator>(capacity);
 }

@@ -24,7 +24,9 @@ void RequestTrace::record(const TraceEvent& e) {
   }
 }
 
-std::size_t RequestTrace::unfreed() const { return live_.size(); }
+std::size_t RequestTrace::unfreed() const {
+  return live_.size();
+}
 
 bool RequestTrace::periodic(std::size_t prev, std::size_t begin, std::size_t end) const {
   const std::size_t len = end - begin;
@@ -40,12 +42,14 @@ bool RequestTrace::periodic(std::size_t prev, std::size_t begin, std::size_t end
 
 void RequestTrace::repeat_last(std::size_t begin, std::size_t times) {
   const std::size_t len = requests_.size() - begin;
-  HR_ASSERT(begin >= len && periodic(begin - len, begin, requests_.size()), "requests ", begin, "..",
-            requests_.size(), " do not repeat the stretch before them");
+  HR_ASSERT(begin >= len && periodic(begin - len, begin, requests_.size()), "requests ", begin, "..", requests_.size(),
+            " do not repeat the stretch before them");
   if (times > 0) repeats_.push_back({begin, requests_.size(), times});
 }
 
-void RequestTrace::check() const { HR_ASSERT(problem_.empty(), problem_); }
+void RequestTrace::check() const {
+  HR_ASSERT(problem_.empty(), problem_);
+}
 
 namespace {
 

@@ -12,11 +12,11 @@
 namespace hr::core {
 
 struct AllocRequest {
-  bool alloc = true;        // false: a free of an earlier request
-  std::size_t bytes = 0;    // requested (alloc)
+  bool alloc = true;      // false: a free of an earlier request
+  std::size_t bytes = 0;  // requested (alloc)
   Category category = Category::Activations;
   std::string owner;
-  std::size_t pairs = 0;    // free: the index of the alloc it frees
+  std::size_t pairs = 0;  // free: the index of the alloc it frees
 };
 
 // The requests of one recorded stretch (a training step), in order. Frees of blocks allocated before the

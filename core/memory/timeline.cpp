@@ -55,9 +55,9 @@ void Timeline::allocator_event(int track, const TraceEvent& e) {
       const bool alloc = e.kind == TraceEvent::Kind::SegmentAlloc;
       t.reserved += alloc ? size : -size;
       counter_locked(ts, t.name + " reserved", t.reserved);
-      events_.push_back({'i', ts,
-                         str(t.name, alloc ? " segment allocated " : " cached segment freed ", format_bytes(double(size))),
-                         "memory", size});
+      events_.push_back(
+          {'i', ts, str(t.name, alloc ? " segment allocated " : " cached segment freed ", format_bytes(double(size))),
+           "memory", size});
       break;
     }
     case TraceEvent::Kind::Retry:
@@ -99,28 +99,46 @@ std::string Timeline::chrome_json(int pid, const std::string& process) const {
   std::lock_guard<std::mutex> lock(mutex_);
   using nlohmann::json;
   json ev = json::array();
-  ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"ts", 0}, {"args", {{"name", process}}}});
-  ev.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", 1}, {"ts", 0}, {"args", {{"name", "step"}}}});
+  ev.push_back(
+      {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"ts", 0}, {"args", {{"name", process}}}});
+  ev.push_back(
+      {{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", 1}, {"ts", 0}, {"args", {{"name", "step"}}}});
   double last = 0;
   for (const Event& e : events_) {
     last = e.ts;
     switch (e.ph) {
-      case 'C': ev.push_back({{"ph", "C"}, {"name", e.name}, {"pid", pid}, {"tid", 0}, {"ts", e.ts}, {"args", {{"bytes", e.value}}}}); break;
-      case 'B': ev.push_back({{"ph", "B"}, {"name", e.name}, {"cat", e.cat}, {"pid", pid}, {"tid", 1}, {"ts", e.ts}}); break;
-      case 'E': ev.push_back({{"ph", "E"}, {"pid", pid}, {"tid", 1}, {"ts", e.ts}}); break;
+      case 'C':
+        ev.push_back(
+            {{"ph", "C"}, {"name", e.name}, {"pid", pid}, {"tid", 0}, {"ts", e.ts}, {"args", {{"bytes", e.value}}}});
+        break;
+      case 'B':
+        ev.push_back({{"ph", "B"}, {"name", e.name}, {"cat", e.cat}, {"pid", pid}, {"tid", 1}, {"ts", e.ts}});
+        break;
+      case 'E':
+        ev.push_back({{"ph", "E"}, {"pid", pid}, {"tid", 1}, {"ts", e.ts}});
+        break;
       default:
-        ev.push_back({{"ph", "i"}, {"s", "p"}, {"name", e.name}, {"cat", e.cat}, {"pid", pid}, {"tid", 1}, {"ts", e.ts},
+        ev.push_back({{"ph", "i"},
+                      {"s", "p"},
+                      {"name", e.name},
+                      {"cat", e.cat},
+                      {"pid", pid},
+                      {"tid", 1},
+                      {"ts", e.ts},
                       {"args", {{"bytes", e.value}}}});
     }
   }
-  for (int i = 0; i < open_; ++i) ev.push_back({{"ph", "E"}, {"pid", pid}, {"tid", 1}, {"ts", last}});  // close what an error cut short
+  for (int i = 0; i < open_; ++i)
+    ev.push_back({{"ph", "E"}, {"pid", pid}, {"tid", 1}, {"ts", last}});  // close what an error cut short
   json out = {{"traceEvents", ev},
               {"displayTimeUnit", "ms"},
               {"otherData", {{"clock", event_clock_ ? "allocator events (1 us each)" : "wall clock (us)"}}}};
   return out.dump();
 }
 
-void set_span_timeline(Timeline* t) { span_timeline_slot().store(t); }
+void set_span_timeline(Timeline* t) {
+  span_timeline_slot().store(t);
+}
 
 void trace_begin(const char* cat, std::string name) {
   if (Timeline* t = span_timeline_slot().load()) t->begin(cat, std::move(name));

@@ -37,11 +37,11 @@ class Timeline {
 
  private:
   struct Event {
-    char ph;            // 'C' counter, 'B'/'E' slice begin/end, 'i' instant
+    char ph;  // 'C' counter, 'B'/'E' slice begin/end, 'i' instant
     double ts;
-    std::string name;   // counter track, slice or instant name
-    const char* cat;    // slices: forward, backward, recompute, comm, optimizer; instants: memory
-    int64_t value;      // counters: bytes; instants: bytes of the segment or request
+    std::string name;  // counter track, slice or instant name
+    const char* cat;   // slices: forward, backward, recompute, comm, optimizer; instants: memory
+    int64_t value;     // counters: bytes; instants: bytes of the segment or request
   };
   struct Track {
     std::string name;
@@ -69,7 +69,9 @@ inline std::atomic<Timeline*>& span_timeline_slot() {
   static std::atomic<Timeline*> slot{nullptr};
   return slot;
 }
-inline bool tracing() { return span_timeline_slot().load(std::memory_order_relaxed) != nullptr; }
+inline bool tracing() {
+  return span_timeline_slot().load(std::memory_order_relaxed) != nullptr;
+}
 void trace_begin(const char* cat, std::string name);
 void trace_end();
 

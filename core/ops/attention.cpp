@@ -24,8 +24,8 @@ AttentionDesc describe(const char* op, const Tensor& q, const Tensor& k, const T
   d.kv_heads = k.size(2);
   d.dtype = q.dtype();
   d.mask = mask;
-  HR_CHECK(k.size(0) == d.batch && k.size(3) == d.head_dim, "[", op, "] k ", shape_str(k.shape()),
-           " does not match q ", shape_str(q.shape()));
+  HR_CHECK(k.size(0) == d.batch && k.size(3) == d.head_dim, "[", op, "] k ", shape_str(k.shape()), " does not match q ",
+           shape_str(q.shape()));
   HR_CHECK(d.kv_heads > 0 && d.q_heads % d.kv_heads == 0, "[", op, "] q_heads ", d.q_heads,
            " is not a multiple of kv_heads ", d.kv_heads);
   HR_CHECK(mask == Mask::None || d.kv_len >= d.q_len, "[", op, "] causal mask needs kv_len >= q_len; got ", d.kv_len,
@@ -53,8 +53,8 @@ AttentionOut attention_cached(const Tensor& q, const Tensor& k_cache, const Tens
                               float scale) {
   AttentionArgs a;
   a.desc = describe("attention_cached", q, k_cache, v_cache, Mask::Causal);
-  HR_CHECK(past.dtype() == DType::I64 && past.dim() == 1 && past.size(0) == a.desc.batch, "[attention_cached] past must be i64 (",
-           a.desc.batch, "); got ", past.describe());
+  HR_CHECK(past.dtype() == DType::I64 && past.dim() == 1 && past.size(0) == a.desc.batch,
+           "[attention_cached] past must be i64 (", a.desc.batch, "); got ", past.describe());
   check_same_device("attention_cached", q, past);
   a.scale = scale;
   a.q = q.contiguous();

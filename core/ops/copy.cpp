@@ -45,9 +45,15 @@ void copy_with(const char* op, CopyKernel Kernels::*kernel, const Tensor& dst, c
 }
 }  // namespace
 
-void copy_(const Tensor& dst, const Tensor& src) { copy_with("copy", &Kernels::copy, dst, src); }
-void copy_async_(const Tensor& dst, const Tensor& src) { copy_with("copy_async", &Kernels::copy_async, dst, src); }
-void copy_side_(const Tensor& dst, const Tensor& src) { copy_with("copy_side", &Kernels::copy_side, dst, src); }
+void copy_(const Tensor& dst, const Tensor& src) {
+  copy_with("copy", &Kernels::copy, dst, src);
+}
+void copy_async_(const Tensor& dst, const Tensor& src) {
+  copy_with("copy_async", &Kernels::copy_async, dst, src);
+}
+void copy_side_(const Tensor& dst, const Tensor& src) {
+  copy_with("copy_side", &Kernels::copy_side, dst, src);
+}
 void side_copies_done(Device device) {
   if (device.type == DeviceType::CUDA) launch("side_sync", device, &Kernels::side_sync);
 }
@@ -63,7 +69,9 @@ Tensor cast(const Tensor& x, DType dtype) {
   return y;
 }
 
-Tensor cast_backward(const Tensor& dy, DType input_dtype) { return cast(dy, input_dtype); }
+Tensor cast_backward(const Tensor& dy, DType input_dtype) {
+  return cast(dy, input_dtype);
+}
 
 Tensor concat(const std::vector<Tensor>& xs, int dim) {
   HR_CHECK(!xs.empty(), "[concat] no inputs");
@@ -108,9 +116,13 @@ std::vector<Tensor> concat_backward(const Tensor& dy, const std::vector<int64_t>
   return split(dy, sizes, dim);
 }
 
-Tensor split_backward(const std::vector<Tensor>& dys, int dim) { return concat(dys, dim); }
+Tensor split_backward(const std::vector<Tensor>& dys, int dim) {
+  return concat(dys, dim);
+}
 
-Tensor slice_copy(const Tensor& x, int dim, int64_t start, int64_t end) { return x.slice(dim, start, end).clone(); }
+Tensor slice_copy(const Tensor& x, int dim, int64_t start, int64_t end) {
+  return x.slice(dim, start, end).clone();
+}
 
 Tensor slice_backward(const Tensor& dy, const Shape& input_shape, int dim, int64_t start) {
   dim = norm_dim("slice_backward", dim, int(input_shape.size()));

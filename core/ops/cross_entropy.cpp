@@ -54,8 +54,13 @@ CrossEntropyOut cross_entropy_forward(const Tensor& hidden, const Tensor& weight
     const int64_t rows = std::min(c.chunk, c.tokens - r0);
     Tensor lg = logits.slice(0, 0, rows);
     gemm(hidden.slice(0, r0, r0 + rows).view({1, rows, c.d}), wt, lg.view({1, rows, c.vocab}));
-    CrossEntropyArgs a{lg, labels.slice(0, r0, r0 + rows), out.lse.slice(0, r0, r0 + rows), out.loss, {},
-                       o.ignore_index, 1.f / o.normalizer};
+    CrossEntropyArgs a{lg,
+                       labels.slice(0, r0, r0 + rows),
+                       out.lse.slice(0, r0, r0 + rows),
+                       out.loss,
+                       {},
+                       o.ignore_index,
+                       1.f / o.normalizer};
     launch("cross_entropy", dev, &Kernels::cross_entropy_forward, a);
   }
   return out;
@@ -65,8 +70,8 @@ CrossEntropyGrads cross_entropy_backward(const Tensor& dloss, const Tensor& hidd
                                          const Tensor& labels, const CrossEntropyOut& saved,
                                          const CrossEntropyOptions& o, const CrossEntropyBackwardOptions& b) {
   const Checked c = check("cross_entropy_backward", hidden, weight, labels, o);
-  HR_CHECK(dloss.numel() == 1 && dloss.dtype() == DType::F32, "[cross_entropy_backward] dloss must be an f32 scalar; got ",
-           dloss.describe());
+  HR_CHECK(dloss.numel() == 1 && dloss.dtype() == DType::F32,
+           "[cross_entropy_backward] dloss must be an f32 scalar; got ", dloss.describe());
   check_shape("cross_entropy_backward", "lse", saved.lse, {c.tokens});
   const Device dev = hidden.device();
   CrossEntropyGrads g;
@@ -84,8 +89,13 @@ CrossEntropyGrads cross_entropy_backward(const Tensor& dloss, const Tensor& hidd
     Tensor lg = logits.slice(0, 0, rows);
     Tensor h = hidden.slice(0, r0, r0 + rows).view({1, rows, c.d});
     gemm(h, wt, lg.view({1, rows, c.vocab}));
-    CrossEntropyArgs a{lg, labels.slice(0, r0, r0 + rows), saved.lse.slice(0, r0, r0 + rows), {}, dloss,
-                       o.ignore_index, 1.f / o.normalizer};
+    CrossEntropyArgs a{lg,
+                       labels.slice(0, r0, r0 + rows),
+                       saved.lse.slice(0, r0, r0 + rows),
+                       {},
+                       dloss,
+                       o.ignore_index,
+                       1.f / o.normalizer};
     launch("cross_entropy_backward", dev, &Kernels::cross_entropy_backward, a);
     Tensor dlg = lg.view({1, rows, c.vocab});
     gemm(dlg, weight.view({1, c.vocab, c.d}), g.dhidden.slice(0, r0, r0 + rows).view({1, rows, c.d}));

@@ -11,8 +11,12 @@ namespace {
 std::atomic<KernelObserver*> g_observer{nullptr};
 }
 
-void set_kernel_observer(KernelObserver* observer) { g_observer.store(observer); }
-KernelObserver* kernel_observer() { return g_observer.load(std::memory_order_relaxed); }
+void set_kernel_observer(KernelObserver* observer) {
+  g_observer.store(observer);
+}
+KernelObserver* kernel_observer() {
+  return g_observer.load(std::memory_order_relaxed);
+}
 
 Tensor allocate_workspace(std::size_t bytes, Device device) {
   if (bytes == 0) return {};
@@ -29,16 +33,19 @@ void check_float(const char* op, const char* name, const Tensor& t) {
 }
 
 void check_shape(const char* op, const char* name, const Tensor& t, const Shape& expected) {
-  HR_CHECK(t.defined() && t.shape() == expected, "[", op, "] ", name, " must have shape ", shape_str(expected), "; got ",
-           t.describe());
+  HR_CHECK(t.defined() && t.shape() == expected, "[", op, "] ", name, " must have shape ", shape_str(expected),
+           "; got ", t.describe());
 }
 
 const Kernels* kernels_for(Device device) {
   switch (device.type) {
     case DeviceType::CPU:
-    case DeviceType::Host: return &cpu_kernels();
-    case DeviceType::CUDA: return &cuda_kernels();
-    case DeviceType::Meta: return nullptr;
+    case DeviceType::Host:
+      return &cpu_kernels();
+    case DeviceType::CUDA:
+      return &cuda_kernels();
+    case DeviceType::Meta:
+      return nullptr;
   }
   return nullptr;
 }

@@ -28,10 +28,14 @@ void check_repeat(const char* op, const Tensor& x, const Tensor& y) {
 
 const char* unary_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::Gelu: return "gelu";
-    case UnaryOp::GeluTanh: return "gelu_tanh";
-    case UnaryOp::QuickGelu: return "quick_gelu";
-    case UnaryOp::Silu: return "silu";
+    case UnaryOp::Gelu:
+      return "gelu";
+    case UnaryOp::GeluTanh:
+      return "gelu_tanh";
+    case UnaryOp::QuickGelu:
+      return "quick_gelu";
+    case UnaryOp::Silu:
+      return "silu";
   }
   return "?";
 }
@@ -43,8 +47,12 @@ Tensor axpby(float alpha, const Tensor& x, float beta, const Tensor& y) {
   return out;
 }
 
-Tensor add(const Tensor& a, const Tensor& b) { return axpby(1.f, a, 1.f, b); }
-Tensor sub(const Tensor& a, const Tensor& b) { return axpby(1.f, a, -1.f, b); }
+Tensor add(const Tensor& a, const Tensor& b) {
+  return axpby(1.f, a, 1.f, b);
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return axpby(1.f, a, -1.f, b);
+}
 
 Tensor scale(const Tensor& x, float s) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), x.device());

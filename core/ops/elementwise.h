@@ -12,14 +12,18 @@ Tensor sub(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& x, float s);
 // In place: x += alpha * y (y may repeat over x's leading dims). Used for residuals, biases, grad accumulation.
 void add_(const Tensor& x, const Tensor& y, float alpha = 1.f);
-inline void add_rows_(const Tensor& x, const Tensor& row) { add_(x, row); }
+inline void add_rows_(const Tensor& x, const Tensor& row) {
+  add_(x, row);
+}
 struct AddGrads {
   Tensor da, db;
 };
 // Gradients of axpby(alpha, a, beta, b): alpha * dy and beta * dy, the latter summed over the leading dims
 // b was repeated over. add is (1, 1), sub (1, -1).
 AddGrads axpby_backward(const Tensor& dy, float alpha, float beta, const Tensor& b);
-inline Tensor scale_backward(const Tensor& dy, float s) { return scale(dy, s); }
+inline Tensor scale_backward(const Tensor& dy, float s) {
+  return scale(dy, s);
+}
 
 // out = a * b; b has a's shape or repeats over a's leading dims.
 Tensor mul(const Tensor& a, const Tensor& b);
@@ -35,8 +39,12 @@ Tensor dropout(const Tensor& x, float p, uint64_t key);
 
 Tensor unary_forward(UnaryOp op, const Tensor& x);
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy);
-inline Tensor gelu(const Tensor& x) { return unary_forward(UnaryOp::Gelu, x); }
-inline Tensor quick_gelu(const Tensor& x) { return unary_forward(UnaryOp::QuickGelu, x); }
+inline Tensor gelu(const Tensor& x) {
+  return unary_forward(UnaryOp::Gelu, x);
+}
+inline Tensor quick_gelu(const Tensor& x) {
+  return unary_forward(UnaryOp::QuickGelu, x);
+}
 const char* unary_name(UnaryOp op);
 
 // y = silu(gate) * up.

@@ -33,8 +33,8 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float 
   d.m = c.size(1);
   d.n = c.size(2);
   d.k = a.size(2);
-  HR_CHECK(a.size(1) == d.m && b.size(1) == d.k && b.size(2) == d.n &&
-               (a.size(0) == d.batch || a.size(0) == 1) && (b.size(0) == d.batch || b.size(0) == 1),
+  HR_CHECK(a.size(1) == d.m && b.size(1) == d.k && b.size(2) == d.n && (a.size(0) == d.batch || a.size(0) == 1) &&
+               (b.size(0) == d.batch || b.size(0) == 1),
            "[gemm] shapes do not chain: a ", shape_str(a.shape()), " @ b ", shape_str(b.shape()), " -> c ",
            shape_str(c.shape()));
   d.a_dtype = a.dtype();
@@ -50,7 +50,11 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float 
   d.beta = beta;
   if (c.numel() == 0) return;
   const Kernels& sizing = sizing_kernels(c.device());
-  GemmArgs args{d, a, b, c, allocate_workspace(sizing.gemm_workspace_bytes(d), c.device()),
+  GemmArgs args{d,
+                a,
+                b,
+                c,
+                allocate_workspace(sizing.gemm_workspace_bytes(d), c.device()),
                 allocate_workspace(sizing.gemm_scratchpad_bytes(d), c.device())};
   launch("gemm", c.device(), &Kernels::gemm, args);
 }

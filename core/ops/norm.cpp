@@ -7,7 +7,9 @@ namespace hr::core {
 
 namespace {
 
-const char* norm_name(NormKind k) { return k == NormKind::LayerNorm ? "layernorm" : "rmsnorm"; }
+const char* norm_name(NormKind k) {
+  return k == NormKind::LayerNorm ? "layernorm" : "rmsnorm";
+}
 
 NormOut norm_forward(NormKind kind, const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
   const char* op = norm_name(kind);

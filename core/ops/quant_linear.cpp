@@ -93,7 +93,8 @@ Out output_for(const Tensor& t, int64_t last) {
 
 }  // namespace
 
-Tensor qlinear_forward(const Tensor& x, const Tensor& blob, const QuantLayout& l, const Tensor& bias, int64_t tile_bytes) {
+Tensor qlinear_forward(const Tensor& x, const Tensor& blob, const QuantLayout& l, const Tensor& bias,
+                       int64_t tile_bytes) {
   check_blob("qlinear", blob, l);
   check_float("qlinear", "x", x);
   check_same_device("qlinear", x, blob);
@@ -102,9 +103,10 @@ Tensor qlinear_forward(const Tensor& x, const Tensor& blob, const QuantLayout& l
            " weight");
   const Out y = output_for(x, out);
   // Rows of W are columns of y.
-  gemm_column_tiles(y.in3, y.view3, tile_count(out, in, dtype_size(x.dtype()), tile_bytes), [&](int64_t r0, int64_t rows) {
-    return dequant_tile(blob, l, r0, rows, 0, in, x.dtype()).view({1, rows, in}).transpose(1, 2);
-  });
+  gemm_column_tiles(y.in3, y.view3, tile_count(out, in, dtype_size(x.dtype()), tile_bytes),
+                    [&](int64_t r0, int64_t rows) {
+                      return dequant_tile(blob, l, r0, rows, 0, in, x.dtype()).view({1, rows, in}).transpose(1, 2);
+                    });
   if (bias.defined()) {
     check_shape("qlinear", "bias", bias, {out});
     add_rows_(y.full, bias);
@@ -121,9 +123,10 @@ Tensor qlinear_backward_dx(const Tensor& dy, const Tensor& blob, const QuantLayo
            l.describe(), " weight");
   const Out dx = output_for(dy, in);
   // Columns of W are columns of dx.
-  gemm_column_tiles(dx.in3, dx.view3, tile_count(in, out, dtype_size(dy.dtype()), tile_bytes), [&](int64_t c0, int64_t cols) {
-    return dequant_tile(blob, l, 0, out, c0, cols, dy.dtype()).view({1, out, cols});
-  });
+  gemm_column_tiles(dx.in3, dx.view3, tile_count(in, out, dtype_size(dy.dtype()), tile_bytes),
+                    [&](int64_t c0, int64_t cols) {
+                      return dequant_tile(blob, l, 0, out, c0, cols, dy.dtype()).view({1, out, cols});
+                    });
   return dx.full;
 }
 

@@ -25,7 +25,9 @@ Tensor broadcast(const char* op, const Tensor& dy, const Tensor& x, float s) {
 }
 }  // namespace
 
-Tensor sum(const Tensor& x) { return reduce("sum", ReduceOp::Sum, x); }
+Tensor sum(const Tensor& x) {
+  return reduce("sum", ReduceOp::Sum, x);
+}
 
 Tensor mean(const Tensor& x) {
   HR_CHECK(x.numel() > 0, "[mean] of an empty tensor ", x.describe());
@@ -34,7 +36,9 @@ Tensor mean(const Tensor& x) {
   return s;
 }
 
-Tensor sum_backward(const Tensor& dy, const Tensor& x) { return broadcast("sum_backward", dy, x, 1.f); }
+Tensor sum_backward(const Tensor& dy, const Tensor& x) {
+  return broadcast("sum_backward", dy, x, 1.f);
+}
 Tensor mean_backward(const Tensor& dy, const Tensor& x) {
   return broadcast("mean_backward", dy, x, 1.f / float(std::max<int64_t>(x.numel(), 1)));
 }

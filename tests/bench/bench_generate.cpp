@@ -45,7 +45,8 @@ void BM_Generate(benchmark::State& state) {
   e.id = "bench";
   e.prompt = {ByteTokenizer::kBos};
   e.prompt.insert(e.prompt.end(), std::size_t(c.vision.tokens_per_image()), c.image_token_id);
-  while (int64_t(e.prompt.size()) < prompt_len) e.prompt.push_back(ByteTokenizer::kByteOffset + 'a' + int64_t(e.prompt.size()) % 26);
+  while (int64_t(e.prompt.size()) < prompt_len)
+    e.prompt.push_back(ByteTokenizer::kByteOffset + 'a' + int64_t(e.prompt.size()) % 26);
   e.images.push_back(Tensor::zeros({3, c.vision.image_size, c.vision.image_size}, DType::F32, Device::host()));
   GenerationOptions g;
   g.max_new_tokens = new_tokens;
@@ -69,13 +70,20 @@ void BM_Evaluate(benchmark::State& state) {
   EvalOptions o;
   o.use_cache = state.range(0) != 0;
   for (auto _ : state) benchmark::DoNotOptimize(evaluate(model(), set, o).accuracy);
-  state.counters["samples_per_s"] = benchmark::Counter(double(set.size()), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["samples_per_s"] =
+      benchmark::Counter(double(set.size()), benchmark::Counter::kIsIterationInvariantRate);
 }
 
 }  // namespace
 
-BENCHMARK(BM_Generate)->ArgNames({"cached", "prompt"})->Args({1, 576})->Args({0, 576})->Args({1, 64})->Args({0, 64})
-    ->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_Generate)
+    ->ArgNames({"cached", "prompt"})
+    ->Args({1, 576})
+    ->Args({0, 576})
+    ->Args({1, 64})
+    ->Args({0, 64})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 BENCHMARK(BM_Evaluate)->ArgName("cached")->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->Iterations(2);
 
 BENCHMARK_MAIN();

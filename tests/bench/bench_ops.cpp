@@ -16,8 +16,8 @@ using namespace hr::core;
 namespace {
 
 void set_flops(benchmark::State& state, double flops_per_iter) {
-  state.counters["FLOPS"] = benchmark::Counter(flops_per_iter, benchmark::Counter::kIsIterationInvariantRate,
-                                               benchmark::Counter::kIs1000);
+  state.counters["FLOPS"] =
+      benchmark::Counter(flops_per_iter, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 void BM_Gemm(benchmark::State& state, DType dt) {
@@ -31,7 +31,8 @@ void BM_Gemm(benchmark::State& state, DType dt) {
 // The weight-gradient shape of a linear layer: dW = dy^T x, with a transposed (strided) operand.
 void BM_LinearWeightGrad(benchmark::State& state, DType dt) {
   const int64_t tokens = state.range(0), in = state.range(1), out = state.range(2);
-  Tensor x = Tensor::full({tokens, in}, 0.5f, dt, Device::cpu()), dy = Tensor::full({tokens, out}, 0.25f, dt, Device::cpu());
+  Tensor x = Tensor::full({tokens, in}, 0.5f, dt, Device::cpu()),
+         dy = Tensor::full({tokens, out}, 0.25f, dt, Device::cpu());
   Tensor w = Tensor::full({out, in}, 0.1f, dt, Device::cpu());
   for (auto _ : state) {
     LinearBackwardOptions o;
@@ -123,11 +124,24 @@ void BM_Attention(benchmark::State& state, DType dt, bool backward) {
 
 BENCHMARK_CAPTURE(BM_Gemm, f32, DType::F32)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Gemm, bf16, DType::BF16)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_LinearWeightGrad, f32, DType::F32)->Args({768, 192, 512})->Args({2048, 1024, 1024})->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_OneDnnWeightGrad, f32, DType::F32)->Args({768, 192, 512})->Args({2048, 1024, 1024})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_LinearWeightGrad, f32, DType::F32)
+    ->Args({768, 192, 512})
+    ->Args({2048, 1024, 1024})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_OneDnnWeightGrad, f32, DType::F32)
+    ->Args({768, 192, 512})
+    ->Args({2048, 1024, 1024})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_LinearWeightGrad, bf16, DType::BF16)->Args({2048, 1024, 1024})->Unit(benchmark::kMillisecond);
-#define HR_LINEAR_SHAPES \
-  Args({768, 192, 192})->Args({768, 192, 512})->Args({768, 512, 192})->Args({512, 128, 128})->Args({2048, 384, 384})->Args({2048, 384, 1024})->Args({2048, 1024, 384})->Args({4096, 1024, 1024})
+#define HR_LINEAR_SHAPES        \
+  Args({768, 192, 192})         \
+      ->Args({768, 192, 512})   \
+      ->Args({768, 512, 192})   \
+      ->Args({512, 128, 128})   \
+      ->Args({2048, 384, 384})  \
+      ->Args({2048, 384, 1024}) \
+      ->Args({2048, 1024, 384}) \
+      ->Args({4096, 1024, 1024})
 BENCHMARK_CAPTURE(BM_Linear, f32, DType::F32)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_OneDnnLinear, f32, DType::F32)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Linear, bf16, DType::BF16)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);

@@ -2,11 +2,12 @@
 // synthetic dataset whose images fuzzed dataset entries name, and the model inputs they are processed for.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
-#include <unistd.h>
 
 #include "core/io/safetensors.h"
 #include "data/batch.h"
@@ -18,7 +19,8 @@ namespace hr::fuzz {
 inline core::NamedTensors shard_tensors() {
   core::NamedTensors ts;
   for (int i = 0; i < 5; ++i)
-    ts.emplace_back("w" + std::to_string(i), core::Tensor::full({256}, float(i), core::DType::F32, core::Device::cpu()));
+    ts.emplace_back("w" + std::to_string(i),
+                    core::Tensor::full({256}, float(i), core::DType::F32, core::Device::cpu()));
   return ts;
 }
 constexpr std::size_t kShardBytes = 2048;
@@ -53,7 +55,8 @@ inline std::string scratch_dir(const std::string& name) {
   const auto d = std::filesystem::temp_directory_path() / ("hr_fuzz_" + name + "_" + std::to_string(getpid()));
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
-  if (made.empty()) std::atexit([] {
+  if (made.empty())
+    std::atexit([] {
       std::error_code ec;
       for (const auto& p : made) std::filesystem::remove_all(p, ec);
     });

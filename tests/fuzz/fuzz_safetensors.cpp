@@ -10,7 +10,8 @@ using namespace hr::core;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    SafetensorsFile f = SafetensorsFile::from_bytes("fuzz.safetensors", std::string(reinterpret_cast<const char*>(data), size));
+    SafetensorsFile f =
+        SafetensorsFile::from_bytes("fuzz.safetensors", std::string(reinterpret_cast<const char*>(data), size));
     for (const std::string& name : f.names()) {
       Tensor t = f.get(name);
       std::vector<float> values = t.to_floats();  // reads every element (ASan: inside the buffer)

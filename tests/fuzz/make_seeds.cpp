@@ -23,7 +23,9 @@ std::string read(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
-void write(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary) << bytes; }
+void write(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary) << bytes;
+}
 
 void safetensors_seeds(const fs::path& out, const fs::path& scratch) {
   save_safetensors((out / "mixed.safetensors").string(),
@@ -62,13 +64,14 @@ void config_seeds(const fs::path& out, const fs::path& source) {
   for (const auto& e : fs::directory_iterator(source / "configs"))
     if (e.path().extension() == ".yaml") fs::copy_file(e.path(), out / e.path().filename());
   // A config then NUL-separated --set overrides, as fuzz_config splits its input.
-  const std::string sets[] = {"train.max_steps=5", "memory.precision=bf16", "memory.gradient_checkpointing=selective",
-                              "train.global_batch_size=12", "model.preset=tiny", "data.synthetic.train=10"};
+  const std::string sets[] = {
+      "train.max_steps=5",          "memory.precision=bf16", "memory.gradient_checkpointing=selective",
+      "train.global_batch_size=12", "model.preset=tiny",     "data.synthetic.train=10"};
   std::string text = read(source / "configs/quickstart.yaml");
   for (const std::string& s : sets) text += '\0' + s;
   write(out / "quickstart_sets.yaml", text);
   write(out / "sets_only.yaml", std::string("model:\n  preset: tiny\n") + '\0' + "memory.zero_stage=auto" + '\0' +
-                                     "train.micro_batch_size=auto" + '\0' + "train.global_batch_size=6");
+                                    "train.micro_batch_size=auto" + '\0' + "train.global_batch_size=6");
 }
 
 void image_seeds(const fs::path& out) {
@@ -95,8 +98,10 @@ static void tokenizer_seeds(const fs::path& out) {
   legacy["added_tokens"][3]["rstrip"] = true;
   json newer = legacy;
   newer["normalizer"] = nullptr;
-  newer["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
-  newer["model"]["merges"] = json::array({json::array({"a", "b"}), json::array({"\u2581", "a"}), json::array({"b", "c"})});
+  newer["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}};
+  newer["model"]["merges"] =
+      json::array({json::array({"a", "b"}), json::array({"\u2581", "a"}), json::array({"b", "c"})});
   static const char raw[] = "\0abc abc\0  a\tb\n\0<s>ab</s>c<image> x\0\xc3\xa9\xe2\x96\x81\xff\0";
   const std::string texts(raw, sizeof raw - 1);
   int k = 0;

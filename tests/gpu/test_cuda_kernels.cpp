@@ -37,13 +37,18 @@ std::vector<float> randoms(std::size_t n, uint64_t seed, float scale = 1.f) {
   return v;
 }
 
-Tensor on(const std::vector<float>& v, const Shape& s, DType t, Device d) { return Tensor::from_floats(v, s, t, d); }
-std::vector<float> host(const Tensor& t) { return t.to(Device::cpu()).to_floats(); }
+Tensor on(const std::vector<float>& v, const Shape& s, DType t, Device d) {
+  return Tensor::from_floats(v, s, t, d);
+}
+std::vector<float> host(const Tensor& t) {
+  return t.to(Device::cpu()).to_floats();
+}
 
 void expect_close(const std::vector<float>& a, const std::vector<float>& b, double rel, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   double worst = 0, scale = 1e-12;
-  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i])), scale = std::max(scale, std::fabs(double(b[i])));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::fabs(double(a[i]) - b[i])), scale = std::max(scale, std::fabs(double(b[i])));
   EXPECT_LE(worst, rel * scale) << what;
 }
 
@@ -70,27 +75,39 @@ TEST(CudaKernels, OptimizerUpdatesMatchTheirCpuTwins) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   for (DType dt : {DType::F32, DType::BF16}) {
     const std::string d = dtype_name(dt);
-    same_on_both(dt, {37, 129}, [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s1, const Tensor& s2, int k) {
-      AdamWHyper h;
-      h.lr = 1e-2f, h.weight_decay = 0.1f, h.step = k, h.grad_scale = 0.5f;
-      adamw_update(p, g, m, s1, s2, h);
-    }, "adamw " + d);
-    same_on_both(dt, {4099}, [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s1, const Tensor&, int) {
-      SgdHyper h;
-      h.lr = 0.05f, h.momentum = 0.9f, h.weight_decay = 0.01f, h.nesterov = true;
-      sgd_update(p, g, m, s1, h);
-    }, "sgd " + d);
+    same_on_both(
+        dt, {37, 129},
+        [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s1, const Tensor& s2, int k) {
+          AdamWHyper h;
+          h.lr = 1e-2f, h.weight_decay = 0.1f, h.step = k, h.grad_scale = 0.5f;
+          adamw_update(p, g, m, s1, s2, h);
+        },
+        "adamw " + d);
+    same_on_both(
+        dt, {4099},
+        [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s1, const Tensor&, int) {
+          SgdHyper h;
+          h.lr = 0.05f, h.momentum = 0.9f, h.weight_decay = 0.01f, h.nesterov = true;
+          sgd_update(p, g, m, s1, h);
+        },
+        "sgd " + d);
     // Factored (a matrix: row and column moments) and full (a vector) Adafactor.
-    same_on_both(dt, {65, 300}, [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s1, const Tensor& s2, int k) {
-      AdafactorHyper h;
-      h.lr = 1e-2f, h.step = k, h.clip_threshold = 0.5f;
-      adafactor_update(p, g, m, s1.view({s1.numel()}).slice(0, 0, 65), s2.view({s2.numel()}).slice(0, 0, 300), h);
-    }, "adafactor factored " + d);
-    same_on_both(dt, {1000}, [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s1, const Tensor&, int k) {
-      AdafactorHyper h;
-      h.step = k;
-      adafactor_update(p, g, m, s1, Tensor(), h);
-    }, "adafactor full " + d);
+    same_on_both(
+        dt, {65, 300},
+        [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s1, const Tensor& s2, int k) {
+          AdafactorHyper h;
+          h.lr = 1e-2f, h.step = k, h.clip_threshold = 0.5f;
+          adafactor_update(p, g, m, s1.view({s1.numel()}).slice(0, 0, 65), s2.view({s2.numel()}).slice(0, 0, 300), h);
+        },
+        "adafactor factored " + d);
+    same_on_both(
+        dt, {1000},
+        [](const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& s1, const Tensor&, int k) {
+          AdafactorHyper h;
+          h.step = k;
+          adafactor_update(p, g, m, s1, Tensor(), h);
+        },
+        "adafactor full " + d);
   }
 }
 
@@ -134,7 +151,8 @@ TEST(CudaKernels, SummingKernelsGiveTheSameBitsEveryRun) {
   for (std::size_t i = 0; i < idv.size(); ++i) idv[i] = int64_t(i * 7 % 13);  // repeated rows
   const Tensor ids = Tensor::from_ints(idv, {500}, DType::I64, g);
   const Tensor dyt = on(randoms(500 * 32, 9), {500, 32}, DType::F32, g);
-  const Tensor e1 = embedding_backward(ids, dyt, {13, 32}, DType::BF16), e2 = embedding_backward(ids, dyt, {13, 32}, DType::BF16);
+  const Tensor e1 = embedding_backward(ids, dyt, {13, 32}, DType::BF16),
+               e2 = embedding_backward(ids, dyt, {13, 32}, DType::BF16);
   EXPECT_EQ(host(e1), host(e2));
   // And in the CPU's order: the same bits as the CPU twin, bf16 rounding of every addition included.
   const Tensor e_cpu = embedding_backward(ids.to(Device::cpu()), dyt.to(Device::cpu()), {13, 32}, DType::BF16);
@@ -166,8 +184,9 @@ TEST(CudaKernels, CudnnFusedAttentionMatchesTheOwnKernelBothWays) {
     DType t;
   };
   const Device g = Device::cuda();
-  for (const Case c : {Case{2, 64, 64, 8, 8, 64, Mask::Causal, DType::BF16}, Case{2, 70, 70, 8, 2, 64, Mask::Causal, DType::BF16},
-                       Case{1, 33, 80, 4, 4, 128, Mask::Causal, DType::F16}, Case{2, 48, 48, 4, 2, 32, Mask::None, DType::BF16}}) {
+  for (const Case c :
+       {Case{2, 64, 64, 8, 8, 64, Mask::Causal, DType::BF16}, Case{2, 70, 70, 8, 2, 64, Mask::Causal, DType::BF16},
+        Case{1, 33, 80, 4, 4, 128, Mask::Causal, DType::F16}, Case{2, 48, 48, 4, 2, 32, Mask::None, DType::BF16}}) {
     const std::string what = str(c.b, "x", c.lq, "x", c.lkv, " heads ", c.hq, "/", c.hkv, " dim ", c.d,
                                  c.mask == Mask::Causal ? " causal " : " ", dtype_name(c.t));
     const float scale = 1.f / std::sqrt(float(c.d));

@@ -7,11 +7,11 @@
 #include <memory>
 
 #include "core/memory/arena_plan.h"
+#include "core/memory/caching_allocator.h"
 #include "core/memory/device_memory.h"
+#include "core/memory/replay.h"
 #include "core/ops/copy.h"
 #include "core/ops/elementwise.h"
-#include "core/memory/caching_allocator.h"
-#include "core/memory/replay.h"
 
 using namespace hr;
 using namespace hr::core;

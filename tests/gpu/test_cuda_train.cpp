@@ -6,8 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <map>
 #include <cstdlib>
+#include <map>
 
 #include "integration/cli.h"
 
@@ -64,10 +64,10 @@ std::string mpirun(int ranks, const std::string& env = "") {
 
 // Two ranks training on GPUs at ZeRO `stage` until stopped, in the background; output in base/log.txt.
 pid_t spawn_endless_training(const std::string& base, const std::string& cfg, int stage) {
-  return spawn("exec " + mpirun(2) + " " + headroom_bin() + " train " + cfg + " --set run.output_dir=" + base +
-                   "/run --set device.type=cuda --set train.max_steps=1000000 --set memory.zero_stage=" +
-                   std::to_string(stage),
-               base + "/log.txt");
+  return spawn(
+      "exec " + mpirun(2) + " " + headroom_bin() + " train " + cfg + " --set run.output_dir=" + base +
+          "/run --set device.type=cuda --set train.max_steps=1000000 --set memory.zero_stage=" + std::to_string(stage),
+      base + "/log.txt");
 }
 
 }  // namespace
@@ -97,8 +97,8 @@ TEST(CudaTrain, ACappedGpuRunsOutOfMemoryWithTheReport) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   const std::string base = fresh_dir("cuda_capped");
   const std::string cfg = write_config(base, kConfig);
-  CmdResult r = train(cfg, base + "/run",
-                      "--set device.type=cuda:0 --set device.memory_limit=4MiB --set memory.preflight=false");
+  CmdResult r =
+      train(cfg, base + "/run", "--set device.type=cuda:0 --set device.memory_limit=4MiB --set memory.preflight=false");
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("out of memory"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("cuda:0"), std::string::npos) << r.output;
@@ -114,14 +114,15 @@ TEST(CudaTrain, RanksTakeTheirLocalGpuOverNcclAndMoreRanksThanGpusIsAnErrorOnEve
   const std::string base = fresh_dir("cuda_ranks");
   const std::string cfg = write_config(base, kConfig);
   const std::string sets = " --set device.type=cuda --set train.max_steps=5 --set memory.zero_stage=3";
-  CmdResult over = run(mpirun(gpus + 1) + " " + headroom_bin() + " train " + cfg +
-                       " --set run.output_dir=" + base + "/over" + sets);
+  CmdResult over =
+      run(mpirun(gpus + 1) + " " + headroom_bin() + " train " + cfg + " --set run.output_dir=" + base + "/over" + sets);
   EXPECT_NE(over.status, 0) << over.output;
   EXPECT_NE(over.output.find("have no GPU of their own"), std::string::npos) << over.output;
   if (gpus < 2) return;
   CmdResult one = train(cfg, base + "/one", sets);
   ASSERT_EQ(one.status, 0) << one.output;
-  CmdResult two = run(mpirun(2) + " " + headroom_bin() + " train " + cfg + " --set run.output_dir=" + base + "/two" + sets);
+  CmdResult two =
+      run(mpirun(2) + " " + headroom_bin() + " train " + cfg + " --set run.output_dir=" + base + "/two" + sets);
   ASSERT_EQ(two.status, 0) << two.output;
   const auto a = jsonl(base + "/one/memory.jsonl"), b = jsonl(base + "/two/memory.rank0.jsonl");
   ASSERT_EQ(a.size(), b.size());
@@ -152,8 +153,8 @@ TEST(CudaTrain, AKilledRankEndsTheNcclJobWithinAMinute) {
 }
 
 // Exposed communication with NCCL (memory.jsonl's comm_exposed_s: the compute stream's stalls behind the NCCL
-// stream): rank 1 stopped for 2 s in the middle of a ZeRO-2 run shows up in one step of rank 0, and its other steps hold little.
-// Needs two GPUs.
+// stream): rank 1 stopped for 2 s in the middle of a ZeRO-2 run shows up in one step of rank 0, and its other steps
+// hold little. Needs two GPUs.
 TEST(CudaTrain, ARankWaitingForAnotherOverNcclReportsItAsExposedCommunication) {
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs two GPUs";
@@ -182,29 +183,34 @@ void zero_matrix_on_gpus(const std::string& base, const std::string& launch, con
   const auto ref = jsonl(base + "/one/memory.jsonl");
   auto two = [&](const std::string& name, const std::string& extra) {
     const std::string out = base + "/" + name;
-    CmdResult r = run(launch + " " + headroom_bin() + " train " + cfg + " --set run.output_dir=" + out + sets + more + extra);
+    CmdResult r =
+        run(launch + " " + headroom_bin() + " train " + cfg + " --set run.output_dir=" + out + sets + more + extra);
     EXPECT_EQ(r.status, 0) << name << "\n" << r.output;
     for (int rank = 0; rank < 2; ++rank) {
       const auto got = jsonl(out + "/memory.rank" + std::to_string(rank) + ".jsonl");
       EXPECT_EQ(got.size(), ref.size()) << name;
       for (std::size_t i = 0; i < std::min(got.size(), ref.size()); ++i) {
-        EXPECT_NEAR(got[i]["loss"].get<double>(), ref[i]["loss"].get<double>(), 1e-3) << name << " rank " << rank << " step " << i + 1;
+        EXPECT_NEAR(got[i]["loss"].get<double>(), ref[i]["loss"].get<double>(), 1e-3)
+            << name << " rank " << rank << " step " << i + 1;
         EXPECT_EQ(got[i]["peak_allocated"], got[i]["predicted_peak"]) << name << " rank " << rank << " step " << i + 1;
-        EXPECT_EQ(got[i]["peak_reserved"], got[i]["predicted_reserved"]) << name << " rank " << rank << " step " << i + 1;
+        EXPECT_EQ(got[i]["peak_reserved"], got[i]["predicted_reserved"])
+            << name << " rank " << rank << " step " << i + 1;
       }
     }
     return out;
   };
   for (int stage = 0; stage <= 3; ++stage)
     for (const char* offload : {"none", "cpu"})
-      two(std::string("z") + std::to_string(stage) + "_" + offload,
-          std::string(" --set memory.zero_stage=") + std::to_string(stage) + " --set memory.offload_optimizer=" + offload);
+      two(std::string("z") + std::to_string(stage) + "_" + offload, std::string(" --set memory.zero_stage=") +
+                                                                        std::to_string(stage) +
+                                                                        " --set memory.offload_optimizer=" + offload);
   const std::string layer0 = "forward language_model.model.layers.0";
   int64_t params_in_layer0[2] = {0, 0};
   for (int prefetch : {0, 1}) {
-    const std::string out = two("prefetch" + std::to_string(prefetch),
-                                " --set memory.zero_stage=3 --set memory.trace_steps=[3] --set parallel.prefetch_groups=" +
-                                    std::to_string(prefetch));
+    const std::string out =
+        two("prefetch" + std::to_string(prefetch),
+            " --set memory.zero_stage=3 --set memory.trace_steps=[3] --set parallel.prefetch_groups=" +
+                std::to_string(prefetch));
     std::ifstream in(out + "/trace.rank0.step3.json");
     ASSERT_TRUE(in) << out;
     walk_slices(json::parse(in)["traceEvents"], [&](const json& e, const std::vector<std::string>& open) {
@@ -215,9 +221,9 @@ void zero_matrix_on_gpus(const std::string& base, const std::string& launch, con
   // A decoder layer of the tiny LLaMA in f32 (q, k, v, o, gate, up, down, two norms) is gathered beside layer 0.
   const int64_t layer_bytes = 4 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64 + 2 * 32);
   EXPECT_GE(params_in_layer0[1] - params_in_layer0[0], layer_bytes)
-      << "parameters during layer 0's forward: " << params_in_layer0[0] << " B without prefetching, " << params_in_layer0[1] << " B with";
+      << "parameters during layer 0's forward: " << params_in_layer0[0] << " B without prefetching, "
+      << params_in_layer0[1] << " B with";
 }
-
 
 }  // namespace
 
@@ -233,7 +239,8 @@ TEST(CudaTrain, ZeroStagesWithAndWithoutOffloadOverNcclMatchOneGpuAndTheirDryRun
 // machine with one GPU can check of several ranks' arithmetic and memory.
 TEST(CudaTrain, TwoRanksShareOneGpuOverMpiAndMatchOneGpuAndTheirDryRuns) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
-  zero_matrix_on_gpus(fresh_dir("cuda_zero_shared"), mpirun(2, "CUDA_VISIBLE_DEVICES=0"), " --set parallel.backend=mpi");
+  zero_matrix_on_gpus(fresh_dir("cuda_zero_shared"), mpirun(2, "CUDA_VISIBLE_DEVICES=0"),
+                      " --set parallel.backend=mpi");
 }
 
 // bf16 on one GPU, where host and GPU tensors of different dtypes meet (f32 initial values into bf16 parameters,

@@ -91,9 +91,10 @@ TEST(Nccl, ExposedSecondsAreTheComputeStreamsStalls) {
   const double blocking = nccl->exposed_seconds() - t1;
   const double host = std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count();
 
-  std::printf("all_gather of %lld MiB a rank over %d rank(s): stall waited at once %.3f ms, under compute %.3f ms, "
-              "blocking %.3f ms of %.3f ms on the host\n", (long long)(n * 4 >> 20), w, at_once * 1e3,
-              under_compute * 1e3, blocking * 1e3, host * 1e3);
+  std::printf(
+      "all_gather of %lld MiB a rank over %d rank(s): stall waited at once %.3f ms, under compute %.3f ms, "
+      "blocking %.3f ms of %.3f ms on the host\n",
+      (long long)(n * 4 >> 20), w, at_once * 1e3, under_compute * 1e3, blocking * 1e3, host * 1e3);
   EXPECT_GT(at_once, 0.0);
   EXPECT_LT(under_compute, at_once / 2 + 20e-6);
   EXPECT_GT(blocking, 0.0);

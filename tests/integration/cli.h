@@ -2,11 +2,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -108,7 +107,8 @@ inline JobEnd signal_rank(pid_t launcher, const std::vector<pid_t>& ranks, std::
   const auto t0 = std::chrono::steady_clock::now();
   if (kill(ranks.at(victim), sig) != 0) return e;
   pid_t done = 0;
-  while ((done = waitpid(launcher, &e.status, WNOHANG)) == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(seconds))
+  while ((done = waitpid(launcher, &e.status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(seconds))
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   e.ended = done != 0;
@@ -179,8 +179,10 @@ void walk_slices(const nlohmann::json& events, F&& on) {
   for (const nlohmann::json& e : events) {
     const std::string ph = e.value("ph", "");
     on(e, open);
-    if (ph == "B") open.push_back(e.value("name", ""));
-    else if (ph == "E" && !open.empty()) open.pop_back();
+    if (ph == "B")
+      open.push_back(e.value("name", ""));
+    else if (ph == "E" && !open.empty())
+      open.pop_back();
   }
 }
 

@@ -30,8 +30,12 @@ void round_trip(const std::string& cs) {
 }
 }  // namespace
 
-TEST(DebugGrads, RoundTripsWithGoldenFullTraining) { round_trip("two_images_and_text"); }
-TEST(DebugGrads, RoundTripsWithGoldenStage1) { round_trip("stage1"); }
+TEST(DebugGrads, RoundTripsWithGoldenFullTraining) {
+  round_trip("two_images_and_text");
+}
+TEST(DebugGrads, RoundTripsWithGoldenStage1) {
+  round_trip("stage1");
+}
 
 TEST(DebugGrads, BadInputNamesTheProblem) {
   const std::string cmd = std::string(HR_HEADROOM_BIN) + " debug grads --config " + golden("stage1.yaml") +

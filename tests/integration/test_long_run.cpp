@@ -56,7 +56,8 @@ TEST(LongRun, AThousandStepsKeepMemoryFlatAndTheLeakWatchSilent) {
   // at the level the next 250 steps reached (batch lengths vary, so the largest step comes when it comes).
   auto value = [&](std::size_t from, std::size_t to, const char* key, bool largest) {
     int64_t v = lines[from][key];
-    for (std::size_t i = from; i < to; ++i) v = largest ? std::max<int64_t>(v, lines[i][key]) : std::min<int64_t>(v, lines[i][key]);
+    for (std::size_t i = from; i < to; ++i)
+      v = largest ? std::max<int64_t>(v, lines[i][key]) : std::min<int64_t>(v, lines[i][key]);
     return v;
   };
   EXPECT_EQ(value(50, 1000, "allocated", true), value(50, 1000, "allocated", false));

@@ -12,8 +12,8 @@
 #include <cmath>
 #include <thread>
 
-#include "core/check.h"
 #include "core/backend/device_info.h"
+#include "core/check.h"
 #include "core/io/safetensors.h"
 #include "integration/cli.h"
 
@@ -49,10 +49,12 @@ log:
   progress_bar: false
 )";
 
-std::string config(const std::string& dir) { return write_config(dir, kConfig); }
+std::string config(const std::string& dir) {
+  return write_config(dir, kConfig);
+}
 
-const std::string kMpirun =
-    std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + HR_MPIEXEC + " --oversubscribe -np ";
+const std::string kMpirun = std::string("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ") + HR_MPIEXEC +
+                            " --oversubscribe -np ";
 
 CmdResult train(int ranks, const std::string& cfg, const std::string& out, const std::string& sets) {
   const std::string cmd = std::string(HR_HEADROOM_BIN) + " train " + cfg + " --set run.output_dir=" + out + " " + sets;
@@ -65,7 +67,9 @@ std::vector<double> losses(const std::string& path) {
   return v;
 }
 
-json last_line(const std::string& path) { return jsonl(path).back(); }
+json last_line(const std::string& path) {
+  return jsonl(path).back();
+}
 
 }  // namespace
 
@@ -81,7 +85,8 @@ TEST(Mpi, ZeroStagesMatchASingleProcessAndShrinkMemoryAsTheFormulasSay) {
   for (int stage = 0; stage <= 3; ++stage)
     for (const char* offload : {"none", "cpu"}) {
       const std::string name = str("z", stage, "_", offload), out = str(base, "/", name);
-      CmdResult r = train(2, cfg, out, str("--set memory.zero_stage=", stage, " --set memory.offload_optimizer=", offload));
+      CmdResult r =
+          train(2, cfg, out, str("--set memory.zero_stage=", stage, " --set memory.offload_optimizer=", offload));
       ASSERT_EQ(r.status, 0) << name << "\n" << r.output;
       for (int rank = 0; rank < 2; ++rank) {
         // Each rank's measured peaks equal the planner's dry run of that rank's step, byte for byte.
@@ -97,7 +102,9 @@ TEST(Mpi, ZeroStagesMatchASingleProcessAndShrinkMemoryAsTheFormulasSay) {
       mem[name] = last_line(out + "/memory.rank0.jsonl");
     }
   auto dev = [&](const std::string& run, const char* cat) { return mem[run]["by_category"][cat].get<int64_t>(); };
-  auto host = [&](const std::string& run, const char* cat) { return mem[run]["host"]["by_category"][cat].get<int64_t>(); };
+  auto host = [&](const std::string& run, const char* cat) {
+    return mem[run]["host"]["by_category"][cat].get<int64_t>();
+  };
   // Stage 1 halves the optimizer states (plus per-parameter padding and allocator rounding).
   EXPECT_LE(dev("z1_none", "optimizer"), dev("z0_none", "optimizer") / 2 + 4096);
   // Stage 2 keeps gradient shards plus one group's full gradients while it is reduced.
@@ -110,8 +117,10 @@ TEST(Mpi, ZeroStagesMatchASingleProcessAndShrinkMemoryAsTheFormulasSay) {
     EXPECT_EQ(dev(off, "master_params"), 0) << off;
     // The same states, on the host: the same flat shards from stage 1 on; at stage 0 one flat buffer per
     // group instead of one tensor per parameter (less allocator rounding).
-    if (stage > 0) EXPECT_EQ(host(off, "optimizer"), dev(on, "optimizer")) << off;
-    else EXPECT_GE(host(off, "optimizer"), dev(on, "optimizer") * 9 / 10) << off;
+    if (stage > 0)
+      EXPECT_EQ(host(off, "optimizer"), dev(on, "optimizer")) << off;
+    else
+      EXPECT_GE(host(off, "optimizer"), dev(on, "optimizer") * 9 / 10) << off;
   }
 }
 
@@ -138,7 +147,8 @@ TEST(Mpi, LoraUnderZeroMatchesASingleProcess) {
       }
       const auto got = losses(str(out, "/memory.rank", rank, ".jsonl"));
       ASSERT_EQ(got.size(), ref.size()) << sets;
-      for (std::size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], kLossTolerance) << sets << " step " << i + 1;
+      for (std::size_t i = 0; i < ref.size(); ++i)
+        EXPECT_NEAR(got[i], ref[i], kLossTolerance) << sets << " step " << i + 1;
     }
   }
 }
@@ -149,8 +159,9 @@ TEST(Mpi, QloraUnderZero3MatchesASingleProcessAndMerges) {
   // dequantizes.
   const std::string base = fresh_dir("mpi_qlora");
   const std::string cfg = config(base);
-  const std::string qlora = " --set lora.enable=true --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0 "
-                            "--set lora.base_bits=4 --set train.max_steps=6";
+  const std::string qlora =
+      " --set lora.enable=true --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0 "
+      "--set lora.base_bits=4 --set train.max_steps=6";
   CmdResult single = train(1, cfg, base + "/single", qlora);
   ASSERT_EQ(single.status, 0) << single.output;
   const auto ref = losses(base + "/single/memory.jsonl");
@@ -165,7 +176,8 @@ TEST(Mpi, QloraUnderZero3MatchesASingleProcessAndMerges) {
   }
   EXPECT_FALSE(fs::exists(base + "/z3/checkpoint-6/model.safetensors")) << "ZeRO-3 saves shards";
   for (const char* run : {"single", "z3"}) {
-    CmdResult m = hr::testing_cli::run(str(HR_HEADROOM_BIN, " lora merge ", base, "/", run, "/checkpoint-6 --out ", base, "/", run, "-merged"));
+    CmdResult m = hr::testing_cli::run(
+        str(HR_HEADROOM_BIN, " lora merge ", base, "/", run, "/checkpoint-6 --out ", base, "/", run, "-merged"));
     ASSERT_EQ(m.status, 0) << run << "\n" << m.output;
   }
   const core::SafetensorsFile a = core::SafetensorsFile::open(base + "/single-merged/model.safetensors");
@@ -247,8 +259,9 @@ TEST(Mpi, Zero3PrefetchKeepsTheNextGroupGatheredWhileOneComputesAndThePlanSaysSo
   std::map<int, int64_t> params_in_layer0;
   std::map<int, bool> started_inside;
   for (int prefetch : {0, 1}) {
-    runs[prefetch] = traced_run(cfg, str(base, "/p", prefetch),
-                                str(kFixedShapes, " --set memory.zero_stage=3 --set parallel.prefetch_groups=", prefetch));
+    runs[prefetch] =
+        traced_run(cfg, str(base, "/p", prefetch),
+                   str(kFixedShapes, " --set memory.zero_stage=3 --set parallel.prefetch_groups=", prefetch));
     walk_slices(runs[prefetch].events, [&](const json& e, const std::vector<std::string>& open) {
       const std::string ph = e.value("ph", ""), name = e.value("name", "");
       if (ph == "B" && name == "all_gather start language_model.model.layers.1" && inside(open, layer0))
@@ -278,8 +291,9 @@ TEST(Mpi, Zero2OverlappedReduceScatterRunsUnderTheNextGroupsBackwardAndThePlanSa
   std::map<bool, bool> waited_in_layer0;
   std::map<bool, int64_t> comm_in_layer0;
   for (bool overlap : {false, true}) {
-    runs[overlap] = traced_run(cfg, str(base, overlap ? "/on" : "/off"),
-                               str(kFixedShapes, " --set memory.zero_stage=2 --set parallel.overlap_comm=", overlap ? "true" : "false"));
+    runs[overlap] = traced_run(
+        cfg, str(base, overlap ? "/on" : "/off"),
+        str(kFixedShapes, " --set memory.zero_stage=2 --set parallel.overlap_comm=", overlap ? "true" : "false"));
     int64_t comm_now = 0;
     walk_slices(runs[overlap].events, [&](const json& e, const std::vector<std::string>& open) {
       const std::string ph = e.value("ph", ""), name = e.value("name", "");
@@ -309,19 +323,22 @@ TEST(Mpi, Zero2OverlappedReduceScatterRunsUnderTheNextGroupsBackwardAndThePlanSa
 TEST(Mpi, Zero0BucketedAllReduceRunsUnderTheLastBackwardAndThePlanSaysSo) {
   const std::string base = fresh_dir("mpi_buckets");
   const std::string cfg = config(base);
-  const std::string layer0 = "backward language_model.model.layers.0", layer1 = "backward language_model.model.layers.1";
+  const std::string layer0 = "backward language_model.model.layers.0",
+                    layer1 = "backward language_model.model.layers.1";
   std::map<bool, TracedRun> runs;
   std::map<bool, int> started_in_layers;
   std::map<bool, int64_t> comm_in_layer0;
   for (bool overlap : {false, true}) {
-    runs[overlap] = traced_run(cfg, str(base, overlap ? "/on" : "/off"),
-                               str(kFixedShapes, " --set train.global_batch_size=16 --set parallel.bucket_size=", kTinyLayerBytes + 4096,
-                                   " --set parallel.overlap_comm=", overlap ? "true" : "false"));
+    runs[overlap] = traced_run(
+        cfg, str(base, overlap ? "/on" : "/off"),
+        str(kFixedShapes, " --set train.global_batch_size=16 --set parallel.bucket_size=", kTinyLayerBytes + 4096,
+            " --set parallel.overlap_comm=", overlap ? "true" : "false"));
     int64_t comm_now = 0;
     walk_slices(runs[overlap].events, [&](const json& e, const std::vector<std::string>& open) {
       const std::string ph = e.value("ph", ""), name = e.value("name", "");
       if (ph == "C" && name == "device comm") comm_now = e["args"]["bytes"].get<int64_t>();
-      if (ph == "B" && name.rfind("all_reduce start gradients", 0) == 0 && (inside(open, layer0) || inside(open, layer1)))
+      if (ph == "B" && name.rfind("all_reduce start gradients", 0) == 0 &&
+          (inside(open, layer0) || inside(open, layer1)))
         ++started_in_layers[overlap];
       if (ph == "B" && name == layer0) comm_in_layer0[overlap] = std::max(comm_in_layer0[overlap], comm_now);
     });
@@ -349,7 +366,8 @@ TEST(Mpi, OffloadedGradientsLeaveForTheHostDuringTheLastBackward) {
   const TracedRun device = traced_run(cfg, base + "/device", sets);
   ASSERT_EQ(offload.losses.size(), 4u);
   ASSERT_EQ(device.losses.size(), 4u);
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(offload.losses[i], device.losses[i], kLossTolerance) << "step " << i + 1;
+  for (std::size_t i = 0; i < 4; ++i)
+    EXPECT_NEAR(offload.losses[i], device.losses[i], kLossTolerance) << "step " << i + 1;
   std::vector<int64_t> at_start, most;  // host gradient bytes as each of layer 0's backwards starts, and the most in it
   int64_t host_now = 0;
   walk_slices(offload.events, [&](const json& e, const std::vector<std::string>& open) {
@@ -393,7 +411,8 @@ TEST(Mpi, EvaluationIsShardedAcrossRanksAndMergesToOneProcesssResult) {
 TEST(Mpi, ShardedCheckpointsResumeAtAnotherWorldSizeAndConsolidate) {
   const std::string base = fresh_dir("mpi_ckpt");
   const std::string cfg = config(base);
-  CmdResult a = train(2, cfg, base + "/a", "--set memory.zero_stage=3 --set train.save_steps=10 --set train.save_total_limit=3");
+  CmdResult a =
+      train(2, cfg, base + "/a", "--set memory.zero_stage=3 --set train.save_steps=10 --set train.save_total_limit=3");
   ASSERT_EQ(a.status, 0) << a.output;
   ASSERT_TRUE(fs::exists(base + "/a/checkpoint-10/optimizer.rank1.safetensors"));
   EXPECT_FALSE(fs::exists(base + "/a/checkpoint-10/model.safetensors")) << "ZeRO-3 parameters live in the shards";
@@ -414,7 +433,8 @@ TEST(Mpi, ShardedCheckpointsResumeAtAnotherWorldSizeAndConsolidate) {
   // The consolidated ZeRO-3 model equals the one a stage-0 run writes.
   CmdResult z0 = train(2, cfg, base + "/z0", "");
   ASSERT_EQ(z0.status, 0) << z0.output;
-  CmdResult c = run(std::string(HR_HEADROOM_BIN) + " ckpt consolidate " + base + "/a/checkpoint-20 --out " + base + "/full.safetensors");
+  CmdResult c = run(std::string(HR_HEADROOM_BIN) + " ckpt consolidate " + base + "/a/checkpoint-20 --out " + base +
+                    "/full.safetensors");
   ASSERT_EQ(c.status, 0) << c.output;
   core::Checkpoint full = core::Checkpoint::open(base + "/full.safetensors");
   core::Checkpoint want = core::Checkpoint::open(base + "/z0/checkpoint-20/model.safetensors");
@@ -432,9 +452,10 @@ TEST(Mpi, ShardedCheckpointsResumeAtAnotherWorldSizeAndConsolidate) {
 TEST(Mpi, AKilledRankEndsEveryRankWithinAMinute) {
   const std::string base = fresh_dir("mpi_kill");
   const std::string cfg = config(base);
-  const pid_t launcher = spawn("exec " + kMpirun + "2 " + HR_HEADROOM_BIN + " train " + cfg + " --set run.output_dir=" +
-                                   base + "/run --set train.max_steps=1000000 --set memory.zero_stage=3",
-                               base + "/log.txt");
+  const pid_t launcher =
+      spawn("exec " + kMpirun + "2 " + HR_HEADROOM_BIN + " train " + cfg + " --set run.output_dir=" + base +
+                "/run --set train.max_steps=1000000 --set memory.zero_stage=3",
+            base + "/log.txt");
   ASSERT_GT(launcher, 0);
   // Wait until rank 1 is training, then kill it.
   ASSERT_TRUE(wait_for_lines(base + "/run/memory.rank1.jsonl", 1, 60)) << read_file(base + "/log.txt");
@@ -481,10 +502,11 @@ TEST(Mpi, SigtermToOneRankStopsEveryRankAfterTheSameStep) {
 TEST(Mpi, ARankWaitingForAnotherReportsItAsExposedCommunication) {
   const std::string base = fresh_dir("mpi_exposed");
   const std::string cfg = config(base);
-  const pid_t launcher = spawn("exec " + kMpirun + "2 " + HR_HEADROOM_BIN + " train " + cfg + " --set run.output_dir=" +
-                                   base + "/run --set train.max_steps=1000000 --set memory.zero_stage=2 "
-                                   "--set log.logging_steps=1",
-                               base + "/log.txt");
+  const pid_t launcher =
+      spawn("exec " + kMpirun + "2 " + HR_HEADROOM_BIN + " train " + cfg + " --set run.output_dir=" + base +
+                "/run --set train.max_steps=1000000 --set memory.zero_stage=2 "
+                "--set log.logging_steps=1",
+            base + "/log.txt");
   ASSERT_GT(launcher, 0);
   const JobEnd end = pause_rank_then_stop(launcher, base + "/run", 2);
   const std::string log = read_file(base + "/log.txt");
@@ -502,8 +524,9 @@ TEST(Mpi, ARankWaitingForAnotherReportsItAsExposedCommunication) {
 TEST(Mpi, EveryRankPlansWithTheLeastRoomOfAnyRank) {
   const std::string base = fresh_dir("mpi_least_room");
   const std::string cfg = config(base);
-  const std::string common = str(HR_HEADROOM_BIN, " train ", cfg, " --set data.pad_to_max_length=true --set data.max_seq_len=256",
-                                 " --set train.micro_batch_size=auto --set train.max_steps=3 --set run.output_dir=");
+  const std::string common =
+      str(HR_HEADROOM_BIN, " train ", cfg, " --set data.pad_to_max_length=true --set data.max_seq_len=256",
+          " --set train.micro_batch_size=auto --set train.max_steps=3 --set run.output_dir=");
   auto two = [&](const std::string& out, const char* room0, const char* room1) {
     return run(str(kMpirun, "1 ", common, out, " --set device.memory_limit=", room0, " : -np 1 ", common, out,
                    " --set device.memory_limit=", room1));
@@ -517,13 +540,15 @@ TEST(Mpi, EveryRankPlansWithTheLeastRoomOfAnyRank) {
   for (int rank = 0; rank < 2; ++rank) {
     const auto lines = jsonl(str(base, "/fits/memory.rank", rank, ".jsonl"));
     ASSERT_EQ(lines.size(), 3u) << rank;
-    for (const json& l : lines) EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "rank " << rank << " " << l.dump();
+    for (const json& l : lines)
+      EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "rank " << rank << " " << l.dump();
   }
   CmdResult no = two(base + "/tight", "64MiB", "1MiB");
   EXPECT_NE(no.status, 0) << no.output;
   for (int rank = 0; rank < 2; ++rank)
     EXPECT_NE(no.output.find(str("headroom: rank ", rank, ": [plan] the run does not fit")), std::string::npos)
-        << "rank " << rank << "\n" << no.output;
+        << "rank " << rank << "\n"
+        << no.output;
   EXPECT_NE(no.output.find("rank 1's room: every rank plans with the least"), std::string::npos) << no.output;
 }
 
@@ -535,7 +560,8 @@ TEST(Mpi, ShrinkingOnOutOfMemoryIsRefusedByEveryRank) {
   EXPECT_NE(r.status, 0) << r.output;
   for (int rank = 0; rank < 2; ++rank)
     EXPECT_NE(r.output.find(str("rank ", rank, ": [config] memory.on_oom: shrink_micro_batch")), std::string::npos)
-        << rank << "\n" << r.output;
+        << rank << "\n"
+        << r.output;
 }
 
 // device.type: cuda under mpirun on a machine without a GPU: every rank stops with the reason, printed by each
@@ -548,5 +574,6 @@ TEST(Mpi, RanksOnCudaWithoutAGpuEachSaySo) {
   for (int rank = 0; rank < 2; ++rank)
     EXPECT_NE(r.output.find(str("rank ", rank, ": [device] device.type cuda: this machine has no GPU to train on")),
               std::string::npos)
-        << rank << "\n" << r.output;
+        << rank << "\n"
+        << r.output;
 }

@@ -37,9 +37,13 @@ log:
   progress_bar: false
 )";
 
-std::string config(const std::string& dir) { return write_config(dir, kConfig); }
+std::string config(const std::string& dir) {
+  return write_config(dir, kConfig);
+}
 
-CmdResult headroom(const std::string& args) { return run(std::string(HR_HEADROOM_BIN) + " " + args); }
+CmdResult headroom(const std::string& args) {
+  return run(std::string(HR_HEADROOM_BIN) + " " + args);
+}
 
 json plan_json(const std::string& cfg, const std::string& sets) {
   CmdResult r = headroom("plan " + cfg + " --json " + sets);
@@ -53,24 +57,34 @@ json plan_json(const std::string& cfg, const std::string& sets) {
 std::vector<std::string> strategy_combinations() {
   return {
       "--set memory.precision=fp32",
-      "--set memory.precision=bf16 --set memory.gradient_checkpointing=selective --set train.gradient_accumulation_steps=2",
-      "--set memory.precision=fp16 --set memory.gradient_checkpointing=full --set train.micro_batch_size=1 --set train.gradient_accumulation_steps=7",
+      "--set memory.precision=bf16 --set memory.gradient_checkpointing=selective --set "
+      "train.gradient_accumulation_steps=2",
+      "--set memory.precision=fp16 --set memory.gradient_checkpointing=full --set train.micro_batch_size=1 --set "
+      "train.gradient_accumulation_steps=7",
       "--set train.stage=finetune --set memory.gradient_checkpointing.llm=selective --set train.micro_batch_size=4",
       "--set train.stage=pretrain --set memory.precision=bf16 --set memory.gradient_checkpointing.llm=full",
-      "--set memory.gradient_checkpointing.vision=selective --set memory.offload_optimizer=cpu --set train.gradient_accumulation_steps=5",
-      "--set memory.precision=bf16 --set memory.gradient_checkpointing.vision=full --set memory.gradient_checkpointing.llm=selective --set memory.zero_stage=1 --set train.micro_batch_size=1",
+      "--set memory.gradient_checkpointing.vision=selective --set memory.offload_optimizer=cpu --set "
+      "train.gradient_accumulation_steps=5",
+      "--set memory.precision=bf16 --set memory.gradient_checkpointing.vision=full --set "
+      "memory.gradient_checkpointing.llm=selective --set memory.zero_stage=1 --set train.micro_batch_size=1",
       "--set memory.zero_stage=2 --set train.gradient_accumulation_steps=4",
-      "--set memory.precision=bf16 --set memory.zero_stage=3 --set train.micro_batch_size=1 --set train.gradient_accumulation_steps=5",
-      "--set memory.gradient_checkpointing=full --set memory.zero_stage=3 --set memory.offload_optimizer=cpu --set memory.offload_params=cpu --set train.micro_batch_size=4",
-      "--set train.stage=finetune --set memory.precision=bf16 --set memory.vision_precision=fp32 --set memory.gradient_checkpointing.llm=full --set train.gradient_accumulation_steps=2",
+      "--set memory.precision=bf16 --set memory.zero_stage=3 --set train.micro_batch_size=1 --set "
+      "train.gradient_accumulation_steps=5",
+      "--set memory.gradient_checkpointing=full --set memory.zero_stage=3 --set memory.offload_optimizer=cpu --set "
+      "memory.offload_params=cpu --set train.micro_batch_size=4",
+      "--set train.stage=finetune --set memory.precision=bf16 --set memory.vision_precision=fp32 --set "
+      "memory.gradient_checkpointing.llm=full --set train.gradient_accumulation_steps=2",
       "--set train.stage=pretrain --set memory.precision=fp16 --set memory.offload_optimizer=cpu",
       "--set memory.gradient_checkpointing=full --set memory.gradient_checkpointing.every=2 --set train.optimizer=sgd",
       "--set lora.enable=true --set lora.r=8 --set lora.alpha=16",
-      "--set lora.enable=true --set lora.r=8 --set memory.precision=bf16 --set memory.gradient_checkpointing=full --set train.gradient_accumulation_steps=4",
+      "--set lora.enable=true --set lora.r=8 --set memory.precision=bf16 --set memory.gradient_checkpointing=full "
+      "--set train.gradient_accumulation_steps=4",
       "--set lora.enable=true --set lora.r=8 --set lora.base_bits=8 --set memory.gradient_checkpointing=selective",
-      "--set lora.enable=true --set lora.r=8 --set lora.base_bits=4 --set memory.precision=bf16 --set train.gradient_accumulation_steps=2",
+      "--set lora.enable=true --set lora.r=8 --set lora.base_bits=4 --set memory.precision=bf16 --set "
+      "train.gradient_accumulation_steps=2",
       "--set lora.enable=true --set lora.r=8 --set lora.base_bits=8 --set memory.precision=bf16",
-      "--set lora.enable=true --set lora.r=8 --set lora.base_bits=4 --set lora.quant_type=fp4 --set memory.gradient_checkpointing=full",
+      "--set lora.enable=true --set lora.r=8 --set lora.base_bits=4 --set lora.quant_type=fp4 --set "
+      "memory.gradient_checkpointing=full",
   };
 }
 
@@ -179,7 +193,8 @@ TEST(Plan, ADryRunRecordsLaterMicroBatchesAsRepetitionsAtAnyAccumulation) {
     const json& planned = (*j)["ranks"][0]["allocators"]["planned"];
     EXPECT_GE(arena["arena"].get<int64_t>(), arena["live_peak"].get<int64_t>());
     EXPECT_LE(planned["peak_reserved"].get<double>(), 1.02 * planned["peak_allocated"].get<double>());
-    EXPECT_LT(planned["peak_reserved"].get<int64_t>(), (*j)["ranks"][0]["allocators"]["caching"]["peak_reserved"].get<int64_t>());
+    EXPECT_LT(planned["peak_reserved"].get<int64_t>(),
+              (*j)["ranks"][0]["allocators"]["caching"]["peak_reserved"].get<int64_t>());
   }
   EXPECT_EQ(many["ranks"][0]["arena"]["live_peak"], four["ranks"][0]["arena"]["live_peak"]);
   EXPECT_EQ(many["ranks"][0]["allocators"]["planned"], four["ranks"][0]["allocators"]["planned"]);
@@ -195,7 +210,8 @@ TEST(Plan, PreflightRefusesWhatDoesNotFitAndNamesTheCheapestFixes) {
   const int64_t a = full["ranks"][0]["peak_reserved"], b = none["ranks"][0]["peak_allocated"];
   ASSERT_LT(a, b);
   const int64_t cap = (a + b) / 2;
-  CmdResult r = headroom(str("train ", cfg, " --set run.output_dir=", base, "/run --set memory.budget=1.0 --set device.memory_limit=", cap));
+  CmdResult r = headroom(str("train ", cfg, " --set run.output_dir=", base,
+                             "/run --set memory.budget=1.0 --set device.memory_limit=", cap));
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("does not fit"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--set memory.gradient_checkpointing"), std::string::npos) << r.output;
@@ -229,19 +245,24 @@ TEST(Plan, PreflightOffersLoraWhenNoFullFineTuneFitsAndNeverPicksItItself) {
   // A finetune of the language model already at its most frugal (bf16, full checkpointing, micro-batch 1, the
   // optimizer on the host, the planned allocator): no memory fix is left, while LoRA over a 4-bit base drops the
   // gradients and most of the weights' bytes.
-  const std::string stage = "--set memory.allocator=planned --set memory.budget=1.0 --set train.stage=finetune --set memory.precision=bf16 --set "
-                            "memory.gradient_checkpointing=full --set train.micro_batch_size=1 --set memory.offload_optimizer=cpu";
+  const std::string stage =
+      "--set memory.allocator=planned --set memory.budget=1.0 --set train.stage=finetune --set memory.precision=bf16 "
+      "--set "
+      "memory.gradient_checkpointing=full --set train.micro_batch_size=1 --set memory.offload_optimizer=cpu";
   const json frugal = plan_json(cfg, stage);
-  const json qlora = plan_json(cfg, stage + " --set lora.enable=true --set lora.r=8 --set lora.alpha=16 --set lora.base_bits=4");
+  const json qlora =
+      plan_json(cfg, stage + " --set lora.enable=true --set lora.r=8 --set lora.alpha=16 --set lora.base_bits=4");
   const int64_t a = qlora["ranks"][0]["peak_reserved"], b = frugal["ranks"][0]["peak_allocated"];
   ASSERT_LT(a, b);
   const int64_t cap = (a + b) / 2;
   CmdResult p = headroom(str("plan ", cfg, " ", stage, " --capacity ", cap));
   EXPECT_EQ(WEXITSTATUS(p.status), 3) << p.output;
-  EXPECT_NE(p.output.find("--set lora.enable=true --set lora.r=8 --set lora.alpha=16"), std::string::npos) << p.output;  // hidden 256 / 32
+  EXPECT_NE(p.output.find("--set lora.enable=true --set lora.r=8 --set lora.alpha=16"), std::string::npos)
+      << p.output;  // hidden 256 / 32
   EXPECT_NE(p.output.find("trains adapters, not the language model"), std::string::npos) << p.output;
   // auto searches the memory strategies only: it still does not fit, and nothing switches LoRA on.
-  const json automatic = plan_json(cfg, stage + str(" --capacity ", cap, " --set memory.zero_stage=auto --set memory.gradient_checkpointing=auto"));
+  const json automatic = plan_json(
+      cfg, stage + str(" --capacity ", cap, " --set memory.zero_stage=auto --set memory.gradient_checkpointing=auto"));
   EXPECT_FALSE(automatic["fits"].get<bool>());
   EXPECT_EQ(automatic["params_trainable"], frugal["params_trainable"]);
 }
@@ -256,7 +277,8 @@ TEST(Plan, PreflightRefusesARunWhoseEvaluationDoesNotFitBeforeItsFirstStep) {
   ASSERT_LT(step, eval);
   EXPECT_EQ(p["evaluation"]["rows"], 64);
   const int64_t cap = (step + eval) / 2;
-  CmdResult r = headroom(str("train ", cfg, " --set run.output_dir=", base, "/run ", big_eval, " --set device.memory_limit=", cap));
+  CmdResult r = headroom(
+      str("train ", cfg, " --set run.output_dir=", base, "/run ", big_eval, " --set device.memory_limit=", cap));
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("the training step fits but evaluation does not"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--set train.eval_batch_size="), std::string::npos) << r.output;
@@ -276,7 +298,8 @@ TEST(Plan, AutoPicksSelectiveWhenNoneDoesNotFitAndALargerMicroBatchWhenMemoryAll
   const json sel = plan_json(cfg, "--set memory.budget=1.0 --set memory.gradient_checkpointing=selective");
   const int64_t a = sel["ranks"][0]["peak_reserved"], b = none["ranks"][0]["peak_allocated"];
   ASSERT_LT(a, b);
-  const json pick = plan_json(cfg, str("--set memory.budget=1.0 --set memory.gradient_checkpointing=auto --capacity ", (a + b) / 2));
+  const json pick =
+      plan_json(cfg, str("--set memory.budget=1.0 --set memory.gradient_checkpointing=auto --capacity ", (a + b) / 2));
   EXPECT_TRUE(pick["fits"].get<bool>());
   EXPECT_EQ(pick["decisions"]["gradient_checkpointing"]["llm"], "selective") << pick.dump();
   const json roomy = plan_json(cfg, "--set memory.gradient_checkpointing=auto --capacity 4GiB");
@@ -288,7 +311,8 @@ TEST(Plan, AutoPicksSelectiveWhenNoneDoesNotFitAndALargerMicroBatchWhenMemoryAll
   const json m1 = plan_json(cfg, "--set train.micro_batch_size=1 --set memory.budget=1.0");
   const json m2 = plan_json(cfg, "--set train.micro_batch_size=2 --set memory.budget=1.0");
   ASSERT_LT(m1["ranks"][0]["peak_reserved"].get<int64_t>(), m2["ranks"][0]["peak_allocated"].get<int64_t>());
-  const int64_t cap = (m1["ranks"][0]["peak_reserved"].get<int64_t>() + m2["ranks"][0]["peak_allocated"].get<int64_t>()) / 2;
+  const int64_t cap =
+      (m1["ranks"][0]["peak_reserved"].get<int64_t>() + m2["ranks"][0]["peak_allocated"].get<int64_t>()) / 2;
   const json small = plan_json(cfg, str(micro, " --capacity ", cap));
   EXPECT_EQ(small["decisions"]["micro_batch_size"], 1) << small.dump();
   EXPECT_EQ(small["decisions"]["gradient_accumulation_steps"], 8);
@@ -328,10 +352,13 @@ TEST(Plan, The7bPresetPlansEveryZeroStageWithAndWithoutOffloadOnEightGpus) {
                                         " --set memory.offload_optimizer=", offload));
       peak[offload] = p["ranks"][0]["peak_allocated"];
       const json& t = p["step_time"];
-      if (std::string(offload) == "none") EXPECT_EQ(t["offload_s"].get<double>(), 0.0) << "ZeRO " << stage;
-      else hidden[stage] = t["offload_hidden_s"].get<double>();
-      EXPECT_NEAR(t["total_s"].get<double>(), t["compute_s"].get<double>() + t["comm_exposed_s"].get<double>() +
-                                                  t["offload_s"].get<double>(), 1e-9);
+      if (std::string(offload) == "none")
+        EXPECT_EQ(t["offload_s"].get<double>(), 0.0) << "ZeRO " << stage;
+      else
+        hidden[stage] = t["offload_hidden_s"].get<double>();
+      EXPECT_NEAR(t["total_s"].get<double>(),
+                  t["compute_s"].get<double>() + t["comm_exposed_s"].get<double>() + t["offload_s"].get<double>(),
+                  1e-9);
     }
     EXPECT_LT(peak["cpu"], peak["none"]) << "ZeRO " << stage;
   }
@@ -349,17 +376,19 @@ TEST(Plan, MaxMicroBatchAgreesWithRealRunsAndOnOomShrinksWithoutLosingASample) {
   ASSERT_TRUE(best["fits"].get<bool>()) << best.dump();
   const int64_t m = best["decisions"]["micro_batch_size"];
   ASSERT_GE(m, 2) << "pick a capacity that allows a few samples";
-  CmdResult ok = headroom(str("train ", cfg, " --set run.output_dir=", base, "/ok --set train.micro_batch_size=", m, " ", cap));
+  CmdResult ok =
+      headroom(str("train ", cfg, " --set run.output_dir=", base, "/ok --set train.micro_batch_size=", m, " ", cap));
   EXPECT_EQ(ok.status, 0) << ok.output;
   for (const json& s : jsonl(base + "/ok/memory.jsonl")) EXPECT_EQ(s["ooms"], 0);
-  CmdResult over = headroom(str("train ", cfg, " --set run.output_dir=", base, "/over --set train.micro_batch_size=", m + 1,
-                                " --set memory.preflight=false ", cap));
+  CmdResult over = headroom(str("train ", cfg, " --set run.output_dir=", base,
+                                "/over --set train.micro_batch_size=", m + 1, " --set memory.preflight=false ", cap));
   EXPECT_NE(over.status, 0) << over.output;
   EXPECT_NE(over.output.find("out of memory"), std::string::npos) << over.output;
   // The same run with memory.on_oom: shrink_micro_batch trains on, over the same samples.
   const std::string steps = "--set train.max_steps=3 --set train.save_steps=3";
-  CmdResult rec = headroom(str("train ", cfg, " --set run.output_dir=", base, "/recover --set train.micro_batch_size=", m + 1,
-                               " --set memory.preflight=false --set memory.on_oom=shrink_micro_batch ", steps, " ", cap));
+  CmdResult rec =
+      headroom(str("train ", cfg, " --set run.output_dir=", base, "/recover --set train.micro_batch_size=", m + 1,
+                   " --set memory.preflight=false --set memory.on_oom=shrink_micro_batch ", steps, " ", cap));
   ASSERT_EQ(rec.status, 0) << rec.output;
   EXPECT_NE(rec.output.find("redoing the step"), std::string::npos) << rec.output;
   const auto lines = jsonl(base + "/recover/memory.jsonl");

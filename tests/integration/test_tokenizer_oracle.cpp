@@ -35,7 +35,9 @@ std::string show(const std::vector<int64_t>& v) {
   return s;
 }
 
-std::string escape(const std::string& s) { return json(s).dump(); }
+std::string escape(const std::string& s) {
+  return json(s).dump();
+}
 
 // Each tokenizer of the cases: its file and the Python ids for every string.
 void check_tokenizer(const std::string& variant, const std::string& file) {
@@ -50,7 +52,8 @@ void check_tokenizer(const std::string& variant, const std::string& file) {
     const std::string s = strings[i];
     const std::vector<int64_t> got = tok->encode(s, true), ref = want["ids"][i];
     if (got != ref && ++wrong <= 5)
-      ADD_FAILURE() << variant << " " << escape(s) << "\n  headroom     " << show(got) << "\n  transformers " << show(ref);
+      ADD_FAILURE() << variant << " " << escape(s) << "\n  headroom     " << show(got) << "\n  transformers "
+                    << show(ref);
     if (want.contains("decoded")) {
       const std::string d = tok->decode(ref), dref = want["decoded"][i];
       if (d != dref && ++wrong_decode <= 5)
@@ -73,10 +76,18 @@ void check_tokenizer(const std::string& variant, const std::string& file) {
 
 }  // namespace
 
-TEST(TokenizerOracle, SentencePieceLegacyMatchesLlamaTokenizer) { check_tokenizer("slow_legacy", "tokenizer.model"); }
-TEST(TokenizerOracle, SentencePieceMatchesLlamaTokenizer) { check_tokenizer("slow", "tokenizer.model"); }
-TEST(TokenizerOracle, TokenizerJsonLegacyMatchesTokenizers) { check_tokenizer("fast_legacy", "tokenizer.json"); }
-TEST(TokenizerOracle, TokenizerJsonMatchesTokenizers) { check_tokenizer("fast", "tokenizer.json"); }
+TEST(TokenizerOracle, SentencePieceLegacyMatchesLlamaTokenizer) {
+  check_tokenizer("slow_legacy", "tokenizer.model");
+}
+TEST(TokenizerOracle, SentencePieceMatchesLlamaTokenizer) {
+  check_tokenizer("slow", "tokenizer.model");
+}
+TEST(TokenizerOracle, TokenizerJsonLegacyMatchesTokenizers) {
+  check_tokenizer("fast_legacy", "tokenizer.json");
+}
+TEST(TokenizerOracle, TokenizerJsonMatchesTokenizers) {
+  check_tokenizer("fast", "tokenizer.json");
+}
 
 // LLaVA's preprocess_plain / _v1 / _llama_2 with each slow tokenizer: the ids and labels, one image id each.
 TEST(TokenizerOracle, TemplatesMatchLlavaPreprocess) {
@@ -88,7 +99,8 @@ TEST(TokenizerOracle, TemplatesMatchLlavaPreprocess) {
     for (const json& c : cases()["templates"]) {
       std::vector<Turn> turns;
       for (const json& t : c["turns"]) turns.push_back({t[0] == "human", t[1]});
-      const Template t = parse_template(c["template"] == "llama_2" ? "llava_llama_2" : c["template"].get<std::string>());
+      const Template t =
+          parse_template(c["template"] == "llama_2" ? "llava_llama_2" : c["template"].get<std::string>());
       const Tokenized got = apply_template(t, turns, *tok, 1, c["system"], -100);
       std::vector<int64_t> ids = c["expected"][variant]["ids"], labels = c["expected"][variant]["labels"];
       for (int64_t& id : ids) id = id == -200 ? image : id;

@@ -1,7 +1,7 @@
 // End-to-end training through the headroom command: memory log fields, resume equivalence, atomic
 // checkpoints under SIGKILL, fp16 loss scaling, bf16 convergence, bad samples, config errors.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -18,9 +18,9 @@
 
 #include "core/backend/device_info.h"
 #include "core/io/safetensors.h"
+#include "integration/cli.h"
 #include "models/llava.h"
 #include "optim/optimizer.h"
-#include "integration/cli.h"
 #include "train/checkpoint.h"
 
 extern char** environ;
@@ -52,7 +52,9 @@ log:
   progress_bar: false
 )";
 
-std::string fresh_dir(const std::string& name) { return testing_cli::fresh_dir("train_" + name); }
+std::string fresh_dir(const std::string& name) {
+  return testing_cli::fresh_dir("train_" + name);
+}
 
 std::string config_file(const std::string& dir, const std::string& extra = "") {
   return testing_cli::write_config(dir, kTinyConfig + extra);
@@ -61,7 +63,9 @@ std::string config_file(const std::string& dir, const std::string& extra = "") {
 using testing_cli::CmdResult;
 using testing_cli::jsonl;
 
-CmdResult headroom(const std::string& args) { return testing_cli::run(std::string(HR_HEADROOM_BIN) + " " + args); }
+CmdResult headroom(const std::string& args) {
+  return testing_cli::run(std::string(HR_HEADROOM_BIN) + " " + args);
+}
 
 // The complete checkpoints in an output directory (an unfinished one is still a .tmp- directory).
 std::set<std::string> checkpoint_names(const std::string& dir) {
@@ -145,7 +149,8 @@ TEST(Train, AStepsMemoryTimelineIsItsDryRunsEventForEvent) {
     for (const json& e : t["traceEvents"]) {
       const std::string ph = e["ph"];
       if (ph == "C" && e["name"].get<std::string>().rfind("device ", 0) == 0 && e["name"] != "device reserved")
-        out.push_back(str(e["ts"].get<double>(), " ", e["name"].get<std::string>(), " ", e["args"]["bytes"].get<int64_t>()));
+        out.push_back(
+            str(e["ts"].get<double>(), " ", e["name"].get<std::string>(), " ", e["args"]["bytes"].get<int64_t>()));
       if (ph == "B" || ph == "E") out.push_back(str(e["ts"].get<double>(), " ", ph, " ", e.value("name", "")));
     }
     return out;
@@ -154,7 +159,8 @@ TEST(Train, AStepsMemoryTimelineIsItsDryRunsEventForEvent) {
   ASSERT_GT(measured.size(), 200u);
   EXPECT_EQ(measured, planned);
   bool recompute = false;
-  for (const std::string& e : measured) recompute |= e.find(" B recompute language_model.model.layers.") != std::string::npos;
+  for (const std::string& e : measured)
+    recompute |= e.find(" B recompute language_model.model.layers.") != std::string::npos;
   EXPECT_TRUE(recompute);
 }
 
@@ -218,11 +224,12 @@ TEST(Train, SigtermStopsAfterTheStepWithACheckpointAndExitsZero) {
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
   const int64_t last = jsonl(d + "/memory.jsonl").back()["step"];
-  EXPECT_NE(out.find(str("stop requested (Terminated): saving the checkpoint of step ", last)), std::string::npos) << out;
+  EXPECT_NE(out.find(str("stop requested (Terminated): saving the checkpoint of step ", last)), std::string::npos)
+      << out;
   EXPECT_EQ(train::latest_checkpoint(d), d + "/checkpoint-" + std::to_string(last));
-  CmdResult resumed = headroom("train " + config_file(d) + " --set run.output_dir=" + d +
-                               " --set train.save_steps=0 --set train.max_steps=" +
-                               std::to_string(last + 2) + " --resume");
+  CmdResult resumed =
+      headroom("train " + config_file(d) + " --set run.output_dir=" + d +
+               " --set train.save_steps=0 --set train.max_steps=" + std::to_string(last + 2) + " --resume");
   EXPECT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_NE(resumed.output.find(str("at step ", last)), std::string::npos) << resumed.output;
   EXPECT_EQ(jsonl(d + "/memory.jsonl").back()["step"], last + 2);
@@ -310,8 +317,9 @@ TEST(Train, KillDuringCheckpointingLeavesTheLastCheckpointLoadable) {
   const std::string d = fresh_dir("kill");
   const std::string cfg = config_file(d);
   for (int attempt = 0; attempt < 4; ++attempt) {
-    std::vector<std::string> args = {HR_HEADROOM_BIN, "train", cfg, "--set", "run.output_dir=" + d, "--set",
-                                     "train.max_steps=400", "--set", "train.save_steps=1", "--resume"};
+    std::vector<std::string> args = {
+        HR_HEADROOM_BIN,      "train",   cfg, "--set", "run.output_dir=" + d, "--set", "train.max_steps=400", "--set",
+        "train.save_steps=1", "--resume"};
     std::vector<char*> argv;
     for (auto& s : args) argv.push_back(s.data());
     argv.push_back(nullptr);
@@ -362,9 +370,10 @@ TEST(Train, KillDuringCheckpointingLeavesTheLastCheckpointLoadable) {
 
 TEST(Train, Fp16LossScalingSkipsOverflowsAndConverges) {
   const std::string d = fresh_dir("fp16");
-  CmdResult r = headroom("train " + config_file(d) + " --set run.output_dir=" + d +
-                   " --set memory.precision=fp16 --set memory.loss_scale.initial=1e7 --set memory.loss_scale.hysteresis=1"
-                   " --set train.max_steps=60");
+  CmdResult r =
+      headroom("train " + config_file(d) + " --set run.output_dir=" + d +
+               " --set memory.precision=fp16 --set memory.loss_scale.initial=1e7 --set memory.loss_scale.hysteresis=1"
+               " --set train.max_steps=60");
   ASSERT_EQ(r.status, 0) << r.output;
   auto l = jsonl(d + "/memory.jsonl");
   ASSERT_EQ(l.size(), 60u);
@@ -381,7 +390,7 @@ TEST(Train, Bf16AndFp32Converge) {
   for (const char* p : {"bf16", "fp32"}) {
     const std::string d = fresh_dir(std::string("conv_") + p);
     CmdResult r = headroom("train " + config_file(d) + " --set run.output_dir=" + d + " --set memory.precision=" + p +
-                     " --set train.max_steps=40");
+                           " --set train.max_steps=40");
     ASSERT_EQ(r.status, 0) << r.output;
     auto l = jsonl(d + "/memory.jsonl");
     EXPECT_LT(l.back()["loss"].get<double>(), 0.6 * l.front()["loss"].get<double>()) << p;
@@ -401,9 +410,9 @@ TEST(Train, BadSamplesAreSkippedAndNamedOrStopTheRun) {
   all[2]["image"] = "images/missing.png";
   all[5]["conversations"][0]["from"] = "robot";
   std::ofstream(d + "/data/bad.json") << all.dump();
-  const std::string base = "train " + config_file(d) + " --set run.output_dir=" + d + "/out --set data.train_json=" + d +
-                           "/data/bad.json --set data.image_folder=" + d + "/data --set data.eval_json=" + d +
-                           "/data/eval.json --set train.max_steps=3";
+  const std::string base = "train " + config_file(d) + " --set run.output_dir=" + d +
+                           "/out --set data.train_json=" + d + "/data/bad.json --set data.image_folder=" + d +
+                           "/data --set data.eval_json=" + d + "/data/eval.json --set train.max_steps=3";
   CmdResult skip = headroom(base);
   ASSERT_EQ(skip.status, 0) << skip.output;
   EXPECT_NE(skip.output.find("skipped bad sample: [data] " + d + "/data/bad.json[2] (id train-000002): image"),
@@ -435,8 +444,7 @@ TEST(Train, ConfigErrorsStopBeforeTraining) {
   EXPECT_NE(offload.output.find("memory.offload_params: cpu needs memory.zero_stage: 3"), std::string::npos)
       << offload.output;
   // Batch sizes are bounded before anything is sized from them.
-  CmdResult huge = headroom("train " + config_file(d) +
-                            " --set train.micro_batch_size=1000000000000");
+  CmdResult huge = headroom("train " + config_file(d) + " --set train.micro_batch_size=1000000000000");
   EXPECT_NE(huge.status, 0) << huge.output;
   EXPECT_NE(huge.output.find("train.micro_batch_size 1000000000000: one micro-batch's inputs"), std::string::npos)
       << huge.output;

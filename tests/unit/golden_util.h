@@ -10,7 +10,9 @@
 
 namespace hr::test {
 
-inline std::string golden(const std::string& file) { return std::string(HR_SOURCE_DIR) + "/tests/golden/" + file; }
+inline std::string golden(const std::string& file) {
+  return std::string(HR_SOURCE_DIR) + "/tests/golden/" + file;
+}
 
 // A batch from a golden *_batch.safetensors (input_ids, labels, optional pixel_values).
 inline data::Batch load_batch(const std::string& path) {

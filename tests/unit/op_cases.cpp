@@ -22,7 +22,9 @@ using namespace hr::core;
 
 namespace {
 
-int64_t numel(const Shape& s) { return shape_numel(s); }
+int64_t numel(const Shape& s) {
+  return shape_numel(s);
+}
 
 Input rnd(const Shape& shape, double lo = -1.0, double hi = 1.0, bool diff = true) {
   static std::mt19937 rng(1234);
@@ -32,7 +34,9 @@ Input rnd(const Shape& shape, double lo = -1.0, double hi = 1.0, bool diff = tru
   return in;
 }
 
-Input ints(const Shape& shape, std::vector<double> v) { return Input{shape, true, false, std::move(v)}; }
+Input ints(const Shape& shape, std::vector<double> v) {
+  return Input{shape, true, false, std::move(v)};
+}
 
 std::vector<double> linear_ref(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>* b,
                                int64_t rows, int64_t in, int64_t out) {
@@ -46,20 +50,30 @@ std::vector<double> linear_ref(const std::vector<double>& x, const std::vector<d
   return y;
 }
 
-double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
-double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double gelu_ref(double x) {
+  return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+}
+double sigmoid_ref(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
 
 std::vector<double> unary_ref(UnaryOp op, const std::vector<double>& x) {
   std::vector<double> y(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
     double v = x[i];
     switch (op) {
-      case UnaryOp::Gelu: y[i] = gelu_ref(v); break;
+      case UnaryOp::Gelu:
+        y[i] = gelu_ref(v);
+        break;
       case UnaryOp::GeluTanh:
         y[i] = 0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
         break;
-      case UnaryOp::QuickGelu: y[i] = v * sigmoid_ref(1.702 * v); break;
-      case UnaryOp::Silu: y[i] = v * sigmoid_ref(v); break;
+      case UnaryOp::QuickGelu:
+        y[i] = v * sigmoid_ref(1.702 * v);
+        break;
+      case UnaryOp::Silu:
+        y[i] = v * sigmoid_ref(v);
+        break;
     }
   }
   return y;
@@ -83,8 +97,8 @@ std::vector<double> norm_ref(const std::vector<double>& x, const std::vector<dou
 }
 
 // Naive attention with a full score matrix per (batch, head).
-std::vector<double> attention_ref(const Values& in, int64_t B, int64_t Lq, int64_t Lk, int64_t Hq, int64_t Hk, int64_t D,
-                                  bool causal) {
+std::vector<double> attention_ref(const Values& in, int64_t B, int64_t Lq, int64_t Lk, int64_t Hq, int64_t Hk,
+                                  int64_t D, bool causal) {
   const auto &q = in[0], &k = in[1], &v = in[2];
   const double scale = 1.0 / std::sqrt(double(D));
   std::vector<double> out(std::size_t(B * Lq * Hq * D), 0.0);
@@ -97,7 +111,8 @@ std::vector<double> attention_ref(const Values& in, int64_t B, int64_t Lq, int64
         for (int64_t j = 0; j < Lk; ++j) {
           if (causal && j > i + Lk - Lq) continue;
           double acc = 0.0;
-          for (int64_t d = 0; d < D; ++d) acc += q[((b * Lq + i) * Hq + h) * D + d] * k[((b * Lk + j) * Hk + kh) * D + d];
+          for (int64_t d = 0; d < D; ++d)
+            acc += q[((b * Lq + i) * Hq + h) * D + d] * k[((b * Lk + j) * Hk + kh) * D + d];
           s[j] = acc * scale;
           mx = std::max(mx, s[j]);
         }
@@ -106,7 +121,8 @@ std::vector<double> attention_ref(const Values& in, int64_t B, int64_t Lq, int64
         for (int64_t j = 0; j < Lk; ++j) {
           if (s[j] == -INFINITY) continue;
           const double p = std::exp(s[j] - mx) / z;
-          for (int64_t d = 0; d < D; ++d) out[((b * Lq + i) * Hq + h) * D + d] += p * v[((b * Lk + j) * Hk + kh) * D + d];
+          for (int64_t d = 0; d < D; ++d)
+            out[((b * Lq + i) * Hq + h) * D + d] += p * v[((b * Lk + j) * Hk + kh) * D + d];
         }
       }
     }
@@ -147,7 +163,9 @@ OpCase attention_cached_case() {
       const int64_t kv = int64_t(past[std::size_t(b)]) + Lq;
       Values row(3);
       row[0].assign(v[0].begin() + b * Lq * Hq * D, v[0].begin() + (b + 1) * Lq * Hq * D);
-      for (int i : {1, 2}) row[std::size_t(i)].assign(v[std::size_t(i)].begin() + b * cap * Hk * D, v[std::size_t(i)].begin() + (b * cap + kv) * Hk * D);
+      for (int i : {1, 2})
+        row[std::size_t(i)].assign(v[std::size_t(i)].begin() + b * cap * Hk * D,
+                                   v[std::size_t(i)].begin() + (b * cap + kv) * Hk * D);
       const std::vector<double> o = attention_ref(row, 1, Lq, kv, Hq, Hk, D, true);
       out.insert(out.end(), o.begin(), o.end());
     }
@@ -312,7 +330,8 @@ std::vector<OpCase> op_cases() {
     c.reference = [](const Values& v) { return norm_ref(v[0], v[1], nullptr, 16, false, 1e-6); };
     cases.push_back(c);
   }
-  for (UnaryOp op : {UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::QuickGelu, UnaryOp::Silu}) cases.push_back(unary_case(op));
+  for (UnaryOp op : {UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::QuickGelu, UnaryOp::Silu})
+    cases.push_back(unary_case(op));
   {
     OpCase c;
     c.name = "swiglu";
@@ -512,7 +531,9 @@ std::vector<OpCase> op_cases() {
     c.name = "sum";
     c.inputs = {rnd({5, 7})};
     c.forward = [](const std::vector<Tensor>& t) { return sum(t[0]); };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) { return std::vector<Tensor>{sum_backward(dy, t[0])}; };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{sum_backward(dy, t[0])};
+    };
     c.reference = [](const Values& v) {
       double s = 0;
       for (double e : v[0]) s += e;
@@ -525,7 +546,9 @@ std::vector<OpCase> op_cases() {
     c.name = "mean";
     c.inputs = {rnd({5, 7})};
     c.forward = [](const std::vector<Tensor>& t) { return mean(t[0]); };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) { return std::vector<Tensor>{mean_backward(dy, t[0])}; };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{mean_backward(dy, t[0])};
+    };
     c.reference = [](const Values& v) {
       double s = 0;
       for (double e : v[0]) s += e;
@@ -575,12 +598,15 @@ std::vector<OpCase> op_cases() {
     f.double_quant = true;
     auto blob = std::make_shared<std::vector<uint8_t>>(quantize(w->data(), 5, 70, f));
     const QuantLayout l = QuantLayout::of(f, 5, 70);
-    auto on = [blob](Device dev) { return Tensor::wrap(blob->data(), {int64_t(blob->size())}, DType::U8, Device::host(), [] {}).to(dev); };
+    auto on = [blob](Device dev) {
+      return Tensor::wrap(blob->data(), {int64_t(blob->size())}, DType::U8, Device::host(), [] {}).to(dev);
+    };
     c.forward = [on, l](const std::vector<Tensor>& t) {
       return qlinear_forward(t[0], on(t[0].device()), l, Tensor(), 2 * 70 * int64_t(dtype_size(t[0].dtype())));
     };
     c.backward = [on, l](const std::vector<Tensor>& t, const Tensor& dy) {
-      return std::vector<Tensor>{qlinear_backward_dx(dy, on(t[0].device()), l, 3 * 5 * int64_t(dtype_size(t[0].dtype())))};
+      return std::vector<Tensor>{
+          qlinear_backward_dx(dy, on(t[0].device()), l, 3 * 5 * int64_t(dtype_size(t[0].dtype())))};
     };
     c.reference = [blob, l](const Values& v) {
       const std::vector<float> wq = dequantize(blob->data(), l);

@@ -14,7 +14,7 @@ using core::Tensor;
 
 struct Input {
   Shape shape;
-  bool index = false;        // i64 indices (ids, labels, positions) instead of floats
+  bool index = false;  // i64 indices (ids, labels, positions) instead of floats
   bool differentiable = true;
   std::vector<double> values;
 };
@@ -31,7 +31,7 @@ struct OpCase {
   std::function<std::vector<Tensor>(const std::vector<Tensor>&, const Tensor& dy)> backward;
   // The same forward, naively, in double precision on the host.
   std::function<std::vector<double>(const Values&)> reference;
-  double tol_f32 = 1e-4;      // max |error| / max |reference|
+  double tol_f32 = 1e-4;  // max |error| / max |reference|
   double tol_bf16_fwd = 2e-2;
   double tol_bf16_bwd = 5e-2;
 };

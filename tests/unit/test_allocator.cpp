@@ -14,8 +14,12 @@ using namespace hr::core;
 namespace {
 using Block = CachingAllocator::Block;
 
-CachingAllocator capped(std::size_t cap) { return CachingAllocator(make_capped_host_allocator(cap), "test"); }
-char* ptr(Block* b) { return static_cast<char*>(CachingAllocator::data(b)); }
+CachingAllocator capped(std::size_t cap) {
+  return CachingAllocator(make_capped_host_allocator(cap), "test");
+}
+char* ptr(Block* b) {
+  return static_cast<char*>(CachingAllocator::data(b));
+}
 }  // namespace
 
 TEST(CachingAllocator, RoundingAndSegmentSizes) {
@@ -215,11 +219,11 @@ TEST(CappedDevice, OutOfMemoryMessageNamesCategoriesAndOwners) {
       msg = e.what();
       EXPECT_EQ(e.requested(), 16_MiB);
     }
-    for (const char* part : {"out of memory", "Tried to allocate 16.00 MiB", "total capacity of 64.00 MiB",
-                             "12.00 MiB is free", "52.00 MiB is allocated", "reserved by headroom but unallocated",
-                             "params", "40.00 MiB", "activations", "12.00 MiB", "optimizer",
-                             "language_model.model.embed_tokens", "language_model.model.layers.3.mlp",
-                             "language_model.model.layers.4.self_attn"})
+    for (const char* part :
+         {"out of memory", "Tried to allocate 16.00 MiB", "total capacity of 64.00 MiB", "12.00 MiB is free",
+          "52.00 MiB is allocated", "reserved by headroom but unallocated", "params", "40.00 MiB", "activations",
+          "12.00 MiB", "optimizer", "language_model.model.embed_tokens", "language_model.model.layers.3.mlp",
+          "language_model.model.layers.4.self_attn"})
       EXPECT_NE(msg.find(part), std::string::npos) << "missing '" << part << "' in:\n" << msg;
     EXPECT_EQ(allocator_for(Device::cpu())->stats().num_ooms, 1);
   }
@@ -363,7 +367,8 @@ TEST(CachingAllocator, ARepeatedStretchReplaysAsEveryRepetitionWould) {
       s.micro(dry);
       // The first micro-batch differs, and the second frees a block of the first: the third is the first
       // to repeat the one before it.
-      if (repeat && k >= 1 && trace->periodic(begins[std::size_t(k - 1)], begins[std::size_t(k)], trace->requests().size())) {
+      if (repeat && k >= 1 &&
+          trace->periodic(begins[std::size_t(k - 1)], begins[std::size_t(k)], trace->requests().size())) {
         EXPECT_EQ(k, 3);
         trace->repeat_last(begins[std::size_t(k)], std::size_t(n - 1 - k));
         break;

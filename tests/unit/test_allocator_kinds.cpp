@@ -18,7 +18,9 @@ using namespace hr::core;
 namespace {
 using Block = CachingAllocator::Block;
 
-char* ptr(Block* b) { return static_cast<char*>(CachingAllocator::data(b)); }
+char* ptr(Block* b) {
+  return static_cast<char*>(CachingAllocator::data(b));
+}
 
 // Fills a block with a pattern of its own and checks it later: two live blocks sharing bytes fail the check.
 struct Painter {
@@ -43,8 +45,8 @@ TEST(Expandable, MapsPagesOnDemandAndUnmapsFreePagesOnEmptyCache) {
   CachingAllocator a(make_capped_host_allocator(64_MiB), "test", AllocatorKind::Expandable);
   Block* x = a.allocate(3_MiB);
   EXPECT_EQ(a.stats().reserved_bytes.current, int64_t(4_MiB));  // two pages
-  std::memset(ptr(x), 1, 3_MiB);                                   // the pages are really there
-  Block* y = a.allocate(1_MiB + 512_KiB);                          // right after x: page 1 again, and page 2
+  std::memset(ptr(x), 1, 3_MiB);                                // the pages are really there
+  Block* y = a.allocate(1_MiB + 512_KiB);                       // right after x: page 1 again, and page 2
   EXPECT_EQ(ptr(y), ptr(x) + 3_MiB);
   EXPECT_EQ(a.stats().reserved_bytes.current, int64_t(6_MiB));
   std::memset(ptr(y), 2, 1_MiB + 512_KiB);
@@ -91,7 +93,7 @@ TEST(Expandable, RetryUnmapsCachedPagesOfTheOtherPool) {
   for (int i = 0; i < 4; ++i) small.push_back(a.allocate(512_KiB));
   for (Block* b : small) a.free(b);
   EXPECT_EQ(a.stats().reserved_bytes.current, int64_t(2_MiB));  // the small pool's page, cached
-  Block* big = a.allocate(3_MiB);                                // needs two pages: only after unmapping it
+  Block* big = a.allocate(3_MiB);                               // needs two pages: only after unmapping it
   EXPECT_EQ(a.stats().num_alloc_retries, 1);
   EXPECT_EQ(a.stats().reserved_bytes.current, int64_t(4_MiB));
   EXPECT_THROW(a.allocate(2_MiB), OutOfMemory);
@@ -112,8 +114,10 @@ TEST(Expandable, MetaMirrorsTheHostAndAReplicaReplaysItsPeaks) {
   auto next = [&] { return (seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
   std::vector<std::pair<bool, std::size_t>> script;  // (alloc, bytes) or (free, which live block)
   for (int i = 0; i < 400; ++i) {
-    if (next() % 3) script.push_back({true, std::size_t(512 + next() % (6 << 20))});
-    else script.push_back({false, std::size_t(next())});
+    if (next() % 3)
+      script.push_back({true, std::size_t(512 + next() % (6 << 20))});
+    else
+      script.push_back({false, std::size_t(next())});
   }
   auto run = [&](CachingAllocator& a, std::size_t from, std::size_t to, std::vector<Block*>& live) {
     for (std::size_t i = from; i < to; ++i) {
@@ -141,7 +145,8 @@ TEST(Expandable, MetaMirrorsTheHostAndAReplicaReplaysItsPeaks) {
   std::vector<Block*> fresh;
   for (std::size_t i = 200; i < script.size(); ++i) {
     const auto& [alloc, n] = script[i];
-    if (alloc) fresh.push_back(host.allocate(n));
+    if (alloc)
+      fresh.push_back(host.allocate(n));
     else if (!fresh.empty()) {
       const std::size_t k = n % fresh.size();
       host.free(fresh[k]);
@@ -331,7 +336,7 @@ TEST(ArenaPlan, PeriodicBuffersMeetTheirNeighboursOnly) {
   // Period 10: copies at [0,4], [10,14], ... A copy living [5,12] meets the next copy of itself.
   const Lifetime a{100, 0, 4, 10, 5}, b{100, 5, 9, 10, 5}, c{100, 5, 12, 10, 5};
   EXPECT_FALSE(live_together(a, b));
-  EXPECT_TRUE(live_together(a, c));   // c's copy 0 [5,12] meets a's copy 1 [10,14]
+  EXPECT_TRUE(live_together(a, c));  // c's copy 0 [5,12] meets a's copy 1 [10,14]
   EXPECT_TRUE(live_together(c, c));
   EXPECT_FALSE(live_together(a, Lifetime{1, 50, 60}));  // after the last copy [40,44]
   EXPECT_TRUE(live_together(a, Lifetime{1, 44, 60}));

@@ -31,7 +31,8 @@ Batch random_batch(const LlavaConfig& cfg, int64_t batch, int64_t text, uint64_t
   std::vector<float> px(std::size_t(batch * 3 * cfg.vision.image_size * cfg.vision.image_size));
   std::normal_distribution<float> n(0.f, 1.f);
   for (float& v : px) v = n(rng);
-  b.pixel_values = Tensor::from_floats(px, {batch, 3, cfg.vision.image_size, cfg.vision.image_size}, DType::F32, Device::host());
+  b.pixel_values =
+      Tensor::from_floats(px, {batch, 3, cfg.vision.image_size, cfg.vision.image_size}, DType::F32, Device::host());
   return b;
 }
 

@@ -28,8 +28,8 @@ std::string error_of(const std::string& path, const std::vector<std::string>& se
 
 TEST(Config, DefaultsAndOverrides) {
   RunConfig c = load_config(write("model:\n  preset: tiny\ntrain:\n  micro_batch_size: 2\n"),
-                            {"train.learning_rate=3e-4", "memory.precision=bf16", "memory.gradient_checkpointing=selective",
-                             "data.synthetic.train=10"});
+                            {"train.learning_rate=3e-4", "memory.precision=bf16",
+                             "memory.gradient_checkpointing=selective", "data.synthetic.train=10"});
   EXPECT_EQ(c.micro_batch_size, 2);
   EXPECT_FLOAT_EQ(c.learning_rate, 3e-4f);
   EXPECT_EQ(c.precision, Precision::BF16);
@@ -75,9 +75,10 @@ TEST(Config, GlobalBatchIsInferredOrChecked) {
   EXPECT_EQ(a.gradient_accumulation_steps, 4);
   RunConfig b = load_config(write("train:\n  gradient_accumulation_steps: 2\n  global_batch_size: 32\n"), {}, 2);
   EXPECT_EQ(b.micro_batch_size, 8);
-  EXPECT_NE(error_of(write("train:\n  micro_batch_size: 4\n  gradient_accumulation_steps: 2\n  global_batch_size: 32\n"))
-                .find("disagrees"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(write("train:\n  micro_batch_size: 4\n  gradient_accumulation_steps: 2\n  global_batch_size: 32\n"))
+          .find("disagrees"),
+      std::string::npos);
 }
 
 TEST(Config, DuplicateKeysNameTheKeyAndBothLines) {
@@ -86,15 +87,17 @@ TEST(Config, DuplicateKeysNameTheKeyAndBothLines) {
   EXPECT_NE(error_of(p).find(p + ": duplicate key 'train' at lines 1 and 5"), std::string::npos) << error_of(p);
   const std::string q = write("train:\n  max_steps: 5\n  learning_rate: 0.1\n  max_steps: 7\n");
   EXPECT_NE(error_of(q).find("duplicate key 'train.max_steps' at lines 2 and 4"), std::string::npos) << error_of(q);
-  EXPECT_NE(error_of("", {"train={max_steps: 1, max_steps: 2}"}).find("--set train={max_steps: 1, max_steps: 2}: "
-                                                                     "duplicate key 'train.max_steps' at lines 1 and 1"),
+  EXPECT_NE(error_of("", {"train={max_steps: 1, max_steps: 2}"})
+                .find("--set train={max_steps: 1, max_steps: 2}: "
+                      "duplicate key 'train.max_steps' at lines 1 and 1"),
             std::string::npos)
       << error_of("", {"train={max_steps: 1, max_steps: 2}"});
 }
 
 TEST(Config, KeysMustBeNamesAndAliasesCannotExplode) {
   const std::string p = write("train:\n  ? [a, b]\n  : 1\n");
-  EXPECT_NE(error_of(p).find(p + ": line 2: a key under 'train' is not a plain name"), std::string::npos) << error_of(p);
+  EXPECT_NE(error_of(p).find(p + ": line 2: a key under 'train' is not a plain name"), std::string::npos)
+      << error_of(p);
   // Nine levels of ten aliases each stand for 10^9 nodes; the loader must refuse, not copy them.
   std::string bomb = "model:\n  l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
   for (int i = 1; i < 9; ++i) {

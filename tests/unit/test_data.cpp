@@ -1,15 +1,15 @@
 // The data pipeline: tokenizer, templates with LLaVA's label masking, image preprocessing, truncation,
 // bad samples, loader determinism and resume, the synthetic VQA set.
 #include <gtest/gtest.h>
+#include <stb/stb_image.h>
+#include <stb/stb_image_write.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
-#include <stb/stb_image.h>
-#include <stb/stb_image_write.h>
-#include <zlib.h>
+#include <set>
 
 #include "data/loader.h"
 #include "data/stb.h"
@@ -43,9 +43,12 @@ std::string text_of(const std::vector<int64_t>& ids, const std::vector<int64_t>&
   std::string s;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     if ((labels[i] != -100) != learned) continue;
-    if (ids[i] == ByteTokenizer::kEos) s += "</s>";
-    else if (ids[i] == 299) s += "#";
-    else if (ids[i] >= 3 && ids[i] < 259) s += char(ids[i] - 3);
+    if (ids[i] == ByteTokenizer::kEos)
+      s += "</s>";
+    else if (ids[i] == 299)
+      s += "#";
+    else if (ids[i] >= 3 && ids[i] < 259)
+      s += char(ids[i] - 3);
   }
   return s;
 }
@@ -97,7 +100,7 @@ TEST(Image, ResizeKeepsFlatImagesFlatAndPadCentres) {
   RgbImage sq = expand_to_square(flat, fill);
   EXPECT_EQ(sq.width, 7);
   EXPECT_EQ(sq.height, 7);
-  EXPECT_EQ(sq.pixels[0], 1);                 // top row is padding
+  EXPECT_EQ(sq.pixels[0], 1);                  // top row is padding
   EXPECT_EQ(sq.pixels[(7 * 3 + 3) * 3], 100);  // the middle is the image
 }
 
@@ -157,8 +160,9 @@ TEST(Image, CorruptPngAndTruncatedJpegAreRefusedByName) {
   const std::size_t at = dht.find("\xFF\xC4");
   ASSERT_NE(at, std::string::npos);
   for (int i = 0; i < 16; ++i) dht[at + 5 + i] = char(0xFF);
-  EXPECT_NE(decode_error(j, dht).find("JPEG Huffman table at byte " + std::to_string(at) + " has 4080 codes; at most 256"),
-            std::string::npos)
+  EXPECT_NE(
+      decode_error(j, dht).find("JPEG Huffman table at byte " + std::to_string(at) + " has 4080 codes; at most 256"),
+      std::string::npos)
       << decode_error(j, dht);
 }
 
@@ -253,8 +257,9 @@ TEST(Image, DecompressionBombsAreRefusedBeforeDecoding) {
 TEST(Dataset, EntriesCannotForgeTheMalformedLineMarker) {
   DataOptions o;
   o.json_path = "forged.jsonl";
-  const std::string text = R"({"__malformed_line__": "x", "conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]})"
-                           "\n{not json\n";
+  const std::string text =
+      R"({"__malformed_line__": "x", "conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]})"
+      "\n{not json\n";
   LlavaDataset data(o, models::input_spec(small_model()), text);
   ASSERT_EQ(data.size(), 2);
   EXPECT_EQ(data.get(0).answer, "a");
@@ -262,15 +267,18 @@ TEST(Dataset, EntriesCannotForgeTheMalformedLineMarker) {
     data.get(1);
     FAIL() << "expected a bad sample";
   } catch (const BadSample& e) {
-    EXPECT_NE(std::string(e.what()).find("forged.jsonl[1] (id ?): line 2 is not valid JSON"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("forged.jsonl[1] (id ?): line 2 is not valid JSON"), std::string::npos)
+        << e.what();
   }
 }
 
 namespace {
 // One LLaVA entry: an image and one question with its answer, as a JSON line.
 std::string image_entry(const std::string& id, const std::string& image, const std::string& question = "q") {
-  return nlohmann::json{{"id", id}, {"image", image},
-                        {"conversations", {{{"from", "human"}, {"value", question}}, {{"from", "gpt"}, {"value", "a"}}}}}
+  return nlohmann::json{
+             {"id", id},
+             {"image", image},
+             {"conversations", {{{"from", "human"}, {"value", question}}, {{"from", "gpt"}, {"value", "a"}}}}}
              .dump() +
          "\n";
 }
@@ -282,16 +290,24 @@ std::string bad_dataset() {
   std::ofstream(d + "/broken.png") << "not a png";
   std::ofstream j(d + "/mixed.jsonl");
   auto good = [](int i) {
-    return nlohmann::json{{"id", "g" + std::to_string(i)}, {"image", "images/train-00000" + std::to_string(i) + ".png"},
-                          {"conversations", {{{"from", "human"}, {"value", "<image>\nq?"}}, {{"from", "gpt"}, {"value", "a"}}}}};
+    return nlohmann::json{
+        {"id", "g" + std::to_string(i)},
+        {"image", "images/train-00000" + std::to_string(i) + ".png"},
+        {"conversations", {{{"from", "human"}, {"value", "<image>\nq?"}}, {{"from", "gpt"}, {"value", "a"}}}}};
   };
   j << good(0).dump() << "\n";
   j << image_entry("missing", "images/nope.png");
   j << "{\"id\": \"truncated\", \"conv\n";
   j << image_entry("corrupt", "broken.png");
-  j << nlohmann::json{{"id", "role"}, {"conversations", {{{"from", "bot"}, {"value", "q"}}, {{"from", "gpt"}, {"value", "a"}}}}}.dump() << "\n";
+  j << nlohmann::json{{"id", "role"},
+                      {"conversations", {{{"from", "bot"}, {"value", "q"}}, {{"from", "gpt"}, {"value", "a"}}}}}
+           .dump()
+    << "\n";
   j << good(1).dump() << "\n";
-  j << nlohmann::json{{"id", "text-only"}, {"conversations", {{{"from", "human"}, {"value", "hi"}}, {{"from", "gpt"}, {"value", "yo"}}}}}.dump() << "\n";
+  j << nlohmann::json{{"id", "text-only"},
+                      {"conversations", {{{"from", "human"}, {"value", "hi"}}, {{"from", "gpt"}, {"value", "yo"}}}}}
+           .dump()
+    << "\n";
   return d;
 }
 }  // namespace
@@ -370,7 +386,8 @@ TEST(Dataset, ImagePathsStayInsideTheImageFolderUnlessAllowed) {
   const std::string outside = d + "/outside.png", inside = "images/train-000000.png";
   std::filesystem::copy_file(d + "/inside/" + inside, outside, std::filesystem::copy_options::overwrite_existing);
   std::ofstream j(d + "/inside/paths.jsonl");
-  for (const std::string& image : {inside, std::string("../outside.png"), outside, std::string("images/../../outside.png")})
+  for (const std::string& image :
+       {inside, std::string("../outside.png"), outside, std::string("images/../../outside.png")})
     j << image_entry(image, image, "<image>\nq?");
   j.close();
   DataOptions o;
@@ -524,7 +541,8 @@ TEST(Synthetic, MultiTurnTrainingEntriesAskTheScenesOtherQuestions) {
     for (std::size_t t = 0; t < c4.size(); t += 2) {
       EXPECT_EQ(c4[t]["from"], "human");
       EXPECT_EQ(c4[t + 1]["from"], "gpt");
-      EXPECT_EQ(t == 0, c4[t]["value"].get<std::string>().rfind("<image>\n", 0) == 0) << "only the first turn has the image";
+      EXPECT_EQ(t == 0, c4[t]["value"].get<std::string>().rfind("<image>\n", 0) == 0)
+          << "only the first turn has the image";
       EXPECT_TRUE(asked.insert(c4[t]["value"]).second) << "a question repeats in " << t4[i]["id"];
     }
     multi += c4.size() > 2;
@@ -597,7 +615,8 @@ TEST(Image, PreprocessorConfigIsReadOrRefusedNamingTheKey) {
   };
   ImageNorm n = read_preprocessor_config(
       write(R"({"image_mean": [0.5, 0.4, 0.3], "image_std": [0.2, 0.25, 0.3], "size": {"shortest_edge": 16},
-               "crop_size": {"height": 16, "width": 16}, "resample": 3})"), 16);
+               "crop_size": {"height": 16, "width": 16}, "resample": 3})"),
+      16);
   EXPECT_FLOAT_EQ(n.mean[1], 0.4f);
   EXPECT_FLOAT_EQ(n.std[2], 0.3f);
   auto error = [&](const std::string& text) {

@@ -66,7 +66,7 @@ TEST(DType, F16MatchesCompilerConversion) {
   EXPECT_EQ(to_f32(to_f16(2049.f)), 2048.f);
   EXPECT_EQ(to_f32(to_f16(65520.f)), INFINITY);
   EXPECT_EQ(to_f32(to_f16(65519.f)), 65504.f);
-  EXPECT_EQ(to_f16(std::ldexp(1.f, -25)).bits, 0);       // half the smallest subnormal: ties to 0
-  EXPECT_EQ(to_f16(std::ldexp(3.f, -25)).bits, 2);       // 1.5 subnormal units: ties to even (2)
+  EXPECT_EQ(to_f16(std::ldexp(1.f, -25)).bits, 0);  // half the smallest subnormal: ties to 0
+  EXPECT_EQ(to_f16(std::ldexp(3.f, -25)).bits, 2);  // 1.5 subnormal units: ties to even (2)
   EXPECT_TRUE(std::isnan(to_f32(to_f16(NAN))));
 }

@@ -72,7 +72,9 @@ void* malloc(size_t n) {
   note(n);
   return __libc_malloc(n);
 }
-void free(void* p) { __libc_free(p); }
+void free(void* p) {
+  __libc_free(p);
+}
 void* calloc(size_t a, size_t b) {
   note(a * b);
   return __libc_calloc(a, b);

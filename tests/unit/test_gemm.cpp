@@ -17,7 +17,8 @@ using namespace hr::core;
 
 TEST(Gemm, F32LinearShapesNeedNoConversionWorkspace) {
   // A workspace here would mean oneDNN fell back to its reference kernel and we convert operands instead.
-  Tensor x = Tensor::zeros({1, 300, 64}, DType::F32, Device::cpu()), w = Tensor::zeros({1, 32, 64}, DType::F32, Device::cpu());
+  Tensor x = Tensor::zeros({1, 300, 64}, DType::F32, Device::cpu()),
+         w = Tensor::zeros({1, 32, 64}, DType::F32, Device::cpu());
   Tensor wt = w.transpose(1, 2);
   GemmDesc d;
   d.m = 300, d.n = 32, d.k = 64;
@@ -33,7 +34,7 @@ TEST(Gemm, BroadcastBatchAndTransposedViews) {
   Tensor a = Tensor::from_floats(av, {2, 3, 4}, DType::F32, Device::cpu());
   Tensor b = Tensor::from_floats(bv, {1, 4, 5}, DType::F32, Device::cpu());
   Tensor c = Tensor::empty({2, 3, 5}, DType::F32, Device::cpu());
-  gemm(a, b, c);  // b broadcast over the batch
+  gemm(a, b, c);                                               // b broadcast over the batch
   Tensor bt = b.transpose(1, 2).contiguous().transpose(1, 2);  // same values, transposed storage
   Tensor c2 = Tensor::empty({2, 3, 5}, DType::F32, Device::cpu());
   gemm(a, bt, c2);
@@ -137,23 +138,25 @@ struct PackedCase {
 
 TEST(Gemm, PackedGemmMatchesAReferenceOnEveryEdgeWithTheSameBitsOnAnyThreadsAndKernel) {
   const std::vector<PackedCase> cases = {
-      {1, 300, 32, 64, false, true, false, true, 1.f, 0.f, DType::F32},  // linear forward
-      {1, 13, 37, 19, false, false, false, false, 1.f, 0.f, DType::F32}, // edges everywhere
-      {3, 7, 40, 5, true, false, false, true, 0.5f, 1.f, DType::F32},    // transposed A, broadcast B, beta
-      {2, 150, 17, 300, false, true, true, false, 1.f, 1.f, DType::F32}, // long k, broadcast A
-      {1, 9, 9, 0, false, false, false, false, 1.f, 0.5f, DType::F32},   // k = 0: C = beta C
-      {1, 33, 50, 70, false, true, false, false, 1.f, 0.f, DType::BF16}, // bf16 output, rounded once
+      {1, 300, 32, 64, false, true, false, true, 1.f, 0.f, DType::F32},   // linear forward
+      {1, 13, 37, 19, false, false, false, false, 1.f, 0.f, DType::F32},  // edges everywhere
+      {3, 7, 40, 5, true, false, false, true, 0.5f, 1.f, DType::F32},     // transposed A, broadcast B, beta
+      {2, 150, 17, 300, false, true, true, false, 1.f, 1.f, DType::F32},  // long k, broadcast A
+      {1, 9, 9, 0, false, false, false, false, 1.f, 0.5f, DType::F32},    // k = 0: C = beta C
+      {1, 33, 50, 70, false, true, false, false, 1.f, 0.f, DType::BF16},  // bf16 output, rounded once
       {2, 8, 24, 16, true, true, false, false, 2.f, 0.f, DType::F16},
   };
   for (const PackedCase& pc : cases) {
     GemmDesc d;
-    d.batch = pc.batch, d.m = pc.m, d.n = pc.n, d.k = pc.k, d.alpha = pc.alpha, d.beta = pc.beta, d.c_dtype = pc.c_dtype;
+    d.batch = pc.batch, d.m = pc.m, d.n = pc.n, d.k = pc.k, d.alpha = pc.alpha, d.beta = pc.beta,
+    d.c_dtype = pc.c_dtype;
     d.a_strides[0] = pc.a_broadcast ? 0 : pc.m * pc.k;
     d.a_strides[1] = pc.a_transposed ? 1 : pc.k, d.a_strides[2] = pc.a_transposed ? pc.m : 1;
     d.b_strides[0] = pc.b_broadcast ? 0 : pc.k * pc.n;
     d.b_strides[1] = pc.b_transposed ? 1 : pc.n, d.b_strides[2] = pc.b_transposed ? pc.k : 1;
     const int64_t ab = pc.a_broadcast ? 1 : pc.batch, bb = pc.b_broadcast ? 1 : pc.batch;
-    std::vector<float> av(std::size_t(std::max<int64_t>(ab * pc.m * pc.k, 1))), bv(std::size_t(std::max<int64_t>(bb * pc.k * pc.n, 1)));
+    std::vector<float> av(std::size_t(std::max<int64_t>(ab * pc.m * pc.k, 1))),
+        bv(std::size_t(std::max<int64_t>(bb * pc.k * pc.n, 1)));
     std::vector<float> cv(std::size_t(pc.batch * pc.m * pc.n));
     for (std::size_t i = 0; i < av.size(); ++i) av[i] = float(int(i * 7 % 13) - 6) / 8.f;
     for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = float(int(i * 5 % 11) - 5) / 4.f;
@@ -168,7 +171,8 @@ TEST(Gemm, PackedGemmMatchesAReferenceOnEveryEdgeWithTheSameBitsOnAnyThreadsAndK
         g.a = Tensor::from_floats(av, {int64_t(av.size())}, DType::F32, Device::cpu());
         g.b = Tensor::from_floats(bv, {int64_t(bv.size())}, DType::F32, Device::cpu());
         g.c = Tensor::from_floats(cv, {pc.batch, pc.m, pc.n}, pc.c_dtype, Device::cpu());
-        if (bl.scratchpad_bytes()) g.scratchpad = Tensor::empty({int64_t(bl.scratchpad_bytes())}, DType::U8, Device::cpu());
+        if (bl.scratchpad_bytes())
+          g.scratchpad = Tensor::empty({int64_t(bl.scratchpad_bytes())}, DType::U8, Device::cpu());
         ThreadCount t(threads);
         hr::cpu::packed_gemm(g, bl, kernel);
         const std::vector<float> got = g.c.to_floats();

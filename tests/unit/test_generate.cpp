@@ -145,7 +145,8 @@ TEST_F(Generate, CachedLogitsEqualTheFullSequenceForwardAtEveryPosition) {
   auto keep = [&](const Tensor& logits) {
     EXPECT_EQ(logits.shape(), (Shape{B, vocab}));
     const std::vector<float> l = logits.to_floats();
-    for (int64_t i = 0; i < B; ++i) got[std::size_t(i)].insert(got[std::size_t(i)].end(), l.begin() + i * vocab, l.begin() + (i + 1) * vocab);
+    for (int64_t i = 0; i < B; ++i)
+      got[std::size_t(i)].insert(got[std::size_t(i)].end(), l.begin() + i * vocab, l.begin() + (i + 1) * vocab);
   };
   keep(model.prefill(collate(batch, longest, model.config().ignore_index), lengths, cache));
   for (int64_t s = 0; s + 1 < g.max_new_tokens; ++s) {
@@ -261,7 +262,8 @@ TEST_F(Generate, WritesTheTransformersOracleCase) {
   save_safetensors(dir + "/model.safetensors", named_weights(model.params()));
   std::vector<Tensor> images;
   for (const Example& e : ps) images.insert(images.end(), e.images.begin(), e.images.end());
-  Tensor pixels = Tensor::empty({int64_t(images.size()), 3, c.vision.image_size, c.vision.image_size}, DType::F32, Device::cpu());
+  Tensor pixels =
+      Tensor::empty({int64_t(images.size()), 3, c.vision.image_size, c.vision.image_size}, DType::F32, Device::cpu());
   for (std::size_t i = 0; i < images.size(); ++i) copy_(pixels.select(0, int64_t(i)), images[i]);
   save_safetensors(dir + "/pixels.safetensors", {{"pixel_values", pixels}});
   nlohmann::json prompts_json = nlohmann::json::array();
@@ -269,14 +271,24 @@ TEST_F(Generate, WritesTheTransformersOracleCase) {
   const nlohmann::json j = {
       {"model",
        {{"vision",
-         {{"hidden", c.vision.hidden}, {"layers", c.vision.layers}, {"heads", c.vision.heads},
-          {"intermediate", c.vision.intermediate}, {"image_size", c.vision.image_size}, {"patch", c.vision.patch},
-          {"channels", c.vision.channels}, {"layer_norm_eps", c.vision.layer_norm_eps},
+         {{"hidden", c.vision.hidden},
+          {"layers", c.vision.layers},
+          {"heads", c.vision.heads},
+          {"intermediate", c.vision.intermediate},
+          {"image_size", c.vision.image_size},
+          {"patch", c.vision.patch},
+          {"channels", c.vision.channels},
+          {"layer_norm_eps", c.vision.layer_norm_eps},
           {"select_layer", c.vision.select_layer},
           {"select_feature", c.vision.select_feature == FeatureSelect::Patch ? "patch" : "cls_patch"}}},
         {"llm",
-         {{"vocab", c.llm.vocab}, {"hidden", c.llm.hidden}, {"layers", c.llm.layers}, {"heads", c.llm.heads},
-          {"kv_heads", c.llm.kv_heads}, {"intermediate", c.llm.intermediate}, {"rms_norm_eps", c.llm.rms_norm_eps},
+         {{"vocab", c.llm.vocab},
+          {"hidden", c.llm.hidden},
+          {"layers", c.llm.layers},
+          {"heads", c.llm.heads},
+          {"kv_heads", c.llm.kv_heads},
+          {"intermediate", c.llm.intermediate},
+          {"rms_norm_eps", c.llm.rms_norm_eps},
           {"rope_theta", c.llm.rope_theta}}},
         {"projector", projector_name(c.projector)},
         {"image_token_id", c.image_token_id}}},

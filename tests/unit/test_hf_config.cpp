@@ -1,11 +1,10 @@
 // Hugging Face config.json to and from headroom's LlavaConfig: a round trip, llava-hf's 7B values, and a named
 // error for every part of transformers' LlavaConfig headroom does not implement.
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <yaml-cpp/yaml.h>
 
 #include "models/hf_config.h"
 #include "models/model_spec.h"
@@ -82,9 +81,11 @@ TEST(HfConfig, RefusesWhatHeadroomDoesNotImplementNamingTheKey) {
     return j;
   };
   expect_error(with("", "model_type", "llava_next"), "model_type 'llava_next'");
-  expect_error(with("text_config", "hidden_size", "big"), "text_config.hidden_size has value \"big\" of the wrong type");
+  expect_error(with("text_config", "hidden_size", "big"),
+               "text_config.hidden_size has value \"big\" of the wrong type");
   expect_error(with("text_config", "model_type", "mistral"), "text_config.model_type 'mistral'");
-  expect_error(with("text_config", "rope_scaling", json{{"type", "linear"}, {"factor", 2.0}}), "text_config.rope_scaling");
+  expect_error(with("text_config", "rope_scaling", json{{"type", "linear"}, {"factor", 2.0}}),
+               "text_config.rope_scaling");
   expect_error(with("text_config", "attention_bias", true), "text_config.attention_bias");
   expect_error(with("text_config", "hidden_act", "gelu"), "text_config.hidden_act");
   expect_error(with("", "tie_word_embeddings", true), "tie_word_embeddings");
@@ -138,7 +139,8 @@ TEST(HfConfig, VisionTowerAndLanguageModelJoinAsLlavaHfDoes) {
       "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})";
   for (const char* tower : {"clip", "tower"}) {
     const ModelSpec s = parse_model_spec(
-        YAML::Load(str("{vision_tower: ", (d / tower).string(), ", language_model: ", (d / "llama").string(), "}")), "t");
+        YAML::Load(str("{vision_tower: ", (d / tower).string(), ", language_model: ", (d / "llama").string(), "}")),
+        "t");
     EXPECT_EQ(s.config.image_token_id, 32000);
     EXPECT_EQ(s.config.llm.vocab, 32064);  // "<image>" and "<pad>", padded to 64 as llava-hf's conversion
     EXPECT_EQ(s.config.vision.hidden, 16);
@@ -155,9 +157,13 @@ TEST(HfConfig, VisionTowerAndLanguageModelJoinAsLlavaHfDoes) {
   };
   EXPECT_NE(err(str("{vision_tower: ", (d / "clip").string(), "}")).find("go together"), std::string::npos);
   EXPECT_NE(err(str("{vision_tower: ", (d / "clip").string(), ", language_model: ", (d / "llama").string(),
-                    ", preset: tiny}")).find("drop model.preset"), std::string::npos);
+                    ", preset: tiny}"))
+                .find("drop model.preset"),
+            std::string::npos);
   EXPECT_NE(err(str("{vision_tower: ", (d / "llama").string(), ", language_model: ", (d / "llama").string(), "}"))
-                .find("neither 'clip' nor 'clip_vision_model'"), std::string::npos);
+                .find("neither 'clip' nor 'clip_vision_model'"),
+            std::string::npos);
   EXPECT_NE(err(str("{vision_tower: ", (d / "clip").string(), ", language_model: ", (d / "clip").string(), "}"))
-                .find("is not 'llama'"), std::string::npos);
+                .find("is not 'llama'"),
+            std::string::npos);
 }

@@ -34,7 +34,8 @@ std::string file(const std::string& name, const std::string& text) {
   return path;
 }
 
-const char* kFp16 = R"("fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+const char* kFp16 =
+    R"("fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
                                  "hysteresis": 2, "min_loss_scale": 1},
                         "bf16": {"enabled": "auto"},)";
 
@@ -53,7 +54,9 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
 
 }  // namespace
 
@@ -61,7 +64,8 @@ TEST(DeepSpeed, LlavasZeroConfigsReadOntoHeadroomsKeys) {
   const RunConfig z2 = with_deepspeed(str("{", kFp16, R"(
     "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": "auto",
     "zero_optimization": {"stage": 2, "overlap_comm": true, "contiguous_gradients": true, "sub_group_size": 1e9,
-                          "reduce_bucket_size": "auto"}})"), {}, 2);
+                          "reduce_bucket_size": "auto"}})"),
+                                      {}, 2);
   EXPECT_EQ(z2.zero.stage, 2);
   EXPECT_EQ(z2.precision, Precision::FP32);  // "auto": the config's own precision
   EXPECT_EQ(z2.micro_batch_size, 2);         // "auto": the config's own batch
@@ -100,7 +104,7 @@ TEST(DeepSpeed, LlavasZeroConfigsReadOntoHeadroomsKeys) {
   EXPECT_EQ(off.zero.offload_optimizer, parallel::Offload::Cpu);
   EXPECT_EQ(off.zero.offload_params, parallel::Offload::Cpu);
   EXPECT_EQ(off.scheduler, optim::ScheduleKind::Constant);  // WarmupLR: warmup, then constant
-  EXPECT_FLOAT_EQ(off.learning_rate, 2e-5f);                 // "auto": the config's
+  EXPECT_FLOAT_EQ(off.learning_rate, 2e-5f);                // "auto": the config's
   EXPECT_TRUE(has(off.deepspeed_not_acted_on, "zero_optimization.offload_param.pin_memory"));
   EXPECT_TRUE(has(off.deepspeed_not_acted_on, "steps_per_print"));
 }
@@ -131,31 +135,45 @@ TEST(DeepSpeed, ExplicitValuesOverrideTheConfigAndSetWinsOverThem) {
   EXPECT_EQ(c.warmup_steps, 7);
   EXPECT_EQ(c.max_steps, 100);
   // The same file named by the top-level `deepspeed:` key of the YAML.
-  const RunConfig y = load_config_text(str("deepspeed: ", dir(), "/ds.json\nmodel: {preset: tiny}\n"), "test.yaml", {}, 2);
+  const RunConfig y =
+      load_config_text(str("deepspeed: ", dir(), "/ds.json\nmodel: {preset: tiny}\n"), "test.yaml", {}, 2);
   EXPECT_EQ(y.zero.stage, 1);
   EXPECT_EQ(y.deepspeed, dir() + "/ds.json");
 }
 
 TEST(DeepSpeed, RefusesWhatItCannotHonourNamingTheKey) {
-  EXPECT_EQ(error_of([] { with_deepspeed(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4,
-                                               "gradient_accumulation_steps": 2})", {}, 1); }).substr(0, 12), "[deepspeed] ");
-  EXPECT_NE(error_of([] { with_deepspeed(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4,
-                                               "gradient_accumulation_steps": 2})", {}, 1); })
+  EXPECT_EQ(error_of([] {
+              with_deepspeed(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4,
+                                               "gradient_accumulation_steps": 2})",
+                             {}, 1);
+            }).substr(0, 12),
+            "[deepspeed] ");
+  EXPECT_NE(error_of([] {
+              with_deepspeed(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4,
+                                               "gradient_accumulation_steps": 2})",
+                             {}, 1);
+            })
                 .find("Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
                       "gradient_acc_step * world_size 16 != 4 * 2 * 1"),
             std::string::npos);
-  EXPECT_NE(error_of([] { with_deepspeed(R"({"zero_optimization": {"offload_optimizer": {"device": "nvme"}}})"); })
-                .find("zero_optimization.offload_optimizer.device: NVMe offload is not supported"),
+  EXPECT_NE(error_of([] {
+              with_deepspeed(R"({"zero_optimization": {"offload_optimizer": {"device": "nvme"}}})");
+            }).find("zero_optimization.offload_optimizer.device: NVMe offload is not supported"),
             std::string::npos);
-  EXPECT_NE(error_of([] { with_deepspeed(R"({"fp16": {"enabled": true, "loss_scale": 128}})"); }).find("fp16.loss_scale: a static"),
+  EXPECT_NE(error_of([] {
+              with_deepspeed(R"({"fp16": {"enabled": true, "loss_scale": 128}})");
+            }).find("fp16.loss_scale: a static"),
             std::string::npos);
-  EXPECT_NE(error_of([] { with_deepspeed(R"({"zero_optimisation": {"stage": 2}})"); })
-                .find("zero_optimisation: unknown DeepSpeed key; did you mean 'zero_optimization'?"),
+  EXPECT_NE(error_of([] {
+              with_deepspeed(R"({"zero_optimisation": {"stage": 2}})");
+            }).find("zero_optimisation: unknown DeepSpeed key; did you mean 'zero_optimization'?"),
             std::string::npos);
-  EXPECT_NE(error_of([] { with_deepspeed(R"({"optimizer": {"type": "Lamb"}})"); }).find("optimizer.type: optimizer 'Lamb'"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { with_deepspeed(R"({"bf16": {"enabled": true}, "fp16": {"enabled": true}})"); }).find("both true"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { with_deepspeed(R"({"optimizer": {"type": "Lamb"}})"); }).find("optimizer.type: optimizer 'Lamb'"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([] { with_deepspeed(R"({"bf16": {"enabled": true}, "fp16": {"enabled": true}})"); }).find("both true"),
+      std::string::npos);
   EXPECT_NE(error_of([] { with_deepspeed("{not json"); }).find("not valid JSON"), std::string::npos);
 }
 
@@ -167,16 +185,71 @@ TEST(LlavaArgs, FinetuneShCommandLinePortsAsItIs) {
   const std::string data = file("data.json", "[]"), zero3 = file("zero3.json", str("{", kFp16, R"(
     "train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": "auto",
     "zero_optimization": {"stage": 3}})"));
-  const std::vector<std::string> args = {
-      "--deepspeed", zero3, "--model_name_or_path", model, "--version", "v1", "--data_path", data, "--image_folder",
-      dir(), "--mm_projector_type", "mlp2x_gelu", "--mm_vision_select_layer", "-2", "--mm_use_im_start_end", "False",
-      "--mm_use_im_patch_token", "False", "--image_aspect_ratio", "pad", "--group_by_modality_length", "True",
-      "--bf16", "True", "--output_dir", dir() + "/out", "--num_train_epochs", "1", "--per_device_train_batch_size", "16",
-      "--per_device_eval_batch_size", "4", "--gradient_accumulation_steps", "1", "--evaluation_strategy", "no",
-      "--save_strategy", "steps", "--save_steps", "50000", "--save_total_limit", "1", "--learning_rate", "2e-5",
-      "--weight_decay", "0.", "--warmup_ratio", "0.03", "--lr_scheduler_type", "cosine", "--logging_steps", "1",
-      "--tf32", "True", "--model_max_length", "2048", "--gradient_checkpointing", "True", "--dataloader_num_workers",
-      "4", "--lazy_preprocess", "True", "--report_to", "none", "--resume"};
+  const std::vector<std::string> args = {"--deepspeed",
+                                         zero3,
+                                         "--model_name_or_path",
+                                         model,
+                                         "--version",
+                                         "v1",
+                                         "--data_path",
+                                         data,
+                                         "--image_folder",
+                                         dir(),
+                                         "--mm_projector_type",
+                                         "mlp2x_gelu",
+                                         "--mm_vision_select_layer",
+                                         "-2",
+                                         "--mm_use_im_start_end",
+                                         "False",
+                                         "--mm_use_im_patch_token",
+                                         "False",
+                                         "--image_aspect_ratio",
+                                         "pad",
+                                         "--group_by_modality_length",
+                                         "True",
+                                         "--bf16",
+                                         "True",
+                                         "--output_dir",
+                                         dir() + "/out",
+                                         "--num_train_epochs",
+                                         "1",
+                                         "--per_device_train_batch_size",
+                                         "16",
+                                         "--per_device_eval_batch_size",
+                                         "4",
+                                         "--gradient_accumulation_steps",
+                                         "1",
+                                         "--evaluation_strategy",
+                                         "no",
+                                         "--save_strategy",
+                                         "steps",
+                                         "--save_steps",
+                                         "50000",
+                                         "--save_total_limit",
+                                         "1",
+                                         "--learning_rate",
+                                         "2e-5",
+                                         "--weight_decay",
+                                         "0.",
+                                         "--warmup_ratio",
+                                         "0.03",
+                                         "--lr_scheduler_type",
+                                         "cosine",
+                                         "--logging_steps",
+                                         "1",
+                                         "--tf32",
+                                         "True",
+                                         "--model_max_length",
+                                         "2048",
+                                         "--gradient_checkpointing",
+                                         "True",
+                                         "--dataloader_num_workers",
+                                         "4",
+                                         "--lazy_preprocess",
+                                         "True",
+                                         "--report_to",
+                                         "none",
+                                         "--resume"};
   const LlavaArgs a = translate_llava_args(args);
   EXPECT_EQ(a.rest, std::vector<std::string>{"--resume"});  // not a LLaVA flag: left for headroom's parser
   EXPECT_TRUE(has(a.not_acted_on, "--tf32 True"));
@@ -204,27 +277,30 @@ TEST(LlavaArgs, FinetuneShCommandLinePortsAsItIs) {
 
 TEST(LlavaArgs, FinetuneLoraShFlagsBecomeLoraKeys) {
   // scripts/v1_5/finetune_lora.sh: --lora_enable True --lora_r 128 --lora_alpha 256 --mm_projector_lr 2e-5
-  const LlavaArgs a = translate_llava_args({"--lora_enable", "True", "--lora_r", "128", "--lora_alpha", "256",
-                                            "--lora_dropout", "0.1", "--lora_bias", "none", "--mm_projector_lr", "2e-5"});
+  const LlavaArgs a =
+      translate_llava_args({"--lora_enable", "True", "--lora_r", "128", "--lora_alpha", "256", "--lora_dropout", "0.1",
+                            "--lora_bias", "none", "--mm_projector_lr", "2e-5"});
   const RunConfig c = load_config_text("", "(flags)", a.sets, 1);
   EXPECT_TRUE(c.lora_enable);
   EXPECT_EQ(c.lora.r, 128);
   EXPECT_FLOAT_EQ(c.lora.alpha, 256.f);
   EXPECT_FLOAT_EQ(c.lora.scale(), 2.f);
   EXPECT_FLOAT_EQ(c.lora.dropout, 0.1f);
-  EXPECT_EQ(c.lora.targets, (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}));
+  EXPECT_EQ(c.lora.targets,
+            (std::vector<std::string>{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}));
   const RunConfig off = load_config_text("", "(flags)", {}, 1);
   EXPECT_FALSE(off.lora_enable);
-  EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.target_modules=[q_proj, lm_head]"}, 1); })
-                .find("lora.target_modules"),
+  EXPECT_NE(error_of([] {
+              load_config_text("", "(flags)", {"lora.target_modules=[q_proj, lm_head]"}, 1);
+            }).find("lora.target_modules"),
             std::string::npos);
   EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.dropout=1"}, 1); }).find("[0, 1)"), std::string::npos);
 }
 
 TEST(LlavaArgs, FinetuneQloraShFlagsQuantizeTheBase) {
   // A QLoRA run as LLaVA launches one: --bits 4 --double_quant True --quant_type nf4 with LoRA on.
-  const LlavaArgs a = translate_llava_args({"--lora_enable", "True", "--lora_r", "64", "--bits", "4", "--double_quant",
-                                            "False", "--quant_type", "fp4"});
+  const LlavaArgs a = translate_llava_args(
+      {"--lora_enable", "True", "--lora_r", "64", "--bits", "4", "--double_quant", "False", "--quant_type", "fp4"});
   const RunConfig c = load_config_text("", "(flags)", a.sets, 1);
   EXPECT_EQ(c.lora.base_bits, 4);
   EXPECT_EQ(c.lora.quant_type, core::QuantType::FP4);
@@ -234,12 +310,18 @@ TEST(LlavaArgs, FinetuneQloraShFlagsQuantizeTheBase) {
   const RunConfig d = load_config_text("", "(flags)", {"lora.enable=true", "lora.base_bits=4"}, 1);
   EXPECT_EQ(d.lora.base_format().type, core::QuantType::NF4);
   EXPECT_TRUE(d.lora.base_format().double_quant);
-  EXPECT_EQ(load_config_text("", "(flags)", {"lora.enable=true", "lora.base_bits=8"}, 1).lora.base_format().type, core::QuantType::Int8);
+  EXPECT_EQ(load_config_text("", "(flags)", {"lora.enable=true", "lora.base_bits=8"}, 1).lora.base_format().type,
+            core::QuantType::Int8);
   EXPECT_FALSE(load_config_text("", "(flags)", {}, 1).lora.quantizes_base());
   // Quantizing needs LoRA (a quantized base cannot train), and only 16, 8 and 4 bits exist.
-  EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.base_bits=4"}, 1); }).find("set lora.enable: true"), std::string::npos);
-  EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.enable=true", "lora.base_bits=3"}, 1); }).find("lora.base_bits"), std::string::npos);
-  EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.quant_type=int4"}, 1); }).find("nf4 or fp4"), std::string::npos);
+  EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.base_bits=4"}, 1); }).find("set lora.enable: true"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              load_config_text("", "(flags)", {"lora.enable=true", "lora.base_bits=3"}, 1);
+            }).find("lora.base_bits"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.quant_type=int4"}, 1); }).find("nf4 or fp4"),
+            std::string::npos);
 }
 
 TEST(LlavaArgs, FlagsHeadroomCannotHonourSayWhy) {
@@ -269,20 +351,24 @@ TEST(LlavaArgs, VisionTowerMakesModelNameOrPathTheLanguageModel) {
     EXPECT_NE(std::find(a.sets.begin(), a.sets.end(), "model.vision_tower=/m/clip"), a.sets.end());
     EXPECT_EQ(std::find(a.sets.begin(), a.sets.end(), "model.name_or_path=/m/vicuna"), a.sets.end());
   }
-  EXPECT_EQ(translate_llava_args({"--version", "llava_llama_2"}).sets, std::vector<std::string>{"data.template=llava_llama_2"});
+  EXPECT_EQ(translate_llava_args({"--version", "llava_llama_2"}).sets,
+            std::vector<std::string>{"data.template=llava_llama_2"});
 }
 
 // LLaVA's stage-1 projector (mm_projector.bin's names, as safetensors) loaded over a model's weights.
 TEST(LlavaArgs, PretrainMmMlpAdapterLoadsTheProjectorByLlavasNames) {
   using namespace hr::models;
-  Llava source(preset("tiny"), core::Device::cpu(), core::DType::F32), target(preset("tiny"), core::Device::cpu(), core::DType::F32);
+  Llava source(preset("tiny"), core::Device::cpu(), core::DType::F32),
+      target(preset("tiny"), core::Device::cpu(), core::DType::F32);
   init_weights(source.params(), 1);
   init_weights(target.params(), 2);
   core::NamedTensors saved;
   for (const auto& p : source.params().all()) {
     const std::string n = p->name;
-    if (n.rfind("multi_modal_projector.linear_1.", 0) == 0) saved.emplace_back("model.mm_projector.0." + n.substr(31), p->data);
-    if (n.rfind("multi_modal_projector.linear_2.", 0) == 0) saved.emplace_back("model.mm_projector.2." + n.substr(31), p->data);
+    if (n.rfind("multi_modal_projector.linear_1.", 0) == 0)
+      saved.emplace_back("model.mm_projector.0." + n.substr(31), p->data);
+    if (n.rfind("multi_modal_projector.linear_2.", 0) == 0)
+      saved.emplace_back("model.mm_projector.2." + n.substr(31), p->data);
   }
   ASSERT_EQ(saved.size(), 4u);
   const std::string path = dir() + "/mm_projector.safetensors";

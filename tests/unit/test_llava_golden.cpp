@@ -65,8 +65,10 @@ TEST_P(Golden, LossLogitsAndEveryGradientMatchPyTorch) {
   SafetensorsFile ref = SafetensorsFile::open(golden(cs + "_" + dtype_name(dt) + ".safetensors"));
   SafetensorsFile ref32 = SafetensorsFile::open(golden(cs + "_f32.safetensors"));
   auto check = [&](const std::string& name, const Tensor& got) {
-    if (dt == DType::F32) check_f32(name, got, ref.get(name));
-    else check_bf16(name, got, ref.get(name), ref32.get(name));
+    if (dt == DType::F32)
+      check_f32(name, got, ref.get(name));
+    else
+      check_bf16(name, got, ref.get(name), ref32.get(name));
   };
   const float want_loss = ref.get("loss").item();
   EXPECT_NEAR(loss, want_loss, dt == DType::F32 ? 1e-5 * std::fabs(want_loss) : 1e-2 * std::fabs(want_loss));
@@ -88,8 +90,8 @@ TEST_P(Golden, LossLogitsAndEveryGradientMatchPyTorch) {
   EXPECT_EQ(grads, want_grads);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, Golden,
-    testing::Combine(testing::Values("select_m2_gqa", "select_m1", "mha", "two_images_and_text", "stage1"),
-                     testing::Values(DType::F32, DType::BF16)),
-    [](const auto& p) { return std::get<0>(p.param) + "_" + dtype_name(std::get<1>(p.param)); });
+INSTANTIATE_TEST_SUITE_P(Cases, Golden,
+                         testing::Combine(testing::Values("select_m2_gqa", "select_m1", "mha", "two_images_and_text",
+                                                          "stage1"),
+                                          testing::Values(DType::F32, DType::BF16)),
+                         [](const auto& p) { return std::get<0>(p.param) + "_" + dtype_name(std::get<1>(p.param)); });

@@ -36,8 +36,9 @@ struct Case {
 };
 
 // sum(g * y) in double, y = W x + s B A x', x' = x * keep / (1 - p).
-double reference(const Case& c, const std::vector<double>& W, const std::vector<double>& A, const std::vector<double>& B,
-                 const std::vector<double>& x, const std::vector<double>& g, uint64_t layer_key) {
+double reference(const Case& c, const std::vector<double>& W, const std::vector<double>& A,
+                 const std::vector<double>& B, const std::vector<double>& x, const std::vector<double>& g,
+                 uint64_t layer_key) {
   const double s = double(c.alpha) / double(c.r);
   const uint32_t threshold = dropout_threshold(c.p);
   double total = 0;
@@ -60,7 +61,9 @@ double reference(const Case& c, const std::vector<double>& W, const std::vector<
   return total;
 }
 
-std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> to_double(const std::vector<float>& v) {
+  return {v.begin(), v.end()};
+}
 
 void check_case(const Case& c) {
   ParamStore store(Device::cpu(), DType::F32);
@@ -136,8 +139,8 @@ TEST(Lora, DropoutKeepsAboutOneMinusPAndScalesTheRest) {
     kept += v != 0.f;
   }
   EXPECT_NEAR(double(kept) / double(n), 0.75, 0.005);
-  EXPECT_EQ(dropout(x, 0.25f, 12345).to_floats(), y);        // the same key: the same mask
-  EXPECT_NE(dropout(x, 0.25f, 12346).to_floats(), y);        // another key: another mask
+  EXPECT_EQ(dropout(x, 0.25f, 12345).to_floats(), y);  // the same key: the same mask
+  EXPECT_NE(dropout(x, 0.25f, 12346).to_floats(), y);  // another key: another mask
   EXPECT_THROW(dropout(x, 1.f, 1), Error);
 }
 

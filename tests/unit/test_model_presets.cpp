@@ -27,10 +27,11 @@ TEST(ModelPresets, ParameterCountsMatchLlavaHf) {
 
 TEST(ModelPresets, NamesFollowLlavaHf) {
   Llava m(preset("tiny"), Device::meta(), DType::F32);
-  for (const char* name : {"vision_tower.vision_model.encoder.layers.1.self_attn.q_proj.weight",
-                           "vision_tower.vision_model.embeddings.patch_embedding.weight",
-                           "multi_modal_projector.linear_1.weight", "language_model.model.layers.1.mlp.gate_proj.weight",
-                           "language_model.lm_head.weight", "language_model.model.embed_tokens.weight"})
+  for (const char* name :
+       {"vision_tower.vision_model.encoder.layers.1.self_attn.q_proj.weight",
+        "vision_tower.vision_model.embeddings.patch_embedding.weight", "multi_modal_projector.linear_1.weight",
+        "language_model.model.layers.1.mlp.gate_proj.weight", "language_model.lm_head.weight",
+        "language_model.model.embed_tokens.weight"})
     EXPECT_NE(m.params().find(name), nullptr) << name;
   EXPECT_EQ(new_layout_name("language_model.model.layers.0.mlp.up_proj.weight"),
             "model.language_model.layers.0.mlp.up_proj.weight");
@@ -61,7 +62,7 @@ TEST(Weights, LoadReportsMissingUnexpectedAndMisshapedByName) {
   Llava m(preset("tiny"), Device::cpu(), DType::F32);
   init_weights(m.params(), 1);
   NamedTensors w = named_weights(m.params());
-  w.erase(w.begin());                                                                // one missing
+  w.erase(w.begin());                                                                                  // one missing
   w.emplace_back("language_model.model.extra.weight", Tensor::zeros({2}, DType::F32, Device::cpu()));  // unexpected
   for (auto& [n, t] : w)
     if (n == "language_model.lm_head.weight") t = Tensor::zeros({3, 3}, DType::F32, Device::cpu());  // mis-shaped

@@ -19,7 +19,9 @@ using namespace hr::core;
 using hr::test::OpCase;
 
 namespace hr::core {
-void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }
+void PrintTo(DType t, std::ostream* os) {
+  *os << dtype_name(t);
+}
 }  // namespace hr::core
 using hr::test::make_tensors;
 using hr::test::round_to;
@@ -58,7 +60,9 @@ std::vector<Tensor> on_backend(const std::vector<Tensor>& t) {
   for (const Tensor& x : t) out.push_back(x.device() == kBackend ? x : x.to(kBackend));
   return out;
 }
-std::vector<float> host_floats(const Tensor& t) { return t.device() == Device::cpu() ? t.to_floats() : t.to(Device::cpu()).to_floats(); }
+std::vector<float> host_floats(const Tensor& t) {
+  return t.device() == Device::cpu() ? t.to_floats() : t.to(Device::cpu()).to_floats();
+}
 
 // Which backends this build runs the table on, said once per run.
 class Report : public testing::Environment {
@@ -154,7 +158,8 @@ TEST_P(OpTest, BackwardMatchesFiniteDifferences) {
         std::uniform_real_distribution<double> u(-1, 1);
         r.resize(std::size_t(out.numel()));
         for (double& e : r) e = round_to(u(rng), out.dtype());
-        Tensor dy = Tensor::from_floats(std::vector<float>(r.begin(), r.end()), out.shape(), out.dtype(), Device::cpu());
+        Tensor dy =
+            Tensor::from_floats(std::vector<float>(r.begin(), r.end()), out.shape(), out.dtype(), Device::cpu());
         grads = c.backward(t, dy.to(kBackend));
       }))
     return;
@@ -243,9 +248,9 @@ TEST_P(OpTest, MetaAllocatesExactlyAsTheBackend) {
   ASSERT_FALSE(real.events.empty());
   ASSERT_EQ(real.events.size(), meta.events.size()) << c.name;
   for (std::size_t i = 0; i < real.events.size(); ++i)
-    ASSERT_TRUE(real.events[i] == meta.events[i]) << c.name << ": event " << i << " differs: " << HR_OPS_BACKEND
-                                                  << " size " << real.events[i].size << " meta size "
-                                                  << meta.events[i].size;
+    ASSERT_TRUE(real.events[i] == meta.events[i])
+        << c.name << ": event " << i << " differs: " << HR_OPS_BACKEND << " size " << real.events[i].size
+        << " meta size " << meta.events[i].size;
   EXPECT_EQ(real.peak_allocated, meta.peak_allocated);
   EXPECT_EQ(real.peak_reserved, meta.peak_reserved);
 }

@@ -12,7 +12,8 @@ using namespace hr::core;
 using namespace hr::optim;
 
 TEST(AdamW, MatchesTheReferenceUpdateForThreeSteps) {
-  const std::vector<float> p0 = {0.5f, -1.f, 2.f}, grads[3] = {{0.1f, -0.2f, 0.3f}, {0.0f, 0.5f, -1.f}, {2.f, 0.1f, 0.f}};
+  const std::vector<float> p0 = {0.5f, -1.f, 2.f},
+                           grads[3] = {{0.1f, -0.2f, 0.3f}, {0.0f, 0.5f, -1.f}, {2.f, 0.1f, 0.f}};
   Tensor p = Tensor::from_floats(p0, {3}, DType::F32, Device::cpu());
   Tensor m = Tensor::zeros({3}, DType::F32, Device::cpu()), v = Tensor::zeros({3}, DType::F32, Device::cpu());
   std::vector<double> rp(p0.begin(), p0.end()), rm(3, 0), rv(3, 0);
@@ -110,9 +111,9 @@ TEST(Schedule, CosineWithWarmupAsTransformers) {
 
 TEST(LossScaler, DeepSpeedHysteresisBackoffAndGrowth) {
   LossScaler s(1024.f, 3, 2, 1.f);
-  EXPECT_TRUE(s.update(true));   // first overflow absorbed by hysteresis
+  EXPECT_TRUE(s.update(true));  // first overflow absorbed by hysteresis
   EXPECT_EQ(s.scale(), 1024.f);
-  EXPECT_TRUE(s.update(true));   // second halves
+  EXPECT_TRUE(s.update(true));  // second halves
   EXPECT_EQ(s.scale(), 512.f);
   EXPECT_FALSE(s.update(false));
   EXPECT_FALSE(s.update(false));
@@ -127,9 +128,10 @@ TEST(LossScaler, DeepSpeedHysteresisBackoffAndGrowth) {
 
 TEST(AdamW, LearningRateRatiosByModuleKindAsLlavasMmProjectorAndVisionTowerLr) {
   core::ParamStore store(Device::cpu(), DType::F32);
-  const std::pair<const char*, core::GroupKind> params[] = {{"multi_modal_projector.linear_1.weight", core::GroupKind::Projector},
-                                                            {"vision_tower.x.weight", core::GroupKind::EncoderLayer},
-                                                            {"language_model.y.weight", core::GroupKind::DecoderLayer}};
+  const std::pair<const char*, core::GroupKind> params[] = {
+      {"multi_modal_projector.linear_1.weight", core::GroupKind::Projector},
+      {"vision_tower.x.weight", core::GroupKind::EncoderLayer},
+      {"language_model.y.weight", core::GroupKind::DecoderLayer}};
   for (const auto& [n, kind] : params) {
     core::ParamStore::GroupScope in(store, store.add_group(n, kind));
     core::Param& p = store.add(n, {4});

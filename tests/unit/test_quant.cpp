@@ -9,11 +9,11 @@
 #include <cstring>
 #include <random>
 
+#include "core/io/safetensors.h"
 #include "core/ops/copy.h"
 #include "core/ops/linear.h"
 #include "core/ops/quant_linear.h"
 #include "core/quant.h"
-#include "core/io/safetensors.h"
 #include "models/layers.h"
 #include "models/llava.h"
 #include "models/weights.h"
@@ -68,7 +68,8 @@ std::vector<float> reference(const std::vector<float>& w, int64_t rows, int64_t 
   const auto& code = code4(f.type);
   const int64_t nb = (n + f.block - 1) / f.block;
   std::vector<float> am(static_cast<std::size_t>(nb), 0.f), used;
-  for (int64_t i = 0; i < n; ++i) am[std::size_t(i / f.block)] = std::max(am[std::size_t(i / f.block)], std::fabs(w[std::size_t(i)]));
+  for (int64_t i = 0; i < n; ++i)
+    am[std::size_t(i / f.block)] = std::max(am[std::size_t(i / f.block)], std::fabs(w[std::size_t(i)]));
   used = am;
   if (f.double_quant) {
     double mean = 0;
@@ -77,7 +78,8 @@ std::vector<float> reference(const std::vector<float>& w, int64_t rows, int64_t 
     const auto& dyn = dynamic_code8();
     for (int64_t c = 0; c * 256 < nb; ++c) {
       float am2 = 0;
-      for (int64_t b = c * 256; b < std::min(nb, c * 256 + 256); ++b) am2 = std::max(am2, std::fabs(am[std::size_t(b)] - offset));
+      for (int64_t b = c * 256; b < std::min(nb, c * 256 + 256); ++b)
+        am2 = std::max(am2, std::fabs(am[std::size_t(b)] - offset));
       for (int64_t b = c * 256; b < std::min(nb, c * 256 + 256); ++b) {
         const float x = am2 > 0 ? (am[std::size_t(b)] - offset) / am2 : 0.f;
         used[std::size_t(b)] = dyn[std::size_t(nearest_code(dyn.data(), 256, x))] * am2 + offset;
@@ -92,7 +94,9 @@ std::vector<float> reference(const std::vector<float>& w, int64_t rows, int64_t 
   return out;
 }
 
-Tensor host_blob(std::vector<uint8_t>& b) { return Tensor::wrap(b.data(), {int64_t(b.size())}, DType::U8, Device::host(), [] {}); }
+Tensor host_blob(std::vector<uint8_t>& b) {
+  return Tensor::wrap(b.data(), {int64_t(b.size())}, DType::U8, Device::host(), [] {});
+}
 
 }  // namespace
 
@@ -134,8 +138,8 @@ TEST(Quant, RoundTripsMatchTheDefinitions) {
   std::vector<float> w = randoms(std::size_t(rows * cols), 11, 0.05f);
   w[3] = 0.4f;  // an outlier: its block's other values use few codes
   for (int64_t c = 0; c < cols; ++c) w[std::size_t(2 * cols + c)] = 0.f;  // an all-zero row (int8's scale is 0)
-  for (const QuantFormat& f : {fmt(QuantType::Int8), fmt(QuantType::NF4), fmt(QuantType::FP4), fmt(QuantType::NF4, true),
-                               fmt(QuantType::FP4, true)}) {
+  for (const QuantFormat& f : {fmt(QuantType::Int8), fmt(QuantType::NF4), fmt(QuantType::FP4),
+                               fmt(QuantType::NF4, true), fmt(QuantType::FP4, true)}) {
     SCOPED_TRACE(f.describe());
     std::vector<uint8_t> blob = quantize(w.data(), rows, cols, f);
     const QuantLayout l = read_layout(blob.data(), int64_t(blob.size()), "w");
@@ -226,7 +230,8 @@ TEST(Quant, QuantizedGemmsEqualDequantizeThenGemm) {
         const std::vector<float> yg = y.to_floats(), dxg = dx.to_floats();
         const float tol = dt == DType::F32 ? 1e-5f : 2e-2f;
         for (std::size_t i = 0; i < yg.size(); ++i) ASSERT_NEAR(yg[i], y_ref[i], tol * (1 + std::fabs(y_ref[i]))) << i;
-        for (std::size_t i = 0; i < dxg.size(); ++i) ASSERT_NEAR(dxg[i], dx_ref[i], tol * (1 + std::fabs(dx_ref[i]))) << i;
+        for (std::size_t i = 0; i < dxg.size(); ++i)
+          ASSERT_NEAR(dxg[i], dx_ref[i], tol * (1 + std::fabs(dx_ref[i]))) << i;
       }
     }
   }

@@ -62,7 +62,8 @@ TEST(Safetensors, ShardedCheckpointWithIndex) {
   const std::string dir = tmp("sharded");
   std::filesystem::remove_all(dir);
   NamedTensors ts;
-  for (int i = 0; i < 5; ++i) ts.emplace_back("w" + std::to_string(i), Tensor::full({256}, float(i), DType::F32, Device::cpu()));
+  for (int i = 0; i < 5; ++i)
+    ts.emplace_back("w" + std::to_string(i), Tensor::full({256}, float(i), DType::F32, Device::cpu()));
   save_sharded(dir, ts, 2048);  // two 1 KiB tensors per shard
   EXPECT_TRUE(std::filesystem::exists(dir + "/model-00003-of-00003.safetensors"));
   Checkpoint ck = Checkpoint::open(dir);
@@ -78,10 +79,12 @@ TEST(Safetensors, RejectsCorruptFilesByName) {
   };
   // Truncated data: the tensor needs 16 bytes, the file has 8.
   write_raw(p, "{" + entry("w", "F32", "[4]", 0, 16) + "}", 8);
-  EXPECT_NE(error_of(p).find("tensor 'w' bytes [0, 16) lie outside the 8-byte data section"), std::string::npos) << error_of(p);
+  EXPECT_NE(error_of(p).find("tensor 'w' bytes [0, 16) lie outside the 8-byte data section"), std::string::npos)
+      << error_of(p);
   // Size disagrees with shape and dtype.
   write_raw(p, "{" + entry("w", "F32", "[3]", 0, 16) + "}", 16);
-  EXPECT_NE(error_of(p).find("tensor 'w' has 16 bytes but shape (3,) of f32 needs 12"), std::string::npos) << error_of(p);
+  EXPECT_NE(error_of(p).find("tensor 'w' has 16 bytes but shape (3,) of f32 needs 12"), std::string::npos)
+      << error_of(p);
   // Overlap.
   write_raw(p, "{" + entry("a", "F32", "[2]", 0, 8) + "," + entry("b", "F32", "[2]", 4, 12) + "}", 12);
   EXPECT_NE(error_of(p).find("overlaps"), std::string::npos) << error_of(p);
@@ -112,7 +115,8 @@ TEST(Safetensors, ByteCountsThatOverflowAreRejectedBeforeAnyAllocation) {
   // 2^31 x 2^31 f32 elements are 2^64 bytes: a wrapping count would make it 0 and match data_offsets [0, 0].
   write_raw(p, R"({"w":{"dtype":"F32","shape":[2147483648,2147483648],"data_offsets":[0,0]}})", 0);
   EXPECT_NE(error_of(p).find("tensor 'w' shape [2147483648,2147483648] of f32 overflows a 64-bit byte count"),
-            std::string::npos) << error_of(p);
+            std::string::npos)
+      << error_of(p);
   // A dimension above INT64_MAX, and a zero dim beside dims whose product overflows (strides would).
   write_raw(p, R"({"w":{"dtype":"U8","shape":[18446744073709551615],"data_offsets":[0,0]}})", 0);
   EXPECT_NE(error_of(p).find("tensor 'w' shape [18446744073709551615] overflows"), std::string::npos) << error_of(p);
@@ -142,7 +146,8 @@ TEST(Safetensors, ByteCountsThatOverflowAreRejectedBeforeAnyAllocation) {
 
 TEST(Safetensors, MisalignedTensorsAreReadThroughAnAlignedCopy) {
   // One U8 byte puts the F32 tensor after it at an odd address; kernels read it through a float pointer.
-  std::string header = R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"F32","shape":[2],"data_offsets":[1,9]}})";
+  std::string header =
+      R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"F32","shape":[2],"data_offsets":[1,9]}})";
   header.append((8 - header.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
   const float values[2] = {1.25f, -3.5f};
   std::string bytes(8, '\0');
@@ -169,11 +174,14 @@ TEST(Safetensors, IndexMustMapTensorsToFileNamesBesideIt) {
     }
     return std::string();
   };
-  EXPECT_EQ(parse_safetensors_index(R"({"weight_map":{"a":"model-1.safetensors"}})", idx).at("a"), "model-1.safetensors");
-  EXPECT_NE(error(R"({"weight_map":{"a":7}})").find(idx + ": weight_map maps 'a' to 7, not a file name"), std::string::npos)
+  EXPECT_EQ(parse_safetensors_index(R"({"weight_map":{"a":"model-1.safetensors"}})", idx).at("a"),
+            "model-1.safetensors");
+  EXPECT_NE(error(R"({"weight_map":{"a":7}})").find(idx + ": weight_map maps 'a' to 7, not a file name"),
+            std::string::npos)
       << error(R"({"weight_map":{"a":7}})");
-  EXPECT_NE(error(R"({"weight_map":{"a":"../../secret"}})").find("maps 'a' to '../../secret', which is not a file name"),
-            std::string::npos);
+  EXPECT_NE(
+      error(R"({"weight_map":{"a":"../../secret"}})").find("maps 'a' to '../../secret', which is not a file name"),
+      std::string::npos);
   EXPECT_NE(error("[1, 2]").find(idx + ": no weight_map object"), std::string::npos);
   EXPECT_NE(error("{\"weight_map\":").find(idx + ": not valid JSON"), std::string::npos);
 }

@@ -44,13 +44,17 @@ std::vector<Field> fields(const std::string& m) {
   while (i < m.size()) {
     const uint64_t key = varint();
     Field f{int(key >> 3), int(key & 7), 0, {}};
-    if (f.wire == 0) f.varint = varint();
-    else if (f.wire == 1) f.bytes = m.substr(i, 8), i += 8;
-    else if (f.wire == 5) f.bytes = m.substr(i, 4), i += 4;
+    if (f.wire == 0)
+      f.varint = varint();
+    else if (f.wire == 1)
+      f.bytes = m.substr(i, 8), i += 8;
+    else if (f.wire == 5)
+      f.bytes = m.substr(i, 4), i += 4;
     else if (f.wire == 2) {
       const uint64_t n = varint();
       f.bytes = m.substr(i, n), i += n;
-    } else ADD_FAILURE() << "wire type " << f.wire;
+    } else
+      ADD_FAILURE() << "wire type " << f.wire;
     out.push_back(f);
   }
   return out;
@@ -204,7 +208,7 @@ TEST(Timeline, ARetryIsAnInstantBeforeTheCacheItReleases) {
   Timeline t(true);
   const int track = t.add_allocator("device", a.stats());
   a.set_trace([&](const TraceEvent& e) { t.allocator_event(track, e); });
-  a.free(a.allocate(3_MiB));   // a 20 MiB segment, cached
+  a.free(a.allocate(3_MiB));        // a 20 MiB segment, cached
   Block* big = a.allocate(22_MiB);  // no room beside it: the cache goes, the request is retried and fits
   a.set_trace({});
   const json trace = json::parse(t.chrome_json(0, "p"));
@@ -303,10 +307,18 @@ TEST(Report, NamesWhatIsMissingAndDrawsEverySeries) {
   {
     std::ofstream m(d + "/memory.rank0.jsonl"), m1(d + "/memory.rank1.jsonl");
     for (int s = 1; s <= 3; ++s) {
-      json l = {{"step", s}, {"loss", 3.0 / s}, {"tokens_per_s", 100}, {"step_s", 0.5}, {"comm_exposed_s", 0.01 * s},
+      json l = {{"step", s},
+                {"loss", 3.0 / s},
+                {"tokens_per_s", 100},
+                {"step_s", 0.5},
+                {"comm_exposed_s", 0.01 * s},
                 {"peak_allocated", 1000 * s},
-                {"predicted_peak", 1000 * s}, {"peak_reserved", 4096}, {"predicted_reserved", 4096},
-                {"planned_peak", 5000}, {"host_rss", 1 << 20}, {"host", {{"allocated", 10}}},
+                {"predicted_peak", 1000 * s},
+                {"peak_reserved", 4096},
+                {"predicted_reserved", 4096},
+                {"planned_peak", 5000},
+                {"host_rss", 1 << 20},
+                {"host", {{"allocated", 10}}},
                 {"at_peak", {{"params", 500}, {"activations", 1000 * s - 500}}},
                 {"warnings", s == 3 ? json::array({"[memory] warning: something grew"}) : json::array()}};
       m << l.dump() << "\n";
@@ -314,15 +326,17 @@ TEST(Report, NamesWhatIsMissingAndDrawsEverySeries) {
     }
     // A resumed run logs step 3 again (the later line counts) after a run killed mid-line.
     m << "{\"step\": 4, \"loss\n" << json{{"step", 3}, {"loss", 0.25}, {"peak_allocated", 3000}}.dump() << "\n";
-    std::ofstream(d + "/eval.jsonl") << R"({"step": 2, "loss": 1.0, "accuracy": 0.5, "accuracy_by_type": {"color": 0.75}})" << "\n";
+    std::ofstream(d + "/eval.jsonl")
+        << R"({"step": 2, "loss": 1.0, "accuracy": 0.5, "accuracy_by_type": {"color": 0.75}})"
+        << "\n";
   }
   const std::string html = train::run_report_html(d);
-  for (const char* s : {"data-series=\"params\"", "data-series=\"activations\"", "data-series=\"measured peak allocated\"",
-                        "data-series=\"predicted peak allocated\"", "data-series=\"rank 1 peak allocated\"",
-                        "data-series=\"eval accuracy\"", "data-series=\"accuracy color\"", "data-series=\"tokens/s\"",
-                        "data-series=\"step time\"", "data-series=\"rank 1 exposed communication\"",
-                        "exactly where its dry run said", "document.body.dataset.ready", "3 steps logged",
-                        "1 log lines that are not JSON skipped"})
+  for (const char* s :
+       {"data-series=\"params\"", "data-series=\"activations\"", "data-series=\"measured peak allocated\"",
+        "data-series=\"predicted peak allocated\"", "data-series=\"rank 1 peak allocated\"",
+        "data-series=\"eval accuracy\"", "data-series=\"accuracy color\"", "data-series=\"tokens/s\"",
+        "data-series=\"step time\"", "data-series=\"rank 1 exposed communication\"", "exactly where its dry run said",
+        "document.body.dataset.ready", "3 steps logged", "1 log lines that are not JSON skipped"})
     EXPECT_NE(html.find(s), std::string::npos) << s;
   // Rank 0's first line of step 3 was replaced by the resumed run's; rank 1's warning stays.
   EXPECT_EQ(html.find("rank 0, step 3: [memory] warning"), std::string::npos);

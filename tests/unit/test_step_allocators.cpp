@@ -23,7 +23,9 @@ struct KindCase {
 std::vector<KindCase> kind_cases() {
   std::vector<StepCase> steps = hr::test::step_cases();
   steps.push_back({"accumulate5", 1, {"train.gradient_accumulation_steps=5", "memory.precision=bf16"}});
-  steps.push_back({"z3_accumulate4", 2, {"memory.zero_stage=3", "train.gradient_accumulation_steps=4", "train.micro_batch_size=1"}});
+  steps.push_back({"z3_accumulate4",
+                   2,
+                   {"memory.zero_stage=3", "train.gradient_accumulation_steps=4", "train.micro_batch_size=1"}});
   std::vector<KindCase> out;
   for (AllocatorKind k : {AllocatorKind::Expandable, AllocatorKind::Planned})
     for (const StepCase& s : steps) out.push_back({s, k});

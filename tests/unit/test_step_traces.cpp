@@ -64,8 +64,8 @@ Traces traced_steps(const StepCase& c, Device device) {
 void expect_same(const std::vector<Event>& cpu, const std::vector<Event>& meta, const std::string& what) {
   const std::size_t n = std::min(cpu.size(), meta.size());
   for (std::size_t i = 0; i < n; ++i)
-    ASSERT_EQ(cpu[i], meta[i]) << what << ": event " << i << " of " << cpu.size() << " differs\n  cpu:  "
-                               << describe(cpu[i]) << "\n  meta: " << describe(meta[i]);
+    ASSERT_EQ(cpu[i], meta[i]) << what << ": event " << i << " of " << cpu.size()
+                               << " differs\n  cpu:  " << describe(cpu[i]) << "\n  meta: " << describe(meta[i]);
   ASSERT_EQ(cpu.size(), meta.size()) << what << ": one device has more events than the other (first extra: "
                                      << describe(cpu.size() > n ? cpu[n] : meta[n]) << ")";
 }

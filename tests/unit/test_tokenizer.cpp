@@ -27,9 +27,13 @@ fs::path scratch(const std::string& name) {
   return d;
 }
 
-void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream(p) << text;
+}
 
-json tiny() { return hr::testing_data::tiny_tokenizer_json(); }
+json tiny() {
+  return hr::testing_data::tiny_tokenizer_json();
+}
 
 std::shared_ptr<const Tokenizer> load_json(const json& j, const std::string& name) {
   const fs::path d = scratch(name);

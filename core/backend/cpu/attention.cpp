@@ -28,8 +28,8 @@ std::size_t bwd_slot_bytes(int64_t d) {
 
 // Copies `rows` rows of head `head` starting at sequence position `start` into a dense f32 tile.
 template <typename T>
-void load_tile(const T* base, int64_t batch_off, int64_t start, int64_t rows, int64_t heads, int64_t head,
-               int64_t d, float* tile, float mul = 1.f) {
+void load_tile(const T* base, int64_t batch_off, int64_t start, int64_t rows, int64_t heads, int64_t head, int64_t d,
+               float* tile, float mul = 1.f) {
   for (int64_t r = 0; r < rows; ++r) {
     const T* src = base + ((batch_off + start + r) * heads + head) * d;
     for (int64_t c = 0; c < d; ++c) tile[r * d + c] = load(src, c) * mul;
@@ -141,7 +141,8 @@ void attention_backward(const AttentionArgs& a) {
     const T* o = a.out.data<T>();
     const T* dout = a.dout.data<T>();
     const int64_t dq_n = s.batch * s.q_len * s.q_heads * d;
-    float* dq32 = std::is_same_v<T, float> ? reinterpret_cast<float*>(a.dq.data_ptr()) : shared.floats(std::size_t(dq_n));
+    float* dq32 =
+        std::is_same_v<T, float> ? reinterpret_cast<float*>(a.dq.data_ptr()) : shared.floats(std::size_t(dq_n));
     std::fill(dq32, dq32 + dq_n, 0.f);
     // delta[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c]
 #pragma omp parallel for schedule(static)

@@ -15,10 +15,14 @@ inline D convert(S s) {
     return s;
   } else if constexpr (std::is_same_v<S, bf16> || std::is_same_v<S, f16>) {
     float v = core::to_f32(s);
-    if constexpr (std::is_same_v<D, float>) return v;
-    else if constexpr (std::is_same_v<D, bf16>) return core::to_bf16(v);
-    else if constexpr (std::is_same_v<D, f16>) return core::to_f16(v);
-    else return D(v);
+    if constexpr (std::is_same_v<D, float>)
+      return v;
+    else if constexpr (std::is_same_v<D, bf16>)
+      return core::to_bf16(v);
+    else if constexpr (std::is_same_v<D, f16>)
+      return core::to_f16(v);
+    else
+      return D(v);
   } else if constexpr (std::is_same_v<D, bf16>) {
     return core::to_bf16(float(s));
   } else if constexpr (std::is_same_v<D, f16>) {
@@ -31,12 +35,24 @@ inline D convert(S s) {
 template <typename F>
 void dispatch_any(DType t, F&& f) {
   switch (t) {
-    case DType::F32: f(float{}); return;
-    case DType::BF16: f(bf16{}); return;
-    case DType::F16: f(f16{}); return;
-    case DType::I32: f(int32_t{}); return;
-    case DType::I64: f(int64_t{}); return;
-    case DType::U8: f(uint8_t{}); return;
+    case DType::F32:
+      f(float{});
+      return;
+    case DType::BF16:
+      f(bf16{});
+      return;
+    case DType::F16:
+      f(f16{});
+      return;
+    case DType::I32:
+      f(int32_t{});
+      return;
+    case DType::I64:
+      f(int64_t{});
+      return;
+    case DType::U8:
+      f(uint8_t{});
+      return;
   }
 }
 

@@ -18,21 +18,30 @@ using core::bf16;
 using core::dispatch_index;
 using core::DType;
 using core::f16;
-using core::Tensor;
 using core::load;
 using core::store;
+using core::Tensor;
 
 // Threads the CPU backend uses, and so the count its workspace sizes assume.
-inline int num_threads() { return omp_get_max_threads(); }
+inline int num_threads() {
+  return omp_get_max_threads();
+}
 
 // Calls f(T{}) with T the C++ type of a float dtype.
 template <typename F>
 void dispatch_float(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::F32: f(float{}); return;
-    case DType::BF16: f(bf16{}); return;
-    case DType::F16: f(f16{}); return;
-    default: throw Error(str("[", op, "] unsupported dtype ", core::dtype_name(t), " (expects f32, bf16 or f16)"));
+    case DType::F32:
+      f(float{});
+      return;
+    case DType::BF16:
+      f(bf16{});
+      return;
+    case DType::F16:
+      f(f16{});
+      return;
+    default:
+      throw Error(str("[", op, "] unsupported dtype ", core::dtype_name(t), " (expects f32, bf16 or f16)"));
   }
 }
 

@@ -15,8 +15,8 @@ void cross_entropy_forward(const CrossEntropyArgs& a) {
     using I = decltype(itag);
     const I* lab = a.labels.data<I>();
     for (int64_t r = 0; r < rows; ++r)
-      HR_CHECK(lab[r] == a.ignore_index || (lab[r] >= 0 && lab[r] < vocab), "[cross_entropy] label ",
-               int64_t(lab[r]), " at row ", r, " is outside [0, ", vocab, ") and is not ignore_index ", a.ignore_index);
+      HR_CHECK(lab[r] == a.ignore_index || (lab[r] >= 0 && lab[r] < vocab), "[cross_entropy] label ", int64_t(lab[r]),
+               " at row ", r, " is outside [0, ", vocab, ") and is not ignore_index ", a.ignore_index);
     // Each row's log-sum-exp is saved; its loss -log p[label] joins the row sums (0 on ignored rows).
     sum_fixed_chunks(
         rows, partial,

@@ -16,24 +16,30 @@ constexpr float kInvSqrt2Pi = 0.39894228040143268f;
 constexpr float kGeluTanhCubic = 0.044715f;
 constexpr float kQuickGeluAlpha = 1.702f;
 
-inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+inline float sigmoid(float x) {
+  return 1.f / (1.f + std::exp(-x));
+}
 
 inline float unary_f(UnaryOp op, float x) {
   switch (op) {
-    case UnaryOp::Gelu: return 0.5f * x * (1.f + std::erf(x * kSqrt2Inv));
+    case UnaryOp::Gelu:
+      return 0.5f * x * (1.f + std::erf(x * kSqrt2Inv));
     case UnaryOp::GeluTanh: {
       float u = kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x);
       return 0.5f * x * (1.f + std::tanh(u));
     }
-    case UnaryOp::QuickGelu: return x * sigmoid(kQuickGeluAlpha * x);
-    case UnaryOp::Silu: return x * sigmoid(x);
+    case UnaryOp::QuickGelu:
+      return x * sigmoid(kQuickGeluAlpha * x);
+    case UnaryOp::Silu:
+      return x * sigmoid(x);
   }
   return 0.f;
 }
 
 inline float unary_df(UnaryOp op, float x) {
   switch (op) {
-    case UnaryOp::Gelu: return 0.5f * (1.f + std::erf(x * kSqrt2Inv)) + x * kInvSqrt2Pi * std::exp(-0.5f * x * x);
+    case UnaryOp::Gelu:
+      return 0.5f * (1.f + std::erf(x * kSqrt2Inv)) + x * kInvSqrt2Pi * std::exp(-0.5f * x * x);
     case UnaryOp::GeluTanh: {
       float u = kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x);
       float t = std::tanh(u);

@@ -66,8 +66,10 @@ void patchify(const Tensor& images, const Tensor& patches, int64_t p, bool inver
         for (int64_t y = 0; y < p; ++y) {
           char* src = img + (((n * ch + c) * h + gy * p + y) * w + gx * p) * int64_t(es);
           char* dst = pat + ((n * gh * gw + g) * pd + (c * p + y) * p) * int64_t(es);
-          if (inverse) std::memcpy(src, dst, std::size_t(p) * es);
-          else std::memcpy(dst, src, std::size_t(p) * es);
+          if (inverse)
+            std::memcpy(src, dst, std::size_t(p) * es);
+          else
+            std::memcpy(dst, src, std::size_t(p) * es);
         }
     }
 }

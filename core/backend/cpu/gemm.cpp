@@ -8,17 +8,17 @@
 //   2. it has one for contiguous f32 only (bf16 without AVX512-BF16)  -> f32 copies of the operands in the
 //      workspace, then that kernel (and the f32 result cast back when C is not f32);
 //   3. it has none (AVX2 and below)                                   -> the packed GEMM, any dtypes.
+#include <array>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
-#include <array>
 #include <vector>
 
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
-#include "core/lru_map.h"
 #include "core/backend/cpu/packed_gemm.h"
+#include "core/lru_map.h"
 
 namespace hr::cpu {
 
@@ -116,7 +116,9 @@ struct Key {
 Key key_of(const GemmDesc& d, int threads) {
   return {{d.batch, d.m, d.n, d.k, int64_t(d.a_dtype), int64_t(d.b_dtype), int64_t(d.c_dtype), d.a_strides[0],
            d.a_strides[1], d.a_strides[2], d.b_strides[0], d.b_strides[1], d.b_strides[2], 0},
-          d.alpha, d.beta, threads};
+          d.alpha,
+          d.beta,
+          threads};
 }
 
 void bind_onednn(Plan& p) {
@@ -255,9 +257,12 @@ std::size_t gemm_plans_cached() {
 
 const char* gemm_path(const GemmDesc& d) {
   switch (plan_for(d)->path) {
-    case Path::Brgemm: return "brgemm";
-    case Path::ConvertThenBrgemm: return "f32 copies + brgemm";
-    case Path::Packed: return "packed";
+    case Path::Brgemm:
+      return "brgemm";
+    case Path::ConvertThenBrgemm:
+      return "f32 copies + brgemm";
+    case Path::Packed:
+      return "packed";
   }
   return "?";
 }

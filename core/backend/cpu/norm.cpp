@@ -9,7 +9,9 @@ namespace hr::cpu {
 
 namespace {
 constexpr int64_t kNormChunks = 32;  // row chunks for deterministic weight-gradient partial sums
-int64_t chunks_for(int64_t rows) { return std::max<int64_t>(1, std::min(rows, kNormChunks)); }
+int64_t chunks_for(int64_t rows) {
+  return std::max<int64_t>(1, std::min(rows, kNormChunks));
+}
 }  // namespace
 
 std::size_t norm_workspace_bytes(int64_t rows, int64_t cols) {
@@ -46,8 +48,7 @@ void norm_forward(const NormArgs& a) {
         var /= double(cols);
         const float rs = float(1.0 / std::sqrt(var + a.eps));
         const float mf = float(m);
-        for (int64_t c = 0; c < cols; ++c)
-          store(yr, c, (load(xr, c) - mf) * rs * load(w, c) + (b ? load(b, c) : 0.f));
+        for (int64_t c = 0; c < cols; ++c) store(yr, c, (load(xr, c) - mf) * rs * load(w, c) + (b ? load(b, c) : 0.f));
         if (ln) mean[r] = mf;
         rstd[r] = rs;
       }

@@ -154,7 +154,8 @@ class PinnedHostAllocator : public RawAllocator {
     void* p = nullptr;
     if (cudaSetDevice(gpu_) != cudaSuccess || cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
       cudaGetLastError();
-      p = std::aligned_alloc(kSegmentAlignment, (bytes + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment);
+      p = std::aligned_alloc(kSegmentAlignment,
+                             (bytes + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment);
       if (!p) return nullptr;
       std::lock_guard<std::mutex> lock(mutex_);
       pageable_.insert(p);

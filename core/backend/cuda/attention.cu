@@ -1,6 +1,6 @@
 // CUDA attention where cuDNN's fused attention does not take the shape (cudnn_attention.cpp: f32, KV caches,
-// head dims cuDNN's flash kernels do not cover), with the contract of the CPU twin (backend/cpu/attention.cpp): O(L) memory, the forward saving each
-// query's log-sum-exp and the backward recomputing the probabilities from it.
+// head dims cuDNN's flash kernels do not cover), with the contract of the CPU twin (backend/cpu/attention.cpp): O(L)
+// memory, the forward saving each query's log-sum-exp and the backward recomputing the probabilities from it.
 // - Forward: an online softmax over key tiles, one block per (query, head, sequence), with or without a KV
 //   cache's per-row positions.
 // - Backward: delta = rowsum(dO * O); then one block per (key, kv head, sequence) sums dK and dV over the queries
@@ -22,8 +22,8 @@ using device::load;
 using device::store;
 
 constexpr int kAttnThreads = 128;
-constexpr int kKeyTile = 256;         // scores held in shared memory per tile
-constexpr int kMaxHeadDim = 256;      // head_dim the per-thread accumulators cover
+constexpr int kKeyTile = 256;     // scores held in shared memory per tile
+constexpr int kMaxHeadDim = 256;  // head_dim the per-thread accumulators cover
 constexpr int kDimsPerThread = kMaxHeadDim / kAttnThreads;
 
 // The block's maximum (op 0) or sum (op 1) of one value per thread; every thread gets the result.
@@ -79,10 +79,10 @@ __global__ void attention_kernel(const T* q, const T* k, const T* v, T* out, flo
     __syncthreads();  // the next tile overwrites sc
   }
   const float inv = l > 0.f ? 1.f / l : 0.f;
-  for (int a = 0, c = threadIdx.x; a < kDimsPerThread && c < d; ++a, c += blockDim.x) store(out, q_row + c, acc[a] * inv);
+  for (int a = 0, c = threadIdx.x; a < kDimsPerThread && c < d; ++a, c += blockDim.x)
+    store(out, q_row + c, acc[a] * inv);
   if (threadIdx.x == 0) lse[((long long)b * q_heads + h) * q_len + i] = l > 0.f ? m + logf(l) : -INFINITY;
 }
-
 
 // delta[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c], one thread per (b, i, h).
 template <typename T>
@@ -123,8 +123,8 @@ __device__ void store_warp_sums(const float* acc, T* out, int d) {
 
 template <typename T>
 __global__ void attention_dkv_kernel(const T* q, const T* k, const T* v, const T* dout, const float* lse,
-                                     const float* delta, T* dk, T* dv, int q_len, int kv_len, int q_heads,
-                                     int kv_heads, int d, float scale, bool causal) {
+                                     const float* delta, T* dk, T* dv, int q_len, int kv_len, int q_heads, int kv_heads,
+                                     int d, float scale, bool causal) {
   __shared__ float ks[kMaxHeadDim], vs[kMaxHeadDim];
   __shared__ float dks[kBwdWarps * kMaxHeadDim], dvs[kBwdWarps * kMaxHeadDim];
   const int j = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z, group = q_heads / kv_heads;
@@ -178,7 +178,8 @@ __global__ void attention_dq_kernel(const T* q, const T* k, const T* v, const T*
     for (int a = 0, c = lane; a < kDimsPerLane && c < d; ++a, c += device::kWarp)
       qk += qs[c] * load(k, k_row + c), dov += dos[c] * load(v, k_row + c);
     const PairGrad g = pair_grad(qk, dov, l, dl, scale);
-    for (int a = 0, c = lane; a < kDimsPerLane && c < d; ++a, c += device::kWarp) dq_acc[a] += g.ds * load(k, k_row + c);
+    for (int a = 0, c = lane; a < kDimsPerLane && c < d; ++a, c += device::kWarp)
+      dq_acc[a] += g.ds * load(k, k_row + c);
   }
   for (int a = 0, c = lane; a < kDimsPerLane && c < d; ++a, c += device::kWarp) dqs[warp * kMaxHeadDim + c] = dq_acc[a];
   __syncthreads();
@@ -217,8 +218,8 @@ void attention_backward(const AttentionArgs& a) {
   dispatch_float(s.dtype, "attention_backward", [&](auto tag) {
     using T = decltype(tag);
     if (rows > 0)
-      attention_delta_kernel<<<blocks_for(rows), kThreads, 0, stream()>>>(a.dout.data<T>(), a.out.data<T>(), delta, rows,
-                                                                         int(s.q_len), int(s.q_heads), int(s.head_dim));
+      attention_delta_kernel<<<blocks_for(rows), kThreads, 0, stream()>>>(
+          a.dout.data<T>(), a.out.data<T>(), delta, rows, int(s.q_len), int(s.q_heads), int(s.head_dim));
     if (s.kv_len > 0)
       attention_dkv_kernel<<<dim3(unsigned(s.kv_len), unsigned(s.kv_heads), unsigned(s.batch)), threads, 0, stream()>>>(
           a.q.data<T>(), a.k.data<T>(), a.v.data<T>(), a.dout.data<T>(), a.lse.data<float>(), delta, a.dk.data<T>(),

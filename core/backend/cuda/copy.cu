@@ -63,7 +63,9 @@ __global__ void fill_int_kernel(T* out, Layout l, long long n, T v) {
   if (i < n) out[offset_of(l, i)] = v;
 }
 
-bool on_gpu(const Tensor& t) { return t.device().type == core::DeviceType::CUDA; }
+bool on_gpu(const Tensor& t) {
+  return t.device().type == core::DeviceType::CUDA;
+}
 
 }  // namespace
 
@@ -71,9 +73,15 @@ void fill(const Tensor& out, float value) {
   const long long n = out.numel();
   Layout l = layout_of(out);
   switch (out.dtype()) {
-    case DType::I32: fill_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<int32_t>(), l, n, int32_t(value)); break;
-    case DType::I64: fill_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<int64_t>(), l, n, int64_t(value)); break;
-    case DType::U8: fill_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<uint8_t>(), l, n, uint8_t(value)); break;
+    case DType::I32:
+      fill_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<int32_t>(), l, n, int32_t(value));
+      break;
+    case DType::I64:
+      fill_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<int64_t>(), l, n, int64_t(value));
+      break;
+    case DType::U8:
+      fill_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<uint8_t>(), l, n, uint8_t(value));
+      break;
     default:
       dispatch_float(out.dtype(), "fill", [&](auto tag) {
         using T = decltype(tag);
@@ -126,7 +134,9 @@ void copy_side(const Tensor& dst, const Tensor& src) {
   HR_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault, s.stream));
 }
 
-void side_sync() { HR_CUDA_CHECK(cudaStreamSynchronize(side_stream().stream)); }
+void side_sync() {
+  HR_CUDA_CHECK(cudaStreamSynchronize(side_stream().stream));
+}
 
 void copy(const Tensor& dst, const Tensor& src) {
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
@@ -135,21 +145,30 @@ void copy(const Tensor& dst, const Tensor& src) {
     if (!on_gpu(dst) || !on_gpu(src)) HR_CUDA_CHECK(cudaStreamSynchronize(stream()));
     return;
   }
-  HR_CHECK(on_gpu(dst) && on_gpu(src), "[copy] a copy between host and CUDA needs contiguous tensors of one dtype; got ",
-           dst.describe(), " <- ", src.describe(), " (cast or make contiguous on one side first)");
+  HR_CHECK(on_gpu(dst) && on_gpu(src),
+           "[copy] a copy between host and CUDA needs contiguous tensors of one dtype; got ", dst.describe(), " <- ",
+           src.describe(), " (cast or make contiguous on one side first)");
   const long long n = dst.numel();
   Layout dl = layout_of(dst), sl = layout_of(src);
   if (!core::is_float(dst.dtype()) || !core::is_float(src.dtype())) {
-    HR_CHECK(dst.dtype() == src.dtype(), "[copy] casts between integer and float tensors are not on CUDA: ",
-             dst.describe(), " <- ", src.describe());
+    HR_CHECK(dst.dtype() == src.dtype(),
+             "[copy] casts between integer and float tensors are not on CUDA: ", dst.describe(), " <- ",
+             src.describe());
     const auto run = [&](auto* d, const auto* s) {
       copy_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(d, dl, s, sl, n);
     };
     switch (dst.dtype()) {
-      case DType::I32: run(dst.data<int32_t>(), src.data<int32_t>()); break;
-      case DType::I64: run(dst.data<int64_t>(), src.data<int64_t>()); break;
-      case DType::U8: run(dst.data<uint8_t>(), src.data<uint8_t>()); break;
-      default: HR_CHECK(false, "[copy] unsupported dtype ", dst.describe());
+      case DType::I32:
+        run(dst.data<int32_t>(), src.data<int32_t>());
+        break;
+      case DType::I64:
+        run(dst.data<int64_t>(), src.data<int64_t>());
+        break;
+      case DType::U8:
+        run(dst.data<uint8_t>(), src.data<uint8_t>());
+        break;
+      default:
+        HR_CHECK(false, "[copy] unsupported dtype ", dst.describe());
     }
     HR_CUDA_CHECK(cudaGetLastError());
     return;

@@ -87,8 +87,8 @@ void cross_entropy_backward(const CrossEntropyArgs& a) {
   dispatch_index(a.labels.dtype(), "cross_entropy_backward", [&](auto itag) {
     using I = decltype(itag);
     ce_backward_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(a.logits.data<float>(), a.labels.data<I>(),
-                                                                a.lse.data<float>(), a.dloss.data<float>(), n, vocab,
-                                                                a.ignore_index, a.inv_normalizer);
+                                                                 a.lse.data<float>(), a.dloss.data<float>(), n, vocab,
+                                                                 a.ignore_index, a.inv_normalizer);
   });
   HR_CUDA_CHECK(cudaGetLastError());
 }

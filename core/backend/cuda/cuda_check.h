@@ -6,29 +6,33 @@
 
 #include "core/check.h"
 
-#define HR_CUDA_CHECK(call)                                                                           \
-  do {                                                                                                \
-    cudaError_t hr_err_ = (call);                                                                     \
-    if (hr_err_ != cudaSuccess)                                                                       \
-      throw ::hr::Error(::hr::str("[cuda] ", #call, " failed: ", cudaGetErrorString(hr_err_), " at ", \
-                                  __FILE__, ":", __LINE__));                                          \
+#define HR_CUDA_CHECK(call)                                                                                        \
+  do {                                                                                                             \
+    cudaError_t hr_err_ = (call);                                                                                  \
+    if (hr_err_ != cudaSuccess)                                                                                    \
+      throw ::hr::Error(                                                                                           \
+          ::hr::str("[cuda] ", #call, " failed: ", cudaGetErrorString(hr_err_), " at ", __FILE__, ":", __LINE__)); \
   } while (0)
 
-#define HR_CUBLAS_CHECK(call)                                                                           \
-  do {                                                                                                  \
-    cublasStatus_t hr_st_ = (call);                                                                     \
-    if (hr_st_ != CUBLAS_STATUS_SUCCESS)                                                                \
-      throw ::hr::Error(::hr::str("[cublas] ", #call, " failed: ", cublasGetStatusString(hr_st_), " at ", \
-                                  __FILE__, ":", __LINE__));                                            \
+#define HR_CUBLAS_CHECK(call)                                                                                          \
+  do {                                                                                                                 \
+    cublasStatus_t hr_st_ = (call);                                                                                    \
+    if (hr_st_ != CUBLAS_STATUS_SUCCESS)                                                                               \
+      throw ::hr::Error(                                                                                               \
+          ::hr::str("[cublas] ", #call, " failed: ", cublasGetStatusString(hr_st_), " at ", __FILE__, ":", __LINE__)); \
   } while (0)
 
 namespace hr::cuda {
 
 // The stream every kernel of this back-end runs on (the legacy default stream for now).
-inline cudaStream_t stream() { return nullptr; }
+inline cudaStream_t stream() {
+  return nullptr;
+}
 
 // Launch shape for an element-wise kernel over n elements.
 constexpr int kThreads = 256;
-inline unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
+inline unsigned blocks_for(int64_t n) {
+  return unsigned((n + kThreads - 1) / kThreads);
+}
 
 }  // namespace hr::cuda

@@ -15,10 +15,17 @@ using core::Tensor;
 template <typename F>
 void dispatch_float(DType t, const char* op, F&& f) {
   switch (t) {
-    case DType::F32: f(float{}); return;
-    case DType::BF16: f(__nv_bfloat16{}); return;
-    case DType::F16: f(__half{}); return;
-    default: throw Error(str("[", op, "] unsupported dtype ", core::dtype_name(t), " on CUDA"));
+    case DType::F32:
+      f(float{});
+      return;
+    case DType::BF16:
+      f(__nv_bfloat16{});
+      return;
+    case DType::F16:
+      f(__half{});
+      return;
+    default:
+      throw Error(str("[", op, "] unsupported dtype ", core::dtype_name(t), " on CUDA"));
   }
 }
 

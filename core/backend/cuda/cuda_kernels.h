@@ -8,8 +8,8 @@ namespace hr::cuda {
 
 using namespace hr::core;
 
-// Creates the library handles the kernels use (cuBLAS, cuBLASLt, cuDNN) on the current device, if not yet: start-up measures
-// what they take.
+// Creates the library handles the kernels use (cuBLAS, cuBLASLt, cuDNN) on the current device, if not yet: start-up
+// measures what they take.
 void create_library_handles();
 
 void fill(const Tensor& out, float value);

@@ -12,6 +12,8 @@
 // Each shape's graph is built once (the first call, or the sizing query that comes before it) and kept; a
 // graph that does not build on this GPU makes the shape take the own kernel, for the sizing and the kernel
 // alike. HR_CUDNN_ATTENTION=0 sends every shape to the own kernel.
+#include "core/backend/cuda/cudnn_attention.h"
+
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
@@ -30,7 +32,6 @@
 #include "core/backend/cuda/attention_path.h"
 #include "core/backend/cuda/cuda_check.h"
 #include "core/backend/cuda/cuda_kernels.h"
-#include "core/backend/cuda/cudnn_attention.h"
 #include "core/lru_map.h"
 
 namespace hr::cuda {
@@ -58,11 +59,17 @@ std::atomic<bool>& enabled_flag() {
   }();
   return on;
 }
-bool enabled() { return enabled_flag().load(); }
+bool enabled() {
+  return enabled_flag().load();
+}
 
 // (batch, seq, heads, dim) contiguous, as cuDNN's (batch, heads, seq, dim).
-std::vector<int64_t> bshd_dims(int64_t b, int64_t s, int64_t h, int64_t d) { return {b, h, s, d}; }
-std::vector<int64_t> bshd_strides(int64_t, int64_t s, int64_t h, int64_t d) { return {s * h * d, d, h * d, 1}; }
+std::vector<int64_t> bshd_dims(int64_t b, int64_t s, int64_t h, int64_t d) {
+  return {b, h, s, d};
+}
+std::vector<int64_t> bshd_strides(int64_t, int64_t s, int64_t h, int64_t d) {
+  return {s * h * d, d, h * d, 1};
+}
 
 struct Graph {
   std::shared_ptr<fe::graph::Graph> graph;
@@ -122,11 +129,17 @@ Graph build_graph(const AttentionDesc& d, bool backward, float scale) {
     if (causal && square) options.set_causal_mask(true);
     if (causal && !square) options.set_causal_mask_bottom_right(true);
     auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, dout, stats, options);
-    dq->set_output(true).set_uid(kDQ).set_dim(bshd_dims(d.batch, d.q_len, d.q_heads, d.head_dim))
+    dq->set_output(true)
+        .set_uid(kDQ)
+        .set_dim(bshd_dims(d.batch, d.q_len, d.q_heads, d.head_dim))
         .set_stride(bshd_strides(d.batch, d.q_len, d.q_heads, d.head_dim));
-    dk->set_output(true).set_uid(kDK).set_dim(bshd_dims(d.batch, d.kv_len, d.kv_heads, d.head_dim))
+    dk->set_output(true)
+        .set_uid(kDK)
+        .set_dim(bshd_dims(d.batch, d.kv_len, d.kv_heads, d.head_dim))
         .set_stride(bshd_strides(d.batch, d.kv_len, d.kv_heads, d.head_dim));
-    dv->set_output(true).set_uid(kDV).set_dim(bshd_dims(d.batch, d.kv_len, d.kv_heads, d.head_dim))
+    dv->set_output(true)
+        .set_uid(kDV)
+        .set_dim(bshd_dims(d.batch, d.kv_len, d.kv_heads, d.head_dim))
         .set_stride(bshd_strides(d.batch, d.kv_len, d.kv_heads, d.head_dim));
   }
   cudnnHandle_t h = cudnn_handle();
@@ -184,8 +197,11 @@ bool run(const AttentionArgs& a, bool backward) {
       (g.workspace > 0 && (!a.workspace.defined() || a.workspace.nbytes() < g.workspace)))
     return false;
   HR_CHECK(cudnnSetStream(cudnn_handle(), stream()) == CUDNN_STATUS_SUCCESS, "[cudnn] cudnnSetStream failed");
-  std::unordered_map<int64_t, void*> pack = {{kQ, a.q.data_ptr()}, {kK, a.k.data_ptr()}, {kV, a.v.data_ptr()},
-                                             {kO, a.out.data_ptr()}, {kStats, a.lse.data_ptr()}};
+  std::unordered_map<int64_t, void*> pack = {{kQ, a.q.data_ptr()},
+                                             {kK, a.k.data_ptr()},
+                                             {kV, a.v.data_ptr()},
+                                             {kO, a.out.data_ptr()},
+                                             {kStats, a.lse.data_ptr()}};
   if (backward) {
     pack[kDO] = a.dout.data_ptr();
     pack[kDQ] = a.dq.data_ptr();
@@ -194,8 +210,8 @@ bool run(const AttentionArgs& a, bool backward) {
   }
   void* workspace = g.workspace > 0 ? a.workspace.data_ptr() : nullptr;
   auto status = g.graph->execute(cudnn_handle(), pack, workspace);
-  HR_CHECK(status.is_good(), "[", backward ? "attention_backward" : "attention", "] cuDNN's fused attention failed: ",
-           status.get_message());
+  HR_CHECK(status.is_good(), "[", backward ? "attention_backward" : "attention",
+           "] cuDNN's fused attention failed: ", status.get_message());
   return true;
 }
 
@@ -206,12 +222,19 @@ void create_cudnn_handle() {
   core::set_cudnn_attention_query(query);
 }
 
-void set_cudnn_attention_enabled(bool on) { enabled_flag().store(on); }
+void set_cudnn_attention_enabled(bool on) {
+  enabled_flag().store(on);
+}
 
-bool cudnn_attention_forward(const AttentionArgs& a) { return !a.past.defined() && run(a, false); }
-bool cudnn_attention_backward(const AttentionArgs& a) { return run(a, true); }
+bool cudnn_attention_forward(const AttentionArgs& a) {
+  return !a.past.defined() && run(a, false);
+}
+bool cudnn_attention_backward(const AttentionArgs& a) {
+  return run(a, true);
+}
 const char* cudnn_attention_version() {
-  static const std::string v = str("cuDNN ", cudnnGetVersion() / 10000, ".", cudnnGetVersion() / 100 % 100, ".", cudnnGetVersion() % 100, ", frontend ", CUDNN_FRONTEND_MAJOR_VERSION, ".",
+  static const std::string v = str("cuDNN ", cudnnGetVersion() / 10000, ".", cudnnGetVersion() / 100 % 100, ".",
+                                   cudnnGetVersion() % 100, ", frontend ", CUDNN_FRONTEND_MAJOR_VERSION, ".",
                                    CUDNN_FRONTEND_MINOR_VERSION, ".", CUDNN_FRONTEND_PATCH_VERSION);
   return v.c_str();
 }

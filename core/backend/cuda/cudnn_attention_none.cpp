@@ -5,8 +5,14 @@ namespace hr::cuda {
 
 void create_cudnn_handle() {}
 void set_cudnn_attention_enabled(bool) {}
-bool cudnn_attention_forward(const core::AttentionArgs&) { return false; }
-bool cudnn_attention_backward(const core::AttentionArgs&) { return false; }
-const char* cudnn_attention_version() { return "not built in (no cuDNN frontend headers at configure time)"; }
+bool cudnn_attention_forward(const core::AttentionArgs&) {
+  return false;
+}
+bool cudnn_attention_backward(const core::AttentionArgs&) {
+  return false;
+}
+const char* cudnn_attention_version() {
+  return "not built in (no cuDNN frontend headers at configure time)";
+}
 
 }  // namespace hr::cuda

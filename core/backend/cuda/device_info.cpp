@@ -40,7 +40,8 @@ CudaInfo query_cuda(bool free_memory) {
     g.multiprocessors = p.multiProcessorCount;
     g.total_bytes = int64_t(p.totalGlobalMem);
     std::size_t free = 0, total = 0;
-    if (free_memory && cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess) g.free_bytes = int64_t(free);
+    if (free_memory && cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess)
+      g.free_bytes = int64_t(free);
     info.gpus.push_back(g);
   }
   if (free_memory) cudaSetDevice(current);

@@ -11,21 +11,28 @@ namespace {
 using device::load;
 using device::store;
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)); }
+__device__ __forceinline__ float sigmoid(float x) {
+  return 1.f / (1.f + expf(-x));
+}
 
 __device__ float unary_f(UnaryOp op, float x) {
   switch (op) {
-    case UnaryOp::Gelu: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
-    case UnaryOp::GeluTanh: return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-    case UnaryOp::QuickGelu: return x * sigmoid(1.702f * x);
-    case UnaryOp::Silu: return x * sigmoid(x);
+    case UnaryOp::Gelu:
+      return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+    case UnaryOp::GeluTanh:
+      return 0.5f * x * (1.f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    case UnaryOp::QuickGelu:
+      return x * sigmoid(1.702f * x);
+    case UnaryOp::Silu:
+      return x * sigmoid(x);
   }
   return 0.f;
 }
 
 __device__ float unary_df(UnaryOp op, float x) {
   switch (op) {
-    case UnaryOp::Gelu: return 0.5f * (1.f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
+    case UnaryOp::Gelu:
+      return 0.5f * (1.f + erff(x * 0.70710678118654752f)) + x * 0.39894228040143268f * expf(-0.5f * x * x);
     case UnaryOp::GeluTanh: {
       float t = tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x));
       return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * 0.79788456080286536f * (1.f + 3.f * 0.044715f * x * x);
@@ -160,7 +167,7 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, con
   dispatch_float(gate.dtype(), "swiglu_backward", [&](auto tag) {
     using T = decltype(tag);
     swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(gate.data<T>(), up.data<T>(), dy.data<T>(),
-                                                                      dgate.data<T>(), dup.data<T>(), n);
+                                                                     dgate.data<T>(), dup.data<T>(), n);
   });
   HR_CUDA_CHECK(cudaGetLastError());
 }

@@ -29,8 +29,8 @@ void check_ids(const I* ids, const Tensor& t, int64_t vocab, const char* op) {
   check_ids_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(ids, n, vocab);
   HR_CUDA_CHECK(cudaGetLastError());
   const unsigned long long bad = first_index(g_bad_id);
-  HR_CHECK(bad == kNoIndex, "[", op, "] id ", index_at(t, bad), " at position ", bad,
-           " is outside the vocabulary [0, ", vocab, ")");
+  HR_CHECK(bad == kNoIndex, "[", op, "] id ", index_at(t, bad), " at position ", bad, " is outside the vocabulary [0, ",
+           vocab, ")");
 }
 
 // Rows are moved as elements of the table's width (2 or 4 bytes): no conversion.
@@ -62,15 +62,20 @@ __global__ void patchify_kernel(E* img, E* pat, long long total, long long ch, l
   const long long e = t % pd, g = (t / pd) % (gh * gw), n = t / (pd * gh * gw);
   const long long c = e / (p * p), y = (e / p) % p, x = e % p;
   const long long src = ((n * ch + c) * h + (g / gw) * p + y) * w + (g % gw) * p + x;
-  if (inverse) img[src] = pat[t];
-  else pat[t] = img[src];
+  if (inverse)
+    img[src] = pat[t];
+  else
+    pat[t] = img[src];
 }
 
 template <typename F>
 void by_width(std::size_t bytes, const char* op, F&& f) {
-  if (bytes == 2) f(static_cast<unsigned short>(0));
-  else if (bytes == 4) f(0.f);
-  else throw Error(str("[", op, "] unsupported element size ", bytes, " on CUDA"));
+  if (bytes == 2)
+    f(static_cast<unsigned short>(0));
+  else if (bytes == 4)
+    f(0.f);
+  else
+    throw Error(str("[", op, "] unsupported element size ", bytes, " on CUDA"));
 }
 
 }  // namespace
@@ -85,7 +90,7 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
     by_width(table.element_size(), "embedding", [&](auto etag) {
       using E = decltype(etag);
       gather_kernel<<<blocks_for(n * dim), kThreads, 0, stream()>>>(id, static_cast<const E*>(table.data_ptr()),
-                                                                   static_cast<E*>(out.data_ptr()), n, dim);
+                                                                    static_cast<E*>(out.data_ptr()), n, dim);
     });
   });
   HR_CUDA_CHECK(cudaGetLastError());
@@ -115,8 +120,8 @@ void patchify(const Tensor& images, const Tensor& patches, int64_t p, bool inver
   by_width(images.element_size(), "patchify", [&](auto etag) {
     using E = decltype(etag);
     patchify_kernel<<<blocks_for(total), kThreads, 0, stream()>>>(
-        static_cast<E*>(images.data_ptr()), static_cast<E*>(patches.data_ptr()), total, images.size(1),
-        images.size(2), images.size(3), p, inverse);
+        static_cast<E*>(images.data_ptr()), static_cast<E*>(patches.data_ptr()), total, images.size(1), images.size(2),
+        images.size(3), p, inverse);
   });
   HR_CUDA_CHECK(cudaGetLastError());
 }

@@ -1,15 +1,15 @@
 // CUDA GEMM through cuBLASLt with f32 compute (bf16 and f16 inputs accumulate in f32). Row-major C = A B is
 // computed as the column-major C^T = B^T A^T; a transposed view is an op flag, never a copy, and batches are
 // strided layouts (a batch stride of 0 broadcasts). Operands of two different dtypes are staged in the workspace
-// in one: f32 when C is f32, else C's 16-bit type (cuBLAS has no f32-input GEMM with a 16-bit output). cuBLASLt works in the scratchpad the op allocates from the caching allocator (both sized in
-// sizing.cpp) and is told its size, so it never allocates on its own. The chosen algorithm is cached per shape;
-// a shape cuBLASLt's heuristic has no algorithm for goes through cublasGemmStridedBatchedEx in the same
-// scratchpad.
+// in one: f32 when C is f32, else C's 16-bit type (cuBLAS has no f32-input GEMM with a 16-bit output). cuBLASLt works
+// in the scratchpad the op allocates from the caching allocator (both sized in sizing.cpp) and is told its size, so it
+// never allocates on its own. The chosen algorithm is cached per shape; a shape cuBLASLt's heuristic has no algorithm
+// for goes through cublasGemmStridedBatchedEx in the same scratchpad.
+#include <cublasLt.h>
+
 #include <memory>
 #include <mutex>
 #include <tuple>
-
-#include <cublasLt.h>
 
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
@@ -40,10 +40,14 @@ cublasLtHandle_t lt_handle() {
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::BF16: return CUDA_R_16BF;
-    case DType::F16: return CUDA_R_16F;
-    default: throw Error(str("[gemm] unsupported dtype ", core::dtype_name(t), " on CUDA"));
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::BF16:
+      return CUDA_R_16BF;
+    case DType::F16:
+      return CUDA_R_16F;
+    default:
+      throw Error(str("[gemm] unsupported dtype ", core::dtype_name(t), " on CUDA"));
   }
 }
 
@@ -88,8 +92,8 @@ class LtPlan {
     cublasLtMatmulPreference_t pref;
     HR_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     const std::size_t limit = kCublasWorkspace;
-    HR_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit,
-                                                           sizeof(limit)));
+    HR_CUBLASLT_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof(limit)));
     // cuBLASLt's A is our B (and the other way round); C and D are the same buffer.
     const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.align_b},
@@ -125,8 +129,8 @@ class LtPlan {
     const int32_t count = int32_t(batch);
     HR_CUBLASLT_CHECK(
         cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-    HR_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                       &batch_stride, sizeof(batch_stride)));
+    HR_CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &batch_stride,
+                                                       sizeof(batch_stride)));
   }
 
   cublasLtMatmulDesc_t desc_ = nullptr;
@@ -193,9 +197,23 @@ void gemm(const GemmArgs& g) {
   // Column-major: C^T (n x m) = B^T (n x k) * A^T (k x m).
   Operand ob = as_operand(bs, d.k, d.n, "b"), oa = as_operand(as, d.m, d.k, "a");
   const float alpha = d.alpha, beta = d.beta;
-  const LtProblem p{int(ob.op), int(oa.op), d.n, d.m, d.k, ob.ld, oa.ld, bs[0], as[0], d.batch,
-                    int(cuda_type(b.dtype())), int(cuda_type(a.dtype())), int(cuda_type(d.c_dtype)), beta != 0.f,
-                    alignment(b.data_ptr()), alignment(a.data_ptr()), alignment(g.c.data_ptr())};
+  const LtProblem p{int(ob.op),
+                    int(oa.op),
+                    d.n,
+                    d.m,
+                    d.k,
+                    ob.ld,
+                    oa.ld,
+                    bs[0],
+                    as[0],
+                    d.batch,
+                    int(cuda_type(b.dtype())),
+                    int(cuda_type(a.dtype())),
+                    int(cuda_type(d.c_dtype)),
+                    beta != 0.f,
+                    alignment(b.data_ptr()),
+                    alignment(a.data_ptr()),
+                    alignment(g.c.data_ptr())};
   const std::shared_ptr<const LtPlan> plan = plan_for(p);
   if (plan->usable()) {
     plan->run(&alpha, b.data_ptr(), a.data_ptr(), &beta, g.c.data_ptr(), g.scratchpad.data_ptr());
@@ -204,10 +222,10 @@ void gemm(const GemmArgs& g) {
   // In this order: cublasSetStream puts cuBLAS back on its own workspace pool (cudaMalloc'd, outside the allocator).
   HR_CUBLAS_CHECK(cublasSetStream(handle(), stream()));
   HR_CUBLAS_CHECK(cublasSetWorkspace(handle(), g.scratchpad.data_ptr(), kCublasWorkspace));
-  HR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      handle(), ob.op, oa.op, int(d.n), int(d.m), int(d.k), &alpha, b.data_ptr(), cuda_type(b.dtype()), ob.ld, bs[0],
-      a.data_ptr(), cuda_type(a.dtype()), oa.ld, as[0], &beta, g.c.data_ptr(), cuda_type(d.c_dtype), d.n, d.m * d.n,
-      int(d.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  HR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle(), ob.op, oa.op, int(d.n), int(d.m), int(d.k), &alpha, b.data_ptr(),
+                                             cuda_type(b.dtype()), ob.ld, bs[0], a.data_ptr(), cuda_type(a.dtype()),
+                                             oa.ld, as[0], &beta, g.c.data_ptr(), cuda_type(d.c_dtype), d.n, d.m * d.n,
+                                             int(d.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace hr::cuda

@@ -17,7 +17,9 @@ using device::store;
 constexpr int kRowThreads = 256;
 constexpr long long kRowsPerPartial = 32;  // must match sizing.cpp
 
-std::size_t align256(std::size_t n) { return (n + 255) / 256 * 256; }
+std::size_t align256(std::size_t n) {
+  return (n + 255) / 256 * 256;
+}
 
 template <typename T, typename W>
 __global__ void norm_forward_kernel(const T* x, const W* w, const W* b, T* y, float* mean, float* rstd, long long cols,

@@ -126,12 +126,13 @@ __global__ void adafactor_update_kernel(P* p, const G* g, float* master, const f
 // Calls f(P{}, G{}) for the parameter's and the gradient's element types.
 template <typename F>
 void dispatch_update(const Tensor& param, const Tensor& grad, const char* op, F&& f) {
-  dispatch_float(param.dtype(), op, [&](auto ptag) {
-    dispatch_float(grad.dtype(), op, [&](auto gtag) { f(ptag, gtag); });
-  });
+  dispatch_float(param.dtype(), op,
+                 [&](auto ptag) { dispatch_float(grad.dtype(), op, [&](auto gtag) { f(ptag, gtag); }); });
 }
 
-float* master_of(const Tensor& master) { return master.defined() ? master.data<float>() : nullptr; }
+float* master_of(const Tensor& master) {
+  return master.defined() ? master.data<float>() : nullptr;
+}
 
 }  // namespace
 
@@ -145,8 +146,8 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master,
     using P = decltype(ptag);
     using G = decltype(gtag);
     adamw_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(param.data<P>(), grad.data<G>(), master_of(master),
-                                                          m.data<float>(), v.data<float>(), n, h, step_size, bc2_sqrt,
-                                                          decay);
+                                                           m.data<float>(), v.data<float>(), n, h, step_size, bc2_sqrt,
+                                                           decay);
   });
   HR_CUDA_CHECK(cudaGetLastError());
 }
@@ -159,7 +160,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, c
     using P = decltype(ptag);
     using G = decltype(gtag);
     sgd_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(param.data<P>(), grad.data<G>(), master_of(master),
-                                                        momentum.defined() ? momentum.data<float>() : nullptr, n, h);
+                                                         momentum.defined() ? momentum.data<float>() : nullptr, n, h);
   });
   HR_CUDA_CHECK(cudaGetLastError());
 }
@@ -178,7 +179,7 @@ void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& mas
     if (factored) {
       adafactor_rows_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(g, r, cols, h.grad_scale, h.eps1, h.beta2);
       adafactor_cols_kernel<<<blocks_for(cols), kThreads, 0, stream()>>>(g, c, rows, cols, h.grad_scale, h.eps1,
-                                                                        h.beta2);
+                                                                         h.beta2);
       sum_rows_kernel<<<device::kPartials, device::kPartialThreads, 0, stream()>>>(r, rows);
       rmean_kernel<<<1, device::kPartials, 0, stream()>>>(rows);
     } else {
@@ -191,7 +192,7 @@ void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& mas
     using P = decltype(ptag);
     using G = decltype(gtag);
     adafactor_update_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(param.data<P>(), grad.data<G>(),
-                                                                     master_of(master), r, c, n, cols, h);
+                                                                      master_of(master), r, c, n, cols, h);
   });
   HR_CUDA_CHECK(cudaGetLastError());
 }

@@ -33,10 +33,10 @@ __global__ void dequantize_kernel(T* out, const unsigned char* blob, Codes codes
     v = float(q) * f32_at(blob + l.absmax + 4 * (row0 + r)) / 127.f;
   } else {
     const long long b = i / l.format.block;
-    const float am = l.format.double_quant
-                         ? codes.dyn[blob[l.absmax + b]] * f32_at(blob + l.absmax2 + 4 * (b / kDoubleQuantBlock)) +
-                               f32_at(blob + 12)
-                         : f32_at(blob + l.absmax + 4 * b);
+    const float am =
+        l.format.double_quant
+            ? codes.dyn[blob[l.absmax + b]] * f32_at(blob + l.absmax2 + 4 * (b / kDoubleQuantBlock)) + f32_at(blob + 12)
+            : f32_at(blob + l.absmax + 4 * b);
     const unsigned char byte = blob[l.codes + i / 2];
     v = codes.code4[i % 2 ? byte & 0x0F : byte >> 4] * am;
   }
@@ -53,8 +53,8 @@ void dequantize(const DequantArgs& a) {
   const long long rows = a.out.size(0), cols = a.out.size(1);
   dispatch_float(a.out.dtype(), "dequantize", [&](auto tag) {
     using T = decltype(tag);
-    dequantize_kernel<<<blocks_for(rows * cols), kThreads, 0, stream()>>>(a.out.data<T>(), a.blob.data<uint8_t>(), codes,
-                                                                         a.layout, a.row0, a.col0, rows, cols);
+    dequantize_kernel<<<blocks_for(rows * cols), kThreads, 0, stream()>>>(a.out.data<T>(), a.blob.data<uint8_t>(),
+                                                                          codes, a.layout, a.row0, a.col0, rows, cols);
   });
   HR_CUDA_CHECK(cudaGetLastError());
 }

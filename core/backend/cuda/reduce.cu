@@ -54,7 +54,8 @@ void sum_leading(const Tensor& x, const Tensor& out, bool accumulate) {
     using T = decltype(tag);
     dispatch_float(out.dtype(), "sum_leading", [&](auto otag) {
       using O = decltype(otag);
-      sum_leading_kernel<<<blocks_for(cols), kThreads, 0, stream()>>>(x.data<T>(), out.data<O>(), rows, cols, accumulate);
+      sum_leading_kernel<<<blocks_for(cols), kThreads, 0, stream()>>>(x.data<T>(), out.data<O>(), rows, cols,
+                                                                      accumulate);
     });
   });
   HR_CUDA_CHECK(cudaGetLastError());

@@ -15,9 +15,13 @@ namespace {
 constexpr std::size_t kCublasWorkspace = std::size_t(4) << 20;  // per GEMM call, as cublasSetWorkspace is given
 constexpr int64_t kNormRowsPerPartial = 32;                     // rows summed per weight-gradient partial
 
-std::size_t align(std::size_t n) { return (n + 255) / 256 * 256; }
+std::size_t align(std::size_t n) {
+  return (n + 255) / 256 * 256;
+}
 
-std::size_t gemm_scratchpad(const GemmDesc&) { return kCublasWorkspace; }
+std::size_t gemm_scratchpad(const GemmDesc&) {
+  return kCublasWorkspace;
+}
 
 // cuBLAS wants one input type: operands of two dtypes are staged in f32 when C is f32, else in C's 16-bit type
 // (an f32-input GEMM has no 16-bit output).
@@ -61,8 +65,8 @@ std::size_t norm_bytes(int64_t rows, int64_t cols) {
 }  // namespace
 
 bool cudnn_attention_admits(const AttentionDesc& d, bool kv_cache) {
-  return !kv_cache && (d.dtype == DType::BF16 || d.dtype == DType::F16) && d.head_dim % 8 == 0 &&
-         d.head_dim > 0 && d.head_dim <= 128 && d.batch > 0 && d.q_len > 0 && d.kv_len > 0;
+  return !kv_cache && (d.dtype == DType::BF16 || d.dtype == DType::F16) && d.head_dim % 8 == 0 && d.head_dim > 0 &&
+         d.head_dim <= 128 && d.batch > 0 && d.q_len > 0 && d.kv_len > 0;
 }
 
 std::size_t cudnn_attention_rule_workspace(const AttentionDesc& d, bool backward) {
@@ -71,8 +75,12 @@ std::size_t cudnn_attention_rule_workspace(const AttentionDesc& d, bool backward
   return align(rows * std::size_t(d.head_dim) * 4) + align(rows * 4);
 }
 
-void set_cudnn_attention_query(CudnnAttentionQuery query) { g_cudnn_query.store(query); }
-CudnnAttentionQuery cudnn_attention_query() { return g_cudnn_query.load(); }
+void set_cudnn_attention_query(CudnnAttentionQuery query) {
+  g_cudnn_query.store(query);
+}
+CudnnAttentionQuery cudnn_attention_query() {
+  return g_cudnn_query.load();
+}
 
 const Kernels& cuda_sizing_kernels() {
   static const Kernels k = [] {

@@ -74,7 +74,8 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   if (rows == 0) return;
   dispatch_float(y.dtype(), "softmax_backward", [&](auto tag) {
     using T = decltype(tag);
-    softmax_backward_kernel<<<unsigned(rows), kRowThreads, 0, stream()>>>(y.data<T>(), dy.data<T>(), dx.data<T>(), cols);
+    softmax_backward_kernel<<<unsigned(rows), kRowThreads, 0, stream()>>>(y.data<T>(), dy.data<T>(), dx.data<T>(),
+                                                                          cols);
   });
   HR_CUDA_CHECK(cudaGetLastError());
 }
@@ -87,8 +88,8 @@ void rope(const RopeArgs& a) {
     dispatch_float(a.x.dtype(), "rope", [&](auto tag) {
       using T = decltype(tag);
       rope_kernel<<<blocks_for(pairs), kThreads, 0, stream()>>>(a.x.data<T>(), a.positions.data<I>(), a.out.data<T>(),
-                                                               pairs, heads, hd, double(a.theta),
-                                                               a.inverse ? -1.f : 1.f);
+                                                                pairs, heads, hd, double(a.theta),
+                                                                a.inverse ? -1.f : 1.f);
     });
   });
   HR_CUDA_CHECK(cudaGetLastError());

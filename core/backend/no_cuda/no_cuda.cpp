@@ -27,6 +27,8 @@ CudaMemInfo cuda_memory_after_start(int index) {
   throw Error(str("[cuda] cannot use cuda:", index, ": no CUDA back-end in this build"));
 }
 
-CudaMemInfo cuda_memory_now(int index) { return cuda_memory_after_start(index); }
+CudaMemInfo cuda_memory_now(int index) {
+  return cuda_memory_after_start(index);
+}
 
 }  // namespace hr::core

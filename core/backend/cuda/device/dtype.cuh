@@ -9,14 +9,26 @@ namespace hr::cuda::device {
 template <typename T>
 __device__ __forceinline__ float load(const T* p, long long i);
 template <>
-__device__ __forceinline__ float load<float>(const float* p, long long i) { return p[i]; }
+__device__ __forceinline__ float load<float>(const float* p, long long i) {
+  return p[i];
+}
 template <>
-__device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bfloat16* p, long long i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bfloat16* p, long long i) {
+  return __bfloat162float(p[i]);
+}
 template <>
-__device__ __forceinline__ float load<__half>(const __half* p, long long i) { return __half2float(p[i]); }
+__device__ __forceinline__ float load<__half>(const __half* p, long long i) {
+  return __half2float(p[i]);
+}
 
-__device__ __forceinline__ void store(float* p, long long i, float v) { p[i] = v; }
-__device__ __forceinline__ void store(__nv_bfloat16* p, long long i, float v) { p[i] = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store(__half* p, long long i, float v) { p[i] = __float2half_rn(v); }
+__device__ __forceinline__ void store(float* p, long long i, float v) {
+  p[i] = v;
+}
+__device__ __forceinline__ void store(__nv_bfloat16* p, long long i, float v) {
+  p[i] = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ void store(__half* p, long long i, float v) {
+  p[i] = __float2half_rn(v);
+}
 
 }  // namespace hr::cuda::device
