@@ -31,6 +31,7 @@ class LruMap {
     return it->second.first;
   }
   std::size_t size() const { return entries_.size(); }
+  void clear() { entries_.clear(); }
 
  private:
   std::size_t capacity_;

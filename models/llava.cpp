@@ -185,10 +185,16 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
                " tokens");
     st.logits = head_rows(hidden.view({B * L, C}), rows);
   }
+  // The labels are checked here, on the host, once per batch: the loss kernels then need not (on a GPU, checking
+  // there waits for the device at every chunk).
   std::vector<int64_t> shifted(std::size_t(B * (L - 1)));
+  const int64_t vocab = cfg_.llm.vocab;
   for (int64_t r = 0; r < B; ++r)
     for (int64_t t = 0; t + 1 < L; ++t) {
       const int64_t lab = b.labels[r * L + t + 1];
+      HR_CHECK(lab == cfg_.ignore_index || (lab >= 0 && lab < vocab), "[llava] label ", lab, " of sequence ", r,
+               " at position ", t + 1, " is outside the vocabulary [0, ", vocab, ") and is not ignore_index ",
+               cfg_.ignore_index);
       shifted[r * (L - 1) + t] = lab;
       if (lab != cfg_.ignore_index) ++st.valid_labels;
     }
@@ -198,6 +204,7 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   st.ce_options.ignore_index = cfg_.ignore_index;
   st.ce_options.normalizer = float(std::max<int64_t>(st.valid_labels, 1));
   st.ce_options.chunk_rows = opt.ce_chunk_rows;
+  st.ce_options.labels = LabelCheck::Done;
   st.backward_ready = need_llm_grad;
   if (opt.inference && st.valid_labels == 0) {  // generation: only the logits are wanted
     st.hidden_shift = Tensor();

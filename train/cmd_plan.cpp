@@ -28,7 +28,7 @@ void write_trace_and_snapshot(const Plan& plan, const std::string& trace, const 
   core::Timeline timeline(true);
   StepRecording rec;
   rec.timeline = trace.empty() ? nullptr : &timeline;
-  Predictor pred(plan.config, plan.world, 0, plan.device.cuda ? core::Backend::CUDA : core::Backend::CPU);
+  Predictor pred(plan.config, plan.world, 0, sizing_target(plan.device));
   const Prediction p = pred.step(pred.worst_case(), &rec);
   if (!trace.empty()) {
     write_file(trace, timeline.chrome_json(

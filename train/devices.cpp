@@ -22,14 +22,14 @@ constexpr std::size_t MiB = std::size_t(1) << 20;
 
 const std::vector<DevicePreset>& presets() {
   static const std::vector<DevicePreset> v = {
-      // name          capacity        reserve     bf16   fp32   mem   host  link
-      {"a100-40g", 40536 * MiB, 1024 * MiB, 312, 156, 1555, 25, 300},
-      {"a100-80g", 81920 * MiB, 1024 * MiB, 312, 156, 2039, 25, 300},
-      {"h100-80g", 81559 * MiB, 1280 * MiB, 989, 495, 3350, 50, 450},
-      {"h200-141g", 143771 * MiB, 1280 * MiB, 989, 495, 4800, 50, 450},
-      {"l4-24g", 23034 * MiB, 768 * MiB, 121, 60, 300, 25, 25},
-      {"rtx4090-24g", 24564 * MiB, 768 * MiB, 165, 83, 1008, 25, 25},
-      {"v100-32g", 32510 * MiB, 768 * MiB, 125, 15.7, 900, 12, 150, false},
+      // name          capacity        reserve     bf16   fp32   mem   host  link  bf16   cuda  arch
+      {"a100-40g", 40536 * MiB, 1024 * MiB, 312, 156, 1555, 25, 300, true, true, 80},
+      {"a100-80g", 81920 * MiB, 1024 * MiB, 312, 156, 2039, 25, 300, true, true, 80},
+      {"h100-80g", 81559 * MiB, 1280 * MiB, 989, 495, 3350, 50, 450, true, true, 90},
+      {"h200-141g", 143771 * MiB, 1280 * MiB, 989, 495, 4800, 50, 450, true, true, 90},
+      {"l4-24g", 23034 * MiB, 768 * MiB, 121, 60, 300, 25, 25, true, true, 89},
+      {"rtx4090-24g", 24564 * MiB, 768 * MiB, 165, 83, 1008, 25, 25, true, true, 89},
+      {"v100-32g", 32510 * MiB, 768 * MiB, 125, 15.7, 900, 12, 150, false, true, 70},
   };
   return v;
 }
@@ -93,7 +93,12 @@ DevicePreset local_gpu_preset(int index, std::size_t memory_limit) {
   p.runtime_reserve = memory_limit ? 0 : std::size_t(m.total_bytes - m.free_bytes);
   p.bf16 = g->major >= 8;
   p.cuda = true;
+  p.cuda_arch = g->major * 10 + g->minor;
   return p;
+}
+
+core::SizingTarget sizing_target(const DevicePreset& device) {
+  return device.cuda ? core::SizingTarget(core::Backend::CUDA, device.cuda_arch) : core::SizingTarget();
 }
 
 void require_gpu_per_rank(int index, const std::string& device_key, parallel::Communicator& comm) {
@@ -118,7 +123,12 @@ void require_gpu_per_rank(int index, const std::string& device_key, parallel::Co
 
 void configure_run_device(core::Device device, std::size_t memory_limit, core::AllocatorKind kind) {
   const bool gpu = device.type == core::DeviceType::CUDA;
-  core::configure_device(device, {memory_limit, gpu ? core::Backend::CUDA : core::Backend::CPU, kind});
+  int arch = 0;
+  if (gpu)
+    for (const core::GpuInfo& g : core::query_cuda().gpus)
+      if (g.index == device.index) arch = g.major * 10 + g.minor;
+  core::configure_device(
+      device, {memory_limit, core::SizingTarget(gpu ? core::Backend::CUDA : core::Backend::CPU, arch), kind});
   if (gpu && core::allocator_for(core::Device::host())->stats().allocated_bytes.current == 0)
     core::configure_device(core::Device::host(), {0, core::Backend::CPU, core::AllocatorKind::Caching, device.index});
 }

@@ -23,7 +23,11 @@ struct DevicePreset {
   double link_gbps = 0;             // device <-> device bus bandwidth for collectives (NVLink or PCIe), GB/s
   bool bf16 = true;                 // has bf16 arithmetic
   bool cuda = true;                 // false: the CPU device
+  int cuda_arch = 0;                // compute capability as major * 10 + minor (sm_90 = 90); 0 on the CPU
 };
+
+// Whose workspace sizes a run or a plan on `device` allocates (the meta device of its dry runs mirrors them).
+core::SizingTarget sizing_target(const DevicePreset& device);
 
 // a100-40g, a100-80g, h100-80g, h200-141g, l4-24g, rtx4090-24g, v100-32g, or cpu:<capacity> (e.g. cpu:16GiB;
 // cpu alone is this machine's memory). Unknown names list the presets.
@@ -38,9 +42,9 @@ DevicePreset local_gpu_preset(int index, std::size_t memory_limit);
 // and `device_key`, device.type) and none waits in a collective for one that failed.
 void require_gpu_per_rank(int index, const std::string& device_key, parallel::Communicator& comm);
 // Sets up `device` for a run (training, evaluation, generation): its caching allocator with `memory_limit` (0: the
-// whole device) and allocator `kind`; beside a GPU the host device pinned (cudaHostAlloc), so that batches copy in
-// asynchronously and offloaded states move at full bus speed, unless the host already holds something (a process
-// that runs twice).
+// whole device) and allocator `kind`, its workspaces sized for the GPU's architecture; beside a GPU the host device
+// pinned (cudaHostAlloc), so that batches copy in asynchronously and offloaded states move at full bus speed, unless
+// the host already holds something (a process that runs twice).
 void configure_run_device(core::Device device, std::size_t memory_limit, core::AllocatorKind kind);
 // Ranks that share a GPU (parallel.backend: mpi): the bytes this rank may use of its cuda:`index`, the GPU's free
 // memory once every rank has made its context there, divided by the ranks on it; 0 when the rank has it alone.

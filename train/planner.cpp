@@ -12,6 +12,7 @@
 #include <functional>
 
 #include "core/backend/device_info.h"
+#include "core/backend/kernels.h"
 #include "core/memory/device_memory.h"
 #include "data/tokenizer.h"
 #include "train/engine.h"
@@ -105,7 +106,8 @@ LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s, Device ho
   return lb;
 }
 
-Predictor::Predictor(const RunConfig& c, int world, int rank, Backend target, std::size_t capacity) : config_(c) {
+Predictor::Predictor(const RunConfig& c, int world, int rank, core::SizingTarget target, std::size_t capacity)
+    : config_(c) {
   MemoryContext::Use use(memory_);
   configure_device(Device::meta(), {capacity, target, c.allocator});
   configure_device(kMetaHost, {0, target});
@@ -466,7 +468,7 @@ std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
     for (const Param* q : g.params) {
       bytes += q->numel() * elem(q->dtype);
       // Per parameter: a LoRA layer's adapters train, its base does not.
-      if (q->trainable) trainable += q->numel(), trainable_bytes += q->numel() * elem(q->dtype);
+      if (q->trainable) trainable += q->numel(), trainable_bytes += q->numel() * elem(q->grad_dtype);
     }
     params += bytes;
     largest = std::max(largest, bytes);
@@ -485,9 +487,11 @@ std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
       {"params", zs == 3 ? params / W + largest : params, at(Category::Params),
        (zs == 3 ? "parameter bytes / world + the largest group gathered" : "parameter count x bytes per parameter") +
            quantized});
-  rows.push_back(
-      {"grads", zs >= 2 ? trainable * e / W + largest_trainable : trainable * e, at(Category::Grads),
-       zs >= 2 ? "trainable x bytes / world + one group's full gradients while reduced" : "trainable x bytes"});
+  const int64_t ge = c.grad_accum == GradAccum::Fp32 ? 4 : e;  // gradient bytes per trainable parameter
+  const char* in = c.grad_accum == GradAccum::Fp32 && e < 4 ? " (accumulated in f32)" : "";
+  rows.push_back({"grads", zs >= 2 ? trainable * ge / W + largest_trainable : trainable * ge, at(Category::Grads),
+                  zs >= 2 ? str("trainable x bytes", in, " / world + one group's full gradients while reduced")
+                          : str("trainable x bytes", in)});
   rows.push_back({"master_params", off || !low ? 0 : trainable * 4 / (zs >= 1 ? W : 1), at(Category::MasterParams),
                   off   ? "on the host"
                   : low ? "trainable x 4 (f32 master copy) / ZeRO share"
@@ -517,10 +521,16 @@ std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
   rows.push_back({"activations", act + transient, at(Category::Activations),
                   str("kept per block by policy (", checkpoint_name(c.llm_ckpt.kind), ") + one block's backward",
                       lora.r > 0 ? " + LoRA's widest input and its gradient" : "")});
+  const core::Kernels& target = core::sizing_kernels(p.device.cuda ? Backend::CUDA : Backend::CPU);
   const int64_t chunk =
-      std::min(c.ce_chunk_rows > 0 ? c.ce_chunk_rows : default_chunk_rows(B * (L - 1), m.llm.vocab), B * (L - 1));
+      std::min(c.ce_chunk_rows > 0 ? c.ce_chunk_rows
+                                   : default_chunk_rows(B * (L - 1), m.llm.vocab, target.cross_entropy_chunk_bytes),
+               B * (L - 1));
+  // Where GEMMs narrow a mixed pair (cuBLAS), the backward also keeps the chunk's gradient in the model's dtype.
+  const bool narrow = target.gemm_mixing == core::GemmMixing::NarrowToOutput && e < 4;
   rows.push_back(
-      {"workspace", chunk * m.llm.vocab * 4, at(Category::Workspace), "the cross-entropy logits chunk (f32)"});
+      {"workspace", chunk * m.llm.vocab * (4 + (narrow ? e : 0)), at(Category::Workspace),
+       narrow ? "the cross-entropy logits chunk (f32) and its gradient" : "the cross-entropy logits chunk (f32)"});
   rows.push_back({"comm", 0, at(Category::Comm), "gather/reduce buffers live between compute, not at the peak"});
   rows.push_back(
       {"io", 3 * n * 8, at(Category::IO), "token ids, shifted labels, positions (i64); pixels are freed by then"});
@@ -590,7 +600,7 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
   parallel::validate(config.zero, config.optimizer);
   HR_CHECK(!(config.precision == Precision::BF16 && !device.bf16), "[plan] ", device.name,
            " has no bf16 arithmetic; use memory.precision: fp16 or fp32");
-  const Backend target = device.cuda ? Backend::CUDA : Backend::CPU;
+  const core::SizingTarget target = sizing_target(device);
   p.capacity = int64_t(device.capacity);
   p.runtime_reserve = int64_t(device.runtime_reserve);
   p.usable = int64_t(double(config.budget) * double(device.capacity)) - p.runtime_reserve;

@@ -67,7 +67,7 @@ class Predictor {
  public:
   // `target`: whose workspace sizes the meta device mirrors. `capacity` (0: none) caps the meta device like
   // the real one, so a step that would run out of memory throws OutOfMemory here too.
-  Predictor(const RunConfig& config, int world, int rank, core::Backend target, std::size_t capacity = 0);
+  Predictor(const RunConfig& config, int world, int rank, core::SizingTarget target, std::size_t capacity = 0);
   ~Predictor();
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;

@@ -8,15 +8,28 @@
 
 namespace hr::core {
 
+// How a GEMM of two operand dtypes computes: the CPU widens both to f32, cuBLAS stages the odd one in the output's
+// dtype first (core/backend/cuda/gemm.cu). An op that can hand it one dtype instead (the cross-entropy's logit
+// gradient, cast as the kernel writes it) asks.
+enum class GemmMixing : uint8_t { WidenToF32, NarrowToOutput };
+
 struct Kernels {
   const char* backend = "";
+  // Facts of the back-end that ops plan by (the meta device mirrors them like the sizing functions).
+  GemmMixing gemm_mixing = GemmMixing::WidenToF32;
+  std::size_t cross_entropy_chunk_bytes = std::size_t(32) << 20;  // f32 logits per chunk of the fused loss
   // Sizing
   // A GEMM's workspace holds the operands it stages in another dtype first; its scratchpad is what the GEMM
   // kernel itself needs (oneDNN's or cuBLAS's workspace, packing buffers). The op allocates both.
   std::size_t (*gemm_workspace_bytes)(const GemmDesc&) = nullptr;
   std::size_t (*gemm_scratchpad_bytes)(const GemmDesc&) = nullptr;
-  std::size_t (*attention_workspace_bytes)(const AttentionDesc&, bool backward) = nullptr;
+  std::size_t (*attention_workspace_bytes)(const AttentionDesc&, AttentionPass pass) = nullptr;
   std::size_t (*norm_workspace_bytes)(int64_t rows, int64_t cols) = nullptr;
+  // Sums over the rows of a (rows, cols) array (sum_leading, Adafactor's column moments): what a back-end keeps
+  // between its passes.
+  std::size_t (*column_sums_workspace_bytes)(int64_t rows, int64_t cols) = nullptr;
+  // The embedding backward over `ids` tokens (the CUDA back-end sorts them there).
+  std::size_t (*embedding_workspace_bytes)(int64_t ids) = nullptr;
 
   // Memory
   void (*fill)(const Tensor& out, float value) = nullptr;
@@ -54,7 +67,8 @@ struct Kernels {
   // Position and lookup
   void (*rope)(const RopeArgs&) = nullptr;
   void (*embedding_forward)(const Tensor& ids, const Tensor& table, const Tensor& out) = nullptr;
-  void (*embedding_backward)(const Tensor& ids, const Tensor& dy, const Tensor& dtable) = nullptr;  // accumulates
+  void (*embedding_backward)(const Tensor& ids, const Tensor& dy, const Tensor& dtable,
+                             const Tensor& workspace) = nullptr;  // accumulates
   void (*patchify)(const Tensor& images, const Tensor& patches, int64_t patch, bool inverse) = nullptr;
 
   // Fused blocks
@@ -65,7 +79,8 @@ struct Kernels {
   void (*cross_entropy_backward)(const CrossEntropyArgs&) = nullptr;
 
   // Reductions
-  void (*sum_leading)(const Tensor& x, const Tensor& out, bool accumulate) = nullptr;  // sum over all but last dim
+  // out = sum over all but the last dim of x (+ what out holds, when accumulating)
+  void (*sum_leading)(const Tensor& x, const Tensor& out, Accumulate accumulate, const Tensor& workspace) = nullptr;
   void (*reduce_all)(ReduceOp op, const Tensor& x, const Tensor& out_f32_scalar) = nullptr;
   void (*broadcast_scalar)(const Tensor& out, const Tensor& scalar, float scale) = nullptr;
 
@@ -75,7 +90,7 @@ struct Kernels {
   void (*sgd_update)(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
                      const SgdHyper& h) = nullptr;
   void (*adafactor_update)(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& row,
-                           const Tensor& col, const AdafactorHyper& h) = nullptr;
+                           const Tensor& col, const AdafactorHyper& h, const Tensor& workspace) = nullptr;
 };
 
 const Kernels& cpu_kernels();
@@ -87,5 +102,6 @@ const Kernels& cuda_sizing_kernels();
 const Kernels* kernels_for(Device device);
 // Workspace sizes follow the backend a device runs, or for meta its target.
 const Kernels& sizing_kernels(Device device);
+const Kernels& sizing_kernels(Backend backend);
 
 }  // namespace hr::core

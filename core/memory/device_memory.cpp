@@ -61,12 +61,18 @@ void MemoryContext::configure(Device device, const DeviceMemoryOptions& options)
   HR_CHECK(options.pinned_for_gpu < 0 || device.type == DeviceType::Host,
            "[device] only the host device can be pinned; got ", device.name());
   allocators_.emplace(key_of(device), make_allocator(device, options));
-  if (device.type == DeviceType::Meta) meta_target_ = options.meta_target;
+  if (device.type == DeviceType::Meta) meta_target_ = options.sizing.backend;
+  if (options.sizing.cuda_arch) cuda_arch_ = options.sizing.cuda_arch;
 }
 
 Backend MemoryContext::meta_target() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return meta_target_;
+}
+
+int MemoryContext::cuda_arch() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cuda_arch_;
 }
 
 MemoryContext::Use::Use(MemoryContext& context) : saved_(t_current) {
@@ -90,6 +96,10 @@ void configure_device(Device device, const DeviceMemoryOptions& options) {
 
 Backend meta_target() {
   return current_memory_context().meta_target();
+}
+
+int sizing_cuda_arch() {
+  return current_memory_context().cuda_arch();
 }
 
 Backend workspace_backend(Device device) {

@@ -11,9 +11,20 @@
 
 namespace hr::core {
 
+// Whose workspace sizes a device's ops allocate: the back-end whose kernels run there (for meta, the one it
+// mirrors) and, for CUDA, the GPU's architecture as major * 10 + minor of its compute capability (0: before
+// Hopper), which cuBLASLt's workspace depends on (core/backend/cuda/sizing_rules.h).
+struct SizingTarget {
+  Backend backend = Backend::CPU;
+  int cuda_arch = 0;
+  SizingTarget(Backend b = Backend::CPU, int arch = 0) : backend(b), cuda_arch(arch) {}  // NOLINT: from a Backend
+};
+
 struct DeviceMemoryOptions {
-  std::size_t capacity = 0;                     // 0: unlimited (cpu, host, meta) or the GPU's own size (cuda)
-  Backend meta_target = Backend::CPU;           // meta only: whose workspace sizes to mirror
+  std::size_t capacity = 0;  // 0: unlimited (cpu, host, meta) or the GPU's own size (cuda)
+  // meta: whose workspace sizes to mirror; cuda: its architecture. A CUDA architecture given for either becomes
+  // the context's (cuda_arch()): a context runs or plans one kind of GPU.
+  SizingTarget sizing = {};
   AllocatorKind kind = AllocatorKind::Caching;  // not for the host device, which always caches
   int pinned_for_gpu = -1;  // host only: page-locked memory (cudaHostAlloc) for this GPU's run; -1: pageable
 };
@@ -35,6 +46,8 @@ class MemoryContext {
   void configure(Device device, const DeviceMemoryOptions& options);
   // The backend whose workspace sizes this context's meta device mirrors.
   Backend meta_target() const;
+  // The GPU architecture this context's CUDA workspaces are sized for (0: before Hopper, until one is given).
+  int cuda_arch() const;
 
   // Makes a context current on this thread while it lives.
   class Use {
@@ -52,6 +65,7 @@ class MemoryContext {
   mutable std::mutex mutex_;
   std::map<std::pair<int, int>, std::shared_ptr<CachingAllocator>> allocators_;
   Backend meta_target_ = Backend::CPU;
+  int cuda_arch_ = 0;
 };
 
 MemoryContext& current_memory_context();
@@ -62,6 +76,8 @@ std::shared_ptr<CachingAllocator> allocator_for(Device device);
 void configure_device(Device device, const DeviceMemoryOptions& options);
 // The backend the current context's meta device mirrors.
 Backend meta_target();
+// The GPU architecture the current context's CUDA and meta:cuda workspaces are sized for.
+int sizing_cuda_arch();
 // The backend an op on `device` sizes its workspace for.
 Backend workspace_backend(Device device);
 

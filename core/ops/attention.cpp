@@ -44,7 +44,8 @@ AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v
   AttentionOut out;
   a.out = out.out = Tensor::empty(q.shape(), q.dtype(), q.device());
   a.lse = out.lse = Tensor::empty({a.desc.batch, a.desc.q_heads, a.desc.q_len}, DType::F32, q.device());
-  a.workspace = allocate_workspace(sizing_kernels(q.device()).attention_workspace_bytes(a.desc, false), q.device());
+  a.workspace = allocate_workspace(sizing_kernels(q.device()).attention_workspace_bytes(a.desc, AttentionPass::Forward),
+                                   q.device());
   launch("attention", q.device(), &Kernels::attention_forward, a);
   return out;
 }
@@ -64,7 +65,8 @@ AttentionOut attention_cached(const Tensor& q, const Tensor& k_cache, const Tens
   AttentionOut out;
   a.out = out.out = Tensor::empty(q.shape(), q.dtype(), q.device());
   a.lse = out.lse = Tensor::empty({a.desc.batch, a.desc.q_heads, a.desc.q_len}, DType::F32, q.device());
-  a.workspace = allocate_workspace(sizing_kernels(q.device()).attention_workspace_bytes(a.desc, false), q.device());
+  a.workspace = allocate_workspace(sizing_kernels(q.device()).attention_workspace_bytes(a.desc, AttentionPass::Cached),
+                                   q.device());
   launch("attention_cached", q.device(), &Kernels::attention_cached, a);
   return out;
 }
@@ -81,13 +83,14 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   a.k = k.contiguous();
   a.v = v.contiguous();
   a.out = saved.out.contiguous();
-  a.lse = saved.lse;
+  a.lse = saved.lse.contiguous();
   a.dout = dout.contiguous();
   AttentionGrads g;
   a.dq = g.dq = Tensor::empty(q.shape(), q.dtype(), q.device());
   a.dk = g.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
   a.dv = g.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-  a.workspace = allocate_workspace(sizing_kernels(q.device()).attention_workspace_bytes(a.desc, true), q.device());
+  a.workspace = allocate_workspace(
+      sizing_kernels(q.device()).attention_workspace_bytes(a.desc, AttentionPass::Backward), q.device());
   launch("attention_backward", q.device(), &Kernels::attention_backward, a);
   return g;
 }

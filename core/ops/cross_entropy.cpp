@@ -1,4 +1,7 @@
-// Chunked fused cross-entropy: per chunk a GEMM into an f32 logits workspace, then the loss kernel.
+// Chunked fused cross-entropy: per chunk a GEMM into an f32 logits workspace, then the loss kernel. On a back-end
+// whose GEMMs would stage an f32 operand in the 16-bit type of the other (cuBLAS), the backward kernel writes the
+// logit gradient in that type once, and both GEMMs read it as it is (the weight gradient's through a transposed
+// view: an op flag, not a copy).
 #include "core/ops/cross_entropy.h"
 
 #include <algorithm>
@@ -9,8 +12,8 @@
 
 namespace hr::core {
 
-int64_t default_chunk_rows(int64_t tokens, int64_t vocab) {
-  int64_t rows = int64_t(kCrossEntropyChunkBytes / (sizeof(float) * std::size_t(std::max<int64_t>(vocab, 1))));
+int64_t default_chunk_rows(int64_t tokens, int64_t vocab, std::size_t chunk_bytes) {
+  int64_t rows = int64_t(chunk_bytes / (sizeof(float) * std::size_t(std::max<int64_t>(vocab, 1))));
   return std::max<int64_t>(1, std::min(rows, tokens));
 }
 
@@ -32,13 +35,27 @@ Checked check(const char* op, const Tensor& hidden, const Tensor& weight, const 
   check_same_device(op, hidden, labels);
   HR_CHECK(o.normalizer > 0.f, "[", op, "] normalizer must be positive; got ", o.normalizer);
   Checked c{hidden.size(0), hidden.size(1), weight.size(0), o.chunk_rows};
-  if (c.chunk <= 0) c.chunk = default_chunk_rows(c.tokens, c.vocab);
+  if (c.chunk <= 0)
+    c.chunk = default_chunk_rows(c.tokens, c.vocab, sizing_kernels(hidden.device()).cross_entropy_chunk_bytes);
   return c;
 }
 
-Tensor logits_buffer(const Checked& c, Device device) {
+// A chunk's logits (f32), or its logit gradient in the GEMMs' operand type.
+Tensor logits_buffer(const Checked& c, Device device, DType dtype = DType::F32) {
   MemoryScope scope(Category::Workspace);
-  return Tensor::empty({std::min(c.chunk, std::max<int64_t>(c.tokens, 1)), c.vocab}, DType::F32, device);
+  return Tensor::empty({std::min(c.chunk, std::max<int64_t>(c.tokens, 1)), c.vocab}, dtype, device);
+}
+
+CrossEntropyArgs chunk_args(const Tensor& logits, const Tensor& labels, const Tensor& lse,
+                            const CrossEntropyOptions& o) {
+  CrossEntropyArgs a;
+  a.logits = logits;
+  a.labels = labels;
+  a.lse = lse;
+  a.ignore_index = o.ignore_index;
+  a.inv_normalizer = 1.f / o.normalizer;
+  a.check = o.labels;
+  return a;
 }
 
 }  // namespace
@@ -54,13 +71,8 @@ CrossEntropyOut cross_entropy_forward(const Tensor& hidden, const Tensor& weight
     const int64_t rows = std::min(c.chunk, c.tokens - r0);
     Tensor lg = logits.slice(0, 0, rows);
     gemm(hidden.slice(0, r0, r0 + rows).view({1, rows, c.d}), wt, lg.view({1, rows, c.vocab}));
-    CrossEntropyArgs a{lg,
-                       labels.slice(0, r0, r0 + rows),
-                       out.lse.slice(0, r0, r0 + rows),
-                       out.loss,
-                       {},
-                       o.ignore_index,
-                       1.f / o.normalizer};
+    CrossEntropyArgs a = chunk_args(lg, labels.slice(0, r0, r0 + rows), out.lse.slice(0, r0, r0 + rows), o);
+    a.loss = out.loss;
     launch("cross_entropy", dev, &Kernels::cross_entropy_forward, a);
   }
   return out;
@@ -82,6 +94,10 @@ CrossEntropyGrads cross_entropy_backward(const Tensor& dloss, const Tensor& hidd
     check_shape("cross_entropy_backward", "dweight", g.dweight, weight.shape());
   }
   Tensor logits = logits_buffer(c, dev);
+  // Where cuBLAS would stage the f32 gradient in the 16-bit type for each GEMM (once through a transposed copy), the
+  // kernel writes it in that type too, in the same pass; the f32 one stays for an f32 weight gradient.
+  const bool narrow = sizing_kernels(dev).gemm_mixing == GemmMixing::NarrowToOutput && hidden.dtype() != DType::F32;
+  Tensor grads = narrow ? logits_buffer(c, dev, hidden.dtype()) : Tensor();
   Tensor wt = weight.view({1, c.vocab, c.d}).transpose(1, 2);
   bool first = !(into && b.accumulate == Accumulate::Yes);
   for (int64_t r0 = 0; r0 < c.tokens; r0 += c.chunk) {
@@ -89,18 +105,16 @@ CrossEntropyGrads cross_entropy_backward(const Tensor& dloss, const Tensor& hidd
     Tensor lg = logits.slice(0, 0, rows);
     Tensor h = hidden.slice(0, r0, r0 + rows).view({1, rows, c.d});
     gemm(h, wt, lg.view({1, rows, c.vocab}));
-    CrossEntropyArgs a{lg,
-                       labels.slice(0, r0, r0 + rows),
-                       saved.lse.slice(0, r0, r0 + rows),
-                       {},
-                       dloss,
-                       o.ignore_index,
-                       1.f / o.normalizer};
+    CrossEntropyArgs a = chunk_args(lg, labels.slice(0, r0, r0 + rows), saved.lse.slice(0, r0, r0 + rows), o);
+    a.dloss = dloss;
+    if (narrow) a.dlogits = grads.slice(0, 0, rows);
     launch("cross_entropy_backward", dev, &Kernels::cross_entropy_backward, a);
-    Tensor dlg = lg.view({1, rows, c.vocab});
+    Tensor dlg = (narrow ? a.dlogits : lg).view({1, rows, c.vocab});
     gemm(dlg, weight.view({1, c.vocab, c.d}), g.dhidden.slice(0, r0, r0 + rows).view({1, rows, c.d}));
     if (b.weight_grads) {
-      gemm(dlg.transpose(1, 2), h, g.dweight.view({1, c.vocab, c.d}), 1.f, first ? 0.f : 1.f);
+      // An f32 weight gradient (grad_accum_dtype fp32) takes the f32 logit gradient: no rounding before its sum.
+      const Tensor dw_in = g.dweight.dtype() == DType::F32 ? lg.view({1, rows, c.vocab}) : dlg;
+      gemm(dw_in.transpose(1, 2), h, g.dweight.view({1, c.vocab, c.d}), 1.f, first ? 0.f : 1.f);
       first = false;
     }
   }

@@ -5,16 +5,18 @@
 
 namespace hr::core {
 
-// Default chunk: as many rows as fit kCrossEntropyChunkBytes of f32 logits (at least one row).
-constexpr std::size_t kCrossEntropyChunkBytes = std::size_t(32) << 20;
-int64_t default_chunk_rows(int64_t tokens, int64_t vocab);
+// Default chunk: as many rows as fit `chunk_bytes` of f32 logits (at least one row), the back-end's size
+// (Kernels::cross_entropy_chunk_bytes: larger GEMMs on a GPU).
+int64_t default_chunk_rows(int64_t tokens, int64_t vocab, std::size_t chunk_bytes);
 
 struct CrossEntropyOptions {
   int64_t ignore_index = -100;
   // loss = (sum of per-token losses over valid tokens) / normalizer. Usually the number of valid labels
   // (the data pipeline knows it on the host); a micro-batch of an accumulation may pass the global count.
   float normalizer = 1.f;
-  int64_t chunk_rows = 0;  // 0: default_chunk_rows
+  int64_t chunk_rows = 0;  // 0: default_chunk_rows with the back-end's chunk size
+  // Done: the caller has checked every label (llava.forward does, on the host): no kernel checks them again.
+  LabelCheck labels = LabelCheck::InKernel;
 };
 
 struct CrossEntropyOut {

@@ -51,7 +51,11 @@ const Kernels* kernels_for(Device device) {
 }
 
 const Kernels& sizing_kernels(Device device) {
-  return workspace_backend(device) == Backend::CUDA ? cuda_sizing_kernels() : cpu_kernels();
+  return sizing_kernels(workspace_backend(device));
+}
+
+const Kernels& sizing_kernels(Backend backend) {
+  return backend == Backend::CUDA ? cuda_sizing_kernels() : cpu_kernels();
 }
 
 }  // namespace hr::core

@@ -4,11 +4,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define HR_HOST_DEVICE __host__ __device__
-#else
-#define HR_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace hr::core {
 

@@ -33,7 +33,9 @@ Tensor embedding_backward(const Tensor& ids, const Tensor& dy, const Shape& tabl
   Tensor dtable = dtable_into.defined() ? dtable_into : Tensor::zeros(table_shape, table_dtype, dy.device());
   check_shape("embedding_backward", "dtable", dtable, table_shape);
   Tensor idc = ids.contiguous(), dyc = dy.contiguous();
-  launch("embedding_backward", dy.device(), &Kernels::embedding_backward, idc, dyc, dtable);
+  Tensor workspace =
+      allocate_workspace(sizing_kernels(dy.device()).embedding_workspace_bytes(ids.numel()), dy.device());
+  launch("embedding_backward", dy.device(), &Kernels::embedding_backward, idc, dyc, dtable, workspace);
   return dtable;
 }
 

@@ -60,7 +60,10 @@ void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& mas
   }
   check_reachable("adafactor", "exp_avg_sq_row", param, row);
   check_reachable("adafactor", "exp_avg_sq_col", param, col);
-  launch("adafactor", param.device(), &Kernels::adafactor_update, param, grad, master, row, col, h);
+  const int64_t cols = col.defined() ? param.size(-1) : 0, rows = cols ? param.numel() / cols : 0;
+  Tensor workspace = allocate_workspace(
+      col.defined() ? sizing_kernels(param.device()).column_sums_workspace_bytes(rows, cols) : 0, param.device());
+  launch("adafactor", param.device(), &Kernels::adafactor_update, param, grad, master, row, col, h, workspace);
 }
 
 }  // namespace hr::core

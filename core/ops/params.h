@@ -13,7 +13,13 @@ enum class UnaryOp : uint8_t { Gelu, GeluTanh, QuickGelu, Silu };
 enum class ReduceOp : uint8_t { Sum, SumSquares };
 enum class NormKind : uint8_t { LayerNorm, RMSNorm };
 enum class Mask : uint8_t { None, Causal };
+// Which attention a workspace is for: training's forward and backward, or a forward against a KV cache
+// (generation), which GPUs run on the own kernel only.
+enum class AttentionPass : uint8_t { Forward, Backward, Cached };
 enum class Accumulate : uint8_t { No, Yes };
+// Whether a kernel still checks its labels (ids against the vocabulary), or the caller has checked all of them
+// already (on the host, once per batch): a GPU check costs a synchronisation of the host each call.
+enum class LabelCheck : uint8_t { InKernel, Done };
 
 // C[b] = alpha * A[b] @ B[b] + beta * C[b]; A is (batch, m, k), B (batch, k, n), C (batch, m, n) contiguous.
 // A and B may be any strided 3-D views (a transpose is just strides); batch stride 0 broadcasts.
@@ -69,11 +75,15 @@ struct AttentionArgs {
 
 // One chunk of the fused output-projection cross-entropy: logits (rows, vocab) f32 for `rows` tokens.
 // Forward writes lse (rows) and adds sum(-log p[label]) * inv_normalizer over valid rows into `loss` (f32 scalar).
-// Backward overwrites logits with d(loss)/d(logits) = (softmax - onehot) * dloss * inv_normalizer (0 on ignored rows).
+// Backward writes d(loss)/d(logits) = (softmax - onehot) * dloss * inv_normalizer (0 on ignored rows) over the
+// logits and, where `dlogits` is defined (rows, vocab, contiguous, any float dtype: a GEMM operand type), cast
+// into it as well, in the same pass.
 struct CrossEntropyArgs {
   Tensor logits, labels, lse, loss, dloss;
   int64_t ignore_index = -100;
   float inv_normalizer = 1.f;
+  Tensor dlogits;
+  LabelCheck check = LabelCheck::InKernel;
 };
 
 // A tile of a quantized weight, dequantized: out (rows, cols) contiguous float <- the weight's elements

@@ -48,7 +48,9 @@ void sum_leading(const Tensor& x, const Tensor& out, Accumulate accumulate) {
            x.describe(), " cannot be summed into ", out.describe());
   check_same_device("sum_leading", x, out);
   Tensor xc = x.contiguous();
-  launch("sum_leading", x.device(), &Kernels::sum_leading, xc, out, accumulate == Accumulate::Yes);
+  const int64_t cols = out.size(0), rows = cols ? x.numel() / cols : 0;
+  Tensor workspace = allocate_workspace(sizing_kernels(x.device()).column_sums_workspace_bytes(rows, cols), x.device());
+  launch("sum_leading", x.device(), &Kernels::sum_leading, xc, out, accumulate, workspace);
 }
 
 Tensor global_norm(const std::vector<Tensor>& xs) {

@@ -224,6 +224,32 @@ TEST(CudaKernels, CudnnFusedAttentionMatchesTheOwnKernelBothWays) {
   }
 }
 
+// A cuDNN that cannot start (cudnnCreate fails: a library that does not match the driver or the GPU) leaves the
+// fused path off with one warning, and every attention runs the own kernels; started again, cuDNN takes its shapes.
+TEST(CudaKernels, ACudnnThatCannotStartLeavesAttentionToTheOwnKernels) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  cuda_memory_after_start(0);
+  const Device g = Device::cuda();
+  const Tensor q = on(randoms(2 * 64 * 4 * 64, 1), {2, 64, 4, 64}, DType::BF16, g);
+  const Tensor kv = on(randoms(2 * 64 * 2 * 64, 2), {2, 64, 2, 64}, DType::BF16, g);
+  cuda::stop_cudnn();
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(cuda::start_cudnn([](void**, std::string* why) {
+    *why = "CUDNN_STATUS_NOT_INITIALIZED (simulated)";
+    return false;
+  }));
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("fused attention is off"), std::string::npos) << err;
+  EXPECT_EQ(cudnn_attention_query(), nullptr);
+  const AttentionOut own = attention_forward(q, kv, kv, Mask::Causal, 0.125f);
+  EXPECT_EQ(last_attention_kernel(), AttentionKernel::Tiled);
+  cuda::create_cudnn_handle();
+  ASSERT_NE(cudnn_attention_query(), nullptr) << "cuDNN did not start again";
+  const AttentionOut fused = attention_forward(q, kv, kv, Mask::Causal, 0.125f);
+  EXPECT_EQ(last_attention_kernel(), AttentionKernel::Cudnn);
+  expect_close(host(fused.out), host(own.out), 2e-2, "fused against own");
+}
+
 // Copies between host memory and a GPU that cast or follow strides (weights loaded in another dtype, f32 host
 // masters of bf16 GPU parameters, transposed views): the cast and the strides are done in host memory (or, for a
 // strided GPU side, on the GPU) and the bytes move as they are.

@@ -143,6 +143,7 @@ OpCase attention_case(const std::string& name, int64_t B, int64_t Lq, int64_t Lk
     return std::vector<Tensor>{g.dq, g.dk, g.dv};
   };
   c.reference = [=](const Values& v) { return attention_ref(v, B, Lq, Lk, Hq, Hk, D, causal); };
+  c.attention = AttentionDesc{B, Lq, Lk, Hq, Hk, D, DType::F32, mask};
   return c;
 }
 
@@ -156,6 +157,8 @@ OpCase attention_cached_case() {
   c.name = "attention_cached";
   c.inputs = {rnd({B, Lq, Hq, D}, -2, 2), rnd({B, cap, Hk, D}, -2, 2), rnd({B, cap, Hk, D}), ints({B}, past)};
   c.forward = [=](const std::vector<Tensor>& t) { return attention_cached(t[0], t[1], t[2], t[3], scale).out; };
+  c.attention = AttentionDesc{B, Lq, cap, Hq, Hk, D, DType::F32, Mask::Causal};
+  c.kv_cache = true;
   c.reference = [=](const Values& v) {
     std::vector<double> out;
     for (int64_t b = 0; b < B; ++b) {
@@ -184,6 +187,238 @@ OpCase unary_case(UnaryOp op) {
   };
   c.reference = [=](const Values& v) { return unary_ref(op, v[0]); };
   return c;
+}
+
+// The same op on empty inputs: the reference of an empty output is empty (or a zero loss).
+std::vector<OpCase> empty_cases() {
+  std::vector<OpCase> v;
+  auto none = [](const Values&) { return std::vector<double>{}; };
+  {
+    OpCase c;
+    c.name = "add_empty";
+    c.inputs = {rnd({0, 6}), rnd({6})};
+    c.forward = [](const std::vector<Tensor>& t) { return add(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      AddGrads g = axpby_backward(dy, 1.f, 1.f, t[1]);
+      return std::vector<Tensor>{g.da, g.db};
+    };
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "mul_empty";
+    c.inputs = {rnd({0, 6}), rnd({6})};
+    c.forward = [](const std::vector<Tensor>& t) { return mul(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      MulGrads g = mul_backward(dy, t[0], t[1]);
+      return std::vector<Tensor>{g.da, g.db};
+    };
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c = unary_case(UnaryOp::Silu);
+    c.name = "silu_empty";
+    c.inputs = {rnd({0, 9})};
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "swiglu_empty";
+    c.inputs = {rnd({0, 10}), rnd({0, 10})};
+    c.forward = [](const std::vector<Tensor>& t) { return swiglu_forward(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      SwigluGrads g = swiglu_backward(t[0], t[1], dy);
+      return std::vector<Tensor>{g.dgate, g.dup};
+    };
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "dropout_empty";
+    c.inputs = {rnd({0, 5})};
+    c.forward = [](const std::vector<Tensor>& t) { return dropout(t[0], 0.25f, 7); };
+    c.backward = [](const std::vector<Tensor>&, const Tensor& dy) {
+      return std::vector<Tensor>{dropout(dy, 0.25f, 7)};
+    };
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "layernorm_empty";
+    c.inputs = {rnd({0, 16}), rnd({16}, 0.5, 1.5), rnd({16})};
+    c.forward = [](const std::vector<Tensor>& t) { return layernorm_forward(t[0], t[1], t[2], 1e-5f).y; };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      NormOut o = layernorm_forward(t[0], t[1], t[2], 1e-5f);
+      NormGrads g = layernorm_backward(dy, t[0], t[1], true, o.saved);
+      return std::vector<Tensor>{g.dx, g.dweight, g.dbias};
+    };
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "softmax_empty";
+    c.inputs = {rnd({0, 12})};
+    c.forward = [](const std::vector<Tensor>& t) { return softmax_forward(t[0]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{softmax_backward(softmax_forward(t[0]), dy)};
+    };
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "rope_empty";
+    c.inputs = {rnd({0, 5, 3, 8}), ints({0, 5}, {})};
+    c.forward = [](const std::vector<Tensor>& t) { return rope_forward(t[0], t[1], 10000.f); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{rope_backward(dy, t[1], 10000.f)};
+    };
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "embedding_empty";
+    c.inputs = {ints({0}, {}), rnd({7, 6})};
+    c.forward = [](const std::vector<Tensor>& t) { return embedding_forward(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{embedding_backward(t[0], dy, t[1].shape(), t[1].dtype())};
+    };
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "linear_empty";
+    c.inputs = {rnd({0, 8}), rnd({5, 8}), rnd({5})};
+    c.forward = [](const std::vector<Tensor>& t) { return linear_forward(t[0], t[1], t[2]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      LinearGrads g = linear_backward(dy, t[0], t[1], true);
+      return std::vector<Tensor>{g.dx, g.dw, g.dbias};
+    };
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "sum_empty";
+    c.inputs = {rnd({0, 7})};
+    c.forward = [](const std::vector<Tensor>& t) { return sum(t[0]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{sum_backward(dy, t[0])};
+    };
+    c.reference = [](const Values&) { return std::vector<double>{0.0}; };
+    v.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "cross_entropy_empty";
+    c.inputs = {rnd({0, 8}), rnd({13, 8}), ints({0}, {})};
+    c.forward = [](const std::vector<Tensor>& t) { return cross_entropy_forward(t[0], t[1], t[2], {}).loss; };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      CrossEntropyOut saved = cross_entropy_forward(t[0], t[1], t[2], {});
+      CrossEntropyGrads g = cross_entropy_backward(dy, t[0], t[1], t[2], saved, {});
+      return std::vector<Tensor>{g.dhidden, g.dweight};
+    };
+    c.reference = [](const Values&) { return std::vector<double>{0.0}; };
+    v.push_back(c);
+  }
+  {
+    OpCase c = attention_case("attention_empty", 0, 4, 4, 2, 2, 8, true);
+    c.reference = none;
+    v.push_back(c);
+  }
+  {  // keys without queries: no output, zero key and value gradients
+    OpCase c = attention_case("attention_no_queries", 1, 0, 16, 2, 2, 8, false);
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "patchify_empty";
+    c.inputs = {rnd({0, 3, 8, 12})};
+    c.forward = [](const std::vector<Tensor>& t) { return patchify(t[0], 4); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{patchify_backward(dy, t[0].shape(), 4)};
+    };
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "transpose_copy_empty";
+    c.inputs = {rnd({2, 0, 7})};
+    c.forward = [](const std::vector<Tensor>& t) { return t[0].transpose(1, 2).contiguous(); };
+    c.backward = [](const std::vector<Tensor>&, const Tensor& dy) {
+      return std::vector<Tensor>{dy.transpose(1, 2).contiguous()};
+    };
+    c.reference = none;
+    v.push_back(c);
+  }
+  for (OpCase& c : v) c.empty = true;
+  return v;
+}
+
+// Shapes the GPU kernels split across blocks (sizing_rules.h, bitonic.h); small enough for the double reference.
+std::vector<OpCase> large_cases() {
+  std::vector<OpCase> v;
+  {  // a bias gradient over many rows: several stretches of rows, added in order
+    OpCase c;
+    c.name = "add_broadcast_rows";
+    c.inputs = {rnd({1500, 40}), rnd({40})};
+    c.forward = [](const std::vector<Tensor>& t) { return add(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      AddGrads g = axpby_backward(dy, 1.f, 1.f, t[1]);
+      return std::vector<Tensor>{g.da, g.db};
+    };
+    c.reference = [](const Values& x) {
+      std::vector<double> y(x[0].size());
+      for (std::size_t i = 0; i < y.size(); ++i) y[i] = x[0][i] + x[1][i % 40];
+      return y;
+    };
+    v.push_back(c);
+  }
+  {  // a norm's weight and bias gradients over many rows
+    OpCase c;
+    c.name = "layernorm_rows";
+    c.inputs = {rnd({1300, 24}, -2, 2), rnd({24}, 0.5, 1.5), rnd({24})};
+    c.forward = [](const std::vector<Tensor>& t) { return layernorm_forward(t[0], t[1], t[2], 1e-5f).y; };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      NormOut o = layernorm_forward(t[0], t[1], t[2], 1e-5f);
+      NormGrads g = layernorm_backward(dy, t[0], t[1], true, o.saved);
+      return std::vector<Tensor>{g.dx, g.dweight, g.dbias};
+    };
+    c.reference = [](const Values& x) { return norm_ref(x[0], x[1], &x[2], 24, true, 1e-5); };
+    c.tol_bf16_bwd = 8e-2;  // 1,300 rows of bf16 terms in each weight-gradient sum
+    v.push_back(c);
+  }
+  {  // 2,600 tokens (beyond one 2,048-key chunk of the sort), one id taking every third position
+    OpCase c;
+    c.name = "embedding_hot_id";
+    std::vector<double> ids;
+    std::mt19937 rng(5);
+    for (int i = 0; i < 2600; ++i) ids.push_back(i % 3 == 0 ? 4.0 : double(rng() % 37));
+    c.inputs = {ints({2600}, ids), rnd({37, 12})};
+    c.forward = [](const std::vector<Tensor>& t) { return embedding_forward(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{embedding_backward(t[0], dy, t[1].shape(), t[1].dtype())};
+    };
+    c.reference = [](const Values& x) {
+      std::vector<double> y;
+      for (double id : x[0])
+        for (int d = 0; d < 12; ++d) y.push_back(x[1][int(id) * 12 + d]);
+      return y;
+    };
+    c.tol_bf16_bwd = 0.25;  // a bf16 table gradient rounds at each of its ~870 adds, as the twin's does
+    v.push_back(c);
+  }
+  return v;
 }
 
 }  // namespace
@@ -412,6 +647,11 @@ std::vector<OpCase> op_cases() {
   cases.push_back(attention_case("attention_causal_gqa", 1, 70, 70, 4, 2, 8, true));
   cases.push_back(attention_cached_case());
   cases.push_back(attention_case("attention_causal_kv_longer", 1, 5, 70, 2, 1, 8, true));
+  // Head dims of every width the GPU's tiled kernels take (8 dims a lane at most), with edges inside their tiles:
+  // 40 and 96 cuDNN also takes in bf16, 200 (over its 128) only the own kernels.
+  cases.push_back(attention_case("attention_d40_gqa", 1, 37, 37, 4, 2, 40, true));
+  cases.push_back(attention_case("attention_d96", 2, 33, 33, 2, 2, 96, false));
+  cases.push_back(attention_case("attention_d200_kv_longer", 1, 20, 45, 2, 1, 200, true));
   {  // fused cross-entropy in 3-row chunks with ignored labels
     OpCase c;
     c.name = "cross_entropy";
@@ -614,6 +854,12 @@ std::vector<OpCase> op_cases() {
     };
     cases.push_back(c);
   }
+  // Empty tensors: every op takes them (a batch without text rows, a group without images). A GPU launch over no
+  // elements is an invalid configuration, so each back-end is held to them here.
+  for (const OpCase& e : empty_cases()) cases.push_back(e);
+  // Shapes the GPU kernels split across blocks: rows beyond one stretch of the column sums, tokens beyond one
+  // chunk of the embedding backward's sort, a hot id repeated across the whole batch.
+  for (const OpCase& l : large_cases()) cases.push_back(l);
   return cases;
 }
 

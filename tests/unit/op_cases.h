@@ -2,9 +2,11 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/ops/params.h"
 #include "core/tensor.h"
 
 namespace hr::test {
@@ -34,6 +36,11 @@ struct OpCase {
   double tol_f32 = 1e-4;  // max |error| / max |reference|
   double tol_bf16_fwd = 2e-2;
   double tol_bf16_bwd = 5e-2;
+  bool empty = false;  // its tensors hold no elements: there may be nothing to allocate or compare
+  // An attention case: its shape (the dtype set per run) and whether its queries run against a KV cache, to say
+  // which kernel a GPU must take for it.
+  std::optional<core::AttentionDesc> attention;
+  bool kv_cache = false;
 };
 
 std::vector<OpCase> op_cases();

@@ -95,3 +95,26 @@ INSTANTIATE_TEST_SUITE_P(Cases, Golden,
                                                           "stage1"),
                                           testing::Values(DType::F32, DType::BF16)),
                          [](const auto& p) { return std::get<0>(p.param) + "_" + dtype_name(std::get<1>(p.param)); });
+
+// A label the vocabulary does not hold is named by sequence and position before anything runs: the model checks
+// the batch's labels on the host once, so the loss kernels need not (on a GPU, a check there waits for the device
+// at every chunk of the loss).
+TEST(Llava, ALabelOutsideTheVocabularyIsNamedByItsPosition) {
+  ModelSpec spec = load_model_spec(golden("mha.yaml"));
+  Llava model(spec.config, Device::cpu(), DType::F32);
+  load_weights(model.params(), Checkpoint::open(golden(test::first_line(golden("mha.weights")))));
+  Batch batch = test::load_batch(golden("mha_batch.safetensors"));
+  const int64_t at = batch.seq - 1;  // the last position of the first sequence
+  batch.labels[std::size_t(at)] = spec.config.llm.vocab + 5;
+  LlavaState st;
+  try {
+    model.forward(batch, st, {});
+    FAIL() << "the bad label was not refused";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(str("[llava] label ", spec.config.llm.vocab + 5, " of sequence 0 at position ", at,
+                         " is outside the vocabulary [0, ", spec.config.llm.vocab, ")")),
+              std::string::npos)
+        << m;
+  }
+}

@@ -97,16 +97,17 @@ TEST(MemoryContext, CudaAttentionSizingCoversTheKernelEachShapeTakes) {
   const std::size_t rows = 2 * 8 * 128, delta = rows * 4;
   ASSERT_TRUE(cudnn_attention_admits(d, false));
   EXPECT_FALSE(cudnn_attention_admits(d, true)) << "a KV cache takes the own kernel";
-  EXPECT_EQ(k.attention_workspace_bytes(d, false), 0u);
-  EXPECT_EQ(k.attention_workspace_bytes(d, true), rows * 64 * 4 + delta);  // dQ's f32 accumulator and row sums
+  EXPECT_EQ(k.attention_workspace_bytes(d, AttentionPass::Forward), 0u);
+  EXPECT_EQ(k.attention_workspace_bytes(d, AttentionPass::Backward),
+            rows * 64 * 4 + delta);  // dQ's f32 accumulator and row sums
   AttentionDesc f32 = d;
   f32.dtype = DType::F32;
   EXPECT_FALSE(cudnn_attention_admits(f32, false));
-  EXPECT_EQ(k.attention_workspace_bytes(f32, true), delta);
+  EXPECT_EQ(k.attention_workspace_bytes(f32, AttentionPass::Backward), delta);
   AttentionDesc wide = d;
   wide.head_dim = 256;
   EXPECT_FALSE(cudnn_attention_admits(wide, false));
-  EXPECT_EQ(k.attention_workspace_bytes(wide, true), delta);
+  EXPECT_EQ(k.attention_workspace_bytes(wide, AttentionPass::Backward), delta);
 
   // A GPU where cuDNN's graph builds for multi-head shapes only, with a 1 MiB backward workspace.
   const CudnnAttentionQuery saved = cudnn_attention_query();
@@ -116,8 +117,9 @@ TEST(MemoryContext, CudaAttentionSizingCoversTheKernelEachShapeTakes) {
   });
   AttentionDesc mha = d;
   mha.kv_heads = 8;
-  EXPECT_EQ(k.attention_workspace_bytes(mha, true), std::size_t(1) << 20);
-  EXPECT_EQ(k.attention_workspace_bytes(mha, false), 0u);
-  EXPECT_EQ(k.attention_workspace_bytes(d, true), delta) << "the graph did not build: the own kernel's need";
+  EXPECT_EQ(k.attention_workspace_bytes(mha, AttentionPass::Backward), std::size_t(1) << 20);
+  EXPECT_EQ(k.attention_workspace_bytes(mha, AttentionPass::Forward), 0u);
+  EXPECT_EQ(k.attention_workspace_bytes(d, AttentionPass::Backward), delta)
+      << "the graph did not build: the own kernel's need";
   set_cudnn_attention_query(saved);
 }

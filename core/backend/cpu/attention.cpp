@@ -47,9 +47,9 @@ void store_tile(T* base, int64_t batch_off, int64_t start, int64_t rows, int64_t
 
 }  // namespace
 
-std::size_t attention_workspace_bytes(const AttentionDesc& a, bool backward) {
+std::size_t attention_workspace_bytes(const AttentionDesc& a, AttentionPass pass) {
   const std::size_t slots = std::size_t(num_threads());
-  if (!backward) return slots * fwd_slot_bytes(a.head_dim);
+  if (pass != AttentionPass::Backward) return slots * fwd_slot_bytes(a.head_dim);
   std::size_t bytes = slots * bwd_slot_bytes(a.head_dim);
   bytes += WorkspaceCarver::bytes(std::size_t(a.batch * a.q_heads * a.q_len));  // delta = rowsum(dO * O)
   if (a.dtype != DType::F32)

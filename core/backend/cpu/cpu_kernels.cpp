@@ -26,6 +26,8 @@ const Kernels& cpu_kernels() {
     t.gemm_scratchpad_bytes = cpu::gemm_scratchpad_bytes;
     t.attention_workspace_bytes = cpu::attention_workspace_bytes;
     t.norm_workspace_bytes = cpu::norm_workspace_bytes;
+    t.column_sums_workspace_bytes = cpu::column_sums_workspace_bytes;
+    t.embedding_workspace_bytes = cpu::embedding_workspace_bytes;
     t.fill = cpu::fill;
     t.copy = cpu::copy;
     t.copy_async = cpu::copy;

@@ -35,25 +35,35 @@ void cross_entropy_forward(const CrossEntropyArgs& a) {
   a.loss.data<float>()[0] += float(total(partial) * a.inv_normalizer);
 }
 
+// The gradient goes over the logits and, where dlogits is given, into it in its dtype (rounded once) as well.
 void cross_entropy_backward(const CrossEntropyArgs& a) {
   const int64_t rows = a.logits.size(0), vocab = a.logits.size(1);
+  const Tensor& out = a.dlogits.defined() ? a.dlogits : a.logits;
+  HR_CHECK(out.numel() == rows * vocab && out.is_contiguous(), "[cross_entropy_backward] dlogits ", out.describe(),
+           " does not hold the chunk's ", rows, " x ", vocab, " logits");
   float* lg = a.logits.data<float>();
+  const bool both = a.dlogits.defined();
   const float* lse = a.lse.data<float>();
   const float g = a.dloss.data<float>()[0] * a.inv_normalizer;
   dispatch_index(a.labels.dtype(), "cross_entropy_backward", [&](auto itag) {
     using I = decltype(itag);
     const I* lab = a.labels.data<I>();
+    dispatch_float(out.dtype(), "cross_entropy_backward", [&](auto otag) {
+      using O = decltype(otag);
+      O* o = out.data<O>();
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-      float* x = lg + r * vocab;
-      if (lab[r] == a.ignore_index) {
-        std::fill(x, x + vocab, 0.f);
-        continue;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* x = lg + r * vocab;
+        O* y = o + r * vocab;
+        const bool ignored = lab[r] == a.ignore_index;
+        const float l = lse[r];
+        for (int64_t c = 0; c < vocab; ++c) {
+          const float v = ignored ? 0.f : g * std::exp(x[c] - l) - (c == int64_t(lab[r]) ? g : 0.f);
+          if (both) x[c] = v;
+          store(y, c, v);
+        }
       }
-      const float l = lse[r];
-      for (int64_t c = 0; c < vocab; ++c) x[c] = g * std::exp(x[c] - l);
-      x[lab[r]] -= g;
-    }
+    });
   });
 }
 

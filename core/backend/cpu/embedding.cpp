@@ -29,7 +29,11 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
 
 // Rows are accumulated in token order per embedding row: threads split the embedding dim, not the tokens,
 // so no two threads touch the same element and the sum order is fixed.
-void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable) {
+std::size_t embedding_workspace_bytes(int64_t) {
+  return 0;
+}
+
+void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, const Tensor&) {
   const int64_t n = ids.numel(), vocab = dtable.size(0), dim = dtable.size(1);
   dispatch_index(ids.dtype(), "embedding_backward", [&](auto itag) {
     using I = decltype(itag);

@@ -63,7 +63,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, c
 // The gradient is read where it lies (scaled on the fly): the second moments first, then the RMS of the
 // update, then the update itself, recomputing u = g / sqrt(v) in each pass instead of storing it.
 void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& row,
-                      const Tensor& col, const AdafactorHyper& h) {
+                      const Tensor& col, const AdafactorHyper& h, const Tensor&) {
   const int64_t n = param.numel();
   const bool factored = col.defined();
   const int64_t cols = factored ? param.size(-1) : n, rows = factored ? n / cols : 1;

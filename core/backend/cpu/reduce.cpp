@@ -20,7 +20,11 @@ void reduce_all(ReduceOp op, const Tensor& x, const Tensor& out) {
   out.data<float>()[0] = float(total(partial));
 }
 
-void sum_leading(const Tensor& x, const Tensor& out, bool accumulate) {
+std::size_t column_sums_workspace_bytes(int64_t, int64_t) {
+  return 0;
+}
+
+void sum_leading(const Tensor& x, const Tensor& out, Accumulate accumulate, const Tensor&) {
   const int64_t cols = out.size(0), rows = cols ? x.numel() / cols : 0;
   dispatch_float(x.dtype(), "sum_leading", [&](auto tag) {
     using T = decltype(tag);
@@ -32,7 +36,7 @@ void sum_leading(const Tensor& x, const Tensor& out, bool accumulate) {
       for (int64_t c = 0; c < cols; ++c) {
         double s = 0.0;
         for (int64_t r = 0; r < rows; ++r) s += load(p, r * cols + c);
-        store(o, c, (accumulate ? load(o, c) : 0.f) + float(s));
+        store(o, c, (accumulate == Accumulate::Yes ? load(o, c) : 0.f) + float(s));
       }
     });
   });

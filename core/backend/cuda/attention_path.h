@@ -23,4 +23,12 @@ using CudnnAttentionQuery = bool (*)(const AttentionDesc& d, bool backward, std:
 void set_cudnn_attention_query(CudnnAttentionQuery query);
 CudnnAttentionQuery cudnn_attention_query();
 
+// The kernel the last CUDA attention call on this thread ran: cuDNN's fused graph, the own tiled kernels
+// (training shapes) or the own per-query-row kernel (a KV cache). The op table reports it per case, and checks
+// that a shape cuDNN takes did run there.
+enum class AttentionKernel : uint8_t { None, Cudnn, Tiled, Rows };
+void note_attention_kernel(AttentionKernel kernel);
+AttentionKernel last_attention_kernel();
+const char* attention_kernel_name(AttentionKernel kernel);
+
 }  // namespace hr::core

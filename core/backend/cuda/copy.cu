@@ -1,10 +1,12 @@
 // CUDA fill and copy: cudaMemcpy for same-dtype contiguous data (any direction), a strided converting
 // kernel on the device otherwise.
 #include <cstring>
+#include <type_traits>
 
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
 #include "core/backend/cuda/device/dtype.cuh"
+#include "core/backend/cuda/launch.cuh"
 
 namespace hr::cuda {
 
@@ -74,18 +76,18 @@ void fill(const Tensor& out, float value) {
   Layout l = layout_of(out);
   switch (out.dtype()) {
     case DType::I32:
-      fill_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<int32_t>(), l, n, int32_t(value));
+      launch_elements("fill", n, fill_int_kernel<int32_t>, out.data<int32_t>(), l, n, int32_t(value));
       break;
     case DType::I64:
-      fill_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<int64_t>(), l, n, int64_t(value));
+      launch_elements("fill", n, fill_int_kernel<int64_t>, out.data<int64_t>(), l, n, int64_t(value));
       break;
     case DType::U8:
-      fill_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<uint8_t>(), l, n, uint8_t(value));
+      launch_elements("fill", n, fill_int_kernel<uint8_t>, out.data<uint8_t>(), l, n, uint8_t(value));
       break;
     default:
       dispatch_float(out.dtype(), "fill", [&](auto tag) {
         using T = decltype(tag);
-        fill_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<T>(), l, n, value);
+        launch_elements("fill", n, fill_kernel<T>, out.data<T>(), l, n, value);
       });
   }
   HR_CUDA_CHECK(cudaGetLastError());
@@ -94,6 +96,7 @@ void fill(const Tensor& out, float value) {
 // A plain copy between host and device waits for the transfer (the host side may be freed or read right after);
 // copy_async leaves it running on the stream, for callers that keep both sides alive until the stream syncs.
 void copy_async(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
     HR_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault, stream()));
     return;
@@ -127,6 +130,7 @@ SideStream& side_stream() {
 }  // namespace
 
 void copy_side(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
   if (dst.dtype() != src.dtype() || !dst.is_contiguous() || !src.is_contiguous()) return copy(dst, src);
   SideStream& s = side_stream();
   HR_CUDA_CHECK(cudaEventRecord(s.queued, stream()));  // what the compute stream wrote into src first
@@ -139,6 +143,7 @@ void side_sync() {
 }
 
 void copy(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;  // nothing to move (an empty tensor may have no memory at all)
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
     HR_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDefault, stream()));
     // Host memory may be read, freed or reused as soon as this returns; device memory is ordered by the stream.
@@ -155,7 +160,8 @@ void copy(const Tensor& dst, const Tensor& src) {
              "[copy] casts between integer and float tensors are not on CUDA: ", dst.describe(), " <- ",
              src.describe());
     const auto run = [&](auto* d, const auto* s) {
-      copy_int_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(d, dl, s, sl, n);
+      launch_elements("copy", n, copy_int_kernel<std::remove_const_t<std::remove_pointer_t<decltype(s)>>>, d, dl, s, sl,
+                      n);
     };
     switch (dst.dtype()) {
       case DType::I32:
@@ -177,7 +183,7 @@ void copy(const Tensor& dst, const Tensor& src) {
     dispatch_float(src.dtype(), "copy", [&](auto stag) {
       using D = decltype(dtag);
       using S = decltype(stag);
-      copy_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(dst.data<D>(), dl, src.data<S>(), sl, n);
+      launch_elements("copy", n, copy_kernel<D, S>, dst.data<D>(), dl, src.data<S>(), sl, n);
     });
   });
   HR_CUDA_CHECK(cudaGetLastError());

@@ -29,10 +29,7 @@ inline cudaStream_t stream() {
   return nullptr;
 }
 
-// Launch shape for an element-wise kernel over n elements.
+// Threads a block of an element-wise kernel (launch.cuh launches them, checking the grid).
 constexpr int kThreads = 256;
-inline unsigned blocks_for(int64_t n) {
-  return unsigned((n + kThreads - 1) / kThreads);
-}
 
 }  // namespace hr::cuda

@@ -36,17 +36,17 @@ void softmax_forward(const Tensor& x, const Tensor& y);
 void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx);
 void rope(const RopeArgs& a);
 void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out);
-void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable);
+void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, const Tensor& workspace);
 void patchify(const Tensor& images, const Tensor& patches, int64_t patch, bool inverse);
 void cross_entropy_forward(const CrossEntropyArgs& a);
 void cross_entropy_backward(const CrossEntropyArgs& a);
-void sum_leading(const Tensor& x, const Tensor& out, bool accumulate);
+void sum_leading(const Tensor& x, const Tensor& out, Accumulate accumulate, const Tensor& workspace);
 void reduce_all(ReduceOp op, const Tensor& x, const Tensor& out);
 void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m, const Tensor& v,
                   const AdamWHyper& h);
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
                 const SgdHyper& h);
 void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& row,
-                      const Tensor& col, const AdafactorHyper& h);
+                      const Tensor& col, const AdafactorHyper& h, const Tensor& workspace);
 
 }  // namespace hr::cuda

@@ -9,9 +9,12 @@
 // cuDNN < 9.25, the O(L^2) memory this path exists to avoid. HR_CUDNN_ATTENTION=0 gives the own kernel's
 // repeatable bits.
 //
-// Each shape's graph is built once (the first call, or the sizing query that comes before it) and kept; a
-// graph that does not build on this GPU makes the shape take the own kernel, for the sizing and the kernel
-// alike. HR_CUDNN_ATTENTION=0 sends every shape to the own kernel.
+// Each shape's graph is built once (the first call, or the sizing query that comes before it) and kept (the 256
+// most recently used); a graph that does not build on this GPU makes the shape take the own kernel, for the sizing
+// and the kernel alike. Graphs are built as dynamic-shape graphs sharing one kernel cache per direction (cuDNN
+// 9.4+), so a new sequence length reuses the kernels compiled for the last one instead of compiling (NVRTC) again;
+// where dynamic shapes are refused the graph is built for its shape alone. HR_CUDNN_ATTENTION=0 sends every shape
+// to the own kernel. A cuDNN that cannot start (cudnnCreate fails) turns the fused path off with one warning.
 #include "core/backend/cuda/cudnn_attention.h"
 
 #include <cudnn.h>
@@ -20,8 +23,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,16 +47,6 @@ namespace fe = cudnn_frontend;
 
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
 
-cudnnHandle_t cudnn_handle() {
-  static std::once_flag once;
-  static cudnnHandle_t h;
-  std::call_once(once, [] {
-    const cudnnStatus_t st = cudnnCreate(&h);
-    if (st != CUDNN_STATUS_SUCCESS) throw Error(str("[cudnn] cudnnCreate failed: ", cudnnGetErrorString(st)));
-  });
-  return h;
-}
-
 std::atomic<bool>& enabled_flag() {
   static std::atomic<bool> on = [] {
     const char* v = std::getenv("HR_CUDNN_ATTENTION");
@@ -59,9 +54,40 @@ std::atomic<bool>& enabled_flag() {
   }();
   return on;
 }
-bool enabled() {
-  return enabled_flag().load();
+// The handle, made by start_cudnn; null until then, and where cuDNN could not start.
+struct CudnnStart {
+  std::mutex mu;
+  cudnnHandle_t handle = nullptr;
+};
+CudnnStart& cudnn_start() {
+  static CudnnStart s;
+  return s;
 }
+
+cudnnHandle_t cudnn_handle() {
+  CudnnStart& s = cudnn_start();
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.handle;
+}
+
+bool enabled() {
+  return enabled_flag().load() && cudnn_handle() != nullptr;
+}
+
+// One kernel cache per graph topology (direction, dtype, head dim, head grouping, mask and its alignment), shared
+// by the graphs of every sequence length and batch: a cache serves "same-topology operation graphs" only. Called
+// with graph_for's lock held.
+std::shared_ptr<fe::KernelCache> kernel_cache(const AttentionDesc& d, bool backward) {
+  using Topology = std::tuple<bool, int, int64_t, int64_t, int, bool>;
+  static std::map<Topology, std::shared_ptr<fe::KernelCache>> caches;
+  std::shared_ptr<fe::KernelCache>& c =
+      caches[Topology{backward, int(d.dtype), d.head_dim, d.q_heads / d.kv_heads, int(d.mask), d.q_len == d.kv_len}];
+  if (!c) c = std::make_shared<fe::KernelCache>();
+  return c;
+}
+
+// Whether cuDNN refused a dynamic-shape graph once: then every shape is built for itself alone (no second try).
+bool g_static_only = false;
 
 // (batch, seq, heads, dim) contiguous, as cuDNN's (batch, heads, seq, dim).
 std::vector<int64_t> bshd_dims(int64_t b, int64_t s, int64_t h, int64_t d) {
@@ -83,13 +109,14 @@ Key key_of(const AttentionDesc& d, bool backward, float scale) {
   return {d.batch, d.q_len, d.kv_len, d.q_heads, d.kv_heads, d.head_dim, int(d.dtype), int(d.mask), backward, scale};
 }
 
-Graph build_graph(const AttentionDesc& d, bool backward, float scale) {
+Graph build_graph(const AttentionDesc& d, bool backward, float scale, bool dynamic) {
   Graph out;
   out.graph = std::make_shared<fe::graph::Graph>();
   fe::graph::Graph& g = *out.graph;
   g.set_io_data_type(d.dtype == DType::BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
+  if (dynamic) g.set_dynamic_shape_enabled(true).set_kernel_cache(kernel_cache(d, backward));
   auto tensor = [&](const char* name, Uid uid, int64_t seq, int64_t heads) {
     return g.tensor(fe::graph::Tensor_attributes()
                         .set_name(name)
@@ -154,23 +181,37 @@ Graph build_graph(const AttentionDesc& d, bool backward, float scale) {
   return out;
 }
 
-// A graph the frontend refuses by throwing (no engine for the shape) is one that did not build.
+// A graph the frontend refuses by throwing (no engine for the shape) is one that did not build. Dynamic shapes
+// (and the shared kernel cache) first; the shape alone where they are refused.
 Graph build(const AttentionDesc& d, bool backward, float scale) {
-  try {
-    return build_graph(d, backward, scale);
-  } catch (const std::exception&) {
-    return Graph{};
+  for (bool dynamic : {true, false}) {
+    if (dynamic && g_static_only) continue;
+    try {
+      Graph g = build_graph(d, backward, scale, dynamic);
+      if (g.built) return g;
+    } catch (const std::exception&) {
+    }
+    if (dynamic) g_static_only = true;
   }
+  return Graph{};
 }
 
 // The graph of a shape, built on first use (a copy of the cached entry, which an eviction cannot take away);
 // not built when cuDNN does not take the shape.
+struct Graphs {
+  std::mutex mu;
+  core::LruMap<Key, Graph> map{256};
+};
+Graphs& graphs() {
+  static Graphs g;
+  return g;
+}
+
 Graph graph_for(const AttentionDesc& d, bool backward, float scale) {
   if (!enabled() || !core::cudnn_attention_admits(d, false)) return Graph{};
-  static std::mutex mu;
-  static core::LruMap<Key, Graph> graphs(64);
-  std::lock_guard<std::mutex> lock(mu);
-  return graphs.get(key_of(d, backward, scale), [&] { return build(d, backward, scale); });
+  Graphs& g = graphs();
+  std::lock_guard<std::mutex> lock(g.mu);
+  return g.map.get(key_of(d, backward, scale), [&] { return build(d, backward, scale); });
 }
 
 // The sizing query (attention_path.h). The op sizes before it knows nothing but the shape; the graphs are
@@ -212,14 +253,52 @@ bool run(const AttentionArgs& a, bool backward) {
   auto status = g.graph->execute(cudnn_handle(), pack, workspace);
   HR_CHECK(status.is_good(), "[", backward ? "attention_backward" : "attention",
            "] cuDNN's fused attention failed: ", status.get_message());
+  core::note_attention_kernel(core::AttentionKernel::Cudnn);
   return true;
 }
 
 }  // namespace
 
-void create_cudnn_handle() {
-  cudnn_handle();
+bool start_cudnn(CudnnCreate create) {
+  CudnnStart& s = cudnn_start();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.handle) return true;
+  void* h = nullptr;
+  std::string why;
+  if (!create(&h, &why)) {
+    std::fprintf(stderr,
+                 "headroom: warning: [cudnn] cudnnCreate failed (%s): fused attention is off, every attention runs "
+                 "headroom's own kernels\n",
+                 why.c_str());
+    core::set_cudnn_attention_query(nullptr);
+    return false;
+  }
+  s.handle = static_cast<cudnnHandle_t>(h);
   core::set_cudnn_attention_query(query);
+  return true;
+}
+
+void stop_cudnn() {
+  {  // the graphs' plans were made with the handle that goes
+    Graphs& g = graphs();
+    std::lock_guard<std::mutex> lock(g.mu);
+    g.map.clear();
+  }
+  CudnnStart& s = cudnn_start();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.handle) cudnnDestroy(s.handle);
+  s.handle = nullptr;
+  core::set_cudnn_attention_query(nullptr);
+}
+
+void create_cudnn_handle() {
+  start_cudnn([](void** handle, std::string* why) {
+    cudnnHandle_t h = nullptr;
+    const cudnnStatus_t st = cudnnCreate(&h);
+    *handle = h;
+    if (st != CUDNN_STATUS_SUCCESS) *why = cudnnGetErrorString(st);
+    return st == CUDNN_STATUS_SUCCESS;
+  });
 }
 
 void set_cudnn_attention_enabled(bool on) {

@@ -4,6 +4,10 @@
 namespace hr::cuda {
 
 void create_cudnn_handle() {}
+bool start_cudnn(CudnnCreate) {
+  return false;
+}
+void stop_cudnn() {}
 void set_cudnn_attention_enabled(bool) {}
 bool cudnn_attention_forward(const core::AttentionArgs&) {
   return false;

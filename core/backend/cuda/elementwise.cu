@@ -2,6 +2,7 @@
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
 #include "core/backend/cuda/device/dtype.cuh"
+#include "core/backend/cuda/launch.cuh"
 #include "core/ops/dropout_mask.h"
 
 namespace hr::cuda {
@@ -110,9 +111,8 @@ void axpby(const Tensor& out, float alpha, const Tensor& x, float beta, const Te
   const long long n = out.numel(), ny = y.numel() > 0 ? y.numel() : 1;
   dispatch_float(out.dtype(), "axpby", [&](auto tag) {
     using T = decltype(tag);
-    axpby_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<T>(), alpha, x.data<T>(), beta, y.data<T>(), n, ny);
+    launch_elements("axpby", n, axpby_kernel<T>, out.data<T>(), alpha, x.data<T>(), beta, y.data<T>(), n, ny);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void dropout(const Tensor& out, const Tensor& x, float p, uint64_t key) {
@@ -120,56 +120,50 @@ void dropout(const Tensor& out, const Tensor& x, float p, uint64_t key) {
   const uint32_t threshold = dropout_threshold(p);
   dispatch_float(out.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
-    dropout_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<T>(), x.data<T>(), threshold, 1.f / (1.f - p),
-                                                             (unsigned long long)key, n);
+    launch_elements("dropout", n, dropout_kernel<T>, out.data<T>(), x.data<T>(), threshold, 1.f / (1.f - p),
+                    (unsigned long long)key, n);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void mul(const Tensor& out, const Tensor& a, const Tensor& b) {
   const long long n = out.numel(), nb = b.numel() > 0 ? b.numel() : 1;
   dispatch_float(out.dtype(), "mul", [&](auto tag) {
     using T = decltype(tag);
-    mul_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<T>(), a.data<T>(), b.data<T>(), n, nb);
+    launch_elements("mul", n, mul_kernel<T>, out.data<T>(), a.data<T>(), b.data<T>(), n, nb);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void unary_forward(UnaryOp op, const Tensor& x, const Tensor& y) {
   const long long n = x.numel();
   dispatch_float(x.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
-    unary_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(op, x.data<T>(), y.data<T>(), n);
+    launch_elements("unary", n, unary_kernel<T>, op, x.data<T>(), y.data<T>(), n);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) {
   const long long n = x.numel();
   dispatch_float(x.dtype(), "unary_backward", [&](auto tag) {
     using T = decltype(tag);
-    unary_backward_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(op, x.data<T>(), dy.data<T>(), dx.data<T>(), n);
+    launch_elements("unary_backward", n, unary_backward_kernel<T>, op, x.data<T>(), dy.data<T>(), dx.data<T>(), n);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& y) {
   const long long n = gate.numel();
   dispatch_float(gate.dtype(), "swiglu", [&](auto tag) {
     using T = decltype(tag);
-    swiglu_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(gate.data<T>(), up.data<T>(), y.data<T>(), n);
+    launch_elements("swiglu", n, swiglu_kernel<T>, gate.data<T>(), up.data<T>(), y.data<T>(), n);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& dgate, const Tensor& dup) {
   const long long n = gate.numel();
   dispatch_float(gate.dtype(), "swiglu_backward", [&](auto tag) {
     using T = decltype(tag);
-    swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(gate.data<T>(), up.data<T>(), dy.data<T>(),
-                                                                     dgate.data<T>(), dup.data<T>(), n);
+    launch_elements("swiglu_backward", n, swiglu_backward_kernel<T>, gate.data<T>(), up.data<T>(), dy.data<T>(),
+                    dgate.data<T>(), dup.data<T>(), n);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void broadcast_scalar(const Tensor& out, const Tensor& scalar, float scale) {
@@ -177,9 +171,8 @@ void broadcast_scalar(const Tensor& out, const Tensor& scalar, float scale) {
   const long long n = out.numel();
   dispatch_float(out.dtype(), "broadcast_scalar", [&](auto tag) {
     using T = decltype(tag);
-    broadcast_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(out.data<T>(), scalar.data<float>(), scale, n);
+    launch_elements("broadcast_scalar", n, broadcast_kernel<T>, out.data<T>(), scalar.data<float>(), scale, n);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace hr::cuda

@@ -1,10 +1,15 @@
 // CUDA embedding lookup, its backward and image patchify: the twins of backend/cpu/embedding.cpp. The backward
-// gives each thread one column of the table and walks the tokens in order, so no two threads add into one
-// element and the sums come out in the CPU's order (no float atomics, the same bits every run).
+// sorts the keys (id, position) (a bitonic network, bitonic.h, in the workspace), so that each id's
+// positions lie together and in order; the block at the start of each id's run adds the run's gradient rows into
+// that table row, one thread per column, in position order. No two threads add into one element and every element
+// receives its sums in the CPU's order: the same bits as the twin, every run, with the tokens spread over the GPU
+// instead of walked by one thread per column.
+#include "core/backend/cuda/bitonic.h"
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
 #include "core/backend/cuda/device/dtype.cuh"
 #include "core/backend/cuda/first_index.cuh"
+#include "core/backend/cuda/launch.cuh"
 
 namespace hr::cuda {
 
@@ -26,8 +31,7 @@ void check_ids(const I* ids, const Tensor& t, int64_t vocab, const char* op) {
   const int64_t n = t.numel();
   if (n == 0) return;
   clear_first_index(g_bad_id);
-  check_ids_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(ids, n, vocab);
-  HR_CUDA_CHECK(cudaGetLastError());
+  launch_elements(op, n, check_ids_kernel<I>, ids, n, vocab);
   const unsigned long long bad = first_index(g_bad_id);
   HR_CHECK(bad == kNoIndex, "[", op, "] id ", index_at(t, bad), " at position ", bad, " is outside the vocabulary [0, ",
            vocab, ")");
@@ -42,13 +46,76 @@ __global__ void gather_kernel(const I* ids, const E* table, E* out, long long n,
   out[t] = table[(long long)ids[i] * dim + c];
 }
 
-template <typename T, typename G, typename I>
-__global__ void scatter_add_kernel(const I* ids, const G* dy, T* dtable, long long n, long long dim) {
-  const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+using Key = unsigned long long;
+constexpr Key kPadKey = ~Key(0);  // after every real key
+
+// keys[i] = id[i] << 32 | i for the n tokens (ids and positions below 2^32, checked by the launch), kPadKey beyond
+// them up to the padded length: sorted, each id's positions lie together and in order.
+constexpr int kPositionBits = 32;
+template <typename I>
+__global__ void embedding_keys_kernel(const I* ids, Key* keys, long long n, long long length) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < length) keys[i] = i < n ? Key(ids[i]) << kPositionBits | Key(i) : kPadKey;
+}
+
+__device__ __forceinline__ void compare_swap(Key& a, Key& b, bool ascending) {
+  if ((a > b) == ascending) {
+    const Key t = a;
+    a = b;
+    b = t;
+  }
+}
+
+// A shared-memory pass (bitonic.h: Sort or Finish): block b holds chunk b, one thread per pair.
+__global__ void bitonic_shared_kernel(Key* keys, long long chunk, long long first_size, long long last_size) {
+  __shared__ Key s[kBitonicChunk];
+  const long long base = (long long)blockIdx.x * chunk, t = threadIdx.x, half = chunk / 2;
+  s[t] = keys[base + t];
+  s[t + half] = keys[base + t + half];
+  __syncthreads();
+  bitonic_chunk_steps(first_size, last_size, chunk, [&](int64_t size, int64_t stride) {
+    const BitonicPair p = bitonic_pair(t, size, stride, base);
+    compare_swap(s[p.i], s[p.j], p.ascending);
+    __syncthreads();
+  });
+  keys[base + t] = s[t];
+  keys[base + t + half] = s[t + half];
+}
+
+// A global step (size, stride): one thread per pair of the whole array.
+__global__ void bitonic_global_kernel(Key* keys, long long pairs, long long size, long long stride) {
+  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= pairs) return;
+  const BitonicPair p = bitonic_pair(t, size, stride, 0);
+  compare_swap(keys[p.i], keys[p.j], p.ascending);
+}
+
+// Block (j, column tile): where sorted key j starts its id's run, that table row's columns receive the run's
+// gradient rows, in position order, each add rounded to the table's type as the CPU twin's is.
+template <typename T, typename G>
+__global__ void embedding_add_runs_kernel(const Key* keys, const G* dy, T* dtable, long long n, long long dim) {
+  const long long j = blockIdx.x;
+  const Key id = keys[j] >> kPositionBits;
+  if (j > 0 && keys[j - 1] >> kPositionBits == id) return;  // inside a run: its first key's block adds it
+  const long long c = (long long)blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= dim) return;
-  for (long long i = 0; i < n; ++i) {
-    const long long o = (long long)ids[i] * dim + c;
-    store(dtable, o, load(dtable, o) + load(dy, i * dim + c));
+  constexpr Key kPosition = (Key(1) << kPositionBits) - 1;
+  T* row = dtable + (long long)id * dim;
+  float acc = load(row, c);
+  for (long long k = j; k < n && keys[k] >> kPositionBits == id; ++k)
+    acc = device::round_as<T>(acc + load(dy, (long long)(keys[k] & kPosition) * dim + c));
+  store(row, c, acc);
+}
+
+// Sorts the keys (padded to a power of two, `length`) in place.
+void sort_keys(Key* keys, int64_t length) {
+  const int64_t chunk = bitonic_chunk(length), chunks = length / chunk;
+  for (const BitonicStep& s : bitonic_schedule(length)) {
+    if (s.kind == BitonicKind::Global)
+      launch_elements("embedding_backward", length / 2, bitonic_global_kernel, keys, length / 2, s.size, s.stride);
+    else
+      launch_kernel(checked_grid("embedding_backward", chunks), dim3(unsigned(chunk / 2)), 0, bitonic_shared_kernel,
+                    keys, chunk, s.kind == BitonicKind::Sort ? int64_t(2) : s.size, s.size);
   }
 }
 
@@ -86,32 +153,38 @@ void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out
     using I = decltype(itag);
     const I* id = ids.data<I>();
     check_ids(id, ids, vocab, "embedding");
-    if (n * dim == 0) return;
     by_width(table.element_size(), "embedding", [&](auto etag) {
       using E = decltype(etag);
-      gather_kernel<<<blocks_for(n * dim), kThreads, 0, stream()>>>(id, static_cast<const E*>(table.data_ptr()),
-                                                                    static_cast<E*>(out.data_ptr()), n, dim);
+      launch_elements("embedding", n * dim, gather_kernel<E, I>, id, static_cast<const E*>(table.data_ptr()),
+                      static_cast<E*>(out.data_ptr()), n, dim);
     });
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
-void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable) {
+void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtable, const Tensor& workspace) {
   const int64_t n = ids.numel(), vocab = dtable.size(0), dim = dtable.size(1);
   dispatch_index(ids.dtype(), "embedding_backward", [&](auto itag) {
     using I = decltype(itag);
     const I* id = ids.data<I>();
     check_ids(id, ids, vocab, "embedding_backward");
     if (n * dim == 0) return;
+    HR_CHECK(n < (int64_t(1) << 32) && vocab <= (int64_t(1) << 32), "[embedding_backward] ", n, " tokens over ", vocab,
+             " ids: the CUDA kernel sorts (id, position) in 64 bits, 32 each");
+    const int64_t length = bitonic_length(n);
+    HR_CHECK(workspace.nbytes() >= std::size_t(length) * sizeof(Key),
+             "[embedding_backward] the workspace is smaller than its sizing rule");
+    Key* keys = static_cast<Key*>(workspace.data_ptr());
+    launch_elements("embedding_backward", length, embedding_keys_kernel<I>, id, keys, n, length);
+    sort_keys(keys, length);
     dispatch_float(dtable.dtype(), "embedding_backward", [&](auto tag) {
       using T = decltype(tag);
       dispatch_float(dy.dtype(), "embedding_backward", [&](auto gtag) {
         using G = decltype(gtag);
-        scatter_add_kernel<<<blocks_for(dim), kThreads, 0, stream()>>>(id, dy.data<G>(), dtable.data<T>(), n, dim);
+        launch_kernel(checked_grid("embedding_backward", n, blocks_of(dim, kThreads)), dim3(kThreads), 0,
+                      embedding_add_runs_kernel<T, G>, keys, dy.data<G>(), dtable.data<T>(), n, dim);
       });
     });
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void patchify(const Tensor& images, const Tensor& patches, int64_t p, bool inverse) {
@@ -119,11 +192,10 @@ void patchify(const Tensor& images, const Tensor& patches, int64_t p, bool inver
   if (total == 0) return;
   by_width(images.element_size(), "patchify", [&](auto etag) {
     using E = decltype(etag);
-    patchify_kernel<<<blocks_for(total), kThreads, 0, stream()>>>(
-        static_cast<E*>(images.data_ptr()), static_cast<E*>(patches.data_ptr()), total, images.size(1), images.size(2),
-        images.size(3), p, inverse);
+    launch_elements("patchify", total, patchify_kernel<E>, static_cast<E*>(images.data_ptr()),
+                    static_cast<E*>(patches.data_ptr()), total, images.size(1), images.size(2), images.size(3), p,
+                    inverse);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace hr::cuda

@@ -2,9 +2,10 @@
 // computed as the column-major C^T = B^T A^T; a transposed view is an op flag, never a copy, and batches are
 // strided layouts (a batch stride of 0 broadcasts). Operands of two different dtypes are staged in the workspace
 // in one: f32 when C is f32, else C's 16-bit type (cuBLAS has no f32-input GEMM with a 16-bit output). cuBLASLt works
-// in the scratchpad the op allocates from the caching allocator (both sized in sizing.cpp) and is told its size, so it
-// never allocates on its own. The chosen algorithm is cached per shape; a shape cuBLASLt's heuristic has no algorithm
-// for goes through cublasGemmStridedBatchedEx in the same scratchpad.
+// in the scratchpad the op allocates from the caching allocator (both sized in sizing.cpp, the scratchpad by the
+// GPU's architecture: sizing_rules.h) and is told its size, so it never allocates on its own. The chosen algorithm is
+// cached per shape; a shape cuBLASLt's heuristic has no algorithm for goes through cublasGemmStridedBatchedEx in the
+// same scratchpad.
 #include <cublasLt.h>
 
 #include <memory>
@@ -21,8 +22,6 @@
 namespace hr::cuda {
 
 namespace {
-
-constexpr std::size_t kCublasWorkspace = std::size_t(4) << 20;  // must match sizing.cpp
 
 cublasHandle_t handle() {
   static std::once_flag once;
@@ -70,9 +69,10 @@ struct LtProblem {
   int type_b, type_a, type_c;
   bool accumulate;
   uint32_t align_b, align_a, align_c;  // the pointers' alignment: the heuristic assumes 256 bytes unless told
+  std::size_t workspace;               // the scratchpad's bytes: the heuristic keeps to algorithms within it
   auto key() const {
     return std::make_tuple(op_b, op_a, n, m, k, ld_b, ld_a, stride_b, stride_a, batch, type_b, type_a, type_c,
-                           accumulate, align_b, align_a, align_c);
+                           accumulate, align_b, align_a, align_c, workspace);
   }
 };
 
@@ -91,7 +91,7 @@ class LtPlan {
     layout(&c_, cudaDataType_t(p.type_c), p.n, p.m, p.n, p.n * p.m, p.batch);
     cublasLtMatmulPreference_t pref;
     HR_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const std::size_t limit = kCublasWorkspace;
+    const std::size_t limit = p.workspace;
     HR_CUBLASLT_CHECK(
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof(limit)));
     // cuBLASLt's A is our B (and the other way round); C and D are the same buffer.
@@ -106,7 +106,8 @@ class LtPlan {
     const cublasStatus_t st =
         cublasLtMatmulAlgoGetHeuristic(lt_handle(), desc_, b_, a_, c_, c_, pref, 1, &heuristic_, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    usable_ = st == CUBLAS_STATUS_SUCCESS && found > 0 && heuristic_.workspaceSize <= kCublasWorkspace;
+    usable_ = st == CUBLAS_STATUS_SUCCESS && found > 0 && heuristic_.workspaceSize <= p.workspace;
+    workspace_ = p.workspace;
   }
   LtPlan(const LtPlan&) = delete;
   LtPlan& operator=(const LtPlan&) = delete;
@@ -119,7 +120,7 @@ class LtPlan {
   bool usable() const { return usable_; }
   void run(const float* alpha, const void* b, const void* a, const float* beta, void* c, void* workspace) const {
     HR_CUBLASLT_CHECK(cublasLtMatmul(lt_handle(), desc_, alpha, b, b_, a, a_, beta, c, c_, c, c_, &heuristic_.algo,
-                                     workspace, kCublasWorkspace, stream()));
+                                     workspace, workspace_, stream()));
   }
 
  private:
@@ -136,6 +137,7 @@ class LtPlan {
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr;
   cublasLtMatmulHeuristicResult_t heuristic_{};
+  std::size_t workspace_ = 0;
   bool usable_ = false;
 };
 
@@ -163,8 +165,8 @@ void create_library_handles() {
 
 void gemm(const GemmArgs& g) {
   const GemmDesc& d = g.desc;
-  HR_CHECK(g.scratchpad.defined() && g.scratchpad.nbytes() >= kCublasWorkspace, "[gemm] cuBLASLt needs a ",
-           kCublasWorkspace, "-byte scratchpad");
+  HR_CHECK(g.scratchpad.defined() && g.scratchpad.nbytes() > 0, "[gemm] cuBLASLt needs a scratchpad (sizing.cpp)");
+  const std::size_t scratch = g.scratchpad.nbytes();
   if (d.m == 0 || d.n == 0 || d.batch == 0) return;
   if (d.k == 0) {  // C = beta C: no product to run
     if (d.beta == 0.f)
@@ -213,7 +215,8 @@ void gemm(const GemmArgs& g) {
                     beta != 0.f,
                     alignment(b.data_ptr()),
                     alignment(a.data_ptr()),
-                    alignment(g.c.data_ptr())};
+                    alignment(g.c.data_ptr()),
+                    scratch};
   const std::shared_ptr<const LtPlan> plan = plan_for(p);
   if (plan->usable()) {
     plan->run(&alpha, b.data_ptr(), a.data_ptr(), &beta, g.c.data_ptr(), g.scratchpad.data_ptr());
@@ -221,7 +224,7 @@ void gemm(const GemmArgs& g) {
   }
   // In this order: cublasSetStream puts cuBLAS back on its own workspace pool (cudaMalloc'd, outside the allocator).
   HR_CUBLAS_CHECK(cublasSetStream(handle(), stream()));
-  HR_CUBLAS_CHECK(cublasSetWorkspace(handle(), g.scratchpad.data_ptr(), kCublasWorkspace));
+  HR_CUBLAS_CHECK(cublasSetWorkspace(handle(), g.scratchpad.data_ptr(), scratch));
   HR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle(), ob.op, oa.op, int(d.n), int(d.m), int(d.k), &alpha, b.data_ptr(),
                                              cuda_type(b.dtype()), ob.ld, bs[0], a.data_ptr(), cuda_type(a.dtype()),
                                              oa.ld, as[0], &beta, g.c.data_ptr(), cuda_type(d.c_dtype), d.n, d.m * d.n,

@@ -1,6 +1,8 @@
 // CUDA layer norm and RMS norm, forward and backward: the twins of backend/cpu/norm.cpp. One block per row with
-// f32 statistics; the weight and bias gradients are summed per 32-row partial into the workspace (sizing.cpp),
-// then the partials in order per column, so the result does not depend on scheduling.
+// f32 statistics; the weight and bias gradients are column sums in a fixed order (column_sums.cuh: stretches of
+// rows into partials in the workspace, then each column's partials in order), so the result does not depend on
+// scheduling.
+#include "core/backend/cuda/column_sums.cuh"
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
 #include "core/backend/cuda/device/dtype.cuh"
@@ -15,11 +17,6 @@ using device::load;
 using device::store;
 
 constexpr int kRowThreads = 256;
-constexpr long long kRowsPerPartial = 32;  // must match sizing.cpp
-
-std::size_t align256(std::size_t n) {
-  return (n + 255) / 256 * 256;
-}
 
 template <typename T, typename W>
 __global__ void norm_forward_kernel(const T* x, const W* w, const W* b, T* y, float* mean, float* rstd, long long cols,
@@ -71,47 +68,41 @@ __global__ void norm_dx_kernel(const T* x, const T* dy, const W* w, const float*
   }
 }
 
-// Partial p of column c: the sums of dy xhat and dy over rows [32 p, 32 p + 32).
+// The weight gradient (sum of dy * xhat) and the bias gradient (sum of dy) of each column, as partials per stretch
+// of rows (column_sums.cuh).
 template <typename T>
-__global__ void norm_partials_kernel(const T* x, const T* dy, const float* mean, const float* rstd, float* pw,
-                                     float* pb, long long rows, long long cols, bool ln) {
-  const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x, p = blockIdx.y;
-  if (c >= cols) return;
-  float sw = 0.f, sb = 0.f;
-  for (long long r = p * kRowsPerPartial; r < min(rows, (p + 1) * kRowsPerPartial); ++r) {
+__global__ void norm_partials_kernel(const T* x, const T* dy, const float* mean, const float* rstd, double* partial,
+                                     long long rows, long long cols, ColumnSplit split, bool ln) {
+  column_partials<2>(rows, cols, split, partial, [&](long long r, long long c, double* s) {
     const float g = load(dy, r * cols + c);
-    sw += g * (load(x, r * cols + c) - (ln ? mean[r] : 0.f)) * rstd[r];
-    sb += g;
-  }
-  pw[p * cols + c] = sw;
-  pb[p * cols + c] = sb;
+    s[0] += g * (load(x, r * cols + c) - (ln ? mean[r] : 0.f)) * rstd[r];
+    s[1] += g;
+  });
 }
 
 template <typename O>
-__global__ void sum_partials_kernel(const float* partial, O* out, long long partials, long long cols, bool accumulate) {
+__global__ void norm_totals_kernel(const double* partial, O* out, long long partials, long long cols, int which,
+                                   bool accumulate) {
   const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= cols) return;
-  float t = accumulate ? load(out, c) : 0.f;
-  for (long long p = 0; p < partials; ++p) t += partial[p * cols + c];
-  store(out, c, t);
+  const double t = column_total<2>(partial, partials, cols, c, which);
+  store(out, c, (accumulate ? load(out, c) : 0.f) + float(t));
 }
 
 }  // namespace
 
 void norm_forward(const NormArgs& a) {
   const int64_t rows = a.x.size(0), cols = a.x.size(1);
-  if (rows == 0) return;
   const bool ln = a.kind == NormKind::LayerNorm;
   dispatch_float(a.x.dtype(), "norm", [&](auto tag) {
     using T = decltype(tag);
     dispatch_float(a.weight.dtype(), "norm", [&](auto wtag) {
       using W = decltype(wtag);
-      norm_forward_kernel<<<unsigned(rows), kRowThreads, 0, stream()>>>(
-          a.x.data<T>(), a.weight.data<W>(), a.bias.defined() ? a.bias.data<W>() : nullptr, a.y.data<T>(),
-          ln ? a.mean.data<float>() : nullptr, a.rstd.data<float>(), cols, a.eps, ln);
+      launch_rows("norm", rows, kRowThreads, norm_forward_kernel<T, W>, a.x.data<T>(), a.weight.data<W>(),
+                  a.bias.defined() ? a.bias.data<W>() : nullptr, a.y.data<T>(), ln ? a.mean.data<float>() : nullptr,
+                  a.rstd.data<float>(), cols, a.eps, ln);
     });
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void norm_backward(const NormArgs& a) {
@@ -123,29 +114,27 @@ void norm_backward(const NormArgs& a) {
     using T = decltype(tag);
     dispatch_float(a.weight.dtype(), "norm_backward", [&](auto wtag) {
       using W = decltype(wtag);
-      if (rows > 0)
-        norm_dx_kernel<<<unsigned(rows), kRowThreads, 0, stream()>>>(a.x.data<T>(), a.dy.data<T>(), a.weight.data<W>(),
-                                                                     mean, rstd, a.dx.data<T>(), cols, ln);
+      launch_rows("norm_backward", rows, kRowThreads, norm_dx_kernel<T, W>, a.x.data<T>(), a.dy.data<T>(),
+                  a.weight.data<W>(), mean, rstd, a.dx.data<T>(), cols, ln);
     });
     if (!a.dweight.defined() || cols == 0) return;
-    const long long partials = std::max<long long>(1, (rows + kRowsPerPartial - 1) / kRowsPerPartial);
-    float* pw = static_cast<float*>(a.workspace.data_ptr());
-    float* pb = reinterpret_cast<float*>(static_cast<char*>(a.workspace.data_ptr()) +
-                                         align256(std::size_t(partials * cols) * 4));
-    const dim3 grid(blocks_for(cols), unsigned(partials));
-    norm_partials_kernel<<<grid, kThreads, 0, stream()>>>(a.x.data<T>(), a.dy.data<T>(), mean, rstd, pw, pb, rows, cols,
-                                                          ln);
+    const ColumnSplit split = column_split(rows, cols);
+    HR_CHECK(a.workspace.nbytes() >= column_sums_workspace_bytes(rows, cols, 2),
+             "[norm_backward] the workspace is smaller than its sizing rule");
+    double* partial = static_cast<double*>(a.workspace.data_ptr());
+    launch_kernel(column_partials_grid("norm_backward", split), column_partials_block(), 0, norm_partials_kernel<T>,
+                  a.x.data<T>(), a.dy.data<T>(), mean, rstd, partial, rows, cols, split, ln);
     const bool acc = a.accumulate == Accumulate::Yes;
-    auto finish = [&](const Tensor& out, const float* partial) {
+    auto finish = [&](const Tensor& out, int which) {
       dispatch_float(out.dtype(), "norm_backward", [&](auto otag) {
         using O = decltype(otag);
-        sum_partials_kernel<<<blocks_for(cols), kThreads, 0, stream()>>>(partial, out.data<O>(), partials, cols, acc);
+        launch_elements("norm_backward", cols, norm_totals_kernel<O>, partial, out.data<O>(), split.partials, cols,
+                        which, acc);
       });
     };
-    finish(a.dweight, pw);
-    if (a.dbias.defined()) finish(a.dbias, pb);
+    finish(a.dweight, 0);
+    if (a.dbias.defined()) finish(a.dbias, 1);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace hr::cuda

@@ -1,8 +1,10 @@
 // CUDA optimizer updates: the twins of backend/cpu/optimizer.cpp, one fused element-wise pass per parameter in
-// f32 (AdamW, SGD), and Adafactor's row, column and RMS reductions in a fixed order before its update. The scalars
+// f32 (AdamW, SGD), and Adafactor's row, column (column_sums.cuh, partials in the workspace) and RMS reductions
+// in a fixed order before its update. The scalars
 // one pass hands the next (Adafactor's mean row moment and clipping divisor) stay on the device.
 #include <cmath>
 
+#include "core/backend/cuda/column_sums.cuh"
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
 #include "core/backend/cuda/device/dtype.cuh"
@@ -67,16 +69,21 @@ __global__ void adafactor_rows_kernel(const G* g, float* r, long long cols, floa
   if (threadIdx.x == 0) r[row] = decay * r[row] + (1.f - decay) * float(s / double(cols));
 }
 
+// The column moments' sums over the rows, as partials per stretch of rows (column_sums.cuh), then in order.
 template <typename G>
-__global__ void adafactor_cols_kernel(const G* g, float* c, long long rows, long long cols, float scale, float eps1,
-                                      float decay) {
+__global__ void adafactor_col_partials_kernel(const G* g, double* partial, long long rows, long long cols,
+                                              ColumnSplit split, float scale, float eps1) {
+  column_partials<1>(rows, cols, split, partial, [&](long long i, long long j, double* s) {
+    const float x = load(g, i * cols + j) * scale;
+    s[0] += double(x) * x + eps1;
+  });
+}
+
+__global__ void adafactor_cols_kernel(const double* partial, float* c, long long partials, long long rows,
+                                      long long cols, float decay) {
   const long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= cols) return;
-  double s = 0.0;
-  for (long long i = 0; i < rows; ++i) {
-    const float x = load(g, i * cols + j) * scale;
-    s += double(x) * x + eps1;
-  }
+  const double s = column_total<1>(partial, partials, cols, j, 0);
   c[j] = decay * c[j] + (1.f - decay) * float(s / double(rows));
 }
 
@@ -139,62 +146,62 @@ float* master_of(const Tensor& master) {
 void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m, const Tensor& v,
                   const AdamWHyper& h) {
   const int64_t n = param.numel();
-  if (n == 0) return;
   const float bc1 = 1.f - std::pow(h.beta1, float(h.step)), bc2 = 1.f - std::pow(h.beta2, float(h.step));
   const float step_size = h.lr / bc1, bc2_sqrt = std::sqrt(bc2), decay = 1.f - h.lr * h.weight_decay;
   dispatch_update(param, grad, "adamw", [&](auto ptag, auto gtag) {
     using P = decltype(ptag);
     using G = decltype(gtag);
-    adamw_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(param.data<P>(), grad.data<G>(), master_of(master),
-                                                           m.data<float>(), v.data<float>(), n, h, step_size, bc2_sqrt,
-                                                           decay);
+    launch_elements("adamw", n, adamw_kernel<P, G>, param.data<P>(), grad.data<G>(), master_of(master), m.data<float>(),
+                    v.data<float>(), n, h, step_size, bc2_sqrt, decay);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,
                 const SgdHyper& h) {
   const int64_t n = param.numel();
-  if (n == 0) return;
   dispatch_update(param, grad, "sgd", [&](auto ptag, auto gtag) {
     using P = decltype(ptag);
     using G = decltype(gtag);
-    sgd_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(param.data<P>(), grad.data<G>(), master_of(master),
-                                                         momentum.defined() ? momentum.data<float>() : nullptr, n, h);
+    launch_elements("sgd", n, sgd_kernel<P, G>, param.data<P>(), grad.data<G>(), master_of(master),
+                    momentum.defined() ? momentum.data<float>() : nullptr, n, h);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void adafactor_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& row,
-                      const Tensor& col, const AdafactorHyper& h) {
+                      const Tensor& col, const AdafactorHyper& h, const Tensor& workspace) {
   const int64_t n = param.numel();
   if (n == 0) return;
   const bool factored = col.defined();
   const int64_t cols = factored ? param.size(-1) : n, rows = factored ? n / cols : 1;
   float* r = row.data<float>();
   float* c = factored ? col.data<float>() : nullptr;
+  const dim3 partials(device::kPartials), partial_threads(device::kPartialThreads), one(1);
   dispatch_float(grad.dtype(), "adafactor", [&](auto gtag) {
     using G = decltype(gtag);
     const G* g = grad.data<G>();
     if (factored) {
-      adafactor_rows_kernel<<<unsigned(rows), kThreads, 0, stream()>>>(g, r, cols, h.grad_scale, h.eps1, h.beta2);
-      adafactor_cols_kernel<<<blocks_for(cols), kThreads, 0, stream()>>>(g, c, rows, cols, h.grad_scale, h.eps1,
-                                                                         h.beta2);
-      sum_rows_kernel<<<device::kPartials, device::kPartialThreads, 0, stream()>>>(r, rows);
-      rmean_kernel<<<1, device::kPartials, 0, stream()>>>(rows);
+      launch_rows("adafactor", rows, kThreads, adafactor_rows_kernel<G>, g, r, cols, h.grad_scale, h.eps1, h.beta2);
+      const ColumnSplit split = column_split(rows, cols);
+      HR_CHECK(workspace.nbytes() >= column_sums_workspace_bytes(rows, cols, 1),
+               "[adafactor] the workspace is smaller than its sizing rule");
+      double* partial = static_cast<double*>(workspace.data_ptr());
+      launch_kernel(column_partials_grid("adafactor", split), column_partials_block(), 0,
+                    adafactor_col_partials_kernel<G>, g, partial, rows, cols, split, h.grad_scale, h.eps1);
+      launch_elements("adafactor", cols, adafactor_cols_kernel, partial, c, split.partials, rows, cols, h.beta2);
+      launch_kernel(partials, partial_threads, 0, sum_rows_kernel, r, rows);
+      launch_kernel(one, partials, 0, rmean_kernel, rows);
     } else {
-      adafactor_full_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(g, r, n, h.grad_scale, h.eps1, h.beta2);
+      launch_elements("adafactor", n, adafactor_full_kernel<G>, g, r, n, h.grad_scale, h.eps1, h.beta2);
     }
-    u_squares_kernel<<<device::kPartials, device::kPartialThreads, 0, stream()>>>(g, r, c, n, cols, h.grad_scale);
-    clip_kernel<<<1, device::kPartials, 0, stream()>>>(n, h.clip_threshold);
+    launch_kernel(partials, partial_threads, 0, u_squares_kernel<G>, g, r, c, n, cols, h.grad_scale);
+    launch_kernel(one, partials, 0, clip_kernel, n, h.clip_threshold);
   });
   dispatch_update(param, grad, "adafactor", [&](auto ptag, auto gtag) {
     using P = decltype(ptag);
     using G = decltype(gtag);
-    adafactor_update_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(param.data<P>(), grad.data<G>(),
-                                                                      master_of(master), r, c, n, cols, h);
+    launch_elements("adafactor", n, adafactor_update_kernel<P, G>, param.data<P>(), grad.data<G>(), master_of(master),
+                    r, c, n, cols, h);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace hr::cuda

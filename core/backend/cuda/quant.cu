@@ -2,6 +2,7 @@
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
 #include "core/backend/cuda/device/dtype.cuh"
+#include "core/backend/cuda/launch.cuh"
 
 namespace hr::cuda {
 
@@ -53,10 +54,9 @@ void dequantize(const DequantArgs& a) {
   const long long rows = a.out.size(0), cols = a.out.size(1);
   dispatch_float(a.out.dtype(), "dequantize", [&](auto tag) {
     using T = decltype(tag);
-    dequantize_kernel<<<blocks_for(rows * cols), kThreads, 0, stream()>>>(a.out.data<T>(), a.blob.data<uint8_t>(),
-                                                                          codes, a.layout, a.row0, a.col0, rows, cols);
+    launch_elements("dequantize", rows * cols, dequantize_kernel<T>, a.out.data<T>(), a.blob.data<uint8_t>(), codes,
+                    a.layout, a.row0, a.col0, rows, cols);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace hr::cuda

@@ -1,26 +1,28 @@
 // Workspace sizes of the CUDA back-end, in plain C++ so every build (and the meta device) can plan a GPU run.
-// They are exactly what the CUDA kernels are given: cuBLASLt's workspace, the widened GEMM operands, cuDNN's
-// fused-attention workspace or the own attention backward's delta (attention.cu), the norm weight-gradient
-// partials (norm.cu).
+// They are exactly what the CUDA kernels are given: cuBLASLt's workspace (by architecture), the widened GEMM
+// operands, cuDNN's fused-attention workspace or the own attention backward's delta (attention.cu), the column
+// sums' partials (norm weight gradients, bias gradients, Adafactor's column moments). The rules the kernels share
+// are in sizing_rules.h.
 #include <algorithm>
 #include <atomic>
 
 #include "core/backend/cuda/attention_path.h"
+#include "core/backend/cuda/bitonic.h"
+#include "core/backend/cuda/sizing_rules.h"
 #include "core/backend/kernels.h"
+#include "core/memory/device_memory.h"
 
 namespace hr::core {
 
 namespace {
 
-constexpr std::size_t kCublasWorkspace = std::size_t(4) << 20;  // per GEMM call, as cublasSetWorkspace is given
-constexpr int64_t kNormRowsPerPartial = 32;                     // rows summed per weight-gradient partial
-
 std::size_t align(std::size_t n) {
-  return (n + 255) / 256 * 256;
+  return cuda::align_workspace(n);
 }
 
+// cuBLASLt's workspace for the architecture this context sizes for (every GEMM call gets it whole).
 std::size_t gemm_scratchpad(const GemmDesc&) {
-  return kCublasWorkspace;
+  return cuda::cublas_workspace_bytes(sizing_cuda_arch());
 }
 
 // cuBLAS wants one input type: operands of two dtypes are staged in f32 when C is f32, else in C's 16-bit type
@@ -39,17 +41,19 @@ std::size_t gemm_bytes(const GemmDesc& d) {
 
 std::atomic<CudnnAttentionQuery> g_cudnn_query{nullptr};
 
-std::size_t own_attention_bytes(const AttentionDesc& a, bool backward) {
-  if (!backward) return 0;
+std::size_t own_attention_bytes(const AttentionDesc& a, AttentionPass pass) {
+  if (pass != AttentionPass::Backward) return 0;
   return align(std::size_t(a.batch * a.q_heads * a.q_len) * 4);  // delta = rowsum(dO * O), f32
 }
 
 // On a GPU, cuDNN's own figure for the shapes whose graph builds there. Without one (planning for a GPU
 // elsewhere), a shape cuDNN admits gets the larger of cuDNN's rule and the own kernel's need: either kernel
 // runs within it.
-std::size_t attention_bytes(const AttentionDesc& a, bool backward) {
-  const std::size_t own = own_attention_bytes(a, backward);
-  if (!cudnn_attention_admits(a, false)) return own;
+std::size_t attention_bytes(const AttentionDesc& a, AttentionPass pass) {
+  const std::size_t own = own_attention_bytes(a, pass);
+  // A KV cache's queries take the own kernel: no cuDNN graph is built (or asked about) for them.
+  if (!cudnn_attention_admits(a, pass == AttentionPass::Cached)) return own;
+  const bool backward = pass == AttentionPass::Backward;
   if (CudnnAttentionQuery query = g_cudnn_query.load()) {
     std::size_t workspace = 0;
     return query(a, backward, &workspace) ? std::max(workspace, own) : own;
@@ -57,9 +61,18 @@ std::size_t attention_bytes(const AttentionDesc& a, bool backward) {
   return std::max(own, cudnn_attention_rule_workspace(a, backward));
 }
 
+// The weight and the bias gradient's column sums at once.
 std::size_t norm_bytes(int64_t rows, int64_t cols) {
-  const int64_t partials = std::max<int64_t>(1, (rows + kNormRowsPerPartial - 1) / kNormRowsPerPartial);
-  return 2 * align(std::size_t(partials * cols) * 4);
+  return cuda::column_sums_workspace_bytes(rows, cols, 2);
+}
+
+std::size_t column_sums_bytes(int64_t rows, int64_t cols) {
+  return cuda::column_sums_workspace_bytes(rows, cols, 1);
+}
+
+// The sorted (id, position) keys of the embedding backward, padded for the bitonic network.
+std::size_t embedding_bytes(int64_t ids) {
+  return ids > 0 ? align(std::size_t(cuda::bitonic_length(ids)) * sizeof(uint64_t)) : 0;
 }
 
 }  // namespace
@@ -75,6 +88,30 @@ std::size_t cudnn_attention_rule_workspace(const AttentionDesc& d, bool backward
   return align(rows * std::size_t(d.head_dim) * 4) + align(rows * 4);
 }
 
+namespace {
+thread_local AttentionKernel t_last_attention = AttentionKernel::None;
+}
+
+void note_attention_kernel(AttentionKernel kernel) {
+  t_last_attention = kernel;
+}
+AttentionKernel last_attention_kernel() {
+  return t_last_attention;
+}
+const char* attention_kernel_name(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::None:
+      return "none";
+    case AttentionKernel::Cudnn:
+      return "cuDNN";
+    case AttentionKernel::Tiled:
+      return "own tiled";
+    case AttentionKernel::Rows:
+      return "own per-row";
+  }
+  return "?";
+}
+
 void set_cudnn_attention_query(CudnnAttentionQuery query) {
   g_cudnn_query.store(query);
 }
@@ -86,10 +123,14 @@ const Kernels& cuda_sizing_kernels() {
   static const Kernels k = [] {
     Kernels t;
     t.backend = "CUDA";
+    t.gemm_mixing = GemmMixing::NarrowToOutput;
+    t.cross_entropy_chunk_bytes = cuda::kCrossEntropyChunkBytes;
     t.gemm_workspace_bytes = gemm_bytes;
     t.gemm_scratchpad_bytes = gemm_scratchpad;
     t.attention_workspace_bytes = attention_bytes;
     t.norm_workspace_bytes = norm_bytes;
+    t.column_sums_workspace_bytes = column_sums_bytes;
+    t.embedding_workspace_bytes = embedding_bytes;
     return t;
   }();
   return k;

@@ -6,6 +6,7 @@
 #include "core/backend/cuda/device/dtype.cuh"
 #include "core/backend/cuda/device/reduce.cuh"
 #include "core/backend/cuda/first_index.cuh"
+#include "core/backend/cuda/launch.cuh"
 
 namespace hr::cuda {
 
@@ -64,9 +65,8 @@ void softmax_forward(const Tensor& x, const Tensor& y) {
   if (rows == 0) return;
   dispatch_float(x.dtype(), "softmax", [&](auto tag) {
     using T = decltype(tag);
-    softmax_kernel<<<unsigned(rows), kRowThreads, 0, stream()>>>(x.data<T>(), y.data<T>(), cols);
+    launch_rows("softmax", rows, kRowThreads, softmax_kernel<T>, x.data<T>(), y.data<T>(), cols);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
@@ -74,10 +74,9 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   if (rows == 0) return;
   dispatch_float(y.dtype(), "softmax_backward", [&](auto tag) {
     using T = decltype(tag);
-    softmax_backward_kernel<<<unsigned(rows), kRowThreads, 0, stream()>>>(y.data<T>(), dy.data<T>(), dx.data<T>(),
-                                                                          cols);
+    launch_rows("softmax_backward", rows, kRowThreads, softmax_backward_kernel<T>, y.data<T>(), dy.data<T>(),
+                dx.data<T>(), cols);
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 void rope(const RopeArgs& a) {
@@ -87,12 +86,10 @@ void rope(const RopeArgs& a) {
     using I = decltype(itag);
     dispatch_float(a.x.dtype(), "rope", [&](auto tag) {
       using T = decltype(tag);
-      rope_kernel<<<blocks_for(pairs), kThreads, 0, stream()>>>(a.x.data<T>(), a.positions.data<I>(), a.out.data<T>(),
-                                                                pairs, heads, hd, double(a.theta),
-                                                                a.inverse ? -1.f : 1.f);
+      launch_elements("rope", pairs, rope_kernel<T, I>, a.x.data<T>(), a.positions.data<I>(), a.out.data<T>(), pairs,
+                      heads, hd, double(a.theta), a.inverse ? -1.f : 1.f);
     });
   });
-  HR_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace hr::cuda

@@ -31,4 +31,20 @@ __device__ __forceinline__ void store(__half* p, long long i, float v) {
   p[i] = __float2half_rn(v);
 }
 
+// v as a value of T holds it (round to nearest even), back as float: an add that rounds to T at every step.
+template <typename T>
+__device__ __forceinline__ float round_as(float v);
+template <>
+__device__ __forceinline__ float round_as<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float round_as<__nv_bfloat16>(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+template <>
+__device__ __forceinline__ float round_as<__half>(float v) {
+  return __half2float(__float2half_rn(v));
+}
+
 }  // namespace hr::cuda::device
