@@ -40,7 +40,7 @@ Tensor& Param::ensure_grad() {
   HR_ASSERT(trainable, "gradient requested for frozen parameter ", name);
   if (!grad.defined()) {
     MemoryScope scope(Category::Grads, owner_of(name));
-    grad = Tensor::zeros(shape, dtype, data.device());
+    grad = Tensor::zeros(shape, grad_dtype, data.device());
   }
   return grad;
 }
@@ -72,6 +72,7 @@ Param& ParamStore::add_typed(const std::string& name, const Shape& shape, ParamR
   p->name = name;
   p->shape = shape;
   p->dtype = dtype;
+  p->grad_dtype = accumulate_wide_ && (dtype == DType::BF16 || dtype == DType::F16) ? accumulate_in_ : dtype;
   p->group = current_group_;
   p->role = role;
   {
@@ -83,6 +84,16 @@ Param& ParamStore::add_typed(const std::string& name, const Shape& shape, ParamR
   g.params.push_back(p.get());
   params_.push_back(std::move(p));
   return ref;
+}
+
+void ParamStore::accumulate_grads_in(DType dtype) {
+  HR_CHECK(is_float(dtype), "[params] gradients accumulate in a float dtype; got ", dtype_name(dtype));
+  accumulate_in_ = dtype;
+  accumulate_wide_ = true;
+  for (auto& p : params_) {
+    HR_ASSERT(!p->grad.defined(), "the gradient dtype of ", p->name, " changed while it has a gradient");
+    if (p->dtype == DType::BF16 || p->dtype == DType::F16) p->grad_dtype = dtype;
+  }
 }
 
 Param& ParamStore::add_quantized(const std::string& name, int64_t rows, int64_t cols, const QuantFormat& format) {

@@ -31,6 +31,8 @@ struct Param {
   QuantLayout quant;
   Tensor data;
   Tensor grad;  // undefined until the first backward that produces it; never allocated when frozen
+  // The gradient's dtype: the parameter's, or f32 for a 16-bit parameter whose store accumulates in f32.
+  DType grad_dtype = DType::F32;
   bool trainable = true;
   int group = -1;  // index of its group in the store
   ParamRole role = ParamRole::Weight;
@@ -126,6 +128,9 @@ class ParamStore {
   // A frozen (rows, cols) weight held quantized in `format` (category params, like every weight).
   Param& add_quantized(const std::string& name, int64_t rows, int64_t cols, const QuantFormat& format);
   void set_dtype_for(GroupKind kind, DType dtype) { dtype_for_[kind] = dtype; }
+  // Gradients of 16-bit parameters accumulate in `dtype` from here on (f32: DeepSpeed's grad_accum_dtype fp32,
+  // what PyTorch's autocast keeps); others in their own dtype. No gradient may exist yet.
+  void accumulate_grads_in(DType dtype);
   DType dtype_of(GroupKind kind) const;
   Param* find(const std::string& name);
   const std::vector<std::unique_ptr<Param>>& all() const { return params_; }
@@ -150,6 +155,8 @@ class ParamStore {
   std::vector<ParamGroup> groups_;
   std::map<std::string, Param*> by_name_;
   std::map<GroupKind, DType> dtype_for_;
+  DType accumulate_in_ = DType::F32;  // for 16-bit parameters; set by accumulate_grads_in
+  bool accumulate_wide_ = false;
   int current_group_ = -1;
 };
 

@@ -138,13 +138,19 @@ LoadedBatch DataLoader::next() {
     }
     if (r == opt_.rank) out.examples = std::move(mine);
   }
-  int64_t seq = 0;
-  for (const Example& e : out.examples) seq = std::max<int64_t>(seq, int64_t(e.ids.size()));
-  if (opt_.pad_to_max_seq_len) seq = opt_.max_seq_len;
   const int64_t ignore = -100;
-  out.batch = collate(out.examples, seq, ignore);
+  out.batch = collate(out.examples, batch_length(out.examples, opt_), ignore);
   for (const Example& e : out.examples) out.tokens += int64_t(e.ids.size());
   return out;
+}
+
+int64_t batch_length(const std::vector<Example>& examples, const LoaderOptions& o) {
+  if (o.pad_to_max_seq_len) return o.max_seq_len;
+  int64_t seq = 0;
+  for (const Example& e : examples) seq = std::max<int64_t>(seq, int64_t(e.ids.size()));
+  const int64_t m = std::max<int64_t>(o.pad_to_multiple_of, 1);
+  const int64_t rounded = (seq + m - 1) / m * m;
+  return std::max(seq, std::min(rounded, o.max_seq_len));
 }
 
 Batch collate(const std::vector<Example>& ex, int64_t seq, int64_t ignore) {

@@ -27,6 +27,7 @@ struct LoaderOptions {
   bool shuffle = true;
   bool group_by_modality_length = false;
   bool pad_to_max_seq_len = false;  // fixed shapes (exact planning), else pad to the longest in the batch
+  int64_t pad_to_multiple_of = 1;   // ... rounded up to a multiple of this (at most max_seq_len)
   int64_t max_seq_len = 2048;
   OnBadSample on_bad_sample = OnBadSample::Skip;
   int rank = 0, world = 1;  // each rank reads every world-th micro-batch
@@ -89,6 +90,10 @@ class DataLoader {
   std::set<int64_t> masked_seen_;
   int64_t skips_ = 0;
 };
+
+// The length a batch of `examples` is padded to: max_seq_len with pad_to_max_seq_len, else the longest sample
+// rounded up to a multiple of pad_to_multiple_of, at most max_seq_len (what the planner's worst case assumes).
+int64_t batch_length(const std::vector<Example>& examples, const LoaderOptions& options);
 
 // Collates examples into a right-padded batch (pad id 0, label ignore_index) of length `seq`.
 Batch collate(const std::vector<Example>& examples, int64_t seq, int64_t ignore_index);

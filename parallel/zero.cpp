@@ -85,8 +85,9 @@ Zero::Zero(GroupedParams& model, Communicator& comm, const optim::OptimizerConfi
       g->kind = mg[gi].kind;
       g->trainable = trainable;
       g->dtype = part[0]->dtype;
+      g->grad_dtype = part[0]->grad_dtype;
       for (Param* p : part) {
-        HR_ASSERT(p->dtype == g->dtype, "group ", g->name, " mixes dtypes");
+        HR_ASSERT(p->dtype == g->dtype && p->grad_dtype == g->grad_dtype, "group ", g->name, " mixes dtypes");
         g->segs.push_back({p, p->numel(), 0, 0, optim::decays(*p)});
       }
       g->shard = shard_size(g->segs, shard_world_);
@@ -108,7 +109,7 @@ Zero::Zero(GroupedParams& model, Communicator& comm, const optim::OptimizerConfi
         g->state.master = master;
         if (z.stage >= 2) {
           MemoryScope gs(Category::Grads, g->name);
-          g->grads = Tensor::zeros({g->shard}, g->dtype, device_);
+          g->grads = Tensor::zeros({g->shard}, g->grad_dtype, device_);
         }
       }
       if (z.stage == 3) {
@@ -257,7 +258,7 @@ void Zero::step_group(Group& g, float lr, float grad_scale) {
   Tensor grad = g.grads;
   if (z_.stage <= 1) {
     MemoryScope scope(Category::Grads, g.name);
-    grad = Tensor::zeros({g.shard}, g.dtype, device_);
+    grad = Tensor::zeros({g.shard}, g.grad_dtype, device_);
     pack(g, r, grad, [](Param* p) { return p->grad; });
   }
   // Where the updated parameters go: the stage-3 shard, or this rank's block of a buffer to all-gather.

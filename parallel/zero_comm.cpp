@@ -96,7 +96,7 @@ void Zero::reduce_scatter_grads(Group& g) {
   Tensor whole, mine;
   {
     MemoryScope scope(Category::Comm, g.name);
-    whole = Tensor::zeros({int64_t(W) * g.shard}, g.dtype, device_);
+    whole = Tensor::zeros({int64_t(W) * g.shard}, g.grad_dtype, device_);
     for (auto& seg : g.segs) {
       if (!seg.param->grad.defined()) continue;
       seg.had_grad = true;
@@ -109,7 +109,7 @@ void Zero::reduce_scatter_grads(Group& g) {
       }
     }
     for (auto& seg : g.segs) seg.param->grad = Tensor();
-    mine = Tensor::empty({g.shard}, g.dtype, device_);
+    mine = Tensor::empty({g.shard}, g.grad_dtype, device_);
     if (z_.overlap_comm) {
       core::TraceSpan span("comm", "reduce_scatter start ", g.name);
       g.reducing = comm_.reduce_scatter_start(whole, mine);
@@ -129,7 +129,7 @@ void Zero::reduce_scatter_grads(Group& g) {
 void Zero::reduced(Group& g) {
   if (!last_micro_ || z_.offload_optimizer != Offload::Cpu) return;
   MemoryScope scope(Category::Grads, g.name);
-  g.host_grads = Tensor::empty({g.shard}, g.dtype, state_device_);
+  g.host_grads = Tensor::empty({g.shard}, g.grad_dtype, state_device_);
   copy_side_(g.host_grads, g.grads);
 }
 
@@ -211,9 +211,9 @@ void Zero::bucket_grads(int group) {
 // Buckets of up to bucket_bytes of one dtype; a gradient larger than a bucket is reduced in place.
 void Zero::add_to_bucket(Param* p) {
   Buckets& b = *buckets_;
-  const int64_t bytes = p->numel() * int64_t(dtype_size(p->dtype));
-  if (!b.filling.empty() &&
-      (b.filling[0]->dtype != p->dtype || b.filling_elems * int64_t(dtype_size(p->dtype)) + bytes > z_.bucket_bytes))
+  const int64_t bytes = p->numel() * int64_t(dtype_size(p->grad_dtype));
+  if (!b.filling.empty() && (b.filling[0]->grad_dtype != p->grad_dtype ||
+                             b.filling_elems * int64_t(dtype_size(p->grad_dtype)) + bytes > z_.bucket_bytes))
     start_bucket();
   b.filling.push_back(p);
   b.filling_elems += p->numel();
@@ -229,7 +229,7 @@ void Zero::start_bucket() {
     b.op = comm_.all_reduce_start(b.filling[0]->grad);
   } else {
     MemoryScope scope(Category::Comm, "gradient_bucket");
-    b.buffer = Tensor::empty({b.filling_elems}, b.filling[0]->dtype, device_);
+    b.buffer = Tensor::empty({b.filling_elems}, b.filling[0]->grad_dtype, device_);
     int64_t at = 0;
     for (Param* p : b.filling) copy_(b.buffer.slice(0, at, at + p->numel()), flat(p->grad)), at += p->numel();
     b.op = comm_.all_reduce_start(b.buffer);

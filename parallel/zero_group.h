@@ -30,6 +30,7 @@ struct Zero::Group {
   GroupKind kind = GroupKind::DecoderLayer;
   bool trainable = false;
   DType dtype = DType::F32;
+  DType grad_dtype = DType::F32;  // its parameters' gradients (f32 when 16-bit ones accumulate in f32)
   std::vector<Segment> segs;
   int64_t shard = 0;            // elements of each rank's shard (the sum of the segments' blocks)
   optim::OptimizerState state;  // (shard) f32 on the state device: master weights and moments

@@ -104,6 +104,13 @@ Setter text(std::string RunConfig::*f) {
       [=](RunConfig& c, const YAML::Node& n, const std::string& key) { c.*f = get<std::string>(n, key, "a string"); };
 }
 
+GradAccum parse_grad_accum(const std::string& s) {
+  if (s == "auto") return GradAccum::Auto;
+  if (s == "fp32") return GradAccum::Fp32;
+  if (s == "model") return GradAccum::Model;
+  throw Error(str("[config] memory.grad_accum_dtype '", s, "' is not one of: auto, fp32, model"));
+}
+
 Precision parse_precision(const std::string& s) {
   if (s == "fp32" || s == "f32" || s == "float32") return Precision::FP32;
   if (s == "bf16" || s == "bfloat16") return Precision::BF16;
@@ -203,6 +210,16 @@ std::vector<Key> data_keys() {
       {"data.max_seq_len", "2048", i64(&RunConfig::max_seq_len, 2)},
       {"data.group_by_modality_length", "false", flag(&RunConfig::group_by_modality_length)},
       {"data.pad_to_max_length", "false", flag(&RunConfig::pad_to_max_length)},
+      {"data.pad_to_multiple_of", "auto",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         if (n.IsScalar() && n.Scalar() == "auto") {
+           c.pad_to_multiple_of = 0;
+           return;
+         }
+         const int64_t v = get<int64_t>(n, k, "auto or a positive integer");
+         if (v < 1 || v > (int64_t(1) << 20)) bad_value(k, n, "auto or an integer from 1 to 1048576");
+         c.pad_to_multiple_of = v;
+       }},
       {"data.blank_images", "false", flag(&RunConfig::blank_images)},
       {"data.allow_outside_image_folder", "false", flag(&RunConfig::allow_outside_image_folder)},
       {"data.max_images_per_sample", "1", i64(&RunConfig::max_images_per_sample, 0)},
@@ -308,6 +325,7 @@ std::vector<Key> memory_parallel_log_keys() {
        }},
       {"memory.loss_scale.min", "1", f32(&RunConfig::loss_scale_min, 0.f)},
       {"memory.ce_chunk_rows", "0", i64(&RunConfig::ce_chunk_rows, 0)},
+      {"memory.grad_accum_dtype", "auto", choice(&RunConfig::grad_accum, parse_grad_accum)},
       {"memory.leak_window", "50", i64(&RunConfig::leak_window, 2)},
       {"memory.zero_stage", "0",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
@@ -691,6 +709,9 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
   HR_CHECK(c.lora_enable || !c.lora.quantizes_base(), "[config] lora.base_bits: ", c.lora.base_bits,
            " quantizes the frozen base of a LoRA run; set lora.enable: true (or lora.base_bits: 16)");
   if (c.init_weights.empty()) c.init_weights = c.model.name_or_path;  // a Hugging Face directory's own weights
+  if (c.pad_to_multiple_of == 0) c.pad_to_multiple_of = c.device.rfind("cuda", 0) == 0 ? 64 : 1;
+  if (c.grad_accum == GradAccum::Auto)
+    c.grad_accum = c.precision == Precision::BF16 ? GradAccum::Fp32 : GradAccum::Model;
   // Global batch = micro x accumulation x world size: infer one from the other two, refuse a contradiction.
   check_batch_bounds(c, world_size);  // the given values, before they are multiplied below
   const bool has_micro = has_path(root, "train.micro_batch_size"),
@@ -729,6 +750,8 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
   set_path(resolved, "memory.gradient_checkpointing.vision", YAML::Node(models::checkpoint_name(c.vision_ckpt.kind)));
   set_path(resolved, "memory.gradient_checkpointing.llm", YAML::Node(models::checkpoint_name(c.llm_ckpt.kind)));
   set_path(resolved, "train.global_batch_size", YAML::Node(c.global_batch_size));
+  set_path(resolved, "data.pad_to_multiple_of", YAML::Node(c.pad_to_multiple_of));
+  set_path(resolved, "memory.grad_accum_dtype", YAML::Node(c.grad_accum == GradAccum::Fp32 ? "fp32" : "model"));
   set_path(resolved, "train.micro_batch_size", YAML::Node(c.micro_batch_size));
   set_path(resolved, "train.gradient_accumulation_steps", YAML::Node(c.gradient_accumulation_steps));
   if (root["model"]) resolved["model"] = YAML::Clone(root["model"]);

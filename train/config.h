@@ -24,6 +24,11 @@ enum class OnNonfinite : uint8_t { Stop, Skip };
 OnNonfinite parse_on_nonfinite(const std::string& s);
 enum class Stage : uint8_t { Pretrain, Finetune, Full };  // projector only; projector + LLM; everything
 enum class ProgressBar : uint8_t { Auto, On, Off };
+// memory.grad_accum_dtype: the dtype gradients of a 16-bit model accumulate in (across tokens, loss chunks,
+// micro-batches): fp32, or the model's own. auto resolves at load: fp32 for bf16 runs (DeepSpeed's
+// data_types.grad_accum_dtype, the f32 gradients of PyTorch's autocast), the model's for fp16 (whose loss scaling
+// keeps 16-bit gradients in range) and fp32.
+enum class GradAccum : uint8_t { Auto, Fp32, Model };
 
 struct RunConfig {
   // DeepSpeed JSON read onto the keys below (empty: none), and the keys of it read but not acted on.
@@ -52,6 +57,10 @@ struct RunConfig {
   std::string tokenizer = "auto";
   data::AspectMode aspect = data::AspectMode::Pad;
   int64_t max_seq_len = 2048;
+  // data.pad_to_multiple_of (the Hugging Face collator's name): batches are padded to a multiple of it (never past
+  // max_seq_len), so that a GPU meets few sequence lengths (cuDNN builds an attention graph per shape) that suit its
+  // tensor cores. 0 is auto, resolved at load: 64 on a GPU, 1 (the longest sample) on the CPU.
+  int64_t pad_to_multiple_of = 0;
   bool group_by_modality_length = false, pad_to_max_length = false, blank_images = false;
   bool allow_outside_image_folder = false;
   int num_workers = 2, prefetch = 16;
@@ -79,6 +88,7 @@ struct RunConfig {
   int64_t loss_scale_window = 1000;
   int loss_scale_hysteresis = 2;
   int64_t ce_chunk_rows = 0;
+  GradAccum grad_accum = GradAccum::Auto;  // resolved at load: never Auto afterwards
   int64_t leak_window = 50;
   parallel::ZeroOptions zero;  // memory.zero_stage, memory.offload_optimizer/params, parallel.bucket_size
   bool zero_auto = false;      // memory.zero_stage: auto

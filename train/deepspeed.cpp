@@ -147,6 +147,18 @@ struct Reader {
                     set("memory.loss_scale.min", json(number(e, kk)).dump());
                   })}});
           }},
+         {"data_types",
+          [&](const json& v, const std::string& k) {
+            walk(v, k, {{"grad_accum_dtype", unless_auto([&](const json& e, const std::string& kk) {
+                           const std::string t = e.is_string() ? e.get<std::string>() : e.dump();
+                           if (t == "fp32")
+                             set("memory.grad_accum_dtype", "fp32");
+                           else if (t == "bf16" || t == "fp16")
+                             set("memory.grad_accum_dtype", "model");  // the 16-bit precision's own
+                           else
+                             fail(kk, str("expected fp32, bf16 or fp16; got ", e.dump()));
+                         })}});
+          }},
          {"zero_optimization",
           [&](const json& v, const std::string& k) {
             walk(v, k,

@@ -24,6 +24,7 @@ std::unique_ptr<Llava> build_model(const RunConfig& c, Device device) {
   if (c.lora_enable) mc.llm.lora = c.lora;
   auto model = std::make_unique<Llava>(mc, device, param_dtype(c.precision),
                                        c.vision_fp32 ? std::optional<DType>(DType::F32) : std::nullopt);
+  if (c.grad_accum == GradAccum::Fp32) model->params().accumulate_grads_in(DType::F32);
   const bool vision = c.stage == Stage::Full && !c.model.freeze_vision;
   const bool projector = !c.model.freeze_projector;
   const bool llm = c.stage != Stage::Pretrain && !c.model.freeze_llm;

@@ -125,10 +125,12 @@ std::vector<LoadedBatch> split_batch(const LoadedBatch& lb, int64_t parts, const
   for (int64_t start = 0; start < n; start += per) {
     LoadedBatch b;
     b.examples.assign(lb.examples.begin() + start, lb.examples.begin() + std::min(n, start + per));
-    int64_t seq = 0;
-    for (const Example& e : b.examples)
-      seq = std::max<int64_t>(seq, int64_t(e.ids.size())), b.tokens += int64_t(e.ids.size());
-    b.batch = collate(b.examples, c.pad_to_max_length ? c.max_seq_len : seq, c.model.config.ignore_index);
+    for (const Example& e : b.examples) b.tokens += int64_t(e.ids.size());
+    LoaderOptions o;
+    o.pad_to_max_seq_len = c.pad_to_max_length;
+    o.pad_to_multiple_of = c.pad_to_multiple_of;
+    o.max_seq_len = c.max_seq_len;
+    b.batch = collate(b.examples, batch_length(b.examples, o), c.model.config.ignore_index);
     out.push_back(std::move(b));
   }
   return out;
@@ -334,8 +336,7 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   // device.type: cpu or cuda:N. Parameters, gradients, states and activations live there through its caching
   // allocator; the host allocator keeps the loader's batches and offloaded states.
   const Device device = run_device_of(c_, world > 1 ? comm.local_rank() : 0);  // checked by the plan
-  const Backend backend = device.type == DeviceType::CUDA ? Backend::CUDA : Backend::CPU;
-  predictor_ = std::make_unique<Predictor>(c_, world, rank, backend);
+  predictor_ = std::make_unique<Predictor>(c_, world, rank, sizing_target(plan_.device));
   configure_run_device(device, c_.memory_limit, c_.allocator);
   alloc_ = allocator_for(device);
   host_alloc_ = allocator_for(Device::host());
@@ -379,6 +380,7 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   lopt.seed = c_.seed;
   lopt.group_by_modality_length = c_.group_by_modality_length;
   lopt.pad_to_max_seq_len = c_.pad_to_max_length;
+  lopt.pad_to_multiple_of = c_.pad_to_multiple_of;
   lopt.max_seq_len = c_.max_seq_len;
   lopt.on_bad_sample = c_.on_bad_sample;
   lopt.rank = rank;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -480,4 +481,34 @@ TEST(Train, EvalAndGenerateRunOnTheConfiguredDevice) {
     EXPECT_EQ(r.output.find("eval loss"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("\"tokens\""), std::string::npos) << r.output;
   }
+}
+
+// A bf16 run keeps its gradients in f32 (memory.grad_accum_dtype auto), twice the bytes of bf16 gradients, planned
+// as such: with batches padded to a multiple of 16 (data.pad_to_multiple_of, as a GPU pads them) every step's peak
+// is its prediction, at either gradient dtype.
+TEST(Train, Bf16GradientsAccumulateInF32AndPaddedBatchesArePredicted) {
+  std::map<std::string, int64_t> grads;
+  for (const char* accum : {"fp32", "model"}) {
+    const std::string d = fresh_dir(std::string("accum_") + accum);
+    CmdResult r = headroom("train " + config_file(d) + " --set run.output_dir=" + d +
+                           " --set memory.precision=bf16 --set data.pad_to_multiple_of=16 --set train.max_steps=4 "
+                           "--set memory.grad_accum_dtype=" +
+                           accum);
+    ASSERT_EQ(r.status, 0) << r.output;
+    const auto lines = jsonl(d + "/memory.jsonl");
+    ASSERT_EQ(lines.size(), 4u);
+    for (const json& l : lines) {
+      EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << accum << " step " << l["step"];
+      EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << accum << " step " << l["step"];
+    }
+    grads[accum] = lines.back()["by_category"]["grads"].get<int64_t>();
+    std::ifstream in(d + "/config.yaml");
+    const std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(yaml.find(std::string("grad_accum_dtype: ") + accum), std::string::npos) << yaml;
+    EXPECT_NE(yaml.find("pad_to_multiple_of: 16"), std::string::npos);
+  }
+  ASSERT_GT(grads["model"], 0);
+  // Twice the bytes but for the allocator's rounding of the smallest tensors (512-byte blocks).
+  EXPECT_GT(double(grads["fp32"]) / double(grads["model"]), 1.75) << "f32 gradients of bf16 parameters";
+  EXPECT_LE(grads["fp32"], 2 * grads["model"]);
 }

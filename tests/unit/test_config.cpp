@@ -135,3 +135,42 @@ TEST(Info, CudaQueryDescribesTheGpusOrWhyThereAreNone) {
   EXPECT_EQ(core::cuda_version_text(12080), "12.8");
   EXPECT_EQ(core::cuda_version_text(0), "none");
 }
+
+// memory.grad_accum_dtype: auto keeps a bf16 model's gradients in f32 (and an fp16 or f32 model's in its own dtype);
+// DeepSpeed's data_types.grad_accum_dtype maps onto it; the resolved config says what was chosen.
+TEST(Config, GradientsOfBf16RunsAccumulateInF32UnlessSaidOtherwise) {
+  EXPECT_EQ(load_config("", {"memory.precision=bf16"}).grad_accum, GradAccum::Fp32);
+  EXPECT_EQ(load_config("", {"memory.precision=fp16"}).grad_accum, GradAccum::Model);
+  EXPECT_EQ(load_config("", {"memory.precision=fp32"}).grad_accum, GradAccum::Model);
+  EXPECT_EQ(load_config("", {"memory.precision=bf16", "memory.grad_accum_dtype=model"}).grad_accum, GradAccum::Model);
+  EXPECT_EQ(load_config("", {"memory.precision=fp16", "memory.grad_accum_dtype=fp32"}).grad_accum, GradAccum::Fp32);
+  EXPECT_NE(load_config("", {"memory.precision=bf16"}).resolved_yaml.find("grad_accum_dtype: fp32"), std::string::npos);
+  EXPECT_NE(error_of("", {"memory.grad_accum_dtype=bf16"})
+                .find("memory.grad_accum_dtype: 'bf16' is not one of: auto, fp32, model"),
+            std::string::npos)
+      << error_of("", {"memory.grad_accum_dtype=bf16"});
+  auto ds = [](const std::string& json) {
+    const std::string path = testing::TempDir() + "/ds.json";
+    std::ofstream(path) << json;
+    return path;
+  };
+  const std::string bf16_accum = ds(R"({"bf16": {"enabled": true}, "data_types": {"grad_accum_dtype": "bf16"}})");
+  EXPECT_EQ(load_config("", {"deepspeed=" + bf16_accum}).grad_accum, GradAccum::Model);
+  const std::string fp32_accum = ds(R"({"fp16": {"enabled": true}, "data_types": {"grad_accum_dtype": "fp32"}})");
+  EXPECT_EQ(load_config("", {"deepspeed=" + fp32_accum}).grad_accum, GradAccum::Fp32);
+  EXPECT_NE(error_of("", {"deepspeed=" + ds(R"({"data_types": {"grad_accum_dtype": "int8"}})")})
+                .find("data_types.grad_accum_dtype"),
+            std::string::npos);
+}
+
+// data.pad_to_multiple_of: auto pads to 64 on a GPU (a few shapes for cuDNN's graphs, tensor-core friendly) and
+// not at all on the CPU; a value must be a positive integer.
+TEST(Config, BatchesPadToAMultipleOf64OnAGpuByDefault) {
+  EXPECT_EQ(load_config("", {}).pad_to_multiple_of, 1);
+  EXPECT_EQ(load_config("", {"device.type=cuda:0"}).pad_to_multiple_of, 64);
+  EXPECT_EQ(load_config("", {"device.type=cuda", "data.pad_to_multiple_of=8"}).pad_to_multiple_of, 8);
+  for (const char* bad : {"0", "-8", "eight"})
+    EXPECT_NE(error_of("", {std::string("data.pad_to_multiple_of=") + bad}).find("data.pad_to_multiple_of"),
+              std::string::npos)
+        << bad;
+}

@@ -638,3 +638,42 @@ TEST(Image, PreprocessorConfigIsReadOrRefusedNamingTheKey) {
   EXPECT_EQ(back.mean[0], n.mean[0]);
   EXPECT_EQ(back.std[1], n.std[1]);
 }
+
+// data.pad_to_multiple_of: a batch's length is its longest sample rounded up to the multiple (the shapes a GPU
+// meets, few and tensor-core friendly), never past max_seq_len (the planner's worst case); pad_to_max_length wins.
+TEST(Loader, BatchesArePaddedToAMultipleButNeverPastTheMaximum) {
+  auto length = [](std::vector<int64_t> lengths, int64_t multiple, int64_t max, bool to_max = false) {
+    std::vector<Example> ex(lengths.size());
+    for (std::size_t i = 0; i < lengths.size(); ++i) ex[i].ids.assign(std::size_t(lengths[i]), 5);
+    LoaderOptions o;
+    o.pad_to_multiple_of = multiple;
+    o.max_seq_len = max;
+    o.pad_to_max_seq_len = to_max;
+    return batch_length(ex, o);
+  };
+  EXPECT_EQ(length({37, 12}, 1, 2048), 37);
+  EXPECT_EQ(length({37, 12}, 64, 2048), 64);
+  EXPECT_EQ(length({64}, 64, 2048), 64);
+  EXPECT_EQ(length({65}, 64, 2048), 128);
+  EXPECT_EQ(length({100}, 64, 120), 120) << "rounded up past max_seq_len: capped there";
+  EXPECT_EQ(length({37}, 64, 2048, true), 2048);
+
+  const std::string d = dir("multiple");
+  write_synthetic_vqa({d, 12, 1, 3, 8});
+  DataOptions o;
+  o.json_path = d + "/train.json";
+  o.image_folder = d;
+  LlavaDataset data(o, models::input_spec(small_model()));
+  LoaderOptions lo;
+  lo.micro_batch = 3;
+  lo.pad_to_multiple_of = 16;
+  DataLoader loader(data, lo);
+  for (int i = 0; i < 4; ++i) {
+    const LoadedBatch b = loader.next();
+    int64_t longest = 0;
+    for (const Example& e : b.examples) longest = std::max<int64_t>(longest, int64_t(e.ids.size()));
+    EXPECT_EQ(b.batch.seq % 16, 0) << b.batch.seq;
+    EXPECT_GE(b.batch.seq, longest);
+    EXPECT_LT(b.batch.seq, longest + 16);
+  }
+}
