@@ -206,7 +206,10 @@ int cmd_eval(const std::vector<std::string>& args) {
   data::LlavaDataset eval_set(d, models::input_spec(c.model.config));
   const auto model = build_model(c, inference_device(c));
   load_inference_weights(*model, p.options["--checkpoint"]);
-  EvalResult r = evaluate(*model, eval_set, {c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows});
+  EvalOptions eo{c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows};
+  eo.pad_to_multiple_of = c.pad_to_multiple_of;
+  eo.max_seq_len = c.max_seq_len;
+  EvalResult r = evaluate(*model, eval_set, eo);
   std::printf("eval loss %.4f | accuracy %.2f%% over %lld samples\n", r.loss, 100.0 * r.accuracy, (long long)r.samples);
   for (const auto& [type, ct] : r.by_type)
     std::printf("  %-10s %.2f%% (%lld/%lld)\n", type.c_str(),

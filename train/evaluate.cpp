@@ -2,6 +2,7 @@
 #include "train/evaluate.h"
 
 #include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "data/loader.h"
@@ -152,8 +153,10 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
       if (world == 1) continue;
       batch.push_back(filler);
     }
-    int64_t seq = 0;
-    for (const Example& e : batch) seq = std::max<int64_t>(seq, int64_t(e.ids.size()));
+    data::LoaderOptions pad;
+    pad.pad_to_multiple_of = o.pad_to_multiple_of;
+    pad.max_seq_len = o.max_seq_len > 0 ? o.max_seq_len : std::numeric_limits<int64_t>::max();
+    const int64_t seq = batch_length(batch, pad);
     Batch b = collate(batch, seq, model.config().ignore_index);
     ModelOptions opt;
     opt.inference = true;

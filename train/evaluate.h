@@ -51,6 +51,8 @@ struct EvalOptions {
   bool decode_all = false;
   EvalWatch* watch = nullptr;
   bool use_cache = true;  // false: decode by whole-sequence forwards (the benchmark's baseline)
+  // The loss pass's batches are padded as training's are (data.pad_to_multiple_of, never past max_seq_len).
+  int64_t pad_to_multiple_of = 1, max_seq_len = 0;
 };
 
 // One evaluated sample: what the model answered and whether it matched.

@@ -608,6 +608,8 @@ void Trainer::evaluate_now() {
   if (!eval_set_) return;
   EvalMemory memory(*alloc_, *predictor_, eval_predicted_);
   EvalOptions eo{c_.eval_samples, c_.eval_batch_size, c_.max_new_tokens, c_.ce_chunk_rows, &comm_};
+  eo.pad_to_multiple_of = c_.pad_to_multiple_of;
+  eo.max_seq_len = c_.max_seq_len;
   eo.watch = &memory;
   EvalResult r = evaluate(engine_->model(), *eval_set_, eo);
   const int64_t mismatches = memory.loss.mismatches + memory.generation.mismatches;

@@ -31,10 +31,11 @@ int main(int argc, char** argv) {
       return std::fprintf(stderr, "usage: bench_grad_accum [--vocab V] [--micro-batches N] [--chunk-rows R]\n"), 2;
   }
   const std::vector<test::ParamError> e = test::measure_grad_error(c);
-  std::printf("bf16 gradient error against f32: vocab %lld, %lld micro-batches of %lld x %lld tokens, loss chunks of "
-              "%s rows\n",
-              (long long)c.model.llm.vocab, (long long)c.micro_batches, (long long)c.micro_batch, (long long)c.seq,
-              c.ce_chunk_rows ? std::to_string(c.ce_chunk_rows).c_str() : "default");
+  std::printf(
+      "bf16 gradient error against f32: vocab %lld, %lld micro-batches of %lld x %lld tokens, loss chunks of "
+      "%s rows\n",
+      (long long)c.model.llm.vocab, (long long)c.micro_batches, (long long)c.micro_batch, (long long)c.seq,
+      c.ce_chunk_rows ? std::to_string(c.ce_chunk_rows).c_str() : "default");
   std::printf("%-56s %12s %12s %8s\n", "parameter", "bf16 accum", "f32 accum", "ratio");
   std::vector<double> narrow, wide;
   const test::ParamError* worst = nullptr;
@@ -43,12 +44,13 @@ int main(int argc, char** argv) {
     narrow.push_back(p.model_accum), wide.push_back(p.f32_accum);
     if (!worst || p.model_accum > worst->model_accum) worst = &p;
     if (p.name.find("embed_tokens") != std::string::npos || p.name.find("lm_head") != std::string::npos)
-      std::printf("%-56s %12.3e %12.3e %8.2f\n", p.name.c_str(), p.model_accum, p.f32_accum, p.f32_accum / p.model_accum);
+      std::printf("%-56s %12.3e %12.3e %8.2f\n", p.name.c_str(), p.model_accum, p.f32_accum,
+                  p.f32_accum / p.model_accum);
   }
   const double mn = test::median_of(narrow), mw = test::median_of(wide);
   std::printf("%-56s %12.3e %12.3e %8.2f\n", "median over the parameters", mn, mw, mw / mn);
   if (worst)
-    std::printf("%-56s %12.3e %12.3e %8.2f\n", ("worst: " + worst->name).c_str(), worst->model_accum,
-                worst->f32_accum, worst->f32_accum / worst->model_accum);
+    std::printf("%-56s %12.3e %12.3e %8.2f\n", ("worst: " + worst->name).c_str(), worst->model_accum, worst->f32_accum,
+                worst->f32_accum / worst->model_accum);
   return 0;
 }

@@ -485,14 +485,14 @@ TEST(Train, EvalAndGenerateRunOnTheConfiguredDevice) {
 
 // A bf16 run keeps its gradients in f32 (memory.grad_accum_dtype auto), twice the bytes of bf16 gradients, planned
 // as such: with batches padded to a multiple of 16 (data.pad_to_multiple_of, as a GPU pads them) every step's peak
-// is its prediction, at either gradient dtype.
+// and every evaluation pass's is its prediction, at either gradient dtype.
 TEST(Train, Bf16GradientsAccumulateInF32AndPaddedBatchesArePredicted) {
   std::map<std::string, int64_t> grads;
   for (const char* accum : {"fp32", "model"}) {
     const std::string d = fresh_dir(std::string("accum_") + accum);
     CmdResult r = headroom("train " + config_file(d) + " --set run.output_dir=" + d +
                            " --set memory.precision=bf16 --set data.pad_to_multiple_of=16 --set train.max_steps=4 "
-                           "--set memory.grad_accum_dtype=" +
+                           "--set train.eval_steps=2 --set memory.grad_accum_dtype=" +
                            accum);
     ASSERT_EQ(r.status, 0) << r.output;
     const auto lines = jsonl(d + "/memory.jsonl");
@@ -501,6 +501,8 @@ TEST(Train, Bf16GradientsAccumulateInF32AndPaddedBatchesArePredicted) {
       EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << accum << " step " << l["step"];
       EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << accum << " step " << l["step"];
     }
+    for (const json& e : jsonl(d + "/eval.jsonl"))  // the evaluation's padded batches too
+      EXPECT_EQ(e["memory"]["loss_pass"]["mismatches"], 0) << e.dump();
     grads[accum] = lines.back()["by_category"]["grads"].get<int64_t>();
     std::ifstream in(d + "/config.yaml");
     const std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -40,9 +40,8 @@ data::Batch random_batch(const LlavaConfig& m, int64_t b, int64_t seq, std::mt19
   std::normal_distribution<float> pixel(0.f, 1.f);
   std::vector<float> pixels(std::size_t(b * m.vision.channels * m.vision.image_size * m.vision.image_size));
   for (float& p : pixels) p = pixel(rng);
-  batch.pixel_values =
-      Tensor::from_floats(pixels, {b, m.vision.channels, m.vision.image_size, m.vision.image_size}, DType::F32,
-                          Device::cpu());
+  batch.pixel_values = Tensor::from_floats(pixels, {b, m.vision.channels, m.vision.image_size, m.vision.image_size},
+                                           DType::F32, Device::cpu());
   return batch;
 }
 

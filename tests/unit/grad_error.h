@@ -1,7 +1,7 @@
 // How far a 16-bit model's gradients are from an f32 model's with the same weights and data, after gradient
 // accumulation over several micro-batches of text whose tokens follow Zipf's law (as words do: a few ids take much
-// of the text, so embedding rows receive many adds): per parameter, ||g - g_f32|| / ||g_f32||. Measured with the gradients
-// accumulated in the model's dtype and in f32 (memory.grad_accum_dtype), for the unit test that holds f32
+// of the text, so embedding rows receive many adds): per parameter, ||g - g_f32|| / ||g_f32||. Measured with the
+// gradients accumulated in the model's dtype and in f32 (memory.grad_accum_dtype), for the unit test that holds f32
 // accumulation to being better and for the benchmark that reports the figures (tests/bench/bench_grad_accum.cpp).
 #pragma once
 

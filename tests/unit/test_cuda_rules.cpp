@@ -97,14 +97,18 @@ TEST(CudaRules, ColumnSumStretchesCoverEveryRowOnce) {
 
 // cuBLASLt's workspace per GEMM follows the GPU: 32 MiB from Hopper on, 4 MiB before (NVIDIA's recommendation).
 TEST(CudaRules, AGemmPlannedForAGpuGetsItsArchitecturesCuBlasWorkspace) {
-  for (auto [arch, bytes] : {std::pair<int, std::size_t>{70, std::size_t(4) << 20}, {80, std::size_t(4) << 20},
-                             {89, std::size_t(4) << 20}, {90, std::size_t(32) << 20}, {100, std::size_t(32) << 20}}) {
+  for (auto [arch, bytes] : {std::pair<int, std::size_t>{70, std::size_t(4) << 20},
+                             {80, std::size_t(4) << 20},
+                             {89, std::size_t(4) << 20},
+                             {90, std::size_t(32) << 20},
+                             {100, std::size_t(32) << 20}}) {
     const std::vector<std::size_t> ws = workspaces_on_meta({Backend::CUDA, arch}, [] {
       Tensor x = Tensor::empty({64, 128}, DType::BF16, Device::meta());
       Tensor w = Tensor::empty({32, 128}, DType::BF16, Device::meta());
       linear_forward(x, w, Tensor());
     });
-    EXPECT_NE(std::find(ws.begin(), ws.end(), bytes), ws.end()) << "sm " << arch << ": no " << bytes << "-byte workspace";
+    EXPECT_NE(std::find(ws.begin(), ws.end(), bytes), ws.end())
+        << "sm " << arch << ": no " << bytes << "-byte workspace";
   }
 }
 

@@ -24,7 +24,8 @@ TEST(GradAccum, F32AccumulationOfBf16GradientsIsCloserToF32) {
   for (const ParamError& e : errors) {
     narrow.push_back(e.model_accum);
     wide.push_back(e.f32_accum);
-    const bool many_adds = e.name.find("embed_tokens") != std::string::npos || e.name.find("lm_head") != std::string::npos;
+    const bool many_adds =
+        e.name.find("embed_tokens") != std::string::npos || e.name.find("lm_head") != std::string::npos;
     if (many_adds) {
       EXPECT_LT(e.f32_accum, 0.5 * e.model_accum)
           << e.name << ": f32 accumulation " << e.f32_accum << ", bf16 " << e.model_accum;

@@ -16,9 +16,8 @@ constexpr int64_t kMaxGridYZ = 65535;
 
 // A grid of x * y * z blocks, refused by name (the op, the grid) where CUDA would refuse it.
 inline dim3 checked_grid(const char* op, int64_t x, int64_t y = 1, int64_t z = 1) {
-  HR_CHECK(x >= 1 && x <= kMaxGridX && y >= 1 && y <= kMaxGridYZ && z >= 1 && z <= kMaxGridYZ, "[", op, "] grid (",
-           x, ", ", y, ", ", z, ") is outside CUDA's limits (x up to ", kMaxGridX, ", y and z up to ", kMaxGridYZ,
-           ")");
+  HR_CHECK(x >= 1 && x <= kMaxGridX && y >= 1 && y <= kMaxGridYZ && z >= 1 && z <= kMaxGridYZ, "[", op, "] grid (", x,
+           ", ", y, ", ", z, ") is outside CUDA's limits (x up to ", kMaxGridX, ", y and z up to ", kMaxGridYZ, ")");
   return dim3(unsigned(x), unsigned(y), unsigned(z));
 }
 
