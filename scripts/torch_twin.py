@@ -26,6 +26,16 @@ import torch
 from transformers import LlavaConfig, LlavaForConditionalGeneration
 
 
+def parts(model):
+    """The vision tower and the language model's modules (its decoder first) in either layout of transformers'
+    LlavaForConditionalGeneration: up to 4.x the tower and a LlamaForCausalLM hang off it; from 5.x they sit under
+    its `.model` (a LlavaModel), the decoder without its head, and `lm_head` beside `.model`."""
+    inner = getattr(model, "model", None)
+    if inner is not None and hasattr(inner, "vision_tower") and hasattr(inner, "language_model"):
+        return inner.vision_tower, [inner.language_model, model.lm_head]
+    return model.vision_tower, [model.language_model]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("bench_json", help="headroom bench's output ('-' for stdin)")
@@ -52,16 +62,18 @@ def main():
     if gpu:
         cfg._attn_implementation = "sdpa"
     model = LlavaForConditionalGeneration(cfg).float().train().to(device)
-    for name in ("vision_tower", "language_model"):
-        getattr(model, name).requires_grad_(False)
+    vision, llm = parts(model)
+    for m in (vision, *llm):
+        m.requires_grad_(False)
     if b["stage"] == "full":
-        model.vision_tower.requires_grad_(True)
+        vision.requires_grad_(True)
     if b["stage"] != "pretrain":
-        model.language_model.requires_grad_(True)
+        for m in llm:
+            m.requires_grad_(True)
     if b["checkpointing"]["llm"] != "none":
-        model.language_model.gradient_checkpointing_enable()
+        llm[0].gradient_checkpointing_enable()
     if b["stage"] == "full" and b["checkpointing"]["vision"] != "none":
-        model.vision_tower.gradient_checkpointing_enable()
+        vision.gradient_checkpointing_enable()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=b["learning_rate"], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
