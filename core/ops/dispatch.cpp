@@ -37,6 +37,15 @@ void check_shape(const char* op, const char* name, const Tensor& t, const Shape&
            "; got ", t.describe());
 }
 
+std::vector<std::pair<const char*, bool>> kernel_entries(const Kernels& k) {
+  std::vector<std::pair<const char*, bool>> entries;
+#define HR_ENTRY(name, ret, params) entries.emplace_back(#name, k.name != nullptr);
+  HR_SIZING_FUNCTIONS(HR_ENTRY)
+  HR_KERNELS(HR_ENTRY)
+#undef HR_ENTRY
+  return entries;
+}
+
 const Kernels* kernels_for(Device device) {
   switch (device.type) {
     case DeviceType::CPU:

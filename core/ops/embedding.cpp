@@ -46,7 +46,7 @@ Tensor patchify(const Tensor& images, int64_t p) {
   const int64_t n = (images.size(2) / p) * (images.size(3) / p);
   Tensor out = Tensor::empty({images.size(0), n, images.size(1) * p * p}, images.dtype(), images.device());
   Tensor ic = images.contiguous();
-  launch("patchify", images.device(), &Kernels::patchify, ic, out, p, false);
+  launch("patchify", images.device(), &Kernels::patchify, ic, out, p, PatchDirection::ToPatches);
   return out;
 }
 
@@ -56,7 +56,7 @@ Tensor patchify_backward(const Tensor& dpatches, const Shape& image_shape, int64
   check_shape("patchify_backward", "dpatches", dpatches, expect);
   Tensor dimg = Tensor::empty(image_shape, dpatches.dtype(), dpatches.device());
   Tensor dc = dpatches.contiguous();
-  launch("patchify_backward", dpatches.device(), &Kernels::patchify, dimg, dc, p, true);
+  launch("patchify_backward", dpatches.device(), &Kernels::patchify, dimg, dc, p, PatchDirection::ToImages);
   return dimg;
 }
 

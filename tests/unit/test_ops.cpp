@@ -352,3 +352,24 @@ TEST(Elementwise, MixedDtypesAreRefusedByName) {
   EXPECT_NE(error([&] { unary_backward(UnaryOp::Silu, a, b); }).find("[silu] dtypes differ"), std::string::npos);
   EXPECT_EQ(mul(a, a).dtype(), DType::F32);
 }
+
+// The kernel list exists once (core/backend/kernel_list.h) and each back-end's table is generated from it: every
+// entry is registered, on the CPU, in the CUDA back-end's sizing (which every build has) and, where the build has
+// it, in the CUDA back-end itself (its table is built without touching a GPU).
+TEST(KernelTable, EveryBackEndRegistersEveryListedKernel) {
+  std::vector<const Kernels*> tables = {&cpu_kernels()};
+  try {
+    tables.push_back(&cuda_kernels());
+  } catch (const Error&) {  // no CUDA back-end in this build: its sizing functions still are
+  }
+  for (const Kernels* k : tables)
+    for (const auto& [name, present] : kernel_entries(*k)) EXPECT_TRUE(present) << k->backend << " lacks " << name;
+  int sizing = 0;
+  for (const auto& [name, present] : kernel_entries(cuda_sizing_kernels()))
+    if (std::string(name).find("_bytes") != std::string::npos) {
+      EXPECT_TRUE(present) << name;
+      ++sizing;
+    }
+  EXPECT_EQ(sizing, 6);
+  EXPECT_EQ(kernel_entries(cpu_kernels()).size(), 39u) << "6 sizing functions and 33 kernels";
+}

@@ -1,4 +1,5 @@
-// The CPU backend's kernel table.
+// The CPU backend's kernel table, registered from core/backend/kernel_list.h; the entries that are another's
+// kernel on the CPU (one stream: asynchronous and side copies are copies; a KV cache's attention is the forward).
 #include "core/backend/cpu/cpu_kernels.h"
 
 #include "core/backend/cpu/cpu_common.h"
@@ -14,6 +15,17 @@ bool attention_isa_present() {
 #endif
 }
 
+void copy_async(const Tensor& dst, const Tensor& src) {
+  copy(dst, src);
+}
+void copy_side(const Tensor& dst, const Tensor& src) {
+  copy(dst, src);  // one stream: the copy has arrived when it returns
+}
+void side_sync() {}
+void attention_cached(const AttentionArgs& a) {
+  attention_forward(a);  // `past` set: the same tiles, each row's keys cut at its position
+}
+
 }  // namespace hr::cpu
 
 namespace hr::core {
@@ -22,51 +34,16 @@ const Kernels& cpu_kernels() {
   static const Kernels k = [] {
     Kernels t;
     t.backend = "CPU";
-    t.gemm_workspace_bytes = cpu::gemm_workspace_bytes;
-    t.gemm_scratchpad_bytes = cpu::gemm_scratchpad_bytes;
-    t.attention_workspace_bytes = cpu::attention_workspace_bytes;
-    t.norm_workspace_bytes = cpu::norm_workspace_bytes;
-    t.column_sums_workspace_bytes = cpu::column_sums_workspace_bytes;
-    t.embedding_workspace_bytes = cpu::embedding_workspace_bytes;
-    t.fill = cpu::fill;
-    t.copy = cpu::copy;
-    t.copy_async = cpu::copy;
-    t.copy_side = cpu::copy;  // one stream: the copy has arrived when it returns
-    t.side_sync = [] {};
-    t.gemm = cpu::gemm;
-    t.dequantize = cpu::dequantize;
-    t.axpby = cpu::axpby;
-    t.dropout = cpu::dropout;
-    t.mul = cpu::mul;
-    t.unary_forward = cpu::unary_forward;
-    t.unary_backward = cpu::unary_backward;
-    t.swiglu_forward = cpu::swiglu_forward;
-    t.swiglu_backward = cpu::swiglu_backward;
-    t.norm_forward = cpu::norm_forward;
-    t.norm_backward = cpu::norm_backward;
-    t.softmax_forward = cpu::softmax_forward;
-    t.softmax_backward = cpu::softmax_backward;
-    t.rope = cpu::rope;
-    t.embedding_forward = cpu::embedding_forward;
-    t.embedding_backward = cpu::embedding_backward;
-    t.patchify = cpu::patchify;
-    if (cpu::attention_isa_present()) {
-      t.attention_forward = cpu::attention_forward;
-      t.attention_backward = cpu::attention_backward;
-      t.attention_cached = cpu::attention_forward;
-    } else {  // compiled for AVX2 + FMA (core/CMakeLists.txt): a named error instead of an illegal instruction
+#define HR_REGISTER(name, ret, params) t.name = cpu::name;
+    HR_SIZING_FUNCTIONS(HR_REGISTER)
+    HR_KERNELS(HR_REGISTER)
+#undef HR_REGISTER
+    if (!cpu::attention_isa_present()) {  // compiled for AVX2 + FMA (core/CMakeLists.txt): a named error instead of
+                                          // an illegal instruction
       t.attention_forward = t.attention_backward = t.attention_cached = [](const AttentionArgs&) {
         throw Error("[attention] the CPU attention kernel needs AVX2 and FMA (x86-64-v3); this CPU has neither");
       };
     }
-    t.cross_entropy_forward = cpu::cross_entropy_forward;
-    t.cross_entropy_backward = cpu::cross_entropy_backward;
-    t.sum_leading = cpu::sum_leading;
-    t.reduce_all = cpu::reduce_all;
-    t.broadcast_scalar = cpu::broadcast_scalar;
-    t.adamw_update = cpu::adamw_update;
-    t.sgd_update = cpu::sgd_update;
-    t.adafactor_update = cpu::adafactor_update;
     return t;
   }();
   return k;

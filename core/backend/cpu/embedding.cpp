@@ -56,7 +56,8 @@ void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtabl
   });
 }
 
-void patchify(const Tensor& images, const Tensor& patches, int64_t p, bool inverse) {
+void patchify(const Tensor& images, const Tensor& patches, int64_t p, PatchDirection direction) {
+  const bool inverse = direction == PatchDirection::ToImages;
   const int64_t b = images.size(0), ch = images.size(1), h = images.size(2), w = images.size(3);
   const int64_t gh = h / p, gw = w / p, pd = ch * p * p;
   const std::size_t es = images.element_size();

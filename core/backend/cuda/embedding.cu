@@ -187,7 +187,8 @@ void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtabl
   });
 }
 
-void patchify(const Tensor& images, const Tensor& patches, int64_t p, bool inverse) {
+void patchify(const Tensor& images, const Tensor& patches, int64_t p, PatchDirection direction) {
+  const bool inverse = direction == PatchDirection::ToImages;
   const int64_t total = patches.numel();
   if (total == 0) return;
   by_width(images.element_size(), "patchify", [&](auto etag) {

@@ -16,18 +16,25 @@ namespace hr::core {
 
 namespace {
 
+std::atomic<CudnnAttentionQuery> g_cudnn_query{nullptr};
+
 std::size_t align(std::size_t n) {
   return cuda::align_workspace(n);
 }
 
+}  // namespace
+
+// The sizing functions of kernel_list.h for the CUDA back-end.
+namespace sizing {
+
 // cuBLASLt's workspace for the architecture this context sizes for (every GEMM call gets it whole).
-std::size_t gemm_scratchpad(const GemmDesc&) {
+std::size_t gemm_scratchpad_bytes(const GemmDesc&) {
   return cuda::cublas_workspace_bytes(sizing_cuda_arch());
 }
 
 // cuBLAS wants one input type: operands of two dtypes are staged in f32 when C is f32, else in C's 16-bit type
 // (an f32-input GEMM has no 16-bit output).
-std::size_t gemm_bytes(const GemmDesc& d) {
+std::size_t gemm_workspace_bytes(const GemmDesc& d) {
   std::size_t bytes = 0;
   if (d.m == 0 || d.n == 0 || d.k == 0 || d.batch == 0) return 0;
   if (d.a_dtype != d.b_dtype) {
@@ -39,8 +46,6 @@ std::size_t gemm_bytes(const GemmDesc& d) {
   return bytes;
 }
 
-std::atomic<CudnnAttentionQuery> g_cudnn_query{nullptr};
-
 std::size_t own_attention_bytes(const AttentionDesc& a, AttentionPass pass) {
   if (pass != AttentionPass::Backward) return 0;
   return align(std::size_t(a.batch * a.q_heads * a.q_len) * 4);  // delta = rowsum(dO * O), f32
@@ -49,7 +54,7 @@ std::size_t own_attention_bytes(const AttentionDesc& a, AttentionPass pass) {
 // On a GPU, cuDNN's own figure for the shapes whose graph builds there. Without one (planning for a GPU
 // elsewhere), a shape cuDNN admits gets the larger of cuDNN's rule and the own kernel's need: either kernel
 // runs within it.
-std::size_t attention_bytes(const AttentionDesc& a, AttentionPass pass) {
+std::size_t attention_workspace_bytes(const AttentionDesc& a, AttentionPass pass) {
   const std::size_t own = own_attention_bytes(a, pass);
   // A KV cache's queries take the own kernel: no cuDNN graph is built (or asked about) for them.
   if (!cudnn_attention_admits(a, pass == AttentionPass::Cached)) return own;
@@ -62,20 +67,20 @@ std::size_t attention_bytes(const AttentionDesc& a, AttentionPass pass) {
 }
 
 // The weight and the bias gradient's column sums at once.
-std::size_t norm_bytes(int64_t rows, int64_t cols) {
+std::size_t norm_workspace_bytes(int64_t rows, int64_t cols) {
   return cuda::column_sums_workspace_bytes(rows, cols, 2);
 }
 
-std::size_t column_sums_bytes(int64_t rows, int64_t cols) {
+std::size_t column_sums_workspace_bytes(int64_t rows, int64_t cols) {
   return cuda::column_sums_workspace_bytes(rows, cols, 1);
 }
 
 // The sorted (id, position) keys of the embedding backward, padded for the bitonic network.
-std::size_t embedding_bytes(int64_t ids) {
+std::size_t embedding_workspace_bytes(int64_t ids) {
   return ids > 0 ? align(std::size_t(cuda::bitonic_length(ids)) * sizeof(uint64_t)) : 0;
 }
 
-}  // namespace
+}  // namespace sizing
 
 bool cudnn_attention_admits(const AttentionDesc& d, bool kv_cache) {
   return !kv_cache && (d.dtype == DType::BF16 || d.dtype == DType::F16) && d.head_dim % 8 == 0 && d.head_dim > 0 &&
@@ -125,12 +130,9 @@ const Kernels& cuda_sizing_kernels() {
     t.backend = "CUDA";
     t.gemm_mixing = GemmMixing::NarrowToOutput;
     t.cross_entropy_chunk_bytes = cuda::kCrossEntropyChunkBytes;
-    t.gemm_workspace_bytes = gemm_bytes;
-    t.gemm_scratchpad_bytes = gemm_scratchpad;
-    t.attention_workspace_bytes = attention_bytes;
-    t.norm_workspace_bytes = norm_bytes;
-    t.column_sums_workspace_bytes = column_sums_bytes;
-    t.embedding_workspace_bytes = embedding_bytes;
+#define HR_REGISTER(name, ret, params) t.name = sizing::name;
+    HR_SIZING_FUNCTIONS(HR_REGISTER)
+#undef HR_REGISTER
     return t;
   }();
   return k;
