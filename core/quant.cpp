@@ -161,11 +161,71 @@ int nearest_sorted(const std::array<float, 256>& code, float x) {
 }
 }  // namespace
 
+namespace {
+
+void put_f32(std::vector<uint8_t>& blob, int64_t offset, float v) {
+  std::memcpy(blob.data() + offset, &v, 4);
+}
+
+// Int8: each row scaled by its absmax to [-127, 127].
+void quantize_rows_int8(const float* w, const QuantLayout& l, int64_t rows, int64_t cols, std::vector<uint8_t>& blob) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = w + r * cols;
+    float am = 0.f;
+    for (int64_t c = 0; c < cols; ++c) am = std::max(am, std::fabs(row[c]));
+    for (int64_t c = 0; c < cols; ++c) {
+      const float q = am > 0.f ? std::nearbyint(row[c] * (127.f / am)) : 0.f;
+      blob[std::size_t(l.codes + r * cols + c)] = uint8_t(int8_t(std::clamp(q, -127.f, 127.f)));
+    }
+    put_f32(blob, l.absmax + 4 * r, am);
+  }
+}
+
+// NF4 / FP4: each block's elements by their nearest 4-bit code of the block's absmax scale, two to a byte; returns
+// the absmax of every block.
+std::vector<float> quantize_blocks_4bit(const float* w, const QuantLayout& l, std::vector<uint8_t>& blob) {
+  const auto& code = code4(l.format.type);
+  const int64_t n = l.numel();
+  std::vector<float> absmax(std::size_t(l.blocks));
+  for (int64_t b = 0; b < l.blocks; ++b) {
+    const int64_t lo = b * l.format.block, hi = std::min(n, lo + l.format.block);
+    float am = 0.f;
+    for (int64_t i = lo; i < hi; ++i) am = std::max(am, std::fabs(w[i]));
+    absmax[std::size_t(b)] = am;
+    for (int64_t i = lo; i < hi; ++i) {
+      const int q = nearest_code(code.data(), 16, am > 0.f ? w[i] / am : 0.f);
+      uint8_t& byte = blob[std::size_t(l.codes + i / 2)];
+      byte = uint8_t(i % 2 ? (byte & 0xF0) | q : (byte & 0x0F) | (q << 4));
+    }
+  }
+  return absmax;
+}
+
+// QLoRA's double quantization: the block constants minus their mean, in 8-bit blocks of 256 (dynamic code); returns
+// the mean (the header's offset).
+float double_quantize(const std::vector<float>& absmax, const QuantLayout& l, std::vector<uint8_t>& blob) {
+  double sum = 0;
+  for (float a : absmax) sum += a;
+  const float offset = float(sum / double(l.blocks));
+  const auto& dyn = dynamic_code8();
+  for (int64_t c = 0; c < l.blocks2(); ++c) {
+    const int64_t lo = c * kDoubleQuantBlock, hi = std::min(l.blocks, lo + kDoubleQuantBlock);
+    float am2 = 0.f;
+    for (int64_t b = lo; b < hi; ++b) am2 = std::max(am2, std::fabs(absmax[std::size_t(b)] - offset));
+    for (int64_t b = lo; b < hi; ++b)
+      blob[std::size_t(l.absmax + b)] =
+          uint8_t(nearest_sorted(dyn, am2 > 0.f ? (absmax[std::size_t(b)] - offset) / am2 : 0.f));
+    put_f32(blob, l.absmax2 + 4 * c, am2);
+  }
+  return offset;
+}
+
+}  // namespace
+
 std::vector<uint8_t> quantize(const float* w, int64_t rows, int64_t cols, const QuantFormat& f) {
   const QuantLayout l = QuantLayout::of(f, rows, cols);
-  const int64_t n = l.numel();
   std::vector<uint8_t> blob(std::size_t(l.bytes), 0);
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t i = 0; i < l.numel(); ++i)
     HR_CHECK(std::isfinite(w[i]), "[quant] element ", i, " (row ", i / cols, ", column ", i % cols, ") is ", w[i],
              "; only finite weights can be quantized");
   Header h{{'H', 'R', 'Q', '1'},
@@ -176,50 +236,14 @@ std::vector<uint8_t> quantize(const float* w, int64_t rows, int64_t cols, const 
            0.f,
            rows,
            cols};
-  auto put_f32 = [&](int64_t offset, float v) { std::memcpy(blob.data() + offset, &v, 4); };
   if (l.format.type == QuantType::Int8) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = w + r * cols;
-      float am = 0.f;
-      for (int64_t c = 0; c < cols; ++c) am = std::max(am, std::fabs(row[c]));
-      for (int64_t c = 0; c < cols; ++c) {
-        const float q = am > 0.f ? std::nearbyint(row[c] * (127.f / am)) : 0.f;
-        blob[std::size_t(l.codes + r * cols + c)] = uint8_t(int8_t(std::clamp(q, -127.f, 127.f)));
-      }
-      put_f32(l.absmax + 4 * r, am);
-    }
+    quantize_rows_int8(w, l, rows, cols, blob);
   } else {
-    const auto& code = code4(l.format.type);
-    std::vector<float> absmax(std::size_t(l.blocks));
-    for (int64_t b = 0; b < l.blocks; ++b) {
-      const int64_t lo = b * l.format.block, hi = std::min(n, lo + l.format.block);
-      float am = 0.f;
-      for (int64_t i = lo; i < hi; ++i) am = std::max(am, std::fabs(w[i]));
-      absmax[std::size_t(b)] = am;
-      for (int64_t i = lo; i < hi; ++i) {
-        const int q = nearest_code(code.data(), 16, am > 0.f ? w[i] / am : 0.f);
-        uint8_t& byte = blob[std::size_t(l.codes + i / 2)];
-        byte = uint8_t(i % 2 ? (byte & 0xF0) | q : (byte & 0x0F) | (q << 4));
-      }
-    }
-    if (!l.format.double_quant) {
-      for (int64_t b = 0; b < l.blocks; ++b) put_f32(l.absmax + 4 * b, absmax[std::size_t(b)]);
-    } else {
-      // QLoRA's double quantization: the constants minus their mean, in 8-bit blocks of 256.
-      double sum = 0;
-      for (float a : absmax) sum += a;
-      h.offset = float(sum / double(l.blocks));
-      const auto& dyn = dynamic_code8();
-      for (int64_t c = 0; c < l.blocks2(); ++c) {
-        const int64_t lo = c * kDoubleQuantBlock, hi = std::min(l.blocks, lo + kDoubleQuantBlock);
-        float am2 = 0.f;
-        for (int64_t b = lo; b < hi; ++b) am2 = std::max(am2, std::fabs(absmax[std::size_t(b)] - h.offset));
-        for (int64_t b = lo; b < hi; ++b)
-          blob[std::size_t(l.absmax + b)] =
-              uint8_t(nearest_sorted(dyn, am2 > 0.f ? (absmax[std::size_t(b)] - h.offset) / am2 : 0.f));
-        put_f32(l.absmax2 + 4 * c, am2);
-      }
-    }
+    const std::vector<float> absmax = quantize_blocks_4bit(w, l, blob);
+    if (l.format.double_quant)
+      h.offset = double_quantize(absmax, l, blob);
+    else
+      for (int64_t b = 0; b < l.blocks; ++b) put_f32(blob, l.absmax + 4 * b, absmax[std::size_t(b)]);
   }
   std::memcpy(blob.data(), &h, sizeof h);
   return blob;

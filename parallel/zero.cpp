@@ -80,49 +80,60 @@ Zero::Zero(GroupedParams& model, Communicator& comm, const optim::OptimizerConfi
     for (const auto& [part_name, part] : parts_of(mg[gi])) {
       const bool trainable = part[0]->trainable;
       if (!trainable && z.stage < 3) continue;
-      auto g = std::make_unique<Group>();
-      g->name = part_name;
-      g->kind = mg[gi].kind;
-      g->trainable = trainable;
-      g->dtype = part[0]->dtype;
-      g->grad_dtype = part[0]->grad_dtype;
-      for (Param* p : part) {
-        HR_ASSERT(p->dtype == g->dtype && p->grad_dtype == g->grad_dtype, "group ", g->name, " mixes dtypes");
-        g->segs.push_back({p, p->numel(), 0, 0, optim::decays(*p)});
-      }
-      g->shard = shard_size(g->segs, shard_world_);
-      Tensor mine;  // this rank's block of the current parameters
-      {
-        MemoryScope scope(Category::Workspace, g->name);
-        mine = Tensor::zeros({g->shard}, g->dtype, device_);
-        pack(*g, shard_rank_, mine, [](Param* p) { return p->data; });
-      }
-      if (trainable) {
-        Tensor master;
-        if (z.offload_optimizer == Offload::Cpu || g->dtype != DType::F32) {
-          MemoryScope scope(Category::MasterParams, g->name);
-          master = Tensor::empty({g->shard}, DType::F32, state_device_);
-          copy_(master, mine);
-        }
-        MemoryScope scope(Category::Optimizer, g->name);
-        g->state = optim::zero_moments(opt, {g->shard}, state_device_);
-        g->state.master = master;
-        if (z.stage >= 2) {
-          MemoryScope gs(Category::Grads, g->name);
-          g->grads = Tensor::zeros({g->shard}, g->grad_dtype, device_);
-        }
-      }
-      if (z.stage == 3) {
-        MemoryScope scope(Category::Params, g->name);
-        g->params = Tensor::empty({g->shard}, g->dtype, z.offload_params == Offload::Cpu ? host_ : device_);
-        copy_(g->params, mine);
-        mine = Tensor();
-        for (auto& seg : g->segs) seg.param->data = Tensor();
-      }
-      groups_[gi].push_back(std::move(g));
+      groups_[gi].push_back(make_group(part_name, part, mg[gi].kind));
     }
   }
   model.set_hooks(this);
+}
+
+// The group of `part` (parameters of one dtype and trainability): this rank's shard of its states (master weights,
+// moments), of its reduced gradients at stages 2-3, and of its parameters at stage 3 (the whole ones released).
+std::unique_ptr<Zero::Group> Zero::make_group(const std::string& name, const std::vector<Param*>& part,
+                                              GroupKind kind) {
+  auto g = std::make_unique<Group>();
+  g->name = name;
+  g->kind = kind;
+  g->trainable = part[0]->trainable;
+  g->dtype = part[0]->dtype;
+  g->grad_dtype = part[0]->grad_dtype;
+  for (Param* p : part) {
+    HR_ASSERT(p->dtype == g->dtype && p->grad_dtype == g->grad_dtype, "group ", g->name, " mixes dtypes");
+    g->segs.push_back({p, p->numel(), 0, 0, optim::decays(*p)});
+  }
+  g->shard = shard_size(g->segs, shard_world_);
+  Tensor mine;  // this rank's block of the current parameters
+  {
+    MemoryScope scope(Category::Workspace, g->name);
+    mine = Tensor::zeros({g->shard}, g->dtype, device_);
+    pack(*g, shard_rank_, mine, [](Param* p) { return p->data; });
+  }
+  if (g->trainable) make_states(*g, mine);
+  if (z_.stage == 3) {
+    MemoryScope scope(Category::Params, g->name);
+    g->params = Tensor::empty({g->shard}, g->dtype, z_.offload_params == Offload::Cpu ? host_ : device_);
+    copy_(g->params, mine);
+    mine = Tensor();
+    for (auto& seg : g->segs) seg.param->data = Tensor();
+  }
+  return g;
+}
+
+// A trainable group's optimizer states where they live (f32 master weights where the parameters are not f32 or the
+// states are offloaded) and, at stages 2-3, its gradient shard.
+void Zero::make_states(Group& g, const Tensor& mine) {
+  Tensor master;
+  if (z_.offload_optimizer == Offload::Cpu || g.dtype != DType::F32) {
+    MemoryScope scope(Category::MasterParams, g.name);
+    master = Tensor::empty({g.shard}, DType::F32, state_device_);
+    copy_(master, mine);
+  }
+  MemoryScope scope(Category::Optimizer, g.name);
+  g.state = optim::zero_moments(opt_, {g.shard}, state_device_);
+  g.state.master = master;
+  if (z_.stage >= 2) {
+    MemoryScope gs(Category::Grads, g.name);
+    g.grads = Tensor::zeros({g.shard}, g.grad_dtype, device_);
+  }
 }
 
 Zero::~Zero() {
@@ -252,56 +263,23 @@ void Zero::step(float lr, float grad_scale) {
 }
 
 void Zero::step_group(Group& g, float lr, float grad_scale) {
-  const int W = shard_world_, r = shard_rank_;
-  const bool offload = z_.offload_optimizer == Offload::Cpu;
-  // This rank's gradient shard.
-  Tensor grad = g.grads;
-  if (z_.stage <= 1) {
-    MemoryScope scope(Category::Grads, g.name);
-    grad = Tensor::zeros({g.shard}, g.grad_dtype, device_);
-    pack(g, r, grad, [](Param* p) { return p->grad; });
-  }
-  // Where the updated parameters go: the stage-3 shard, or this rank's block of a buffer to all-gather.
-  Tensor whole, dst = g.params;
-  if (z_.stage <= 2) {
-    MemoryScope scope(Category::Comm, g.name);
-    whole = Tensor::empty({int64_t(W) * g.shard}, g.dtype, device_);
-    dst = whole.slice(0, int64_t(r) * g.shard, int64_t(r + 1) * g.shard);
-    pack(g, r, dst, [](Param* p) { return p->data; });
-  }
-  Tensor upd_param = dst, upd_grad = grad;
+  const int W = shard_world_;
+  Tensor grad = gradient_shard(g);
+  Tensor whole;
+  const Tensor dst = update_target(g, &whole);
   // The update runs where the states are: parameters elsewhere (offloaded states, or offload_params without them)
   // come there for it and go back after.
+  Tensor upd_param = dst, upd_grad = grad;
   if (upd_param.device() != state_device_) {
     MemoryScope scope(Category::Params, g.name);
     upd_param = dst.to(state_device_);
   }
-  if (offload) {
+  if (z_.offload_optimizer == Offload::Cpu) {
     MemoryScope scope(Category::Grads, g.name);
     upd_grad = g.host_grads.defined() ? g.host_grads : grad.to(state_device_);
   }
-  for (const auto& seg : g.segs) {
-    const int64_t v = Group::valid(seg, r);
-    if (!seg.had_grad && z_.stage >= 2) continue;
-    if (z_.stage <= 1 && !seg.param->grad.defined()) continue;
-    if (v == 0) continue;
-    const int64_t end = seg.offset + v;
-    optim::update(opt_, upd_param.slice(0, seg.offset, end), upd_grad.slice(0, seg.offset, end),
-                  g.state.slice(seg.offset, end),
-                  {lr * seg.lr_ratio, seg.decay ? opt_.weight_decay : 0.f, steps_, grad_scale});
-  }
-  if (!upd_param.same_storage(dst)) {
-    if (z_.stage == 3) {
-      // Stage 3 uses the shard only in the next step's gathers: its upload runs on the side stream while the next
-      // group updates on the host. The previous group's upload has arrived before its host copy goes.
-      side_copies_done(device_);
-      uploading_ = Tensor();
-      copy_side_(dst, upd_param);
-      uploading_ = upd_param;
-    } else {
-      copy_(dst, upd_param);  // the all-gather below reads it
-    }
-  }
+  update_segments(g, upd_param, upd_grad, lr, grad_scale);
+  if (!upd_param.same_storage(dst)) store_update(dst, upd_param);
   g.host_grads = Tensor();
   upd_param = upd_grad = grad = Tensor();
   if (z_.stage <= 2) {
@@ -311,6 +289,52 @@ void Zero::step_group(Group& g, float lr, float grad_scale) {
     }
     unpack(g, W, whole, [](Param* p) { return p->data; });
   }
+}
+
+// This rank's gradient shard: reduced during the backward (stages 2-3), or packed from the parameters' gradients.
+Tensor Zero::gradient_shard(Group& g) {
+  if (z_.stage >= 2) return g.grads;
+  MemoryScope scope(Category::Grads, g.name);
+  Tensor grad = Tensor::zeros({g.shard}, g.grad_dtype, device_);
+  pack(g, shard_rank_, grad, [](Param* p) { return p->grad; });
+  return grad;
+}
+
+// Where the updated parameters go: the stage-3 shard, or this rank's block of a buffer to all-gather (`whole`).
+Tensor Zero::update_target(Group& g, Tensor* whole) {
+  if (z_.stage == 3) return g.params;
+  const int W = shard_world_, r = shard_rank_;
+  MemoryScope scope(Category::Comm, g.name);
+  *whole = Tensor::empty({int64_t(W) * g.shard}, g.dtype, device_);
+  Tensor dst = whole->slice(0, int64_t(r) * g.shard, int64_t(r + 1) * g.shard);
+  pack(g, r, dst, [](Param* p) { return p->data; });
+  return dst;
+}
+
+// The optimizer over each segment this rank holds a valid block of, where its gradient exists.
+void Zero::update_segments(Group& g, const Tensor& param, const Tensor& grad, float lr, float grad_scale) {
+  for (const auto& seg : g.segs) {
+    const int64_t v = Group::valid(seg, shard_rank_);
+    const bool has_grad = z_.stage >= 2 ? seg.had_grad : seg.param->grad.defined();
+    if (!has_grad || v == 0) continue;
+    const int64_t end = seg.offset + v;
+    optim::update(opt_, param.slice(0, seg.offset, end), grad.slice(0, seg.offset, end), g.state.slice(seg.offset, end),
+                  {lr * seg.lr_ratio, seg.decay ? opt_.weight_decay : 0.f, steps_, grad_scale});
+  }
+}
+
+// The update, made where the states are, back where the parameters live. Stage 3 uses the shard only in the next
+// step's gathers: its upload runs on the side stream while the next group updates on the host (the previous
+// group's upload has arrived before its host copy goes). Below stage 3 the all-gather reads it at once.
+void Zero::store_update(const Tensor& dst, const Tensor& updated) {
+  if (z_.stage != 3) {
+    copy_(dst, updated);
+    return;
+  }
+  side_copies_done(device_);
+  uploading_ = Tensor();
+  copy_side_(dst, updated);
+  uploading_ = updated;
 }
 
 // ---- checkpoints ----

@@ -133,7 +133,14 @@ class Zero final : public core::GroupHooks {
   void finish_bucket();
   // Which of this rank's flags are set on any rank (an i64 all-reduce of host buffers tagged comm).
   std::vector<bool> on_any_rank(const std::vector<bool>& mine);
+  std::unique_ptr<Group> make_group(const std::string& name, const std::vector<core::Param*>& part,
+                                    core::GroupKind kind);
+  void make_states(Group& g, const core::Tensor& mine);
   void step_group(Group& g, float lr, float grad_scale);
+  core::Tensor gradient_shard(Group& g);
+  core::Tensor update_target(Group& g, core::Tensor* whole);
+  void update_segments(Group& g, const core::Tensor& param, const core::Tensor& grad, float lr, float grad_scale);
+  void store_update(const core::Tensor& dst, const core::Tensor& updated);
 
   core::GroupedParams& model_;
   std::array<std::size_t, 2> cursor_{};  // per pass: the position in its order

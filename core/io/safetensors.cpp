@@ -81,16 +81,14 @@ SafetensorsFile SafetensorsFile::from_bytes(const std::string& name, std::string
   return parse(name, std::move(owned), base, size);
 }
 
-SafetensorsFile SafetensorsFile::parse(const std::string& path, std::shared_ptr<void> keep, const char* base,
-                                       std::size_t size) {
-  const std::string where = "[safetensors] " + path + ": ";
+namespace {
+
+// The JSON header of the `size` bytes at `base` and its length, or a named error: both length checks come before
+// anything is allocated for it.
+json read_header(const std::string& where, const char* base, std::size_t size, uint64_t* length) {
   HR_CHECK(size >= 8, where, "file is ", size, " bytes; a safetensors file starts with an 8-byte header length");
-  SafetensorsFile f;
-  f.path_ = path;
-  f.mapping_ = std::move(keep);
   uint64_t n = 0;
   std::memcpy(&n, base, 8);  // little-endian on every platform we build for
-  // Both checks come before anything is allocated for the header.
   HR_CHECK(n <= kMaxHeaderBytes, where, "header length ", n, " exceeds the 100 MiB limit (corrupt or not safetensors)");
   HR_CHECK(n <= size - 8, where, "header length ", n, " runs past the end of the ", size, "-byte file (truncated?)");
   HR_CHECK(n >= 2 && base[8] == '{', where, "header is not a JSON object");
@@ -101,66 +99,95 @@ SafetensorsFile SafetensorsFile::parse(const std::string& path, std::shared_ptr<
     throw Error(where + "header is not valid JSON: " + e.what());
   }
   HR_CHECK(header.is_object(), where, "header is not a JSON object");
-  f.data_ = base + 8 + n;
-  const std::size_t data_size = size - 8 - n;
-  std::vector<std::pair<std::size_t, std::string>> spans;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    const std::string& name = it.key();
-    if (name == "__metadata__") {
-      HR_CHECK(it->is_object(), where, "__metadata__ must be an object of strings");
-      for (auto m2 = it->begin(); m2 != it->end(); ++m2) {
-        HR_CHECK(m2->is_string(), where, "__metadata__ value of '", m2.key(), "' is not a string");
-        f.metadata_[m2.key()] = m2->get<std::string>();
-      }
-      continue;
-    }
-    const json& e = *it;
-    HR_CHECK(e.is_object() && e.contains("dtype") && e.contains("shape") && e.contains("data_offsets"), where,
-             "tensor '", name, "' needs dtype, shape and data_offsets");
-    Entry en;
-    HR_CHECK(e["dtype"].is_string() && parse_st_dtype(e["dtype"].get<std::string>(), &en.dtype), where, "tensor '",
-             name, "' has unsupported dtype ", e["dtype"].dump(), " (supported: F32, BF16, F16, I32, I64, U8)");
-    HR_CHECK(e["shape"].is_array(), where, "tensor '", name, "' shape is not an array");
-    // Every count is checked for overflow and against the data section before anything trusts it: a shape
-    // such as [2^31, 2^31] of f32 must not wrap to 0 bytes and pass as an empty tensor.
-    uint64_t count = 1, nonzero = 1;  // `nonzero`: the product without zero dims, which strides still multiply
-    for (const json& d : e["shape"]) {
-      HR_CHECK(d.is_number_unsigned(), where, "tensor '", name, "' has a negative or non-integer dimension");
-      const uint64_t v = d.get<uint64_t>();
-      HR_CHECK(v <= uint64_t(INT64_MAX) && (v == 0 || !__builtin_mul_overflow(nonzero, v, &nonzero)) &&
-                   nonzero <= uint64_t(INT64_MAX),
-               where, "tensor '", name, "' shape ", e["shape"].dump(), " overflows 64-bit element counts");
-      count = v == 0 ? 0 : count * v;  // count <= nonzero, which did not overflow
-      en.shape.push_back(int64_t(v));
-    }
-    uint64_t bytes = 0;
-    HR_CHECK(!__builtin_mul_overflow(count, uint64_t(dtype_size(en.dtype)), &bytes), where, "tensor '", name,
-             "' shape ", e["shape"].dump(), " of ", dtype_name(en.dtype), " overflows a 64-bit byte count");
-    const json& off = e["data_offsets"];
-    HR_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), where,
-             "tensor '", name, "' data_offsets must be [begin, end]");
-    en.begin = off[0].get<std::size_t>();
-    en.end = off[1].get<std::size_t>();
-    HR_CHECK(en.begin <= en.end && en.end <= data_size, where, "tensor '", name, "' bytes [", en.begin, ", ", en.end,
-             ") lie outside the ", data_size, "-byte data section (truncated file?)");
-    HR_CHECK(en.end - en.begin == bytes, where, "tensor '", name, "' has ", en.end - en.begin, " bytes but shape ",
-             shape_str(en.shape), " of ", dtype_name(en.dtype), " needs ", bytes);
-    spans.emplace_back(en.begin, name);
-    f.entries_.emplace(name, en);
+  *length = n;
+  return header;
+}
+
+std::map<std::string, std::string> read_metadata(const std::string& where, const json& m) {
+  HR_CHECK(m.is_object(), where, "__metadata__ must be an object of strings");
+  std::map<std::string, std::string> out;
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    HR_CHECK(it->is_string(), where, "__metadata__ value of '", it.key(), "' is not a string");
+    out[it.key()] = it->get<std::string>();
   }
-  // Tensors must tile the data section exactly: no overlap, no gap, nothing trailing.
-  std::sort(spans.begin(), spans.end(), [&](const auto& a, const auto& b) {
-    const Entry &x = f.entries_.at(a.second), &y = f.entries_.at(b.second);
-    return x.begin != y.begin ? x.begin < y.begin : x.end < y.end;
+  return out;
+}
+
+// The shape, and the bytes it needs of `dtype`. Every count is checked for overflow before anything trusts it: a
+// shape such as [2^31, 2^31] of f32 must not wrap to 0 bytes and pass as an empty tensor.
+uint64_t read_shape(const std::string& where, const std::string& name, const json& shape, DType dtype, Shape* out) {
+  HR_CHECK(shape.is_array(), where, "tensor '", name, "' shape is not an array");
+  uint64_t count = 1, nonzero = 1;  // `nonzero`: the product without zero dims, which strides still multiply
+  for (const json& d : shape) {
+    HR_CHECK(d.is_number_unsigned(), where, "tensor '", name, "' has a negative or non-integer dimension");
+    const uint64_t v = d.get<uint64_t>();
+    const bool fits = v <= uint64_t(INT64_MAX) && (v == 0 || !__builtin_mul_overflow(nonzero, v, &nonzero));
+    HR_CHECK(fits && nonzero <= uint64_t(INT64_MAX), where, "tensor '", name, "' shape ", shape.dump(),
+             " overflows 64-bit element counts");
+    count = v == 0 ? 0 : count * v;  // count <= nonzero, which did not overflow
+    out->push_back(int64_t(v));
+  }
+  uint64_t bytes = 0;
+  HR_CHECK(!__builtin_mul_overflow(count, uint64_t(dtype_size(dtype)), &bytes), where, "tensor '", name, "' shape ",
+           shape.dump(), " of ", dtype_name(dtype), " overflows a 64-bit byte count");
+  return bytes;
+}
+
+SafetensorsEntry read_entry(const std::string& where, const std::string& name, const json& e, std::size_t data_size) {
+  HR_CHECK(e.is_object() && e.contains("dtype") && e.contains("shape") && e.contains("data_offsets"), where, "tensor '",
+           name, "' needs dtype, shape and data_offsets");
+  SafetensorsEntry en;
+  HR_CHECK(e["dtype"].is_string() && parse_st_dtype(e["dtype"].get<std::string>(), &en.dtype), where, "tensor '", name,
+           "' has unsupported dtype ", e["dtype"].dump(), " (supported: F32, BF16, F16, I32, I64, U8)");
+  const uint64_t bytes = read_shape(where, name, e["shape"], en.dtype, &en.shape);
+  const json& off = e["data_offsets"];
+  HR_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(), where,
+           "tensor '", name, "' data_offsets must be [begin, end]");
+  en.begin = off[0].get<std::size_t>();
+  en.end = off[1].get<std::size_t>();
+  HR_CHECK(en.begin <= en.end && en.end <= data_size, where, "tensor '", name, "' bytes [", en.begin, ", ", en.end,
+           ") lie outside the ", data_size, "-byte data section (truncated file?)");
+  HR_CHECK(en.end - en.begin == bytes, where, "tensor '", name, "' has ", en.end - en.begin, " bytes but shape ",
+           shape_str(en.shape), " of ", dtype_name(en.dtype), " needs ", bytes);
+  return en;
+}
+
+// Tensors must tile the data section exactly: no overlap, no gap, nothing trailing.
+void check_tiling(const std::string& where, const std::map<std::string, SafetensorsEntry>& entries,
+                  std::size_t data_size) {
+  std::vector<std::pair<const std::string*, const SafetensorsEntry*>> spans;
+  for (const auto& [name, en] : entries) spans.emplace_back(&name, &en);
+  std::sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) {
+    return a.second->begin != b.second->begin ? a.second->begin < b.second->begin : a.second->end < b.second->end;
   });
   std::size_t at = 0;
-  for (const auto& [begin, name] : spans) {
-    const Entry& en = f.entries_.at(name);
-    HR_CHECK(en.begin >= at, where, "tensor '", name, "' overlaps the tensor before it");
-    HR_CHECK(en.begin == at, where, "gap of ", en.begin - at, " bytes before tensor '", name, "'");
-    at = en.end;
+  for (const auto& [name, en] : spans) {
+    HR_CHECK(en->begin >= at, where, "tensor '", *name, "' overlaps the tensor before it");
+    HR_CHECK(en->begin == at, where, "gap of ", en->begin - at, " bytes before tensor '", *name, "'");
+    at = en->end;
   }
   HR_CHECK(at == data_size, where, data_size - at, " trailing bytes after the last tensor");
+}
+
+}  // namespace
+
+SafetensorsFile SafetensorsFile::parse(const std::string& path, std::shared_ptr<void> keep, const char* base,
+                                       std::size_t size) {
+  const std::string where = "[safetensors] " + path + ": ";
+  uint64_t n = 0;
+  const json header = read_header(where, base, size, &n);
+  SafetensorsFile f;
+  f.path_ = path;
+  f.mapping_ = std::move(keep);
+  f.data_ = base + 8 + n;
+  const std::size_t data_size = size - 8 - n;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__")
+      f.metadata_ = read_metadata(where, *it);
+    else
+      f.entries_.emplace(it.key(), read_entry(where, it.key(), *it, data_size));
+  }
+  check_tiling(where, f.entries_, data_size);
   return f;
 }
 

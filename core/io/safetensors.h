@@ -12,6 +12,13 @@
 
 namespace hr::core {
 
+// One tensor of a safetensors header, as validated: its dtype, shape and bytes within the data section.
+struct SafetensorsEntry {
+  DType dtype;
+  Shape shape;
+  std::size_t begin, end;
+};
+
 // A read-only view of one safetensors file. Tensors returned by get() live on Device::host and point
 // into the mapping, which stays alive while any of them does.
 class SafetensorsFile {
@@ -30,11 +37,7 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
-  struct Entry {
-    DType dtype;
-    Shape shape;
-    std::size_t begin, end;  // within the data section
-  };
+  using Entry = SafetensorsEntry;
   const Entry& entry(const std::string& name) const;
   // Validates the header of the `size` bytes at `base`, which `keep` keeps alive.
   static SafetensorsFile parse(const std::string& path, std::shared_ptr<void> keep, const char* base, std::size_t size);

@@ -137,78 +137,107 @@ struct Built {
   std::vector<Lifetime> buffers, persistent;  // transient buffers (periodic ones once), and what stays
 };
 
-Built build(const RequestTrace& trace) {
-  const std::vector<AllocRequest>& reqs = trace.requests();
-  const std::vector<RequestTrace::Repeat>& reps = trace.repeats();
-  const std::size_t n = reqs.size();
-  Built out;
-  ArenaLayout& L = out.layout;
-  L.recorded.resize(n);
-  std::vector<std::size_t> free_of(n, kNoFree);
-  for (std::size_t i = 0; i < n; ++i) {
-    const AllocRequest& r = reqs[i];
-    if (r.alloc) {
-      L.recorded[i] = {true, round_size(r.bytes), ArenaLayout::kPersistent};
-      continue;
+// Builds the layout of one trace: which request frees which, where each request happens in a run (after every
+// repetition of the bodies that end before it), each buffer's lifetime, then the packing.
+class Builder {
+ public:
+  explicit Builder(const RequestTrace& trace)
+      : reqs_(trace.requests()), reps_(trace.repeats()), free_of_(reqs_.size(), kNoFree) {}
+
+  Built build() {
+    ArenaLayout& L = out_.layout;
+    pair_frees();
+    run_end_ = pos(reqs_.size());
+    for (const RequestTrace::Repeat& r : reps_) {
+      const std::size_t len = r.end - r.begin;
+      L.bodies.push_back({r.begin - len, r.begin, r.end, r.times, std::vector<std::size_t>(len, ArenaLayout::kNone)});
     }
-    HR_ASSERT(r.pairs < i && reqs[r.pairs].alloc && free_of[r.pairs] == kNoFree,
-              "a free of a request that is not allocated");
-    free_of[r.pairs] = i;
-    L.recorded[i] = {false, 0, 0};
+    std::size_t next_body = 0;
+    for (std::size_t i = 0; i < reqs_.size(); ++i) {
+      if (!reqs_[i].alloc) continue;
+      while (next_body < L.bodies.size() && L.bodies[next_body].end <= i) ++next_body;
+      if (next_body == L.bodies.size() || i < L.bodies[next_body].prev)
+        place_once(i);
+      else if (i < L.bodies[next_body].begin)  // the second recorded copy is placed with the first
+        place_repeated(i, L.bodies[next_body]);
+    }
+    const std::vector<std::size_t> offsets = pack_buffers(out_.buffers, &L.arena);
+    for (std::size_t k = 0; k < offsets.size(); ++k) *target_[k] = offsets[k];
+    L.requests = run_end_;
+    return std::move(out_);
   }
-  // Where a recorded request happens in a run: after every repetition of the bodies that end before it.
-  const auto pos = [&](std::size_t i) {
-    std::size_t s = i;
-    for (const RequestTrace::Repeat& r : reps)
-      if (r.end <= i) s += r.times * (r.end - r.begin);
-    return s;
-  };
-  const std::size_t run_end = pos(n);
-  std::vector<std::size_t*> target;  // where each buffer's offset goes
-  for (const RequestTrace::Repeat& r : reps) {
-    const std::size_t len = r.end - r.begin;
-    L.bodies.push_back({r.begin - len, r.begin, r.end, r.times, std::vector<std::size_t>(len, ArenaLayout::kNone)});
-  }
-  std::size_t next_body = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!reqs[i].alloc) continue;
-    while (next_body < L.bodies.size() && L.bodies[next_body].end <= i) ++next_body;
-    const std::size_t bytes = L.recorded[i].bytes;
-    if (next_body == L.bodies.size() || i < L.bodies[next_body].prev) {
-      if (free_of[i] == kNoFree) {
-        out.persistent.push_back({bytes, pos(i), run_end});
+
+ private:
+  // Each free's allocation, and the recorded sizes.
+  void pair_frees() {
+    ArenaLayout& L = out_.layout;
+    L.recorded.resize(reqs_.size());
+    for (std::size_t i = 0; i < reqs_.size(); ++i) {
+      const AllocRequest& r = reqs_[i];
+      if (r.alloc) {
+        L.recorded[i] = {true, round_size(r.bytes), ArenaLayout::kPersistent};
         continue;
       }
-      out.buffers.push_back({bytes, pos(i), pos(free_of[i])});
-      target.push_back(&L.recorded[i].offset);
-      continue;
+      HR_ASSERT(r.pairs < i && reqs_[r.pairs].alloc && free_of_[r.pairs] == kNoFree,
+                "a free of a request that is not allocated");
+      free_of_[r.pairs] = i;
+      L.recorded[i] = {false, 0, 0};
     }
-    ArenaLayout::Body& b = L.bodies[next_body];
-    if (i >= b.begin) continue;  // the second recorded copy: placed with the first
-    // Every copy c of the body allocates request j at base + c len and frees it where the first copy did, one
-    // copy later for a buffer that crosses into the next; the last copy's crossing buffers live into what follows.
-    const std::size_t len = b.end - b.begin, j = i - b.prev, q = free_of[i], copies = b.times + 2, base = pos(b.prev);
+  }
+
+  // Where recorded request i happens in a run.
+  std::size_t pos(std::size_t i) const {
+    std::size_t s = i;
+    for (const RequestTrace::Repeat& r : reps_)
+      if (r.end <= i) s += r.times * (r.end - r.begin);
+    return s;
+  }
+
+  // A request outside every repeated body: one buffer, or one that stays.
+  void place_once(std::size_t i) {
+    const std::size_t bytes = out_.layout.recorded[i].bytes;
+    if (free_of_[i] == kNoFree) {
+      out_.persistent.push_back({bytes, pos(i), run_end_});
+      return;
+    }
+    out_.buffers.push_back({bytes, pos(i), pos(free_of_[i])});
+    target_.push_back(&out_.layout.recorded[i].offset);
+  }
+
+  // Request i of a repeated body's first recorded copy. Every copy c of the body allocates request j at base +
+  // c len and frees it where the first copy did, one copy later for a buffer that crosses into the next; the last
+  // copy's crossing buffers live into what follows.
+  void place_repeated(std::size_t i, ArenaLayout::Body& b) {
+    const std::size_t bytes = out_.layout.recorded[i].bytes;
+    const std::size_t len = b.end - b.begin, j = i - b.prev, q = free_of_[i], copies = b.times + 2, base = pos(b.prev);
     HR_ASSERT(q != kNoFree && q < b.end, "request ", i, " of a repeated micro-batch lives past the next one");
     const bool crossing = q >= b.begin;
     const std::size_t regular = crossing ? copies - 1 : copies, rel = q - b.prev;
-    out.buffers.push_back({bytes, base + j, base + rel, 2 * len, (regular + 1) / 2});
-    target.push_back(&L.recorded[i].offset);
-    out.buffers.push_back({bytes, base + len + j, base + len + rel, 2 * len, regular / 2});
-    target.push_back(&L.recorded[b.begin + j].offset);
-    if (!crossing) continue;
-    const std::size_t q2 = free_of[b.begin + j], first = base + (copies - 1) * len + j;
+    out_.buffers.push_back({bytes, base + j, base + rel, 2 * len, (regular + 1) / 2});
+    target_.push_back(&out_.layout.recorded[i].offset);
+    out_.buffers.push_back({bytes, base + len + j, base + len + rel, 2 * len, regular / 2});
+    target_.push_back(&out_.layout.recorded[b.begin + j].offset);
+    if (!crossing) return;
+    const std::size_t q2 = free_of_[b.begin + j], first = base + (copies - 1) * len + j;
     if (q2 == kNoFree) {
       b.last[j] = ArenaLayout::kPersistent;
-      out.persistent.push_back({bytes, first, run_end});
-      continue;
+      out_.persistent.push_back({bytes, first, run_end_});
+      return;
     }
-    out.buffers.push_back({bytes, first, pos(q2)});
-    target.push_back(&b.last[j]);
+    out_.buffers.push_back({bytes, first, pos(q2)});
+    target_.push_back(&b.last[j]);
   }
-  const std::vector<std::size_t> offsets = pack_buffers(out.buffers, &L.arena);
-  for (std::size_t k = 0; k < offsets.size(); ++k) *target[k] = offsets[k];
-  L.requests = run_end;
-  return out;
+
+  const std::vector<AllocRequest>& reqs_;
+  const std::vector<RequestTrace::Repeat>& reps_;
+  std::vector<std::size_t> free_of_;
+  std::size_t run_end_ = 0;
+  Built out_;
+  std::vector<std::size_t*> target_;  // where each buffer's offset goes
+};
+
+Built build(const RequestTrace& trace) {
+  return Builder(trace).build();
 }
 
 }  // namespace

@@ -129,32 +129,42 @@ CachingAllocator::CachingAllocator(const AllocatorSnapshot& state, std::unique_p
 CachingAllocator::~CachingAllocator() {
   // Tensors outliving their allocator would be a bug elsewhere; free what is cached, leak nothing we own.
   std::lock_guard<std::mutex> lock(mutex_);
-  if (replica_) {  // nobody holds a replica's blocks: every segment goes back whole
-    for (auto& [id, head] : segment_heads_) {
-      char* base = head->ptr;
-      const Expandable* e = expandable_[head->pool->is_small ? 0 : 1].get();
-      const bool expandable = e && e->id == id;  // its range is released below
-      std::size_t size = 0;
-      for (Block* b = head; b;) {
-        Block* next = b->next;
-        size += b->size;
-        delete b;
-        b = next;
-      }
-      if (!expandable) raw_->deallocate(base, size);
-    }
-    for (auto& e : expandable_) {
-      if (!e) continue;
-      for (std::size_t p = 0; p < e->mapped.size(); ++p)
-        if (e->mapped[p]) raw_->unmap(e->base + p * kPageSize, kPageSize);
-      raw_->release(e->base, e->size);
-    }
-    if (arena_) raw_->deallocate(arena_, arena_size_);
+  if (replica_) {
+    destroy_replica_locked();
     return;
   }
   release_cached_blocks_locked();
   if (arena_live_ == 0) release_arena();
-  for (auto& e : expandable_) {  // an unused range goes back; one with live blocks stays with them
+  release_unused_expandable_locked();
+}
+
+// Nobody holds a replica's blocks: every segment goes back whole, expandable ranges unmapped and released.
+void CachingAllocator::destroy_replica_locked() {
+  for (auto& [id, head] : segment_heads_) {
+    char* base = head->ptr;
+    const Expandable* e = expandable_[head->pool->is_small ? 0 : 1].get();
+    const bool expandable = e && e->id == id;  // its range is released below
+    std::size_t size = 0;
+    for (Block* b = head; b;) {
+      Block* next = b->next;
+      size += b->size;
+      delete b;
+      b = next;
+    }
+    if (!expandable) raw_->deallocate(base, size);
+  }
+  for (auto& e : expandable_) {
+    if (!e) continue;
+    for (std::size_t p = 0; p < e->mapped.size(); ++p)
+      if (e->mapped[p]) raw_->unmap(e->base + p * kPageSize, kPageSize);
+    raw_->release(e->base, e->size);
+  }
+  if (arena_) raw_->deallocate(arena_, arena_size_);
+}
+
+// An unused expandable range goes back; one with live blocks stays with them.
+void CachingAllocator::release_unused_expandable_locked() {
+  for (auto& e : expandable_) {
     if (!e) continue;
     const Block* head = segment_heads_[e->id];
     if (head->next || head->allocated) continue;
@@ -196,34 +206,37 @@ AllocatorSnapshot CachingAllocator::snapshot_locked() const {
   if (stretch_)
     for (const Block* b : stretch_live_)
       if (b) s.stretch.push_back({0, b->size, b->requested, true, b->category, b->owner ? *b->owner : ""});
-  for (const auto& [id, head] : segment_heads_) {
-    AllocatorSnapshot::Segment seg;
-    seg.id = id;
-    seg.small = head->pool->is_small;
-    const Expandable* e = expandable_[seg.small ? 0 : 1].get();
-    if (e && e->id == id) {
-      seg.expandable = true;
-      for (std::size_t p = 0; p < e->mapped.size(); ++p) {
-        if (!e->mapped[p]) continue;
-        if (!seg.mapped.empty() && seg.mapped.back().first + seg.mapped.back().second == p * kPageSize)
-          seg.mapped.back().second += kPageSize;
-        else
-          seg.mapped.push_back({p * kPageSize, kPageSize});
-      }
-    }
-    for (const Block* b = head; b; b = b->next) {
-      AllocatorSnapshot::Block sb{b->offset, b->size, 0, b->allocated, Category::Activations, ""};
-      if (b->allocated) {  // a cached block keeps its last owner's tags inside; they describe nothing now
-        sb.requested = b->requested;
-        sb.category = b->category;
-        sb.owner = b->owner ? *b->owner : "";
-      }
-      seg.blocks.push_back(std::move(sb));
-      seg.size += b->size;
-    }
-    s.segments.push_back(std::move(seg));
-  }
+  for (const auto& [id, head] : segment_heads_) s.segments.push_back(snapshot_segment(id, head));
   return s;
+}
+
+// One segment's blocks and, for an expandable one, its mapped ranges (adjacent pages merged).
+AllocatorSnapshot::Segment CachingAllocator::snapshot_segment(uint64_t id, const Block* head) const {
+  AllocatorSnapshot::Segment seg;
+  seg.id = id;
+  seg.small = head->pool->is_small;
+  const Expandable* e = expandable_[seg.small ? 0 : 1].get();
+  if (e && e->id == id) {
+    seg.expandable = true;
+    for (std::size_t p = 0; p < e->mapped.size(); ++p) {
+      if (!e->mapped[p]) continue;
+      if (!seg.mapped.empty() && seg.mapped.back().first + seg.mapped.back().second == p * kPageSize)
+        seg.mapped.back().second += kPageSize;
+      else
+        seg.mapped.push_back({p * kPageSize, kPageSize});
+    }
+  }
+  for (const Block* b = head; b; b = b->next) {
+    AllocatorSnapshot::Block sb{b->offset, b->size, 0, b->allocated, Category::Activations, ""};
+    if (b->allocated) {  // a cached block keeps its last owner's tags inside; they describe nothing now
+      sb.requested = b->requested;
+      sb.category = b->category;
+      sb.owner = b->owner ? *b->owner : "";
+    }
+    seg.blocks.push_back(std::move(sb));
+    seg.size += b->size;
+  }
+  return seg;
 }
 
 void* CachingAllocator::data(const Block* b) {

@@ -209,6 +209,9 @@ class CachingAllocator {
   Block* alloc_segment(Pool& pool, std::size_t segment_size);
   void release_cached_blocks_locked();
   AllocatorSnapshot snapshot_locked() const;
+  AllocatorSnapshot::Segment snapshot_segment(uint64_t id, const Block* head) const;
+  void destroy_replica_locked();
+  void release_unused_expandable_locked();
   void release_pool(Pool& pool);
   void free_locked(Block* block);
   void account(Block* b, int sign);

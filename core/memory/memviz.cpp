@@ -55,49 +55,54 @@ class Pickler {
       case json::value_t::number_integer:
         integer(v.get<int64_t>());
         break;
-      case json::value_t::number_unsigned: {
-        const uint64_t u = v.get<uint64_t>();
-        if (u <= uint64_t(INT64_MAX)) {
-          integer(int64_t(u));
-        } else {  // LONG1 of 9 bytes: the value and a zero sign byte
-          out_ += '\x8a';
-          out_ += char(9);
-          for (int i = 0; i < 8; ++i) out_ += char(uint8_t(u >> (8 * i)));
-          out_ += char(0);
-        }
+      case json::value_t::number_unsigned:
+        unsigned_integer(v.get<uint64_t>());
         break;
-      }
-      case json::value_t::number_float: {
-        out_ += 'G';  // BINFLOAT: 8-byte big-endian double
-        const double d = v.get<double>();
-        uint64_t bits;
-        std::memcpy(&bits, &d, 8);
-        for (int i = 7; i >= 0; --i) out_ += char(uint8_t(bits >> (8 * i)));
+      case json::value_t::number_float:
+        real(v.get<double>());
         break;
-      }
       case json::value_t::string:
         text(v.get<std::string>());
         break;
       case json::value_t::array:
-        out_ += ']';  // EMPTY_LIST
-        if (v.empty()) break;
-        out_ += '(';  // MARK ... APPENDS
-        for (const json& e : v) value(e);
-        out_ += 'e';
+        list(v);
         break;
       case json::value_t::object:
-        out_ += '}';  // EMPTY_DICT
-        if (v.empty()) break;
-        out_ += '(';  // MARK ... SETITEMS
-        for (auto it = v.begin(); it != v.end(); ++it) {
-          text(it.key());
-          value(it.value());
-        }
-        out_ += 'u';
+        dict(v);
         break;
       default:
         HR_ASSERT(false, "a value pickle cannot hold");
     }
+  }
+  void unsigned_integer(uint64_t u) {
+    if (u <= uint64_t(INT64_MAX)) return integer(int64_t(u));
+    out_ += '\x8a';  // LONG1 of 9 bytes: the value and a zero sign byte
+    out_ += char(9);
+    for (int i = 0; i < 8; ++i) out_ += char(uint8_t(u >> (8 * i)));
+    out_ += char(0);
+  }
+  void real(double d) {
+    out_ += 'G';  // BINFLOAT: 8-byte big-endian double
+    uint64_t bits;
+    std::memcpy(&bits, &d, 8);
+    for (int i = 7; i >= 0; --i) out_ += char(uint8_t(bits >> (8 * i)));
+  }
+  void list(const json& v) {
+    out_ += ']';  // EMPTY_LIST
+    if (v.empty()) return;
+    out_ += '(';  // MARK ... APPENDS
+    for (const json& e : v) value(e);
+    out_ += 'e';
+  }
+  void dict(const json& v) {
+    out_ += '}';  // EMPTY_DICT
+    if (v.empty()) return;
+    out_ += '(';  // MARK ... SETITEMS
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      text(it.key());
+      value(it.value());
+    }
+    out_ += 'u';
   }
   std::string out_;
 };

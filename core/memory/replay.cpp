@@ -28,15 +28,21 @@ std::size_t RequestTrace::unfreed() const {
   return live_.size();
 }
 
+namespace {
+// Request b repeats request a one stretch of `len` later: the same allocation, or the free of the allocation one
+// stretch after a's (which lies inside the repeating stretches, from `prev` on).
+bool repeats_request(const AllocRequest& a, const AllocRequest& b, std::size_t len, std::size_t prev) {
+  const bool same = a.alloc == b.alloc && a.bytes == b.bytes && a.category == b.category && a.owner == b.owner;
+  return same && (b.alloc || (b.pairs == a.pairs + len && b.pairs >= prev));
+}
+}  // namespace
+
 bool RequestTrace::periodic(std::size_t prev, std::size_t begin, std::size_t end) const {
   const std::size_t len = end - begin;
   if (prev > begin || begin > end || end > requests_.size() || begin - prev != len || len == 0) return false;
   if (!repeats_.empty() && prev < repeats_.back().end) return false;
-  for (std::size_t j = 0; j < len; ++j) {
-    const AllocRequest &a = requests_[prev + j], &b = requests_[begin + j];
-    if (a.alloc != b.alloc || a.bytes != b.bytes || a.category != b.category || a.owner != b.owner) return false;
-    if (!b.alloc && (b.pairs != a.pairs + len || b.pairs < prev)) return false;
-  }
+  for (std::size_t j = 0; j < len; ++j)
+    if (!repeats_request(requests_[prev + j], requests_[begin + j], len, prev)) return false;
   return true;
 }
 

@@ -78,6 +78,36 @@ CrossEntropyOut cross_entropy_forward(const Tensor& hidden, const Tensor& weight
   return out;
 }
 
+namespace {
+
+// One chunk of the backward, rows [r0, r0 + rows): its logits again, their gradient (in `grads` as well, cast, when
+// the GEMMs would narrow it), then dhidden and the weight gradient (overwritten on the first chunk with `first`).
+struct BackwardChunks {
+  const Checked& c;
+  const Tensor &dloss, &hidden, &weight, &labels, &lse;
+  const CrossEntropyOptions& o;
+  Tensor logits, grads, wt;
+  void run(int64_t r0, CrossEntropyGrads& g, bool weight_grads, bool first) const {
+    const int64_t rows = std::min(c.chunk, c.tokens - r0);
+    const Device dev = hidden.device();
+    Tensor lg = logits.slice(0, 0, rows);
+    Tensor h = hidden.slice(0, r0, r0 + rows).view({1, rows, c.d});
+    gemm(h, wt, lg.view({1, rows, c.vocab}));
+    CrossEntropyArgs a = chunk_args(lg, labels.slice(0, r0, r0 + rows), lse.slice(0, r0, r0 + rows), o);
+    a.dloss = dloss;
+    if (grads.defined()) a.dlogits = grads.slice(0, 0, rows);
+    launch("cross_entropy_backward", dev, &Kernels::cross_entropy_backward, a);
+    Tensor dlg = (grads.defined() ? a.dlogits : lg).view({1, rows, c.vocab});
+    gemm(dlg, weight.view({1, c.vocab, c.d}), g.dhidden.slice(0, r0, r0 + rows).view({1, rows, c.d}));
+    if (!weight_grads) return;
+    // An f32 weight gradient (grad_accum_dtype fp32) takes the f32 logit gradient: no rounding before its sum.
+    const Tensor dw_in = g.dweight.dtype() == DType::F32 ? lg.view({1, rows, c.vocab}) : dlg;
+    gemm(dw_in.transpose(1, 2), h, g.dweight.view({1, c.vocab, c.d}), 1.f, first ? 0.f : 1.f);
+  }
+};
+
+}  // namespace
+
 CrossEntropyGrads cross_entropy_backward(const Tensor& dloss, const Tensor& hidden, const Tensor& weight,
                                          const Tensor& labels, const CrossEntropyOut& saved,
                                          const CrossEntropyOptions& o, const CrossEntropyBackwardOptions& b) {
@@ -93,31 +123,23 @@ CrossEntropyGrads cross_entropy_backward(const Tensor& dloss, const Tensor& hidd
     g.dweight = into ? b.dweight_into : Tensor::empty(weight.shape(), weight.dtype(), dev);
     check_shape("cross_entropy_backward", "dweight", g.dweight, weight.shape());
   }
-  Tensor logits = logits_buffer(c, dev);
   // Where cuBLAS would stage the f32 gradient in the 16-bit type for each GEMM (once through a transposed copy), the
   // kernel writes it in that type too, in the same pass; the f32 one stays for an f32 weight gradient.
   const bool narrow = sizing_kernels(dev).gemm_mixing == GemmMixing::NarrowToOutput && hidden.dtype() != DType::F32;
+  Tensor logits = logits_buffer(c, dev);
   Tensor grads = narrow ? logits_buffer(c, dev, hidden.dtype()) : Tensor();
-  Tensor wt = weight.view({1, c.vocab, c.d}).transpose(1, 2);
+  const BackwardChunks chunks{c,
+                              dloss,
+                              hidden,
+                              weight,
+                              labels,
+                              saved.lse,
+                              o,
+                              std::move(logits),
+                              std::move(grads),
+                              weight.view({1, c.vocab, c.d}).transpose(1, 2)};
   bool first = !(into && b.accumulate == Accumulate::Yes);
-  for (int64_t r0 = 0; r0 < c.tokens; r0 += c.chunk) {
-    const int64_t rows = std::min(c.chunk, c.tokens - r0);
-    Tensor lg = logits.slice(0, 0, rows);
-    Tensor h = hidden.slice(0, r0, r0 + rows).view({1, rows, c.d});
-    gemm(h, wt, lg.view({1, rows, c.vocab}));
-    CrossEntropyArgs a = chunk_args(lg, labels.slice(0, r0, r0 + rows), saved.lse.slice(0, r0, r0 + rows), o);
-    a.dloss = dloss;
-    if (narrow) a.dlogits = grads.slice(0, 0, rows);
-    launch("cross_entropy_backward", dev, &Kernels::cross_entropy_backward, a);
-    Tensor dlg = (narrow ? a.dlogits : lg).view({1, rows, c.vocab});
-    gemm(dlg, weight.view({1, c.vocab, c.d}), g.dhidden.slice(0, r0, r0 + rows).view({1, rows, c.d}));
-    if (b.weight_grads) {
-      // An f32 weight gradient (grad_accum_dtype fp32) takes the f32 logit gradient: no rounding before its sum.
-      const Tensor dw_in = g.dweight.dtype() == DType::F32 ? lg.view({1, rows, c.vocab}) : dlg;
-      gemm(dw_in.transpose(1, 2), h, g.dweight.view({1, c.vocab, c.d}), 1.f, first ? 0.f : 1.f);
-      first = false;
-    }
-  }
+  for (int64_t r0 = 0; r0 < c.tokens; r0 += c.chunk, first = false) chunks.run(r0, g, b.weight_grads, first);
   if (b.weight_grads && c.tokens == 0 && first) fill_(g.dweight, 0.f);
   return g;
 }

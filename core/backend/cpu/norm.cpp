@@ -56,12 +56,64 @@ void norm_forward(const NormArgs& a) {
   });
 }
 
-void norm_backward(const NormArgs& a) {
-  const int64_t rows = a.x.size(0), cols = a.x.size(1);
+namespace {
+
+// Rows [r0, r1) of the backward: dx, and where cw/cb are given the chunk's weight and bias gradient partials.
+// xhat = (x - m) rs; dxhat = dy w; dx = rs (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), mean(dxhat) for layer
+// norm only.
+template <typename T, typename W>
+void backward_rows(const NormArgs& a, int64_t r0, int64_t r1, float* cw, float* cb) {
+  const int64_t cols = a.x.size(1);
   const bool ln = a.kind == NormKind::LayerNorm;
-  const bool wgrad = a.dweight.defined();
   const float* mean = ln ? a.mean.data<float>() : nullptr;
   const float* rstd = a.rstd.data<float>();
+  const W* w = a.weight.data<W>();
+  const T* x = a.x.data<T>();
+  const T* dy = a.dy.data<T>();
+  T* dx = a.dx.data<T>();
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* xr = x + r * cols;
+    const T* dyr = dy + r * cols;
+    T* dxr = dx + r * cols;
+    const float m = ln ? mean[r] : 0.f, rs = rstd[r];
+    double s1 = 0.0, s2 = 0.0;
+    for (int64_t c = 0; c < cols; ++c) {
+      float xh = (load(xr, c) - m) * rs, g = load(dyr, c);
+      float dxh = g * load(w, c);
+      s1 += dxh;
+      s2 += double(dxh) * xh;
+      if (cw) {
+        cw[c] += g * xh;
+        cb[c] += g;
+      }
+    }
+    const float m1 = ln ? float(s1 / double(cols)) : 0.f, m2 = float(s2 / double(cols));
+    for (int64_t c = 0; c < cols; ++c) {
+      float xh = (load(xr, c) - m) * rs;
+      store(dxr, c, rs * (load(dyr, c) * load(w, c) - m1 - xh * m2));
+    }
+  }
+}
+
+// The partials summed in chunk order onto `out` (or what it held, when accumulating).
+void sum_partials(const Tensor& out, const float* partial, int64_t nchunks, int64_t cols, bool accumulate) {
+  dispatch_float(out.dtype(), "norm_backward", [&](auto otag) {
+    using O = decltype(otag);
+    O* o = out.data<O>();
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < cols; ++c) {
+      float t = accumulate ? load(o, c) : 0.f;
+      for (int64_t ch = 0; ch < nchunks; ++ch) t += partial[ch * cols + c];
+      store(o, c, t);
+    }
+  });
+}
+
+}  // namespace
+
+void norm_backward(const NormArgs& a) {
+  const int64_t rows = a.x.size(0), cols = a.x.size(1);
+  const bool wgrad = a.dweight.defined();
   const int64_t nchunks = chunks_for(rows);
   float* pw = nullptr;
   float* pb = nullptr;
@@ -74,59 +126,19 @@ void norm_backward(const NormArgs& a) {
     using T = decltype(tag);
     dispatch_float(a.weight.dtype(), "norm_backward", [&](auto wtag) {
       using W = decltype(wtag);
-      const W* w = a.weight.data<W>();
-      const T* x = a.x.data<T>();
-      const T* dy = a.dy.data<T>();
-      T* dx = a.dx.data<T>();
 #pragma omp parallel for schedule(static)
       for (int64_t ch = 0; ch < nchunks; ++ch) {
-        const int64_t r0 = rows * ch / nchunks, r1 = rows * (ch + 1) / nchunks;
         float* cw = wgrad ? pw + ch * cols : nullptr;
         float* cb = wgrad ? pb + ch * cols : nullptr;
         if (wgrad) std::fill(cw, cw + cols, 0.f), std::fill(cb, cb + cols, 0.f);
-        for (int64_t r = r0; r < r1; ++r) {
-          const T* xr = x + r * cols;
-          const T* dyr = dy + r * cols;
-          T* dxr = dx + r * cols;
-          const float m = ln ? mean[r] : 0.f, rs = rstd[r];
-          // xhat = (x - m) * rs; dxhat = dy * w; dx = rs * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-          double s1 = 0.0, s2 = 0.0;
-          for (int64_t c = 0; c < cols; ++c) {
-            float xh = (load(xr, c) - m) * rs, g = load(dyr, c);
-            float dxh = g * load(w, c);
-            s1 += dxh;
-            s2 += double(dxh) * xh;
-            if (wgrad) {
-              cw[c] += g * xh;
-              cb[c] += g;
-            }
-          }
-          const float m1 = ln ? float(s1 / double(cols)) : 0.f, m2 = float(s2 / double(cols));
-          for (int64_t c = 0; c < cols; ++c) {
-            float xh = (load(xr, c) - m) * rs;
-            store(dxr, c, rs * (load(dyr, c) * load(w, c) - m1 - xh * m2));
-          }
-        }
+        backward_rows<T, W>(a, rows * ch / nchunks, rows * (ch + 1) / nchunks, cw, cb);
       }
     });
   });
   if (!wgrad) return;
   const bool acc = a.accumulate == Accumulate::Yes;
-  // Partials summed in chunk order onto the output (or what it held, when accumulating).
-  auto finish = [&](const Tensor& out, const float* partial) {
-    dispatch_float(out.dtype(), "norm_backward", [&](auto otag) {
-      using O = decltype(otag);
-      O* o = out.data<O>();
-#pragma omp parallel for schedule(static)
-      for (int64_t c = 0; c < cols; ++c) {
-        float t = acc ? load(o, c) : 0.f;
-        for (int64_t ch = 0; ch < nchunks; ++ch) t += partial[ch * cols + c];
-        store(o, c, t);
-      }
-    });
-  };
-  finish(a.dweight, pw);
-  if (a.dbias.defined()) finish(a.dbias, pb);
+  sum_partials(a.dweight, pw, nchunks, cols, acc);
+  if (a.dbias.defined()) sum_partials(a.dbias, pb, nchunks, cols, acc);
 }
 
 }  // namespace hr::cpu

@@ -109,6 +109,74 @@ Key key_of(const AttentionDesc& d, bool backward, float scale) {
   return {d.batch, d.q_len, d.kv_len, d.q_heads, d.kv_heads, d.head_dim, int(d.dtype), int(d.mask), backward, scale};
 }
 
+using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+// A (batch, seq, heads, head_dim) tensor of the graph, as cuDNN's (batch, heads, seq, head_dim).
+TensorPtr bshd(fe::graph::Graph& g, const AttentionDesc& d, const char* name, Uid uid, int64_t seq, int64_t heads) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim(bshd_dims(d.batch, seq, heads, d.head_dim))
+                      .set_stride(bshd_strides(d.batch, seq, heads, d.head_dim)));
+}
+
+// An output of the graph, laid out as `bshd` lays out its inputs.
+void bshd_output(const TensorPtr& t, const AttentionDesc& d, Uid uid, int64_t seq, int64_t heads) {
+  t->set_output(true)
+      .set_uid(uid)
+      .set_dim(bshd_dims(d.batch, seq, heads, d.head_dim))
+      .set_stride(bshd_strides(d.batch, seq, heads, d.head_dim));
+}
+
+// The saved statistics: (batch, q_heads, q_len, 1) f32, the log-sum-exp of the scaled scores.
+std::vector<int64_t> stats_dims(const AttentionDesc& d) {
+  return {d.batch, d.q_heads, d.q_len, 1};
+}
+std::vector<int64_t> stats_strides(const AttentionDesc& d) {
+  return {d.q_heads * d.q_len, d.q_len, 1, 1};
+}
+
+// The causal mask aligned to the bottom right (query i sees keys j <= i + kv_len - q_len), as the contract says.
+template <typename Options>
+void set_mask(Options& options, const AttentionDesc& d) {
+  if (d.mask != Mask::Causal) return;
+  if (d.q_len == d.kv_len)
+    options.set_causal_mask(true);
+  else
+    options.set_causal_mask_bottom_right(true);
+}
+
+void add_forward(fe::graph::Graph& g, const AttentionDesc& d, float scale) {
+  auto options = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(scale);
+  set_mask(options, d);
+  auto [o, stats] = g.sdpa(bshd(g, d, "Q", kQ, d.q_len, d.q_heads), bshd(g, d, "K", kK, d.kv_len, d.kv_heads),
+                           bshd(g, d, "V", kV, d.kv_len, d.kv_heads), options);
+  bshd_output(o, d, kO, d.q_len, d.q_heads);
+  stats->set_output(true)
+      .set_uid(kStats)
+      .set_data_type(fe::DataType_t::FLOAT)
+      .set_dim(stats_dims(d))
+      .set_stride(stats_strides(d));
+}
+
+void add_backward(fe::graph::Graph& g, const AttentionDesc& d, float scale) {
+  auto stats = g.tensor(fe::graph::Tensor_attributes()
+                            .set_name("Stats")
+                            .set_uid(kStats)
+                            .set_data_type(fe::DataType_t::FLOAT)
+                            .set_dim(stats_dims(d))
+                            .set_stride(stats_strides(d)));
+  auto options = fe::graph::SDPA_backward_attributes().set_name("attention_backward").set_attn_scale(scale);
+  set_mask(options, d);
+  auto [dq, dk, dv] =
+      g.sdpa_backward(bshd(g, d, "Q", kQ, d.q_len, d.q_heads), bshd(g, d, "K", kK, d.kv_len, d.kv_heads),
+                      bshd(g, d, "V", kV, d.kv_len, d.kv_heads), bshd(g, d, "O", kO, d.q_len, d.q_heads),
+                      bshd(g, d, "dO", kDO, d.q_len, d.q_heads), stats, options);
+  bshd_output(dq, d, kDQ, d.q_len, d.q_heads);
+  bshd_output(dk, d, kDK, d.kv_len, d.kv_heads);
+  bshd_output(dv, d, kDV, d.kv_len, d.kv_heads);
+}
+
 Graph build_graph(const AttentionDesc& d, bool backward, float scale, bool dynamic) {
   Graph out;
   out.graph = std::make_shared<fe::graph::Graph>();
@@ -117,58 +185,10 @@ Graph build_graph(const AttentionDesc& d, bool backward, float scale, bool dynam
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
   if (dynamic) g.set_dynamic_shape_enabled(true).set_kernel_cache(kernel_cache(d, backward));
-  auto tensor = [&](const char* name, Uid uid, int64_t seq, int64_t heads) {
-    return g.tensor(fe::graph::Tensor_attributes()
-                        .set_name(name)
-                        .set_uid(uid)
-                        .set_dim(bshd_dims(d.batch, seq, heads, d.head_dim))
-                        .set_stride(bshd_strides(d.batch, seq, heads, d.head_dim)));
-  };
-  auto q = tensor("Q", kQ, d.q_len, d.q_heads);
-  auto k = tensor("K", kK, d.kv_len, d.kv_heads);
-  auto v = tensor("V", kV, d.kv_len, d.kv_heads);
-  const bool causal = d.mask == Mask::Causal;
-  const bool square = d.q_len == d.kv_len;
-  if (!backward) {
-    auto options = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(true).set_attn_scale(scale);
-    if (causal && square) options.set_causal_mask(true);
-    if (causal && !square) options.set_causal_mask_bottom_right(true);
-    auto [o, stats] = g.sdpa(q, k, v, options);
-    o->set_output(true)
-        .set_uid(kO)
-        .set_dim(bshd_dims(d.batch, d.q_len, d.q_heads, d.head_dim))
-        .set_stride(bshd_strides(d.batch, d.q_len, d.q_heads, d.head_dim));
-    stats->set_output(true)
-        .set_uid(kStats)
-        .set_data_type(fe::DataType_t::FLOAT)
-        .set_dim({d.batch, d.q_heads, d.q_len, 1})
-        .set_stride({d.q_heads * d.q_len, d.q_len, 1, 1});
-  } else {
-    auto o = tensor("O", kO, d.q_len, d.q_heads);
-    auto dout = tensor("dO", kDO, d.q_len, d.q_heads);
-    auto stats = g.tensor(fe::graph::Tensor_attributes()
-                              .set_name("Stats")
-                              .set_uid(kStats)
-                              .set_data_type(fe::DataType_t::FLOAT)
-                              .set_dim({d.batch, d.q_heads, d.q_len, 1})
-                              .set_stride({d.q_heads * d.q_len, d.q_len, 1, 1}));
-    auto options = fe::graph::SDPA_backward_attributes().set_name("attention_backward").set_attn_scale(scale);
-    if (causal && square) options.set_causal_mask(true);
-    if (causal && !square) options.set_causal_mask_bottom_right(true);
-    auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, dout, stats, options);
-    dq->set_output(true)
-        .set_uid(kDQ)
-        .set_dim(bshd_dims(d.batch, d.q_len, d.q_heads, d.head_dim))
-        .set_stride(bshd_strides(d.batch, d.q_len, d.q_heads, d.head_dim));
-    dk->set_output(true)
-        .set_uid(kDK)
-        .set_dim(bshd_dims(d.batch, d.kv_len, d.kv_heads, d.head_dim))
-        .set_stride(bshd_strides(d.batch, d.kv_len, d.kv_heads, d.head_dim));
-    dv->set_output(true)
-        .set_uid(kDV)
-        .set_dim(bshd_dims(d.batch, d.kv_len, d.kv_heads, d.head_dim))
-        .set_stride(bshd_strides(d.batch, d.kv_len, d.kv_heads, d.head_dim));
-  }
+  if (backward)
+    add_backward(g, d, scale);
+  else
+    add_forward(g, d, scale);
   cudnnHandle_t h = cudnn_handle();
   if (!g.validate().is_good() || !g.build_operation_graph(h).is_good() ||
       !g.create_execution_plans({fe::HeurMode_t::A}).is_good() || !g.check_support(h).is_good() ||
