@@ -421,11 +421,9 @@ std::vector<OpCase> large_cases() {
   return v;
 }
 
-}  // namespace
-
-std::vector<OpCase> op_cases() {
+// Linear layers and matrix products (dense and over a quantized weight).
+std::vector<OpCase> linear_cases() {
   std::vector<OpCase> cases;
-
   {  // linear with bias, 3-D input
     OpCase c;
     c.name = "linear";
@@ -476,6 +474,40 @@ std::vector<OpCase> op_cases() {
     };
     cases.push_back(c);
   }
+  {  // a linear layer over an NF4 weight with double quantization: forward and input gradient in uneven tiles
+    OpCase c;
+    c.name = "qlinear_nf4";
+    c.inputs = {rnd({2, 3, 70})};
+    auto w = std::make_shared<std::vector<float>>();
+    std::mt19937 rng(99);
+    std::normal_distribution<float> d(0.f, 0.1f);
+    for (int i = 0; i < 5 * 70; ++i) w->push_back(d(rng));
+    QuantFormat f;
+    f.double_quant = true;
+    auto blob = std::make_shared<std::vector<uint8_t>>(quantize(w->data(), 5, 70, f));
+    const QuantLayout l = QuantLayout::of(f, 5, 70);
+    auto on = [blob](Device dev) {
+      return Tensor::wrap(blob->data(), {int64_t(blob->size())}, DType::U8, Device::host(), [] {}).to(dev);
+    };
+    c.forward = [on, l](const std::vector<Tensor>& t) {
+      return qlinear_forward(t[0], on(t[0].device()), l, Tensor(), 2 * 70 * int64_t(dtype_size(t[0].dtype())));
+    };
+    c.backward = [on, l](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{
+          qlinear_backward_dx(dy, on(t[0].device()), l, 3 * 5 * int64_t(dtype_size(t[0].dtype())))};
+    };
+    c.reference = [blob, l](const Values& v) {
+      const std::vector<float> wq = dequantize(blob->data(), l);
+      return linear_ref(v[0], std::vector<double>(wq.begin(), wq.end()), nullptr, 6, 70, 5);
+    };
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+// Element-wise ops: broadcasting adds and products, scaling, the activations, SwiGLU.
+std::vector<OpCase> elementwise_cases() {
+  std::vector<OpCase> cases;
   {  // add with a broadcast bias row, via axpby
     OpCase c;
     c.name = "add_broadcast";
@@ -539,6 +571,30 @@ std::vector<OpCase> op_cases() {
     };
     cases.push_back(c);
   }
+  for (UnaryOp op : {UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::QuickGelu, UnaryOp::Silu})
+    cases.push_back(unary_case(op));
+  {
+    OpCase c;
+    c.name = "swiglu";
+    c.inputs = {rnd({4, 10}, -3, 3), rnd({4, 10})};
+    c.forward = [](const std::vector<Tensor>& t) { return swiglu_forward(t[0], t[1]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      SwigluGrads g = swiglu_backward(t[0], t[1], dy);
+      return std::vector<Tensor>{g.dgate, g.dup};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y(40);
+      for (int i = 0; i < 40; ++i) y[i] = v[0][i] * sigmoid_ref(v[0][i]) * v[1][i];
+      return y;
+    };
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+// Ops over rows: the norms, softmax, the fused cross-entropy, whole-tensor sums.
+std::vector<OpCase> row_cases() {
+  std::vector<OpCase> cases;
   {
     OpCase c;
     c.name = "layernorm";
@@ -565,24 +621,6 @@ std::vector<OpCase> op_cases() {
     c.reference = [](const Values& v) { return norm_ref(v[0], v[1], nullptr, 16, false, 1e-6); };
     cases.push_back(c);
   }
-  for (UnaryOp op : {UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::QuickGelu, UnaryOp::Silu})
-    cases.push_back(unary_case(op));
-  {
-    OpCase c;
-    c.name = "swiglu";
-    c.inputs = {rnd({4, 10}, -3, 3), rnd({4, 10})};
-    c.forward = [](const std::vector<Tensor>& t) { return swiglu_forward(t[0], t[1]); };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      SwigluGrads g = swiglu_backward(t[0], t[1], dy);
-      return std::vector<Tensor>{g.dgate, g.dup};
-    };
-    c.reference = [](const Values& v) {
-      std::vector<double> y(40);
-      for (int i = 0; i < 40; ++i) y[i] = v[0][i] * sigmoid_ref(v[0][i]) * v[1][i];
-      return y;
-    };
-    cases.push_back(c);
-  }
   {
     OpCase c;
     c.name = "softmax";
@@ -603,6 +641,85 @@ std::vector<OpCase> op_cases() {
     };
     cases.push_back(c);
   }
+  {  // fused cross-entropy in 3-row chunks with ignored labels
+    OpCase c;
+    c.name = "cross_entropy";
+    c.inputs = {rnd({10, 8}, -2, 2), rnd({13, 8}), ints({10}, {3, -100, 0, 12, 5, -100, 7, 7, 1, 11})};
+    CrossEntropyOptions o;
+    o.normalizer = 8.f;
+    o.chunk_rows = 3;
+    c.forward = [=](const std::vector<Tensor>& t) { return cross_entropy_forward(t[0], t[1], t[2], o).loss; };
+    c.backward = [=](const std::vector<Tensor>& t, const Tensor& dy) {
+      CrossEntropyOut saved = cross_entropy_forward(t[0], t[1], t[2], o);
+      CrossEntropyGrads g = cross_entropy_backward(dy, t[0], t[1], t[2], saved, o);
+      return std::vector<Tensor>{g.dhidden, g.dweight};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> logits = linear_ref(v[0], v[1], nullptr, 10, 8, 13);
+      double loss = 0.0;
+      for (int r = 0; r < 10; ++r) {
+        if (v[2][r] == -100) continue;
+        double mx = -INFINITY, z = 0.0;
+        for (int j = 0; j < 13; ++j) mx = std::max(mx, logits[r * 13 + j]);
+        for (int j = 0; j < 13; ++j) z += std::exp(logits[r * 13 + j] - mx);
+        loss += mx + std::log(z) - logits[r * 13 + int(v[2][r])];
+      }
+      return std::vector<double>{loss / 8.0};
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "sum";
+    c.inputs = {rnd({5, 7})};
+    c.forward = [](const std::vector<Tensor>& t) { return sum(t[0]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{sum_backward(dy, t[0])};
+    };
+    c.reference = [](const Values& v) {
+      double s = 0;
+      for (double e : v[0]) s += e;
+      return std::vector<double>{s};
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "mean";
+    c.inputs = {rnd({5, 7})};
+    c.forward = [](const std::vector<Tensor>& t) { return mean(t[0]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{mean_backward(dy, t[0])};
+    };
+    c.reference = [](const Values& v) {
+      double s = 0;
+      for (double e : v[0]) s += e;
+      return std::vector<double>{s / 35.0};
+    };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "global_norm";
+    c.inputs = {rnd({3, 4}), rnd({5})};
+    c.forward = [](const std::vector<Tensor>& t) { return global_norm({t[0], t[1]}); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return global_norm_backward(dy, {t[0], t[1]}, global_norm({t[0], t[1]}));
+    };
+    c.reference = [](const Values& v) {
+      double s = 0;
+      for (const auto& x : v)
+        for (double e : x) s += e * e;
+      return std::vector<double>{std::sqrt(s)};
+    };
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+// Positions, lookups and layouts: RoPE, the embedding, patchify, concatenation, slices, strided copies, casts.
+std::vector<OpCase> layout_cases() {
+  std::vector<OpCase> cases;
   {  // rotary embedding, positions differ per sample
     OpCase c;
     c.name = "rope";
@@ -639,43 +756,6 @@ std::vector<OpCase> op_cases() {
       for (double id : v[0])
         for (int d = 0; d < 6; ++d) y.push_back(v[1][int(id) * 6 + d]);
       return y;
-    };
-    cases.push_back(c);
-  }
-  // Longer than one 64-row tile, so the online softmax crosses tiles.
-  cases.push_back(attention_case("attention_mha", 2, 70, 70, 2, 2, 8, false));
-  cases.push_back(attention_case("attention_causal_gqa", 1, 70, 70, 4, 2, 8, true));
-  cases.push_back(attention_cached_case());
-  cases.push_back(attention_case("attention_causal_kv_longer", 1, 5, 70, 2, 1, 8, true));
-  // Head dims of every width the GPU's tiled kernels take (8 dims a lane at most), with edges inside their tiles:
-  // 40 and 96 cuDNN also takes in bf16, 200 (over its 128) only the own kernels.
-  cases.push_back(attention_case("attention_d40_gqa", 1, 37, 37, 4, 2, 40, true));
-  cases.push_back(attention_case("attention_d96", 2, 33, 33, 2, 2, 96, false));
-  cases.push_back(attention_case("attention_d200_kv_longer", 1, 20, 45, 2, 1, 200, true));
-  {  // fused cross-entropy in 3-row chunks with ignored labels
-    OpCase c;
-    c.name = "cross_entropy";
-    c.inputs = {rnd({10, 8}, -2, 2), rnd({13, 8}), ints({10}, {3, -100, 0, 12, 5, -100, 7, 7, 1, 11})};
-    CrossEntropyOptions o;
-    o.normalizer = 8.f;
-    o.chunk_rows = 3;
-    c.forward = [=](const std::vector<Tensor>& t) { return cross_entropy_forward(t[0], t[1], t[2], o).loss; };
-    c.backward = [=](const std::vector<Tensor>& t, const Tensor& dy) {
-      CrossEntropyOut saved = cross_entropy_forward(t[0], t[1], t[2], o);
-      CrossEntropyGrads g = cross_entropy_backward(dy, t[0], t[1], t[2], saved, o);
-      return std::vector<Tensor>{g.dhidden, g.dweight};
-    };
-    c.reference = [](const Values& v) {
-      std::vector<double> logits = linear_ref(v[0], v[1], nullptr, 10, 8, 13);
-      double loss = 0.0;
-      for (int r = 0; r < 10; ++r) {
-        if (v[2][r] == -100) continue;
-        double mx = -INFINITY, z = 0.0;
-        for (int j = 0; j < 13; ++j) mx = std::max(mx, logits[r * 13 + j]);
-        for (int j = 0; j < 13; ++j) z += std::exp(logits[r * 13 + j] - mx);
-        loss += mx + std::log(z) - logits[r * 13 + int(v[2][r])];
-      }
-      return std::vector<double>{loss / 8.0};
     };
     cases.push_back(c);
   }
@@ -766,52 +846,6 @@ std::vector<OpCase> op_cases() {
     };
     cases.push_back(c);
   }
-  {
-    OpCase c;
-    c.name = "sum";
-    c.inputs = {rnd({5, 7})};
-    c.forward = [](const std::vector<Tensor>& t) { return sum(t[0]); };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      return std::vector<Tensor>{sum_backward(dy, t[0])};
-    };
-    c.reference = [](const Values& v) {
-      double s = 0;
-      for (double e : v[0]) s += e;
-      return std::vector<double>{s};
-    };
-    cases.push_back(c);
-  }
-  {
-    OpCase c;
-    c.name = "mean";
-    c.inputs = {rnd({5, 7})};
-    c.forward = [](const std::vector<Tensor>& t) { return mean(t[0]); };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      return std::vector<Tensor>{mean_backward(dy, t[0])};
-    };
-    c.reference = [](const Values& v) {
-      double s = 0;
-      for (double e : v[0]) s += e;
-      return std::vector<double>{s / 35.0};
-    };
-    cases.push_back(c);
-  }
-  {
-    OpCase c;
-    c.name = "global_norm";
-    c.inputs = {rnd({3, 4}), rnd({5})};
-    c.forward = [](const std::vector<Tensor>& t) { return global_norm({t[0], t[1]}); };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      return global_norm_backward(dy, {t[0], t[1]}, global_norm({t[0], t[1]}));
-    };
-    c.reference = [](const Values& v) {
-      double s = 0;
-      for (const auto& x : v)
-        for (double e : x) s += e * e;
-      return std::vector<double>{std::sqrt(s)};
-    };
-    cases.push_back(c);
-  }
   {  // cast to the other float width and back in the backward
     OpCase c;
     c.name = "cast";
@@ -826,34 +860,31 @@ std::vector<OpCase> op_cases() {
     c.tol_f32 = 1e-3;  // the f32 run produces f16: its rounding is the error
     cases.push_back(c);
   }
-  {  // a linear layer over an NF4 weight with double quantization: forward and input gradient in uneven tiles
-    OpCase c;
-    c.name = "qlinear_nf4";
-    c.inputs = {rnd({2, 3, 70})};
-    auto w = std::make_shared<std::vector<float>>();
-    std::mt19937 rng(99);
-    std::normal_distribution<float> d(0.f, 0.1f);
-    for (int i = 0; i < 5 * 70; ++i) w->push_back(d(rng));
-    QuantFormat f;
-    f.double_quant = true;
-    auto blob = std::make_shared<std::vector<uint8_t>>(quantize(w->data(), 5, 70, f));
-    const QuantLayout l = QuantLayout::of(f, 5, 70);
-    auto on = [blob](Device dev) {
-      return Tensor::wrap(blob->data(), {int64_t(blob->size())}, DType::U8, Device::host(), [] {}).to(dev);
-    };
-    c.forward = [on, l](const std::vector<Tensor>& t) {
-      return qlinear_forward(t[0], on(t[0].device()), l, Tensor(), 2 * 70 * int64_t(dtype_size(t[0].dtype())));
-    };
-    c.backward = [on, l](const std::vector<Tensor>& t, const Tensor& dy) {
-      return std::vector<Tensor>{
-          qlinear_backward_dx(dy, on(t[0].device()), l, 3 * 5 * int64_t(dtype_size(t[0].dtype())))};
-    };
-    c.reference = [blob, l](const Values& v) {
-      const std::vector<float> wq = dequantize(blob->data(), l);
-      return linear_ref(v[0], std::vector<double>(wq.begin(), wq.end()), nullptr, 6, 70, 5);
-    };
-    cases.push_back(c);
-  }
+  return cases;
+}
+
+// Attention: heads grouped or not, causal or not, KV caches, key lengths past the queries, every head width.
+std::vector<OpCase> attention_cases() {
+  std::vector<OpCase> cases;
+  // Longer than one 64-row tile, so the online softmax crosses tiles.
+  cases.push_back(attention_case("attention_mha", 2, 70, 70, 2, 2, 8, false));
+  cases.push_back(attention_case("attention_causal_gqa", 1, 70, 70, 4, 2, 8, true));
+  cases.push_back(attention_cached_case());
+  cases.push_back(attention_case("attention_causal_kv_longer", 1, 5, 70, 2, 1, 8, true));
+  // Head dims of every width the GPU's tiled kernels take (8 dims a lane at most), with edges inside their tiles:
+  // 40 and 96 cuDNN also takes in bf16, 200 (over its 128) only the own kernels.
+  cases.push_back(attention_case("attention_d40_gqa", 1, 37, 37, 4, 2, 40, true));
+  cases.push_back(attention_case("attention_d96", 2, 33, 33, 2, 2, 96, false));
+  cases.push_back(attention_case("attention_d200_kv_longer", 1, 20, 45, 2, 1, 200, true));
+  return cases;
+}
+
+}  // namespace
+
+std::vector<OpCase> op_cases() {
+  std::vector<OpCase> cases;
+  for (auto family : {linear_cases, elementwise_cases, row_cases, layout_cases, attention_cases})
+    for (OpCase& c : family()) cases.push_back(std::move(c));
   // Empty tensors: every op takes them (a batch without text rows, a group without images). A GPU launch over no
   // elements is an invalid configuration, so each back-end is held to them here.
   for (const OpCase& e : empty_cases()) cases.push_back(e);

@@ -134,6 +134,43 @@ struct PackedCase {
   DType c_dtype;
 };
 
+// The case's descriptor and operands (small integers over powers of two: exact in every dtype).
+struct PackedInputs {
+  GemmDesc desc;
+  std::vector<float> a, b, c;
+};
+PackedInputs inputs_of(const PackedCase& pc) {
+  PackedInputs in;
+  GemmDesc& d = in.desc;
+  d.batch = pc.batch, d.m = pc.m, d.n = pc.n, d.k = pc.k, d.alpha = pc.alpha, d.beta = pc.beta, d.c_dtype = pc.c_dtype;
+  d.a_strides[0] = pc.a_broadcast ? 0 : pc.m * pc.k;
+  d.a_strides[1] = pc.a_transposed ? 1 : pc.k, d.a_strides[2] = pc.a_transposed ? pc.m : 1;
+  d.b_strides[0] = pc.b_broadcast ? 0 : pc.k * pc.n;
+  d.b_strides[1] = pc.b_transposed ? 1 : pc.n, d.b_strides[2] = pc.b_transposed ? pc.k : 1;
+  const int64_t ab = pc.a_broadcast ? 1 : pc.batch, bb = pc.b_broadcast ? 1 : pc.batch;
+  in.a.resize(std::size_t(std::max<int64_t>(ab * pc.m * pc.k, 1)));
+  in.b.resize(std::size_t(std::max<int64_t>(bb * pc.k * pc.n, 1)));
+  in.c.resize(std::size_t(pc.batch * pc.m * pc.n));
+  for (std::size_t i = 0; i < in.a.size(); ++i) in.a[i] = float(int(i * 7 % 13) - 6) / 8.f;
+  for (std::size_t i = 0; i < in.b.size(); ++i) in.b[i] = float(int(i * 5 % 11) - 5) / 4.f;
+  for (std::size_t i = 0; i < in.c.size(); ++i) in.c[i] = float(int(i % 9) - 4);
+  return in;
+}
+
+// The packed GEMM of the case at `threads` threads with `kernel`: C as it comes out.
+std::vector<float> packed_run(const PackedCase& pc, const PackedInputs& in, int threads, hr::cpu::Microkernel kernel) {
+  const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(in.desc, threads);
+  GemmArgs g;
+  g.desc = in.desc;
+  g.a = Tensor::from_floats(in.a, {int64_t(in.a.size())}, DType::F32, Device::cpu());
+  g.b = Tensor::from_floats(in.b, {int64_t(in.b.size())}, DType::F32, Device::cpu());
+  g.c = Tensor::from_floats(in.c, {pc.batch, pc.m, pc.n}, pc.c_dtype, Device::cpu());
+  if (bl.scratchpad_bytes()) g.scratchpad = Tensor::empty({int64_t(bl.scratchpad_bytes())}, DType::U8, Device::cpu());
+  ThreadCount t(threads);
+  hr::cpu::packed_gemm(g, bl, kernel);
+  return g.c.to_floats();
+}
+
 }  // namespace
 
 TEST(Gemm, PackedGemmMatchesAReferenceOnEveryEdgeWithTheSameBitsOnAnyThreadsAndKernel) {
@@ -147,37 +184,14 @@ TEST(Gemm, PackedGemmMatchesAReferenceOnEveryEdgeWithTheSameBitsOnAnyThreadsAndK
       {2, 8, 24, 16, true, true, false, false, 2.f, 0.f, DType::F16},
   };
   for (const PackedCase& pc : cases) {
-    GemmDesc d;
-    d.batch = pc.batch, d.m = pc.m, d.n = pc.n, d.k = pc.k, d.alpha = pc.alpha, d.beta = pc.beta,
-    d.c_dtype = pc.c_dtype;
-    d.a_strides[0] = pc.a_broadcast ? 0 : pc.m * pc.k;
-    d.a_strides[1] = pc.a_transposed ? 1 : pc.k, d.a_strides[2] = pc.a_transposed ? pc.m : 1;
-    d.b_strides[0] = pc.b_broadcast ? 0 : pc.k * pc.n;
-    d.b_strides[1] = pc.b_transposed ? 1 : pc.n, d.b_strides[2] = pc.b_transposed ? pc.k : 1;
-    const int64_t ab = pc.a_broadcast ? 1 : pc.batch, bb = pc.b_broadcast ? 1 : pc.batch;
-    std::vector<float> av(std::size_t(std::max<int64_t>(ab * pc.m * pc.k, 1))),
-        bv(std::size_t(std::max<int64_t>(bb * pc.k * pc.n, 1)));
-    std::vector<float> cv(std::size_t(pc.batch * pc.m * pc.n));
-    for (std::size_t i = 0; i < av.size(); ++i) av[i] = float(int(i * 7 % 13) - 6) / 8.f;
-    for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = float(int(i * 5 % 11) - 5) / 4.f;
-    for (std::size_t i = 0; i < cv.size(); ++i) cv[i] = float(int(i % 9) - 4);
-    const std::vector<double> want = reference(d, av, bv, cv);
+    const PackedInputs in = inputs_of(pc);
+    const std::vector<double> want = reference(in.desc, in.a, in.b, in.c);
+    // f32 outputs agree to f32 rounding of the sum; bf16/f16 outputs are the f32 result rounded once.
+    const double tol = pc.c_dtype == DType::F32 ? 1e-5 : pc.c_dtype == DType::BF16 ? 8e-3 : 1e-3;
     std::vector<float> first;
     for (int threads : {1, 2, 3})
       for (auto kernel : {hr::cpu::Microkernel::Auto, hr::cpu::Microkernel::Portable}) {
-        const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(d, threads);
-        GemmArgs g;
-        g.desc = d;
-        g.a = Tensor::from_floats(av, {int64_t(av.size())}, DType::F32, Device::cpu());
-        g.b = Tensor::from_floats(bv, {int64_t(bv.size())}, DType::F32, Device::cpu());
-        g.c = Tensor::from_floats(cv, {pc.batch, pc.m, pc.n}, pc.c_dtype, Device::cpu());
-        if (bl.scratchpad_bytes())
-          g.scratchpad = Tensor::empty({int64_t(bl.scratchpad_bytes())}, DType::U8, Device::cpu());
-        ThreadCount t(threads);
-        hr::cpu::packed_gemm(g, bl, kernel);
-        const std::vector<float> got = g.c.to_floats();
-        // f32 outputs agree to f32 rounding of the sum; bf16/f16 outputs are the f32 result rounded once.
-        const double tol = pc.c_dtype == DType::F32 ? 1e-5 : pc.c_dtype == DType::BF16 ? 8e-3 : 1e-3;
+        const std::vector<float> got = packed_run(pc, in, threads, kernel);
         for (std::size_t i = 0; i < got.size(); ++i)
           ASSERT_NEAR(got[i], want[i], tol * std::max(1.0, std::abs(want[i])))
               << pc.m << "x" << pc.n << "x" << pc.k << " element " << i << ", " << threads << " threads";
