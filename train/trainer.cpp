@@ -19,6 +19,7 @@
 #include "core/memory/device_memory.h"
 #include "data/synth.h"
 #include "train/checkpoint.h"
+#include "train/console_format.h"
 #include "train/engine.h"
 #include "train/eval_log.h"
 #include "train/evaluate.h"
@@ -26,6 +27,7 @@
 #include "train/observe.h"
 #include "train/planner.h"
 #include "train/report.h"
+#include "train/run_guards.h"
 
 namespace hr::train {
 
@@ -35,87 +37,7 @@ using namespace hr::models;
 using namespace hr::data;
 using Clock = std::chrono::steady_clock;
 
-void ensure_synthetic_data(const RunConfig& c, const std::string& dir) {
-  const std::string stamp =
-      str("train=", c.synth_train, " eval=", c.synth_eval, " seed=", c.synth_seed, " size=", c.synth_image_size,
-          c.synth_questions > 1 ? str(" questions=", c.synth_questions) : std::string(),
-          c.synth_captions > 0 ? str(" captions=", c.synth_captions) : std::string(), "\n");
-  const std::string stamp_path = dir + "/synthetic.txt";
-  std::ifstream in(stamp_path);
-  std::string have((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (have == stamp) return;
-  std::printf("writing the synthetic VQA set to %s (%lld train, %lld eval)\n", dir.c_str(), (long long)c.synth_train,
-              (long long)c.synth_eval);
-  write_synthetic_vqa({dir, c.synth_train, c.synth_eval, c.synth_seed, int(c.synth_image_size), int(c.synth_questions),
-                       c.synth_captions});
-  AtomicFile f(stamp_path);
-  f.write(stamp.data(), stamp.size());
-  f.commit();
-}
-
-DataOptions data_options(const RunConfig& c, const std::string& json_path, const std::string& image_folder) {
-  DataOptions d;
-  d.json_path = json_path;
-  d.image_folder = image_folder;
-  d.chat_template = c.chat_template;
-  d.system_prompt = c.system_prompt;
-  d.aspect = c.aspect;
-  d.max_seq_len = c.max_seq_len;
-  d.blank_images = c.blank_images;
-  d.allow_outside_image_folder = c.allow_outside_image_folder;
-  d.tokenizer = load_run_tokenizer(c);
-  d.image_norm = run_image_norm(c);
-  return d;
-}
-
-DataPaths resolve_data_paths(const RunConfig& c, parallel::Communicator& comm) {
-  DataPaths p{c.train_json, c.eval_json, c.image_folder};
-  if (!p.train_json.empty()) return p;
-  const std::string dir = c.output_dir + "/data";
-  if (comm.rank() == 0) ensure_synthetic_data(c, dir);
-  comm.barrier();
-  p.train_json = dir + "/train.json";
-  if (p.eval_json.empty()) p.eval_json = dir + "/eval.json";
-  if (p.image_folder.empty()) p.image_folder = dir;
-  return p;
-}
-
 namespace {
-
-std::string bar(int64_t done, int64_t total) {
-  const int width = 24;
-  const int fill = int(double(done) / double(std::max<int64_t>(total, 1)) * width);
-  std::string s(std::size_t(width + 2), ' ');
-  s.front() = '[';
-  s.back() = ']';
-  for (int i = 0; i < fill && i < width; ++i) s[std::size_t(1 + i)] = '=';
-  if (fill < width) s[std::size_t(1 + fill)] = '>';
-  return s;
-}
-
-// "42s", "3m05s", "1h02m": the ETA on the console line.
-std::string format_duration(double seconds) {
-  const int64_t s = int64_t(std::llround(std::max(seconds, 0.0)));
-  char buf[32];
-  if (s < 60)
-    std::snprintf(buf, sizeof(buf), "%llds", (long long)s);
-  else if (s < 3600)
-    std::snprintf(buf, sizeof(buf), "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-  else
-    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", (long long)(s / 3600), (long long)(s / 60 % 60));
-  return buf;
-}
-
-std::string format_rate(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), v >= 100 ? "%.0f" : "%.3g", v);
-  return buf;
-}
-
-// "0.42 ms", "12.3 ms", "184 ms": exposed communication on the console line.
-std::string format_ms(double seconds) {
-  return format_rate(seconds * 1e3) + " ms";
-}
 
 // Splits a loader batch into `parts` micro-batches of consecutive samples (after an out-of-memory error).
 std::vector<LoadedBatch> split_batch(const LoadedBatch& lb, int64_t parts, const RunConfig& c) {
@@ -740,45 +662,7 @@ int Trainer::finish() {
   return 0;
 }
 
-// SIGTERM and SIGINT ask the run to stop after the current step with a checkpoint, the way cluster
-// schedulers stop jobs (a grace period between SIGTERM and SIGKILL); a second signal ends it at once.
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-extern "C" void on_stop_signal(int sig) {
-  if (g_stop_signal) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
-  g_stop_signal = sig;
-}
-
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    for (std::size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &sa, &saved_[i]);
-  }
-  ~StopSignals() {
-    for (std::size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &saved_[i], nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  static constexpr std::array<int, 2> kSignals = {SIGTERM, SIGINT};
-  std::array<struct sigaction, 2> saved_{};
-};
-
 }  // namespace
-
-int stop_signal() {
-  return int(g_stop_signal);
-}
 
 int run_training(const RunConfig& given, const TrainOptions& options, parallel::Communicator& comm) {
   if (comm.rank() == 0) {
