@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,6 +26,10 @@ using namespace hr::core;
 namespace {
 
 constexpr const char* kPrefix = "checkpoint-";
+// A checkpoint is written into .tmp-checkpoint-N, renamed .complete-checkpoint-N once every rank's files are in
+// it (the rename is the mark that it is whole), then swapped into checkpoint-N.
+constexpr const char* kTmp = ".tmp-";
+constexpr const char* kComplete = ".complete-";
 
 int64_t step_of(const fs::path& p) {
   const std::string name = p.filename().string();
@@ -51,6 +58,25 @@ void discard(const fs::path& dir) {
   fs::remove_all(trash);
   fs::rename(dir, trash);
   fs::remove_all(trash);
+}
+
+// Puts the complete directory `ready` in place as `final_dir`. When final_dir exists (the same step saved again:
+// a finished run resumed, a requeued job), the two are swapped first and the old one deleted after, so that at
+// every instant a checkpoint-N is there: renameat2's RENAME_EXCHANGE swaps them in one step; where the file system
+// cannot (EINVAL), the old one is renamed aside first, and a crash between the two renames leaves the complete
+// directory that recover_checkpoints() finishes.
+void install(const fs::path& ready, const fs::path& final_dir) {
+  if (fs::exists(final_dir)) {
+    if (::renameat2(AT_FDCWD, ready.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_dir(final_dir.parent_path());
+      discard(ready);  // the old checkpoint, now under the .complete- name
+      return;
+    }
+    HR_CHECK(errno == EINVAL || errno == ENOSYS, "[checkpoint] swapping ", ready.string(), " and ", final_dir.string(),
+             ": ", std::strerror(errno));
+    discard(final_dir);
+  }
+  fs::rename(ready, final_dir);
 }
 
 std::vector<std::pair<int64_t, fs::path>> checkpoints(const std::string& output_dir) {
@@ -85,7 +111,7 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
                      const std::string& config_yaml, const HfSidecar& sidecar) {
   const int rank = comm.rank();
   const fs::path final_dir = fs::path(output_dir) / (kPrefix + std::to_string(st.step));
-  const fs::path tmp = fs::path(output_dir) / (".tmp-" + std::string(kPrefix) + std::to_string(st.step));
+  const fs::path tmp = fs::path(output_dir) / (kTmp + std::string(kPrefix) + std::to_string(st.step));
   if (rank == 0) {
     fs::remove_all(tmp);
     fs::create_directories(tmp);
@@ -104,8 +130,11 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
   comm.barrier();
   if (rank == 0) {
     fsync_dir(tmp);
-    if (fs::exists(final_dir)) discard(final_dir);
-    fs::rename(tmp, final_dir);
+    const fs::path ready = fs::path(output_dir) / (kComplete + final_dir.filename().string());
+    fs::remove_all(ready);
+    fs::rename(tmp, ready);  // whole: every rank's files are in it
+    fsync_dir(output_dir);
+    install(ready, final_dir);
     fsync_dir(output_dir);
     auto all = checkpoints(output_dir);
     for (std::size_t i = 0; i + std::size_t(keep_last) < all.size(); ++i) discard(all[i].second);
@@ -208,6 +237,25 @@ static void write_checkpoint_files(const fs::path& tmp, const models::Llava& mod
       f.commit();
     }
   }
+}
+
+std::vector<std::string> recover_checkpoints(const std::string& output_dir) {
+  std::vector<std::string> done;
+  if (!fs::is_directory(output_dir)) return done;
+  for (const auto& e : fs::directory_iterator(output_dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kComplete, 0) != 0 || step_of(name.substr(std::strlen(kComplete))) < 0) continue;
+    const fs::path final_dir = fs::path(output_dir) / name.substr(std::strlen(kComplete));
+    if (fs::exists(final_dir)) {
+      // Interrupted around the swap: either half is that step's checkpoint; the one in place stays.
+      discard(e.path());
+      continue;
+    }
+    fs::rename(e.path(), final_dir);
+    fsync_dir(output_dir);
+    done.push_back(final_dir.string());
+  }
+  return done;
 }
 
 std::optional<std::string> latest_checkpoint(const std::string& output_dir) {

@@ -55,6 +55,10 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
 
 // The newest complete checkpoint directory in output_dir, if any.
 std::optional<std::string> latest_checkpoint(const std::string& output_dir);
+// Finishes the saves a crash interrupted after their files were whole (a .complete-checkpoint-N without its
+// checkpoint-N is renamed into place; one beside its checkpoint-N is the other half of a swap and goes). Returns the
+// checkpoints it put in place. Rank 0 calls it before a resume looks for the latest checkpoint.
+std::vector<std::string> recover_checkpoints(const std::string& output_dir);
 
 // Loads a model's weights for inference from a checkpoint-STEP directory (its model.safetensors, or at ZeRO-3
 // the consolidated.safetensors `headroom ckpt consolidate` writes) or a .safetensors file of llava-hf names.

@@ -272,6 +272,12 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   }
 
   engine_ = std::make_unique<Engine>(c_, device, gpu_comm_ ? *gpu_comm_ : comm);
+  if (options.resume) {  // a save killed after its files were whole is finished before the newest is looked for
+    if (lead_)
+      for (const std::string& dir : recover_checkpoints(c_.output_dir))
+        std::printf("finished %s (its save was interrupted after every file was written)\n", dir.c_str());
+    comm.barrier();
+  }
   const std::optional<std::string> resume_dir = options.resume ? latest_checkpoint(c_.output_dir) : std::nullopt;
   state_ = resume_dir ? engine_->load(*resume_dir) : engine_->start();
   // Planned: what starting left cached goes back, so that reserved is the states, their segments and the arena.

@@ -31,26 +31,8 @@ using json = nlohmann::json;
 
 namespace {
 
-const char* kTinyConfig = R"(model:
-  preset: tiny
-  vision: {image_size: 8, patch_size: 4}
-  llm: {vocab_size: 300}
-  image_token_index: 299
-data:
-  synthetic: {train: 64, eval: 16, image_size: 8}
-  system_prompt: ""
-  num_workers: 2
-train:
-  micro_batch_size: 4
-  gradient_accumulation_steps: 2
-  max_steps: 8
-  learning_rate: 0.003
-  warmup_steps: 1
-  max_new_tokens: 4
-log:
-  logging_steps: 1
-  progress_bar: false
-)";
+// The shared tiny run (cli.h).
+const char* const kTinyConfig = testing_cli::kTinyTrainConfig;
 
 std::string fresh_dir(const std::string& name) {
   return testing_cli::fresh_dir("train_" + name);
