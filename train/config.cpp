@@ -307,6 +307,8 @@ std::vector<Key> memory_parallel_log_keys() {
          c.loss_scale_hysteresis = int(get<int64_t>(n, k, "an integer"));
        }},
       {"memory.loss_scale.min", "1", f32(&RunConfig::loss_scale_min, 0.f)},
+      // A diverged fp16 run: this many steps in a row skipped on overflow at the minimum scale stop it (0: never).
+      {"memory.loss_scale.max_skips_at_min", "2", i64(&RunConfig::loss_scale_max_skips_at_min, 0)},
       {"memory.ce_chunk_rows", "0", i64(&RunConfig::ce_chunk_rows, 0)},
       {"memory.leak_window", "50", i64(&RunConfig::leak_window, 2)},
       {"memory.zero_stage", "0",

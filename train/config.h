@@ -78,6 +78,9 @@ struct RunConfig {
   float loss_scale_initial = 65536.f, loss_scale_min = 1.f;
   int64_t loss_scale_window = 1000;
   int loss_scale_hysteresis = 2;
+  // memory.loss_scale.max_skips_at_min: fp16 steps in a row skipped on overflow at the minimum scale that stop the
+  // run as diverged (DeepSpeed raises at its minimum scale); 0 never stops.
+  int64_t loss_scale_max_skips_at_min = 2;
   int64_t ce_chunk_rows = 0;
   int64_t leak_window = 50;
   parallel::ZeroOptions zero;  // memory.zero_stage, memory.offload_optimizer/params, parallel.bucket_size

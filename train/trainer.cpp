@@ -87,10 +87,14 @@ class Trainer {
   // The memory log line (measured beside predicted), leak and mismatch warnings, the console line.
   void record(const Engine::StepStats& s, const Drawn& d, const AllocatorSnapshot& start, float lr, bool skipped,
               Clock::time_point t0);
-  // After a non-finite step with train.on_nonfinite: stop; ends the run (exit 1) without a checkpoint, so
-  // that the last one written stays the last good one.
-  bool stopped_on_nonfinite() const { return nonfinite_ && c_.on_nonfinite == OnNonfinite::Stop; }
+  // After a non-finite step with train.on_nonfinite: stop, or an fp16 run that diverged (its steps overflow at the
+  // minimum loss scale, memory.loss_scale.max_skips_at_min in a row): ends the run (exit 1) without a checkpoint,
+  // so that the last one written stays the last good one.
+  bool stopped_on_nonfinite() const { return (nonfinite_ && c_.on_nonfinite == OnNonfinite::Stop) || diverged(); }
   int stop_on_nonfinite();
+  bool diverged() const {
+    return c_.loss_scale_max_skips_at_min > 0 && skips_at_min_ >= c_.loss_scale_max_skips_at_min;
+  }
   void maybe_save_or_evaluate();
   // Whether any rank was asked to stop (SIGTERM, SIGINT) by the end of the step just recorded: the ranks agree on it
   // in one collective as record() begins, so that a rank waiting there for the others counts it in the step.
@@ -155,6 +159,7 @@ class Trainer {
   bool nonfinite_ = false;       // this step's loss or gradient norm was not finite (bf16/fp32)
   std::string nonfinite_where_;  // what the diagnosis found on this rank
   int64_t nonfinite_steps_ = 0;
+  int64_t skips_at_min_ = 0;  // fp16: steps in a row skipped on overflow at the minimum loss scale
 };
 
 // Every rank must run the same plan (micro-batch, checkpointing, what `auto` picks): each measures its own device,
@@ -411,7 +416,9 @@ bool Trainer::update(const Engine::StepStats& s, const Drawn& d, float lr) {
   nonfinite_ = false;
   nonfinite_where_.clear();
   if (c_.precision == Precision::FP16) {
+    const bool at_min = scaler_->scale() <= c_.loss_scale_min;  // the scale this step ran at could go no lower
     skipped = scaler_->update(overflow);
+    skips_at_min_ = skipped && at_min ? skips_at_min_ + 1 : 0;
   } else if (overflow || !std::isfinite(s.loss)) {  // the same verdict on every rank: both are all-reduced
     nonfinite_ = skipped = true;
     ++nonfinite_steps_;
@@ -588,13 +595,20 @@ const Prediction& Trainer::prediction_for(const std::vector<std::array<int64_t, 
 
 int Trainer::stop_on_nonfinite() {
   const std::optional<std::string> last = latest_checkpoint(c_.output_dir);
-  if (lead_)
+  const std::string kept = last ? str("the last checkpoint, ", *last, ", is from before it and was not overwritten")
+                                : std::string("no checkpoint was written before it");
+  if (lead_ && diverged())  // as DeepSpeed's loss scaler raises at its minimum scale
+    std::printf(
+        "%s[fp16] stopped at step %lld: the run diverged, %lld steps in a row overflowed at the minimum loss scale "
+        "%g (memory.loss_scale.min; memory.loss_scale.max_skips_at_min: %lld); %s. Lower train.learning_rate or "
+        "use memory.precision: bf16\n",
+        tty_ ? "\n" : "", (long long)state_.step, (long long)skips_at_min_, double(c_.loss_scale_min),
+        (long long)c_.loss_scale_max_skips_at_min, kept.c_str());
+  else if (lead_)
     std::printf(
         "stopped at step %lld on a non-finite loss or gradient; %s. Lower train.learning_rate, "
         "check the data and weights, or set train.on_nonfinite: skip\n",
-        (long long)state_.step,
-        last ? str("the last checkpoint, ", *last, ", is from before it and was not overwritten").c_str()
-             : "no checkpoint was written before it");
+        (long long)state_.step, kept.c_str());
   comm_.barrier();
   return 1;
 }

@@ -50,6 +50,30 @@ bool says(const CmdResult& r, const std::string& text) {
   return r.output.find(text) != std::string::npos;
 }
 
+// The tensors of every safetensors file in the checkpoint directories of `dir` that hold a NaN or an infinity.
+std::vector<std::string> nonfinite_in_checkpoints(const std::string& dir, int* checkpoints) {
+  std::vector<std::string> bad;
+  *checkpoints = 0;
+  for (const auto& c : fs::directory_iterator(dir)) {
+    if (c.path().filename().string().rfind("checkpoint-", 0) != 0) continue;
+    ++*checkpoints;
+    for (const auto& f : fs::recursive_directory_iterator(c.path())) {
+      if (f.path().extension() != ".safetensors") continue;
+      const core::SafetensorsFile file = core::SafetensorsFile::open(f.path().string());
+      for (const std::string& name : file.names()) {
+        const core::Tensor t = file.get(name);
+        if (!core::is_float(t.dtype())) continue;
+        for (float v : t.to_floats())
+          if (!std::isfinite(v)) {
+            bad.push_back(f.path().string() + ":" + name);
+            break;
+          }
+      }
+    }
+  }
+  return bad;
+}
+
 }  // namespace
 
 // 1. A finished run resumed (a requeued job, a wrapper that always passes --resume) saves its last step again. The
@@ -83,4 +107,42 @@ TEST(Hardening, ResavingAFinishedRunsLastCheckpointNeverLosesIt) {
       EXPECT_EQ(e.path().filename().string().rfind(".", 0) == 0 && e.is_directory(), false)
           << point << ": " << e.path() << " left behind";
   }
+}
+
+// 2. A diverged fp16 run (a learning rate of 1e4): every step overflowed, the scale sat at its minimum, the run
+// exited 0, and its checkpoints held non-finite tensors while rotation deleted the good ones. It now stops after
+// memory.loss_scale.max_skips_at_min steps in a row overflow at the minimum scale, naming it, and no checkpoint
+// holding a non-finite tensor is ever written.
+TEST(Hardening, ADivergedFp16RunStopsAndNeverSavesNonFiniteWeights) {
+  const std::string diverge =
+      " --set memory.precision=fp16 --set train.learning_rate=1e4 --set train.warmup_steps=0"
+      " --set memory.loss_scale.initial=4 --set train.max_steps=40";
+  const std::string a = fresh("fp16_diverged");
+  const CmdResult stopped = headroom(train_in(a) + diverge + " --set train.save_steps=0");
+  EXPECT_EQ(exit_code(stopped), 1) << stopped.output;
+  EXPECT_TRUE(says(stopped, "[fp16] stopped at step ")) << stopped.output;
+  EXPECT_TRUE(says(stopped, "2 steps in a row overflowed at the minimum loss scale 1 (memory.loss_scale.min"))
+      << stopped.output;
+  EXPECT_LT(jsonl(a + "/memory.jsonl").size(), 20u) << "stopped soon after the scale reached its minimum";
+  int checkpoints = 0;
+  EXPECT_TRUE(nonfinite_in_checkpoints(a, &checkpoints).empty());
+  EXPECT_EQ(checkpoints, 0);
+
+  // A learning rate of 1e5 takes fp16 weights past 65504 (infinite) at the first step. With a good checkpoint of
+  // step 2 and save_total_limit 1, the save of step 3 is refused by name, and rotation never deletes the good one.
+  const std::string b = fresh("fp16_diverged_saves");
+  const std::string run = train_in(b) +
+                          " --set memory.precision=fp16 --set train.save_steps=1 --set "
+                          "train.save_total_limit=1 --set train.warmup_steps=0";
+  const CmdResult good = headroom(run + " --set train.max_steps=2");
+  ASSERT_EQ(good.status, 0) << good.output;
+  const CmdResult saving = headroom(run + " --set train.max_steps=6 --set train.learning_rate=1e5 --resume");
+  EXPECT_EQ(exit_code(saving), 1) << saving.output;
+  EXPECT_TRUE(says(saving, "[checkpoint] not writing checkpoint-3: parameter ")) << saving.output;
+  EXPECT_TRUE(says(saving, "is not finite (the run diverged); the last checkpoint, " + b + "/checkpoint-2, is kept"))
+      << saving.output;
+  EXPECT_TRUE(fs::exists(b + "/checkpoint-2/model.safetensors"));
+  const std::vector<std::string> bad = nonfinite_in_checkpoints(b, &checkpoints);
+  EXPECT_TRUE(bad.empty()) << bad.size() << " non-finite tensors, the first " << bad.front();
+  EXPECT_EQ(checkpoints, 1);
 }
