@@ -74,6 +74,12 @@ std::vector<std::string> nonfinite_in_checkpoints(const std::string& dir, int* c
   return bad;
 }
 
+void edit_json(const std::string& path, const std::function<void(json&)>& edit) {
+  json j = json::parse(std::ifstream(path));
+  edit(j);
+  std::ofstream(path) << j.dump(2);
+}
+
 }  // namespace
 
 // 1. A finished run resumed (a requeued job, a wrapper that always passes --resume) saves its last step again. The
@@ -145,4 +151,36 @@ TEST(Hardening, ADivergedFp16RunStopsAndNeverSavesNonFiniteWeights) {
   const std::vector<std::string> bad = nonfinite_in_checkpoints(b, &checkpoints);
   EXPECT_TRUE(bad.empty()) << bad.size() << " non-finite tensors, the first " << bad.front();
   EXPECT_EQ(checkpoints, 1);
+}
+
+// 3. Model sizes are checked when the config loads, naming the key: an intermediate_size of 0 ended `train` and
+// `plan` with SIGFPE, from the YAML and from a config.json alike; a layer count no device holds is refused by the
+// planner's arithmetic in moments instead of building the model in host memory.
+TEST(Hardening, ModelSizesAreCheckedNamingTheKey) {
+  const std::string d = fresh("sizes");
+  for (const std::string cmd : {"train", "plan"}) {
+    const CmdResult r =
+        headroom(cmd + " " + config(d) + " --set run.output_dir=" + d + " --set model.llm.intermediate_size=0");
+    EXPECT_EQ(exit_code(r), 1) << cmd << ": " << r.output;
+    EXPECT_TRUE(says(r, "model.llm.intermediate_size 0 must be positive")) << cmd << ": " << r.output;
+  }
+  // A Hugging Face directory whose config.json says it: a checkpoint's, edited.
+  const CmdResult t = headroom(train_in(d) + " --set train.max_steps=1");
+  ASSERT_EQ(t.status, 0) << t.output;
+  const std::string hf = d + "/hf";
+  fs::create_directories(hf);
+  fs::copy_file(d + "/checkpoint-1/config.json", hf + "/config.json");
+  edit_json(hf + "/config.json", [](json& j) { j["text_config"]["intermediate_size"] = 0; });
+  const std::string cfg = testing_cli::write_config(d, "model:\n  name_or_path: " + hf + "\n");
+  const CmdResult from_json = headroom("plan " + cfg);
+  EXPECT_EQ(exit_code(from_json), 1) << from_json.output;
+  EXPECT_TRUE(says(from_json, "[hf] " + hf + "/config.json: text_config.intermediate_size 0 must be positive"))
+      << from_json.output;
+  const auto t0 = std::chrono::steady_clock::now();
+  const CmdResult layers = headroom("plan " + config(d) + " --set model.llm.num_hidden_layers=100000000");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(exit_code(layers), 1) << layers.output;
+  EXPECT_TRUE(says(layers, "[plan] model.llm.num_hidden_layers 100000000")) << layers.output;
+  EXPECT_TRUE(says(layers, "no plan can fit")) << layers.output;
+  EXPECT_LT(seconds, 10.0) << "refused by arithmetic, not by building the model";
 }

@@ -116,6 +116,25 @@ TEST(Config, AModelSectionOfTheWrongShapeIsAConfigError) {
   EXPECT_NE(error_of(q).find("is not a string"), std::string::npos) << error_of(q);
 }
 
+// Every model dimension is checked at load, naming the key: 0 made the kernels divide by zero (SIGFPE), and sizes
+// whose bytes overflow 64 bits printed negative dimensions.
+TEST(Config, ModelDimensionsAreValidatedNamingTheKey) {
+  const std::string tiny = write("model:\n  preset: tiny\n");
+  for (const char* key : {"model.llm.intermediate_size", "model.llm.vocab_size", "model.llm.num_hidden_layers",
+                          "model.llm.num_key_value_heads", "model.vision.intermediate_size",
+                          "model.vision.num_channels", "model.vision.num_hidden_layers", "model.vision.patch_size"}) {
+    const std::string e = error_of(tiny, {std::string(key) + "=0"});
+    EXPECT_NE(e.find(std::string(key) + " 0 must be positive"), std::string::npos) << key << ": " << e;
+    EXPECT_NE(e.find(tiny), std::string::npos) << "the file is named: " << e;
+  }
+  const std::string huge = error_of(
+      tiny, {"model.llm.hidden_size=6000000000", "model.llm.num_attention_heads=2", "model.llm.num_key_value_heads=2"});
+  EXPECT_NE(huge.find("overflow 64-bit byte counts"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("model.llm.hidden_size 6000000000"), std::string::npos) << huge;
+  // Large but countable: accepted here (the planner's arithmetic refuses what no device holds).
+  EXPECT_EQ(load_config(tiny, {"model.llm.num_hidden_layers=100000000"}).model.config.llm.layers, 100000000);
+}
+
 // `headroom info`'s GPU query never throws: on a machine without a driver or a GPU it says why; with GPUs each
 // has a name, a compute capability and memory.
 TEST(Info, CudaQueryDescribesTheGpusOrWhyThereAreNone) {
