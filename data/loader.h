@@ -76,7 +76,7 @@ class DataLoader {
   const LlavaDataset& data_;
   LoaderOptions opt_;
   LoaderPosition pos_;
-  std::vector<std::vector<int64_t>> orders_;  // cached order per epoch
+  std::map<int64_t, std::vector<int64_t>> orders_;  // the order of the epochs the workers are in
   std::mutex mutex_;
   std::condition_variable cv_;
   std::map<int64_t, Slot> slots_;

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/io/atomic_file.h"
@@ -264,30 +266,75 @@ std::optional<std::string> latest_checkpoint(const std::string& output_dir) {
   return all.back().second.string();
 }
 
+namespace {
+
+// trainer_state.json's values, each checked by name: a whole number in [lo, hi], or a finite number.
+struct StateReader {
+  const std::string& where;
+
+  const json& at(const json& obj, const char* key, const std::string& path) const {
+    HR_CHECK(obj.is_object() && obj.contains(key), "[checkpoint] ", where, ": ", path, " is missing");
+    return obj.at(key);
+  }
+  int64_t whole(const json& obj, const char* key, const std::string& path, int64_t lo, int64_t hi) const {
+    const json& v = at(obj, key, path);
+    const bool in_range = v.is_number_unsigned()
+                              ? v.get<uint64_t>() <= uint64_t(hi) && int64_t(v.get<uint64_t>()) >= lo
+                              : v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+    HR_CHECK(in_range, "[checkpoint] ", where, ": ", path, " ", v.dump(), " is not a whole number from ", lo, " to ",
+             hi);
+    return v.get<int64_t>();
+  }
+  double positive(const json& obj, const char* key, const std::string& path) const {
+    const json& v = at(obj, key, path);
+    HR_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0 &&
+                 v.get<double>() <= double(std::numeric_limits<float>::max()),
+             "[checkpoint] ", where, ": ", path, " ", v.dump(), " is not a positive finite number");
+    return v.get<double>();
+  }
+};
+
+}  // namespace
+
+TrainerState parse_trainer_state(const std::string& text, const std::string& where) {
+  const json j = json::parse(text, nullptr, false);
+  HR_CHECK(!j.is_discarded(), "[checkpoint] ", where, ": not valid JSON");
+  HR_CHECK(j.is_object(), "[checkpoint] ", where, ": not a JSON object");
+  const StateReader r{where};
+  TrainerState st;
+  st.step = r.whole(j, "step", "step", 0, kMaxTrainerCount);
+  st.optimizer_steps = r.whole(j, "optimizer_steps", "optimizer_steps", 0, st.step);
+  const json& loader = r.at(j, "loader", "loader");
+  st.loader.epoch = r.whole(loader, "epoch", "loader.epoch", 0, kMaxTrainerCount);
+  st.loader.offset = r.whole(loader, "offset", "loader.offset", 0, kMaxTrainerCount);
+  const json& s = r.at(j, "loss_scaler", "loss_scaler");
+  st.scaler.scale = float(r.positive(s, "scale", "loss_scaler.scale"));
+  st.scaler.iter = r.whole(s, "iter", "loss_scaler.iter", 0, kMaxTrainerCount);
+  st.scaler.last_overflow = r.whole(s, "last_overflow", "loss_scaler.last_overflow", -1, st.scaler.iter);
+  st.scaler.hysteresis_left = int(r.whole(s, "hysteresis_left", "loss_scaler.hysteresis_left", 0, 1 << 20));
+  st.skipped_steps = j.contains("skipped_steps") ? r.whole(j, "skipped_steps", "skipped_steps", 0, st.step) : 0;
+  st.world_size = j.contains("world_size") ? int(r.whole(j, "world_size", "world_size", 1, 1 << 20)) : 1;
+  st.zero_stage = j.contains("zero_stage") ? int(r.whole(j, "zero_stage", "zero_stage", 0, 3)) : 0;
+  return st;
+}
+
 TrainerState read_trainer_state(const std::string& dir) {
   const std::string state_path = dir + "/trainer_state.json";
-  std::ifstream in(state_path);
+  std::error_code ec;
+  HR_CHECK(fs::is_regular_file(state_path, ec), "[checkpoint] cannot read ", state_path,
+           ec ? ": " + ec.message() : std::string(": not a regular file"));
+  std::ifstream in(state_path, std::ios::binary);
   HR_CHECK(in, "[checkpoint] cannot read ", state_path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(str("[checkpoint] ", state_path, ": not valid JSON: ", e.what()));
-  }
-  TrainerState st;
-  try {
-    st.step = j.at("step");
-    st.loader = {j.at("loader").at("epoch"), j.at("loader").at("offset")};
-    const json& s = j.at("loss_scaler");
-    st.scaler = {s.at("scale"), s.at("iter"), s.at("last_overflow"), s.at("hysteresis_left")};
-    st.skipped_steps = j.value("skipped_steps", int64_t(0));
-    st.optimizer_steps = j.at("optimizer_steps");
-    st.world_size = j.value("world_size", 1);
-    st.zero_stage = j.value("zero_stage", 0);
-  } catch (const json::exception& e) {
-    throw Error(str("[checkpoint] ", state_path, ": ", e.what()));
-  }
-  return st;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_trainer_state(text, state_path);
+}
+
+void check_loader_position(const TrainerState& st, const std::string& dir, int64_t samples, const std::string& data) {
+  const std::string where = dir + "/trainer_state.json";
+  HR_CHECK(st.loader.offset < samples, "[checkpoint] ", where, ": loader.offset ", st.loader.offset,
+           " is past the end of ", data, "'s ", samples, " samples (the checkpoint of a run on another data set?)");
+  HR_CHECK(samples <= 0 || st.loader.epoch <= (kMaxTrainerCount - st.loader.offset) / samples, "[checkpoint] ", where,
+           ": loader.epoch ", st.loader.epoch, " of ", samples, " samples is more samples than a run can count");
 }
 
 namespace {

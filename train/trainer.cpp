@@ -288,6 +288,8 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   // Planned: what starting left cached goes back, so that reserved is the states, their segments and the arena.
   if (c_.allocator == AllocatorKind::Planned) alloc_->empty_cache();
 
+  // A resumed position is checked against this run's data before the loader goes there.
+  if (resume_dir) check_loader_position(state_, *resume_dir, train_set_->size(), train_set_->path());
   const int64_t per_epoch = std::max<int64_t>(1, train_set_->size() / c_.global_batch_size);
   total_ = c_.max_steps > 0 ? c_.max_steps
                             : std::max<int64_t>(1, int64_t(std::ceil(c_.num_train_epochs * double(per_epoch))));

@@ -184,3 +184,31 @@ TEST(Hardening, ModelSizesAreCheckedNamingTheKey) {
   EXPECT_TRUE(says(layers, "no plan can fit")) << layers.output;
   EXPECT_LT(seconds, 10.0) << "refused by arithmetic, not by building the model";
 }
+
+// 5. trainer_state.json is checked against its types and the run's data: a negative epoch segfaulted, a huge offset
+// threw bad_alloc out of a loader thread, a step of 1e30 resumed at step -9.2e18. Each is an error naming the file.
+TEST(Hardening, AResumedTrainerStateIsCheckedNamingTheFile) {
+  const std::string d = fresh("trainer_state");
+  const std::string run = train_in(d) + " --set train.max_steps=2 --set train.save_steps=2";
+  const CmdResult first = headroom(run);
+  ASSERT_EQ(first.status, 0) << first.output;
+  const std::string state = d + "/checkpoint-2/trainer_state.json";
+  const std::string good = testing_cli::read_file(state);
+  struct Case {
+    std::function<void(json&)> edit;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {[](json& j) { j["loader"]["epoch"] = -1; }, "loader.epoch -1 is not a whole number"},
+      {[](json& j) { j["loader"]["offset"] = 1000000000000LL; }, "loader.offset 1000000000000 is past the end of"},
+      {[](json& j) { j["step"] = 1e30; }, "step 1e+30 is not a whole number"},
+      {[](json& j) { j["loss_scaler"]["scale"] = -1; }, "loss_scaler.scale -1 is not a positive finite number"},
+  };
+  for (const Case& c : cases) {
+    edit_json(state, c.edit);
+    const CmdResult r = headroom(run + " --set train.max_steps=4 --resume");
+    EXPECT_EQ(exit_code(r), 1) << r.output;
+    EXPECT_TRUE(says(r, "[checkpoint] " + state + ": " + c.says)) << r.output;
+    std::ofstream(state) << good;
+  }
+}
