@@ -291,8 +291,11 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   // A resumed position is checked against this run's data before the loader goes there.
   if (resume_dir) check_loader_position(state_, *resume_dir, train_set_->size(), train_set_->path());
   const int64_t per_epoch = std::max<int64_t>(1, train_set_->size() / c_.global_batch_size);
-  total_ = c_.max_steps > 0 ? c_.max_steps
-                            : std::max<int64_t>(1, int64_t(std::ceil(c_.num_train_epochs * double(per_epoch))));
+  const double epoch_steps = std::ceil(c_.num_train_epochs * double(per_epoch));
+  HR_CHECK(c_.max_steps > 0 || epoch_steps <= double(kMaxTrainerCount), "[config] train.num_train_epochs ",
+           c_.num_train_epochs, " makes ", epoch_steps, " steps of ", per_epoch,
+           " per epoch, more than a run can count");
+  total_ = c_.max_steps > 0 ? c_.max_steps : std::max<int64_t>(1, int64_t(epoch_steps));
   sched_ = std::make_unique<optim::Schedule>(optim::Schedule{
       c_.scheduler, c_.learning_rate,
       c_.warmup_steps >= 0 ? c_.warmup_steps : int64_t(std::ceil(c_.warmup_ratio * double(total_))), total_});
