@@ -212,3 +212,31 @@ TEST(Hardening, AResumedTrainerStateIsCheckedNamingTheFile) {
     std::ofstream(state) << good;
   }
 }
+
+// 9. Arguments no run can mean: generate's sampling options, an empty --set value for a directory, and a flag whose
+// value was left out (it swallowed the next flag).
+TEST(Hardening, ArgumentsNoRunCanMeanAreRefusedByName) {
+  const std::string d = fresh("arguments");
+  const std::string generate = "generate " + config(d) + " --set run.output_dir=" + d + " --checkpoint " + d + "/none";
+  for (const auto& [flag, want] : std::vector<std::pair<std::string, std::string>>{
+           {" --temperature nan", "[generate] --temperature 'nan' is not a number"},
+           {" --top-p 2", "[generate] --top-p '2' is not a number from 0 to 1"},
+           {" --top-k -5", "[generate] --top-k '-5' is not a whole number from 0"},
+           {" --max-new-tokens 0", "[generate] --max-new-tokens '0' is not a whole number from 1"}}) {
+    const CmdResult r = headroom(generate + flag);
+    EXPECT_EQ(exit_code(r), 1) << flag << ": " << r.output;
+    EXPECT_TRUE(says(r, want)) << flag << ": " << r.output;
+  }
+  const CmdResult empty =
+      testing_cli::run("cd " + d + " && " + HR_HEADROOM_BIN + " train " + config(d) + " --set run.output_dir=");
+  EXPECT_EQ(exit_code(empty), 1) << empty.output;
+  EXPECT_TRUE(says(empty, "[config] run.output_dir: ")) << empty.output;
+  EXPECT_FALSE(fs::exists(d + "/null"));
+  const CmdResult swallowed = headroom("eval " + config(d) + " --checkpoint --set train.max_steps=1");
+  EXPECT_EQ(exit_code(swallowed), 1) << swallowed.output;
+  EXPECT_TRUE(says(swallowed, "[eval] --checkpoint needs a value; the next argument is the flag --set"))
+      << swallowed.output;
+  const CmdResult epochs = headroom(train_in(d) + " --set train.max_steps=0 --set train.num_train_epochs=.inf");
+  EXPECT_EQ(exit_code(epochs), 1) << epochs.output;
+  EXPECT_TRUE(says(epochs, "[config] train.num_train_epochs: '.inf' is not a finite number > 0")) << epochs.output;
+}
