@@ -206,8 +206,13 @@ int cmd_eval(const std::vector<std::string>& args) {
   data::LlavaDataset eval_set(d, models::input_spec(c.model.config));
   const auto model = build_model(c, inference_device(c));
   load_inference_weights(*model, p.options["--checkpoint"]);
-  EvalResult r = evaluate(*model, eval_set, {c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows});
-  std::printf("eval loss %.4f | accuracy %.2f%% over %lld samples\n", r.loss, 100.0 * r.accuracy, (long long)r.samples);
+  EvalOptions eo{c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows};
+  eo.on_bad_sample = c.on_bad_sample;
+  EvalResult r = evaluate(*model, eval_set, eo);
+  for (const std::string& bad : r.bad_samples) std::printf("skipped bad sample: %s\n", bad.c_str());
+  std::printf("eval loss %.4f | accuracy %.2f%% over %lld samples%s\n", r.loss, 100.0 * r.accuracy,
+              (long long)r.samples,
+              r.skipped ? str(" (", r.skipped, " bad samples skipped, named above)").c_str() : "");
   for (const auto& [type, ct] : r.by_type)
     std::printf("  %-10s %.2f%% (%lld/%lld)\n", type.c_str(),
                 100.0 * double(ct.first) / double(std::max<int64_t>(ct.second, 1)), (long long)ct.first,

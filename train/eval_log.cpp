@@ -8,7 +8,8 @@
 namespace hr::train {
 
 void write_eval_line(const std::string& path, int64_t step, const EvalResult& r, const EvalMemory& m) {
-  nlohmann::json j = {{"step", step}, {"loss", r.loss}, {"accuracy", r.accuracy}, {"samples", r.samples}};
+  nlohmann::json j = {
+      {"step", step}, {"loss", r.loss}, {"accuracy", r.accuracy}, {"samples", r.samples}, {"skipped", r.skipped}};
   j["memory"] = {{"loss_pass", m.loss.json()}, {"generation", m.generation.json()}};
   nlohmann::json by = nlohmann::json::object();
   for (const auto& [type, ct] : r.by_type) by[type] = ct.second ? double(ct.first) / double(ct.second) : 0.0;
@@ -28,7 +29,7 @@ std::string eval_summary(const EvalResult& r) {
     s += str(first ? "" : ", ", type, " ", ct.second ? 100.0 * double(ct.first) / double(ct.second) : 0.0, "%");
     first = false;
   }
-  return s + str(") over ", r.samples, " samples");
+  return s + str(") over ", r.samples, " samples", r.skipped ? str(" (", r.skipped, " bad samples skipped)") : "");
 }
 
 }  // namespace hr::train

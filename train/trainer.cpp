@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/backend/device_info.h"
 #include "core/io/atomic_file.h"
@@ -156,8 +157,9 @@ class Trainer {
   int64_t split_ = 1;  // micro-batches per loader batch: doubled by each recovered out-of-memory error
   int64_t mismatches_ = 0;
   std::size_t skipped_reported_ = 0, masked_reported_ = 0;
-  bool nonfinite_ = false;       // this step's loss or gradient norm was not finite (bf16/fp32)
-  std::string nonfinite_where_;  // what the diagnosis found on this rank
+  std::set<std::string> eval_bad_named_;  // bad evaluation samples already named
+  bool nonfinite_ = false;                // this step's loss or gradient norm was not finite (bf16/fp32)
+  std::string nonfinite_where_;           // what the diagnosis found on this rank
   int64_t nonfinite_steps_ = 0;
   int64_t skips_at_min_ = 0;  // fp16: steps in a row skipped on overflow at the minimum loss scale
 };
@@ -547,7 +549,12 @@ void Trainer::evaluate_now() {
   EvalMemory memory(*alloc_, *predictor_, eval_predicted_);
   EvalOptions eo{c_.eval_samples, c_.eval_batch_size, c_.max_new_tokens, c_.ce_chunk_rows, &comm_};
   eo.watch = &memory;
+  eo.on_bad_sample = c_.on_bad_sample;
   EvalResult r = evaluate(engine_->model(), *eval_set_, eo);
+  // Each bad evaluation sample named once (every evaluation meets the same ones), as the loader names training's.
+  for (const std::string& bad : r.bad_samples)
+    if (lead_ && eval_bad_named_.insert(bad).second)
+      std::printf("%sskipped bad evaluation sample: %s\n", tty_ ? "\n" : "", bad.c_str());
   const int64_t mismatches = memory.loss.mismatches + memory.generation.mismatches;
   if (mismatches)
     std::printf(

@@ -213,6 +213,46 @@ TEST(Hardening, AResumedTrainerStateIsCheckedNamingTheFile) {
   }
 }
 
+// 7. Evaluation follows data.on_bad_sample as training does: an evaluation set of one truncated PNG printed
+// "accuracy 0% over 0 samples" and exited 0 under `fail`, and in a mixed file the bad samples were neither named
+// nor counted.
+TEST(Hardening, EvaluationNamesCountsAndStopsOnBadSamplesAsTrainingDoes) {
+  const std::string d = fresh("eval_bad");
+  const CmdResult synth = headroom("data synth --out " + d + "/data --train 8 --eval 2 --image-size 8");
+  ASSERT_EQ(synth.status, 0) << synth.output;
+  std::string png;
+  for (const auto& e : fs::directory_iterator(d + "/data/images")) png = e.path().string();
+  const std::string bytes = testing_cli::read_file(png);
+  std::ofstream(d + "/data/images/truncated.png", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  json eval = json::parse(std::ifstream(d + "/data/eval.json"));
+  json bad = eval[0];
+  bad["id"] = "broken";
+  bad["image"] = "images/truncated.png";
+  std::ofstream(d + "/data/only_bad.json") << json::array({bad}).dump();
+  std::ofstream(d + "/data/mixed.json") << json::array({bad, eval[0], eval[1]}).dump();
+  const std::string data = " --set data.train_json=" + d + "/data/train.json --set data.image_folder=" + d + "/data";
+  const CmdResult t = headroom("train " + config(d) + " --set run.output_dir=" + d + "/run" + data +
+                               " --set data.eval_json=" + d + "/data/mixed.json --set train.max_steps=2");
+  ASSERT_EQ(t.status, 0) << t.output;
+  EXPECT_TRUE(says(t, "skipped bad evaluation sample: [data] " + d + "/data/mixed.json[0] (id broken)")) << t.output;
+  EXPECT_EQ(jsonl(d + "/run/eval.jsonl").back()["skipped"], 1);
+  EXPECT_EQ(jsonl(d + "/run/eval.jsonl").back()["samples"], 2);
+
+  const std::string eval_cmd = "eval " + config(d) + " --set run.output_dir=" + d + "/run" + data + " --checkpoint " +
+                               d + "/run/checkpoint-2 --set data.eval_json=" + d + "/data/";
+  const CmdResult fail = headroom(eval_cmd + "only_bad.json --set data.on_bad_sample=fail");
+  EXPECT_EQ(exit_code(fail), 1) << fail.output;
+  EXPECT_TRUE(says(fail, d + "/data/only_bad.json[0] (id broken)")) << fail.output;
+  EXPECT_TRUE(says(fail, "(data.on_bad_sample: fail)")) << fail.output;
+  const CmdResult none = headroom(eval_cmd + "only_bad.json");
+  EXPECT_EQ(exit_code(none), 1) << none.output;
+  EXPECT_TRUE(says(none, "no usable sample in " + d + "/data/only_bad.json (1 of 1 skipped")) << none.output;
+  const CmdResult mixed = headroom(eval_cmd + "mixed.json");
+  EXPECT_EQ(mixed.status, 0) << mixed.output;
+  EXPECT_TRUE(says(mixed, "skipped bad sample: [data] " + d + "/data/mixed.json[0] (id broken)")) << mixed.output;
+  EXPECT_TRUE(says(mixed, "over 2 samples (1 bad samples skipped")) << mixed.output;
+}
+
 // 9. Arguments no run can mean: generate's sampling options, an empty --set value for a directory, and a flag whose
 // value was left out (it swallowed the next flag).
 TEST(Hardening, ArgumentsNoRunCanMeanAreRefusedByName) {
