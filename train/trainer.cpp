@@ -24,6 +24,7 @@
 #include "train/engine.h"
 #include "train/eval_log.h"
 #include "train/evaluate.h"
+#include "train/log_file.h"
 #include "train/memory_log.h"
 #include "train/observe.h"
 #include "train/planner.h"
@@ -143,6 +144,8 @@ class Trainer {
   std::unique_ptr<optim::LossScaler> scaler_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<MemoryLog> mlog_;
+  std::unique_ptr<LogFile> eval_log_, predictions_log_;  // rank 0's, with an evaluation set
+  void report_incomplete_logs() const;
   std::shared_ptr<CachingAllocator> alloc_, host_alloc_;
   int gpu_ = -1;                             // N of the cuda:N the run trains on; -1 on the CPU
   std::unique_ptr<RunObservers> observers_;  // TensorBoard, memory timelines, out-of-memory snapshots
@@ -343,7 +346,19 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
     std::fflush(stdout);
   }
   const std::string mlog_name = world == 1 ? std::string("memory.jsonl") : str("memory.rank", rank, ".jsonl");
-  mlog_ = std::make_unique<MemoryLog>(str(c_.output_dir, "/", mlog_name), c_.leak_window);
+  // The logs go back to the step this run starts from: the steps after it (a run killed after its last checkpoint,
+  // or an earlier run in this directory) are written again, and a reader sees each once.
+  std::vector<std::string> logs = {str(c_.output_dir, "/", mlog_name)};
+  if (lead_) logs.insert(logs.end(), {c_.output_dir + "/eval.jsonl", c_.output_dir + "/eval_predictions.jsonl"});
+  for (const std::string& log : logs)
+    if (const int64_t dropped = drop_lines_after_step(log, state_.step))
+      std::printf("%s: dropped %lld lines of steps after %lld, which this run writes again\n", log.c_str(),
+                  (long long)dropped, (long long)state_.step);
+  mlog_ = std::make_unique<MemoryLog>(logs[0], c_.leak_window);
+  if (lead_ && eval_set_) {
+    eval_log_ = std::make_unique<LogFile>(logs[1]);
+    predictions_log_ = std::make_unique<LogFile>(logs[2]);
+  }
   observers_ = std::make_unique<RunObservers>(c_, comm, *alloc_, *host_alloc_);
 }
 
@@ -564,15 +579,23 @@ void Trainer::evaluate_now() {
         (long long)memory.loss.predicted, (long long)memory.generation.measured,
         (long long)memory.generation.predicted);
   if (!lead_) return;
-  write_eval_line(c_.output_dir + "/eval.jsonl", state_.step, r, memory);
+  write_eval_line(*eval_log_, state_.step, r, memory);
   observers_->eval(state_.step, r);
-  write_predictions(c_.output_dir + "/eval_predictions.jsonl", state_.step, r);
+  write_predictions(*predictions_log_, state_.step, r);
   std::printf("%sstep %lld | %s | memory: loss pass %s, generation %s (%s)\n", tty_ ? "\n" : "", (long long)state_.step,
               eval_summary(r).c_str(), format_bytes(double(memory.loss.measured)).c_str(),
               format_bytes(double(memory.generation.measured)).c_str(),
               mismatches ? "NOT as predicted" : "as predicted");
   for (const std::string& e : r.examples) std::printf("    %s\n", e.c_str());
   std::fflush(stdout);
+}
+
+void Trainer::report_incomplete_logs() const {
+  for (const LogFile* log : {&mlog_->file(), static_cast<const LogFile*>(eval_log_.get()),
+                             static_cast<const LogFile*>(predictions_log_.get())})
+    if (log && !log->complete())
+      std::printf("%sincomplete log: %s\n", comm_.world() > 1 ? str("rank ", comm_.rank(), ": ").c_str() : "",
+                  log->incomplete().c_str());
 }
 
 void Trainer::write_report() {
@@ -637,6 +660,7 @@ int Trainer::stop() {
     std::printf("stop requested (%s): saving the checkpoint of step %lld and exiting; --resume continues from it\n",
                 sig ? strsignal(sig) : "on another rank", (long long)state_.step);
   engine_->save(state_);
+  report_incomplete_logs();
   if (lead_) write_report();
   if (lead_)
     std::printf("stopped at step %lld of %lld; outputs in %s\n", (long long)state_.step, (long long)total_,
@@ -652,6 +676,7 @@ int Trainer::finish() {
     evaluate_now();
   }
   const int world = comm_.world();
+  report_incomplete_logs();
   if (mismatches_)
     std::printf("%s[memory] %lld steps measured a peak other than predicted\n",
                 world > 1 ? str("rank ", comm_.rank(), ": ").c_str() : "", (long long)mismatches_);

@@ -50,6 +50,12 @@ bool says(const CmdResult& r, const std::string& text) {
   return r.output.find(text) != std::string::npos;
 }
 
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 // The tensors of every safetensors file in the checkpoint directories of `dir` that hold a NaN or an infinity.
 std::vector<std::string> nonfinite_in_checkpoints(const std::string& dir, int* checkpoints) {
   std::vector<std::string> bad;
@@ -251,6 +257,42 @@ TEST(Hardening, EvaluationNamesCountsAndStopsOnBadSamplesAsTrainingDoes) {
   EXPECT_EQ(mixed.status, 0) << mixed.output;
   EXPECT_TRUE(says(mixed, "skipped bad sample: [data] " + d + "/data/mixed.json[0] (id broken)")) << mixed.output;
   EXPECT_TRUE(says(mixed, "over 2 samples (1 bad samples skipped")) << mixed.output;
+}
+
+// 8. A log write that fails (here every write of memory.jsonl and eval.jsonl, on /dev/full) warned of nothing:
+// memory.jsonl kept 4 lines of 150. The run now warns once per log, trains on, and names the incomplete logs.
+TEST(Hardening, ALogOnAFullDiskWarnsOnceAndTrainingGoesOn) {
+  const std::string d = fresh("full_disk_log");
+  std::error_code ec;
+  fs::create_symlink("/dev/full", d + "/memory.jsonl", ec);
+  fs::create_symlink("/dev/full", d + "/eval.jsonl", ec);
+  ASSERT_FALSE(ec) << ec.message();
+  const CmdResult r = headroom(train_in(d) + " --set train.max_steps=4");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(count_of(r.output, "[log] warning: writing " + d + "/memory.jsonl failed at step 1"), 1u) << r.output;
+  EXPECT_EQ(count_of(r.output, "[log] warning: writing"), 2u) << "once per log:\n" << r.output;
+  EXPECT_TRUE(says(r, "incomplete log: " + d + "/memory.jsonl from step 1 on (No space left on device)")) << r.output;
+  EXPECT_TRUE(says(r, "incomplete log: " + d + "/eval.jsonl from step 4 on")) << r.output;
+  EXPECT_TRUE(says(r, "step 4/4")) << r.output;
+  EXPECT_TRUE(fs::exists(d + "/checkpoint-4/model.safetensors"));
+}
+
+// 8. After a run killed past its last checkpoint, --resume wrote the steps after the checkpoint again below the
+// first run's: memory.jsonl (and eval.jsonl) now go back to the checkpoint's step first, so every step is read once.
+TEST(Hardening, AResumedRunsLogsHoldEachStepOnce) {
+  const std::string d = fresh("resume_logs");
+  const std::string run = train_in(d) + " --set train.max_steps=4 --set train.save_steps=2 --set train.eval_steps=3";
+  const CmdResult first = headroom(run);
+  ASSERT_EQ(first.status, 0) << first.output;
+  fs::remove_all(d + "/checkpoint-4");  // as if killed after step 4, before its checkpoint
+  const CmdResult resumed = headroom(run + " --resume");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_TRUE(says(resumed, d + "/memory.jsonl: dropped 2 lines of steps after 2")) << resumed.output;
+  std::vector<int64_t> steps, evals;
+  for (const json& l : jsonl(d + "/memory.jsonl")) steps.push_back(l["step"]);
+  for (const json& l : jsonl(d + "/eval.jsonl")) evals.push_back(l["step"]);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(evals, (std::vector<int64_t>{3, 4}));
 }
 
 // 9. Arguments no run can mean: generate's sampling options, an empty --set value for a directory, and a flag whose

@@ -267,6 +267,7 @@ TEST(Train, ANanInAParameterIsNamedAndStopsTheRunKeepingTheLastGoodCheckpoint) {
             std::string::npos)
       << skipped.output;
   const auto lines = jsonl(d + "/memory.jsonl");
+  EXPECT_EQ(lines.size(), 6u) << "each step once";
   EXPECT_EQ(lines.back()["step"], 6);
   EXPECT_EQ(lines.back()["nonfinite"], where);
   EXPECT_FALSE(fs::exists(d + "/checkpoint-6"));
