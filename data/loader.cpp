@@ -151,7 +151,14 @@ LoadedBatch DataLoader::next() {
   if (opt_.pad_to_max_seq_len) seq = opt_.max_seq_len;
   const int64_t ignore = -100;
   out.batch = collate(out.examples, seq, ignore);
-  for (const Example& e : out.examples) out.tokens += int64_t(e.ids.size());
+  bool truncated = false;
+  for (const Example& e : out.examples) {
+    out.tokens += int64_t(e.ids.size());
+    images_dropped_ += e.images_dropped;
+    truncated |= e.truncated;
+  }
+  out.no_labels_after_truncation = truncated && std::all_of(out.batch.labels.begin(), out.batch.labels.end(),
+                                                            [&](int64_t l) { return l == ignore; });
   return out;
 }
 

@@ -41,6 +41,8 @@ struct LoadedBatch {
   Batch batch;
   std::vector<Example> examples;  // the samples, for eval and logging
   int64_t tokens = 0;             // non-pad tokens
+  // data.max_seq_len cut samples of this batch and no label is left in it: nothing to learn (loss and gradient 0).
+  bool no_labels_after_truncation = false;
 };
 
 class DataLoader {
@@ -58,6 +60,8 @@ class DataLoader {
   int64_t skips() const { return skips_; }
   // The samples met so far whose labels are all masked by LLaVA's "tokenization mismatch" rule, each once.
   const std::vector<std::string>& masked() const { return masked_; }
+  // Images this rank's batches dropped with their placeholders (data.max_seq_len cut before or into them).
+  int64_t images_dropped() const { return images_dropped_; }
 
  private:
   std::vector<int64_t> order_for(int64_t epoch) const;
@@ -88,6 +92,7 @@ class DataLoader {
   std::vector<std::string> masked_;
   std::set<int64_t> masked_seen_;
   int64_t skips_ = 0;
+  int64_t images_dropped_ = 0;
 };
 
 // Collates examples into a right-padded batch (pad id 0, label ignore_index) of length `seq`.

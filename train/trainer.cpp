@@ -160,9 +160,13 @@ class Trainer {
   int64_t split_ = 1;  // micro-batches per loader batch: doubled by each recovered out-of-memory error
   int64_t mismatches_ = 0;
   std::size_t skipped_reported_ = 0, masked_reported_ = 0;
+  // data.max_seq_len cuts: micro-batches left without a label, and images dropped with their placeholders (each
+  // warned about the first time, counted at the end).
+  int64_t unlearnable_ = 0, images_dropped_reported_ = 0;
   std::set<std::string> eval_bad_named_;  // bad evaluation samples already named
-  bool nonfinite_ = false;                // this step's loss or gradient norm was not finite (bf16/fp32)
-  std::string nonfinite_where_;           // what the diagnosis found on this rank
+  void report_truncation(const Drawn& d, int64_t step);
+  bool nonfinite_ = false;       // this step's loss or gradient norm was not finite (bf16/fp32)
+  std::string nonfinite_where_;  // what the diagnosis found on this rank
   int64_t nonfinite_steps_ = 0;
   int64_t skips_at_min_ = 0;  // fp16: steps in a row skipped on overflow at the minimum loss scale
 };
@@ -527,6 +531,7 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
     const std::string& what = loader_->skipped()[skipped_reported_++];
     if (lead_) std::printf("%sskipped bad sample: %s\n", tty_ ? "\n" : "", what.c_str());
   }
+  report_truncation(d, rec.step);
   while (masked_reported_ < loader_->masked().size()) {
     const std::string& what = loader_->masked()[masked_reported_++];
     if (lead_)
@@ -559,6 +564,23 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
 
 // Each rank evaluates its share in step with the others (ZeRO-3 gathers parameters collectively); rank 0
 // reports the merged result.
+void Trainer::report_truncation(const Drawn& d, int64_t step) {
+  int64_t unlearnable = 0;
+  for (const LoadedBatch& b : d.pending) unlearnable += b.no_labels_after_truncation;
+  if (lead_ && unlearnable > 0 && unlearnable_ == 0)
+    std::printf(
+        "%swarning: step %lld: data.max_seq_len %lld cut off every answer of a micro-batch: it has no label to "
+        "learn (loss and gradient 0). Raise data.max_seq_len (micro-batches like it are counted at the end)\n",
+        tty_ ? "\n" : "", (long long)step, (long long)c_.max_seq_len);
+  unlearnable_ += unlearnable;
+  if (lead_ && loader_->images_dropped() > 0 && images_dropped_reported_ == 0)
+    std::printf(
+        "%swarning: step %lld: data.max_seq_len %lld cut a sample before its image's placeholders: the image is "
+        "dropped with them, as LLaVA truncates (counted at the end)\n",
+        tty_ ? "\n" : "", (long long)step, (long long)c_.max_seq_len);
+  images_dropped_reported_ = loader_->images_dropped();
+}
+
 void Trainer::evaluate_now() {
   if (!eval_set_) return;
   EvalMemory memory(*alloc_, *predictor_, eval_predicted_);
@@ -694,6 +716,12 @@ int Trainer::finish() {
                   loader_->masked().size());
     if (state_.skipped_steps)
       std::printf("%lld optimizer steps skipped on fp16 overflow\n", (long long)state_.skipped_steps);
+    if (loader_->images_dropped())
+      std::printf("%lld images dropped with their placeholders by data.max_seq_len %lld\n",
+                  (long long)loader_->images_dropped(), (long long)c_.max_seq_len);
+    if (unlearnable_)
+      std::printf("%lld micro-batches had no label left after data.max_seq_len %lld cut them\n",
+                  (long long)unlearnable_, (long long)c_.max_seq_len);
     if (nonfinite_steps_)
       std::printf("%lld steps skipped on a non-finite loss or gradient (named above)\n", (long long)nonfinite_steps_);
     std::printf("%s", alloc_->memory_summary().c_str());

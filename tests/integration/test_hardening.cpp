@@ -322,3 +322,19 @@ TEST(Hardening, ArgumentsNoRunCanMeanAreRefusedByName) {
   EXPECT_EQ(exit_code(epochs), 1) << epochs.output;
   EXPECT_TRUE(says(epochs, "[config] train.num_train_epochs: '.inf' is not a finite number > 0")) << epochs.output;
 }
+
+// 10. A data.max_seq_len that cuts the text before the image kept the pixels without their placeholders, and
+// training stopped ("input_ids hold placeholders for 0 images but pixel_values has 4"). The image is dropped with
+// them, as LLaVA truncates and trains on; the drops are counted, and a batch left with no label is warned about.
+TEST(Hardening, ACutBeforeTheImageDropsItAndTrainingGoesOn) {
+  const std::string d = fresh("truncation");
+  // Vicuna's system prompt is longer than 16 tokens: the cut comes before "USER: <image>".
+  const CmdResult r =
+      headroom(train_in(d) + " --set train.max_steps=2 --set data.system_prompt=default --set data.max_seq_len=16");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(says(r, "warning: step 1: data.max_seq_len 16 cut off every answer of a micro-batch")) << r.output;
+  EXPECT_TRUE(says(r, "warning: step 1: data.max_seq_len 16 cut a sample before its image's placeholders")) << r.output;
+  EXPECT_TRUE(says(r, "16 images dropped with their placeholders by data.max_seq_len 16")) << r.output;
+  EXPECT_TRUE(says(r, "4 micro-batches had no label left after data.max_seq_len 16 cut them")) << r.output;
+  for (const json& l : jsonl(d + "/memory.jsonl")) EXPECT_EQ(l["loss"].get<double>(), 0.0) << "nothing to learn";
+}
