@@ -6,6 +6,7 @@
 #include <fstream>
 #include <system_error>
 
+#include "core/io/text_file.h"
 #include "core/memory/category.h"
 #include "core/ops/copy.h"
 
@@ -16,9 +17,7 @@ using namespace hr::core;
 
 namespace {
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  HR_CHECK(in, "[data] cannot open ", path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return core::read_text_file(path, "data");
 }
 }  // namespace
 

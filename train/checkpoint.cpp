@@ -371,6 +371,11 @@ void load_model_weights(const std::string& dir, models::Llava& model) {
     load_adapters_in(dir, model);
     return;
   }
+  // Only a ZeRO-3 run keeps its weights in the optimizer shards; any other wrote model.safetensors.
+  const int stage = read_trainer_state(dir).zero_stage;
+  HR_CHECK(stage == 3, "[checkpoint] ", dir, "/model.safetensors is missing (a checkpoint written at ZeRO stage ",
+           stage,
+           " keeps its weights there): the checkpoint is incomplete; resume from another one or restore the file");
   auto files = open_all(optimizer_files(dir));
   NamedTensors w = parallel::Zero::consolidate(model.params().groups(), pointers(files));
   HR_CHECK(!w.empty(), "[checkpoint] ", dir, " has no model.safetensors and no ZeRO-3 parameter shards");

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "core/check.h"
+#include "core/io/text_file.h"
 #include "core/suggest.h"
 #include "train/deepspeed.h"
 
@@ -625,10 +626,7 @@ const char* stage_name(Stage s) {
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
   if (path.empty()) return load_config_text("", "(defaults)", overrides, world_size);
-  std::ifstream in(path, std::ios::binary);
-  HR_CHECK(in, "[config] ", path, ": cannot open");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return load_config_text(text, path, overrides, world_size);
+  return load_config_text(core::read_text_file(path, "config"), path, overrides, world_size);
 }
 
 RunConfig load_config_text(const std::string& yaml, const std::string& where, const std::vector<std::string>& overrides,

@@ -338,3 +338,41 @@ TEST(Hardening, ACutBeforeTheImageDropsItAndTrainingGoesOn) {
   EXPECT_TRUE(says(r, "4 micro-batches had no label left after data.max_seq_len 16 cut them")) << r.output;
   for (const json& l : jsonl(d + "/memory.jsonl")) EXPECT_EQ(l["loss"].get<double>(), 0.0) << "nothing to learn";
 }
+
+// 12. Errors that named neither the file nor the key: a directory given for a file, a checkpoint without its
+// model.safetensors, `data synth` counts that are not counts, and DeepSpeed values past what the keys hold.
+TEST(Hardening, ErrorsNameTheFileOrTheKey) {
+  const std::string d = fresh("named_errors");
+  fs::create_directories(d + "/adir");
+  const std::string adir = d + "/adir";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"train " + adir, "[config] " + adir + ": is a directory, not a file"},
+      {train_in(d) + " --deepspeed " + adir, "[deepspeed] " + adir + ": is a directory, not a file (--deepspeed)"},
+      {train_in(d) + " --set data.train_json=" + adir, "[data] " + adir + ": is a directory, not a file"},
+      {"data synth --out " + d + "/synth --train abc", "[data synth] --train 'abc' is not a whole number from 1"},
+      {"data synth --out " + d + "/synth --train -5", "[data synth] --train '-5' is not a whole number from 1"},
+  };
+  for (const auto& [cmd, want] : cases) {
+    const CmdResult r = headroom(cmd);
+    EXPECT_EQ(exit_code(r), 1) << cmd << ": " << r.output;
+    EXPECT_TRUE(says(r, want)) << cmd << ": " << r.output;
+  }
+  EXPECT_FALSE(fs::exists(d + "/synth/train.json")) << "a set of -5 samples was written";
+  for (const auto& [ds, want] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"train_micro_batch_size_per_gpu": 1e30})", "train_micro_batch_size_per_gpu: 1e+30 is outside"},
+           {R"({"zero_optimization": {"reduce_bucket_size": 3e18}})", "reduce_bucket_size: 3e+18 is outside"},
+           {R"({"fp16": {"enabled": true, "initial_scale_power": 100000}})",
+            "initial_scale_power: 100000 is outside"}}) {
+    std::ofstream(d + "/ds.json") << ds;
+    const CmdResult r = headroom(train_in(d) + " --deepspeed " + d + "/ds.json --print-config");
+    EXPECT_EQ(exit_code(r), 1) << ds << ": " << r.output;
+    EXPECT_TRUE(says(r, "[deepspeed] " + d + "/ds.json: ")) << r.output;
+    EXPECT_TRUE(says(r, want)) << ds << ": " << r.output;
+  }
+  const CmdResult t = headroom(train_in(d) + " --set train.max_steps=2");
+  ASSERT_EQ(t.status, 0) << t.output;
+  fs::remove(d + "/checkpoint-2/model.safetensors");
+  const CmdResult resume = headroom(train_in(d) + " --set train.max_steps=4 --resume");
+  EXPECT_EQ(exit_code(resume), 1) << resume.output;
+  EXPECT_TRUE(says(resume, "[checkpoint] " + d + "/checkpoint-2/model.safetensors is missing")) << resume.output;
+}
