@@ -376,3 +376,26 @@ TEST(Hardening, ErrorsNameTheFileOrTheKey) {
   EXPECT_EQ(exit_code(resume), 1) << resume.output;
   EXPECT_TRUE(says(resume, "[checkpoint] " + d + "/checkpoint-2/model.safetensors is missing")) << resume.output;
 }
+
+// 13. A run's own checkpoint-N/config.yaml (model.weights, the batch of its world size) is taken by every command
+// that reads a config, as eval and generate take it; `headroom --help` lists debug batch.
+TEST(Hardening, ARunsOwnConfigIsTakenByEveryCommand) {
+  const std::string d = fresh("own_config");
+  const CmdResult t = headroom(train_in(d) + " --set train.max_steps=2");
+  ASSERT_EQ(t.status, 0) << t.output;
+  const std::string ckpt = d + "/checkpoint-2";
+  const CmdResult info = headroom("model info " + ckpt + "/config.yaml");
+  EXPECT_EQ(info.status, 0) << info.output;
+  EXPECT_TRUE(says(info, "trainable")) << info.output;
+  const CmdResult batch =
+      headroom("debug batch " + ckpt + "/config.yaml --out " + d + "/batch.safetensors --count 2" +
+               " --set data.train_json=" + d + "/data/train.json --set data.image_folder=" + d + "/data");
+  ASSERT_EQ(batch.status, 0) << batch.output;
+  const CmdResult grads =
+      headroom("debug grads --config " + ckpt + "/config.yaml --weights " + ckpt + "/model.safetensors --batch " + d +
+               "/batch.safetensors --out " + d + "/grads.safetensors");
+  EXPECT_EQ(grads.status, 0) << grads.output;
+  EXPECT_TRUE(says(grads, "gradients to " + d + "/grads.safetensors")) << grads.output;
+  const CmdResult help = headroom("--help");
+  EXPECT_TRUE(says(help, "debug batch CONFIG --out")) << help.output;
+}
