@@ -412,6 +412,12 @@ std::vector<Key> memory_parallel_log_keys() {
          if (v < 0 || v > 8) bad_value(k, n, "a count from 0 to 8");
          c.zero.prefetch_groups = int(v);
        }},
+      // PyTorch's init_process_group(timeout=...) and DeepSpeed's: a collective that has not finished after this many
+      // seconds ends the job, naming the rank and the collective (a stopped or hung rank).
+      {"parallel.timeout", "1800",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.collective_timeout_s = number_in(n, k, 0, kNoLimit, Ends::OpenBelow);
+       }},
       {"log.logging_steps", "10", i64(&RunConfig::logging_steps, 1)},
       {"log.progress_bar", "auto", choice(&RunConfig::progress_bar, parse_bar)},
       // Hugging Face's key: a name or a list of names of the integrations to report to.

@@ -91,6 +91,9 @@ struct RunConfig {
   // parallel.backend: mpi: ranks on GPUs move device tensors through MPI (staged in host memory) instead of NCCL,
   // and may share a GPU (rank r on cuda:<local rank mod GPUs>); nccl (the default): one GPU per rank.
   bool gpu_collectives_over_mpi = false;
+  // parallel.timeout: seconds a collective may take before the job ends naming the rank and the collective
+  // (PyTorch's and DeepSpeed's default, 30 minutes).
+  double collective_timeout_s = 1800;
   float budget = 0.95f;        // memory.budget: plans must fit budget x (capacity - runtime reserve)
   bool shrink_on_oom = false;  // memory.on_oom: shrink_micro_batch
   bool preflight = true;       // memory.preflight: false starts a run whose plan does not fit (it will OOM)

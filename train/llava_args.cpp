@@ -155,6 +155,7 @@ const std::map<std::string, Map>& flags() {
        }},
       {"eval_steps", key("train.eval_steps")},
       {"deepspeed", key("deepspeed")},
+      {"ddp_timeout", key("parallel.timeout")},  // TrainingArguments' collective timeout, in seconds
   };
   return m;
 }

@@ -185,6 +185,7 @@ DevicePreset Trainer::device_with_least_room(RunConfig& config) {
       require_gpu_per_rank(d.index, config.device, comm_);
       gpu_comm_ = parallel::make_nccl(comm_, d.index);  // its buffers exist before the GPU is measured below
     }
+    gpu_comm_->set_timeout(config.collective_timeout_s);
   }
   DevicePreset device = run_device(config, local);
   if (world == 1) return device;
@@ -750,6 +751,7 @@ int Trainer::finish() {
 }  // namespace
 
 int run_training(const RunConfig& given, const TrainOptions& options, parallel::Communicator& comm) {
+  comm.set_timeout(given.collective_timeout_s);  // parallel.timeout: a stopped rank ends the job, named
   if (comm.rank() == 0) {
     fs::create_directories(given.output_dir);
     AtomicFile f(given.output_dir + "/config.yaml");

@@ -158,6 +158,8 @@ TEST(Config, NonsenseValuesAreRefusedNamingTheKey) {
       {"model.llm.rms_norm_eps=-1", "model.llm.rms_norm_eps"},
       {"model.vision.layer_norm_eps=.inf", "model.vision.layer_norm_eps"},
       {"run.output_dir=", "run.output_dir"},
+      {"parallel.timeout=0", "parallel.timeout"},
+      {"parallel.timeout=.nan", "parallel.timeout"},
       {"device.memory_limit=1e30GiB", "device.memory_limit"}};
   for (const auto& [set, key] : cases) {
     const std::string e = error_of(write("model:\n  preset: tiny\n"), {set});
@@ -166,6 +168,8 @@ TEST(Config, NonsenseValuesAreRefusedNamingTheKey) {
   }
   // An empty text key means none, not a file named "null".
   EXPECT_EQ(load_config("", {"data.train_json="}).train_json, "");
+  EXPECT_EQ(load_config("", {"parallel.timeout=5"}).collective_timeout_s, 5.0);
+  EXPECT_EQ(load_config("", {}).collective_timeout_s, 1800.0);  // PyTorch's and DeepSpeed's 30 minutes
 }
 
 // yaml-cpp's Load reads a file's first document and drops the rest without a word: a config is one document.
