@@ -752,8 +752,10 @@ int Trainer::finish() {
 
 int run_training(const RunConfig& given, const TrainOptions& options, parallel::Communicator& comm) {
   comm.set_timeout(given.collective_timeout_s);  // parallel.timeout: a stopped rank ends the job, named
+  std::unique_ptr<OutputDirLock> lock;           // rank 0's: one job writes an output directory at a time
   if (comm.rank() == 0) {
     fs::create_directories(given.output_dir);
+    lock = std::make_unique<OutputDirLock>(given.output_dir);
     AtomicFile f(given.output_dir + "/config.yaml");
     f.write(given.resolved_yaml.data(), given.resolved_yaml.size());
     f.commit();

@@ -399,3 +399,23 @@ TEST(Hardening, ARunsOwnConfigIsTakenByEveryCommand) {
   const CmdResult help = headroom("--help");
   EXPECT_TRUE(says(help, "debug batch CONFIG --out")) << help.output;
 }
+
+// 15. Two runs on one output directory had no lock (one died with an [io] rename error). The second is refused,
+// naming the first's host and pid; the lock goes with the first run.
+TEST(Hardening, ASecondRunOnAnOutputDirectoryIsRefusedNamingTheFirst) {
+  const std::string d = fresh("lock");
+  const pid_t first = testing_cli::spawn(
+      "exec " + std::string(HR_HEADROOM_BIN) + " " + train_in(d) + " --set train.max_steps=100000", d + "/first.txt");
+  ASSERT_GT(first, 0);
+  ASSERT_TRUE(testing_cli::wait_for_lines(d + "/memory.jsonl", 1, 120)) << testing_cli::read_file(d + "/first.txt");
+  const CmdResult second = headroom(train_in(d) + " --set train.max_steps=2");
+  EXPECT_EQ(exit_code(second), 1) << second.output;
+  EXPECT_TRUE(says(second, "[run] " + d + " is in use by another run (host ")) << second.output;
+  EXPECT_TRUE(says(second, ", pid " + std::to_string(first) + ";")) << second.output;
+  kill(first, SIGTERM);
+  int status = 0;
+  waitpid(first, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing_cli::read_file(d + "/first.txt");
+  const CmdResult third = headroom(train_in(d) + " --set train.max_steps=1");
+  EXPECT_EQ(third.status, 0) << "the lock went with the first run:\n" << third.output;
+}
