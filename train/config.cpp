@@ -623,6 +623,12 @@ const std::vector<YAML::Node>& default_nodes() {
 
 }  // namespace
 
+std::vector<std::string> config_keys() {
+  std::vector<std::string> keys;
+  for (const Key& k : schema()) keys.push_back(k.path);
+  return keys;
+}
+
 const char* precision_name(Precision p) {
   return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16";
 }

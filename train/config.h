@@ -123,6 +123,10 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
 RunConfig load_config_text(const std::string& yaml, const std::string& where, const std::vector<std::string>& overrides,
                            int world_size = 1);
 
+// Every key of the schema (run.*, device.*, data.*, train.*, memory.*, parallel.*, log.*, lora.*), in schema order;
+// the model section's keys are the model spec's (models/model_spec.h).
+std::vector<std::string> config_keys();
+
 const char* precision_name(Precision p);
 const char* stage_name(Stage s);
 
