@@ -55,6 +55,8 @@ std::size_t parse_bytes(const std::string& text, const std::string& what) {
     mul = 1e9;
   HR_CHECK(used > 0 && mul > 0 && v >= 0, "[", what, "] '", text,
            "' is not a size; write e.g. 64MiB, 2GiB, 40GB or a number of bytes");
+  // Sizes are counted in int64 bytes: infinity, or 1e30GiB, would convert to garbage.
+  HR_CHECK(v * mul < 9223372036854775807.0, "[", what, "] '", text, "' is more than 2^63 bytes");
   return std::size_t(v * mul);
 }
 

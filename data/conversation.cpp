@@ -40,11 +40,45 @@ namespace {
 
 constexpr int64_t kImage = -200;  // LLaVA's IMAGE_TOKEN_INDEX: one id per image until the model expands it
 
+// Python's str.isspace (what str.strip() strips): ASCII whitespace, the separators U+001C-U+001F, U+0085, NBSP,
+// U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F and U+3000.
+bool python_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// The code point of the UTF-8 sequence of `n` bytes at `p` (-1 where it is not a well-formed one).
+char32_t code_point(const unsigned char* p, std::size_t n) {
+  if (n == 1) return p[0] < 0x80 ? p[0] : char32_t(-1);
+  char32_t c = p[0] & (0xFF >> (n + 1));
+  for (std::size_t i = 1; i < n; ++i) {
+    if ((p[i] & 0xC0) != 0x80) return char32_t(-1);
+    c = (c << 6) | (p[i] & 0x3F);
+  }
+  return c;
+}
+
+std::size_t utf8_length(unsigned char lead) {
+  return lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+}
+
+// LLaVA's .strip(): Python's, on the text's code points.
 std::string py_strip(const std::string& s) {
-  const char* ws = " \t\n\r\f\v";
-  const std::size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+  const auto* u = reinterpret_cast<const unsigned char*>(s.data());
+  std::size_t b = 0, e = s.size();
+  while (b < e) {
+    const std::size_t n = utf8_length(u[b]);
+    if (b + n > e || !python_space(code_point(u + b, n))) break;
+    b += n;
+  }
+  while (e > b) {
+    std::size_t start = e - 1;  // back over continuation bytes to the sequence's first byte
+    while (start > b && e - start < 4 && (u[start] & 0xC0) == 0x80) --start;
+    const std::size_t n = e - start;
+    if (utf8_length(u[start]) != n || !python_space(code_point(u + start, n))) break;
+    e = start;
+  }
+  return s.substr(b, e - b);
 }
 
 std::vector<std::string> py_split(const std::string& s, const std::string& sep) {

@@ -1,10 +1,12 @@
 // LLaVA JSON dataset: parsing, per-sample processing, truncation that never splits image features.
 #include "data/dataset.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
 
+#include "core/io/text_file.h"
 #include "core/memory/category.h"
 #include "core/ops/copy.h"
 
@@ -15,9 +17,7 @@ using namespace hr::core;
 
 namespace {
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  HR_CHECK(in, "[data] cannot open ", path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return core::read_text_file(path, "data");
 }
 }  // namespace
 
@@ -123,16 +123,26 @@ Example LlavaDataset::get(int64_t index) const {
     }
     if (opt_.blank_images) fill_(ex.images.back(), 0.f);
   }
-  // Truncate to max_seq_len, never inside an image's placeholders: a cut there drops the whole image.
+  // Truncate to max_seq_len, never inside an image's placeholders: a cut there moves before them, and an image
+  // whose placeholders are cut off (or that the cut comes before) is dropped with them, as LLaVA truncates and
+  // trains on. The model needs as many images as placeholder runs.
   if (int64_t(tk.ids.size()) > opt_.max_seq_len) {
     int64_t cut = opt_.max_seq_len;
     const int64_t img = inputs_.image_token_id;
-    if (tk.ids[cut] == img) {
-      while (cut > 0 && tk.ids[cut - 1] == img) --cut;
-      ex.images.clear();
+    if (tk.ids[std::size_t(cut)] == img)
+      while (cut > 0 && tk.ids[std::size_t(cut - 1)] == img) --cut;
+    tk.ids.resize(std::size_t(cut));
+    tk.labels.resize(std::size_t(cut));
+    const auto kept = std::size_t(std::count(tk.ids.begin(), tk.ids.end(), img) / inputs_.tokens_per_image);
+    if (kept < ex.images.size()) {
+      ex.images_dropped = int64_t(ex.images.size() - kept);
+      ex.images.resize(kept);
+      // The generation prompt goes without the dropped images' placeholders too (the sample is text-only now).
+      int64_t drop = ex.images_dropped * inputs_.tokens_per_image;
+      for (auto it = tk.prompt.end(); it != tk.prompt.begin() && drop > 0;)
+        if (*--it == img) it = tk.prompt.erase(it), --drop;
     }
-    tk.ids.resize(cut);
-    tk.labels.resize(cut);
+    ex.truncated = true;
   }
   ex.ids = std::move(tk.ids);
   ex.labels = std::move(tk.labels);

@@ -34,7 +34,9 @@ struct Example {
   std::string id, question_type;     // question_type: the entry's optional "question_type" (eval breakdown)
   std::vector<int64_t> prompt;       // for generation: ids before the last answer
   std::string answer;
-  bool masked = false;  // LLaVA's round lengths disagreed with the ids: every label masked, as LLaVA does
+  bool masked = false;         // LLaVA's round lengths disagreed with the ids: every label masked, as LLaVA does
+  bool truncated = false;      // cut to data.max_seq_len
+  int64_t images_dropped = 0;  // images the cut left without their placeholders, dropped with them
 };
 
 // A sample that cannot be used: the message names the file, the entry and the reason.

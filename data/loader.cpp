@@ -20,6 +20,10 @@ OnBadSample parse_on_bad_sample(const std::string& s) {
 DataLoader::DataLoader(const LlavaDataset& data, const LoaderOptions& opt, LoaderPosition start)
     : data_(data), opt_(opt), pos_(start) {
   HR_CHECK(data.size() > 0, "[data] the dataset is empty");
+  HR_CHECK(pos_.offset >= 0 && pos_.offset < data.size() && pos_.epoch >= 0 &&
+               pos_.epoch <= (INT64_MAX - pos_.offset) / data.size(),
+           "[data] loader position (epoch ", pos_.epoch, ", offset ", pos_.offset, ") is outside ", data.path(), "'s ",
+           data.size(), " samples");
   next_to_start_ = consumed_ = pos_.epoch * data.size() + pos_.offset;
   start_workers();
 }
@@ -79,8 +83,12 @@ void DataLoader::worker_loop() {
       if (stopping_) return;
       k = next_to_start_++;
       const int64_t epoch = k / n;
-      while (int64_t(orders_.size()) <= epoch) orders_.push_back(order_for(int64_t(orders_.size())));
-      index = orders_[epoch][k % n];
+      auto order = orders_.find(epoch);
+      if (order == orders_.end()) {  // a new epoch: the ones before it are done (workers start samples in order)
+        orders_.erase(orders_.begin(), orders_.lower_bound(epoch));
+        order = orders_.emplace(epoch, order_for(epoch)).first;
+      }
+      index = order->second[std::size_t(k % n)];
       slots_[k];
     }
     Slot result;
@@ -140,7 +148,14 @@ LoadedBatch DataLoader::next() {
   }
   const int64_t ignore = -100;
   out.batch = collate(out.examples, batch_length(out.examples, opt_), ignore);
-  for (const Example& e : out.examples) out.tokens += int64_t(e.ids.size());
+  bool truncated = false;
+  for (const Example& e : out.examples) {
+    out.tokens += int64_t(e.ids.size());
+    images_dropped_ += e.images_dropped;
+    truncated |= e.truncated;
+  }
+  out.no_labels_after_truncation = truncated && std::all_of(out.batch.labels.begin(), out.batch.labels.end(),
+                                                            [&](int64_t l) { return l == ignore; });
   return out;
 }
 

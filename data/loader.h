@@ -42,6 +42,8 @@ struct LoadedBatch {
   Batch batch;
   std::vector<Example> examples;  // the samples, for eval and logging
   int64_t tokens = 0;             // non-pad tokens
+  // data.max_seq_len cut samples of this batch and no label is left in it: nothing to learn (loss and gradient 0).
+  bool no_labels_after_truncation = false;
 };
 
 class DataLoader {
@@ -59,6 +61,8 @@ class DataLoader {
   int64_t skips() const { return skips_; }
   // The samples met so far whose labels are all masked by LLaVA's "tokenization mismatch" rule, each once.
   const std::vector<std::string>& masked() const { return masked_; }
+  // Images this rank's batches dropped with their placeholders (data.max_seq_len cut before or into them).
+  int64_t images_dropped() const { return images_dropped_; }
 
  private:
   std::vector<int64_t> order_for(int64_t epoch) const;
@@ -77,7 +81,7 @@ class DataLoader {
   const LlavaDataset& data_;
   LoaderOptions opt_;
   LoaderPosition pos_;
-  std::vector<std::vector<int64_t>> orders_;  // cached order per epoch
+  std::map<int64_t, std::vector<int64_t>> orders_;  // the order of the epochs the workers are in
   std::mutex mutex_;
   std::condition_variable cv_;
   std::map<int64_t, Slot> slots_;
@@ -89,6 +93,7 @@ class DataLoader {
   std::vector<std::string> masked_;
   std::set<int64_t> masked_seen_;
   int64_t skips_ = 0;
+  int64_t images_dropped_ = 0;
 };
 
 // The length a batch of `examples` is padded to: max_seq_len with pad_to_max_seq_len, else the longest sample

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "core/io/text_file.h"
 #include "data/tokenizer_parts.h"
 
 namespace hr::data {
@@ -74,9 +75,7 @@ std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path, int64_t
 namespace tok {
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  HR_CHECK(in, "[tokenizer] cannot open ", path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return core::read_text_file(path, "tokenizer");
 }
 
 int64_t json_int(const json& v, const std::string& what) {

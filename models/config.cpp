@@ -2,6 +2,7 @@
 #include "models/config.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/check.h"
 
@@ -18,22 +19,133 @@ int64_t VisionConfig::layers_used() const {
   return idx;  // hidden_states[idx] is the output of encoder layer idx - 1
 }
 
-void LlavaConfig::validate() const {
+namespace {
+
+// A model key as errors name it: the config's name (model.llm.hidden_size) or config.json's.
+struct KeyName {
+  const char* headroom;
+  const char* hf;
+};
+
+// The parameters of each part of the model, in closed form, each with the keys its size comes from (what an
+// error names when the sizes overflow). __int128: the products themselves must not overflow while checked.
+struct Term {
+  __int128 params;
+  std::vector<std::pair<KeyName, int64_t>> keys;  // each key with its value
+};
+
+std::vector<Term> parameter_terms(const LlavaConfig& m) {
+  const VisionConfig& v = m.vision;
+  const LlmConfig& l = m.llm;
+  using I = __int128;
+  const I c = v.hidden, vi = v.intermediate, h = l.hidden, li = l.intermediate;
+  const I kv = l.heads > 0 ? I(l.hidden / l.heads) * l.kv_heads : 0;
+  const I vision_layer = 4 * (c * c + c) + 2 * c * vi + vi + c + 4 * c;  // q k v out (biases), fc1 fc2, 2 norms
+  const I llm_layer = 2 * h * h + 2 * h * kv + 3 * h * li + 2 * h;       // q o, k v, gate up down, 2 norms
+  const I projector = c * h + h + (m.projector == ProjectorType::Mlp2xGelu ? h * h + h : 0);
+  const I patches = v.patch > 0 ? I(v.image_size / v.patch) * (v.image_size / v.patch) + 1 : 0;
+  const KeyName vh{"model.vision.hidden_size", "vision_config.hidden_size"},
+      vl{"model.vision.num_hidden_layers", "vision_config.num_hidden_layers"},
+      vin{"model.vision.intermediate_size", "vision_config.intermediate_size"},
+      vs{"model.vision.image_size", "vision_config.image_size"},
+      vp{"model.vision.patch_size", "vision_config.patch_size"},
+      vc{"model.vision.num_channels", "vision_config.num_channels"},
+      lv{"model.llm.vocab_size", "text_config.vocab_size"}, lh{"model.llm.hidden_size", "text_config.hidden_size"},
+      ll{"model.llm.num_hidden_layers", "text_config.num_hidden_layers"},
+      lin{"model.llm.intermediate_size", "text_config.intermediate_size"};
+  return {
+      // embeddings, pre and post norms
+      {c + c * v.channels * v.patch * v.patch + patches * c + 4 * c,
+       {{vh, v.hidden}, {vc, v.channels}, {vp, v.patch}, {vs, v.image_size}}},
+      {vision_layer * v.layers, {{vl, v.layers}, {vh, v.hidden}, {vin, v.intermediate}}},
+      {projector, {{vh, v.hidden}, {lh, l.hidden}}},
+      {2 * I(l.vocab) * h + h, {{lv, l.vocab}, {lh, l.hidden}}},  // embed_tokens, lm_head, the final norm
+      {llm_layer * l.layers, {{ll, l.layers}, {lh, l.hidden}, {lin, l.intermediate}}},
+  };
+}
+
+}  // namespace
+
+int64_t LlavaConfig::parameter_count() const {
+  __int128 n = 0;
+  for (const Term& t : parameter_terms(*this)) n += t.params;
+  HR_ASSERT(n >= 0 && n <= INT64_MAX, "parameter_count of a model validate() refuses");
+  return int64_t(n);
+}
+
+std::string LlavaConfig::largest_part() const {
+  const std::vector<Term> terms = parameter_terms(*this);
+  const Term* largest = &terms[0];
+  for (const Term& t : terms)
+    if (t.params > largest->params) largest = &t;
+  std::string keys;
+  for (const auto& [k, value] : largest->keys) keys += str(keys.empty() ? "" : ", ", k.headroom, " ", value);
+  return keys;
+}
+
+void LlavaConfig::validate(KeyNames names) const {
+  const bool hf = names == KeyNames::HuggingFace;
+  // "[config] model.llm.hidden_size 0" or "text_config.hidden_size 0" (the caller names the file).
+  auto key = [&](const char* ours, const char* theirs) { return std::string(hf ? theirs : ours); };
+  auto positive = [&](int64_t value, const char* ours, const char* theirs) {
+    HR_CHECK(value > 0, "[config] ", key(ours, theirs), " ", value, " must be positive");
+  };
+  auto positive_finite = [&](float value, const char* ours, const char* theirs) {
+    HR_CHECK(std::isfinite(value) && value > 0.f, "[config] ", key(ours, theirs), " ", value,
+             " must be a positive finite number");
+  };
   const VisionConfig& v = vision;
-  HR_CHECK(v.hidden > 0 && v.heads > 0 && v.hidden % v.heads == 0, "[config] model.vision.hidden_size ", v.hidden,
-           " must be a positive multiple of model.vision.num_attention_heads ", v.heads);
-  HR_CHECK(v.patch > 0 && v.image_size % v.patch == 0, "[config] model.vision.image_size ", v.image_size,
-           " must be a multiple of model.vision.patch_size ", v.patch);
-  HR_CHECK(v.layers_used() >= 0 && v.layers_used() <= v.layers, "[config] model.vision.select_layer ", v.select_layer,
-           " is outside [-", v.layers + 1, ", ", v.layers, "]");
+  positive(v.hidden, "model.vision.hidden_size", "vision_config.hidden_size");
+  positive(v.layers, "model.vision.num_hidden_layers", "vision_config.num_hidden_layers");
+  positive(v.heads, "model.vision.num_attention_heads", "vision_config.num_attention_heads");
+  positive(v.intermediate, "model.vision.intermediate_size", "vision_config.intermediate_size");
+  positive(v.image_size, "model.vision.image_size", "vision_config.image_size");
+  positive(v.patch, "model.vision.patch_size", "vision_config.patch_size");
+  positive(v.channels, "model.vision.num_channels", "vision_config.num_channels");
+  positive_finite(v.layer_norm_eps, "model.vision.layer_norm_eps", "vision_config.layer_norm_eps");
+  HR_CHECK(v.hidden % v.heads == 0, "[config] ", key("model.vision.hidden_size", "vision_config.hidden_size"), " ",
+           v.hidden, " must be a multiple of ",
+           key("model.vision.num_attention_heads", "vision_config.num_attention_heads"), " ", v.heads);
+  HR_CHECK(v.image_size % v.patch == 0, "[config] ", key("model.vision.image_size", "vision_config.image_size"), " ",
+           v.image_size, " must be a multiple of ", key("model.vision.patch_size", "vision_config.patch_size"), " ",
+           v.patch);
+  HR_CHECK(v.layers_used() >= 0 && v.layers_used() <= v.layers, "[config] ",
+           key("model.vision.select_layer", "vision_feature_layer"), " ", v.select_layer, " is outside [-",
+           v.layers + 1, ", ", v.layers, "]");
   const LlmConfig& l = llm;
-  HR_CHECK(l.hidden > 0 && l.heads > 0 && l.hidden % l.heads == 0 && l.head_dim() % 2 == 0,
-           "[config] model.llm.hidden_size ", l.hidden, " must split into num_attention_heads ", l.heads,
+  positive(l.vocab, "model.llm.vocab_size", "text_config.vocab_size");
+  positive(l.hidden, "model.llm.hidden_size", "text_config.hidden_size");
+  positive(l.layers, "model.llm.num_hidden_layers", "text_config.num_hidden_layers");
+  positive(l.heads, "model.llm.num_attention_heads", "text_config.num_attention_heads");
+  positive(l.kv_heads, "model.llm.num_key_value_heads", "text_config.num_key_value_heads");
+  positive(l.intermediate, "model.llm.intermediate_size", "text_config.intermediate_size");
+  positive_finite(l.rms_norm_eps, "model.llm.rms_norm_eps", "text_config.rms_norm_eps");
+  positive_finite(l.rope_theta, "model.llm.rope_theta", "text_config.rope_theta");
+  HR_CHECK(l.hidden % l.heads == 0 && l.head_dim() % 2 == 0, "[config] ",
+           key("model.llm.hidden_size", "text_config.hidden_size"), " ", l.hidden, " must split into ",
+           key("model.llm.num_attention_heads", "text_config.num_attention_heads"), " ", l.heads,
            " heads of even size");
-  HR_CHECK(l.kv_heads > 0 && l.heads % l.kv_heads == 0, "[config] model.llm.num_key_value_heads ", l.kv_heads,
+  HR_CHECK(l.heads % l.kv_heads == 0, "[config] ",
+           key("model.llm.num_key_value_heads", "text_config.num_key_value_heads"), " ", l.kv_heads,
            " must divide num_attention_heads ", l.heads);
-  HR_CHECK(image_token_id >= 0 && image_token_id < l.vocab, "[config] model.image_token_id ", image_token_id,
-           " is outside the vocabulary of ", l.vocab);
+  HR_CHECK(image_token_id >= 0 && image_token_id < l.vocab, "[config] ",
+           key("model.image_token_index", "image_token_index"), " ", image_token_id, " is outside the vocabulary of ",
+           l.vocab);
+  // Bytes are counted in int64 everywhere (tensors, allocators, the plan): 16 bytes a parameter must fit.
+  constexpr __int128 kMaxParams = INT64_MAX / 16;
+  const std::vector<Term> terms = parameter_terms(*this);
+  __int128 total = 0;
+  const Term* largest = &terms[0];
+  for (const Term& t : terms) {
+    total += t.params;
+    if (t.params > largest->params) largest = &t;
+  }
+  if (total <= kMaxParams) return;
+  std::string sizes;
+  for (const auto& [k, value] : largest->keys)
+    sizes += str(sizes.empty() ? "" : ", ", key(k.headroom, k.hf), " ", value);
+  throw Error(str("[config] the model's sizes overflow 64-bit byte counts: ", sizes, " make ", double(largest->params),
+                  " parameters in one part alone (at most ", double(kMaxParams), " in all)"));
 }
 
 LlavaConfig preset(const std::string& name) {

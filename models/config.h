@@ -60,6 +60,10 @@ struct LlmConfig {
   int64_t head_dim() const { return hidden / heads; }
 };
 
+// How errors name a model key: as the config's model section does (model.llm.hidden_size) or as a Hugging Face
+// config.json does (text_config.hidden_size).
+enum class KeyNames : uint8_t { Headroom, HuggingFace };
+
 struct LlavaConfig {
   std::string name = "custom";
   VisionConfig vision;
@@ -68,7 +72,15 @@ struct LlavaConfig {
   int64_t image_token_id = 32000;
   int64_t ignore_index = -100;
 
-  void validate() const;  // throws naming the offending key
+  // Throws naming the offending key: every dimension positive, heads that divide, finite positive epsilons and
+  // rope_theta, an image token inside the vocabulary, and parameter counts whose bytes (16 per parameter: an f32
+  // weight, its gradient and two optimizer states) fit in 64 bits.
+  void validate(KeyNames names = KeyNames::Headroom) const;
+  // The model's parameters without adapters, in closed form (the count a model built from it has).
+  int64_t parameter_count() const;
+  // The keys (with their values) of the part of the model that holds the most parameters, for messages:
+  // "model.llm.num_hidden_layers 32, model.llm.hidden_size 4096, model.llm.intermediate_size 11008".
+  std::string largest_part() const;
 };
 
 // tiny (tests), small (trains on a CPU in minutes), llava-1.5-7b, llava-1.5-13b (the llava-hf dimensions).

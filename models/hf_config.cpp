@@ -2,8 +2,11 @@
 // vision_config) to and from headroom's LlavaConfig.
 #include "models/hf_config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/io/atomic_file.h"
@@ -31,6 +34,14 @@ const char* torch_dtype(core::DType t) {
 template <typename T>
 T get(const json& j, const char* key, const std::string& where, const std::string& path) {
   HR_CHECK(j.contains(key), "[hf] ", where, ": ", path, key, " is missing");
+  if constexpr (std::is_integral_v<T>) {  // 6e9 or 1e30 as a count: whole and within range, or refused by name
+    const json& v = j.at(key);
+    const bool whole = v.is_number_integer() || (v.is_number_float() && std::trunc(v.get<double>()) == v.get<double>());
+    HR_CHECK(v.is_number() && whole, "[hf] ", where, ": ", path, key, " has value ", v.dump(), " of the wrong type");
+    const double d = v.is_number_unsigned() ? double(v.get<uint64_t>()) : v.get<double>();
+    HR_CHECK(d >= double(std::numeric_limits<T>::min()) && d < double(std::numeric_limits<T>::max()), "[hf] ", where,
+             ": ", path, key, " ", v.dump(), " is out of range");
+  }
   try {
     return j.at(key).get<T>();
   } catch (const json::exception&) {
@@ -145,7 +156,7 @@ LlavaConfig from_hf_config(const json& j, const std::string& where) {
   require(t, "mlp_bias", false, where, tp, "the projections have no bias");
   require(t, "tie_word_embeddings", false, where, tp, "lm_head is its own matrix");
   require(j, "tie_word_embeddings", false, where, "", "lm_head is its own matrix");
-  if (t.contains("head_dim") && !t.at("head_dim").is_null())
+  if (t.contains("head_dim") && !t.at("head_dim").is_null() && l.heads > 0)  // 0 heads: validate() names them
     HR_CHECK(t.at("head_dim") == json(l.hidden / l.heads), "[hf] ", where, ": text_config.head_dim ",
              t.at("head_dim").dump(), " is not hidden_size / num_attention_heads");
   VisionConfig& v = c.vision;
@@ -173,7 +184,12 @@ LlavaConfig from_hf_config(const json& j, const std::string& where) {
   c.image_token_id = j.contains("image_token_index") ? get<int64_t>(j, "image_token_index", where, "")
                                                      : get<int64_t>(j, "image_token_id", where, "");
   c.ignore_index = j.value("ignore_index", int64_t(-100));
-  c.validate();
+  try {
+    c.validate(KeyNames::HuggingFace);
+  } catch (const Error& e) {  // "[config] text_config.intermediate_size 0 ..." said of this file
+    const std::string m = e.what();
+    throw Error(str("[hf] ", where, ": ", m.rfind("[config] ", 0) == 0 ? m.substr(9) : m));
+  }
   return c;
 }
 

@@ -122,7 +122,12 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
       {"freeze", [&](const YAML::Node& n) { apply(n, "model.freeze", freeze_keys, where); }},
   };
   apply(model, "model", top, where);
-  s.config.validate();
+  try {
+    s.config.validate();
+  } catch (const Error& e) {  // "[config] model.llm.intermediate_size 0 ..." said of this file
+    const std::string m = e.what();
+    throw Error(str("[config] ", where, ": ", m.rfind("[config] ", 0) == 0 ? m.substr(9) : m));
+  }
   return s;
 }
 

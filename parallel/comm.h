@@ -58,7 +58,14 @@ class Communicator {
   // collectives of host values begun while the compute stream was idle. The
   // difference of two reads around a step is that step's exposed communication; what overlap hid is not in it.
   virtual double exposed_seconds() { return 0; }
+  // parallel.timeout: a collective that has not finished after `seconds` (a rank stopped, hung or gone) throws an
+  // error naming this rank and the collective, which ends the job, as PyTorch's and DeepSpeed's timeout does.
+  // Nothing for communicators that never wait (one process, the planner's world).
+  virtual void set_timeout(double seconds) {}
 };
+
+// The default of parallel.timeout: PyTorch's and DeepSpeed's 30 minutes.
+constexpr double kDefaultCollectiveTimeout = 1800;
 
 // One process: collectives are copies or nothing.
 std::unique_ptr<Communicator> make_single_process();

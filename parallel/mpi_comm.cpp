@@ -3,8 +3,11 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <exception>
+#include <string>
+#include <thread>
 
 #include "core/dtype.h"
 #include "parallel/comm.h"
@@ -52,16 +55,43 @@ class Inside {
   std::chrono::steady_clock::time_point t0_;
 };
 
-// A non-blocking MPI collective: MPI_Test moves it along, MPI_Wait ends it. The time in both is exposed
-// communication, added to the communicator's total (which outlives its collectives).
+// What a collective's wait needs to report a timeout: this rank, the deadline's length, and the collective.
+struct Deadline {
+  int rank = 0;
+  double seconds = kDefaultCollectiveTimeout;
+};
+
+// Runs `request` to its end by polling it (MPI_Test makes it progress, as MPI_Wait would) until `d.seconds` have
+// passed; then throws naming the rank and the collective (`what`), which ends the job: a rank stopped (SIGSTOP), hung
+// or gone would otherwise keep every other rank waiting without a word. After the first millisecond the poll yields
+// the core between tests, as Open MPI's own waits do when idle.
+void finish(MPI_Request& request, const Deadline& d, const std::string& what) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(d.seconds));
+  for (;;) {
+    int done = 0;
+    HR_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    const auto now = Clock::now();
+    if (now >= deadline)
+      throw Error(str("[mpi] rank ", d.rank, ": ", what, " did not finish within ", d.seconds,
+                      " s (parallel.timeout): another rank stopped, hung or died before reaching it; ending the job"));
+    if (now - start > std::chrono::milliseconds(1)) std::this_thread::yield();
+  }
+}
+
+// A non-blocking MPI collective: MPI_Test moves it along, wait() ends it (within the deadline). The time in both is
+// exposed communication, added to the communicator's total (which outlives its collectives).
 class MpiPending final : public PendingCollective {
  public:
-  explicit MpiPending(double& exposed) : exposed_(exposed) {}
+  MpiPending(double& exposed, const Deadline& deadline, std::string what)
+      : exposed_(exposed), deadline_(deadline), what_(std::move(what)) {}
   MPI_Request* request() { return &request_; }
   void wait() override {
     if (request_ == MPI_REQUEST_NULL) return;
     Inside inside(exposed_);
-    HR_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+    finish(request_, deadline_, what_);
   }
   void poll() override {
     if (request_ == MPI_REQUEST_NULL) return;
@@ -70,13 +100,17 @@ class MpiPending final : public PendingCollective {
     HR_MPI_CHECK(MPI_Test(&request_, &done, MPI_STATUS_IGNORE));
   }
   ~MpiPending() override {
-    if (request_ == MPI_REQUEST_NULL) return;
+    // While an error unwinds (a collective that timed out, a rank's own failure), the collective may never finish:
+    // waiting here would keep the error from being reported. It is left as it is; the command line aborts the job.
+    if (request_ == MPI_REQUEST_NULL || std::uncaught_exceptions() > 0) return;
     Inside inside(exposed_);
     MPI_Wait(&request_, MPI_STATUS_IGNORE);
   }
 
  private:
   double& exposed_;
+  Deadline deadline_;
+  std::string what_;
   MPI_Request request_ = MPI_REQUEST_NULL;
 };
 
@@ -92,6 +126,7 @@ class MpiComm final : public Communicator {
     }
     HR_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
     HR_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
+    deadline_.rank = rank_;
     // The rank among the ranks of this machine (any launcher: Open MPI, MPICH's Hydra, srun): its GPU.
     MPI_Comm node = MPI_COMM_NULL;
     HR_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
@@ -118,30 +153,13 @@ class MpiComm final : public Communicator {
   int world() const override { return world_; }
   int local_rank() const override { return local_rank_; }
 
-  void all_reduce(const Tensor& t) override {
-    check_host("all_reduce", t);
-    Inside inside(exposed_);
-    HR_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), op(t), MPI_COMM_WORLD));
-  }
-  void reduce_scatter(const Tensor& in, const Tensor& out) override {
-    check_host("reduce_scatter", in);
-    check_blocks("reduce_scatter", in, out, world_);
-    Inside inside(exposed_);
-    HR_MPI_CHECK(
-        MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), op(out), MPI_COMM_WORLD));
-  }
-  void all_gather(const Tensor& in, const Tensor& out) override {
-    check_host("all_gather", out);
-    check_blocks("all_gather", out, in, world_);
-    const bool in_place =
-        static_cast<char*>(in.data_ptr()) == static_cast<char*>(out.data_ptr()) + in.nbytes() * std::size_t(rank_);
-    Inside inside(exposed_);
-    HR_MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data_ptr(), count(in), type(in), out.data_ptr(), count(in),
-                               type(out), MPI_COMM_WORLD));
-  }
+  // The blocking collectives are the non-blocking ones run to their end within the deadline (finish()).
+  void all_reduce(const Tensor& t) override { all_reduce_start(t)->wait(); }
+  void reduce_scatter(const Tensor& in, const Tensor& out) override { reduce_scatter_start(in, out)->wait(); }
+  void all_gather(const Tensor& in, const Tensor& out) override { all_gather_start(in, out)->wait(); }
   std::unique_ptr<PendingCollective> all_reduce_start(const Tensor& t) override {
     check_host("all_reduce", t);
-    auto pending = std::make_unique<MpiPending>(exposed_);
+    auto pending = std::make_unique<MpiPending>(exposed_, deadline_, named("all_reduce", t));
     Inside inside(exposed_);  // starting may move data too
     HR_MPI_CHECK(
         MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count(t), type(t), op(t), MPI_COMM_WORLD, pending->request()));
@@ -152,7 +170,7 @@ class MpiComm final : public Communicator {
     check_blocks("all_gather", out, in, world_);
     const bool in_place =
         static_cast<char*>(in.data_ptr()) == static_cast<char*>(out.data_ptr()) + in.nbytes() * std::size_t(rank_);
-    auto pending = std::make_unique<MpiPending>(exposed_);
+    auto pending = std::make_unique<MpiPending>(exposed_, deadline_, named("all_gather", in));
     Inside inside(exposed_);  // starting may move data too
     HR_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data_ptr(), count(in), type(in), out.data_ptr(), count(in),
                                 type(out), MPI_COMM_WORLD, pending->request()));
@@ -161,7 +179,7 @@ class MpiComm final : public Communicator {
   std::unique_ptr<PendingCollective> reduce_scatter_start(const Tensor& in, const Tensor& out) override {
     check_host("reduce_scatter", in);
     check_blocks("reduce_scatter", in, out, world_);
-    auto pending = std::make_unique<MpiPending>(exposed_);
+    auto pending = std::make_unique<MpiPending>(exposed_, deadline_, named("reduce_scatter", out));
     Inside inside(exposed_);  // starting may move data too
     HR_MPI_CHECK(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count(out), type(out), op(out),
                                            MPI_COMM_WORLD, pending->request()));
@@ -170,27 +188,39 @@ class MpiComm final : public Communicator {
   void broadcast(const Tensor& t, int root) override {
     check_host("broadcast", t);
     Inside inside(exposed_);
-    HR_MPI_CHECK(MPI_Bcast(t.data_ptr(), count(t), type(t), root, MPI_COMM_WORLD));
+    MPI_Request request = MPI_REQUEST_NULL;
+    HR_MPI_CHECK(MPI_Ibcast(t.data_ptr(), count(t), type(t), root, MPI_COMM_WORLD, &request));
+    finish(request, deadline_, named(str("broadcast from rank ", root).c_str(), t));
   }
   void barrier() override {
     Inside inside(exposed_);
-    HR_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    MPI_Request request = MPI_REQUEST_NULL;
+    HR_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &request));
+    finish(request, deadline_, named("barrier"));
   }
   double sum(double v) override {
     Inside inside(exposed_);
     double out = 0;
-    HR_MPI_CHECK(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    MPI_Request request = MPI_REQUEST_NULL;
+    HR_MPI_CHECK(MPI_Iallreduce(&v, &out, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &request));
+    finish(request, deadline_, named("all_reduce of a host value"));
     return out;
   }
 
   std::vector<double> gather(const std::vector<double>& mine) override {
     Inside inside(exposed_);
     std::vector<double> all(mine.size() * std::size_t(world_));
-    HR_MPI_CHECK(MPI_Allgather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), int(mine.size()), MPI_DOUBLE,
-                               MPI_COMM_WORLD));
+    MPI_Request request = MPI_REQUEST_NULL;
+    HR_MPI_CHECK(MPI_Iallgather(mine.data(), int(mine.size()), MPI_DOUBLE, all.data(), int(mine.size()), MPI_DOUBLE,
+                                MPI_COMM_WORLD, &request));
+    finish(request, deadline_, named("all_gather of host values"));
     return all;
   }
   double exposed_seconds() override { return exposed_; }
+  void set_timeout(double seconds) override {
+    HR_CHECK(std::isfinite(seconds) && seconds > 0, "[mpi] parallel.timeout ", seconds, " must be a positive number");
+    deadline_.seconds = seconds;
+  }
 
  private:
   static void check_host(const char* op, const Tensor& t) {
@@ -223,8 +253,15 @@ class MpiComm final : public Communicator {
     if (t.dtype() == DType::F16) return sum_f16_;
     return MPI_SUM;
   }
+  // "all_reduce #12 (4096 elements, f32)": the collective and its number among this rank's, for a timeout's message.
+  std::string named(const char* op, const Tensor& t) {
+    return str(op, " #", ++collectives_, " (", t.numel(), " elements, ", dtype_name(t.dtype()), ")");
+  }
+  std::string named(const char* op) { return str(op, " #", ++collectives_); }
   int rank_ = 0, world_ = 1, local_rank_ = 0;
   bool owns_ = false;
+  Deadline deadline_;
+  int64_t collectives_ = 0;
   double exposed_ = 0;  // seconds inside MPI calls: exposed_seconds()
   MPI_Datatype half_{};
   MPI_Op sum_bf16_{}, sum_f16_{};

@@ -9,6 +9,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -158,7 +159,7 @@ class NcclComm final : public Communicator {
   void all_reduce(const Tensor& t) override {
     if (on_host(t)) return on_bootstrap([&] { bootstrap_.all_reduce(t); });
     start_all_reduce(t);
-    wait();
+    wait("all_reduce");
   }
   std::unique_ptr<PendingCollective> all_reduce_start(const Tensor& t) override {
     if (on_host(t)) return bootstrap_.all_reduce_start(t);
@@ -168,12 +169,12 @@ class NcclComm final : public Communicator {
   void reduce_scatter(const Tensor& in, const Tensor& out) override {
     if (on_host(in)) return on_bootstrap([&] { bootstrap_.reduce_scatter(in, out); });
     start_reduce_scatter(in, out);
-    wait();
+    wait("reduce_scatter");
   }
   void all_gather(const Tensor& in, const Tensor& out) override {
     if (on_host(out)) return on_bootstrap([&] { bootstrap_.all_gather(in, out); });
     start_all_gather(in, out);
-    wait();
+    wait("all_gather");
   }
   std::unique_ptr<PendingCollective> all_gather_start(const Tensor& in, const Tensor& out) override {
     if (on_host(out)) return bootstrap_.all_gather_start(in, out);
@@ -191,7 +192,7 @@ class NcclComm final : public Communicator {
     after_compute();
     HR_NCCL_CHECK(
         ncclBroadcast(t.data_ptr(), t.data_ptr(), std::size_t(t.numel()), nccl_type(t), root, comm_, stream_));
-    wait();
+    wait("broadcast");
   }
   void barrier() override {
     on_bootstrap([&] { bootstrap_.barrier(); });
@@ -207,6 +208,11 @@ class NcclComm final : public Communicator {
     return all;
   }
   double exposed_seconds() override { return stalls_.seconds() + host_exposed_; }
+  // The host collectives go through the bootstrap, which keeps the same deadline.
+  void set_timeout(double seconds) override {
+    timeout_ = seconds;
+    bootstrap_.set_timeout(seconds);
+  }
 
  private:
   static bool on_host(const Tensor& t) { return t.device().runs_cpu_kernels(); }
@@ -254,20 +260,31 @@ class NcclComm final : public Communicator {
   // the collective ends (the host waits for it and queues nothing meanwhile).
   // Nothing was queued on the compute stream since the collective started, so `begin` marks where its inputs are
   // ready.
-  void wait() {
+  void wait(const char* op) {
     cudaEvent_t begin = stalls_.event(), end = stalls_.event();
     HR_CUDA_RT_CHECK(cudaEventRecord(begin, kComputeStream));
     HR_CUDA_RT_CHECK(cudaEventRecord(end, stream_));
     stalls_.add(begin, end);
-    wait_for_stream();
+    wait_for_stream(op);
   }
   // Waits for the NCCL stream, checking NCCL's asynchronous errors meanwhile (a peer that died or hung up): the
   // communicator is aborted (ncclCommAbort frees what its kernels hold) and the error thrown, so that this rank
-  // reports it and the launcher ends the job instead of every rank spinning in a collective that cannot finish.
-  void wait_for_stream() {
+  // reports it and the launcher ends the job instead of every rank spinning in a collective that cannot finish. So
+  // does a collective still running after parallel.timeout (a peer stopped or hung: NCCL reports no error then).
+  void wait_for_stream(const char* op) {
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_));
     for (;;) {
       const cudaError_t q = cudaStreamQuery(stream_);
       if (q == cudaSuccess) return;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        throw Error(str("[nccl] rank ", rank(), ": ", op, " did not finish within ", timeout_,
+                        " s (parallel.timeout): another rank stopped, hung or died before reaching it; the "
+                        "communicator was aborted"));
+      }
       if (q != cudaErrorNotReady) HR_CUDA_RT_CHECK(q);
       ncclResult_t async = ncclSuccess;
       HR_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
@@ -288,6 +305,7 @@ class NcclComm final : public Communicator {
   cudaEvent_t inputs_ready_ = nullptr;
   Stalls stalls_;
   double host_exposed_ = 0;  // seconds of on_bootstrap collectives begun with the compute stream idle
+  double timeout_ = kDefaultCollectiveTimeout;  // parallel.timeout
 };
 
 }  // namespace

@@ -19,6 +19,7 @@ class StagedComm final : public Communicator {
   const char* name() const override { return "staged"; }
   int rank() const override { return via_.rank(); }
   int world() const override { return via_.world(); }
+  void set_timeout(double seconds) override { via_.set_timeout(seconds); }
   int local_rank() const override { return via_.local_rank(); }
 
   void all_reduce(const Tensor& t) override {

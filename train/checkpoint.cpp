@@ -5,8 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "core/io/atomic_file.h"
@@ -23,6 +28,10 @@ using namespace hr::core;
 namespace {
 
 constexpr const char* kPrefix = "checkpoint-";
+// A checkpoint is written into .tmp-checkpoint-N, renamed .complete-checkpoint-N once every rank's files are in
+// it (the rename is the mark that it is whole), then swapped into checkpoint-N.
+constexpr const char* kTmp = ".tmp-";
+constexpr const char* kComplete = ".complete-";
 
 int64_t step_of(const fs::path& p) {
   const std::string name = p.filename().string();
@@ -51,6 +60,25 @@ void discard(const fs::path& dir) {
   fs::remove_all(trash);
   fs::rename(dir, trash);
   fs::remove_all(trash);
+}
+
+// Puts the complete directory `ready` in place as `final_dir`. When final_dir exists (the same step saved again:
+// a finished run resumed, a requeued job), the two are swapped first and the old one deleted after, so that at
+// every instant a checkpoint-N is there: renameat2's RENAME_EXCHANGE swaps them in one step; where the file system
+// cannot (EINVAL), the old one is renamed aside first, and a crash between the two renames leaves the complete
+// directory that recover_checkpoints() finishes.
+void install(const fs::path& ready, const fs::path& final_dir) {
+  if (fs::exists(final_dir)) {
+    if (::renameat2(AT_FDCWD, ready.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      fsync_dir(final_dir.parent_path());
+      discard(ready);  // the old checkpoint, now under the .complete- name
+      return;
+    }
+    HR_CHECK(errno == EINVAL || errno == ENOSYS, "[checkpoint] swapping ", ready.string(), " and ", final_dir.string(),
+             ": ", std::strerror(errno));
+    discard(final_dir);
+  }
+  fs::rename(ready, final_dir);
 }
 
 std::vector<std::pair<int64_t, fs::path>> checkpoints(const std::string& output_dir) {
@@ -85,7 +113,7 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
                      const std::string& config_yaml, const HfSidecar& sidecar) {
   const int rank = comm.rank();
   const fs::path final_dir = fs::path(output_dir) / (kPrefix + std::to_string(st.step));
-  const fs::path tmp = fs::path(output_dir) / (".tmp-" + std::string(kPrefix) + std::to_string(st.step));
+  const fs::path tmp = fs::path(output_dir) / (kTmp + std::string(kPrefix) + std::to_string(st.step));
   if (rank == 0) {
     fs::remove_all(tmp);
     fs::create_directories(tmp);
@@ -104,8 +132,11 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
   comm.barrier();
   if (rank == 0) {
     fsync_dir(tmp);
-    if (fs::exists(final_dir)) discard(final_dir);
-    fs::rename(tmp, final_dir);
+    const fs::path ready = fs::path(output_dir) / (kComplete + final_dir.filename().string());
+    fs::remove_all(ready);
+    fs::rename(tmp, ready);  // whole: every rank's files are in it
+    fsync_dir(output_dir);
+    install(ready, final_dir);
     fsync_dir(output_dir);
     auto all = checkpoints(output_dir);
     for (std::size_t i = 0; i + std::size_t(keep_last) < all.size(); ++i) discard(all[i].second);
@@ -210,36 +241,100 @@ static void write_checkpoint_files(const fs::path& tmp, const models::Llava& mod
   }
 }
 
+std::vector<std::string> recover_checkpoints(const std::string& output_dir) {
+  std::vector<std::string> done;
+  if (!fs::is_directory(output_dir)) return done;
+  for (const auto& e : fs::directory_iterator(output_dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(kComplete, 0) != 0 || step_of(name.substr(std::strlen(kComplete))) < 0) continue;
+    const fs::path final_dir = fs::path(output_dir) / name.substr(std::strlen(kComplete));
+    if (fs::exists(final_dir)) {
+      // Interrupted around the swap: either half is that step's checkpoint; the one in place stays.
+      discard(e.path());
+      continue;
+    }
+    fs::rename(e.path(), final_dir);
+    fsync_dir(output_dir);
+    done.push_back(final_dir.string());
+  }
+  return done;
+}
+
 std::optional<std::string> latest_checkpoint(const std::string& output_dir) {
   auto all = checkpoints(output_dir);
   if (all.empty()) return std::nullopt;
   return all.back().second.string();
 }
 
+namespace {
+
+// trainer_state.json's values, each checked by name: a whole number in [lo, hi], or a finite number.
+struct StateReader {
+  const std::string& where;
+
+  const json& at(const json& obj, const char* key, const std::string& path) const {
+    HR_CHECK(obj.is_object() && obj.contains(key), "[checkpoint] ", where, ": ", path, " is missing");
+    return obj.at(key);
+  }
+  int64_t whole(const json& obj, const char* key, const std::string& path, int64_t lo, int64_t hi) const {
+    const json& v = at(obj, key, path);
+    const bool in_range = v.is_number_unsigned()
+                              ? v.get<uint64_t>() <= uint64_t(hi) && int64_t(v.get<uint64_t>()) >= lo
+                              : v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+    HR_CHECK(in_range, "[checkpoint] ", where, ": ", path, " ", v.dump(), " is not a whole number from ", lo, " to ",
+             hi);
+    return v.get<int64_t>();
+  }
+  double positive(const json& obj, const char* key, const std::string& path) const {
+    const json& v = at(obj, key, path);
+    HR_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0 &&
+                 v.get<double>() <= double(std::numeric_limits<float>::max()),
+             "[checkpoint] ", where, ": ", path, " ", v.dump(), " is not a positive finite number");
+    return v.get<double>();
+  }
+};
+
+}  // namespace
+
+TrainerState parse_trainer_state(const std::string& text, const std::string& where) {
+  const json j = json::parse(text, nullptr, false);
+  HR_CHECK(!j.is_discarded(), "[checkpoint] ", where, ": not valid JSON");
+  HR_CHECK(j.is_object(), "[checkpoint] ", where, ": not a JSON object");
+  const StateReader r{where};
+  TrainerState st;
+  st.step = r.whole(j, "step", "step", 0, kMaxTrainerCount);
+  st.optimizer_steps = r.whole(j, "optimizer_steps", "optimizer_steps", 0, st.step);
+  const json& loader = r.at(j, "loader", "loader");
+  st.loader.epoch = r.whole(loader, "epoch", "loader.epoch", 0, kMaxTrainerCount);
+  st.loader.offset = r.whole(loader, "offset", "loader.offset", 0, kMaxTrainerCount);
+  const json& s = r.at(j, "loss_scaler", "loss_scaler");
+  st.scaler.scale = float(r.positive(s, "scale", "loss_scaler.scale"));
+  st.scaler.iter = r.whole(s, "iter", "loss_scaler.iter", 0, kMaxTrainerCount);
+  st.scaler.last_overflow = r.whole(s, "last_overflow", "loss_scaler.last_overflow", -1, st.scaler.iter);
+  st.scaler.hysteresis_left = int(r.whole(s, "hysteresis_left", "loss_scaler.hysteresis_left", 0, 1 << 20));
+  st.skipped_steps = j.contains("skipped_steps") ? r.whole(j, "skipped_steps", "skipped_steps", 0, st.step) : 0;
+  st.world_size = j.contains("world_size") ? int(r.whole(j, "world_size", "world_size", 1, 1 << 20)) : 1;
+  st.zero_stage = j.contains("zero_stage") ? int(r.whole(j, "zero_stage", "zero_stage", 0, 3)) : 0;
+  return st;
+}
+
 TrainerState read_trainer_state(const std::string& dir) {
   const std::string state_path = dir + "/trainer_state.json";
-  std::ifstream in(state_path);
+  std::error_code ec;
+  HR_CHECK(fs::is_regular_file(state_path, ec), "[checkpoint] cannot read ", state_path,
+           ec ? ": " + ec.message() : std::string(": not a regular file"));
+  std::ifstream in(state_path, std::ios::binary);
   HR_CHECK(in, "[checkpoint] cannot read ", state_path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(str("[checkpoint] ", state_path, ": not valid JSON: ", e.what()));
-  }
-  TrainerState st;
-  try {
-    st.step = j.at("step");
-    st.loader = {j.at("loader").at("epoch"), j.at("loader").at("offset")};
-    const json& s = j.at("loss_scaler");
-    st.scaler = {s.at("scale"), s.at("iter"), s.at("last_overflow"), s.at("hysteresis_left")};
-    st.skipped_steps = j.value("skipped_steps", int64_t(0));
-    st.optimizer_steps = j.at("optimizer_steps");
-    st.world_size = j.value("world_size", 1);
-    st.zero_stage = j.value("zero_stage", 0);
-  } catch (const json::exception& e) {
-    throw Error(str("[checkpoint] ", state_path, ": ", e.what()));
-  }
-  return st;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_trainer_state(text, state_path);
+}
+
+void check_loader_position(const TrainerState& st, const std::string& dir, int64_t samples, const std::string& data) {
+  const std::string where = dir + "/trainer_state.json";
+  HR_CHECK(st.loader.offset < samples, "[checkpoint] ", where, ": loader.offset ", st.loader.offset,
+           " is past the end of ", data, "'s ", samples, " samples (the checkpoint of a run on another data set?)");
+  HR_CHECK(samples <= 0 || st.loader.epoch <= (kMaxTrainerCount - st.loader.offset) / samples, "[checkpoint] ", where,
+           ": loader.epoch ", st.loader.epoch, " of ", samples, " samples is more samples than a run can count");
 }
 
 namespace {
@@ -276,6 +371,11 @@ void load_model_weights(const std::string& dir, models::Llava& model) {
     load_adapters_in(dir, model);
     return;
   }
+  // Only a ZeRO-3 run keeps its weights in the optimizer shards; any other wrote model.safetensors.
+  const int stage = read_trainer_state(dir).zero_stage;
+  HR_CHECK(stage == 3, "[checkpoint] ", dir, "/model.safetensors is missing (a checkpoint written at ZeRO stage ",
+           stage,
+           " keeps its weights there): the checkpoint is incomplete; resume from another one or restore the file");
   auto files = open_all(optimizer_files(dir));
   NamedTensors w = parallel::Zero::consolidate(model.params().groups(), pointers(files));
   HR_CHECK(!w.empty(), "[checkpoint] ", dir, " has no model.safetensors and no ZeRO-3 parameter shards");

@@ -55,6 +55,10 @@ void save_checkpoint(const std::string& output_dir, const models::Llava& model, 
 
 // The newest complete checkpoint directory in output_dir, if any.
 std::optional<std::string> latest_checkpoint(const std::string& output_dir);
+// Finishes the saves a crash interrupted after their files were whole (a .complete-checkpoint-N without its
+// checkpoint-N is renamed into place; one beside its checkpoint-N is the other half of a swap and goes). Returns the
+// checkpoints it put in place. Rank 0 calls it before a resume looks for the latest checkpoint.
+std::vector<std::string> recover_checkpoints(const std::string& output_dir);
 
 // Loads a model's weights for inference from a checkpoint-STEP directory (its model.safetensors, or at ZeRO-3
 // the consolidated.safetensors `headroom ckpt consolidate` writes) or a .safetensors file of llava-hf names.
@@ -64,6 +68,14 @@ void load_inference_weights(models::Llava& model, const std::string& path);
 // the optimizer state (after: each rank keeps its shard, whatever the world size that wrote it). Errors name
 // the file and what is wrong.
 TrainerState read_trainer_state(const std::string& dir);
+// trainer_state.json's text (`where` names it in errors): every value present, of its type and in its range (whole
+// numbers from 0 to kMaxTrainerCount, optimizer_steps and skipped_steps at most step, a positive finite loss scale,
+// a ZeRO stage from 0 to 3), or an error naming the file and the key.
+TrainerState parse_trainer_state(const std::string& text, const std::string& where);
+constexpr int64_t kMaxTrainerCount = int64_t(1) << 62;
+// The loader position of checkpoint `dir`'s state against the run's data set of `samples` samples (`data` names
+// it): an offset inside it, and an epoch whose sample count fits in 64 bits.
+void check_loader_position(const TrainerState& state, const std::string& dir, int64_t samples, const std::string& data);
 void load_model_weights(const std::string& dir, models::Llava& model);
 // Loads the LoRA adapters a directory holds (PEFT's adapter_model.safetensors, in its adapter/ as checkpoints
 // write them, or in itself) into the model; false when it has none. A directory with adapters and a model without them

@@ -54,7 +54,7 @@ int debug_batch(const std::vector<std::string>& args) {
            eval ? "eval_json" : "train_json");
   const data::DataOptions d = data_options(c, eval ? c.eval_json : c.train_json, c.image_folder);
   const data::LlavaDataset set(d, input_spec(c.model.config));
-  const int64_t count = p.options.count("--count") ? std::stoll(p.options["--count"]) : 4;
+  const int64_t count = integer_option(p, "debug batch", "--count", 4, 1, int64_t(1) << 20);
   std::vector<data::Example> examples;
   int64_t seq = 0;
   for (int64_t i = 0; i < std::min(count, set.size()); ++i) {
@@ -104,9 +104,11 @@ int cmd_debug(const std::vector<std::string>& args) {
   }
   HR_CHECK(!config.empty() && !weights.empty() && !batch_path.empty() && !out.empty(),
            "[debug grads] --config, --weights, --batch and --out are all required");
-  ModelSpec spec = load_model_spec(config);
-  // LoRA adapters as the run's lora.* keys make them, without dropout (a parity check compares one forward).
-  const RunConfig run = load_config(config, {}, 1);
+  // The whole config, as train reads it (a run's own checkpoint-N/config.yaml too: its model.weights, its batch of
+  // several ranks, which one process must not refuse). LoRA adapters as its lora.* keys make them, without dropout
+  // (a parity check compares one forward).
+  const RunConfig run = load_config(config, {"train.global_batch_size=0"}, 1);
+  ModelSpec spec = run.model;
   if (run.lora_enable) spec.config.llm.lora = run.lora, spec.config.llm.lora.dropout = 0.f;
   Llava model(spec.config, Device::cpu(), dtype);
   model.set_trainable(!spec.freeze_vision, !spec.freeze_projector, !spec.freeze_llm);

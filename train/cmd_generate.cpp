@@ -19,19 +19,6 @@ namespace hr::train {
 
 namespace {
 
-template <typename T>
-T number(const Parsed& p, const char* flag, T fallback) {
-  const auto it = p.options.find(flag);
-  if (it == p.options.end()) return fallback;
-  try {
-    std::size_t used = 0;
-    const double v = std::stod(it->second, &used);
-    if (used == it->second.size()) return T(v);
-  } catch (const std::exception&) {
-  }
-  throw Error(str("[generate] ", flag, " needs a number; got '", it->second, "'"));
-}
-
 // One exchange of the conversation so far, as a prompt (the template up to the assistant's answer).
 data::Example make_prompt(const RunConfig& c, const data::Tokenizer& tok, const std::vector<data::Turn>& history,
                           const core::Tensor& image) {
@@ -57,6 +44,17 @@ int cmd_generate(const std::vector<std::string>& args) {
   p.sets.insert(p.sets.begin(), "train.global_batch_size=0");  // as in eval: the run's batch is of no use here
   const RunConfig c = load_config(p.config, p.sets);
   HR_CHECK(p.options.count("--checkpoint"), "[generate] --checkpoint DIR (or a model .safetensors) is required");
+  // The sampling options, checked before anything loads, with transformers' bounds: a temperature >= 0, top_p in
+  // (0, 1] (0 is refused: it keeps no token), top_k >= 0 (0: off).
+  GenerationOptions g;
+  g.max_new_tokens = integer_option(p, "generate", "--max-new-tokens", c.max_new_tokens, 1, int64_t(1) << 20);
+  g.temperature = float(number_option(p, "generate", "--temperature", 0, 0, 1e6));
+  g.do_sample = g.temperature > 0.f;  // LLaVA's CLI: temperature 0 is greedy
+  if (!g.do_sample) g.temperature = 1.f;
+  g.top_p = float(number_option(p, "generate", "--top-p", 1, 0, 1));
+  HR_CHECK(g.top_p > 0.f, "[generate] --top-p '", p.options["--top-p"], "' keeps no token; give a number in (0, 1]");
+  g.top_k = integer_option(p, "generate", "--top-k", 0, 0, INT64_MAX);
+  g.seed = p.options.count("--seed") ? uint64_t(integer_option(p, "generate", "--seed", 0, 0, INT64_MAX)) : c.seed;
   const auto model = build_model(c, inference_device(c));
   load_inference_weights(*model, p.options["--checkpoint"]);
 
@@ -64,16 +62,8 @@ int cmd_generate(const std::vector<std::string>& args) {
   if (p.options.count("--image"))
     image = data::load_clip_image(p.options["--image"], c.model.config.vision.image_size, c.aspect, run_image_norm(c));
   const auto tok = load_run_tokenizer(c);
-  GenerationOptions g;
   g.tokenizer = tok.get();
   g.eos_token_id = tok->eos();
-  g.max_new_tokens = number<int64_t>(p, "--max-new-tokens", c.max_new_tokens);
-  g.temperature = number<float>(p, "--temperature", 0.f);
-  g.do_sample = g.temperature > 0.f;  // LLaVA's CLI: temperature 0 is greedy
-  if (!g.do_sample) g.temperature = 1.f;
-  g.top_p = number<float>(p, "--top-p", 1.f);
-  g.top_k = number<int64_t>(p, "--top-k", 0);
-  g.seed = number<uint64_t>(p, "--seed", c.seed);
   if (p.options.count("--stop")) g.stop.push_back(p.options["--stop"]);
   g.use_cache = !p.flags.count("--no-cache");
   const bool json = p.flags.count("--json") > 0;

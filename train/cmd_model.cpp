@@ -5,6 +5,7 @@
 #include "models/llava.h"
 #include "models/model_spec.h"
 #include "train/commands.h"
+#include "train/config.h"
 
 namespace hr::train {
 
@@ -43,8 +44,8 @@ int cmd_model(const std::vector<std::string>& args) {
   const bool is_file =
       what.size() > 5 && (what.substr(what.size() - 5) == ".yaml" || what.substr(what.size() - 4) == ".yml");
   ModelSpec spec;
-  if (is_file)
-    spec = load_model_spec(what);
+  if (is_file)  // the whole config, as train reads it: a run's own checkpoint-N/config.yaml too
+    spec = load_config(what, {"train.global_batch_size=0"}).model;
   else
     spec.config = preset(what);
   Llava model(spec.config, Device::meta(), spec.dtype);

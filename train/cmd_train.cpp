@@ -56,13 +56,14 @@ int cmd_data(const std::vector<std::string>& args) {
   HR_CHECK(p.options.count("--out"), "[data synth] --out DIR is required");
   data::SynthOptions o;
   o.out_dir = p.options["--out"];
-  auto num = [&](const char* k, int64_t def) { return p.options.count(k) ? std::stoll(p.options[k]) : def; };
-  o.train = num("--train", 2000);
-  o.eval = num("--eval", 200);
-  o.seed = uint64_t(num("--seed", 0));
-  o.image_size = int(num("--image-size", 32));
-  o.questions = int(num("--questions", 1));
-  if (p.options.count("--captions")) o.captions = std::stod(p.options["--captions"]);
+  // The bounds of the data.synthetic.* keys; a count of samples up to what a data set file can index.
+  constexpr int64_t kMaxSamples = int64_t(1) << 40, kMaxImage = 4096;
+  o.train = integer_option(p, "data synth", "--train", 2000, 1, kMaxSamples);
+  o.eval = integer_option(p, "data synth", "--eval", 200, 1, kMaxSamples);
+  o.seed = uint64_t(integer_option(p, "data synth", "--seed", 0, 0, INT64_MAX));
+  o.image_size = int(integer_option(p, "data synth", "--image-size", 32, 8, kMaxImage));
+  o.questions = int(integer_option(p, "data synth", "--questions", 1, 1, 64));
+  o.captions = number_option(p, "data synth", "--captions", 0, 0, 1);
   const int64_t n = data::write_synthetic_vqa(o);
   std::printf("wrote %lld samples to %s (train.json, eval.json, images/)\n", (long long)n, o.out_dir.c_str());
   return 0;
@@ -209,8 +210,12 @@ int cmd_eval(const std::vector<std::string>& args) {
   EvalOptions eo{c.eval_samples, c.eval_batch_size, c.max_new_tokens, c.ce_chunk_rows};
   eo.pad_to_multiple_of = c.pad_to_multiple_of;
   eo.max_seq_len = c.max_seq_len;
+  eo.on_bad_sample = c.on_bad_sample;
   EvalResult r = evaluate(*model, eval_set, eo);
-  std::printf("eval loss %.4f | accuracy %.2f%% over %lld samples\n", r.loss, 100.0 * r.accuracy, (long long)r.samples);
+  for (const std::string& bad : r.bad_samples) std::printf("skipped bad sample: %s\n", bad.c_str());
+  std::printf("eval loss %.4f | accuracy %.2f%% over %lld samples%s\n", r.loss, 100.0 * r.accuracy,
+              (long long)r.samples,
+              r.skipped ? str(" (", r.skipped, " bad samples skipped, named above)").c_str() : "");
   for (const auto& [type, ct] : r.by_type)
     std::printf("  %-10s %.2f%% (%lld/%lld)\n", type.c_str(),
                 100.0 * double(ct.first) / double(std::max<int64_t>(ct.second, 1)), (long long)ct.first,

@@ -5,11 +5,14 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "core/check.h"
+#include "core/io/text_file.h"
 #include "core/suggest.h"
 #include "train/deepspeed.h"
 
@@ -46,6 +49,11 @@ void check_batch_bounds(const RunConfig& c, int world) {
            " of memory");
 }
 
+// Bounds of the counts held as ints: beyond them a machine cannot run the count (libgomp segfaults at 100,000
+// threads, 40,000 loader threads end in std::terminate) and a 64-bit value would wrap.
+constexpr int64_t kMaxThreads = 1024, kMaxWorkers = 256, kMaxPrefetch = 1 << 20, kMaxHysteresis = 1 << 20,
+                  kMaxLayersEvery = 1 << 20;
+
 using Setter = std::function<void(RunConfig&, const YAML::Node&, const std::string& key)>;
 
 struct Key {
@@ -66,6 +74,8 @@ T get(const YAML::Node& n, const std::string& key, const char* want) {
     bad_value(key, n, want);
   }
 }
+
+enum class Ends : uint8_t { Closed, OpenAbove, OpenBelow };  // [lo, hi], [lo, hi), (lo, hi]
 
 template <typename E>
 Setter choice(E RunConfig::*field, E (*parse)(const std::string&)) {
@@ -89,19 +99,46 @@ Setter i64(int64_t RunConfig::*f, int64_t min) {
     c.*f = v;
   };
 }
-Setter f32(float RunConfig::*f, float min) {
+// A finite number in [lo, hi] (hi infinite: no upper end), or the error naming the key and the range. Read as
+// a double: .nan, .inf and 1e300 (infinite as a float) are refused by name instead of reaching the optimizer.
+double number_in(const YAML::Node& n, const std::string& key, double lo, double hi, Ends ends = Ends::Closed) {
+  const double v = get<double>(n, key, "a number");
+  const bool above = ends == Ends::OpenBelow ? v > lo : v >= lo, below = ends == Ends::OpenAbove ? v < hi : v <= hi;
+  if (std::isfinite(v) && std::abs(v) <= double(std::numeric_limits<float>::max()) && above && below) return v;
+  if (std::isinf(hi)) bad_value(key, n, str("a finite number ", ends == Ends::OpenBelow ? "> " : ">= ", lo));
+  bad_value(
+      key, n,
+      str("a number in ", ends == Ends::OpenBelow ? "(" : "[", lo, ", ", hi, ends == Ends::OpenAbove ? ")" : "]"));
+}
+
+constexpr double kNoLimit = std::numeric_limits<double>::infinity();
+
+Setter f32(float RunConfig::*f, float min, double max = kNoLimit) {
+  return [=](RunConfig& c, const YAML::Node& n, const std::string& key) { c.*f = float(number_in(n, key, min, max)); };
+}
+// An optimizer hyper-parameter, bounded as PyTorch's optimizers check theirs.
+Setter opt(float optim::OptimizerConfig::*f, double lo, double hi, Ends ends = Ends::Closed) {
   return [=](RunConfig& c, const YAML::Node& n, const std::string& key) {
-    const float v = get<float>(n, key, "a number");
-    if (!(v >= min)) bad_value(key, n, str("a number >= ", min));
-    c.*f = v;
+    c.optimizer.*f = float(number_in(n, key, lo, hi, ends));
+  };
+}
+// A count held as an int (threads, workers, ...): bounded before the narrowing, so 4294967297 is refused instead of
+// wrapping to 1, and a count no machine can run (40,000 loader threads) is refused instead of aborting.
+Setter count(int RunConfig::*f, int64_t min, int64_t max) {
+  return [=](RunConfig& c, const YAML::Node& n, const std::string& key) {
+    const int64_t v = get<int64_t>(n, key, "an integer");
+    if (v < min || v > max) bad_value(key, n, str("an integer from ", min, " to ", max));
+    c.*f = int(v);
   };
 }
 Setter flag(bool RunConfig::*f) {
   return [=](RunConfig& c, const YAML::Node& n, const std::string& key) { c.*f = get<bool>(n, key, "true or false"); };
 }
+// A string; a null (`key:` or `--set key=` with nothing after it) is the empty string, not "null".
 Setter text(std::string RunConfig::*f) {
-  return
-      [=](RunConfig& c, const YAML::Node& n, const std::string& key) { c.*f = get<std::string>(n, key, "a string"); };
+  return [=](RunConfig& c, const YAML::Node& n, const std::string& key) {
+    c.*f = n.IsNull() ? std::string() : get<std::string>(n, key, "a string");
+  };
 }
 
 GradAccum parse_grad_accum(const std::string& s) {
@@ -155,7 +192,11 @@ Setter checkpointing(bool vision, bool llm) {
 // run.*, device.* and model.*.
 std::vector<Key> run_device_model_keys() {
   return {
-      {"run.output_dir", "runs/default", text(&RunConfig::output_dir)},
+      {"run.output_dir", "runs/default",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.output_dir = n.IsNull() ? std::string() : get<std::string>(n, k, "a string");
+         if (c.output_dir.empty()) bad_value(k, n, "a directory name (it is empty)");
+       }},
       {"run.seed", "42",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          c.seed = get<uint64_t>(n, k, "a non-negative integer");
@@ -169,10 +210,7 @@ std::vector<Key> run_device_model_keys() {
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          c.memory_limit = parse_bytes(get<std::string>(n, k, "a size"), k);
        }},
-      {"device.threads", "0",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         c.threads = int(get<int64_t>(n, k, "an integer"));
-       }},
+      {"device.threads", "0", count(&RunConfig::threads, 0, kMaxThreads)},
       {"model.weights", "''", text(&RunConfig::init_weights)},
   };
 }
@@ -223,14 +261,8 @@ std::vector<Key> data_keys() {
       {"data.blank_images", "false", flag(&RunConfig::blank_images)},
       {"data.allow_outside_image_folder", "false", flag(&RunConfig::allow_outside_image_folder)},
       {"data.max_images_per_sample", "1", i64(&RunConfig::max_images_per_sample, 0)},
-      {"data.num_workers", "2",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         c.num_workers = int(get<int64_t>(n, k, "an integer"));
-       }},
-      {"data.prefetch", "16",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         c.prefetch = int(get<int64_t>(n, k, "an integer"));
-       }},
+      {"data.num_workers", "2", count(&RunConfig::num_workers, 0, kMaxWorkers)},
+      {"data.prefetch", "16", count(&RunConfig::prefetch, 0, kMaxPrefetch)},
       {"data.on_bad_sample", "skip", choice(&RunConfig::on_bad_sample, data::parse_on_bad_sample)},
       {"train.on_nonfinite", "stop", choice(&RunConfig::on_nonfinite, parse_on_nonfinite)},
   };
@@ -250,7 +282,7 @@ std::vector<Key> train_keys() {
       {"train.max_steps", "0", i64(&RunConfig::max_steps, 0)},
       {"train.num_train_epochs", "1",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         c.num_train_epochs = get<double>(n, k, "a number");
+         c.num_train_epochs = number_in(n, k, 0, kNoLimit, Ends::OpenBelow);
        }},
       {"train.optimizer", "adamw",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
@@ -263,26 +295,14 @@ std::vector<Key> train_keys() {
       {"train.learning_rate", "0.001", f32(&RunConfig::learning_rate, 0.f)},
       {"train.mm_vision_tower_lr", "0", f32(&RunConfig::vision_lr, 0.f)},
       {"train.mm_projector_lr", "0", f32(&RunConfig::projector_lr, 0.f)},
-      {"train.weight_decay", "0",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         c.optimizer.weight_decay = get<float>(n, k, "a number");
-       }},
-      {"train.adam_beta1", "0.9",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         c.optimizer.beta1 = get<float>(n, k, "a number");
-       }},
-      {"train.adam_beta2", "0.999",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         c.optimizer.beta2 = get<float>(n, k, "a number");
-       }},
-      {"train.adam_epsilon", "1e-8",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) { c.optimizer.eps = get<float>(n, k, "a number"); }},
-      {"train.momentum", "0.9",
-       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         c.optimizer.momentum = get<float>(n, k, "a number");
-       }},
+      // torch.optim's checks: weight_decay >= 0, betas in [0, 1), eps >= 0, momentum >= 0.
+      {"train.weight_decay", "0", opt(&optim::OptimizerConfig::weight_decay, 0, kNoLimit)},
+      {"train.adam_beta1", "0.9", opt(&optim::OptimizerConfig::beta1, 0, 1, Ends::OpenAbove)},
+      {"train.adam_beta2", "0.999", opt(&optim::OptimizerConfig::beta2, 0, 1, Ends::OpenAbove)},
+      {"train.adam_epsilon", "1e-8", opt(&optim::OptimizerConfig::eps, 0, kNoLimit)},
+      {"train.momentum", "0.9", opt(&optim::OptimizerConfig::momentum, 0, kNoLimit)},
       {"train.lr_scheduler_type", "cosine", choice(&RunConfig::scheduler, optim::parse_schedule)},
-      {"train.warmup_ratio", "0", f32(&RunConfig::warmup_ratio, 0.f)},
+      {"train.warmup_ratio", "0", f32(&RunConfig::warmup_ratio, 0.f, 1.0)},
       {"train.warmup_steps", "-1", i64(&RunConfig::warmup_steps, -1)},
       {"train.max_grad_norm", "1.0", f32(&RunConfig::max_grad_norm, 0.f)},
       {"train.eval_steps", "0", i64(&RunConfig::eval_steps, 0)},
@@ -314,16 +334,18 @@ std::vector<Key> memory_parallel_log_keys() {
       {"memory.gradient_checkpointing.every", "1",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          const int64_t v = get<int64_t>(n, k, "an integer");
-         if (v < 1) bad_value(k, n, "an integer >= 1");
+         if (v < 1 || v > kMaxLayersEvery) bad_value(k, n, str("an integer from 1 to ", kMaxLayersEvery));
          c.vision_ckpt.every = c.llm_ckpt.every = int(v);
        }},
       {"memory.loss_scale.initial", "65536", f32(&RunConfig::loss_scale_initial, 1.f)},
       {"memory.loss_scale.window", "1000", i64(&RunConfig::loss_scale_window, 1)},
-      {"memory.loss_scale.hysteresis", "2",
+      {"memory.loss_scale.hysteresis", "2", count(&RunConfig::loss_scale_hysteresis, 1, kMaxHysteresis)},
+      {"memory.loss_scale.min", "1",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         c.loss_scale_hysteresis = int(get<int64_t>(n, k, "an integer"));
+         c.loss_scale_min = float(number_in(n, k, 0, kNoLimit, Ends::OpenBelow));
        }},
-      {"memory.loss_scale.min", "1", f32(&RunConfig::loss_scale_min, 0.f)},
+      // A diverged fp16 run: this many steps in a row skipped on overflow at the minimum scale stop it (0: never).
+      {"memory.loss_scale.max_skips_at_min", "2", i64(&RunConfig::loss_scale_max_skips_at_min, 0)},
       {"memory.ce_chunk_rows", "0", i64(&RunConfig::ce_chunk_rows, 0)},
       {"memory.grad_accum_dtype", "auto", choice(&RunConfig::grad_accum, parse_grad_accum)},
       {"memory.leak_window", "50", i64(&RunConfig::leak_window, 2)},
@@ -408,6 +430,12 @@ std::vector<Key> memory_parallel_log_keys() {
          if (v < 0 || v > 8) bad_value(k, n, "a count from 0 to 8");
          c.zero.prefetch_groups = int(v);
        }},
+      // PyTorch's init_process_group(timeout=...) and DeepSpeed's: a collective that has not finished after this many
+      // seconds ends the job, naming the rank and the collective (a stopped or hung rank).
+      {"parallel.timeout", "1800",
+       [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         c.collective_timeout_s = number_in(n, k, 0, kNoLimit, Ends::OpenBelow);
+       }},
       {"log.logging_steps", "10", i64(&RunConfig::logging_steps, 1)},
       {"log.progress_bar", "auto", choice(&RunConfig::progress_bar, parse_bar)},
       // Hugging Face's key: a name or a list of names of the integrations to report to.
@@ -441,8 +469,7 @@ std::vector<Key> lora_keys() {
        }},
       {"lora.alpha", "16",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
-         c.lora.alpha = get<float>(n, k, "a number");
-         if (!(c.lora.alpha > 0.f)) bad_value(k, n, "a number > 0");
+         c.lora.alpha = float(number_in(n, k, 0, kNoLimit, Ends::OpenBelow));
        }},
       {"lora.dropout", "0.05",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
@@ -614,6 +641,12 @@ const std::vector<YAML::Node>& default_nodes() {
 
 }  // namespace
 
+std::vector<std::string> config_keys() {
+  std::vector<std::string> keys;
+  for (const Key& k : schema()) keys.push_back(k.path);
+  return keys;
+}
+
 const char* precision_name(Precision p) {
   return p == Precision::FP32 ? "fp32" : p == Precision::BF16 ? "bf16" : "fp16";
 }
@@ -623,17 +656,20 @@ const char* stage_name(Stage s) {
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides, int world_size) {
   if (path.empty()) return load_config_text("", "(defaults)", overrides, world_size);
-  std::ifstream in(path, std::ios::binary);
-  HR_CHECK(in, "[config] ", path, ": cannot open");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return load_config_text(text, path, overrides, world_size);
+  return load_config_text(core::read_text_file(path, "config"), path, overrides, world_size);
 }
 
 RunConfig load_config_text(const std::string& yaml, const std::string& where, const std::vector<std::string>& overrides,
                            int world_size) {
   YAML::Node root(YAML::NodeType::Map);
   try {
-    root = YAML::Load(yaml);
+    // Every document: yaml-cpp's Load reads the first and drops what follows a '---' line without a word.
+    const std::vector<YAML::Node> docs = YAML::LoadAll(yaml);
+    for (std::size_t i = 1; i < docs.size(); ++i)
+      HR_CHECK(docs[i].IsNull(), "[config] ", where, ": holds ", docs.size(), " YAML documents (document ", i + 1,
+               ", after a '---' line, begins at line ", docs[i].Mark().line + 1,
+               "); a config is one document and the others would be ignored");
+    root = docs.empty() ? YAML::Node() : docs.front();
   } catch (const YAML::Exception& e) {
     throw Error(str("[config] ", where, ": ", e.what()));
   }
@@ -706,6 +742,8 @@ RunConfig load_config_text(const std::string& yaml, const std::string& where, co
     model.remove("pretrain_mm_mlp_adapter");
   }
   c.model = models::parse_model_spec(model, where);
+  HR_CHECK(c.loss_scale_min <= c.loss_scale_initial, "[config] memory.loss_scale.min ", c.loss_scale_min,
+           " is above memory.loss_scale.initial ", c.loss_scale_initial);
   HR_CHECK(c.lora_enable || !c.lora.quantizes_base(), "[config] lora.base_bits: ", c.lora.base_bits,
            " quantizes the frozen base of a LoRA run; set lora.enable: true (or lora.base_bits: 16)");
   if (c.init_weights.empty()) c.init_weights = c.model.name_or_path;  // a Hugging Face directory's own weights

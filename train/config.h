@@ -87,6 +87,9 @@ struct RunConfig {
   float loss_scale_initial = 65536.f, loss_scale_min = 1.f;
   int64_t loss_scale_window = 1000;
   int loss_scale_hysteresis = 2;
+  // memory.loss_scale.max_skips_at_min: fp16 steps in a row skipped on overflow at the minimum scale that stop the
+  // run as diverged (DeepSpeed raises at its minimum scale); 0 never stops.
+  int64_t loss_scale_max_skips_at_min = 2;
   int64_t ce_chunk_rows = 0;
   GradAccum grad_accum = GradAccum::Auto;  // resolved at load: never Auto afterwards
   int64_t leak_window = 50;
@@ -98,6 +101,9 @@ struct RunConfig {
   // parallel.backend: mpi: ranks on GPUs move device tensors through MPI (staged in host memory) instead of NCCL,
   // and may share a GPU (rank r on cuda:<local rank mod GPUs>); nccl (the default): one GPU per rank.
   bool gpu_collectives_over_mpi = false;
+  // parallel.timeout: seconds a collective may take before the job ends naming the rank and the collective
+  // (PyTorch's and DeepSpeed's default, 30 minutes).
+  double collective_timeout_s = 1800;
   float budget = 0.95f;        // memory.budget: plans must fit budget x (capacity - runtime reserve)
   bool shrink_on_oom = false;  // memory.on_oom: shrink_micro_batch
   bool preflight = true;       // memory.preflight: false starts a run whose plan does not fit (it will OOM)
@@ -126,6 +132,10 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
 // The same on YAML text already in memory; `where` names it in errors (as the path does).
 RunConfig load_config_text(const std::string& yaml, const std::string& where, const std::vector<std::string>& overrides,
                            int world_size = 1);
+
+// Every key of the schema (run.*, device.*, data.*, train.*, memory.*, parallel.*, log.*, lora.*), in schema order;
+// the model section's keys are the model spec's (models/model_spec.h).
+std::vector<std::string> config_keys();
 
 const char* precision_name(Precision p);
 const char* stage_name(Stage s);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/io/text_file.h"
 #include "core/suggest.h"
 
 namespace hr::train {
@@ -32,14 +33,18 @@ struct Reader {
   void ignore(const std::string& key) { out.not_acted_on.push_back(key); }
 
   double number(const json& v, const std::string& key) const {
-    if (v.is_number()) return v.get<double>();
+    if (v.is_number() && std::isfinite(v.get<double>())) return v.get<double>();
     fail(key, str("expected a number or \"auto\"; got ", v.dump()));
   }
-  int64_t integer(const json& v, const std::string& key) const {
+  // A whole number in [lo, hi]: 1e30 or 3e18 would not survive the conversion (or the scaling after it) and reach
+  // headroom's keys as garbage.
+  int64_t integer(const json& v, const std::string& key, int64_t lo = 0, int64_t hi = kMaxInteger) const {
     const double d = number(v, key);
     if (d != std::floor(d)) fail(key, str("expected a whole number; got ", v.dump()));
-    return int64_t(d);
+    if (d < double(lo) || d > double(hi)) fail(key, str(v.dump(), " is outside [", lo, ", ", hi, "]"));
+    return v.is_number_integer() ? v.get<int64_t>() : int64_t(d);
   }
+  static constexpr int64_t kMaxInteger = int64_t(1) << 53;  // exact in a double, and far past any real count
   bool boolean(const json& v, const std::string& key) const {
     if (v.is_boolean()) return v.get<bool>();
     fail(key, str("expected true, false or \"auto\"; got ", v.dump()));
@@ -134,7 +139,8 @@ struct Reader {
                     if (number(e, kk) != 0) fail(kk, "a static loss scale is not supported; 0 (dynamic) is");
                   })},
                  {"initial_scale_power", unless_auto([&](const json& e, const std::string& kk) {
-                    set("memory.loss_scale.initial", json(std::ldexp(1.0, int(integer(e, kk)))).dump());
+                    // 2^power must be a finite f32 (the scale is one): at most 2^127.
+                    set("memory.loss_scale.initial", json(std::ldexp(1.0, int(integer(e, kk, 0, 127)))).dump());
                   })},
                  {"loss_scale_window", unless_auto([&](const json& e, const std::string& kk) {
                     set("memory.loss_scale.window", std::to_string(integer(e, kk)));
@@ -174,7 +180,7 @@ struct Reader {
                    [&](const json& o, const std::string& kk) { offload(o, kk, "memory.offload_params"); }},
                   {"reduce_bucket_size", unless_auto([&](const json& b, const std::string& kk) {
                      // DeepSpeed counts elements; headroom's buckets are bytes of f32 gradients.
-                     set("parallel.bucket_size", std::to_string(integer(b, kk) * 4));
+                     set("parallel.bucket_size", std::to_string(integer(b, kk, 1, kMaxInteger / 4) * 4));
                    })},
                   {"allgather_bucket_size", ignored()},
                   {"allgather_partitions", ignored()},
@@ -286,9 +292,12 @@ struct Reader {
     if (bf16 == 0 && fp16 == 0) set("memory.precision", "fp32");  // both off: full precision, as in DeepSpeed
     // DeepSpeed's rule: train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps * world.
     if (batch.size() == 3 && !is_auto(batch["global"]) && !is_auto(batch["micro"]) && !is_auto(batch["accumulation"])) {
-      const int64_t g = batch["global"].get<int64_t>(), m = batch["micro"].get<int64_t>(),
-                    a = batch["accumulation"].get<int64_t>();
-      if (g != m * a * world)
+      const int64_t g = integer(batch["global"], "train_batch_size"),
+                    m = integer(batch["micro"], "train_micro_batch_size_per_gpu"),
+                    a = integer(batch["accumulation"], "gradient_accumulation_steps");
+      int64_t product = 0;
+      if (__builtin_mul_overflow(m, a, &product) || __builtin_mul_overflow(product, int64_t(world), &product) ||
+          g != product)
         throw Error(str("[deepspeed] ", path,
                         ": Check batch related parameters. train_batch_size is not equal to "
                         "micro_batch_per_gpu * gradient_acc_step * world_size ",
@@ -300,11 +309,10 @@ struct Reader {
 }  // namespace
 
 DeepSpeedConfig read_deepspeed(const std::string& path, int world_size) {
-  std::ifstream in(path, std::ios::binary);
-  HR_CHECK(in, "[deepspeed] ", path, ": cannot open");
+  const std::string text = core::read_text_file(path, "deepspeed", "--deepspeed");
   json root;
   try {
-    root = json::parse(in);
+    root = json::parse(text);
   } catch (const json::exception& e) {
     throw Error(str("[deepspeed] ", path, ": not valid JSON: ", e.what()));
   }

@@ -73,6 +73,17 @@ TrainerState Engine::load(const std::string& dir) {
 }
 
 void Engine::save(const TrainerState& state) {
+  // Never a checkpoint of non-finite weights (a diverged run): rotation would delete the good ones for it. Every
+  // rank checks what it writes, and all agree before any writes.
+  const std::string bad = first_nonfinite_tensor();
+  if (comm_.sum(bad.empty() ? 0.0 : 1.0) > 0) {
+    const std::optional<std::string> last = latest_checkpoint(config_.output_dir);
+    throw parallel::EveryRankError(
+        str("[checkpoint] not writing checkpoint-", state.step, ": ",
+            bad.empty() ? std::string("another rank's tensors are") : bad + " is", " not finite (the run diverged); ",
+            last ? "the last checkpoint, " + *last + ", is kept as it is" : std::string("no checkpoint was written"),
+            ". Lower train.learning_rate or check the data"));
+  }
   save_checkpoint(config_.output_dir, *model_, *zero_, state, config_.save_total_limit, comm_, config_.resolved_yaml,
                   run_hf_sidecar(config_));
 }
@@ -141,6 +152,15 @@ class NonfiniteWatch : public core::OutputWatch {
 };
 
 }  // namespace
+
+std::string Engine::first_nonfinite_tensor() const {
+  if (!zero_->shards_parameters())  // the model's weights are written whole (by rank 0; every rank holds them)
+    for (const auto& p : model_->params().all())
+      if (!p->quantized() && !all_finite(p->data)) return "parameter " + p->name;
+  for (const auto& [name, t] : zero_->state())
+    if (core::is_float(t.dtype()) && !all_finite(t)) return "optimizer state " + name;
+  return "";
+}
 
 std::string Engine::diagnose_nonfinite(const data::LoadedBatch& batch, float loss_scale) {
   NonfiniteWatch watch(model_->params());

@@ -61,8 +61,11 @@ class Engine {
   // non-finite value, its pass and its non-finite parameters ("" if this rank's batch produced none). Every
   // rank calls it (ZeRO's collectives run in lockstep); the step then ends with skip_update().
   std::string diagnose_nonfinite(const data::LoadedBatch& batch, float loss_scale);
-  // A checkpoint of `state` in the output dir (collective: every rank writes its part).
+  // A checkpoint of `state` in the output dir (collective: every rank writes its part). Refused, on every rank,
+  // when any rank holds a non-finite weight or optimizer state: the last good checkpoint stays the last one.
   void save(const TrainerState& state);
+  // The first of this rank's tensors a checkpoint writes that holds a NaN or an infinity ("" when none).
+  std::string first_nonfinite_tensor() const;
 
  private:
   const RunConfig& config_;

@@ -7,18 +7,20 @@
 
 namespace hr::train {
 
-void write_eval_line(const std::string& path, int64_t step, const EvalResult& r, const EvalMemory& m) {
-  nlohmann::json j = {{"step", step}, {"loss", r.loss}, {"accuracy", r.accuracy}, {"samples", r.samples}};
+void write_eval_line(LogFile& log, int64_t step, const EvalResult& r, const EvalMemory& m) {
+  nlohmann::json j = {
+      {"step", step}, {"loss", r.loss}, {"accuracy", r.accuracy}, {"samples", r.samples}, {"skipped", r.skipped}};
   j["memory"] = {{"loss_pass", m.loss.json()}, {"generation", m.generation.json()}};
   nlohmann::json by = nlohmann::json::object();
   for (const auto& [type, ct] : r.by_type) by[type] = ct.second ? double(ct.first) / double(ct.second) : 0.0;
   j["accuracy_by_type"] = by;
-  std::ofstream(path, std::ios::app) << j.dump() << "\n";
+  log.append(j.dump() + "\n", step);
 }
 
-void write_predictions(const std::string& path, int64_t step, const EvalResult& r) {
-  std::ofstream f(path, std::ios::app);
-  for (const EvalPrediction& p : r.predictions) f << prediction_line(p, step) << "\n";
+void write_predictions(LogFile& log, int64_t step, const EvalResult& r) {
+  std::string lines;
+  for (const EvalPrediction& p : r.predictions) lines += prediction_line(p, step) + "\n";
+  log.append(lines, step);
 }
 
 std::string eval_summary(const EvalResult& r) {
@@ -28,7 +30,7 @@ std::string eval_summary(const EvalResult& r) {
     s += str(first ? "" : ", ", type, " ", ct.second ? 100.0 * double(ct.first) / double(ct.second) : 0.0, "%");
     first = false;
   }
-  return s + str(") over ", r.samples, " samples");
+  return s + str(") over ", r.samples, " samples", r.skipped ? str(" (", r.skipped, " bad samples skipped)") : "");
 }
 
 }  // namespace hr::train

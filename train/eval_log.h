@@ -10,6 +10,7 @@
 #include "core/lru_map.h"
 #include "core/memory/caching_allocator.h"
 #include "train/evaluate.h"
+#include "train/log_file.h"
 #include "train/planner.h"
 
 namespace hr::train {
@@ -57,12 +58,12 @@ class EvalMemory final : public EvalWatch {
   EvalPredictions& predicted_;
 };
 
-// Appends the evaluation's line to eval.jsonl at `path`: loss, accuracy (overall and per question type), samples,
-// and the passes' memory against their dry runs.
-void write_eval_line(const std::string& path, int64_t step, const EvalResult& r, const EvalMemory& m);
+// Appends the evaluation's line to eval.jsonl: loss, accuracy (overall and per question type), samples, bad samples
+// skipped, and the passes' memory against their dry runs.
+void write_eval_line(LogFile& log, int64_t step, const EvalResult& r, const EvalMemory& m);
 
 // Every evaluated sample's answer, one line each, tagged with the step: what a confusion matrix is made from.
-void write_predictions(const std::string& path, int64_t step, const EvalResult& r);
+void write_predictions(LogFile& log, int64_t step, const EvalResult& r);
 
 // "eval loss L | accuracy A% (type a%, ...) over N samples".
 std::string eval_summary(const EvalResult& r);

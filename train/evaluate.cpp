@@ -45,17 +45,15 @@ struct Partial {
   double loss_sum = 0;
   int64_t loss_tokens = 0, skipped = 0, decoded = 0;
   std::vector<std::pair<int64_t, EvalPrediction>> predictions;  // (eval-set index, prediction)
+  std::vector<std::pair<int64_t, std::string>> bad;             // (eval-set index, what is wrong with it)
 };
 
 nlohmann::json to_json(const Partial& p) {
   nlohmann::json preds = nlohmann::json::array();
   for (const auto& [index, e] : p.predictions)
     preds.push_back({index, e.id, e.question_type, e.prediction, e.answer, e.correct});
-  return {{"loss_sum", p.loss_sum},
-          {"loss_tokens", p.loss_tokens},
-          {"skipped", p.skipped},
-          {"decoded", p.decoded},
-          {"predictions", preds}};
+  return {{"loss_sum", p.loss_sum}, {"loss_tokens", p.loss_tokens}, {"skipped", p.skipped},
+          {"decoded", p.decoded},   {"predictions", preds},         {"bad", p.bad}};
 }
 
 void add(Partial& into, const nlohmann::json& j) {
@@ -67,6 +65,7 @@ void add(Partial& into, const nlohmann::json& j) {
     into.predictions.push_back({e[0].get<int64_t>(),
                                 {e[1].get<std::string>(), e[2].get<std::string>(), e[3].get<std::string>(),
                                  e[4].get<std::string>(), e[5].get<bool>()}});
+  for (const auto& e : j["bad"]) into.bad.emplace_back(e[0].get<int64_t>(), e[1].get<std::string>());
 }
 
 // Every rank's share (`comm` null: this process's only) merged on every rank in eval-set order, and summed up.
@@ -79,8 +78,10 @@ EvalResult merged(Partial part, parallel::Communicator* comm) {
   }
   std::sort(part.predictions.begin(), part.predictions.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(part.bad.begin(), part.bad.end());
   EvalResult r;
   r.skipped = part.skipped;
+  for (auto& [index, why] : part.bad) r.bad_samples.push_back(std::move(why));
   r.decoded = part.decoded;
   int64_t correct = 0;
   for (auto& [index, p] : part.predictions) {
@@ -144,8 +145,12 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
       try {
         batch.push_back(data.get(mine[std::size_t(k)]));
         index.push_back(mine[std::size_t(k)]);
-      } catch (const BadSample&) {
+      } catch (const BadSample& e) {
+        // One process stops at once; several ranks stop together once their shares are merged (below).
+        if (o.on_bad_sample == OnBadSample::Fail && world == 1)
+          throw Error(str(e.what(), " (data.on_bad_sample: fail)"));
         ++part.skipped;
+        part.bad.emplace_back(mine[std::size_t(k)], e.what());
       }
     }
     const std::size_t counted = batch.size();
@@ -234,7 +239,12 @@ EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOpti
     }
     for (std::size_t i = 0; i < counted; ++i) record(undecided[from + i], batch[i], gen.tokens[i]);
   }
-  return merged(std::move(part), o.comm);
+  EvalResult r = merged(std::move(part), o.comm);
+  if (!r.bad_samples.empty() && o.on_bad_sample == OnBadSample::Fail)
+    throw Error(str(r.bad_samples.front(), " (data.on_bad_sample: fail)"));
+  HR_CHECK(r.samples > 0 || r.bad_samples.empty(), "[data] no usable sample in ", data.path(), " (",
+           r.bad_samples.size(), " of ", n, " skipped; the first: ", r.bad_samples.front(), ")");
+  return r;
 }
 
 }  // namespace hr::train

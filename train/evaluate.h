@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/loader.h"
 #include "models/llava.h"
 #include "parallel/comm.h"
 
@@ -53,6 +54,9 @@ struct EvalOptions {
   bool use_cache = true;  // false: decode by whole-sequence forwards (the benchmark's baseline)
   // The loss pass's batches are padded as training's are (data.pad_to_multiple_of, never past max_seq_len).
   int64_t pad_to_multiple_of = 1, max_seq_len = 0;
+  // data.on_bad_sample, as in training: skip names and counts each bad sample; fail stops naming it. Either way a
+  // set with no usable sample is an error ("no usable sample in FILE").
+  data::OnBadSample on_bad_sample = data::OnBadSample::Skip;
 };
 
 // One evaluated sample: what the model answered and whether it matched.
@@ -63,7 +67,8 @@ struct EvalPrediction {
 
 struct EvalResult {
   double loss = 0, accuracy = 0;
-  int64_t samples = 0, skipped = 0;
+  int64_t samples = 0, skipped = 0;      // skipped: bad samples (named in bad_samples)
+  std::vector<std::string> bad_samples;  // each bad sample's name and reason, in eval-set order
   int64_t decoded = 0;  // samples whose answer needed greedy decoding (the others were settled by the loss pass)
   std::map<std::string, std::pair<int64_t, int64_t>> by_type;  // type -> (correct, total)
   std::vector<std::string> examples;                           // a few "question -> prediction (answer)" lines

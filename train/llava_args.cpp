@@ -155,6 +155,7 @@ const std::map<std::string, Map>& flags() {
        }},
       {"eval_steps", key("train.eval_steps")},
       {"deepspeed", key("deepspeed")},
+      {"ddp_timeout", key("parallel.timeout")},  // TrainingArguments' collective timeout, in seconds
   };
   return m;
 }
@@ -182,8 +183,10 @@ LlavaArgs translate_llava_args(const std::vector<std::string>& args) {
       out.rest.push_back(a);
       continue;
     }
-    if (!inline_value) {
+    if (!inline_value) {  // the next argument, unless it is the next flag (a value left out would swallow it)
       HR_CHECK(i + 1 < args.size(), "[args] --", name, " needs a value");
+      HR_CHECK(args[i + 1].rfind("--", 0) != 0, "[args] --", name, " needs a value; the next argument is the flag ",
+               args[i + 1]);
       value = args[++i];
     }
     it->second(value, out);

@@ -57,6 +57,9 @@ void usage(std::FILE* to) {
       "  debug grads --config CFG --weights W.safetensors --batch B.safetensors --out G.safetensors\n"
       "              [--dtype f32|bf16] [--logits]\n"
       "                       one forward and backward; writes loss, logits and every parameter gradient\n"
+      "  debug batch CONFIG --out B.safetensors [--count N] [--eval] [--set key=value ...]\n"
+      "                       the first samples of the config's data as its pipeline makes them, collated\n"
+      "                       into the batch file debug grads reads\n"
       "  help                 this text\n");
 }
 

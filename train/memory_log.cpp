@@ -20,16 +20,7 @@ int64_t host_rss_bytes() {
   return resident * int64_t(sysconf(_SC_PAGE_SIZE));
 }
 
-MemoryLog::MemoryLog(const std::string& path, int64_t window) : window_(window) {
-  file_ = std::fopen(path.c_str(), "a+");
-  HR_CHECK(file_, "[log] cannot open ", path);
-  // A run killed mid-line left a partial last line: the resumed run's lines start on a line of their own.
-  if (std::fseek(file_, -1, SEEK_END) == 0 && std::fgetc(file_) != '\n') std::fputc('\n', file_);
-}
-
-MemoryLog::~MemoryLog() {
-  if (file_) std::fclose(file_);
-}
+MemoryLog::MemoryLog(const std::string& path, int64_t window) : file_(path), window_(window) {}
 
 nlohmann::json MemoryLog::write(const StepRecord& r, const MemoryStats& s, const MemoryStats& host, int64_t rss) {
   nlohmann::json j;
@@ -73,9 +64,7 @@ nlohmann::json MemoryLog::write(const StepRecord& r, const MemoryStats& s, const
   j["host_rss"] = rss;
   if (r.device_total >= 0) j["device_free"] = r.device_free, j["device_total"] = r.device_total;
   j["warnings"] = r.warnings;
-  const std::string line = j.dump() + "\n";
-  std::fwrite(line.data(), 1, line.size(), file_);
-  std::fflush(file_);
+  file_.append(j.dump() + "\n", r.step);
   return j;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/memory/caching_allocator.h"
+#include "train/log_file.h"
 
 namespace hr::train {
 
@@ -37,7 +38,6 @@ int64_t host_rss_bytes();
 class MemoryLog {
  public:
   MemoryLog(const std::string& path, int64_t leak_window);
-  ~MemoryLog();
   // Writes the line for a finished step from the allocator's stats (peaks since the last reset_peak_stats).
   // `host`: the host allocator (offloaded optimizer states, loader buffers), logged under "host"; `rss`: the
   // process's resident set. Returns the line.
@@ -49,9 +49,10 @@ class MemoryLog {
   //    max(kRssSlack, 10%): memory outside the allocators (libraries, caches, the loader) that keeps growing.
   std::string leak_check(int64_t step, const core::MemoryStats& device, const core::MemoryStats& host, int64_t rss);
   static constexpr int64_t kRssSlack = int64_t(64) << 20;
+  const LogFile& file() const { return file_; }
 
  private:
-  std::FILE* file_ = nullptr;
+  LogFile file_;
   int64_t window_;
   struct Sample {
     int64_t step, allocated;

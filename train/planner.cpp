@@ -591,7 +591,32 @@ DevicePreset run_device(const RunConfig& c, int local_rank) {
   return device_preset(c.memory_limit ? str("cpu:", c.memory_limit) : std::string("cpu"));
 }
 
+namespace {
+
+// Before a dry run builds the model (on the meta device, but its modules and parameter records are host memory):
+// the parameters alone, in the smallest dtype they are held in and sharded as far as the stage shards them, must
+// fit where they live. A model that cannot fit anywhere (num_hidden_layers: 100000000) is refused by this
+// arithmetic, whatever memory.preflight says, instead of being built.
+void check_parameters_can_fit(const RunConfig& c, const DevicePreset& device, int world) {
+  const models::LlavaConfig& m = c.model.config;
+  double per_param = double(dtype_size(param_dtype(c.precision)));
+  if (c.lora_enable && c.lora.quantizes_base()) per_param = std::min(per_param, c.lora.base_bits / 8.0);
+  const bool sharded = c.zero.stage == 3;
+  const double bytes = double(m.parameter_count()) * per_param / (sharded ? world : 1);
+  const bool on_host = sharded && c.zero.offload_params == parallel::Offload::Cpu;
+  const double room =
+      on_host ? double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE)) : double(device.capacity);
+  HR_CHECK(room <= 0 || bytes <= room, "[plan] ", m.largest_part(), ": the model's ", double(m.parameter_count()),
+           " parameters take at least ", format_bytes(bytes), sharded ? " per rank" : "", " as ",
+           precision_name(c.precision), " parameters, more than ", on_host ? "this host's " : "the ",
+           format_bytes(room), on_host ? "" : " of " + device.name,
+           "; no plan can fit, so none is dry-run (smaller model sizes, or ZeRO-3 over more ranks)");
+}
+
+}  // namespace
+
 Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
+  check_parameters_can_fit(config, device, world);
   Plan p;
   p.decisions = decisions_of(config);
   p.config = config;

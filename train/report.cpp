@@ -24,6 +24,8 @@ using namespace hr::core;
 // the later line of a step is the one that counts. A line that is not JSON (a run killed mid-write) is
 // skipped and counted in `skipped`; a JSON line without a numeric "step" is an error naming the line.
 std::vector<json> read_jsonl(const fs::path& path, int64_t& skipped) {
+  std::error_code ec;  // a device (a log pointed at /dev/full) reads without end
+  HR_CHECK(fs::is_regular_file(path, ec), "[report] ", path.string(), " is not a regular file");
   std::ifstream in(path);
   HR_CHECK(in, "[report] cannot read ", path.string());
   std::map<int64_t, json> by_step;

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/backend/device_info.h"
 #include "core/io/atomic_file.h"
@@ -19,13 +20,16 @@
 #include "core/memory/device_memory.h"
 #include "data/synth.h"
 #include "train/checkpoint.h"
+#include "train/console_format.h"
 #include "train/engine.h"
 #include "train/eval_log.h"
 #include "train/evaluate.h"
+#include "train/log_file.h"
 #include "train/memory_log.h"
 #include "train/observe.h"
 #include "train/planner.h"
 #include "train/report.h"
+#include "train/run_guards.h"
 
 namespace hr::train {
 
@@ -35,87 +39,7 @@ using namespace hr::models;
 using namespace hr::data;
 using Clock = std::chrono::steady_clock;
 
-void ensure_synthetic_data(const RunConfig& c, const std::string& dir) {
-  const std::string stamp =
-      str("train=", c.synth_train, " eval=", c.synth_eval, " seed=", c.synth_seed, " size=", c.synth_image_size,
-          c.synth_questions > 1 ? str(" questions=", c.synth_questions) : std::string(),
-          c.synth_captions > 0 ? str(" captions=", c.synth_captions) : std::string(), "\n");
-  const std::string stamp_path = dir + "/synthetic.txt";
-  std::ifstream in(stamp_path);
-  std::string have((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (have == stamp) return;
-  std::printf("writing the synthetic VQA set to %s (%lld train, %lld eval)\n", dir.c_str(), (long long)c.synth_train,
-              (long long)c.synth_eval);
-  write_synthetic_vqa({dir, c.synth_train, c.synth_eval, c.synth_seed, int(c.synth_image_size), int(c.synth_questions),
-                       c.synth_captions});
-  AtomicFile f(stamp_path);
-  f.write(stamp.data(), stamp.size());
-  f.commit();
-}
-
-DataOptions data_options(const RunConfig& c, const std::string& json_path, const std::string& image_folder) {
-  DataOptions d;
-  d.json_path = json_path;
-  d.image_folder = image_folder;
-  d.chat_template = c.chat_template;
-  d.system_prompt = c.system_prompt;
-  d.aspect = c.aspect;
-  d.max_seq_len = c.max_seq_len;
-  d.blank_images = c.blank_images;
-  d.allow_outside_image_folder = c.allow_outside_image_folder;
-  d.tokenizer = load_run_tokenizer(c);
-  d.image_norm = run_image_norm(c);
-  return d;
-}
-
-DataPaths resolve_data_paths(const RunConfig& c, parallel::Communicator& comm) {
-  DataPaths p{c.train_json, c.eval_json, c.image_folder};
-  if (!p.train_json.empty()) return p;
-  const std::string dir = c.output_dir + "/data";
-  if (comm.rank() == 0) ensure_synthetic_data(c, dir);
-  comm.barrier();
-  p.train_json = dir + "/train.json";
-  if (p.eval_json.empty()) p.eval_json = dir + "/eval.json";
-  if (p.image_folder.empty()) p.image_folder = dir;
-  return p;
-}
-
 namespace {
-
-std::string bar(int64_t done, int64_t total) {
-  const int width = 24;
-  const int fill = int(double(done) / double(std::max<int64_t>(total, 1)) * width);
-  std::string s(std::size_t(width + 2), ' ');
-  s.front() = '[';
-  s.back() = ']';
-  for (int i = 0; i < fill && i < width; ++i) s[std::size_t(1 + i)] = '=';
-  if (fill < width) s[std::size_t(1 + fill)] = '>';
-  return s;
-}
-
-// "42s", "3m05s", "1h02m": the ETA on the console line.
-std::string format_duration(double seconds) {
-  const int64_t s = int64_t(std::llround(std::max(seconds, 0.0)));
-  char buf[32];
-  if (s < 60)
-    std::snprintf(buf, sizeof(buf), "%llds", (long long)s);
-  else if (s < 3600)
-    std::snprintf(buf, sizeof(buf), "%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
-  else
-    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", (long long)(s / 3600), (long long)(s / 60 % 60));
-  return buf;
-}
-
-std::string format_rate(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), v >= 100 ? "%.0f" : "%.3g", v);
-  return buf;
-}
-
-// "0.42 ms", "12.3 ms", "184 ms": exposed communication on the console line.
-std::string format_ms(double seconds) {
-  return format_rate(seconds * 1e3) + " ms";
-}
 
 // Splits a loader batch into `parts` micro-batches of consecutive samples (after an out-of-memory error).
 std::vector<LoadedBatch> split_batch(const LoadedBatch& lb, int64_t parts, const RunConfig& c) {
@@ -167,10 +91,14 @@ class Trainer {
   // The memory log line (measured beside predicted), leak and mismatch warnings, the console line.
   void record(const Engine::StepStats& s, const Drawn& d, const AllocatorSnapshot& start, float lr, bool skipped,
               Clock::time_point t0);
-  // After a non-finite step with train.on_nonfinite: stop; ends the run (exit 1) without a checkpoint, so
-  // that the last one written stays the last good one.
-  bool stopped_on_nonfinite() const { return nonfinite_ && c_.on_nonfinite == OnNonfinite::Stop; }
+  // After a non-finite step with train.on_nonfinite: stop, or an fp16 run that diverged (its steps overflow at the
+  // minimum loss scale, memory.loss_scale.max_skips_at_min in a row): ends the run (exit 1) without a checkpoint,
+  // so that the last one written stays the last good one.
+  bool stopped_on_nonfinite() const { return (nonfinite_ && c_.on_nonfinite == OnNonfinite::Stop) || diverged(); }
   int stop_on_nonfinite();
+  bool diverged() const {
+    return c_.loss_scale_max_skips_at_min > 0 && skips_at_min_ >= c_.loss_scale_max_skips_at_min;
+  }
   void maybe_save_or_evaluate();
   // Whether any rank was asked to stop (SIGTERM, SIGINT) by the end of the step just recorded: the ranks agree on it
   // in one collective as record() begins, so that a rank waiting there for the others counts it in the step.
@@ -218,6 +146,8 @@ class Trainer {
   std::unique_ptr<optim::LossScaler> scaler_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<MemoryLog> mlog_;
+  std::unique_ptr<LogFile> eval_log_, predictions_log_;  // rank 0's, with an evaluation set
+  void report_incomplete_logs() const;
   std::shared_ptr<CachingAllocator> alloc_, host_alloc_;
   int gpu_ = -1;                             // N of the cuda:N the run trains on; -1 on the CPU
   std::unique_ptr<RunObservers> observers_;  // TensorBoard, memory timelines, out-of-memory snapshots
@@ -232,9 +162,15 @@ class Trainer {
   int64_t split_ = 1;  // micro-batches per loader batch: doubled by each recovered out-of-memory error
   int64_t mismatches_ = 0;
   std::size_t skipped_reported_ = 0, masked_reported_ = 0;
+  // data.max_seq_len cuts: micro-batches left without a label, and images dropped with their placeholders (each
+  // warned about the first time, counted at the end).
+  int64_t unlearnable_ = 0, images_dropped_reported_ = 0;
+  std::set<std::string> eval_bad_named_;  // bad evaluation samples already named
+  void report_truncation(const Drawn& d, int64_t step);
   bool nonfinite_ = false;       // this step's loss or gradient norm was not finite (bf16/fp32)
   std::string nonfinite_where_;  // what the diagnosis found on this rank
   int64_t nonfinite_steps_ = 0;
+  int64_t skips_at_min_ = 0;  // fp16: steps in a row skipped on overflow at the minimum loss scale
 };
 
 // Every rank must run the same plan (micro-batch, checkpointing, what `auto` picks): each measures its own device,
@@ -251,6 +187,7 @@ DevicePreset Trainer::device_with_least_room(RunConfig& config) {
       require_gpu_per_rank(d.index, config.device, comm_);
       gpu_comm_ = parallel::make_nccl(comm_, d.index);  // its buffers exist before the GPU is measured below
     }
+    gpu_comm_->set_timeout(config.collective_timeout_s);
   }
   DevicePreset device = run_device(config, local);
   if (world == 1) return device;
@@ -351,14 +288,25 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
   }
 
   engine_ = std::make_unique<Engine>(c_, device, gpu_comm_ ? *gpu_comm_ : comm);
+  if (options.resume) {  // a save killed after its files were whole is finished before the newest is looked for
+    if (lead_)
+      for (const std::string& dir : recover_checkpoints(c_.output_dir))
+        std::printf("finished %s (its save was interrupted after every file was written)\n", dir.c_str());
+    comm.barrier();
+  }
   const std::optional<std::string> resume_dir = options.resume ? latest_checkpoint(c_.output_dir) : std::nullopt;
   state_ = resume_dir ? engine_->load(*resume_dir) : engine_->start();
   // Planned: what starting left cached goes back, so that reserved is the states, their segments and the arena.
   if (c_.allocator == AllocatorKind::Planned) alloc_->empty_cache();
 
+  // A resumed position is checked against this run's data before the loader goes there.
+  if (resume_dir) check_loader_position(state_, *resume_dir, train_set_->size(), train_set_->path());
   const int64_t per_epoch = std::max<int64_t>(1, train_set_->size() / c_.global_batch_size);
-  total_ = c_.max_steps > 0 ? c_.max_steps
-                            : std::max<int64_t>(1, int64_t(std::ceil(c_.num_train_epochs * double(per_epoch))));
+  const double epoch_steps = std::ceil(c_.num_train_epochs * double(per_epoch));
+  HR_CHECK(c_.max_steps > 0 || epoch_steps <= double(kMaxTrainerCount), "[config] train.num_train_epochs ",
+           c_.num_train_epochs, " makes ", epoch_steps, " steps of ", per_epoch,
+           " per epoch, more than a run can count");
+  total_ = c_.max_steps > 0 ? c_.max_steps : std::max<int64_t>(1, int64_t(epoch_steps));
   sched_ = std::make_unique<optim::Schedule>(optim::Schedule{
       c_.scheduler, c_.learning_rate,
       c_.warmup_steps >= 0 ? c_.warmup_steps : int64_t(std::ceil(c_.warmup_ratio * double(total_))), total_});
@@ -405,7 +353,19 @@ Trainer::Trainer(const RunConfig& given, const TrainOptions& options, parallel::
     std::fflush(stdout);
   }
   const std::string mlog_name = world == 1 ? std::string("memory.jsonl") : str("memory.rank", rank, ".jsonl");
-  mlog_ = std::make_unique<MemoryLog>(str(c_.output_dir, "/", mlog_name), c_.leak_window);
+  // The logs go back to the step this run starts from: the steps after it (a run killed after its last checkpoint,
+  // or an earlier run in this directory) are written again, and a reader sees each once.
+  std::vector<std::string> logs = {str(c_.output_dir, "/", mlog_name)};
+  if (lead_) logs.insert(logs.end(), {c_.output_dir + "/eval.jsonl", c_.output_dir + "/eval_predictions.jsonl"});
+  for (const std::string& log : logs)
+    if (const int64_t dropped = drop_lines_after_step(log, state_.step))
+      std::printf("%s: dropped %lld lines of steps after %lld, which this run writes again\n", log.c_str(),
+                  (long long)dropped, (long long)state_.step);
+  mlog_ = std::make_unique<MemoryLog>(logs[0], c_.leak_window);
+  if (lead_ && eval_set_) {
+    eval_log_ = std::make_unique<LogFile>(logs[1]);
+    predictions_log_ = std::make_unique<LogFile>(logs[2]);
+  }
   observers_ = std::make_unique<RunObservers>(c_, comm, *alloc_, *host_alloc_);
 }
 
@@ -485,7 +445,9 @@ bool Trainer::update(const Engine::StepStats& s, const Drawn& d, float lr) {
   nonfinite_ = false;
   nonfinite_where_.clear();
   if (c_.precision == Precision::FP16) {
+    const bool at_min = scaler_->scale() <= c_.loss_scale_min;  // the scale this step ran at could go no lower
     skipped = scaler_->update(overflow);
+    skips_at_min_ = skipped && at_min ? skips_at_min_ + 1 : 0;
   } else if (overflow || !std::isfinite(s.loss)) {  // the same verdict on every rank: both are all-reduced
     nonfinite_ = skipped = true;
     ++nonfinite_steps_;
@@ -572,6 +534,7 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
     const std::string& what = loader_->skipped()[skipped_reported_++];
     if (lead_) std::printf("%sskipped bad sample: %s\n", tty_ ? "\n" : "", what.c_str());
   }
+  report_truncation(d, rec.step);
   while (masked_reported_ < loader_->masked().size()) {
     const std::string& what = loader_->masked()[masked_reported_++];
     if (lead_)
@@ -604,6 +567,23 @@ void Trainer::record(const Engine::StepStats& s, const Drawn& d, const Allocator
 
 // Each rank evaluates its share in step with the others (ZeRO-3 gathers parameters collectively); rank 0
 // reports the merged result.
+void Trainer::report_truncation(const Drawn& d, int64_t step) {
+  int64_t unlearnable = 0;
+  for (const LoadedBatch& b : d.pending) unlearnable += b.no_labels_after_truncation;
+  if (lead_ && unlearnable > 0 && unlearnable_ == 0)
+    std::printf(
+        "%swarning: step %lld: data.max_seq_len %lld cut off every answer of a micro-batch: it has no label to "
+        "learn (loss and gradient 0). Raise data.max_seq_len (micro-batches like it are counted at the end)\n",
+        tty_ ? "\n" : "", (long long)step, (long long)c_.max_seq_len);
+  unlearnable_ += unlearnable;
+  if (lead_ && loader_->images_dropped() > 0 && images_dropped_reported_ == 0)
+    std::printf(
+        "%swarning: step %lld: data.max_seq_len %lld cut a sample before its image's placeholders: the image is "
+        "dropped with them, as LLaVA truncates (counted at the end)\n",
+        tty_ ? "\n" : "", (long long)step, (long long)c_.max_seq_len);
+  images_dropped_reported_ = loader_->images_dropped();
+}
+
 void Trainer::evaluate_now() {
   if (!eval_set_) return;
   EvalMemory memory(*alloc_, *predictor_, eval_predicted_);
@@ -611,7 +591,12 @@ void Trainer::evaluate_now() {
   eo.pad_to_multiple_of = c_.pad_to_multiple_of;
   eo.max_seq_len = c_.max_seq_len;
   eo.watch = &memory;
+  eo.on_bad_sample = c_.on_bad_sample;
   EvalResult r = evaluate(engine_->model(), *eval_set_, eo);
+  // Each bad evaluation sample named once (every evaluation meets the same ones), as the loader names training's.
+  for (const std::string& bad : r.bad_samples)
+    if (lead_ && eval_bad_named_.insert(bad).second)
+      std::printf("%sskipped bad evaluation sample: %s\n", tty_ ? "\n" : "", bad.c_str());
   const int64_t mismatches = memory.loss.mismatches + memory.generation.mismatches;
   if (mismatches)
     std::printf(
@@ -621,15 +606,23 @@ void Trainer::evaluate_now() {
         (long long)memory.loss.predicted, (long long)memory.generation.measured,
         (long long)memory.generation.predicted);
   if (!lead_) return;
-  write_eval_line(c_.output_dir + "/eval.jsonl", state_.step, r, memory);
+  write_eval_line(*eval_log_, state_.step, r, memory);
   observers_->eval(state_.step, r);
-  write_predictions(c_.output_dir + "/eval_predictions.jsonl", state_.step, r);
+  write_predictions(*predictions_log_, state_.step, r);
   std::printf("%sstep %lld | %s | memory: loss pass %s, generation %s (%s)\n", tty_ ? "\n" : "", (long long)state_.step,
               eval_summary(r).c_str(), format_bytes(double(memory.loss.measured)).c_str(),
               format_bytes(double(memory.generation.measured)).c_str(),
               mismatches ? "NOT as predicted" : "as predicted");
   for (const std::string& e : r.examples) std::printf("    %s\n", e.c_str());
   std::fflush(stdout);
+}
+
+void Trainer::report_incomplete_logs() const {
+  for (const LogFile* log : {&mlog_->file(), static_cast<const LogFile*>(eval_log_.get()),
+                             static_cast<const LogFile*>(predictions_log_.get())})
+    if (log && !log->complete())
+      std::printf("%sincomplete log: %s\n", comm_.world() > 1 ? str("rank ", comm_.rank(), ": ").c_str() : "",
+                  log->incomplete().c_str());
 }
 
 void Trainer::write_report() {
@@ -664,13 +657,20 @@ const Prediction& Trainer::prediction_for(const std::vector<std::array<int64_t, 
 
 int Trainer::stop_on_nonfinite() {
   const std::optional<std::string> last = latest_checkpoint(c_.output_dir);
-  if (lead_)
+  const std::string kept = last ? str("the last checkpoint, ", *last, ", is from before it and was not overwritten")
+                                : std::string("no checkpoint was written before it");
+  if (lead_ && diverged())  // as DeepSpeed's loss scaler raises at its minimum scale
+    std::printf(
+        "%s[fp16] stopped at step %lld: the run diverged, %lld steps in a row overflowed at the minimum loss scale "
+        "%g (memory.loss_scale.min; memory.loss_scale.max_skips_at_min: %lld); %s. Lower train.learning_rate or "
+        "use memory.precision: bf16\n",
+        tty_ ? "\n" : "", (long long)state_.step, (long long)skips_at_min_, double(c_.loss_scale_min),
+        (long long)c_.loss_scale_max_skips_at_min, kept.c_str());
+  else if (lead_)
     std::printf(
         "stopped at step %lld on a non-finite loss or gradient; %s. Lower train.learning_rate, "
         "check the data and weights, or set train.on_nonfinite: skip\n",
-        (long long)state_.step,
-        last ? str("the last checkpoint, ", *last, ", is from before it and was not overwritten").c_str()
-             : "no checkpoint was written before it");
+        (long long)state_.step, kept.c_str());
   comm_.barrier();
   return 1;
 }
@@ -687,6 +687,7 @@ int Trainer::stop() {
     std::printf("stop requested (%s): saving the checkpoint of step %lld and exiting; --resume continues from it\n",
                 sig ? strsignal(sig) : "on another rank", (long long)state_.step);
   engine_->save(state_);
+  report_incomplete_logs();
   if (lead_) write_report();
   if (lead_)
     std::printf("stopped at step %lld of %lld; outputs in %s\n", (long long)state_.step, (long long)total_,
@@ -702,6 +703,7 @@ int Trainer::finish() {
     evaluate_now();
   }
   const int world = comm_.world();
+  report_incomplete_logs();
   if (mismatches_)
     std::printf("%s[memory] %lld steps measured a peak other than predicted\n",
                 world > 1 ? str("rank ", comm_.rank(), ": ").c_str() : "", (long long)mismatches_);
@@ -719,6 +721,12 @@ int Trainer::finish() {
                   loader_->masked().size());
     if (state_.skipped_steps)
       std::printf("%lld optimizer steps skipped on fp16 overflow\n", (long long)state_.skipped_steps);
+    if (loader_->images_dropped())
+      std::printf("%lld images dropped with their placeholders by data.max_seq_len %lld\n",
+                  (long long)loader_->images_dropped(), (long long)c_.max_seq_len);
+    if (unlearnable_)
+      std::printf("%lld micro-batches had no label left after data.max_seq_len %lld cut them\n",
+                  (long long)unlearnable_, (long long)c_.max_seq_len);
     if (nonfinite_steps_)
       std::printf("%lld steps skipped on a non-finite loss or gradient (named above)\n", (long long)nonfinite_steps_);
     std::printf("%s", alloc_->memory_summary().c_str());
@@ -744,49 +752,14 @@ int Trainer::finish() {
   return 0;
 }
 
-// SIGTERM and SIGINT ask the run to stop after the current step with a checkpoint, the way cluster
-// schedulers stop jobs (a grace period between SIGTERM and SIGKILL); a second signal ends it at once.
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-extern "C" void on_stop_signal(int sig) {
-  if (g_stop_signal) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
-  g_stop_signal = sig;
-}
-
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    for (std::size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &sa, &saved_[i]);
-  }
-  ~StopSignals() {
-    for (std::size_t i = 0; i < kSignals.size(); ++i) sigaction(kSignals[i], &saved_[i], nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  static constexpr std::array<int, 2> kSignals = {SIGTERM, SIGINT};
-  std::array<struct sigaction, 2> saved_{};
-};
-
 }  // namespace
 
-int stop_signal() {
-  return int(g_stop_signal);
-}
-
 int run_training(const RunConfig& given, const TrainOptions& options, parallel::Communicator& comm) {
+  comm.set_timeout(given.collective_timeout_s);  // parallel.timeout: a stopped rank ends the job, named
+  std::unique_ptr<OutputDirLock> lock;           // rank 0's: one job writes an output directory at a time
   if (comm.rank() == 0) {
     fs::create_directories(given.output_dir);
+    lock = std::make_unique<OutputDirLock>(given.output_dir);
     AtomicFile f(given.output_dir + "/config.yaml");
     f.write(given.resolved_yaml.data(), given.resolved_yaml.size());
     f.commit();

@@ -1,5 +1,6 @@
 // Fuzzes the LLaVA dataset reader (a JSON array or JSON lines) and the processing of every entry it holds:
 // templates, truncation, and images from a real synthetic image folder. Bad entries must be BadSample.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -33,6 +34,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       try {
         Example ex = d.get(i);
         if (ex.ids.size() != ex.labels.size() || int64_t(ex.ids.size()) > o.max_seq_len) __builtin_trap();
+        // Truncation keeps an image only with all its placeholders (the model needs one run of them per image).
+        const auto placeholders = std::count(ex.ids.begin(), ex.ids.end(), fuzz::input_spec().image_token_id);
+        if (placeholders != int64_t(ex.images.size()) * fuzz::input_spec().tokens_per_image) __builtin_trap();
       } catch (const BadSample&) {
       }
     }

@@ -74,6 +74,34 @@ void config_seeds(const fs::path& out, const fs::path& source) {
                                     "train.micro_batch_size=auto" + '\0' + "train.global_batch_size=6");
 }
 
+// --set records for fuzz_config_values: a key-choosing byte, then the value, NUL-separated; values at and past the
+// bounds of the numeric keys.
+void config_value_seeds(const fs::path& out) {
+  const char* values[] = {
+      "0",   "-1",     "1",     "4294967297",          "1e300", ".nan", ".inf", "-.inf", "0.999", "1", "",
+      "6e9", "100000", "40000", "9223372036854775807", "2.5",   "1e-8", "abc"};
+  for (int file = 0; file < 8; ++file) {
+    std::string text;
+    for (int i = 0; i < 6; ++i) {
+      const unsigned char key = static_cast<unsigned char>(file * 37 + i * 11);
+      text += std::string(1, char(key)) + values[(file * 6 + i) % (sizeof values / sizeof values[0])] + '\0';
+    }
+    write(out / ("values-" + std::to_string(file)), text);
+  }
+}
+
+// trainer_state.json as checkpoints write it, and one of a run resumed mid-epoch under fp16.
+void trainer_state_seeds(const fs::path& out) {
+  write(
+      out / "fresh.json",
+      R"({"step": 8, "optimizer_steps": 8, "loader": {"epoch": 0, "offset": 64}, "loss_scaler": {"scale": 1.0,)"
+      R"( "iter": 0, "last_overflow": -1, "hysteresis_left": 2}, "skipped_steps": 0, "world_size": 1, "zero_stage": 0})");
+  write(
+      out / "fp16.json",
+      R"({"step": 1000, "optimizer_steps": 990, "loader": {"epoch": 3, "offset": 17}, "loss_scaler": {"scale": 32768.0,)"
+      R"( "iter": 1000, "last_overflow": 990, "hysteresis_left": 1}, "skipped_steps": 10, "world_size": 8, "zero_stage": 3})");
+}
+
 void image_seeds(const fs::path& out) {
   constexpr int w = 12, h = 7;
   data::RgbImage img{w, h, std::vector<uint8_t>(w * h * 3)};
@@ -118,18 +146,22 @@ int main(int argc, char** argv) {
   const fs::path out = argv[1], source = argv[2];
   const fs::path scratch = fuzz::scratch_dir("seeds");
   fs::remove_all(out);
-  for (const char* t : {"safetensors", "safetensors_index", "dataset", "config", "image", "tokenizer"})
+  for (const char* t : {"safetensors", "safetensors_index", "dataset", "config", "config_values", "trainer_state",
+                        "image", "tokenizer"})
     fs::create_directories(out / t);
   safetensors_seeds(out / "safetensors", scratch / "shards");
   index_seeds(out / "safetensors_index", scratch / "shards");
   dataset_seeds(out / "dataset", scratch / "synth");
   config_seeds(out / "config", source);
+  config_value_seeds(out / "config_values");
+  trainer_state_seeds(out / "trainer_state");
   image_seeds(out / "image");
   tokenizer_seeds(out / "tokenizer");
   // Inputs that once failed a target (tests/fuzz/regressions/TARGET-*) are seeds of it: every run replays them.
   for (const auto& e : fs::directory_iterator(source / "tests/fuzz/regressions")) {
     const std::string name = e.path().filename().string();
-    for (const char* t : {"safetensors_index", "safetensors", "dataset", "config", "image", "tokenizer"})
+    for (const char* t : {"safetensors_index", "safetensors", "dataset", "config_values", "config", "trainer_state",
+                          "image", "tokenizer"})
       if (name.rfind(std::string(t) + "-", 0) == 0) {
         fs::copy_file(e.path(), out / t / name, fs::copy_options::overwrite_existing);
         break;

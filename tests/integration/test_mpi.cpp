@@ -470,6 +470,33 @@ TEST(Mpi, AKilledRankEndsEveryRankWithinAMinute) {
   std::printf("job ended %.1f s after rank 1 was killed\n", end.seconds);
 }
 
+// parallel.timeout (PyTorch's and DeepSpeed's timeout): a rank stopped with SIGSTOP kept the other waiting in a
+// collective without a word for as long as it stayed stopped (over 180 s). Past the timeout the waiting rank names
+// itself and the collective, and the job ends.
+TEST(Mpi, AStoppedRankEndsTheJobAfterTheTimeoutNamingTheCollective) {
+  const std::string base = fresh_dir("mpi_timeout");
+  const std::string cfg = config(base);
+  const pid_t launcher =
+      spawn("exec " + kMpirun + "2 " + HR_HEADROOM_BIN + " train " + cfg + " --set run.output_dir=" + base +
+                "/run --set train.max_steps=1000000 --set parallel.timeout=3",
+            base + "/log.txt");
+  ASSERT_GT(launcher, 0);
+  ASSERT_TRUE(wait_for_lines(base + "/run/memory.rank1.jsonl", 2, 120)) << read_file(base + "/log.txt");
+  const std::vector<pid_t> ranks = ranks_of(launcher);
+  ASSERT_EQ(ranks.size(), 2u);
+  const JobEnd end = signal_rank(launcher, ranks, 1, SIGSTOP, 60);
+  for (pid_t r : ranks) kill(r, SIGKILL);  // whatever is left of the stopped rank
+  const std::string log = read_file(base + "/log.txt");
+  ASSERT_TRUE(end.ended) << "the job was still waiting 60 s after rank 1 stopped:\n" << log;
+  EXPECT_TRUE(!WIFEXITED(end.status) || WEXITSTATUS(end.status) != 0) << log;
+  EXPECT_NE(log.find("headroom: rank 0: [mpi] rank 0: "), std::string::npos) << log;
+  EXPECT_NE(log.find(" did not finish within 3 s (parallel.timeout): another rank stopped, hung or died"),
+            std::string::npos)
+      << log;
+  EXPECT_LT(end.seconds, 30.0) << log;
+  std::printf("job ended %.1f s after rank 1 stopped (timeout 3 s)\n", end.seconds);
+}
+
 // A scheduler's SIGTERM reaching only one rank stops every rank after the same step, with one checkpoint of
 // it, and the job exits 0.
 TEST(Mpi, SigtermToOneRankStopsEveryRankAfterTheSameStep) {

@@ -116,6 +116,90 @@ TEST(Config, AModelSectionOfTheWrongShapeIsAConfigError) {
   EXPECT_NE(error_of(q).find("is not a string"), std::string::npos) << error_of(q);
 }
 
+// Counts held as ints are bounded before they narrow: 40,000 loader threads ended in std::terminate, 100,000 OpenMP
+// threads segfaulted in libgomp, -1 was taken, and 4294967297 wrapped to 1.
+TEST(Config, CountsAreBoundedNamingTheKey) {
+  for (const char* set :
+       {"data.num_workers=40000", "data.num_workers=-1", "data.num_workers=4294967297", "device.threads=100000",
+        "device.threads=-1", "device.threads=4294967297", "data.prefetch=-1", "memory.loss_scale.hysteresis=4294967297",
+        "memory.gradient_checkpointing.every=4294967297"}) {
+    const std::string key = std::string(set).substr(0, std::string(set).find('='));
+    const std::string e = error_of("", {set});
+    EXPECT_NE(e.find("[config] " + key + ": "), std::string::npos) << set << ": " << e;
+    EXPECT_NE(e.find("is not an integer from"), std::string::npos) << set << ": " << e;
+  }
+  const RunConfig ok = load_config("", {"data.num_workers=0", "device.threads=4", "memory.loss_scale.hysteresis=3"});
+  EXPECT_EQ(ok.num_workers, 0);
+  EXPECT_EQ(ok.threads, 4);
+  EXPECT_EQ(ok.loss_scale_hysteresis, 3);
+}
+
+// Values no run can mean are refused by name instead of training one step or reaching the optimizer.
+TEST(Config, NonsenseValuesAreRefusedNamingTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"train.num_train_epochs=.inf", "train.num_train_epochs"},
+      {"train.num_train_epochs=1e300", "train.num_train_epochs"},
+      {"train.num_train_epochs=.nan", "train.num_train_epochs"},
+      {"train.num_train_epochs=-1", "train.num_train_epochs"},
+      {"train.num_train_epochs=0", "train.num_train_epochs"},
+      {"train.adam_epsilon=-1", "train.adam_epsilon"},
+      {"train.adam_beta1=1", "train.adam_beta1"},
+      {"train.adam_beta2=-0.1", "train.adam_beta2"},
+      {"train.adam_beta2=1.5", "train.adam_beta2"},
+      {"train.weight_decay=-0.1", "train.weight_decay"},
+      {"train.momentum=-1", "train.momentum"},
+      {"train.learning_rate=.inf", "train.learning_rate"},
+      {"train.learning_rate=.nan", "train.learning_rate"},
+      {"train.warmup_ratio=2", "train.warmup_ratio"},
+      {"memory.loss_scale.min=0", "memory.loss_scale.min"},
+      {"lora.alpha=.inf", "lora.alpha"},
+      {"model.llm.rope_theta=.nan", "model.llm.rope_theta"},
+      {"model.llm.rms_norm_eps=.nan", "model.llm.rms_norm_eps"},
+      {"model.llm.rms_norm_eps=-1", "model.llm.rms_norm_eps"},
+      {"model.vision.layer_norm_eps=.inf", "model.vision.layer_norm_eps"},
+      {"run.output_dir=", "run.output_dir"},
+      {"parallel.timeout=0", "parallel.timeout"},
+      {"parallel.timeout=.nan", "parallel.timeout"},
+      {"device.memory_limit=1e30GiB", "device.memory_limit"}};
+  for (const auto& [set, key] : cases) {
+    const std::string e = error_of(write("model:\n  preset: tiny\n"), {set});
+    EXPECT_NE(e.find(key), std::string::npos) << set << ": " << e;
+    EXPECT_EQ(e.find("unknown key"), std::string::npos) << set << ": " << e;
+  }
+  // An empty text key means none, not a file named "null".
+  EXPECT_EQ(load_config("", {"data.train_json="}).train_json, "");
+  EXPECT_EQ(load_config("", {"parallel.timeout=5"}).collective_timeout_s, 5.0);
+  EXPECT_EQ(load_config("", {}).collective_timeout_s, 1800.0);  // PyTorch's and DeepSpeed's 30 minutes
+}
+
+// yaml-cpp's Load reads a file's first document and drops the rest without a word: a config is one document.
+TEST(Config, LaterYamlDocumentsAreRefused) {
+  const std::string p = write("train:\n  max_steps: 3\n---\ntrain:\n  max_steps: 5\n");
+  const std::string e = error_of(p);
+  EXPECT_NE(e.find(p + ": holds 2 YAML documents"), std::string::npos) << e;
+  EXPECT_NE(e.find("document 2, after a '---' line, begins at line 4"), std::string::npos) << e;
+  EXPECT_EQ(load_config(write("train:\n  max_steps: 3\n---\n"), {}).max_steps, 3);  // an empty one after it
+}
+
+// Every model dimension is checked at load, naming the key: 0 made the kernels divide by zero (SIGFPE), and sizes
+// whose bytes overflow 64 bits printed negative dimensions.
+TEST(Config, ModelDimensionsAreValidatedNamingTheKey) {
+  const std::string tiny = write("model:\n  preset: tiny\n");
+  for (const char* key : {"model.llm.intermediate_size", "model.llm.vocab_size", "model.llm.num_hidden_layers",
+                          "model.llm.num_key_value_heads", "model.vision.intermediate_size",
+                          "model.vision.num_channels", "model.vision.num_hidden_layers", "model.vision.patch_size"}) {
+    const std::string e = error_of(tiny, {std::string(key) + "=0"});
+    EXPECT_NE(e.find(std::string(key) + " 0 must be positive"), std::string::npos) << key << ": " << e;
+    EXPECT_NE(e.find(tiny), std::string::npos) << "the file is named: " << e;
+  }
+  const std::string huge = error_of(
+      tiny, {"model.llm.hidden_size=6000000000", "model.llm.num_attention_heads=2", "model.llm.num_key_value_heads=2"});
+  EXPECT_NE(huge.find("overflow 64-bit byte counts"), std::string::npos) << huge;
+  EXPECT_NE(huge.find("model.llm.hidden_size 6000000000"), std::string::npos) << huge;
+  // Large but countable: accepted here (the planner's arithmetic refuses what no device holds).
+  EXPECT_EQ(load_config(tiny, {"model.llm.num_hidden_layers=100000000"}).model.config.llm.layers, 100000000);
+}
+
 // `headroom info`'s GPU query never throws: on a machine without a driver or a GPU it says why; with GPUs each
 // has a name, a compute capability and memory.
 TEST(Info, CudaQueryDescribesTheGpusOrWhyThereAreNone) {

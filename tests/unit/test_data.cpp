@@ -5,6 +5,7 @@
 #include <stb/stb_image_write.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -460,6 +461,37 @@ TEST(Dataset, TruncationNeverCutsInsideImageFeatures) {
   EXPECT_EQ(e.ids.size(), 7u);
   EXPECT_TRUE(e.images.empty());
   for (int64_t id : e.ids) EXPECT_NE(id, 299);
+}
+
+// A cut before the image (max_seq_len shorter than the text that precedes it) drops the image with its placeholders,
+// as LLaVA truncates and trains on: pixels without placeholders stopped the run ("input_ids hold placeholders for 0
+// images but pixel_values has 4"). The loader counts the dropped images and marks a batch left without a label.
+TEST(Dataset, ACutBeforeTheImageDropsItWithItsPlaceholders) {
+  const std::string d = dir("trunc_before");
+  write_synthetic_vqa({d, 4, 1, 1, 8});
+  DataOptions o;
+  o.json_path = d + "/train.json";
+  o.image_folder = d;
+  o.system_prompt = "";
+  o.max_seq_len = 5;  // "<s>USER: " is 7 tokens: the cut comes before the image's 4
+  LlavaDataset data(o, models::input_spec(small_model()));
+  const Example e = data.get(0);
+  EXPECT_EQ(e.ids.size(), 5u);
+  EXPECT_TRUE(e.images.empty());
+  EXPECT_EQ(std::count(e.ids.begin(), e.ids.end(), 299), 0);
+  EXPECT_EQ(e.images_dropped, 1);
+  LoaderOptions lo;
+  lo.micro_batch = 2;
+  lo.max_seq_len = 5;
+  DataLoader loader(data, lo);
+  const LoadedBatch b = loader.next();
+  EXPECT_FALSE(b.batch.pixel_values.defined());
+  EXPECT_EQ(loader.images_dropped(), 2);
+  EXPECT_TRUE(b.no_labels_after_truncation) << "every answer was cut off";
+  o.max_seq_len = 2048;
+  LlavaDataset whole(o, models::input_spec(small_model()));
+  DataLoader full(whole, lo);
+  EXPECT_FALSE(full.next().no_labels_after_truncation);
 }
 
 TEST(Loader, DeterministicOrderAndExactResume) {

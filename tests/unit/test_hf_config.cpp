@@ -101,6 +101,31 @@ TEST(HfConfig, RefusesWhatHeadroomDoesNotImplementNamingTheKey) {
   EXPECT_THROW(to_hf_config(linear, core::DType::F32), Error);
 }
 
+// A config.json's sizes are checked as the config's are, under config.json's own key names: an intermediate_size of 0
+// made the kernels divide by zero (SIGFPE), 0 heads divided by zero while head_dim was checked, and counts no
+// int64 holds (1e30) converted to garbage.
+TEST(HfConfig, ZeroAndOverflowingSizesAreRefusedNamingTheKey) {
+  const json good = to_hf_config(preset("tiny"), core::DType::F32);
+  auto with = [&](const std::string& section, const std::string& key, const json& value) {
+    json j = good;
+    j[section][key] = value;
+    return j;
+  };
+  expect_error(with("text_config", "intermediate_size", 0),
+               "[hf] config.json: text_config.intermediate_size 0 must be positive");
+  expect_error(with("vision_config", "intermediate_size", 0), "vision_config.intermediate_size 0 must be positive");
+  json heads = with("text_config", "num_attention_heads", 0);
+  heads["text_config"]["head_dim"] = 8;
+  expect_error(heads, "text_config.num_attention_heads 0 must be positive");
+  expect_error(with("text_config", "hidden_size", 1e30), "text_config.hidden_size 1e+30 is out of range");
+  expect_error(with("text_config", "rope_theta", -1.0), "text_config.rope_theta -1 must be a positive finite number");
+  json big = with("text_config", "hidden_size", 6e9);
+  big["text_config"]["num_attention_heads"] = 2;
+  big["text_config"]["num_key_value_heads"] = 2;
+  expect_error(big, "overflow 64-bit byte counts");
+  expect_error(big, "text_config.hidden_size 6000000000");
+}
+
 TEST(HfConfig, ModelNameOrPathReadsTheDirectory) {
   const std::string dir = testing::TempDir() + "/hf_config_dir";
   std::filesystem::create_directories(dir);

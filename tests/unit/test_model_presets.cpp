@@ -25,6 +25,17 @@ TEST(ModelPresets, ParameterCountsMatchLlavaHf) {
   EXPECT_EQ(vision, 303507456);
 }
 
+// The closed-form count (validate's overflow check, the planner's capacity arithmetic) is the built model's.
+TEST(ModelPresets, ParameterCountInClosedFormIsTheBuiltModels) {
+  for (const std::string& name : preset_names()) {
+    LlavaConfig c = preset(name);
+    EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name;
+    c.projector = ProjectorType::Linear;
+    c.llm.kv_heads = c.llm.heads / 2;
+    EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name << " (linear, GQA)";
+  }
+}
+
 TEST(ModelPresets, NamesFollowLlavaHf) {
   Llava m(preset("tiny"), Device::meta(), DType::F32);
   for (const char* name :

@@ -15,6 +15,7 @@
 #include "core/backend/device_info.h"
 #include "core/backend/kernels.h"
 #include "core/memory/device_memory.h"
+#include "core/ops/attention.h"
 #include "core/ops/elementwise.h"
 #include "op_cases.h"
 
@@ -372,4 +373,42 @@ TEST(KernelTable, EveryBackEndRegistersEveryListedKernel) {
     }
   EXPECT_EQ(sizing, 6);
   EXPECT_EQ(kernel_entries(cpu_kernels()).size(), 39u) << "6 sizing functions and 33 kernels";
+}
+
+// A NaN in a score row propagates as in the reference softmax (its max is NaN): the row's output and log-sum-exp are
+// NaN, and so are the gradients through it. Taken for a fully masked row, it became zeros, and the non-finite check
+// then blamed a later layer. Rows that never see the NaN stay finite.
+TEST(Attention, NanScoresPropagateLikeTheReference) {
+  const int64_t L = 70, H = 2, D = 8;  // two query tiles of the CPU kernel
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto random = [&] {
+    std::vector<float> v(std::size_t(L * H * D));
+    for (float& x : v) x = nd(rng);
+    return v;
+  };
+  std::vector<float> qv = random(), kv = random(), vv = random();
+  const int64_t bad_q = 3, bad_k = 66;  // query row 3 (head 0) is NaN; key 66 (head 1) is NaN
+  for (int64_t c = 0; c < D; ++c) qv[std::size_t((bad_q * H + 0) * D + c)] = std::nanf("");
+  kv[std::size_t((bad_k * H + 1) * D)] = std::nanf("");
+  const Tensor q = Tensor::from_floats(qv, {1, L, H, D}, DType::F32, kBackend),
+               k = Tensor::from_floats(kv, {1, L, H, D}, DType::F32, kBackend),
+               v = Tensor::from_floats(vv, {1, L, H, D}, DType::F32, kBackend);
+  const AttentionOut o = attention_forward(q, k, v, Mask::Causal, 0.35f);
+  const std::vector<float> out = o.out.to(Device::cpu()).to_floats(), lse = o.lse.to(Device::cpu()).to_floats();
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t h = 0; h < H; ++h) {
+      // Head 0: only row 3's scores are NaN. Head 1: rows that see key 66 (causal: i >= 66).
+      const bool nan = h == 0 ? i == bad_q : i >= bad_k;
+      EXPECT_EQ(std::isnan(lse[std::size_t(h * L + i)]), nan) << "lse of row " << i << " head " << h;
+      for (int64_t c = 0; c < D; ++c)
+        ASSERT_EQ(std::isnan(out[std::size_t((i * H + h) * D + c)]), nan) << "out row " << i << " head " << h;
+    }
+  const Tensor dout = Tensor::full({1, L, H, D}, 1.f, DType::F32, kBackend);
+  const AttentionGrads g = attention_backward(dout, q, k, v, o, Mask::Causal, 0.35f);
+  const std::vector<float> dq = g.dq.to(Device::cpu()).to_floats();
+  EXPECT_TRUE(std::isnan(dq[std::size_t((bad_q * H + 0) * D)])) << "the NaN row's query gradient";
+  EXPECT_TRUE(std::isfinite(dq[std::size_t((2 * H + 0) * D)])) << "a row before the NaN one";
+  const std::vector<float> dk = g.dk.to(Device::cpu()).to_floats();
+  EXPECT_TRUE(std::isnan(dk[std::size_t((0 * H + 0) * D)])) << "key 0 is seen by the NaN row 3 of head 0";
 }

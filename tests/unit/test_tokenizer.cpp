@@ -120,3 +120,23 @@ TEST(Tokenizer, ByteTokenizerThroughTheInterface) {
   // llava_llama_2 is defined by real tokens only.
   EXPECT_THROW(apply_template(Template::Llama2, {{true, "q"}, {false, "a"}}, *t, 4, "default", -100), Error);
 }
+
+// LLaVA's preprocess_multimodal strips the question with Python's str.strip(), which takes every character
+// str.isspace() calls whitespace: a CJK question after "<image>\n" begins with U+3000, and an ASCII-only strip kept it,
+// tokenizing otherwise than LLaVA. Each of Python's non-ASCII spaces and separators goes, at either end.
+TEST(Template, TheImageQuestionIsStrippedAsPythonStripsIt) {
+  const auto t = load_json(tiny(), "python_strip");
+  auto ids = [&](const std::string& question) {
+    return apply_template(Template::VicunaV1, {{true, "<image>\n" + question}, {false, "ab"}}, *t, 4, "", -100).ids;
+  };
+  const std::vector<int64_t> plain = ids("abc");
+  for (const char* space : {"\u3000", "\u00a0", "\u2003", "\u2028", "\u0085", "\u202f", "\x1c", "\x1f", "\u1680",
+                            "\u205f", "\u2029", "\t\u3000 "}) {
+    EXPECT_EQ(ids(std::string(space) + "abc"), plain) << "leading U+" << std::hex << int(space[0] & 0xff);
+    EXPECT_EQ(ids("abc" + std::string(space)), plain) << "trailing U+" << std::hex << int(space[0] & 0xff);
+  }
+  // Not whitespace to Python: a zero-width space (U+200B) stays.
+  EXPECT_NE(ids("\u200b"
+                "abc"),
+            plain);
+}

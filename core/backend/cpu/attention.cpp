@@ -45,6 +45,11 @@ void store_tile(T* base, int64_t batch_off, int64_t start, int64_t rows, int64_t
   }
 }
 
+// The larger of two scores, NaN if either is NaN.
+inline float nan_max(float a, float b) {
+  return std::isnan(a) || a > b ? a : b;
+}
+
 }  // namespace
 
 std::size_t attention_workspace_bytes(const AttentionDesc& a, AttentionPass pass) {
@@ -99,7 +104,9 @@ void attention_forward(const AttentionArgs& a) {
           float* sr = S + r * bk;
           const int64_t last = causal ? std::min(bk, i0 + r + off - j0 + 1) : bk;  // keys [0, last) visible
           MapRow row(sr, std::max<int64_t>(last, 0));
-          const float mx = last > 0 ? std::max(m[r], row.maxCoeff()) : m[r];
+          // NaN propagates, as in the reference softmax: std::max(-inf, NaN) is -inf, which would take a row of
+          // NaN scores for a fully masked one (zeros) and hide the fault from the non-finite check.
+          const float mx = last > 0 ? nan_max(m[r], row.maxCoeff<Eigen::PropagateNaN>()) : m[r];
           if (mx == -INFINITY) {
             std::fill(sr, sr + bk, 0.f);
             continue;
@@ -114,10 +121,10 @@ void attention_forward(const AttentionArgs& a) {
         }
         MapM(O, bq, d).noalias() += Sm * MapM(V, bk, d);
       }
-      for (int64_t r = 0; r < bq; ++r) {
-        const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+      for (int64_t r = 0; r < bq; ++r) {  // l is 0 for a fully masked row only; NaN stays NaN
+        const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
         for (int64_t c = 0; c < d; ++c) O[r * d + c] *= inv;
-        lse[(b * s.q_heads + h) * s.q_len + i0 + r] = l[r] > 0.f ? m[r] + std::log(l[r]) : -INFINITY;
+        lse[(b * s.q_heads + h) * s.q_len + i0 + r] = l[r] == 0.f ? -INFINITY : m[r] + std::log(l[r]);
       }
       store_tile(out, b * s.q_len, i0, bq, s.q_heads, h, d, O);
     }

@@ -1,0 +1,59 @@
+// The run's data sets: the options and paths of the files a config names, and the synthetic VQA set written under
+// output_dir/data on first use (declared in trainer.h).
+#include <fstream>
+
+#include "core/io/atomic_file.h"
+#include "data/synth.h"
+#include "train/trainer.h"
+
+namespace hr::train {
+
+using namespace hr::core;
+using namespace hr::data;
+
+void ensure_synthetic_data(const RunConfig& c, const std::string& dir) {
+  const std::string stamp =
+      str("train=", c.synth_train, " eval=", c.synth_eval, " seed=", c.synth_seed, " size=", c.synth_image_size,
+          c.synth_questions > 1 ? str(" questions=", c.synth_questions) : std::string(),
+          c.synth_captions > 0 ? str(" captions=", c.synth_captions) : std::string(), "\n");
+  const std::string stamp_path = dir + "/synthetic.txt";
+  std::ifstream in(stamp_path);
+  std::string have((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (have == stamp) return;
+  std::printf("writing the synthetic VQA set to %s (%lld train, %lld eval)\n", dir.c_str(), (long long)c.synth_train,
+              (long long)c.synth_eval);
+  write_synthetic_vqa({dir, c.synth_train, c.synth_eval, c.synth_seed, int(c.synth_image_size), int(c.synth_questions),
+                       c.synth_captions});
+  AtomicFile f(stamp_path);
+  f.write(stamp.data(), stamp.size());
+  f.commit();
+}
+
+DataOptions data_options(const RunConfig& c, const std::string& json_path, const std::string& image_folder) {
+  DataOptions d;
+  d.json_path = json_path;
+  d.image_folder = image_folder;
+  d.chat_template = c.chat_template;
+  d.system_prompt = c.system_prompt;
+  d.aspect = c.aspect;
+  d.max_seq_len = c.max_seq_len;
+  d.blank_images = c.blank_images;
+  d.allow_outside_image_folder = c.allow_outside_image_folder;
+  d.tokenizer = load_run_tokenizer(c);
+  d.image_norm = run_image_norm(c);
+  return d;
+}
+
+DataPaths resolve_data_paths(const RunConfig& c, parallel::Communicator& comm) {
+  DataPaths p{c.train_json, c.eval_json, c.image_folder};
+  if (!p.train_json.empty()) return p;
+  const std::string dir = c.output_dir + "/data";
+  if (comm.rank() == 0) ensure_synthetic_data(c, dir);
+  comm.barrier();
+  p.train_json = dir + "/train.json";
+  if (p.eval_json.empty()) p.eval_json = dir + "/eval.json";
+  if (p.image_folder.empty()) p.image_folder = dir;
+  return p;
+}
+
+}  // namespace hr::train
