@@ -51,6 +51,206 @@ bool valid_utf8(const std::string& s) {
   return true;
 }
 
+constexpr int64_t kMaxId = int64_t(1) << 24;  // pieces_ is indexed by id: a larger one is a broken file
+
+int64_t check_id(const std::string& file, int64_t id, const std::string& what) {
+  HR_CHECK(id >= 0 && id < kMaxId, "[tokenizer] ", file, ": ", what, " has id ", id, ", outside [0, ", kMaxId, ")");
+  return id;
+}
+
+Error unsupported(const std::string& file, const std::string& part, const json& v) {
+  return Error(str("[tokenizer] ", file, ": ", part, " '", v.is_object() ? v.value("type", v.dump()) : v.dump(),
+                   "' is not supported (headroom reads the Llama family's BPE with byte fallback: normalizers "
+                   "Sequence/Prepend/Replace, pre-tokenizer Metaspace, post-processor TemplateProcessing, "
+                   "decoders Sequence/Replace/ByteFallback/Fuse/Strip/Metaspace)"));
+}
+
+bool present(const json& j, const char* key) {
+  return j.contains(key) && !j[key].is_null();
+}
+
+// --- The normalizer and decoder pipelines: a table of readers by "type" each (Sequence nests others); a type
+// the table does not hold is an error naming it.
+template <class Part>
+struct PartReader {
+  const char* type;
+  void (*read)(const json& j, const std::string& file, std::vector<Part>& out);
+};
+
+template <class Part, std::size_t N>
+void read_part(const PartReader<Part> (&table)[N], const char* what, const json& j, const std::string& file,
+               std::vector<Part>& out) {
+  if (j.is_null()) return;
+  const std::string type = j.value("type", "");
+  for (const PartReader<Part>& r : table)
+    if (type == r.type) return r.read(j, file, out);
+  throw unsupported(file, what, j);
+}
+
+void read_normalizer(const json& n, const std::string& file, std::vector<Normalizer>& out);
+
+void normalizer_sequence(const json& n, const std::string& file, std::vector<Normalizer>& out) {
+  for (const json& x : n.at("normalizers")) read_normalizer(x, file, out);
+}
+void normalizer_prepend(const json& n, const std::string&, std::vector<Normalizer>& out) {
+  out.push_back({Normalizer::Prepend, n.at("prepend"), ""});
+}
+void normalizer_replace(const json& n, const std::string& file, std::vector<Normalizer>& out) {
+  if (!n.at("pattern").contains("String")) throw unsupported(file, "normalizer", n);  // a Regex pattern
+  out.push_back({Normalizer::Replace, n["pattern"]["String"], n.at("content")});
+}
+
+constexpr PartReader<Normalizer> kNormalizers[] = {
+    {"Sequence", normalizer_sequence}, {"Prepend", normalizer_prepend}, {"Replace", normalizer_replace}};
+
+void read_normalizer(const json& n, const std::string& file, std::vector<Normalizer>& out) {
+  read_part(kNormalizers, "normalizer", n, file, out);
+}
+
+void read_decoder(const json& d, const std::string& file, std::vector<Decoder>& out);
+
+void decoder_sequence(const json& d, const std::string& file, std::vector<Decoder>& out) {
+  for (const json& x : d.at("decoders")) read_decoder(x, file, out);
+}
+void decoder_replace(const json& d, const std::string& file, std::vector<Decoder>& out) {
+  if (!d.at("pattern").contains("String")) throw unsupported(file, "decoder", d);  // a Regex pattern
+  out.push_back({Decoder::Replace, d["pattern"]["String"], d.at("content")});
+}
+void decoder_byte_fallback(const json&, const std::string&, std::vector<Decoder>& out) {
+  out.push_back({Decoder::ByteFallback, "", ""});
+}
+void decoder_fuse(const json&, const std::string&, std::vector<Decoder>& out) {
+  out.push_back({Decoder::Fuse, "", ""});
+}
+void decoder_strip(const json& d, const std::string& file, std::vector<Decoder>& out) {
+  out.push_back({Decoder::Strip, d.at("content"), "", tok::json_int(d.at("start"), str(file, ": Strip start")),
+                 tok::json_int(d.at("stop"), str(file, ": Strip stop"))});
+}
+void decoder_metaspace(const json& d, const std::string&, std::vector<Decoder>& out) {
+  Decoder x{Decoder::Metaspace, d.value("replacement", std::string(tok::kMetaspace)), ""};
+  x.prepend = d.value("prepend_scheme", std::string("always")) != "never";
+  out.push_back(x);
+}
+
+constexpr PartReader<Decoder> kDecoders[] = {
+    {"Sequence", decoder_sequence}, {"Replace", decoder_replace}, {"ByteFallback", decoder_byte_fallback},
+    {"Fuse", decoder_fuse},         {"Strip", decoder_strip},     {"Metaspace", decoder_metaspace}};
+
+void read_decoder(const json& d, const std::string& file, std::vector<Decoder>& out) {
+  read_part(kDecoders, "decoder", d, file, out);
+}
+
+// --- The decoders' steps over the tokens' texts (tokenizers' decode_chain).
+std::vector<std::string> decode_replace(const Decoder& d, const std::vector<std::string>& in) {
+  std::vector<std::string> out;
+  for (const std::string& t : in) out.push_back(tok::replace_all(t, d.a, d.b));
+  return out;
+}
+
+std::vector<std::string> decode_fuse(const std::vector<std::string>& in) {
+  std::string all;
+  for (const std::string& t : in) all += t;
+  return {all};
+}
+
+std::vector<std::string> decode_strip(const Decoder& d, const std::vector<std::string>& in) {
+  std::vector<std::string> out;
+  const std::size_t n = d.a.size();
+  for (const std::string& t : in) {
+    std::size_t b = 0, e = t.size();
+    for (int64_t k = 0; k < d.start && b < e && t.compare(b, n, d.a) == 0; ++k) b += n;
+    for (int64_t k = 0; k < d.stop && e >= b + n && t.compare(e - n, n, d.a) == 0; ++k) e -= n;
+    out.push_back(t.substr(b, e - b));
+  }
+  return out;
+}
+
+std::vector<std::string> decode_metaspace(const Decoder& d, const std::vector<std::string>& in) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    std::string t = tok::replace_all(in[i], d.a, " ");
+    if (i == 0 && d.prepend && !t.empty() && t[0] == ' ') t.erase(0, 1);
+    out.push_back(t);
+  }
+  return out;
+}
+
+bool is_byte_piece(const std::string& t) {  // "<0xAB>"
+  return t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
+         std::isxdigit(static_cast<unsigned char>(t[4]));
+}
+
+// A run of `count` byte pieces: their text when it is valid UTF-8, else one U+FFFD per piece.
+void flush_bytes(std::string& bytes, std::size_t& count, std::vector<std::string>& out) {
+  if (count == 0) return;
+  if (valid_utf8(bytes)) {
+    out.push_back(bytes);
+  } else {
+    for (std::size_t k = 0; k < count; ++k) out.push_back("\xef\xbf\xbd");
+  }
+  bytes.clear(), count = 0;
+}
+
+std::vector<std::string> decode_byte_fallback(const std::vector<std::string>& in) {
+  std::vector<std::string> out;
+  std::string bytes;
+  std::size_t count = 0;
+  for (const std::string& t : in) {
+    if (is_byte_piece(t)) {
+      bytes += char(std::stoi(t.substr(3, 2), nullptr, 16));
+      ++count;
+    } else {
+      flush_bytes(bytes, count, out);
+      out.push_back(t);
+    }
+  }
+  flush_bytes(bytes, count, out);
+  return out;
+}
+
+std::vector<std::string> run_decoder(const Decoder& d, const std::vector<std::string>& in) {
+  switch (d.kind) {
+    case Decoder::Replace:
+      return decode_replace(d, in);
+    case Decoder::Fuse:
+      return decode_fuse(in);
+    case Decoder::Strip:
+      return decode_strip(d, in);
+    case Decoder::Metaspace:
+      return decode_metaspace(d, in);
+    case Decoder::ByteFallback:
+      return decode_byte_fallback(in);
+  }
+  return {};
+}
+
+// --- BPE's word: its symbols as a linked list over a vector (tokenizers' Word), merged lowest rank first.
+struct Symbol {
+  int64_t c;
+  std::ptrdiff_t prev, next;
+  std::size_t len;  // bytes of the word it covers; 0 once merged into its left neighbour
+};
+
+void push_symbol(std::vector<Symbol>& sym, int64_t id, std::size_t len) {
+  const auto n = std::ptrdiff_t(sym.size());
+  sym.push_back({id, n - 1, n + 1, len});
+}
+
+// Unknown characters not yet a symbol: with fuse_unk a run of them becomes one unk symbol.
+struct PendingUnk {
+  int64_t id = -1;
+  std::size_t len = 0;
+  void flush(std::vector<Symbol>& sym) {
+    if (id >= 0) push_symbol(sym, id, len), id = -1;
+  }
+};
+
+struct Merge {
+  std::size_t pos;
+  int64_t rank, id;
+  bool operator<(const Merge& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+};
+
 class HfTokenizer : public Tokenizer {
  public:
   // `text` is the file's content; `file` names it in errors; tokenizer_config.json is read from `config_dir`
@@ -71,163 +271,137 @@ class HfTokenizer : public Tokenizer {
   }
 
  private:
-  static constexpr int64_t kMaxId = int64_t(1) << 24;
-
   void parse(const json& j, const std::string& config_dir, int64_t image_token) {
-    const std::string& file = file_;
-    auto check_id = [&](int64_t id, const std::string& what) {
-      HR_CHECK(id >= 0 && id < kMaxId, "[tokenizer] ", file, ": ", what, " has id ", id, ", outside [0, ", kMaxId, ")");
-      return id;
-    };
-    auto unsupported = [&](const std::string& part, const json& v) {
-      return Error(str("[tokenizer] ", file, ": ", part, " '", v.is_object() ? v.value("type", v.dump()) : v.dump(),
-                       "' is not supported (headroom reads the Llama family's BPE with byte fallback: normalizers "
-                       "Sequence/Prepend/Replace, pre-tokenizer Metaspace, post-processor TemplateProcessing, "
-                       "decoders Sequence/Replace/ByteFallback/Fuse/Strip/Metaspace)"));
-    };
-    // The model.
-    const json& m = j.at("model");
-    if (m.value("type", "") != "BPE") throw unsupported("model", m);
+    parse_model(j.at("model"));
+    if (j.contains("added_tokens"))
+      for (const json& t : j["added_tokens"]) parse_added_token(t);
+    read_normalizer(j.value("normalizer", json()), file_, normalizers_);
+    if (present(j, "pre_tokenizer")) parse_pre_tokenizer(j["pre_tokenizer"]);
+    if (present(j, "post_processor")) parse_post_processor(j["post_processor"]);
+    read_decoder(j.value("decoder", json()), file_, decoders_);
+    read_token_roles(config_dir, image_token);
+    for (const auto* v : {&prefix_, &suffix_})
+      for (int64_t id : *v)
+        HR_CHECK(id < int64_t(pieces_.size()), "[tokenizer] ", file_, ": the post-processor adds id ", id,
+                 ", which is not in the vocabulary");
+  }
+
+  void parse_model(const json& m) {
+    if (m.value("type", "") != "BPE") throw unsupported(file_, "model", m);
     for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"})
-      if (m.contains(k) && !m[k].is_null() && m[k] != "") throw unsupported(str("model.", k), m[k]);
-    if (m.contains("dropout") && !m["dropout"].is_null()) throw unsupported("model.dropout", m["dropout"]);
+      if (m.contains(k) && !m[k].is_null() && m[k] != "") throw unsupported(file_, str("model.", k), m[k]);
+    if (present(m, "dropout")) throw unsupported(file_, "model.dropout", m["dropout"]);
     byte_fallback_ = m.value("byte_fallback", false);
     fuse_unk_ = m.value("fuse_unk", false);
     ignore_merges_ = m.value("ignore_merges", false);
-    for (const auto& [piece, id_json] : m.at("vocab").items()) {
-      const int64_t id = check_id(tok::json_int(id_json, str(file, ": vocabulary piece '", piece, "'")),
-                                  str("vocabulary piece '", piece, "'"));
-      vocab_[piece] = id;
-      pieces_.resize(std::max<std::size_t>(pieces_.size(), std::size_t(id) + 1));
-      pieces_[std::size_t(id)] = piece;
-    }
+    read_vocab(m.at("vocab"));
     if (m.contains("unk_token") && m["unk_token"].is_string()) {
       const auto it = vocab_.find(m["unk_token"].get<std::string>());
-      HR_CHECK(it != vocab_.end(), "[tokenizer] ", file, ": model.unk_token is not in the vocabulary");
+      HR_CHECK(it != vocab_.end(), "[tokenizer] ", file_, ": model.unk_token is not in the vocabulary");
       unk_ = it->second;
     }
+    read_merges(m.at("merges"));
+  }
+
+  void read_vocab(const json& vocab) {
+    for (const auto& [piece, id_json] : vocab.items()) {
+      const int64_t id = check_id(file_, tok::json_int(id_json, str(file_, ": vocabulary piece '", piece, "'")),
+                                  str("vocabulary piece '", piece, "'"));
+      vocab_[piece] = id;
+      set_piece(id, piece);
+    }
+  }
+
+  // Each merge's rank is its place in the list.
+  void read_merges(const json& merges) {
     int64_t rank = 0;
-    for (const json& mg : m.at("merges")) {
-      std::string l, r;
-      if (mg.is_string()) {
-        const std::string s = mg;
-        const std::size_t sp = s.find(' ');
-        HR_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, "[tokenizer] ", file, ": merge '",
-                 s, "' is not two pieces");
-        l = s.substr(0, sp), r = s.substr(sp + 1);
-      } else {
-        l = mg.at(0), r = mg.at(1);
-      }
-      auto id = [&](const std::string& p) {
-        const auto it = vocab_.find(p);
-        HR_CHECK(it != vocab_.end(), "[tokenizer] ", file, ": merge piece '", p, "' is not in the vocabulary");
-        return it->second;
-      };
-      merges_.emplace(std::make_pair(id(l), id(r)), std::make_pair(rank++, id(l + r)));
+    for (const json& mg : merges) {
+      const auto [l, r] = merge_pieces(mg);
+      merges_.emplace(std::make_pair(merge_id(l), merge_id(r)), std::make_pair(rank++, merge_id(l + r)));
     }
-    // Added tokens.
-    if (j.contains("added_tokens"))
-      for (const json& t : j["added_tokens"]) {
-        AddedToken a{t.at("content"),           tok::json_int(t.at("id"), str(file, ": added token id")),
-                     t.value("lstrip", false),  t.value("rstrip", false),
-                     t.value("special", false), t.value("normalized", false)};
-        check_id(a.id, str("added token '", a.content, "'"));
-        if (a.normalized) throw unsupported(str("added token '", a.content, "' with normalized"), json(true));
-        if (t.value("single_word", false))
-          throw unsupported(str("added token '", a.content, "' with single_word"), json(true));
-        added_.push_back(a);
-        pieces_.resize(std::max<std::size_t>(pieces_.size(), std::size_t(a.id) + 1));
-        pieces_[std::size_t(a.id)] = a.content;
+  }
+
+  // A merge is "left right" or ["left", "right"].
+  std::pair<std::string, std::string> merge_pieces(const json& mg) const {
+    if (!mg.is_string()) return {mg.at(0).get<std::string>(), mg.at(1).get<std::string>()};
+    const std::string s = mg;
+    const std::size_t sp = s.find(' ');
+    HR_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, "[tokenizer] ", file_, ": merge '", s,
+             "' is not two pieces");
+    return {s.substr(0, sp), s.substr(sp + 1)};
+  }
+
+  int64_t merge_id(const std::string& piece) const {
+    const auto it = vocab_.find(piece);
+    HR_CHECK(it != vocab_.end(), "[tokenizer] ", file_, ": merge piece '", piece, "' is not in the vocabulary");
+    return it->second;
+  }
+
+  void set_piece(int64_t id, const std::string& piece) {
+    pieces_.resize(std::max<std::size_t>(pieces_.size(), std::size_t(id) + 1));
+    pieces_[std::size_t(id)] = piece;
+  }
+
+  void parse_added_token(const json& t) {
+    AddedToken a{t.at("content"),           tok::json_int(t.at("id"), str(file_, ": added token id")),
+                 t.value("lstrip", false),  t.value("rstrip", false),
+                 t.value("special", false), t.value("normalized", false)};
+    check_id(file_, a.id, str("added token '", a.content, "'"));
+    if (a.normalized) throw unsupported(file_, str("added token '", a.content, "' with normalized"), json(true));
+    if (t.value("single_word", false))
+      throw unsupported(file_, str("added token '", a.content, "' with single_word"), json(true));
+    added_.push_back(a);
+    set_piece(a.id, a.content);
+  }
+
+  void parse_pre_tokenizer(const json& p) {
+    if (p.value("type", "") != "Metaspace") throw unsupported(file_, "pre_tokenizer", p);
+    metaspace_ = true;
+    replacement_ = p.value("replacement", std::string(tok::kMetaspace));
+    HR_CHECK(!replacement_.empty(), "[tokenizer] ", file_, ": pre_tokenizer Metaspace has an empty replacement");
+    const std::string scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
+    if (scheme != "always" && scheme != "first" && scheme != "never")
+      throw unsupported(file_, "Metaspace prepend_scheme", p);
+    prepend_scheme_ = scheme;
+    split_ = p.value("split", true);
+  }
+
+  // The post-processor: the tokens put around a single text.
+  void parse_post_processor(const json& p) {
+    if (p.value("type", "") != "TemplateProcessing") throw unsupported(file_, "post_processor", p);
+    bool seen_text = false;
+    for (const json& piece : p.at("single")) {
+      if (piece.contains("Sequence")) {
+        seen_text = true;
+        continue;
       }
-    // Normalizer.
-    std::function<void(const json&)> add_normalizer = [&](const json& n) {
-      if (n.is_null()) return;
-      const std::string type = n.value("type", "");
-      if (type == "Sequence") {
-        for (const json& x : n.at("normalizers")) add_normalizer(x);
-      } else if (type == "Prepend") {
-        normalizers_.push_back({Normalizer::Prepend, n.at("prepend"), ""});
-      } else if (type == "Replace" && n.at("pattern").contains("String")) {
-        normalizers_.push_back({Normalizer::Replace, n["pattern"]["String"], n.at("content")});
-      } else {
-        throw unsupported("normalizer", n);
-      }
-    };
-    add_normalizer(j.value("normalizer", json()));
-    // Pre-tokenizer.
-    if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) {
-      const json& p = j["pre_tokenizer"];
-      if (p.value("type", "") != "Metaspace") throw unsupported("pre_tokenizer", p);
-      metaspace_ = true;
-      replacement_ = p.value("replacement", std::string(tok::kMetaspace));
-      HR_CHECK(!replacement_.empty(), "[tokenizer] ", file, ": pre_tokenizer Metaspace has an empty replacement");
-      const std::string scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
-      if (scheme != "always" && scheme != "first" && scheme != "never")
-        throw unsupported("Metaspace prepend_scheme", p);
-      prepend_scheme_ = scheme;
-      split_ = p.value("split", true);
+      const std::string name = piece.at("SpecialToken").at("id");
+      const json& ids = p.at("special_tokens").at(name).at("ids");
+      for (const json& id : ids)
+        (seen_text ? suffix_ : prefix_)
+            .push_back(
+                check_id(file_, tok::json_int(id, str(file_, ": a post-processor id")), "a post-processor token"));
     }
-    // Post-processor: the tokens put around a single text.
-    if (j.contains("post_processor") && !j["post_processor"].is_null()) {
-      const json& p = j["post_processor"];
-      if (p.value("type", "") != "TemplateProcessing") throw unsupported("post_processor", p);
-      bool seen_text = false;
-      for (const json& piece : p.at("single")) {
-        if (piece.contains("Sequence")) {
-          seen_text = true;
-          continue;
-        }
-        const std::string name = piece.at("SpecialToken").at("id");
-        const json& ids = p.at("special_tokens").at(name).at("ids");
-        for (const json& id : ids)
-          (seen_text ? suffix_ : prefix_)
-              .push_back(check_id(tok::json_int(id, str(file, ": a post-processor id")), "a post-processor token"));
-      }
-    }
-    // Decoder.
-    std::function<void(const json&)> add_decoder = [&](const json& d) {
-      if (d.is_null()) return;
-      const std::string type = d.value("type", "");
-      if (type == "Sequence") {
-        for (const json& x : d.at("decoders")) add_decoder(x);
-      } else if (type == "Replace" && d.at("pattern").contains("String")) {
-        decoders_.push_back({Decoder::Replace, d["pattern"]["String"], d.at("content")});
-      } else if (type == "ByteFallback") {
-        decoders_.push_back({Decoder::ByteFallback, "", ""});
-      } else if (type == "Fuse") {
-        decoders_.push_back({Decoder::Fuse, "", ""});
-      } else if (type == "Strip") {
-        decoders_.push_back({Decoder::Strip, d.at("content"), "",
-                             tok::json_int(d.at("start"), str(file, ": Strip start")),
-                             tok::json_int(d.at("stop"), str(file, ": Strip stop"))});
-      } else if (type == "Metaspace") {
-        Decoder x{Decoder::Metaspace, d.value("replacement", std::string(tok::kMetaspace)), ""};
-        x.prepend = d.value("prepend_scheme", std::string("always")) != "never";
-        decoders_.push_back(x);
-      } else {
-        throw unsupported("decoder", d);
-      }
-    };
-    add_decoder(j.value("decoder", json()));
-    // Token roles, from tokenizer_config.json beside the file where there is one.
+  }
+
+  // Token roles, from tokenizer_config.json beside the file where there is one.
+  void read_token_roles(const std::string& config_dir, int64_t image_token) {
     const tok::TokenizerConfig cfg =
         config_dir.empty() ? tok::TokenizerConfig{} : tok::read_tokenizer_config(config_dir);
     legacy_ = cfg.legacy.is_boolean() ? cfg.legacy.get<bool>() : true;
-    auto id_of = [&](const std::string& text, const char* fallback) -> int64_t {
-      const std::string t = text.empty() ? fallback : text;
-      for (const AddedToken& a : added_)
-        if (a.content == t) return a.id;
-      const auto it = vocab_.find(t);
-      return it == vocab_.end() ? -1 : it->second;
-    };
-    bos_ = id_of(cfg.bos_token, "<s>");
-    eos_ = id_of(cfg.eos_token, "</s>");
-    pad_ = unk_ >= 0 ? unk_ : id_of(cfg.pad_token, "<unk>");
+    bos_ = role_id(cfg.bos_token, "<s>");
+    eos_ = role_id(cfg.eos_token, "</s>");
+    pad_ = unk_ >= 0 ? unk_ : role_id(cfg.pad_token, "<unk>");
     image_token_ = image_token;
-    for (const auto* v : {&prefix_, &suffix_})
-      for (int64_t id : *v)
-        HR_CHECK(id < int64_t(pieces_.size()), "[tokenizer] ", file, ": the post-processor adds id ", id,
-                 ", which is not in the vocabulary");
+  }
+
+  // The id of a role's token (`fallback` where the config names none): an added token, else a piece; -1 if neither.
+  int64_t role_id(const std::string& text, const char* fallback) const {
+    const std::string t = text.empty() ? fallback : text;
+    for (const AddedToken& a : added_)
+      if (a.content == t) return a.id;
+    const auto it = vocab_.find(t);
+    return it == vocab_.end() ? -1 : it->second;
   }
 
  public:
@@ -258,7 +432,7 @@ class HfTokenizer : public Tokenizer {
       if (id < 0 || id >= int64_t(pieces_.size()) || is_special(id)) continue;
       tokens.push_back(pieces_[std::size_t(id)]);
     }
-    for (const Decoder& d : decoders_) tokens = apply(d, tokens);
+    for (const Decoder& d : decoders_) tokens = run_decoder(d, tokens);
     std::string out;
     for (const std::string& t : tokens) out += t;
     return out;
@@ -296,140 +470,87 @@ class HfTokenizer : public Tokenizer {
         return;
       }
     }
-    struct Symbol {
-      int64_t c;
-      std::ptrdiff_t prev, next;
-      std::size_t len;
-    };
+    std::vector<Symbol> sym = symbols(w);
+    merge_all(sym);
+    for (const Symbol& s : sym)
+      if (s.len != 0) out.push_back(s.c);
+  }
+
+  // The word's characters as symbols: a character of the vocabulary, else its bytes' <0xXX> pieces (byte
+  // fallback), else unk. As in tokenizers, a byte-fallback character does not end a run of pending unknowns.
+  std::vector<Symbol> symbols(const std::string& w) const {
     std::vector<Symbol> sym;
-    auto add = [&](int64_t id, std::size_t len) {
-      const auto n = std::ptrdiff_t(sym.size());
-      sym.push_back({id, n - 1, n + 1, len});
-    };
-    int64_t pending_unk = -1;
-    std::size_t pending_len = 0;
+    PendingUnk pending;
     for (std::size_t i = 0; i < w.size();) {
       const std::size_t n = std::min(utf8_len(static_cast<unsigned char>(w[i])), w.size() - i);
       const std::string ch = w.substr(i, n);
       i += n;
       const auto it = vocab_.find(ch);
       if (it != vocab_.end()) {
-        if (pending_unk >= 0) add(pending_unk, pending_len), pending_unk = -1;
-        add(it->second, n);
+        pending.flush(sym);
+        push_symbol(sym, it->second, n);
         continue;
       }
-      if (byte_fallback_) {
-        std::vector<int64_t> bytes;
-        for (unsigned char b : ch) {
-          static const char* hex = "0123456789ABCDEF";
-          const auto bt = vocab_.find(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">");
-          if (bt == vocab_.end()) break;
-          bytes.push_back(bt->second);
-        }
-        if (bytes.size() == ch.size()) {
-          for (int64_t b : bytes) add(b, 1);
-          continue;
-        }
-      }
+      if (byte_fallback_ && push_byte_pieces(ch, sym)) continue;
       HR_CHECK(unk_ >= 0, "[tokenizer] ", file_, ": '", ch, "' is not in the vocabulary and there is no unk_token");
-      if (pending_unk >= 0 && fuse_unk_) {
-        pending_len += n;
+      if (pending.id >= 0 && fuse_unk_) {
+        pending.len += n;
       } else {
-        if (pending_unk >= 0) add(pending_unk, pending_len);
-        pending_unk = unk_, pending_len = n;
+        pending.flush(sym);
+        pending = {unk_, n};
       }
     }
-    if (pending_unk >= 0) add(pending_unk, pending_len);
+    pending.flush(sym);
     if (!sym.empty()) sym.back().next = -1;
-    struct Merge {
-      std::size_t pos;
-      int64_t rank, id;
-      bool operator<(const Merge& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-    };
+    return sym;
+  }
+
+  // Pushes the <0xXX> piece of each of the character's bytes; false, pushing none, when one is not a piece.
+  bool push_byte_pieces(const std::string& ch, std::vector<Symbol>& sym) const {
+    std::vector<int64_t> bytes;
+    for (unsigned char b : ch) {
+      static const char* hex = "0123456789ABCDEF";
+      const auto bt = vocab_.find(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">");
+      if (bt == vocab_.end()) return false;
+      bytes.push_back(bt->second);
+    }
+    for (int64_t b : bytes) push_symbol(sym, b, 1);
+    return true;
+  }
+
+  void merge_all(std::vector<Symbol>& sym) const {
     std::priority_queue<Merge> queue;
-    auto lookup = [&](int64_t a, int64_t b) {
-      const auto it = merges_.find({a, b});
-      return it == merges_.end() ? nullptr : &it->second;
-    };
-    for (std::size_t i = 0; i + 1 < sym.size(); ++i)
-      if (const auto* m = lookup(sym[i].c, sym[i + 1].c)) queue.push({i, m->first, m->second});
+    for (std::size_t i = 0; i + 1 < sym.size(); ++i) queue_merge(queue, i, sym[i].c, sym[i + 1].c);
     while (!queue.empty()) {
       const Merge top = queue.top();
       queue.pop();
-      Symbol& cur = sym[top.pos];
-      if (cur.len == 0 || cur.next == -1) continue;
-      const auto next = std::size_t(cur.next);
-      const Symbol right = sym[next];
-      const auto* m = lookup(cur.c, right.c);
-      if (!m || m->second != top.id) continue;
-      cur.c = top.id, cur.len += right.len, cur.next = right.next;
-      sym[next].len = 0;
-      if (right.next > -1 && std::size_t(right.next) < sym.size())
-        sym[std::size_t(right.next)].prev = std::ptrdiff_t(top.pos);
-      if (cur.prev >= 0)
-        if (const auto* pm = lookup(sym[std::size_t(cur.prev)].c, cur.c))
-          queue.push({std::size_t(cur.prev), pm->first, pm->second});
+      if (!merge_at(sym, top)) continue;
+      const Symbol& cur = sym[top.pos];
+      if (cur.prev >= 0) queue_merge(queue, std::size_t(cur.prev), sym[std::size_t(cur.prev)].c, cur.c);
       if (cur.next >= 0 && std::size_t(cur.next) < sym.size())
-        if (const auto* nm = lookup(cur.c, sym[std::size_t(cur.next)].c)) queue.push({top.pos, nm->first, nm->second});
+        queue_merge(queue, top.pos, cur.c, sym[std::size_t(cur.next)].c);
     }
-    for (const Symbol& s : sym)
-      if (s.len != 0) out.push_back(s.c);
   }
 
-  std::vector<std::string> apply(const Decoder& d, const std::vector<std::string>& in) const {
-    std::vector<std::string> out;
-    switch (d.kind) {
-      case Decoder::Replace:
-        for (const std::string& t : in) out.push_back(tok::replace_all(t, d.a, d.b));
-        return out;
-      case Decoder::Fuse: {
-        std::string all;
-        for (const std::string& t : in) all += t;
-        return {all};
-      }
-      case Decoder::Strip:
-        for (const std::string& t : in) {
-          std::size_t b = 0, e = t.size();
-          for (int64_t k = 0; k < d.start && b < e && t.compare(b, d.a.size(), d.a) == 0; ++k) b += d.a.size();
-          for (int64_t k = 0; k < d.stop && e >= b + d.a.size() && t.compare(e - d.a.size(), d.a.size(), d.a) == 0; ++k)
-            e -= d.a.size();
-          out.push_back(t.substr(b, e - b));
-        }
-        return out;
-      case Decoder::Metaspace:
-        for (std::size_t i = 0; i < in.size(); ++i) {
-          std::string t = tok::replace_all(in[i], d.a, " ");
-          if (i == 0 && d.prepend && !t.empty() && t[0] == ' ') t.erase(0, 1);
-          out.push_back(t);
-        }
-        return out;
-      case Decoder::ByteFallback: {
-        std::string bytes;
-        std::size_t count = 0;
-        auto flush = [&] {
-          if (count == 0) return;
-          if (valid_utf8(bytes)) {
-            out.push_back(bytes);
-          } else {
-            for (std::size_t k = 0; k < count; ++k) out.push_back("\xef\xbf\xbd");
-          }
-          bytes.clear(), count = 0;
-        };
-        for (const std::string& t : in) {
-          if (t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>' &&
-              std::isxdigit(static_cast<unsigned char>(t[3])) && std::isxdigit(static_cast<unsigned char>(t[4]))) {
-            bytes += char(std::stoi(t.substr(3, 2), nullptr, 16));
-            ++count;
-          } else {
-            flush();
-            out.push_back(t);
-          }
-        }
-        flush();
-        return out;
-      }
-    }
-    return out;
+  void queue_merge(std::priority_queue<Merge>& queue, std::size_t pos, int64_t left, int64_t right) const {
+    const auto it = merges_.find({left, right});
+    if (it != merges_.end()) queue.push({pos, it->second.first, it->second.second});
+  }
+
+  // Merges the symbol at top.pos with its right neighbour; false when the queued merge is stale (either symbol
+  // has since been merged into another).
+  bool merge_at(std::vector<Symbol>& sym, const Merge& top) const {
+    Symbol& cur = sym[top.pos];
+    if (cur.len == 0 || cur.next == -1) return false;
+    const auto next = std::size_t(cur.next);
+    const Symbol right = sym[next];
+    const auto it = merges_.find({cur.c, right.c});
+    if (it == merges_.end() || it->second.second != top.id) return false;
+    cur.c = top.id, cur.len += right.len, cur.next = right.next;
+    sym[next].len = 0;
+    if (right.next > -1 && std::size_t(right.next) < sym.size())
+      sym[std::size_t(right.next)].prev = std::ptrdiff_t(top.pos);
+    return true;
   }
 
   bool is_special(int64_t id) const {

@@ -328,47 +328,71 @@ Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode, c
 }
 
 namespace {
-ImageNorm parse_preprocessor(const nlohmann::json& j, const std::string& path, int64_t size) {
-  auto refuse = [&](const std::string& key, const std::string& why) {
-    return Error(str("[image] ", path, ": ", key, " = ", j.contains(key) ? j[key].dump() : "(absent)", ": ", why));
-  };
+
+using json = nlohmann::json;
+
+// The error for `key` of the preprocessor_config.json `path`: its value and why it is refused.
+Error refuse(const json& j, const std::string& path, const std::string& key, const std::string& why) {
+  return Error(str("[image] ", path, ": ", key, " = ", j.contains(key) ? j[key].dump() : "(absent)", ": ", why));
+}
+
+bool three_numbers(const json& v) {
+  return v.is_array() && v.size() == 3 && v[0].is_number() && v[1].is_number() && v[2].is_number();
+}
+
+// image_mean and image_std, where the file gives them.
+ImageNorm read_norm(const json& j, const std::string& path) {
   ImageNorm n;
   for (const char* key : {"image_mean", "image_std"}) {
     if (!j.contains(key)) continue;
     const auto& v = j[key];
-    if (!v.is_array() || v.size() != 3 || !v[0].is_number() || !v[1].is_number() || !v[2].is_number())
-      throw refuse(key, "needs three numbers (R, G, B)");
+    if (!three_numbers(v)) throw refuse(j, path, key, "needs three numbers (R, G, B)");
     for (int ch = 0; ch < 3; ++ch) {
       const double x = v[std::size_t(ch)].get<double>();
-      if (!(std::fabs(x) <= 1e6)) throw refuse(key, "values must be finite numbers of a sensible size");
+      if (!(std::fabs(x) <= 1e6)) throw refuse(j, path, key, "values must be finite numbers of a sensible size");
       (std::string(key) == "image_mean" ? n.mean : n.std)[ch] = float(x);
     }
   }
   for (int ch = 0; ch < 3; ++ch)
-    if (!(n.std[ch] > 0)) throw refuse("image_std", "every value must be positive");
-  if (j.contains("resample") && j["resample"] != 3) throw refuse("resample", "only 3 (bicubic) is implemented");
-  for (const char* key : {"do_rescale", "do_normalize", "do_convert_rgb"})
-    if (j.contains(key) && j[key] == false) throw refuse(key, "headroom always does it, as LLaVA's CLIP processor");
-  if (j.contains("rescale_factor") &&
-      (!j["rescale_factor"].is_number() || std::fabs(j["rescale_factor"].get<double>() - 1.0 / 255) > 1e-9))
-    throw refuse("rescale_factor", "only 1/255 is implemented");
-  // The resize (shortest edge) and the crop must both land on the vision tower's size.
-  auto side = [&](const char* key, const char* field) -> int64_t {
-    if (!j.contains(key)) return size;
-    const auto& v = j[key];
-    const nlohmann::json* n = v.is_number_integer()                   ? &v
-                              : v.is_object() && v.contains(field)    ? &v[field]
-                              : v.is_object() && v.contains("height") ? &v["height"]
-                                                                      : nullptr;
-    if (n && n->is_number_integer()) return n->get<int64_t>();
-    throw refuse(key, "is neither a number nor an object with shortest_edge or height");
-  };
-  if (j.value("do_resize", true) && side("size", "shortest_edge") != size)
-    throw refuse("size", str("the vision tower takes ", size, " x ", size, " images"));
-  if (j.value("do_center_crop", true) && side("crop_size", "height") != size)
-    throw refuse("crop_size", str("the vision tower takes ", size, " x ", size, " images"));
+    if (!(n.std[ch] > 0)) throw refuse(j, path, "image_std", "every value must be positive");
   return n;
 }
+
+// The steps headroom always takes as LLaVA's CLIP processor does: bicubic, rescale by 1/255, normalise, RGB.
+void check_fixed_steps(const json& j, const std::string& path) {
+  if (j.contains("resample") && j["resample"] != 3)
+    throw refuse(j, path, "resample", "only 3 (bicubic) is implemented");
+  for (const char* key : {"do_rescale", "do_normalize", "do_convert_rgb"})
+    if (j.contains(key) && j[key] == false)
+      throw refuse(j, path, key, "headroom always does it, as LLaVA's CLIP processor");
+  if (j.contains("rescale_factor") &&
+      (!j["rescale_factor"].is_number() || std::fabs(j["rescale_factor"].get<double>() - 1.0 / 255) > 1e-9))
+    throw refuse(j, path, "rescale_factor", "only 1/255 is implemented");
+}
+
+// The side `key` asks for: a number, or the object's `field` (or height); `size` where the key is absent.
+int64_t side(const json& j, const std::string& path, const char* key, const char* field, int64_t size) {
+  if (!j.contains(key)) return size;
+  const auto& v = j[key];
+  const json* n = v.is_number_integer()                   ? &v
+                  : v.is_object() && v.contains(field)    ? &v[field]
+                  : v.is_object() && v.contains("height") ? &v["height"]
+                                                          : nullptr;
+  if (n && n->is_number_integer()) return n->get<int64_t>();
+  throw refuse(j, path, key, "is neither a number nor an object with shortest_edge or height");
+}
+
+ImageNorm parse_preprocessor(const json& j, const std::string& path, int64_t size) {
+  const ImageNorm n = read_norm(j, path);
+  check_fixed_steps(j, path);
+  // The resize (shortest edge) and the crop must both land on the vision tower's size.
+  if (j.value("do_resize", true) && side(j, path, "size", "shortest_edge", size) != size)
+    throw refuse(j, path, "size", str("the vision tower takes ", size, " x ", size, " images"));
+  if (j.value("do_center_crop", true) && side(j, path, "crop_size", "height", size) != size)
+    throw refuse(j, path, "crop_size", str("the vision tower takes ", size, " x ", size, " images"));
+  return n;
+}
+
 }  // namespace
 
 ImageNorm read_preprocessor_config(const std::string& path, int64_t size) {

@@ -78,57 +78,41 @@ std::string without_dummy_prefix(const std::string& model, const std::string& fi
   return out;
 }
 
+void load_proto(sentencepiece::SentencePieceProcessor& sp, const std::string& proto, const std::string& file) {
+  const auto status = sp.LoadFromSerializedProto(proto);
+  HR_CHECK(status.ok(), "[tokenizer] ", file, " is not a SentencePiece model: ", status.ToString());
+}
+
+bool flag_or(const nlohmann::json& v, bool fallback) {  // a tokenizer_config.json flag, `fallback` where absent
+  return v.is_boolean() ? v.get<bool>() : fallback;
+}
+
 class SentencePieceTokenizer : public Tokenizer {
  public:
   SentencePieceTokenizer(const std::string& file, int64_t image_token) : file_(file) {
     const std::string bytes = tok::read_file(file);
-    auto load = [&](sentencepiece::SentencePieceProcessor& sp, const std::string& proto) {
-      const auto status = sp.LoadFromSerializedProto(proto);
-      HR_CHECK(status.ok(), "[tokenizer] ", file, " is not a SentencePiece model: ", status.ToString());
-    };
-    load(decoder_, bytes);
+    load_proto(decoder_, bytes, file);
     const std::string dir = std::filesystem::path(file).parent_path().string();
     const tok::TokenizerConfig cfg = tok::read_tokenizer_config(dir);
     // transformers' LlamaTokenizer: legacy defaults to True (with a warning), add_bos_token to True.
-    legacy_ = cfg.legacy.is_boolean() ? cfg.legacy.get<bool>() : true;
-    add_bos_ = cfg.add_bos_token.is_boolean() ? cfg.add_bos_token.get<bool>() : true;
-    add_eos_ = cfg.add_eos_token.is_boolean() ? cfg.add_eos_token.get<bool>() : false;
-    add_prefix_space_ = cfg.add_prefix_space.is_boolean() ? cfg.add_prefix_space.get<bool>() : true;
-    load(sp_, legacy_ ? bytes : without_dummy_prefix(bytes, file));
+    legacy_ = flag_or(cfg.legacy, true);
+    add_bos_ = flag_or(cfg.add_bos_token, true);
+    add_eos_ = flag_or(cfg.add_eos_token, false);
+    add_prefix_space_ = flag_or(cfg.add_prefix_space, true);
+    load_proto(sp_, legacy_ ? bytes : without_dummy_prefix(bytes, file), file);
     vocab_ = decoder_.GetPieceSize();
-    auto piece_id = [&](const std::string& piece, int64_t fallback) -> int64_t {
-      if (piece.empty()) return fallback;
-      for (const AddedToken& a : cfg.added)
-        if (a.content == piece) return a.id;
-      const int id = decoder_.PieceToId(piece);
-      HR_CHECK(id != decoder_.unk_id() || piece == decoder_.IdToPiece(decoder_.unk_id()), "[tokenizer] ", dir,
-               "/tokenizer_config.json names the token '", piece, "', which ", file, " does not have");
-      return id;
-    };
     unk_ = decoder_.unk_id();
     unk_text_ = cfg.unk_token.empty() ? decoder_.IdToPiece(unk_) : cfg.unk_token;
-    bos_ = piece_id(cfg.bos_token, decoder_.bos_id());
-    eos_ = piece_id(cfg.eos_token, decoder_.eos_id());
+    bos_ = piece_id(cfg, dir, cfg.bos_token, decoder_.bos_id());
+    eos_ = piece_id(cfg, dir, cfg.eos_token, decoder_.eos_id());
     pad_ = unk_;  // LLaVA: tokenizer.pad_token = tokenizer.unk_token
     image_token_ = image_token;
-    // The specials transformers always registers, then the config's added tokens.
-    added_ = cfg.added;
-    for (int64_t id : {unk_, bos_, eos_}) {
-      if (id < 0) continue;
-      bool known = false;
-      for (const AddedToken& a : added_) known |= a.id == id;
-      if (!known) added_.push_back({decoder_.IdToPiece(int(id)), id, false, false, true, false});
-    }
-    for (const AddedToken& a : added_) vocab_ = std::max<int64_t>(vocab_, a.id + 1);
+    register_added(cfg.added);
     unk_len_ = int64_t(sp_.EncodeAsIds(unk_text_).size());
   }
 
   std::vector<int64_t> encode(const std::string& input, bool add_special) const override {
-    std::string text = input;
-    if (!legacy_ && !text.empty()) {
-      text = tok::replace_all(text, tok::kMetaspace, " ");
-      if (add_prefix_space_) text = tok::kMetaspace + text;
-    }
+    const std::string text = with_prefix_space(input);
     std::vector<int64_t> ids;
     if (add_special && add_bos_ && bos_ >= 0) ids.push_back(bos_);
     const std::size_t first = ids.size();
@@ -139,10 +123,7 @@ class SentencePieceTokenizer : public Tokenizer {
       }
       for (int id : encode_text(s.text)) ids.push_back(id);
     }
-    // LlamaTokenizer.tokenize: a lone "▁" in front of a special token is dropped.
-    if (!legacy_ && ids.size() > first + 1 && decoder_.IdToPiece(int(ids[first])) == tok::kMetaspace &&
-        is_special(ids[first + 1]))
-      ids.erase(ids.begin() + std::ptrdiff_t(first));
+    drop_lone_prefix(ids, first);
     if (add_special && add_eos_ && eos_ >= 0) ids.push_back(eos_);
     return ids;
   }
@@ -160,6 +141,48 @@ class SentencePieceTokenizer : public Tokenizer {
   }
 
  private:
+  // The id of a token tokenizer_config.json (in `dir`) names: an added token, else a piece of the model;
+  // `fallback` where it names none.
+  int64_t piece_id(const tok::TokenizerConfig& cfg, const std::string& dir, const std::string& piece,
+                   int64_t fallback) const {
+    if (piece.empty()) return fallback;
+    for (const AddedToken& a : cfg.added)
+      if (a.content == piece) return a.id;
+    const int id = decoder_.PieceToId(piece);
+    HR_CHECK(id != decoder_.unk_id() || piece == decoder_.IdToPiece(decoder_.unk_id()), "[tokenizer] ", dir,
+             "/tokenizer_config.json names the token '", piece, "', which ", file_, " does not have");
+    return id;
+  }
+
+  // The specials transformers always registers, then the config's added tokens.
+  void register_added(const std::vector<AddedToken>& config_added) {
+    added_ = config_added;
+    for (int64_t id : {unk_, bos_, eos_}) {
+      if (id < 0) continue;
+      bool known = false;
+      for (const AddedToken& a : added_) known |= a.id == id;
+      if (!known) added_.push_back({decoder_.IdToPiece(int(id)), id, false, false, true, false});
+    }
+    for (const AddedToken& a : added_) vocab_ = std::max<int64_t>(vocab_, a.id + 1);
+  }
+
+  // Without legacy, the text's own "▁" are spaces and one "▁" goes in front of it (add_prefix_space).
+  std::string with_prefix_space(const std::string& input) const {
+    std::string text = input;
+    if (!legacy_ && !text.empty()) {
+      text = tok::replace_all(text, tok::kMetaspace, " ");
+      if (add_prefix_space_) text = tok::kMetaspace + text;
+    }
+    return text;
+  }
+
+  // LlamaTokenizer.tokenize: a lone "▁" in front of a special token is dropped.
+  void drop_lone_prefix(std::vector<int64_t>& ids, std::size_t first) const {
+    if (!legacy_ && ids.size() > first + 1 && decoder_.IdToPiece(int(ids[first])) == tok::kMetaspace &&
+        is_special(ids[first + 1]))
+      ids.erase(ids.begin() + std::ptrdiff_t(first));
+  }
+
   // LlamaTokenizer._tokenize: without legacy, text that starts with a space is encoded behind the unk token's
   // text, whose pieces are then dropped (so that "▁" is not merged as a dummy prefix would be).
   std::vector<int> encode_text(const std::string& text) const {

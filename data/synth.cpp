@@ -65,65 +65,98 @@ json make_entry(const std::string& id, const std::string& image, const std::vect
   return {{"id", id}, {"image", image}, {"question_type", qs.back().type}, {"conversations", turns}};
 }
 
-json make_sample(std::mt19937_64& rng, const std::string& id, const std::string& dir, int size, int questions,
-                 bool caption, uint64_t turn_seed) {
-  auto pick = [&](int n) { return int(rng() % uint64_t(n)); };
-  const int count = 1 + pick(3);
+enum class SampleKind : uint8_t { Questions, Caption };
+
+// The kinds of question, in the order of the draw that picks one.
+enum QuestionType : int { kColorQuestion, kShapeQuestion, kPositionQuestion, kCountQuestion, kQuestionTypes };
+
+int pick(std::mt19937_64& rng, int n) {
+  return int(rng() % uint64_t(n));
+}
+
+// One to three objects, each of a drawn shape and colour, in slots of their own.
+std::vector<Object> make_objects(std::mt19937_64& rng) {
+  const int count = 1 + pick(rng, 3);
   std::vector<int> slots = {0, 1, 2};
   std::shuffle(slots.begin(), slots.end(), rng);
   std::vector<Object> objs;
-  for (int i = 0; i < count; ++i) objs.push_back({pick(3), pick(4), slots[i]});
+  for (int i = 0; i < count; ++i) objs.push_back({pick(rng, 3), pick(rng, 4), slots[i]});
+  return objs;
+}
+
+RgbImage render(const std::vector<Object>& objs, int size, std::mt19937_64& rng) {
   RgbImage img{size, size, std::vector<uint8_t>(std::size_t(size) * size * 3, kBackground)};
   // Each object's centre is jittered by a pixel or so within its cell (never past the cell's edge), which keeps
   // scenes from repeating exactly.
   const int cell = size / 3, half = std::max(2, cell * 2 / 5), room = std::max(1, cell - 2 * half);
-  for (const Object& o : objs) draw(img, o, o.slot * cell + half + pick(room), cell + half + pick(room), half);
-  const std::string file = "images/" + id + ".png";
-  write_png(dir + "/" + file, img);
-  auto unique_shape = [&](int s) {
-    return std::count_if(objs.begin(), objs.end(), [&](const Object& o) { return o.shape == s; }) == 1;
-  };
-  auto unique_color = [&](int c) {
-    return std::count_if(objs.begin(), objs.end(), [&](const Object& o) { return o.color == c; }) == 1;
-  };
-  auto ask = [&](int type, const Object& o) -> std::optional<Question> {
-    if (type == 0 && unique_shape(o.shape))
-      return Question{"color", str("What color is the ", kShapes[o.shape], "?"), kColors[o.color].name};
-    if (type == 1 && unique_color(o.color))
-      return Question{"shape", str("What shape is the ", kColors[o.color].name, " object?"), kShapes[o.shape]};
-    if (type == 2)
-      return Question{"position", str("Where is the ", kColors[o.color].name, " ", kShapes[o.shape], "?"),
-                      kSlots[o.slot]};
-    if (type == 3) return Question{"count", "How many shapes are there?", kCounts[count - 1]};
-    return std::nullopt;
-  };
-  // Pick a question type whose question is well posed for this scene; fall back to counting.
+  for (const Object& o : objs) {
+    const int jitter_y = pick(rng, room), jitter_x = pick(rng, room);
+    draw(img, o, o.slot * cell + half + jitter_x, cell + half + jitter_y, half);
+  }
+  return img;
+}
+
+bool unique(const std::vector<Object>& objs, int Object::*field, int value) {
+  return std::count_if(objs.begin(), objs.end(), [&](const Object& o) { return o.*field == value; }) == 1;
+}
+
+// The question of `type` about `o`, where it is well posed: a colour or shape question names the object by
+// what no other object shares.
+std::optional<Question> ask(const std::vector<Object>& objs, int type, const Object& o) {
+  if (type == kColorQuestion && unique(objs, &Object::shape, o.shape))
+    return Question{"color", str("What color is the ", kShapes[o.shape], "?"), kColors[o.color].name};
+  if (type == kShapeQuestion && unique(objs, &Object::color, o.color))
+    return Question{"shape", str("What shape is the ", kColors[o.color].name, " object?"), kShapes[o.shape]};
+  if (type == kPositionQuestion)
+    return Question{"position", str("Where is the ", kColors[o.color].name, " ", kShapes[o.shape], "?"),
+                    kSlots[o.slot]};
+  if (type == kCountQuestion) return Question{"count", "How many shapes are there?", kCounts[objs.size() - 1]};
+  return std::nullopt;
+}
+
+// Pick a question type whose question is well posed for this scene; fall back to counting.
+Question first_question(std::mt19937_64& rng, const std::vector<Object>& objs) {
   std::optional<Question> first;
   for (int attempt = 0; attempt < 8 && !first; ++attempt) {
-    const int type = pick(4);
-    first = ask(type, objs[std::size_t(pick(count))]);
+    const int type = pick(rng, kQuestionTypes);
+    first = ask(objs, type, objs[std::size_t(pick(rng, int(objs.size())))]);
   }
-  std::vector<Question> qs = {first ? *first : *ask(3, objs[0])};
-  if (caption) {
-    std::vector<Object> by_slot = objs;
-    std::sort(by_slot.begin(), by_slot.end(), [](const Object& a, const Object& b) { return a.slot < b.slot; });
-    std::string text;
-    for (const Object& o : by_slot) text += str(text.empty() ? "" : ", ", kColors[o.color].name, " ", kShapes[o.shape]);
-    return make_entry(id, file, {{"caption", "Describe the shapes from left to right.", text}});
-  }
-  if (questions > 1) {
-    // Further turns: the scene's other well-posed questions, in an order drawn from the sample's own generator.
-    std::vector<Question> rest;
-    for (int type = 0; type < 4; ++type)
-      for (const Object& o : objs)
-        if (auto q = ask(type, o);
-            q && q->text != qs[0].text &&
-            std::none_of(rest.begin(), rest.end(), [&](const Question& r) { return r.text == q->text; }))
-          rest.push_back(*q);
-    std::mt19937_64 local(turn_seed);
-    std::shuffle(rest.begin(), rest.end(), local);
-    for (std::size_t i = 0; i < rest.size() && int(qs.size()) < questions; ++i) qs.push_back(rest[i]);
-  }
+  return first ? *first : *ask(objs, kCountQuestion, objs[0]);
+}
+
+Question caption(const std::vector<Object>& objs) {
+  std::vector<Object> by_slot = objs;
+  std::sort(by_slot.begin(), by_slot.end(), [](const Object& a, const Object& b) { return a.slot < b.slot; });
+  std::string text;
+  for (const Object& o : by_slot) text += str(text.empty() ? "" : ", ", kColors[o.color].name, " ", kShapes[o.shape]);
+  return {"caption", "Describe the shapes from left to right.", text};
+}
+
+// Further turns up to `questions`: the scene's other well-posed questions, in an order drawn from the sample's
+// own generator (`turn_seed`).
+void add_turns(const std::vector<Object>& objs, int questions, uint64_t turn_seed, std::vector<Question>& qs) {
+  std::vector<Question> rest;
+  for (int type = 0; type < kQuestionTypes; ++type)
+    for (const Object& o : objs)
+      if (auto q = ask(objs, type, o);
+          q && q->text != qs[0].text &&
+          std::none_of(rest.begin(), rest.end(), [&](const Question& r) { return r.text == q->text; }))
+        rest.push_back(*q);
+  std::mt19937_64 local(turn_seed);
+  std::shuffle(rest.begin(), rest.end(), local);
+  for (std::size_t i = 0; i < rest.size() && int(qs.size()) < questions; ++i) qs.push_back(rest[i]);
+}
+
+// A scene (its image written under `dir`) and its entry. A caption entry draws its first question too, so that
+// the scenes after it do not depend on which entries are captions.
+json make_sample(std::mt19937_64& rng, const std::string& id, const std::string& dir, int size, int questions,
+                 SampleKind kind, uint64_t turn_seed) {
+  const std::vector<Object> objs = make_objects(rng);
+  const std::string file = "images/" + id + ".png";
+  write_png(dir + "/" + file, render(objs, size, rng));
+  std::vector<Question> qs = {first_question(rng, objs)};
+  if (kind == SampleKind::Caption) return make_entry(id, file, {caption(objs)});
+  if (questions > 1) add_turns(objs, questions, turn_seed, qs);
   return make_entry(id, file, qs);
 }
 
@@ -145,9 +178,11 @@ int64_t write_synthetic_vqa(const SynthOptions& o) {
       const uint64_t turn_seed = o.seed * 1000003 + uint64_t(i);
       // Which entries are captions: drawn from the entry's own generator, so the scenes do not change.
       std::mt19937_64 caption_rng(~turn_seed);
-      const bool caption =
-          split == "train" && std::uniform_real_distribution<double>(0.0, 1.0)(caption_rng) < o.captions;
-      all.push_back(make_sample(rng, id, o.out_dir, o.image_size, questions, caption, turn_seed));
+      const SampleKind kind =
+          split == "train" && std::uniform_real_distribution<double>(0.0, 1.0)(caption_rng) < o.captions
+              ? SampleKind::Caption
+              : SampleKind::Questions;
+      all.push_back(make_sample(rng, id, o.out_dir, o.image_size, questions, kind, turn_seed));
     }
     core::AtomicFile f(o.out_dir + "/" + split + ".json");
     const std::string text = all.dump(1) + "\n";

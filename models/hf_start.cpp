@@ -69,6 +69,41 @@ LlavaConfig stage1_config(const std::string& vision_dir, const std::string& lang
   return c;
 }
 
+namespace {
+
+// embed_tokens and lm_head of the joined model have more rows than the language model's ("<image>", "<pad>").
+bool grown_rows(const std::string& name, const core::Tensor& t, const core::Shape& want) {
+  return (name == "model.embed_tokens.weight" || name == "lm_head.weight") && t.dim() == 2 && want.size() == 2 &&
+         t.size(1) == want[1] && t.size(0) < want[0];
+}
+
+// `t` with rows added up to want[0], each the mean of the existing ones (transformers' mean_resizing).
+core::Tensor mean_resized(const core::Tensor& t, const core::Shape& want) {
+  const int64_t rows = t.size(0), cols = t.size(1);
+  std::vector<float> w = t.to_floats(), mean(std::size_t(cols), 0.f);
+  std::vector<double> sum(std::size_t(cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) sum[std::size_t(c)] += w[std::size_t(r * cols + c)];
+  for (int64_t c = 0; c < cols; ++c) mean[std::size_t(c)] = float(sum[std::size_t(c)] / double(rows));
+  for (int64_t r = rows; r < want[0]; ++r) w.insert(w.end(), mean.begin(), mean.end());
+  return core::Tensor::from_floats(w, want, core::DType::F32, core::Device::host());
+}
+
+// Copies the directory's tensor `name` into `p`; returns "" when done, or what does not match.
+std::string load_tensor(core::Param& p, const std::string& name, core::Tensor t) {
+  HR_CHECK(core::is_float(t.dtype()), "[weights] ", name, " has dtype ", core::dtype_name(t.dtype()),
+           "; expected f32, bf16 or f16");
+  if (p.quantized()) return assign_param(p, t);  // a decoder layer's weight of a quantized base: quantized as it loads
+  const core::Shape& want = p.data.shape();
+  const bool grown = grown_rows(name, t, want);
+  if (t.shape() != want && !grown) return str(core::shape_str(t.shape()), " (model wants ", core::shape_str(want), ")");
+  if (grown) t = mean_resized(t, want);
+  core::copy_(p.data, t);
+  return "";
+}
+
+}  // namespace
+
 int64_t load_stage1_weights(core::ParamStore& store, const std::string& vision_dir, const std::string& language_dir) {
   const core::Checkpoint vision = core::Checkpoint::open(vision_dir), language = core::Checkpoint::open(language_dir);
   std::vector<std::string> absent, bad_shape;
@@ -87,36 +122,11 @@ int64_t load_stage1_weights(core::ParamStore& store, const std::string& vision_d
       absent.push_back(str(name, " (", src == &vision ? vision_dir : language_dir, ")"));
       continue;
     }
-    core::Tensor t = src->get(name);
-    HR_CHECK(core::is_float(t.dtype()), "[weights] ", name, " has dtype ", core::dtype_name(t.dtype()),
-             "; expected f32, bf16 or f16");
-    if (p->quantized()) {  // a decoder layer's weight of a quantized base: quantized as it loads
-      const std::string bad = assign_param(*p, t);
-      if (bad.empty())
-        ++loaded;
-      else
-        bad_shape.push_back(str(name, " ", bad));
-      continue;
-    }
-    const core::Shape& want = p->data.shape();
-    const bool grown = (name == "model.embed_tokens.weight" || name == "lm_head.weight") && t.dim() == 2 &&
-                       want.size() == 2 && t.size(1) == want[1] && t.size(0) < want[0];
-    if (t.shape() != want && !grown) {
-      bad_shape.push_back(str(name, " ", core::shape_str(t.shape()), " (model wants ", core::shape_str(want), ")"));
-      continue;
-    }
-    if (grown) {  // the added rows: the mean of the existing ones
-      const int64_t rows = t.size(0), cols = t.size(1);
-      std::vector<float> w = t.to_floats(), mean(std::size_t(cols), 0.f);
-      std::vector<double> sum(std::size_t(cols), 0.0);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) sum[std::size_t(c)] += w[std::size_t(r * cols + c)];
-      for (int64_t c = 0; c < cols; ++c) mean[std::size_t(c)] = float(sum[std::size_t(c)] / double(rows));
-      for (int64_t r = rows; r < want[0]; ++r) w.insert(w.end(), mean.begin(), mean.end());
-      t = core::Tensor::from_floats(w, want, core::DType::F32, core::Device::host());
-    }
-    core::copy_(p->data, t);
-    ++loaded;
+    const std::string bad = load_tensor(*p, name, src->get(name));
+    if (bad.empty())
+      ++loaded;
+    else
+      bad_shape.push_back(str(name, " ", bad));
   }
   std::string msg;
   for (const std::string& a : absent) msg += "\n  missing: " + a;

@@ -65,34 +65,47 @@ Tensor Linear::forward(const Tensor& x) const {
   return y;
 }
 
+namespace {
+
+// Options that add a trainable weight's gradient into its buffer; a frozen weight gets none, only dx flows.
+LinearBackwardOptions grads_into(Param& w, bool need_dx) {
+  LinearBackwardOptions o;
+  o.need_dx = need_dx;
+  o.weight_grads = w.trainable;
+  if (o.weight_grads) o.accumulate = Accumulate::Yes, o.dw_into = w.ensure_grad();
+  return o;
+}
+
+// The adapters' part: adds dA and dB, returns dx through them (undefined when neither dx nor dA is wanted).
+Tensor lora_backward(const Linear& l, const Tensor& dy, const Tensor& x, bool need_dx) {
+  // y_l = s B A x': dB += dy^T (s h), dh = s (dy B), dA += dh^T x', dx' = dh A. h = A x' is recomputed and the
+  // scale goes on the r-column tensors, never on a (tokens, out) one.
+  const Tensor xl = lora_input(l, x);
+  const Tensor hs = scale(linear_forward(xl, l.lora_a->data, Tensor()), l.lora_scale);
+  const Tensor dh = scale(linear_backward(dy, hs, l.lora_b->data, false, grads_into(*l.lora_b, true)).dx, l.lora_scale);
+  const LinearBackwardOptions oa = grads_into(*l.lora_a, need_dx);
+  Tensor dx;
+  if (oa.need_dx || oa.weight_grads) dx = linear_backward(dh, xl, l.lora_a->data, false, oa).dx;
+  const uint64_t* key = LoraDropoutScope::current();
+  if (dx.defined() && l.lora_dropout > 0.f && key)
+    dx = dropout(dx, l.lora_dropout, *key ^ l.lora_id);  // dropout's backward: the same mask
+  return dx;
+}
+
+// A quantized weight is frozen: only dx flows (plus the adapters' dx_lora).
+Tensor quantized_backward(const Linear& l, const Tensor& dy, const Tensor& dx_lora, bool need_dx) {
+  HR_ASSERT(!l.bias || !l.bias->trainable, "quantized layer ", l.weight->name, " with a trainable bias");
+  if (!need_dx) return dx_lora;
+  Tensor dx = qlinear_backward_dx(dy, l.weight->data, l.weight->quant);
+  if (dx_lora.defined()) add_(dx, dx_lora);
+  return dx;
+}
+
+}  // namespace
+
 Tensor Linear::backward(const Tensor& dy, const Tensor& x, bool need_dx) const {
-  Tensor dx_lora;
-  if (lora_a) {
-    // y_l = s B A x': dB += dy^T (s h), dh = s (dy B), dA += dh^T x', dx' = dh A. h = A x' is recomputed and the
-    // scale goes on the r-column tensors, never on a (tokens, out) one.
-    const Tensor xl = lora_input(*this, x);
-    const Tensor hs = scale(linear_forward(xl, lora_a->data, Tensor()), lora_scale);
-    LinearBackwardOptions ob;
-    ob.need_dx = true;
-    ob.weight_grads = lora_b->trainable;
-    if (ob.weight_grads) ob.accumulate = Accumulate::Yes, ob.dw_into = lora_b->ensure_grad();
-    Tensor dh = scale(linear_backward(dy, hs, lora_b->data, false, ob).dx, lora_scale);
-    LinearBackwardOptions oa;
-    oa.need_dx = need_dx;
-    oa.weight_grads = lora_a->trainable;
-    if (oa.weight_grads) oa.accumulate = Accumulate::Yes, oa.dw_into = lora_a->ensure_grad();
-    if (oa.need_dx || oa.weight_grads) dx_lora = linear_backward(dh, xl, lora_a->data, false, oa).dx;
-    const uint64_t* key = LoraDropoutScope::current();
-    if (dx_lora.defined() && lora_dropout > 0.f && key)
-      dx_lora = dropout(dx_lora, lora_dropout, *key ^ lora_id);  // dropout's backward: the same mask
-  }
-  if (quantized()) {  // frozen: only dx flows
-    HR_ASSERT(!bias || !bias->trainable, "quantized layer ", weight->name, " with a trainable bias");
-    if (!need_dx) return dx_lora;
-    Tensor dx = qlinear_backward_dx(dy, weight->data, weight->quant);
-    if (dx_lora.defined()) add_(dx, dx_lora);
-    return dx;
-  }
+  const Tensor dx_lora = lora_a ? lora_backward(*this, dy, x, need_dx) : Tensor();
+  if (quantized()) return quantized_backward(*this, dy, dx_lora, need_dx);
   LinearBackwardOptions o;
   o.need_dx = need_dx;
   o.weight_grads = weight->trainable;

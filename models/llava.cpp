@@ -91,8 +91,76 @@ void Llava::set_trainable(bool vision, bool projector, bool llm) {
   set_pass_orders();
 }
 
+namespace {
+
+// The flat offset of each image's placeholders: a run of them holds whole images, `per_image` tokens each.
+std::vector<int64_t> find_images(const Batch& b, int64_t image_token, int64_t per_image) {
+  const int64_t B = b.batch, L = b.seq, T = per_image;
+  std::vector<int64_t> offsets;
+  for (int64_t r = 0; r < B; ++r) {
+    int64_t t = 0;
+    while (t < L) {
+      if (b.input_ids[r * L + t] != image_token) {
+        ++t;
+        continue;
+      }
+      int64_t end = t;
+      while (end < L && b.input_ids[r * L + end] == image_token) ++end;
+      HR_CHECK((end - t) % T == 0, "[llava] sample ", r, " has a run of ", end - t, " image tokens at position ", t,
+               "; each image needs exactly ", T, " (tokens_per_image)");
+      for (int64_t o = t; o < end; o += T) offsets.push_back(r * L + o);
+      t = end;
+    }
+  }
+  return offsets;
+}
+
+// The batch's pixels on `dev`. The loader's batch lives until the step ends: on a GPU the transfer from its
+// (pinned) buffer overlaps the embedding lookup and the first layers' launches.
+Tensor pixels_on(const Tensor& pixel_values, Device dev) {
+  MemoryScope scope(Category::IO, "batch");
+  if (pixel_values.device() == dev) return pixel_values;
+  Tensor pixels = Tensor::empty(pixel_values.shape(), pixel_values.dtype(), dev);
+  copy_async_(pixels, pixel_values);
+  return pixels;
+}
+
+// The flat positions (b * seq + t) whose logits `opt` asks for by position: logits_at, then each row's last
+// logits_to_keep.
+std::vector<int64_t> logit_rows(const ModelOptions& opt, int64_t B, int64_t L) {
+  std::vector<int64_t> rows = opt.logits_at;
+  if (opt.logits_to_keep > 0) {
+    const int64_t k = std::min(opt.logits_to_keep, L);
+    for (int64_t r = 0; r < B; ++r)
+      for (int64_t t = L - k; t < L; ++t) rows.push_back(r * L + t);
+  }
+  for (int64_t p : rows)
+    HR_CHECK(p >= 0 && p < B * L, "[llava.forward] logits_at position ", p, " is outside the batch's ", B, " x ", L,
+             " tokens");
+  return rows;
+}
+
+// The labels shifted by one, (B * (L - 1)) on `dev`: position t predicts token t+1; counts the valid ones. They
+// are checked here, on the host, once per batch: the loss kernels then need not (on a GPU, checking there waits
+// for the device at every chunk).
+Tensor shift_labels(const Batch& b, const LlavaConfig& cfg, Device dev, int64_t& valid_labels) {
+  const int64_t B = b.batch, L = b.seq, vocab = cfg.llm.vocab;
+  std::vector<int64_t> shifted(std::size_t(B * (L - 1)));
+  for (int64_t r = 0; r < B; ++r)
+    for (int64_t t = 0; t + 1 < L; ++t) {
+      const int64_t lab = b.labels[r * L + t + 1];
+      HR_CHECK(lab == cfg.ignore_index || (lab >= 0 && lab < vocab), "[llava] label ", lab, " of sequence ", r,
+               " at position ", t + 1, " is outside the vocabulary [0, ", vocab, ") and is not ignore_index ",
+               cfg.ignore_index);
+      shifted[r * (L - 1) + t] = lab;
+      if (lab != cfg.ignore_index) ++valid_labels;
+    }
+  return Tensor::from_ints(shifted, {B * (L - 1)}, DType::I64, dev);
+}
+
+}  // namespace
+
 Tensor Llava::embed_inputs(const Batch& b, LlavaState& st, const ModelOptions& opt) const {
-  const bool inference = opt.inference;
   const Device dev = store_->device();
   const int64_t B = b.batch, L = b.seq, C = cfg_.llm.hidden, T = cfg_.vision.tokens_per_image();
   HR_CHECK(B > 0 && L > 0, "[llava] a batch needs at least one sequence of at least 1 token; got ", B, " x ", L);
@@ -101,22 +169,7 @@ Tensor Llava::embed_inputs(const Batch& b, LlavaState& st, const ModelOptions& o
   st = LlavaState{};
   st.batch = B;
   st.seq = L;
-  // Find each image's run of placeholders.
-  for (int64_t r = 0; r < B; ++r) {
-    int64_t t = 0;
-    while (t < L) {
-      if (b.input_ids[r * L + t] != cfg_.image_token_id) {
-        ++t;
-        continue;
-      }
-      int64_t end = t;
-      while (end < L && b.input_ids[r * L + end] == cfg_.image_token_id) ++end;
-      HR_CHECK((end - t) % T == 0, "[llava] sample ", r, " has a run of ", end - t, " image tokens at position ", t,
-               "; each image needs exactly ", T, " (tokens_per_image)");
-      for (int64_t o = t; o < end; o += T) st.image_offsets.push_back(r * L + o);
-      t = end;
-    }
-  }
+  st.image_offsets = find_images(b, cfg_.image_token_id, T);
   const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
   HR_CHECK(int64_t(st.image_offsets.size()) == images, "[llava] input_ids hold placeholders for ",
            st.image_offsets.size(), " images but pixel_values has ", images);
@@ -127,33 +180,28 @@ Tensor Llava::embed_inputs(const Batch& b, LlavaState& st, const ModelOptions& o
   }
   Tensor embeds = llm_->embed(st.ids);
   if (st.has_images) {
-    Tensor pixels;
-    {
-      MemoryScope scope(Category::IO, "batch");
-      // The loader's batch lives until the step ends: on a GPU the transfer from its (pinned) buffer overlaps
-      // the embedding lookup and the first layers' launches.
-      if (b.pixel_values.device() == dev) {
-        pixels = b.pixel_values;
-      } else {
-        pixels = Tensor::empty(b.pixel_values.shape(), b.pixel_values.dtype(), dev);
-        copy_async_(pixels, b.pixel_values);
-      }
-    }
-    Tensor feats = vision_->forward(pixels, st.vision, opt.vision_policy, inference || !vision_trainable_);
-    const DType llm_dtype = store_->dtype();
-    if (feats.dtype() != llm_dtype) {  // a vision tower kept in f32 feeds a low-precision projector
-      MemoryScope scope(Category::Activations, "multi_modal_projector");
-      feats = cast(feats, llm_dtype);
-    }
-    hook_before(hooks_, projector_group_, Pass::Forward);
-    Tensor proj = projector_->forward(feats, st.projector, inference || !(projector_trainable_ || vision_trainable_));
-    watch_output(watch_, projector_group_, Pass::Forward, proj);
-    hook_after(hooks_, projector_group_, Pass::Forward);
+    const Tensor proj = project_images(b.pixel_values, st, opt);
     Tensor flat = embeds.view({B * L, C});
     for (std::size_t i = 0; i < st.image_offsets.size(); ++i)
       copy_(flat.slice(0, st.image_offsets[i], st.image_offsets[i] + T), proj.select(0, int64_t(i)));
   }
   return embeds;
+}
+
+Tensor Llava::project_images(const Tensor& pixel_values, LlavaState& st, const ModelOptions& opt) const {
+  const bool inference = opt.inference;
+  const Tensor pixels = pixels_on(pixel_values, store_->device());
+  Tensor feats = vision_->forward(pixels, st.vision, opt.vision_policy, inference || !vision_trainable_);
+  const DType llm_dtype = store_->dtype();
+  if (feats.dtype() != llm_dtype) {  // a vision tower kept in f32 feeds a low-precision projector
+    MemoryScope scope(Category::Activations, "multi_modal_projector");
+    feats = cast(feats, llm_dtype);
+  }
+  hook_before(hooks_, projector_group_, Pass::Forward);
+  Tensor proj = projector_->forward(feats, st.projector, inference || !(projector_trainable_ || vision_trainable_));
+  watch_output(watch_, projector_group_, Pass::Forward, proj);
+  hook_after(hooks_, projector_group_, Pass::Forward);
+  return proj;
 }
 
 float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) const {
@@ -170,35 +218,8 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   embeds = Tensor();
   MemoryScope scope(Category::Activations, "language_model.loss");
   hook_before(hooks_, head_group_, Pass::Forward);
-  HR_CHECK(opt.logits_to_keep >= -1, "[llava.forward] logits_to_keep must be -1 (none), 0 (all) or a count; got ",
-           opt.logits_to_keep);
-  if (opt.return_logits || opt.logits_to_keep == 0) st.logits = llm_->lm_head().forward(hidden);
-  std::vector<int64_t> rows = opt.logits_at;
-  if (opt.logits_to_keep > 0) {
-    const int64_t k = std::min(opt.logits_to_keep, L);
-    for (int64_t r = 0; r < B; ++r)
-      for (int64_t t = L - k; t < L; ++t) rows.push_back(r * L + t);
-  }
-  if (!rows.empty()) {
-    for (int64_t p : rows)
-      HR_CHECK(p >= 0 && p < B * L, "[llava.forward] logits_at position ", p, " is outside the batch's ", B, " x ", L,
-               " tokens");
-    st.logits = head_rows(hidden.view({B * L, C}), rows);
-  }
-  // The labels are checked here, on the host, once per batch: the loss kernels then need not (on a GPU, checking
-  // there waits for the device at every chunk).
-  std::vector<int64_t> shifted(std::size_t(B * (L - 1)));
-  const int64_t vocab = cfg_.llm.vocab;
-  for (int64_t r = 0; r < B; ++r)
-    for (int64_t t = 0; t + 1 < L; ++t) {
-      const int64_t lab = b.labels[r * L + t + 1];
-      HR_CHECK(lab == cfg_.ignore_index || (lab >= 0 && lab < vocab), "[llava] label ", lab, " of sequence ", r,
-               " at position ", t + 1, " is outside the vocabulary [0, ", vocab, ") and is not ignore_index ",
-               cfg_.ignore_index);
-      shifted[r * (L - 1) + t] = lab;
-      if (lab != cfg_.ignore_index) ++st.valid_labels;
-    }
-  st.labels_shift = Tensor::from_ints(shifted, {B * (L - 1)}, DType::I64, dev);
+  keep_logits(hidden, b, st, opt);
+  st.labels_shift = shift_labels(b, cfg_, dev, st.valid_labels);
   st.hidden_shift = slice_copy(hidden, 1, 0, L - 1).view({B * (L - 1), C});
   hidden = Tensor();
   st.ce_options.ignore_index = cfg_.ignore_index;
@@ -206,6 +227,19 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   st.ce_options.chunk_rows = opt.ce_chunk_rows;
   st.ce_options.labels = LabelCheck::Done;
   st.backward_ready = need_llm_grad;
+  return head_loss(st, opt);
+}
+
+void Llava::keep_logits(const Tensor& hidden, const Batch& b, LlavaState& st, const ModelOptions& opt) const {
+  const int64_t B = b.batch, L = b.seq, C = cfg_.llm.hidden;
+  HR_CHECK(opt.logits_to_keep >= -1, "[llava.forward] logits_to_keep must be -1 (none), 0 (all) or a count; got ",
+           opt.logits_to_keep);
+  if (opt.return_logits || opt.logits_to_keep == 0) st.logits = llm_->lm_head().forward(hidden);
+  const std::vector<int64_t> rows = logit_rows(opt, B, L);
+  if (!rows.empty()) st.logits = head_rows(hidden.view({B * L, C}), rows);
+}
+
+float Llava::head_loss(LlavaState& st, const ModelOptions& opt) const {
   if (opt.inference && st.valid_labels == 0) {  // generation: only the logits are wanted
     st.hidden_shift = Tensor();
     hook_after(hooks_, head_group_, Pass::Forward);
@@ -216,7 +250,7 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   hook_after(hooks_, head_group_, Pass::Forward);
   hook_end_pass(hooks_, Pass::Forward);
   if (opt.inference) st.hidden_shift = Tensor();
-  return dev.type == DeviceType::Meta ? 0.f : st.ce.loss.item();
+  return store_->device().type == DeviceType::Meta ? 0.f : st.ce.loss.item();
 }
 
 void Llava::backward(LlavaState& st, float loss_scale) const {

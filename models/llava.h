@@ -89,6 +89,12 @@ class Llava final : public GroupedParams {
   // The token embeddings of `b` with the projected image features spliced in at their placeholders; fills
   // st.ids, st.image_offsets and the vision and projector states (kept unless options.inference).
   Tensor embed_inputs(const Batch& b, LlavaState& st, const ModelOptions& options) const;
+  // The vision tower and the projector over the batch's images: (images, tokens_per_image, C).
+  Tensor project_images(const Tensor& pixel_values, LlavaState& st, const ModelOptions& options) const;
+  // st.logits as options ask for them: all (return_logits, logits_to_keep 0) or the rows they name.
+  void keep_logits(const Tensor& hidden, const Batch& b, LlavaState& st, const ModelOptions& options) const;
+  // The loss of the forward pass, which it ends (0 where generation wants only the logits).
+  float head_loss(LlavaState& st, const ModelOptions& options) const;
   // lm_head over the rows `rows` of hidden (tokens, C): (rows, vocab).
   Tensor head_rows(const Tensor& hidden, const std::vector<int64_t>& rows) const;
   LlavaConfig cfg_;

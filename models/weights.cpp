@@ -53,51 +53,68 @@ std::string wanted(const Param& p) {
   return str(shape_str({p.quant.rows, p.quant.cols}), " as ", p.quant.format.describe());
 }
 
+namespace {
+
+std::string mismatch(const Param& p, const std::string& what) {
+  return str(what, " (model wants ", wanted(p), ")");
+}
+
+bool on_meta(const Param& p) {  // a parameter the meta device holds: checked, nothing copied
+  return p.data.defined() && p.data.device().type == DeviceType::Meta;
+}
+
+bool same_layout(const QuantLayout& a, const QuantLayout& b) {
+  return a.rows == b.rows && a.cols == b.cols && a.format.type == b.format.type && a.format.block == b.format.block &&
+         a.format.double_quant == b.format.double_quant;
+}
+
+// A quantized blob: copied into a quantized parameter of its layout, or dequantized into a float one of its shape.
+std::string assign_blob(Param& p, const Tensor& t) {
+  const Tensor h = t.to(Device::host()).contiguous();
+  QuantLayout l;
+  try {
+    l = read_layout(h.data<uint8_t>(), h.numel(), p.name);
+  } catch (const Error&) {
+    return mismatch(p, str(shape_str(t.shape()), " u8 that is not a quantized weight"));
+  }
+  if (p.quantized()) {
+    if (!same_layout(l, p.quant)) return mismatch(p, l.describe());
+    if (!on_meta(p)) copy_(p.data, h);
+    return "";
+  }
+  if (p.shape != Shape{l.rows, l.cols}) return mismatch(p, l.describe());
+  if (!on_meta(p)) {
+    MemoryScope scope(Category::IO, "load_weights");
+    copy_(p.data, Tensor::from_floats(dequantize(h.data<uint8_t>(), l), p.shape, DType::F32, Device::host()));
+  }
+  return "";
+}
+
+// A float tensor into a quantized parameter: quantized in the parameter's format.
+std::string assign_quantizing(Param& p, const Tensor& t) {
+  if (t.shape() != Shape{p.quant.rows, p.quant.cols}) return mismatch(p, shape_str(t.shape()));
+  if (on_meta(p)) return "";
+  const std::vector<float> v = t.to_floats();
+  std::vector<uint8_t> q;
+  try {
+    q = quantize(v.data(), p.quant.rows, p.quant.cols, p.quant.format);
+  } catch (const Error& e) {
+    throw Error(str("[weights] ", p.name, ": ", e.what()));
+  }
+  copy_(p.data, Tensor::wrap(q.data(), {p.quant.bytes}, DType::U8, Device::host(), [] {}));
+  return "";
+}
+
+}  // namespace
+
 std::string assign_param(Param& p, const Tensor& t) {
-  auto mismatch = [&](const std::string& what) { return str(what, " (model wants ", wanted(p), ")"); };
   const bool blob = t.dtype() == DType::U8 && t.dim() == 1;
   if (!blob && !is_float(t.dtype()))
     return mismatch(
-        str(shape_str(t.shape()), " ", dtype_name(t.dtype()), ": expected f32, bf16, f16 or a quantized weight"));
-  const bool meta = p.data.defined() && p.data.device().type == DeviceType::Meta;
-  if (blob) {
-    const Tensor h = t.to(Device::host()).contiguous();
-    QuantLayout l;
-    try {
-      l = read_layout(h.data<uint8_t>(), h.numel(), p.name);
-    } catch (const Error&) {
-      return mismatch(str(shape_str(t.shape()), " u8 that is not a quantized weight"));
-    }
-    if (p.quantized()) {
-      const QuantLayout& w = p.quant;
-      if (l.rows != w.rows || l.cols != w.cols || l.format.type != w.format.type || l.format.block != w.format.block ||
-          l.format.double_quant != w.format.double_quant)
-        return mismatch(l.describe());
-      if (!meta) copy_(p.data, h);
-      return "";
-    }
-    if (p.shape != Shape{l.rows, l.cols}) return mismatch(l.describe());
-    if (!meta) {
-      MemoryScope scope(Category::IO, "load_weights");
-      copy_(p.data, Tensor::from_floats(dequantize(h.data<uint8_t>(), l), p.shape, DType::F32, Device::host()));
-    }
-    return "";
-  }
-  if (p.quantized()) {
-    if (t.shape() != Shape{p.quant.rows, p.quant.cols}) return mismatch(shape_str(t.shape()));
-    if (!meta) {
-      const std::vector<float> v = t.to_floats();
-      std::vector<uint8_t> q;
-      try {
-        q = quantize(v.data(), p.quant.rows, p.quant.cols, p.quant.format);
-      } catch (const Error& e) {
-        throw Error(str("[weights] ", p.name, ": ", e.what()));
-      }
-      copy_(p.data, Tensor::wrap(q.data(), {p.quant.bytes}, DType::U8, Device::host(), [] {}));
-    }
-    return "";
-  }
-  if (t.shape() != p.shape) return mismatch(shape_str(t.shape()));
+        p, str(shape_str(t.shape()), " ", dtype_name(t.dtype()), ": expected f32, bf16, f16 or a quantized weight"));
+  if (blob) return assign_blob(p, t);
+  if (p.quantized()) return assign_quantizing(p, t);
+  if (t.shape() != p.shape) return mismatch(p, shape_str(t.shape()));
   copy_(p.data, t);
   return "";
 }
@@ -123,17 +140,41 @@ std::string new_layout_name(const std::string& n) {
   return "model." + n;
 }
 
-int64_t load_weights(ParamStore& store, const Checkpoint& ckpt, MissingWeights missing) {
-  bool newer = false;
+namespace {
+
+bool newer_layout(const Checkpoint& ckpt) {
   for (const std::string& n : ckpt.names())
-    if (starts_with(n, "model.language_model.") || starts_with(n, "model.vision_tower.")) newer = true;
+    if (starts_with(n, "model.language_model.") || starts_with(n, "model.vision_tower.")) return true;
+  return false;
+}
+
+std::vector<std::string> unused(const Checkpoint& ckpt, const std::set<std::string>& used) {
+  std::vector<std::string> out;
+  for (const std::string& n : ckpt.names())
+    if (!used.count(n)) out.push_back(n);
+  return out;
+}
+
+// "\n  what (n):" and the first 20 names, one a line; "" for none.
+std::string name_list(const char* what, const std::vector<std::string>& v) {
+  if (v.empty()) return "";
+  std::string msg = str("\n  ", what, " (", v.size(), "):");
+  for (std::size_t i = 0; i < v.size() && i < 20; ++i) msg += "\n    " + v[i];
+  if (v.size() > 20) msg += str("\n    ... and ", v.size() - 20, " more");
+  return msg;
+}
+
+}  // namespace
+
+int64_t load_weights(ParamStore& store, const Checkpoint& ckpt, MissingWeights missing) {
+  const bool newer = newer_layout(ckpt);
   std::vector<std::string> absent, bad_shape;
   std::set<std::string> used;
   int64_t loaded = 0;
   for (const auto& p : store.all()) {
     const std::string name = newer ? new_layout_name(p->name) : p->name;
     if (!ckpt.contains(name)) {
-      if (p->role == ParamRole::LoraA || p->role == ParamRole::LoraB)
+      if (is_lora(*p))
         init_lora(*p, 0);
       else
         absent.push_back(name);
@@ -147,19 +188,10 @@ int64_t load_weights(ParamStore& store, const Checkpoint& ckpt, MissingWeights m
     }
     ++loaded;
   }
-  std::vector<std::string> unexpected;
-  for (const std::string& n : ckpt.names())
-    if (!used.count(n)) unexpected.push_back(n);
   std::string msg;
-  auto list = [&](const char* what, const std::vector<std::string>& v) {
-    if (v.empty()) return;
-    msg += str("\n  ", what, " (", v.size(), "):");
-    for (std::size_t i = 0; i < v.size() && i < 20; ++i) msg += "\n    " + v[i];
-    if (v.size() > 20) msg += str("\n    ... and ", v.size() - 20, " more");
-  };
-  if (missing == MissingWeights::Error) list("missing", absent);
-  list("unexpected", unexpected);
-  list("wrong shape", bad_shape);
+  if (missing == MissingWeights::Error) msg += name_list("missing", absent);
+  msg += name_list("unexpected", unused(ckpt, used));
+  msg += name_list("wrong shape", bad_shape);
   HR_CHECK(msg.empty(), "[weights] checkpoint does not match the model (", newer ? "newer" : "classic",
            " llava-hf layout):", msg);
   return loaded;
@@ -231,7 +263,7 @@ std::string adapter_config_json(const LoraSpec& lora, const std::string& base_mo
   }
   std::string alternatives;
   if (!attn.empty()) alternatives += "self_attn\\.(" + attn + ")";
-  if (!mlp.empty()) alternatives += (alternatives.empty() ? "" : "|") + std::string("mlp\\.(") + mlp + ")";
+  if (!mlp.empty()) alternatives += (alternatives.empty() ? "mlp\\.(" : "|mlp\\.(") + mlp + ")";
   nlohmann::ordered_json j = {{"peft_type", "LORA"},
                               {"task_type", "CAUSAL_LM"},
                               {"base_model_name_or_path", base_model},
@@ -256,12 +288,41 @@ NamedTensors named_grads(ParamStore& store) {
   return out;
 }
 
+namespace {
+
+bool is_pickle(const std::string& path) {
+  for (const std::string x : {".bin", ".pt", ".pth"})
+    if (path.size() >= x.size() && path.compare(path.size() - x.size(), x.size(), x) == 0) return true;
+  return false;
+}
+
+// The llava-hf name of a tensor of LLaVA's projector file: (model.)mm_projector.0.* and .2.* are
+// multi_modal_projector.linear_1.* and linear_2.*, a linear projector's mm_projector.weight is linear_1.weight.
+std::string projector_name(const std::string& n) {
+  std::string k = n.rfind("model.", 0) == 0 ? n.substr(6) : n;
+  if (k.rfind("mm_projector.", 0) != 0) return k;
+  k = k.substr(13);
+  if (k.rfind("0.", 0) == 0)
+    k = "linear_1." + k.substr(2);
+  else if (k.rfind("2.", 0) == 0)
+    k = "linear_2." + k.substr(2);
+  else if (k == "weight" || k == "bias")
+    k = "linear_1." + k;
+  return "multi_modal_projector." + k;
+}
+
+// " what: a, b;" for the names `v`; "" for none.
+std::string comma_list(const char* what, const std::vector<std::string>& v) {
+  if (v.empty()) return "";
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
+  return str(" ", what, ": ", s, ";");
+}
+
+}  // namespace
+
 int64_t load_projector(ParamStore& store, const std::string& path) {
-  const auto ends = [&](const char* suffix) {
-    const std::string x = suffix;
-    return path.size() >= x.size() && path.compare(path.size() - x.size(), x.size(), x) == 0;
-  };
-  HR_CHECK(!(ends(".bin") || ends(".pt") || ends(".pth")), "[weights] ", path,
+  HR_CHECK(!is_pickle(path), "[weights] ", path,
            " is a PyTorch pickle, which headroom does not read; convert it once with python3 -c \"import torch; "
            "from safetensors.torch import save_file; save_file(torch.load('",
            path, "', map_location='cpu'), '", path.substr(0, path.rfind('.')),
@@ -270,17 +331,7 @@ int64_t load_projector(ParamStore& store, const std::string& path) {
   std::map<std::string, std::string> wanted;  // projector parameter name -> tensor name in the file
   std::vector<std::string> unexpected;
   for (const std::string& n : f.names()) {
-    std::string k = n.rfind("model.", 0) == 0 ? n.substr(6) : n;
-    if (k.rfind("mm_projector.", 0) == 0) {
-      k = k.substr(13);
-      if (k.rfind("0.", 0) == 0)
-        k = "linear_1." + k.substr(2);
-      else if (k.rfind("2.", 0) == 0)
-        k = "linear_2." + k.substr(2);
-      else if (k == "weight" || k == "bias")
-        k = "linear_1." + k;
-      k = "multi_modal_projector." + k;
-    }
+    const std::string k = projector_name(n);
     if (k.rfind("multi_modal_projector.", 0) == 0)
       wanted[k] = n;
     else
@@ -306,15 +357,9 @@ int64_t load_projector(ParamStore& store, const std::string& path) {
     wanted.erase(it);
   }
   for (const auto& [k, n] : wanted) unexpected.push_back(n);
-  auto list = [](const std::vector<std::string>& v) {
-    std::string s;
-    for (const std::string& x : v) s += (s.empty() ? "" : ", ") + x;
-    return s;
-  };
-  HR_CHECK(missing.empty() && unexpected.empty() && misshaped.empty(), "[weights] ", path,
-           ": not this model's projector;", missing.empty() ? "" : " missing: " + list(missing) + ";",
-           unexpected.empty() ? "" : " unexpected: " + list(unexpected) + ";",
-           misshaped.empty() ? "" : " mis-shaped: " + list(misshaped) + ";");
+  const std::string problems =
+      comma_list("missing", missing) + comma_list("unexpected", unexpected) + comma_list("mis-shaped", misshaped);
+  HR_CHECK(problems.empty(), "[weights] ", path, ": not this model's projector;", problems);
   return loaded;
 }
 
