@@ -55,14 +55,14 @@ class Inside {
   std::chrono::steady_clock::time_point t0_;
 };
 
-// What a collective's wait needs to report a timeout: this rank, the deadline's length, and the collective.
+// What a collective's wait needs to report a timeout: the deadline's length (the collective is named by the caller;
+// the rank by the prefix every rank's error gets).
 struct Deadline {
-  int rank = 0;
   double seconds = kDefaultCollectiveTimeout;
 };
 
 // Runs `request` to its end by polling it (MPI_Test makes it progress, as MPI_Wait would) until `d.seconds` have
-// passed; then throws naming the rank and the collective (`what`), which ends the job: a rank stopped (SIGSTOP), hung
+// passed; then throws naming the collective (`what`), which ends the job: a rank stopped (SIGSTOP), hung
 // or gone would otherwise keep every other rank waiting without a word. After the first millisecond the poll yields
 // the core between tests, as Open MPI's own waits do when idle.
 void finish(MPI_Request& request, const Deadline& d, const std::string& what) {
@@ -75,7 +75,7 @@ void finish(MPI_Request& request, const Deadline& d, const std::string& what) {
     if (done) return;
     const auto now = Clock::now();
     if (now >= deadline)
-      throw Error(str("[mpi] rank ", d.rank, ": ", what, " did not finish within ", d.seconds,
+      throw Error(str("[mpi] ", what, " did not finish within ", d.seconds,
                       " s (parallel.timeout): another rank stopped, hung or died before reaching it; ending the job"));
     if (now - start > std::chrono::milliseconds(1)) std::this_thread::yield();
   }
@@ -126,7 +126,6 @@ class MpiComm final : public Communicator {
     }
     HR_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
     HR_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
-    deadline_.rank = rank_;
     // The rank among the ranks of this machine (any launcher: Open MPI, MPICH's Hydra, srun): its GPU.
     MPI_Comm node = MPI_COMM_NULL;
     HR_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));

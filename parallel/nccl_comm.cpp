@@ -281,7 +281,7 @@ class NcclComm final : public Communicator {
       if (std::chrono::steady_clock::now() >= deadline) {
         ncclCommAbort(comm_);
         comm_ = nullptr;
-        throw Error(str("[nccl] rank ", rank(), ": ", op, " did not finish within ", timeout_,
+        throw Error(str("[nccl] ", op, " did not finish within ", timeout_,
                         " s (parallel.timeout): another rank stopped, hung or died before reaching it; the "
                         "communicator was aborted"));
       }
