@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 namespace hr {
 
@@ -35,24 +36,24 @@ std::size_t parse_bytes(const std::string& text, const std::string& what) {
   } catch (const std::exception&) {
     used = 0;
   }
-  std::string unit = text.substr(used);
+  // Binary units as PyTorch and DeepSpeed write them, decimal ones as disks are sold.
+  static constexpr std::pair<const char*, double> kUnits[] = {{"", 1.0},
+                                                              {"B", 1.0},
+                                                              {"KiB", 1024.0},
+                                                              {"K", 1024.0},
+                                                              {"MiB", 1048576.0},
+                                                              {"M", 1048576.0},
+                                                              {"GiB", 1073741824.0},
+                                                              {"G", 1073741824.0},
+                                                              {"TiB", 1099511627776.0},
+                                                              {"T", 1099511627776.0},
+                                                              {"KB", 1e3},
+                                                              {"MB", 1e6},
+                                                              {"GB", 1e9}};
+  const std::string unit = text.substr(used);
   double mul = 0;
-  if (unit.empty() || unit == "B")
-    mul = 1;
-  else if (unit == "KiB" || unit == "K")
-    mul = 1024.0;
-  else if (unit == "MiB" || unit == "M")
-    mul = 1024.0 * 1024;
-  else if (unit == "GiB" || unit == "G")
-    mul = 1024.0 * 1024 * 1024;
-  else if (unit == "TiB" || unit == "T")
-    mul = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "KB")
-    mul = 1e3;
-  else if (unit == "MB")
-    mul = 1e6;
-  else if (unit == "GB")
-    mul = 1e9;
+  for (const auto& [name, factor] : kUnits)
+    if (unit == name) mul = factor;
   HR_CHECK(used > 0 && mul > 0 && v >= 0, "[", what, "] '", text,
            "' is not a size; write e.g. 64MiB, 2GiB, 40GB or a number of bytes");
   // Sizes are counted in int64 bytes: infinity, or 1e30GiB, would convert to garbage.

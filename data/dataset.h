@@ -63,6 +63,9 @@ class LlavaDataset {
   Template chat_template() const { return opt_.chat_template; }
 
  private:
+  BadSample bad(int64_t index, const std::string& why) const;
+  core::Tensor image(int64_t index, const nlohmann::json& field) const;
+
   DataOptions opt_;
   InputSpec inputs_;
   std::shared_ptr<const Tokenizer> tok_;

@@ -131,6 +131,81 @@ void attention_forward(const AttentionArgs& a) {
   });
 }
 
+namespace {
+
+// delta[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c]
+template <typename T>
+void row_deltas(const AttentionDesc& s, const T* dout, const T* o, float* delta) {
+  const int64_t d = s.head_dim;
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < s.batch * s.q_len * s.q_heads; ++row) {
+    const int64_t b = row / (s.q_len * s.q_heads), i = (row / s.q_heads) % s.q_len, h = row % s.q_heads;
+    double acc = 0.0;
+    for (int64_t c = 0; c < d; ++c) acc += double(load(dout, row * d + c)) * load(o, row * d + c);
+    delta[(b * s.q_heads + h) * s.q_len + i] = float(acc);
+  }
+}
+
+// A thread's tiles, carved from its slot of the workspace (bwd_slot_bytes).
+struct BackwardTiles {
+  float *Q, *dO, *dQt, *K, *V, *dK, *dV, *P, *dP;
+  BackwardTiles(WorkspaceCarver& wc, int64_t d)
+      : Q(wc.floats(kBlockQ * d)),
+        dO(wc.floats(kBlockQ * d)),
+        dQt(wc.floats(kBlockQ * d)),
+        K(wc.floats(kBlockK * d)),
+        V(wc.floats(kBlockK * d)),
+        dK(wc.floats(kBlockK * d)),
+        dV(wc.floats(kBlockK * d)),
+        P(wc.floats(kBlockQ * kBlockK)),
+        dP(wc.floats(kBlockQ * kBlockK)) {}
+};
+
+// What a backward reads: the inputs, the forward's row statistics and the row deltas.
+template <typename T>
+struct BackwardInputs {
+  const T *q, *dout;
+  const float *lse, *delta;
+  float* dq32;  // dQ accumulated in f32
+};
+
+// One query tile (rows i0.. of head h, batch b) against the key tile loaded at j0 (bk keys): P and dS recomputed
+// from the forward's log-sum-exp, then this tile's share of dV and dK (accumulated in the tiles) and of dQ.
+template <typename T>
+void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, BackwardTiles& t, int64_t b, int64_t h,
+                   int64_t i0, int64_t j0, int64_t bk) {
+  const AttentionDesc& s = a.desc;
+  const int64_t d = s.head_dim, off = s.kv_len - s.q_len, bq = std::min(kBlockQ, s.q_len - i0);
+  const bool causal = s.mask == Mask::Causal;
+  load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
+  load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
+  MapM Pm(t.P, bq, bk), dPm(t.dP, bq, bk);
+  Pm.noalias() = MapM(t.Q, bq, d) * MapM(t.K, bk, d).transpose();
+  const float* lrow = in.lse + (b * s.q_heads + h) * s.q_len + i0;
+  const float* drow = in.delta + (b * s.q_heads + h) * s.q_len + i0;
+  dPm.noalias() = MapM(t.dO, bq, d) * MapM(t.V, bk, d).transpose();
+  for (int64_t r = 0; r < bq; ++r) {
+    const int64_t last = causal ? std::clamp<int64_t>(i0 + r + off - j0 + 1, 0, bk) : bk;
+    float* pr = t.P + r * bk;
+    float* dpr = t.dP + r * bk;
+    const int64_t seen = lrow[r] == -INFINITY ? 0 : last;
+    MapRow p(pr, seen), dp(dpr, seen);
+    p = (p * a.scale - lrow[r]).exp();
+    dp = p * (dp - drow[r]) * a.scale;  // dS, with the softmax scale folded in
+    std::fill(pr + seen, pr + bk, 0.f);
+    std::fill(dpr + seen, dpr + bk, 0.f);
+  }
+  MapM(t.dV, bk, d).noalias() += Pm.transpose() * MapM(t.dO, bq, d);
+  MapM(t.dK, bk, d).noalias() += dPm.transpose() * MapM(t.Q, bq, d);
+  MapM(t.dQt, bq, d).noalias() = dPm * MapM(t.K, bk, d);
+  for (int64_t r = 0; r < bq; ++r) {
+    float* dst = in.dq32 + ((b * s.q_len + i0 + r) * s.q_heads + h) * d;
+    for (int64_t c = 0; c < d; ++c) dst[c] += t.dQt[r * d + c];
+  }
+}
+
+}  // namespace
+
 void attention_backward(const AttentionArgs& a) {
   const AttentionDesc& s = a.desc;
   const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, off = s.kv_len - s.q_len;
@@ -139,79 +214,33 @@ void attention_backward(const AttentionArgs& a) {
   char* ws = static_cast<char*>(a.workspace.data_ptr());
   WorkspaceCarver shared(ws + std::size_t(slots) * bwd_slot_bytes(d));
   float* delta = shared.floats(std::size_t(s.batch * s.q_heads * s.q_len));
-  const float* lse = a.lse.data<float>();
   dispatch_float(s.dtype, "attention_backward", [&](auto tag) {
     using T = decltype(tag);
-    const T* q = a.q.data<T>();
     const T* k = a.k.data<T>();
     const T* v = a.v.data<T>();
-    const T* o = a.out.data<T>();
-    const T* dout = a.dout.data<T>();
     const int64_t dq_n = s.batch * s.q_len * s.q_heads * d;
     float* dq32 =
         std::is_same_v<T, float> ? reinterpret_cast<float*>(a.dq.data_ptr()) : shared.floats(std::size_t(dq_n));
     std::fill(dq32, dq32 + dq_n, 0.f);
-    // delta[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c]
-#pragma omp parallel for schedule(static)
-    for (int64_t row = 0; row < s.batch * s.q_len * s.q_heads; ++row) {
-      const int64_t b = row / (s.q_len * s.q_heads), i = (row / s.q_heads) % s.q_len, h = row % s.q_heads;
-      double acc = 0.0;
-      for (int64_t c = 0; c < d; ++c) acc += double(load(dout, row * d + c)) * load(o, row * d + c);
-      delta[(b * s.q_heads + h) * s.q_len + i] = float(acc);
-    }
+    row_deltas(s, a.dout.data<T>(), a.out.data<T>(), delta);
+    const BackwardInputs<T> in{a.q.data<T>(), a.dout.data<T>(), a.lse.data<float>(), delta, dq32};
 #pragma omp parallel for schedule(dynamic)
     for (int64_t unit = 0; unit < s.batch * s.kv_heads; ++unit) {
       const int64_t b = unit / s.kv_heads, kvh = unit % s.kv_heads;
       WorkspaceCarver wc(ws + std::size_t(omp_get_thread_num()) * bwd_slot_bytes(d));
-      float* Q = wc.floats(kBlockQ * d);
-      float* dO = wc.floats(kBlockQ * d);
-      float* dQt = wc.floats(kBlockQ * d);
-      float* K = wc.floats(kBlockK * d);
-      float* V = wc.floats(kBlockK * d);
-      float* dK = wc.floats(kBlockK * d);
-      float* dV = wc.floats(kBlockK * d);
-      float* P = wc.floats(kBlockQ * kBlockK);
-      float* dP = wc.floats(kBlockQ * kBlockK);
+      BackwardTiles t(wc, d);
       for (int64_t j0 = 0; j0 < s.kv_len; j0 += kBlockK) {
         const int64_t bk = std::min(kBlockK, s.kv_len - j0);
-        load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
-        load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
-        std::fill(dK, dK + bk * d, 0.f);
-        std::fill(dV, dV + bk * d, 0.f);
+        load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.K);
+        load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.V);
+        std::fill(t.dK, t.dK + bk * d, 0.f);
+        std::fill(t.dV, t.dV + bk * d, 0.f);
         // With the causal mask, query rows before j0 - off see none of these keys.
         const int64_t ifirst = causal ? std::max<int64_t>(0, j0 - off) / kBlockQ * kBlockQ : 0;
-        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-          for (int64_t i0 = ifirst; i0 < s.q_len; i0 += kBlockQ) {
-            const int64_t bq = std::min(kBlockQ, s.q_len - i0);
-            load_tile(q, b * s.q_len, i0, bq, s.q_heads, h, d, Q);
-            load_tile(dout, b * s.q_len, i0, bq, s.q_heads, h, d, dO);
-            MapM Pm(P, bq, bk), dPm(dP, bq, bk);
-            Pm.noalias() = MapM(Q, bq, d) * MapM(K, bk, d).transpose();
-            const float* lrow = lse + (b * s.q_heads + h) * s.q_len + i0;
-            const float* drow = delta + (b * s.q_heads + h) * s.q_len + i0;
-            dPm.noalias() = MapM(dO, bq, d) * MapM(V, bk, d).transpose();
-            for (int64_t r = 0; r < bq; ++r) {
-              const int64_t last = causal ? std::clamp<int64_t>(i0 + r + off - j0 + 1, 0, bk) : bk;
-              float* pr = P + r * bk;
-              float* dpr = dP + r * bk;
-              const int64_t seen = lrow[r] == -INFINITY ? 0 : last;
-              MapRow p(pr, seen), dp(dpr, seen);
-              p = (p * a.scale - lrow[r]).exp();
-              dp = p * (dp - drow[r]) * a.scale;  // dS, with the softmax scale folded in
-              std::fill(pr + seen, pr + bk, 0.f);
-              std::fill(dpr + seen, dpr + bk, 0.f);
-            }
-            MapM(dV, bk, d).noalias() += Pm.transpose() * MapM(dO, bq, d);
-            MapM(dK, bk, d).noalias() += dPm.transpose() * MapM(Q, bq, d);
-            MapM(dQt, bq, d).noalias() = dPm * MapM(K, bk, d);
-            for (int64_t r = 0; r < bq; ++r) {
-              float* dst = dq32 + ((b * s.q_len + i0 + r) * s.q_heads + h) * d;
-              for (int64_t c = 0; c < d; ++c) dst[c] += dQt[r * d + c];
-            }
-          }
-        }
-        store_tile(a.dk.data<T>(), b * s.kv_len, j0, bk, s.kv_heads, kvh, d, dK);
-        store_tile(a.dv.data<T>(), b * s.kv_len, j0, bk, s.kv_heads, kvh, d, dV);
+        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+          for (int64_t i0 = ifirst; i0 < s.q_len; i0 += kBlockQ) backward_tile(a, in, t, b, h, i0, j0, bk);
+        store_tile(a.dk.data<T>(), b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.dK);
+        store_tile(a.dv.data<T>(), b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.dV);
       }
     }
     if constexpr (!std::is_same_v<T, float>) {
