@@ -127,10 +127,10 @@ void ParamStore::zero_grad() {
   for (auto& p : params_) p->grad = Tensor();
 }
 
-int64_t ParamStore::count(bool trainable_only) const {
+int64_t ParamStore::count(Counting which) const {
   int64_t n = 0;
   for (const auto& p : params_)
-    if (!trainable_only || p->trainable) n += p->count();
+    if (which == Counting::All || p->trainable) n += p->count();
   return n;
 }
 

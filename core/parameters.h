@@ -144,7 +144,9 @@ class ParamStore {
   void set_trainable(GroupKind kind, bool trainable);
   // Releases every gradient buffer (the next backward allocates zeroed ones).
   void zero_grad();
-  int64_t count(bool trainable_only = false) const;  // parameters (a quantized weight's, not its bytes)
+  // Parameters (a quantized weight's, not its bytes): all, or the trainable ones.
+  enum class Counting : uint8_t { All, Trainable };
+  int64_t count(Counting which = Counting::All) const;
 
  private:
   Param& add_typed(const std::string& name, const Shape& shape, ParamRole role, DType dtype);

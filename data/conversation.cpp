@@ -99,7 +99,7 @@ std::vector<int64_t> tokenizer_image_token(const std::string& prompt, const Toke
   std::vector<int64_t> ids;
   std::size_t offset = 0;
   std::vector<std::vector<int64_t>> enc;
-  for (const std::string& c : chunks) enc.push_back(tok.encode(c, true));
+  for (const std::string& c : chunks) enc.push_back(tok.encode(c, SpecialTokens::Add));
   if (!enc.empty() && !enc[0].empty() && enc[0][0] == tok.bos()) {
     offset = 1;
     ids.push_back(enc[0][0]);
@@ -111,18 +111,104 @@ std::vector<int64_t> tokenizer_image_token(const std::string& prompt, const Toke
   return ids;
 }
 
-// The sample as LLaVA builds it with a real tokenizer (see conversation.h).
-Tokenized llava_exact(Template t, const std::vector<Turn>& turns_in, const Tokenizer& tok, int64_t tpi,
-                      const std::string& system, int64_t ignore, int64_t max_len) {
+// preprocess_multimodal: the tag moves to the front of its message.
+std::vector<Turn> tags_in_front(const std::vector<Turn>& turns_in) {
   std::vector<Turn> turns = turns_in;
-  // preprocess_multimodal: the tag moves to the front of its message.
   for (Turn& turn : turns)
     if (count_images(turn.value) > 0)
       turn.value = py_strip("<image>\n" + py_strip(tok::replace_all(turn.value, kImageTag, "")));
+  return turns;
+}
+
+// A conversation as LLaVA's Conversation.get_prompt() writes it, the generation prompt (the last answer left open,
+// as LLaVA's eval builds it) and the separator before each answer.
+struct Prompted {
+  std::string conv, prompt, sep;
+};
+
+Prompted vicuna_v1(const std::vector<Turn>& turns, const std::string& system) {  // SeparatorStyle.TWO, " ", "</s>"
+  Prompted p;
+  p.conv = system + " ";
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    const std::string role = i % 2 == 0 ? "USER" : "ASSISTANT";
+    if (i + 1 == turns.size()) p.prompt = p.conv + role + ":";
+    p.conv += turns[i].value.empty() ? role + ":" : role + ": " + turns[i].value + (i % 2 == 0 ? " " : "</s>");
+  }
+  p.sep = " ASSISTANT: ";
+  return p;
+}
+
+Prompted llama_2(const std::vector<Turn>& turns, const std::string& system) {  // SeparatorStyle.LLAMA_2, "<s>", "</s>"
+  Prompted p;
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    if (i + 1 == turns.size()) p.prompt = p.conv;
+    std::string m = turns[i].value;
+    if (m.empty()) continue;
+    if (i == 0 && !system.empty()) m = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + m;
+    p.conv += i % 2 == 0 ? "<s>[INST] " + m + " [/INST]" : " " + m + " </s>";
+  }
+  for (std::string* s : {&p.conv, &p.prompt}) {  // ret.lstrip("<s>"): every leading '<', 's' or '>'
+    const std::size_t b = s->find_first_not_of("<s>");
+    *s = b == std::string::npos ? "" : s->substr(b);
+  }
+  p.sep = "[/INST] ";
+  return p;
+}
+
+// LLaVA's preprocess_v1 / preprocess_llama_2 masking: each round's instruction is ignored, its answer learned,
+// counted in tokens of the round as tokenized alone. Where the count disagrees with the conversation's tokens (its
+// "tokenization mismatch") every label is masked; returns whether that happened.
+bool mask_instructions(Template t, const Prompted& p, const Tokenizer& tok, const std::vector<int64_t>& ids,
+                       std::vector<int64_t>& labels, int64_t ignore, int64_t max_len) {
+  int64_t total = 0;
+  for (int64_t id : ids) total += id != tok.pad();
+  const auto n = int64_t(labels.size());
+  auto mask = [&](int64_t from, int64_t to) {
+    for (int64_t k = std::max<int64_t>(from, 0); k < std::min(to, n); ++k) labels[std::size_t(k)] = ignore;
+  };
+  int64_t cur = 1;
+  mask(0, cur);
+  const std::vector<std::string> rounds = py_split(p.conv, "</s>");
+  for (std::size_t i = 0; i < rounds.size(); ++i) {
+    const std::string& rou = rounds[i];
+    if (rou.empty()) break;
+    std::vector<std::string> parts = py_split(rou, p.sep);
+    if (parts.size() != 2) break;
+    parts[0] += p.sep;
+    auto round_len = int64_t(tokenizer_image_token(rou, tok).size());
+    auto instruction_len = int64_t(tokenizer_image_token(parts[0], tok).size()) - 2;
+    if (t == Template::VicunaV1 && i != 0 && !tok.legacy()) --round_len, --instruction_len;
+    mask(cur, cur + instruction_len);
+    cur += round_len;
+  }
+  mask(cur, n);
+  if (cur < max_len && cur != total) {
+    mask(0, n);
+    return true;
+  }
+  return false;
+}
+
+// The image ids become tokens_per_image placeholders, never learned.
+void expand_images(const std::vector<int64_t>& in, const std::vector<int64_t>* labels, const Tokenizer& tok,
+                   int64_t tpi, int64_t ignore, std::vector<int64_t>& to_ids, std::vector<int64_t>* to_labels) {
+  for (std::size_t k = 0; k < in.size(); ++k) {
+    const bool image = in[k] == kImage;
+    for (int64_t r = 0; r < (image ? tpi : 1); ++r) {
+      to_ids.push_back(image ? tok.image_token() : in[k]);
+      if (to_labels) to_labels->push_back(image ? ignore : (*labels)[k]);
+    }
+  }
+}
+
+// The sample as LLaVA builds it with a real tokenizer (see conversation.h).
+Tokenized llava_exact(Template t, const std::vector<Turn>& turns_in, const Tokenizer& tok, int64_t tpi,
+                      const std::string& system, int64_t ignore, int64_t max_len) {
+  const std::vector<Turn> turns = tags_in_front(turns_in);
   Tokenized out;
   out.images = count_images(turns[0].value);
   std::vector<int64_t> ids, labels;
-  std::string prompt;  // the generation prompt: the last answer left open, as LLaVA's eval builds it
+  std::string prompt;
   if (t == Template::Plain) {
     HR_CHECK(out.images == 1, "the plain template needs an <image> in the first turn (LLaVA's preprocess_plain)");
     ids = tokenizer_image_token(std::string(kImageTag) + turns[1].value + "\n", tok);
@@ -131,81 +217,20 @@ Tokenized llava_exact(Template t, const std::vector<Turn>& turns_in, const Token
     std::fill(labels.begin(), labels.begin() + std::ptrdiff_t(std::min(masked, labels.size())), ignore);
     prompt = kImageTag;
   } else {
-    std::string conv;
-    std::string sep;
-    if (t == Template::VicunaV1) {  // SeparatorStyle.TWO, sep " ", sep2 "</s>"
-      conv = system + " ";
-      for (std::size_t i = 0; i < turns.size(); ++i) {
-        const std::string role = i % 2 == 0 ? "USER" : "ASSISTANT";
-        if (i + 1 == turns.size()) prompt = conv + role + ":";
-        conv += turns[i].value.empty() ? role + ":" : role + ": " + turns[i].value + (i % 2 == 0 ? " " : "</s>");
-      }
-      sep = " ASSISTANT: ";
-    } else {  // SeparatorStyle.LLAMA_2, sep "<s>", sep2 "</s>"
-      for (std::size_t i = 0; i < turns.size(); ++i) {
-        if (i + 1 == turns.size()) prompt = conv;
-        std::string m = turns[i].value;
-        if (m.empty()) continue;
-        if (i == 0 && !system.empty()) m = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + m;
-        conv += i % 2 == 0 ? "<s>[INST] " + m + " [/INST]" : " " + m + " </s>";
-      }
-      for (std::string* s : {&conv, &prompt}) {  // ret.lstrip("<s>"): every leading '<', 's' or '>'
-        const std::size_t b = s->find_first_not_of("<s>");
-        *s = b == std::string::npos ? "" : s->substr(b);
-      }
-      sep = "[/INST] ";
-    }
-    ids = tokenizer_image_token(conv, tok);
+    const Prompted p = t == Template::VicunaV1 ? vicuna_v1(turns, system) : llama_2(turns, system);
+    ids = tokenizer_image_token(p.conv, tok);
     labels = ids;
-    int64_t total = 0;
-    for (int64_t id : ids) total += id != tok.pad();
-    const auto n = int64_t(labels.size());
-    auto mask = [&](int64_t from, int64_t to) {
-      for (int64_t k = std::max<int64_t>(from, 0); k < std::min(to, n); ++k) labels[std::size_t(k)] = ignore;
-    };
-    int64_t cur = 1;
-    mask(0, cur);
-    const std::vector<std::string> rounds = py_split(conv, "</s>");
-    for (std::size_t i = 0; i < rounds.size(); ++i) {
-      const std::string& rou = rounds[i];
-      if (rou.empty()) break;
-      std::vector<std::string> parts = py_split(rou, sep);
-      if (parts.size() != 2) break;
-      parts[0] += sep;
-      auto round_len = int64_t(tokenizer_image_token(rou, tok).size());
-      auto instruction_len = int64_t(tokenizer_image_token(parts[0], tok).size()) - 2;
-      if (t == Template::VicunaV1 && i != 0 && !tok.legacy()) --round_len, --instruction_len;
-      mask(cur, cur + instruction_len);
-      cur += round_len;
-    }
-    mask(cur, n);
-    if (cur < max_len && cur != total) {
-      mask(0, n);
-      out.mismatch = true;
-    }
+    prompt = p.prompt;
+    out.mismatch = mask_instructions(t, p, tok, ids, labels, ignore, max_len);
   }
-  // The image ids become tokens_per_image placeholders, never learned.
-  auto expand = [&](const std::vector<int64_t>& in, const std::vector<int64_t>* lab, std::vector<int64_t>& to_ids,
-                    std::vector<int64_t>* to_labels) {
-    for (std::size_t k = 0; k < in.size(); ++k) {
-      const bool image = in[k] == kImage;
-      for (int64_t r = 0; r < (image ? tpi : 1); ++r) {
-        to_ids.push_back(image ? tok.image_token() : in[k]);
-        if (to_labels) to_labels->push_back(image ? ignore : (*lab)[k]);
-      }
-    }
-  };
-  expand(ids, &labels, out.ids, &out.labels);
-  expand(tokenizer_image_token(prompt, tok), nullptr, out.prompt, nullptr);
+  expand_images(ids, &labels, tok, tpi, ignore, out.ids, &out.labels);
+  expand_images(tokenizer_image_token(prompt, tok), nullptr, tok, tpi, ignore, out.prompt, nullptr);
   out.answer = turns.back().value;
   return out;
 }
 
-}  // namespace
-
-Tokenized apply_template(Template t, const std::vector<Turn>& turns, const Tokenizer& tok, int64_t tpi,
-                         const std::string& system_in, int64_t ignore, int64_t max_len) {
-  const std::string system = system_in == "default" ? default_system(t) : system_in;
+// Human and gpt turns in pairs, one <image> at most, in the first human turn; returns the images.
+int checked_images(const std::vector<Turn>& turns) {
   HR_CHECK(turns.size() >= 2 && turns.size() % 2 == 0, "conversation needs human/gpt pairs; got ", turns.size(),
            " turns");
   int images = 0;
@@ -215,48 +240,79 @@ Tokenized apply_template(Template t, const std::vector<Turn>& turns, const Token
     HR_CHECK(n == 0 || (i == 0 && n == 1), "only the first human turn may hold one <image>; turn ", i, " has ", n);
     images += n;
   }
+  return images;
+}
+
+// The byte tokenizer's rendering of the templates (headroom's own, for models without a tokenizer file).
+class ByteTemplate {
+ public:
+  ByteTemplate(const Tokenizer& tok, int images, int64_t tpi, int64_t ignore)
+      : tok_(tok), ignore_(ignore), image_(std::size_t(images ? tpi : 0), tok.image_token()) {
+    out_.images = images;
+  }
+
+  // The caption is the first gpt turn; the human turn contributes only its image.
+  Tokenized plain(const std::vector<Turn>& turns) {
+    start();
+    emit(image_, Learn::No);
+    out_.prompt = out_.ids;
+    out_.answer = turns[1].value;
+    emit(tok_.encode(turns[1].value + "\n"), Learn::Yes);
+    return out_;
+  }
+
+  Tokenized vicuna(const std::vector<Turn>& turns, const std::string& system) {
+    start();
+    emit(tok_.encode(system.empty() ? std::string() : system + " "), Learn::No);
+    for (std::size_t i = 0; i < turns.size(); i += 2) {
+      std::string question = turns[i].value;
+      const bool has_image = count_images(question) > 0;
+      if (has_image) question = strip_image(question);
+      emit(tok_.encode("USER: "), Learn::No);
+      if (has_image) {
+        emit(image_, Learn::No);
+        emit(tok_.encode("\n"), Learn::No);
+      }
+      emit(tok_.encode(question + " ASSISTANT: "), Learn::No);
+      if (i + 2 == turns.size()) {
+        out_.prompt = out_.ids;
+        out_.answer = turns[i + 1].value;
+      }
+      emit(tok_.encode(turns[i + 1].value), Learn::Yes);
+      emit({tok_.eos()}, Learn::Yes);
+    }
+    return out_;
+  }
+
+ private:
+  enum class Learn : uint8_t { No, Yes };
+  void start() {
+    out_.ids.push_back(tok_.bos());
+    out_.labels.push_back(ignore_);
+  }
+  void emit(const std::vector<int64_t>& ids, Learn learn) {
+    for (int64_t id : ids) {
+      out_.ids.push_back(id);
+      out_.labels.push_back(learn == Learn::Yes ? id : ignore_);
+    }
+  }
+
+  const Tokenizer& tok_;
+  const int64_t ignore_;
+  const std::vector<int64_t> image_;
+  Tokenized out_;
+};
+
+}  // namespace
+
+Tokenized apply_template(Template t, const std::vector<Turn>& turns, const Tokenizer& tok, int64_t tpi,
+                         const std::string& system_in, int64_t ignore, int64_t max_len) {
+  const std::string system = system_in == "default" ? default_system(t) : system_in;
+  const int images = checked_images(turns);
   if (!tok.is_bytes()) return llava_exact(t, turns, tok, tpi, system, ignore, max_len);
   HR_CHECK(t != Template::Llama2, "the llava_llama_2 template needs a real tokenizer (data.tokenizer)");
-  Tokenized out;
-  out.images = images;
-  auto emit = [&](const std::vector<int64_t>& ids, bool learn) {
-    for (int64_t id : ids) {
-      out.ids.push_back(id);
-      out.labels.push_back(learn ? id : ignore);
-    }
-  };
-  const std::vector<int64_t> image(std::size_t(images ? tpi : 0), tok.image_token());
-  if (t == Template::Plain) {
-    // The caption is the first gpt turn; the human turn contributes only its image.
-    out.ids.push_back(tok.bos());
-    out.labels.push_back(ignore);
-    emit(image, false);
-    out.prompt = out.ids;
-    out.answer = turns[1].value;
-    emit(tok.encode(turns[1].value + "\n"), true);
-    return out;
-  }
-  out.ids.push_back(tok.bos());
-  out.labels.push_back(ignore);
-  emit(tok.encode(system.empty() ? std::string() : system + " "), false);
-  for (std::size_t i = 0; i < turns.size(); i += 2) {
-    std::string question = turns[i].value;
-    const bool has_image = count_images(question) > 0;
-    if (has_image) question = strip_image(question);
-    emit(tok.encode("USER: "), false);
-    if (has_image) {
-      emit(image, false);
-      emit(tok.encode("\n"), false);
-    }
-    emit(tok.encode(question + " ASSISTANT: "), false);
-    if (i + 2 == turns.size()) {
-      out.prompt = out.ids;
-      out.answer = turns[i + 1].value;
-    }
-    emit(tok.encode(turns[i + 1].value), true);
-    emit({tok.eos()}, true);
-  }
-  return out;
+  ByteTemplate bytes(tok, images, tpi, ignore);
+  return t == Template::Plain ? bytes.plain(turns) : bytes.vicuna(turns, system);
 }
 
 }  // namespace hr::data

@@ -405,9 +405,9 @@ class HfTokenizer : public Tokenizer {
   }
 
  public:
-  std::vector<int64_t> encode(const std::string& text, bool add_special) const override {
+  std::vector<int64_t> encode(const std::string& text, SpecialTokens special) const override {
     std::vector<int64_t> ids;
-    if (add_special) ids = prefix_;
+    if (special == SpecialTokens::Add) ids = prefix_;
     for (const tok::Segment& s : tok::split_added(text, added_)) {
       if (s.added >= 0) {
         ids.push_back(s.added);
@@ -422,7 +422,7 @@ class HfTokenizer : public Tokenizer {
         }
       for (const std::string& word : pre_tokenize(t, s.offset == 0)) bpe(word, ids);
     }
-    if (add_special) ids.insert(ids.end(), suffix_.begin(), suffix_.end());
+    if (special == SpecialTokens::Add) ids.insert(ids.end(), suffix_.begin(), suffix_.end());
     return ids;
   }
 

@@ -111,10 +111,10 @@ class SentencePieceTokenizer : public Tokenizer {
     unk_len_ = int64_t(sp_.EncodeAsIds(unk_text_).size());
   }
 
-  std::vector<int64_t> encode(const std::string& input, bool add_special) const override {
+  std::vector<int64_t> encode(const std::string& input, SpecialTokens special) const override {
     const std::string text = with_prefix_space(input);
     std::vector<int64_t> ids;
-    if (add_special && add_bos_ && bos_ >= 0) ids.push_back(bos_);
+    if (special == SpecialTokens::Add && add_bos_ && bos_ >= 0) ids.push_back(bos_);
     const std::size_t first = ids.size();
     for (const tok::Segment& s : tok::split_added(text, added_)) {
       if (s.added >= 0) {
@@ -124,7 +124,7 @@ class SentencePieceTokenizer : public Tokenizer {
       for (int id : encode_text(s.text)) ids.push_back(id);
     }
     drop_lone_prefix(ids, first);
-    if (add_special && add_eos_ && eos_ >= 0) ids.push_back(eos_);
+    if (special == SpecialTokens::Add && add_eos_ && eos_ >= 0) ids.push_back(eos_);
     return ids;
   }
 

@@ -24,10 +24,10 @@ ByteTokenizer::ByteTokenizer(int64_t vocab, int64_t image_token) : vocab_(vocab)
   bos_ = kBos, eos_ = kEos, pad_ = kPad, image_token_ = image_token, bytes_ = true;
 }
 
-std::vector<int64_t> ByteTokenizer::encode(const std::string& text, bool add_special) const {
+std::vector<int64_t> ByteTokenizer::encode(const std::string& text, SpecialTokens special) const {
   std::vector<int64_t> ids;
   ids.reserve(text.size() + 1);
-  if (add_special) ids.push_back(kBos);
+  if (special == SpecialTokens::Add) ids.push_back(kBos);
   for (unsigned char c : text) ids.push_back(int64_t(c) + kByteOffset);
   return ids;
 }
@@ -131,54 +131,65 @@ std::vector<Segment> split_added(const std::string& text, const std::vector<Adde
   return out;
 }
 
+namespace {
+
+// A special token as tokenizer_config.json writes it: a string, or an AddedToken object with its content.
+std::string token_text(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"];
+  return "";
+}
+
+// tokenizer_config.json: the flags, the special tokens, and added_tokens_decoder.
+void read_config_file(const fs::path& cfg, TokenizerConfig& c) {
+  json j;
+  try {
+    j = json::parse(read_file(cfg.string()));
+  } catch (const json::exception& e) {
+    throw Error(str("[tokenizer] ", cfg.string(), " is not valid JSON: ", e.what()));
+  }
+  c.found = true;
+  auto flag = [&](const char* key) { return j.contains(key) ? j[key] : json(); };
+  c.legacy = flag("legacy");
+  c.add_bos_token = flag("add_bos_token");
+  c.add_eos_token = flag("add_eos_token");
+  c.add_prefix_space = flag("add_prefix_space");
+  for (auto [key, into] : {std::pair{"bos_token", &c.bos_token}, std::pair{"eos_token", &c.eos_token},
+                           std::pair{"unk_token", &c.unk_token}, std::pair{"pad_token", &c.pad_token}})
+    if (j.contains(key)) *into = token_text(j[key]);
+  if (!j.contains("added_tokens_decoder") || !j["added_tokens_decoder"].is_object()) return;
+  for (const auto& [id, t] : j["added_tokens_decoder"].items()) {
+    AddedToken a;
+    a.id = json_int(json::parse(id, nullptr, false), str(cfg.string(), ": added_tokens_decoder key '", id, "'"));
+    a.content = token_text(t);
+    a.lstrip = t.value("lstrip", false);
+    a.rstrip = t.value("rstrip", false);
+    a.special = t.value("special", false);
+    a.normalized = t.value("normalized", false);
+    c.added.push_back(a);
+  }
+}
+
+// added_tokens.json (older tokenizers): token -> id, for the tokens the config does not already name.
+void read_added_tokens(const fs::path& older, TokenizerConfig& c) {
+  json j = json::parse(read_file(older.string()), nullptr, false);
+  HR_CHECK(j.is_object(), "[tokenizer] ", older.string(), " is not a JSON object of token: id");
+  for (const auto& [content, id] : j.items()) {
+    bool known = false;
+    for (const AddedToken& a : c.added) known |= a.content == content;
+    if (!known)
+      c.added.push_back({content, json_int(id, str(older.string(), ": '", content, "'")), false, false, true, false});
+  }
+}
+
+}  // namespace
+
 TokenizerConfig read_tokenizer_config(const std::string& dir) {
   TokenizerConfig c;
   const fs::path cfg = fs::path(dir) / "tokenizer_config.json";
-  auto token_text = [](const json& v) -> std::string {
-    if (v.is_string()) return v.get<std::string>();
-    if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"];
-    return "";
-  };
-  if (fs::is_regular_file(cfg)) {
-    json j;
-    try {
-      j = json::parse(read_file(cfg.string()));
-    } catch (const json::exception& e) {
-      throw Error(str("[tokenizer] ", cfg.string(), " is not valid JSON: ", e.what()));
-    }
-    c.found = true;
-    auto flag = [&](const char* key) { return j.contains(key) ? j[key] : json(); };
-    c.legacy = flag("legacy");
-    c.add_bos_token = flag("add_bos_token");
-    c.add_eos_token = flag("add_eos_token");
-    c.add_prefix_space = flag("add_prefix_space");
-    if (j.contains("bos_token")) c.bos_token = token_text(j["bos_token"]);
-    if (j.contains("eos_token")) c.eos_token = token_text(j["eos_token"]);
-    if (j.contains("unk_token")) c.unk_token = token_text(j["unk_token"]);
-    if (j.contains("pad_token")) c.pad_token = token_text(j["pad_token"]);
-    if (j.contains("added_tokens_decoder") && j["added_tokens_decoder"].is_object())
-      for (const auto& [id, t] : j["added_tokens_decoder"].items()) {
-        AddedToken a;
-        a.id = json_int(json::parse(id, nullptr, false), str(cfg.string(), ": added_tokens_decoder key '", id, "'"));
-        a.content = token_text(t);
-        a.lstrip = t.value("lstrip", false);
-        a.rstrip = t.value("rstrip", false);
-        a.special = t.value("special", false);
-        a.normalized = t.value("normalized", false);
-        c.added.push_back(a);
-      }
-  }
+  if (fs::is_regular_file(cfg)) read_config_file(cfg, c);
   const fs::path older = fs::path(dir) / "added_tokens.json";
-  if (fs::is_regular_file(older)) {
-    json j = json::parse(read_file(older.string()), nullptr, false);
-    HR_CHECK(j.is_object(), "[tokenizer] ", older.string(), " is not a JSON object of token: id");
-    for (const auto& [content, id] : j.items()) {
-      bool known = false;
-      for (const AddedToken& a : c.added) known |= a.content == content;
-      if (!known)
-        c.added.push_back({content, json_int(id, str(older.string(), ": '", content, "'")), false, false, true, false});
-    }
-  }
+  if (fs::is_regular_file(older)) read_added_tokens(older, c);
   return c;
 }
 

@@ -10,14 +10,17 @@
 
 namespace hr::data {
 
+// Hugging Face's add_special_tokens: whether encode adds the tokens a tokenizer puts around a text (Llama: <s>).
+enum class SpecialTokens : uint8_t { Omit, Add };
+
 // Ids as Hugging Face's `tokenizer(text).input_ids` gives them. The image placeholder is the model's
 // image_token_index, which a real tokenizer may or may not know as a token ("<image>" in llava-hf).
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   // Special tokens written in the text ("</s>", "<s>", added tokens) become their ids (the byte tokenizer
-  // knows none); with add_special, the tokens the tokenizer adds around a text (Llama: <s> first).
-  virtual std::vector<int64_t> encode(const std::string& text, bool add_special = false) const = 0;
+  // knows none); with SpecialTokens::Add, the tokens the tokenizer adds around a text (Llama: <s> first).
+  virtual std::vector<int64_t> encode(const std::string& text, SpecialTokens special = SpecialTokens::Omit) const = 0;
   // Text of the ids, special tokens skipped (skip_special_tokens=True).
   virtual std::string decode(const std::vector<int64_t>& ids) const = 0;
   virtual int64_t vocab_size() const = 0;
@@ -44,7 +47,7 @@ class ByteTokenizer : public Tokenizer {
   static constexpr int64_t kMinVocab = 256 + kByteOffset;
 
   ByteTokenizer(int64_t vocab, int64_t image_token);
-  std::vector<int64_t> encode(const std::string& text, bool add_special = false) const override;
+  std::vector<int64_t> encode(const std::string& text, SpecialTokens special = SpecialTokens::Omit) const override;
   // Bytes of the ids that are bytes; specials are skipped, decoding stops at </s>.
   std::string decode(const std::vector<int64_t>& ids) const override;
   int64_t vocab_size() const override { return vocab_; }

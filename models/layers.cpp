@@ -25,12 +25,12 @@ const uint64_t* LoraDropoutScope::current() {
   return t_lora_key;
 }
 
-Linear Linear::make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, bool bias,
+Linear Linear::make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, Bias bias,
                     const LoraSpec* lora) {
   Linear l;
   l.weight = lora && lora->quantizes_base() ? &store.add_quantized(prefix + ".weight", out, in, lora->base_format())
                                             : &store.add(prefix + ".weight", {out, in});
-  if (bias) l.bias = &store.add(prefix + ".bias", {out}, ParamRole::Bias);
+  if (bias == Bias::Yes) l.bias = &store.add(prefix + ".bias", {out}, ParamRole::Bias);
   if (lora && lora->adapts(prefix)) {
     l.lora_a = &store.add(prefix + ".lora_A.weight", {lora->r, in}, ParamRole::LoraA);
     l.lora_b = &store.add(prefix + ".lora_B.weight", {out, lora->r}, ParamRole::LoraB);
@@ -82,10 +82,11 @@ Tensor lora_backward(const Linear& l, const Tensor& dy, const Tensor& x, bool ne
   // scale goes on the r-column tensors, never on a (tokens, out) one.
   const Tensor xl = lora_input(l, x);
   const Tensor hs = scale(linear_forward(xl, l.lora_a->data, Tensor()), l.lora_scale);
-  const Tensor dh = scale(linear_backward(dy, hs, l.lora_b->data, false, grads_into(*l.lora_b, true)).dx, l.lora_scale);
+  const Tensor dh =
+      scale(linear_backward(dy, hs, l.lora_b->data, Bias::No, grads_into(*l.lora_b, true)).dx, l.lora_scale);
   const LinearBackwardOptions oa = grads_into(*l.lora_a, need_dx);
   Tensor dx;
-  if (oa.need_dx || oa.weight_grads) dx = linear_backward(dh, xl, l.lora_a->data, false, oa).dx;
+  if (oa.need_dx || oa.weight_grads) dx = linear_backward(dh, xl, l.lora_a->data, Bias::No, oa).dx;
   const uint64_t* key = LoraDropoutScope::current();
   if (dx.defined() && l.lora_dropout > 0.f && key)
     dx = dropout(dx, l.lora_dropout, *key ^ l.lora_id);  // dropout's backward: the same mask
@@ -103,7 +104,8 @@ Tensor quantized_backward(const Linear& l, const Tensor& dy, const Tensor& dx_lo
 
 }  // namespace
 
-Tensor Linear::backward(const Tensor& dy, const Tensor& x, bool need_dx) const {
+Tensor Linear::backward(const Tensor& dy, const Tensor& x, InputGrad input) const {
+  const bool need_dx = input == InputGrad::Compute;
   const Tensor dx_lora = lora_a ? lora_backward(*this, dy, x, need_dx) : Tensor();
   if (quantized()) return quantized_backward(*this, dy, dx_lora, need_dx);
   LinearBackwardOptions o;
@@ -115,7 +117,7 @@ Tensor Linear::backward(const Tensor& dy, const Tensor& x, bool need_dx) const {
     if (bias) o.dbias_into = bias->ensure_grad();
   }
   if (!o.need_dx && !o.weight_grads) return dx_lora;
-  Tensor dx = linear_backward(dy, x, w2d(), bias != nullptr, o).dx;
+  Tensor dx = linear_backward(dy, x, w2d(), bias ? Bias::Yes : Bias::No, o).dx;
   if (dx.defined() && dx_lora.defined()) add_(dx, dx_lora);
   return dx;
 }
@@ -140,7 +142,7 @@ Tensor LayerNorm::backward(const Tensor& dy, const Tensor& x, const NormSaved& s
     o.dweight_into = weight->ensure_grad();
     o.dbias_into = bias->ensure_grad();
   }
-  return layernorm_backward(dy, x, weight->data, true, saved, o).dx;
+  return layernorm_backward(dy, x, weight->data, Bias::Yes, saved, o).dx;
 }
 
 RMSNorm RMSNorm::make(ParamStore& store, const std::string& prefix, int64_t dim, float eps) {

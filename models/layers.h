@@ -8,6 +8,7 @@
 
 namespace hr::models {
 
+using core::Bias;
 using core::Device;
 using core::DType;
 using core::GroupedParams;
@@ -21,6 +22,13 @@ using core::ParamStore;
 using core::Pass;
 using core::Shape;
 using core::Tensor;
+
+// Whether a backward returns its input's gradient: a layer whose input nothing upstream trains (the patch embedding,
+// the projector before a frozen vision tower) skips it.
+enum class InputGrad : uint8_t { Skip, Compute };
+// What a forward keeps for its backward: what its checkpoint policy says, or nothing (inference, or a part whose
+// gradients nobody needs: a frozen vision tower).
+enum class Saving : uint8_t { ForBackward, Nothing };
 
 // The LoRA dropout key of the training pass under way on this thread: a model sets one around a micro-batch's
 // forward and again around its backward (recomputation included), so both draw the same masks; none is set in
@@ -49,11 +57,12 @@ struct Linear {
 
   // With `lora` naming this layer (the last part of `prefix`), adds its adapters; with `lora` quantizing the base,
   // the weight is held quantized (whether adapted or not).
-  static Linear make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, bool bias,
+  static Linear make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, core::Bias bias,
                      const LoraSpec* lora = nullptr);
   Tensor forward(const Tensor& x) const;
-  // Adds dW (and db) into the gradient buffers when trainable, and dA, dB for adapters; returns dx when need_dx.
-  Tensor backward(const Tensor& dy, const Tensor& x, bool need_dx = true) const;
+  // Adds dW (and db) into the gradient buffers when trainable, and dA, dB for adapters; returns dx unless `input`
+  // says to skip it (a first layer, whose input nothing upstream needs the gradient of).
+  Tensor backward(const Tensor& dy, const Tensor& x, InputGrad input = InputGrad::Compute) const;
   int64_t in() const { return quantized() ? weight->quant.cols : weight->numel() / weight->shape[0]; }
   int64_t out() const { return quantized() ? weight->quant.rows : weight->shape[0]; }
 

@@ -40,14 +40,14 @@ LlamaLayer::LlamaLayer(ParamStore& store, const std::string& prefix, const LlmCo
   const int64_t c = cfg.hidden, kv = cfg.kv_heads * cfg.head_dim(), i = cfg.intermediate;
   input_norm_ = RMSNorm::make(store, prefix + ".input_layernorm", c, cfg.rms_norm_eps);
   const LoraSpec* lora = &cfg.lora;
-  q_ = Linear::make(store, prefix + ".self_attn.q_proj", c, c, false, lora);
-  k_ = Linear::make(store, prefix + ".self_attn.k_proj", c, kv, false, lora);
-  v_ = Linear::make(store, prefix + ".self_attn.v_proj", c, kv, false, lora);
-  o_ = Linear::make(store, prefix + ".self_attn.o_proj", c, c, false, lora);
+  q_ = Linear::make(store, prefix + ".self_attn.q_proj", c, c, Bias::No, lora);
+  k_ = Linear::make(store, prefix + ".self_attn.k_proj", c, kv, Bias::No, lora);
+  v_ = Linear::make(store, prefix + ".self_attn.v_proj", c, kv, Bias::No, lora);
+  o_ = Linear::make(store, prefix + ".self_attn.o_proj", c, c, Bias::No, lora);
   post_norm_ = RMSNorm::make(store, prefix + ".post_attention_layernorm", c, cfg.rms_norm_eps);
-  gate_ = Linear::make(store, prefix + ".mlp.gate_proj", c, i, false, lora);
-  up_ = Linear::make(store, prefix + ".mlp.up_proj", c, i, false, lora);
-  down_ = Linear::make(store, prefix + ".mlp.down_proj", i, c, false, lora);
+  gate_ = Linear::make(store, prefix + ".mlp.gate_proj", c, i, Bias::No, lora);
+  up_ = Linear::make(store, prefix + ".mlp.up_proj", c, i, Bias::No, lora);
+  down_ = Linear::make(store, prefix + ".mlp.down_proj", i, c, Bias::No, lora);
 }
 
 void LlamaLayer::compute(S& s, const Tensor& positions) const {
@@ -186,7 +186,7 @@ LlamaModel::LlamaModel(ParamStore& store, const std::string& prefix, const std::
     norm_ = RMSNorm::make(store, prefix + ".norm", cfg.hidden, cfg.rms_norm_eps);
   }
   ParamStore::GroupScope in(store, groups.head);
-  lm_head_ = Linear::make(store, head_name, cfg.hidden, cfg.vocab, false);
+  lm_head_ = Linear::make(store, head_name, cfg.hidden, cfg.vocab, Bias::No);
 }
 
 Tensor LlamaModel::embed(const Tensor& ids) const {
@@ -215,7 +215,7 @@ Tensor LlamaModel::positions_for(const Tensor& embeds) const {
 }
 
 Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy,
-                           bool keep_nothing) const {
+                           Saving saving) const {
   Tensor positions = positions_for(embeds);
   saved = LlamaSaved{};
   saved.layers.resize(layers_.size());
@@ -225,14 +225,14 @@ Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const Checkp
     x = layers_[i].forward(x, positions, saved.layers[i], policy.for_block(int64_t(i)));
     watch_output(watch_, layer_group_ + int(i), Pass::Forward, x);
     hook_after(hooks_, layer_group_ + int(i), Pass::Forward);
-    if (keep_nothing) saved.layers[i] = {};
+    if (saving == Saving::Nothing) saved.layers[i] = {};
   }
   MemoryScope scope(Category::Activations, prefix_ + ".norm");
   hook_before(hooks_, norm_group_, Pass::Forward);
   NormOut n = norm_.forward(x);
   watch_output(watch_, norm_group_, Pass::Forward, n.y);
   hook_after(hooks_, norm_group_, Pass::Forward);
-  if (!keep_nothing) {
+  if (saving == Saving::ForBackward) {
     saved.final_in = x;
     saved.final_rms = n.saved.rstd;
   }

@@ -65,7 +65,7 @@ class LlamaModel {
   Tensor embed(const Tensor& ids) const;
   void embed_backward(const Tensor& ids, const Tensor& d_embeds) const;
   // Runs the blocks and the final norm; returns the final hidden states (B, L, C).
-  Tensor forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy, bool keep_nothing) const;
+  Tensor forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy, Saving saving) const;
   // From d(final hidden) to d(embeds); parameter gradients accumulate.
   Tensor backward(const Tensor& d_hidden, LlamaSaved& saved) const;
   // Inference with a KV cache: runs embeds (B, Lq, C), row b's tokens at positions cache.length[b] onwards,

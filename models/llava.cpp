@@ -75,14 +75,14 @@ void Llava::set_watch(OutputWatch* watch) {
   llm_->set_watch(watch);
 }
 
-void Llava::set_trainable(bool vision, bool projector, bool llm) {
-  vision_trainable_ = vision;
-  projector_trainable_ = projector;
+void Llava::set_trainable(Trainable parts) {
+  vision_trainable_ = parts.vision;
+  projector_trainable_ = parts.projector;
   const bool lora = cfg_.llm.lora.r > 0;
-  llm_trainable_ = llm && !lora;
-  llm_adapters_ = llm && lora;
-  for (GroupKind k : {GroupKind::EncoderStem, GroupKind::EncoderLayer}) store_->set_trainable(k, vision);
-  store_->set_trainable(GroupKind::Projector, projector);
+  llm_trainable_ = parts.llm && !lora;
+  llm_adapters_ = parts.llm && lora;
+  for (GroupKind k : {GroupKind::EncoderStem, GroupKind::EncoderLayer}) store_->set_trainable(k, parts.vision);
+  store_->set_trainable(GroupKind::Projector, parts.projector);
   for (GroupKind k : {GroupKind::Embedding, GroupKind::DecoderLayer, GroupKind::Head})
     store_->set_trainable(k, llm_trainable_);
   if (llm_adapters_)  // LoRA: the decoder's adapters train, its base (and embeddings, norms, head) stays frozen
@@ -191,14 +191,17 @@ Tensor Llava::embed_inputs(const Batch& b, LlavaState& st, const ModelOptions& o
 Tensor Llava::project_images(const Tensor& pixel_values, LlavaState& st, const ModelOptions& opt) const {
   const bool inference = opt.inference;
   const Tensor pixels = pixels_on(pixel_values, store_->device());
-  Tensor feats = vision_->forward(pixels, st.vision, opt.vision_policy, inference || !vision_trainable_);
+  Tensor feats = vision_->forward(pixels, st.vision, opt.vision_policy,
+                                  inference || !vision_trainable_ ? Saving::Nothing : Saving::ForBackward);
   const DType llm_dtype = store_->dtype();
   if (feats.dtype() != llm_dtype) {  // a vision tower kept in f32 feeds a low-precision projector
     MemoryScope scope(Category::Activations, "multi_modal_projector");
     feats = cast(feats, llm_dtype);
   }
   hook_before(hooks_, projector_group_, Pass::Forward);
-  Tensor proj = projector_->forward(feats, st.projector, inference || !(projector_trainable_ || vision_trainable_));
+  Tensor proj = projector_->forward(
+      feats, st.projector,
+      inference || !(projector_trainable_ || vision_trainable_) ? Saving::Nothing : Saving::ForBackward);
   watch_output(watch_, projector_group_, Pass::Forward, proj);
   hook_after(hooks_, projector_group_, Pass::Forward);
   return proj;
@@ -214,7 +217,7 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   // LoRA dropout draws its masks from a key per training pass (the backward draws them again).
   std::optional<LoraDropoutScope> lora_dropout;
   if (need_llm_grad && cfg_.llm.lora.dropout > 0.f) lora_dropout.emplace(st.lora_key = ++lora_passes_);
-  Tensor hidden = llm_->forward(embeds, st.llm, opt.llm_policy, !need_llm_grad);
+  Tensor hidden = llm_->forward(embeds, st.llm, opt.llm_policy, need_llm_grad ? Saving::ForBackward : Saving::Nothing);
   embeds = Tensor();
   MemoryScope scope(Category::Activations, "language_model.loss");
   hook_before(hooks_, head_group_, Pass::Forward);
@@ -302,7 +305,8 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
   d_embeds = Tensor();
   if (d_proj.defined()) {
     hook_before(hooks_, projector_group_, Pass::Backward);
-    Tensor d_feats = projector_->backward(d_proj, st.projector, vision_trainable_);
+    Tensor d_feats =
+        projector_->backward(d_proj, st.projector, vision_trainable_ ? InputGrad::Compute : InputGrad::Skip);
     watch_output(watch_, projector_group_, Pass::Backward, d_feats);
     hook_after(hooks_, projector_group_, Pass::Backward);
     d_proj = Tensor();

@@ -55,8 +55,11 @@ class Llava final : public GroupedParams {
   const ParamStore& params() const { return *store_; }
   const LlavaConfig& config() const { return cfg_; }
 
-  // Which groups train; frozen groups get no gradient buffers. LLaVA stage 1 is (false, true, false).
-  void set_trainable(bool vision, bool projector, bool llm);
+  // Which parts train; frozen groups get no gradient buffers. LLaVA stage 1 is {.projector = true}.
+  struct Trainable {
+    bool vision = false, projector = false, llm = false;
+  };
+  void set_trainable(Trainable parts);
 
   // Parameter groups in the order the forward pass first uses them: the token embeddings, the vision
   // embeddings, each vision layer, the projector, each LLM layer, the final norm, lm_head.

@@ -10,25 +10,25 @@ using namespace hr::core;
 
 Projector::Projector(ParamStore& store, const std::string& prefix, ProjectorType type, int64_t in, int64_t out)
     : prefix_(prefix), type_(type) {
-  l1_ = Linear::make(store, prefix + ".linear_1", in, out, true);
-  if (type == ProjectorType::Mlp2xGelu) l2_ = Linear::make(store, prefix + ".linear_2", out, out, true);
+  l1_ = Linear::make(store, prefix + ".linear_1", in, out, Bias::Yes);
+  if (type == ProjectorType::Mlp2xGelu) l2_ = Linear::make(store, prefix + ".linear_2", out, out, Bias::Yes);
 }
 
-Tensor Projector::forward(const Tensor& x, ProjectorSaved& s, bool keep_nothing) const {
+Tensor Projector::forward(const Tensor& x, ProjectorSaved& s, Saving saving) const {
   MemoryScope scope(Category::Activations, prefix_);
   s = ProjectorSaved{};
   Tensor h1 = l1_.forward(x);
   if (type_ == ProjectorType::Linear) {
-    if (!keep_nothing) s.x = x;
+    if (saving == Saving::ForBackward) s.x = x;
     return h1;
   }
   Tensor act = gelu(h1);
   Tensor y = l2_.forward(act);
-  if (!keep_nothing) s = {x, h1, act};
+  if (saving == Saving::ForBackward) s = {x, h1, act};
   return y;
 }
 
-Tensor Projector::backward(const Tensor& dy, ProjectorSaved& s, bool need_dx) const {
+Tensor Projector::backward(const Tensor& dy, ProjectorSaved& s, InputGrad input) const {
   MemoryScope scope(Category::Activations, prefix_);
   Tensor d1 = dy;
   if (type_ == ProjectorType::Mlp2xGelu) {
@@ -37,7 +37,7 @@ Tensor Projector::backward(const Tensor& dy, ProjectorSaved& s, bool need_dx) co
     d1 = unary_backward(UnaryOp::Gelu, s.h1, d_act);
     s.h1 = Tensor();
   }
-  Tensor dx = l1_.backward(d1, s.x, need_dx);
+  Tensor dx = l1_.backward(d1, s.x, input);
   s = ProjectorSaved{};
   return dx;
 }

@@ -15,9 +15,9 @@ struct ProjectorSaved {
 class Projector {
  public:
   Projector(ParamStore& store, const std::string& prefix, ProjectorType type, int64_t in, int64_t out);
-  Tensor forward(const Tensor& x, ProjectorSaved& saved, bool keep_nothing) const;
-  // Returns d(x) when need_dx (a trainable vision tower), accumulating parameter gradients.
-  Tensor backward(const Tensor& dy, ProjectorSaved& saved, bool need_dx) const;
+  Tensor forward(const Tensor& x, ProjectorSaved& saved, Saving saving) const;
+  // Returns d(x) unless `input` skips it (the vision tower is frozen), accumulating parameter gradients.
+  Tensor backward(const Tensor& dy, ProjectorSaved& saved, InputGrad input) const;
 
  private:
   std::string prefix_;

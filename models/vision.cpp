@@ -39,13 +39,13 @@ constexpr std::array<std::pair<Tensor S::*, Keep>, 15> kFields = {{
 VisionLayer::VisionLayer(ParamStore& store, const std::string& prefix, const VisionConfig& cfg)
     : prefix_(prefix), cfg_(cfg) {
   const int64_t c = cfg.hidden;
-  k_ = Linear::make(store, prefix + ".self_attn.k_proj", c, c, true);
-  v_ = Linear::make(store, prefix + ".self_attn.v_proj", c, c, true);
-  q_ = Linear::make(store, prefix + ".self_attn.q_proj", c, c, true);
-  o_ = Linear::make(store, prefix + ".self_attn.out_proj", c, c, true);
+  k_ = Linear::make(store, prefix + ".self_attn.k_proj", c, c, Bias::Yes);
+  v_ = Linear::make(store, prefix + ".self_attn.v_proj", c, c, Bias::Yes);
+  q_ = Linear::make(store, prefix + ".self_attn.q_proj", c, c, Bias::Yes);
+  o_ = Linear::make(store, prefix + ".self_attn.out_proj", c, c, Bias::Yes);
   ln1_ = LayerNorm::make(store, prefix + ".layer_norm1", c, cfg.layer_norm_eps);
-  fc1_ = Linear::make(store, prefix + ".mlp.fc1", c, cfg.intermediate, true);
-  fc2_ = Linear::make(store, prefix + ".mlp.fc2", cfg.intermediate, c, true);
+  fc1_ = Linear::make(store, prefix + ".mlp.fc1", c, cfg.intermediate, Bias::Yes);
+  fc2_ = Linear::make(store, prefix + ".mlp.fc2", cfg.intermediate, c, Bias::Yes);
   ln2_ = LayerNorm::make(store, prefix + ".layer_norm2", c, cfg.layer_norm_eps);
 }
 
@@ -150,7 +150,7 @@ bool VisionTower::trainable() const {
 }
 
 Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const CheckpointPolicy& policy,
-                            bool keep_nothing) const {
+                            Saving saving) const {
   const int64_t I = pixels.size(0), P = cfg_.num_patches(), N = cfg_.num_positions(), C = cfg_.hidden;
   HR_CHECK(pixels.dim() == 4 && pixels.size(1) == cfg_.channels && pixels.size(2) == cfg_.image_size &&
                pixels.size(3) == cfg_.image_size,
@@ -163,7 +163,7 @@ Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const Chec
     MemoryScope scope(Category::Activations, prefix_ + ".embeddings");
     Tensor patches = patchify(pixels.to(patch_embedding_->data.dtype()), cfg_.patch);
     Tensor pe = patch_linear_.forward(patches);  // (I, P, C)
-    if (!keep_nothing) saved.patches = patches;
+    if (saving == Saving::ForBackward) saved.patches = patches;
     x = Tensor::empty({I, N, C}, pe.dtype(), pe.device());
     copy_(x.slice(1, 0, 1), class_embedding_->data.view({1, 1, C}).expand({I, 1, C}));
     copy_(x.slice(1, 1, N), pe);
@@ -174,7 +174,7 @@ Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const Chec
   {
     MemoryScope scope(Category::Activations, prefix_ + ".pre_layrnorm");
     NormOut n = pre_ln_.forward(x);
-    if (!keep_nothing) {
+    if (saving == Saving::ForBackward) {
       saved.pre_in = x;
       saved.pre_mean = n.saved.mean;
       saved.pre_rstd = n.saved.rstd;
@@ -190,7 +190,7 @@ Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const Chec
     h = layers_[i].forward(h, saved.layers[i], policy.for_block(i));
     watch_output(watch_, group_ + 1 + int(i), Pass::Forward, h);
     hook_after(hooks_, group_ + 1 + int(i), Pass::Forward);
-    if (keep_nothing) saved.layers[i] = {};
+    if (saving == Saving::Nothing) saved.layers[i] = {};
   }
   if (cfg_.select_feature == FeatureSelect::ClsPatch) return h;
   MemoryScope scope(Category::Activations, prefix_ + ".select_feature");
@@ -218,7 +218,7 @@ void VisionTower::backward(const Tensor& d_features, VisionSaved& saved) const {
   if (position_embedding_->trainable)
     sum_leading(dx.view({I, N * C}), position_embedding_->ensure_grad().view({N * C}), Accumulate::Yes);
   if (class_embedding_->trainable) sum_leading(dx.select(1, 0), class_embedding_->ensure_grad(), Accumulate::Yes);
-  patch_linear_.backward(slice_copy(dx, 1, 1, N), saved.patches, false);
+  patch_linear_.backward(slice_copy(dx, 1, 1, N), saved.patches, InputGrad::Skip);
   saved = VisionSaved{};
   hook_after(hooks_, group_, Pass::Backward);
 }

@@ -50,7 +50,7 @@ class VisionTower {
   // layer after it (stem + 1 + i), which the store must already have.
   VisionTower(ParamStore& store, const std::string& prefix, const VisionConfig& cfg, int stem);
   // pixels (I, 3, S, S) -> features (I, T, C) of hidden_states[select_layer], CLS dropped for `patch`.
-  Tensor forward(const Tensor& pixels, VisionSaved& saved, const CheckpointPolicy& policy, bool keep_nothing) const;
+  Tensor forward(const Tensor& pixels, VisionSaved& saved, const CheckpointPolicy& policy, Saving saving) const;
   // Accumulates parameter gradients from d(features); pixels need no gradient.
   void backward(const Tensor& d_features, VisionSaved& saved) const;
   bool trainable() const;

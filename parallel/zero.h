@@ -56,7 +56,8 @@ class Zero final : public core::GroupHooks {
   void begin_step();
   // Before each micro-batch: whether it is the step's last (whose backward, at stages 0-1 with overlap_comm,
   // starts the gradient all-reduce).
-  void begin_micro_batch(bool last);
+  enum class MicroBatch : uint8_t { Earlier, Last };
+  void begin_micro_batch(MicroBatch which);
   // After the last micro-batch's backward: the reductions still owed (all-reduce for stages 0 and 1).
   void finish_gradients();
   // The global gradient norm over all ranks (inf/NaN when some gradient overflowed).

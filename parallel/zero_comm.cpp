@@ -256,8 +256,8 @@ void Zero::finish_bucket() {
   b.flying.clear();
 }
 
-void Zero::begin_micro_batch(bool last) {
-  last_micro_ = last;
+void Zero::begin_micro_batch(MicroBatch which) {
+  last_micro_ = which == MicroBatch::Last;
 }
 
 void Zero::finish_gradients() {

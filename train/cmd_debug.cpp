@@ -10,10 +10,11 @@
 #include "models/llava.h"
 #include "models/model_spec.h"
 #include "models/weights.h"
+#include "train/checkpoint.h"
 #include "train/cli_args.h"
 #include "train/commands.h"
 #include "train/config.h"
-#include "train/trainer.h"
+#include "train/run_data.h"
 
 namespace hr::train {
 
@@ -111,7 +112,7 @@ int cmd_debug(const std::vector<std::string>& args) {
   ModelSpec spec = run.model;
   if (run.lora_enable) spec.config.llm.lora = run.lora, spec.config.llm.lora.dropout = 0.f;
   Llava model(spec.config, Device::cpu(), dtype);
-  model.set_trainable(!spec.freeze_vision, !spec.freeze_projector, !spec.freeze_llm);
+  model.set_trainable({.vision = !spec.freeze_vision, .projector = !spec.freeze_projector, .llm = !spec.freeze_llm});
   load_weights(model.params(), Checkpoint::open(weights));
   load_adapters_in(weights, model);
   Batch batch = read_batch(batch_path);

@@ -13,7 +13,7 @@
 #include "train/engine.h"
 #include "train/generate.h"
 #include "train/planner.h"
-#include "train/trainer.h"
+#include "train/run_files.h"
 
 namespace hr::train {
 

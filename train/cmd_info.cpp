@@ -19,7 +19,7 @@ int cmd_info(const std::vector<std::string>& args) {
   std::printf("  %s cuDNN%s\n  %s NCCL%s\n  %s MPI\n", kHaveCudnn ? "✓" : "✗",
               version(kHaveCudnn, kCudnnVersion).c_str(), kHaveNccl ? "✓" : "✗",
               version(kHaveNccl, kNcclVersion).c_str(), kHaveMpi ? "✓" : "✗");
-  const core::CudaInfo cuda = core::query_cuda(/*free_memory=*/true);
+  const core::CudaInfo cuda = core::query_cuda(core::FreeMemory::Query);
   if (kHaveCuda)
     std::printf("  CUDA runtime %s, driver %s\n", core::cuda_version_text(cuda.runtime_version).c_str(),
                 cuda.driver_version ? core::cuda_version_text(cuda.driver_version).c_str() : "none");

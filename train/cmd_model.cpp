@@ -49,7 +49,7 @@ int cmd_model(const std::vector<std::string>& args) {
   else
     spec.config = preset(what);
   Llava model(spec.config, Device::meta(), spec.dtype);
-  model.set_trainable(!spec.freeze_vision, !spec.freeze_projector, !spec.freeze_llm);
+  model.set_trainable({.vision = !spec.freeze_vision, .projector = !spec.freeze_projector, .llm = !spec.freeze_llm});
   std::map<std::string, int64_t> groups;
   std::vector<std::string> order;
   for (const auto& p : model.params().all()) {
@@ -68,7 +68,7 @@ int cmd_model(const std::vector<std::string>& args) {
   for (const std::string& g : order)
     std::printf("  %-32s %18s %12s\n", g.c_str(), with_commas(groups[g]).c_str(),
                 format_bytes(2.0 * double(groups[g])).c_str());
-  const int64_t total = model.params().count(), trainable = model.params().count(true);
+  const int64_t total = model.params().count(), trainable = model.params().count(core::ParamStore::Counting::Trainable);
   std::printf("  %-32s %18s %12s\n", "total", with_commas(total).c_str(), format_bytes(2.0 * double(total)).c_str());
   std::printf("  %-32s %18s\n", "trainable", with_commas(trainable).c_str());
   return 0;

@@ -25,7 +25,7 @@ void write_file(const std::string& path, const std::string& data) {
 // The chosen plan's step dry-run again with a recording: every micro-batch run, the timeline and the
 // allocator's starting state kept.
 void write_trace_and_snapshot(const Plan& plan, const std::string& trace, const std::string& snapshot, std::FILE* out) {
-  core::Timeline timeline(true);
+  core::Timeline timeline(core::Timeline::Clock::Events);
   StepRecording rec;
   rec.timeline = trace.empty() ? nullptr : &timeline;
   Predictor pred(plan.config, plan.world, 0, sizing_target(plan.device));

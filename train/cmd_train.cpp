@@ -23,6 +23,8 @@
 #include "train/evaluate.h"
 #include "train/llava_args.h"
 #include "train/planner.h"
+#include "train/run_data.h"
+#include "train/run_files.h"
 #include "train/trainer.h"
 
 namespace hr::train {

@@ -1,12 +1,14 @@
-// Device presets. Capacities are what cudaMemGetInfo reports as total on each part (MiB from nvidia-smi);
-// throughputs are dense datasheet peaks. None of these have been measured here: this machine has no GPU.
+// Device presets, and each rank's device chosen and set up. Capacities are what cudaMemGetInfo reports as total on
+// each part (MiB from nvidia-smi); throughputs are dense datasheet peaks, not measurements.
 #include "train/devices.h"
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -148,6 +150,96 @@ std::size_t share_of_gpu(int index, parallel::Communicator& comm) {
   comm.barrier();  // nobody allocates before everyone has measured
   constexpr std::size_t kPage = std::size_t(2) << 20;
   return std::size_t(m.free_bytes) / std::size_t(sharing) / kPage * kPage;
+}
+
+// ---- The run's device ----
+
+core::Device run_device_of(const RunConfig& c, int local_rank) {
+  core::Device d = core::Device::parse(c.device);
+  if (d.type != core::DeviceType::CUDA || local_rank == 0) return d;
+  const int gpus = c.gpu_collectives_over_mpi ? int(core::query_cuda().gpus.size()) : 0;
+  d.index += gpus > d.index ? local_rank % (gpus - d.index) : local_rank;
+  return d;
+}
+
+DevicePreset run_device(const RunConfig& c, int local_rank) {
+  const core::Device d = run_device_of(c, local_rank);
+  if (d.type == core::DeviceType::CUDA) return local_gpu_preset(d.index, c.memory_limit);
+  return device_preset(c.memory_limit ? str("cpu:", c.memory_limit) : std::string("cpu"));
+}
+
+core::Device inference_device(const RunConfig& c) {
+  const core::Device d = run_device_of(c);
+  if (d.type != core::DeviceType::CUDA) return core::Device::cpu();
+  core::cuda_memory_after_start(d.index);  // names the device when it cannot be used
+  configure_run_device(d, c.memory_limit, c.allocator);
+  return d;
+}
+
+namespace {
+
+// Several ranks on GPUs: the communicator for ZeRO's device tensors.
+std::unique_ptr<parallel::Communicator> gpu_communicator(const RunConfig& c, core::Device d,
+                                                         parallel::Communicator& comm) {
+  std::unique_ptr<parallel::Communicator> gpu;
+  if (c.gpu_collectives_over_mpi) {
+    gpu = parallel::make_staged(comm);
+  } else {
+    require_gpu_per_rank(d.index, c.device, comm);
+    gpu = parallel::make_nccl(comm, d.index);
+  }
+  gpu->set_timeout(c.collective_timeout_s);
+  return gpu;
+}
+
+// Every rank's room gathered; this rank's preset takes the tightest rank's capacity and reserve.
+void plan_with_least_room(const RunConfig& c, parallel::Communicator& comm, RunDevice& run) {
+  DevicePreset& device = run.preset;
+  const std::vector<double> all = comm.gather({double(device.capacity), double(device.runtime_reserve)});
+  auto usable = [&](int r) { return double(c.budget) * all[std::size_t(2 * r)] - all[std::size_t(2 * r + 1)]; };
+  int tightest = 0;
+  for (int r = 1; r < comm.world(); ++r)
+    if (usable(r) < usable(tightest)) tightest = r;
+  if (usable(tightest) < usable(comm.rank())) {
+    device.capacity = std::size_t(all[std::size_t(2 * tightest)]);
+    device.runtime_reserve = std::size_t(all[std::size_t(2 * tightest + 1)]);
+    device.name += str(", planned with rank ", tightest, "'s room (the least of the ranks)");
+  }
+  run.tightest_rank = tightest;
+}
+
+}  // namespace
+
+RunDevice choose_run_device(RunConfig& c, parallel::Communicator& comm) {
+  const int world = comm.world(), local = world > 1 ? comm.local_rank() : 0;
+  RunDevice run;
+  run.device = run_device_of(c, local);
+  const bool gpu = run.device.type == core::DeviceType::CUDA;
+  if (gpu && world > 1) run.gpu_comm = gpu_communicator(c, run.device, comm);  // before the GPU is measured below
+  run.preset = run_device(c, local);
+  if (world == 1) return run;
+  if (gpu && c.gpu_collectives_over_mpi)
+    if (const std::size_t share = share_of_gpu(run.device.index, comm)) {
+      c.memory_limit = c.memory_limit ? std::min(c.memory_limit, share) : share;
+      run.preset = run_device(c, local);
+    }
+  plan_with_least_room(c, comm, run);
+  return run;
+}
+
+void use_cpu_threads(const RunConfig& c, int world) {
+  if (c.threads > 0) {
+    omp_set_num_threads(c.threads);
+    return;
+  }
+  if (world == 1) return;
+  int local = world;  // ranks on this machine
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* s = std::getenv(v)) {
+      local = std::max(1, std::atoi(s));
+      break;
+    }
+  omp_set_num_threads(std::max(1, omp_get_num_procs() / local));
 }
 
 }  // namespace hr::train

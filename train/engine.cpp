@@ -7,7 +7,7 @@
 #include "core/ops/reduce.h"
 #include "models/hf_start.h"
 #include "models/weights.h"
-#include "train/trainer.h"
+#include "train/run_files.h"
 
 namespace hr::train {
 
@@ -25,10 +25,9 @@ std::unique_ptr<Llava> build_model(const RunConfig& c, Device device) {
   auto model = std::make_unique<Llava>(mc, device, param_dtype(c.precision),
                                        c.vision_fp32 ? std::optional<DType>(DType::F32) : std::nullopt);
   if (c.grad_accum == GradAccum::Fp32) model->params().accumulate_grads_in(DType::F32);
-  const bool vision = c.stage == Stage::Full && !c.model.freeze_vision;
-  const bool projector = !c.model.freeze_projector;
-  const bool llm = c.stage != Stage::Pretrain && !c.model.freeze_llm;
-  model->set_trainable(vision, projector, llm);
+  model->set_trainable({.vision = c.stage == Stage::Full && !c.model.freeze_vision,
+                        .projector = !c.model.freeze_projector,
+                        .llm = c.stage != Stage::Pretrain && !c.model.freeze_llm});
   return model;
 }
 
@@ -95,7 +94,8 @@ Engine::StepStats Engine::step(const std::function<LoadedBatch()>& next, int64_t
   double loss_sum = 0;
   zero_->begin_step();
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
-    zero_->begin_micro_batch(micro + 1 == micro_batches);
+    zero_->begin_micro_batch(micro + 1 == micro_batches ? parallel::Zero::MicroBatch::Last
+                                                        : parallel::Zero::MicroBatch::Earlier);
     {
       LoadedBatch lb = next();
       out.tokens += lb.tokens;

@@ -118,9 +118,9 @@ void RunObservers::begin_step(int64_t step) {
   step_ = step;
   have_oom_state_ = false;
   if (std::find(c_.trace_steps.begin(), c_.trace_steps.end(), step) == c_.trace_steps.end()) return;
-  owned_ = std::make_unique<Timeline>(c_.trace_event_clock);
+  owned_ = std::make_unique<Timeline>(c_.trace_event_clock ? Timeline::Clock::Events : Timeline::Clock::Wall);
   device_track_ = owned_->add_allocator("device", device_.stats());
-  host_track_ = owned_->add_allocator("host", host_.stats(), false);
+  host_track_ = owned_->add_allocator("host", host_.stats(), Timeline::Advance::No);
   timeline_.store(owned_.get());
   set_span_timeline(owned_.get());
 }

@@ -2,6 +2,9 @@
 // training step at the worst-case shapes through the same caching allocator: on the CPU back-end its peaks
 // equal the real run's byte for byte. A closed-form breakdown explains the numbers, a cost model predicts the
 // step time, and a search fills every strategy key set to `auto` with the fastest plan that fits.
+// Its parts: predictor.cpp (the dry runs), planner.cpp (a plan of a config as given), cost_model.cpp and
+// closed_form.cpp (beside the dry run, internal: plan_parts.h), plan_search.cpp (the search, the fixes),
+// plan_print.cpp (the table and plan.json); the devices planned for are devices.h.
 #pragma once
 
 #include <array>
@@ -187,22 +190,5 @@ Plan max_micro_batch(const RunConfig& config, const DevicePreset& device, int wo
 std::string plan_table(const Plan& plan);
 std::string plan_json(const Plan& plan);
 std::string search_explanation(const Search& s, std::size_t show = 10);
-
-// The device preset a run on this machine plans for: cpu with device.memory_limit (or the machine's memory), or
-// the GPU rank `local_rank` of the machine trains on, measured (what the context and other processes hold).
-DevicePreset run_device(const RunConfig& config, int local_rank = 0);
-// The device a run trains on (device.type): cpu, or cuda:N ("cuda" is cuda:0). Under several ranks a GPU's index
-// is offset by the rank's local rank: rank r of a machine trains on cuda:local_rank (cuda:N+local_rank for
-// device.type cuda:N); with parallel.backend: mpi ranks share the GPUs from cuda:N on, in turn.
-core::Device run_device_of(const RunConfig& config, int local_rank = 0);
-// The device `headroom eval` and `headroom generate` run on: device.type's GPU, set up as training sets it up
-// (device.memory_limit, memory.allocator, the host pinned beside it), or the CPU.
-core::Device inference_device(const RunConfig& config);
-
-// Sets the OpenMP threads of a rank of this run on the CPU: device.threads, or with several ranks the
-// machine's cores shared among the ranks on it (mpirun's local size, else `world`). oneDNN's scratchpads
-// depend on the thread count, so the trainer and `headroom plan` both set it before planning: a plan is
-// sized for the threads the ranks will run with.
-void use_cpu_threads(const RunConfig& config, int world);
 
 }  // namespace hr::train

@@ -1,10 +1,12 @@
 // The run's data sets: the options and paths of the files a config names, and the synthetic VQA set written under
-// output_dir/data on first use (declared in trainer.h).
+// output_dir/data on first use.
+#include "train/run_data.h"
+
 #include <fstream>
 
 #include "core/io/atomic_file.h"
 #include "data/synth.h"
-#include "train/trainer.h"
+#include "train/run_files.h"
 
 namespace hr::train {
 

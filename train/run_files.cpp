@@ -1,12 +1,14 @@
 // The files a run reads and writes beside its data and weights: its tokenizer, its image normalisation, and the
-// Hugging Face files its checkpoints carry (declared in trainer.h).
+// Hugging Face files its checkpoints carry.
+#include "train/run_files.h"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "data/image.h"
 #include "data/tokenizer.h"
-#include "train/trainer.h"
 
 namespace hr::train {
 
@@ -72,16 +74,39 @@ std::vector<std::pair<std::string, std::string>> stage1_tokenizer_files(const st
 }
 }  // namespace
 
+namespace {
+
+// The tokenizer's directory: data.tokenizer's (its own, or the file's), else model.name_or_path's under auto; ""
+// for the byte tokenizer.
+std::string tokenizer_dir(const RunConfig& c, const data::Tokenizer& tok) {
+  if (c.tokenizer == "auto" && !tok.is_bytes())
+    return c.model.name_or_path.empty() ? c.model.language_model : c.model.name_or_path;
+  if (c.tokenizer != "auto" && c.tokenizer != "byte")
+    return fs::is_directory(c.tokenizer) ? c.tokenizer : fs::path(c.tokenizer).parent_path().string();
+  return "";
+}
+
+// The image processor's file, as a LLaVA processor's (llava-hf's says processor_class LlavaProcessor, which is
+// what makes AutoProcessor join it with the tokenizer; a CLIP directory's says CLIPProcessor or nothing); none
+// where the model's directories have none.
+std::optional<std::string> llava_preprocessor_config(const RunConfig& c) {
+  const std::string& image_dir = c.model.name_or_path.empty() ? c.model.vision_tower : c.model.name_or_path;
+  const fs::path pre = fs::path(image_dir) / "preprocessor_config.json";
+  if (image_dir.empty() || !fs::is_regular_file(pre)) return std::nullopt;
+  std::ifstream in(pre, std::ios::binary);
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  HR_CHECK(!j.is_discarded() && j.is_object(), "[image] ", pre.string(), " is not a JSON object");
+  j["processor_class"] = "LlavaProcessor";
+  return j.dump(2) + "\n";
+}
+
+}  // namespace
+
 HfSidecar run_hf_sidecar(const RunConfig& c) {
   HfSidecar s;
   const auto tok = load_run_tokenizer(c);
   if (!tok->is_bytes()) s.tokens = {tok->bos(), tok->eos(), tok->pad()};
-  // The tokenizer's directory: data.tokenizer's (its own, or the file's), else model.name_or_path's under auto.
-  std::string dir;
-  if (c.tokenizer == "auto" && !tok->is_bytes())
-    dir = c.model.name_or_path.empty() ? c.model.language_model : c.model.name_or_path;
-  else if (c.tokenizer != "auto" && c.tokenizer != "byte")
-    dir = fs::is_directory(c.tokenizer) ? c.tokenizer : fs::path(c.tokenizer).parent_path().string();
+  const std::string dir = tokenizer_dir(c, *tok);
   if (!dir.empty())
     for (const char* name : kHfTokenizerFiles)
       if (fs::is_regular_file(fs::path(dir) / name)) s.files.push_back((fs::path(dir) / name).string());
@@ -89,17 +114,8 @@ HfSidecar run_hf_sidecar(const RunConfig& c) {
   // gave them, as llava-hf's conversion adds them, so that AutoProcessor of a checkpoint finds the image token.
   if (!c.model.language_model.empty() && c.tokenizer == "auto" && !tok->is_bytes())
     s.written = stage1_tokenizer_files(dir, c.model.config.image_token_id, c.model.config.llm.vocab);
-  // The image processor's file, as a LLaVA processor's (llava-hf's says processor_class LlavaProcessor, which is
-  // what makes AutoProcessor join it with the tokenizer; a CLIP directory's says CLIPProcessor or nothing).
-  const std::string& image_dir = c.model.name_or_path.empty() ? c.model.vision_tower : c.model.name_or_path;
-  const fs::path pre = fs::path(image_dir) / "preprocessor_config.json";
-  if (!image_dir.empty() && fs::is_regular_file(pre)) {
-    std::ifstream in(pre, std::ios::binary);
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    HR_CHECK(!j.is_discarded() && j.is_object(), "[image] ", pre.string(), " is not a JSON object");
-    j["processor_class"] = "LlavaProcessor";
-    s.written.emplace_back("preprocessor_config.json", j.dump(2) + "\n");
-  }
+  if (std::optional<std::string> pre = llava_preprocessor_config(c))
+    s.written.emplace_back("preprocessor_config.json", std::move(*pre));
   s.preprocessor_json = data::preprocessor_config_json(c.model.config.vision.image_size, run_image_norm(c));
   s.max_shard_bytes = c.max_shard_bytes;
   return s;

@@ -12,7 +12,6 @@
 #include <filesystem>
 
 #include "core/check.h"
-#include "train/trainer.h"
 
 namespace hr::train {
 

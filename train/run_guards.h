@@ -10,7 +10,7 @@ namespace hr::train {
 
 // SIGTERM and SIGINT ask the run to stop after the current step with a checkpoint, the way cluster schedulers stop
 // jobs (a grace period between SIGTERM and SIGKILL); a second signal ends it at once. Installed for the object's
-// life; stop_signal() (trainer.h) says which one came.
+// life; stop_signal() says which one came.
 class StopSignals {
  public:
   StopSignals();
@@ -22,6 +22,9 @@ class StopSignals {
   static constexpr std::array<int, 2> kSignals = {SIGTERM, SIGINT};
   std::array<struct sigaction, 2> saved_{};
 };
+
+// The stop signal (SIGTERM, SIGINT) this process received while a StopSignals was installed, or 0.
+int stop_signal();
 
 // One writer per output directory: output_dir/.headroom.lock, locked (flock) for the object's life and holding
 // the owner's host and pid. A second run on the directory is refused naming them; a run that dies (even by SIGKILL)

@@ -23,10 +23,11 @@ struct CudaInfo {
   std::string fused_attention;  // the cuDNN (and frontend) behind fused attention, or why there is none
 };
 
-// `free_memory`: also each GPU's free memory (headroom info). Asking for it makes a CUDA context on every GPU
+// FreeMemory::Query: also each GPU's free memory (headroom info). Asking for it makes a CUDA context on every GPU
 // (hundreds of MiB each, for the process's life), so a training rank, which must hold a context only on its own
 // GPU, asks without it: GpuInfo::free_bytes stays 0.
-CudaInfo query_cuda(bool free_memory = false);
+enum class FreeMemory : uint8_t { Skip, Query };
+CudaInfo query_cuda(FreeMemory free_memory = FreeMemory::Skip);
 
 struct CudaMemInfo {
   int64_t free_bytes = 0, total_bytes = 0;

@@ -5,10 +5,10 @@
 
 namespace hr::core {
 
-Timeline::Timeline(bool event_clock) : event_clock_(event_clock) {}
+Timeline::Timeline(Clock clock) : event_clock_(clock == Clock::Events) {}
 
-double Timeline::now_locked(bool tick) {
-  if (event_clock_) return double(tick ? ++ticks_ : ticks_);
+double Timeline::now_locked(Advance advance) {
+  if (event_clock_) return double(advance == Advance::Yes ? ++ticks_ : ticks_);
   const double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start_).count();
   last_ = std::max(last_, t);  // monotone whichever thread records
   return last_;
@@ -18,15 +18,15 @@ void Timeline::counter_locked(double ts, const std::string& name, int64_t v) {
   events_.push_back({'C', ts, name, nullptr, v});
 }
 
-int Timeline::add_allocator(const std::string& name, const MemoryStats& now, bool ticks) {
+int Timeline::add_allocator(const std::string& name, const MemoryStats& now, Advance advance) {
   std::lock_guard<std::mutex> lock(mutex_);
   Track t;
   t.name = name;
-  t.ticks = ticks;
+  t.advance = advance;
   t.allocated = now.allocated_bytes.current;
   t.reserved = now.reserved_bytes.current;
   for (Category c : kAllCategories) t.by_category[std::size_t(c)] = now.category(c).current;
-  const double ts = now_locked(ticks);
+  const double ts = now_locked(advance);
   counter_locked(ts, name + " allocated", t.allocated);
   counter_locked(ts, name + " reserved", t.reserved);
   for (Category c : kAllCategories) counter_locked(ts, str(name, " ", category_name(c)), t.by_category[std::size_t(c)]);
@@ -37,7 +37,7 @@ int Timeline::add_allocator(const std::string& name, const MemoryStats& now, boo
 void Timeline::allocator_event(int track, const TraceEvent& e) {
   std::lock_guard<std::mutex> lock(mutex_);
   Track& t = tracks_.at(std::size_t(track));
-  const double ts = now_locked(t.ticks);
+  const double ts = now_locked(t.advance);
   const int64_t size = int64_t(e.size);
   switch (e.kind) {
     case TraceEvent::Kind::Alloc:

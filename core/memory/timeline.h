@@ -19,14 +19,16 @@ namespace hr::core {
 
 class Timeline {
  public:
-  // `event_clock`: time is the count of recorded events (1 µs each) instead of the wall clock, so that a
+  // Clock::Events: time is the count of recorded events (1 µs each) instead of the wall clock, so that a
   // dry run's timeline and the real step's line up event for event.
-  explicit Timeline(bool event_clock);
+  enum class Clock : uint8_t { Wall, Events };
+  explicit Timeline(Clock clock);
   // Starts a counter set for an allocator ("device", "host"): its current values are the first points.
   // Returns the track's index for allocator_event. With the event clock, only the events of allocators
-  // added with `ticks` (the device) and the slices advance it: the host's (loader threads) take the current
+  // whose events advance it (the device) and the slices do: the host's (loader threads) take the current
   // time, so that a step's timeline and its dry run's agree to the microsecond.
-  int add_allocator(const std::string& name, const MemoryStats& now, bool ticks = true);
+  enum class Advance : uint8_t { Yes, No };
+  int add_allocator(const std::string& name, const MemoryStats& now, Advance advance = Advance::Yes);
   // One allocator event (call from the allocator's trace function).
   void allocator_event(int track, const TraceEvent& e);
   void begin(const char* cat, std::string name);
@@ -45,11 +47,11 @@ class Timeline {
   };
   struct Track {
     std::string name;
-    bool ticks = true;
+    Advance advance = Advance::Yes;
     int64_t allocated = 0, reserved = 0;
     std::array<int64_t, kNumCategories> by_category{};
   };
-  double now_locked(bool tick = true);
+  double now_locked(Advance advance = Advance::Yes);
   void counter_locked(double ts, const std::string& name, int64_t v);
 
   const bool event_clock_;

@@ -75,7 +75,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {
   return y;
 }
 
-LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool has_bias,
+LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Bias bias,
                             const LinearBackwardOptions& o) {
   const int64_t out = w.size(0), in = w.size(1);
   HR_CHECK(dy.size(-1) == out && x.size(-1) == in, "[linear_backward] dy ", dy.describe(), " / x ", x.describe(),
@@ -92,7 +92,7 @@ LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, 
   check_shape("linear_backward", "dw", g.dw, w.shape());
   Tensor x3 = x.reshape({1, -1, in});
   gemm(dy3.transpose(1, 2), x3, g.dw.view({1, out, in}), 1.f, accumulate ? 1.f : 0.f);
-  if (has_bias) {
+  if (bias == Bias::Yes) {
     g.dbias = o.dbias_into.defined() ? o.dbias_into : Tensor::empty({out}, w.dtype(), w.device());
     sum_leading(dy, g.dbias, o.dbias_into.defined() ? o.accumulate : Accumulate::No);
   }

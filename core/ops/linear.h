@@ -23,7 +23,7 @@ struct LinearBackwardOptions {
   Accumulate accumulate = Accumulate::No;
   Tensor dw_into, dbias_into;
 };
-LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, bool has_bias,
+LinearGrads linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Bias bias,
                             const LinearBackwardOptions& options = {});
 
 // c = a @ b over leading batch dims: a (..., m, k), b (..., k, n) with equal batch dims.

@@ -33,7 +33,7 @@ NormOut norm_forward(NormKind kind, const Tensor& x, const Tensor& weight, const
   return out;
 }
 
-NormGrads norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, bool has_bias,
+NormGrads norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const Tensor& weight, Bias bias,
                         const NormSaved& saved, const NormBackwardOptions& o) {
   const char* op = kind == NormKind::LayerNorm ? "layernorm_backward" : "rmsnorm_backward";
   check_shape(op, "dy", dy, x.shape());
@@ -52,7 +52,7 @@ NormGrads norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const 
   if (o.weight_grads) {
     g.dweight = o.dweight_into.defined() ? o.dweight_into : Tensor::empty({cols}, weight.dtype(), weight.device());
     check_shape(op, "dweight", g.dweight, {cols});
-    if (has_bias) {
+    if (bias == Bias::Yes) {
       g.dbias = o.dbias_into.defined() ? o.dbias_into : Tensor::empty({cols}, weight.dtype(), weight.device());
       check_shape(op, "dbias", g.dbias, {cols});
     }
@@ -73,13 +73,13 @@ NormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& b
 NormOut rmsnorm_forward(const Tensor& x, const Tensor& weight, float eps) {
   return norm_forward(NormKind::RMSNorm, x, weight, Tensor(), eps);
 }
-NormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, bool has_bias,
-                             const NormSaved& saved, const NormBackwardOptions& o) {
-  return norm_backward(NormKind::LayerNorm, dy, x, weight, has_bias, saved, o);
+NormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Bias bias, const NormSaved& saved,
+                             const NormBackwardOptions& o) {
+  return norm_backward(NormKind::LayerNorm, dy, x, weight, bias, saved, o);
 }
 NormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const NormSaved& saved,
                            const NormBackwardOptions& o) {
-  return norm_backward(NormKind::RMSNorm, dy, x, weight, false, saved, o);
+  return norm_backward(NormKind::RMSNorm, dy, x, weight, Bias::No, saved, o);
 }
 
 }  // namespace hr::core

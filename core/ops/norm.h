@@ -28,8 +28,8 @@ struct NormBackwardOptions {
   Accumulate accumulate = Accumulate::No;
   Tensor dweight_into, dbias_into;
 };
-NormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, bool has_bias,
-                             const NormSaved& saved, const NormBackwardOptions& options = {});
+NormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Bias bias, const NormSaved& saved,
+                             const NormBackwardOptions& options = {});
 NormGrads rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, const NormSaved& saved,
                            const NormBackwardOptions& options = {});
 

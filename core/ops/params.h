@@ -17,6 +17,8 @@ enum class Mask : uint8_t { None, Causal };
 // (generation), which GPUs run on the own kernel only.
 enum class AttentionPass : uint8_t { Forward, Backward, Cached };
 enum class Accumulate : uint8_t { No, Yes };
+// Whether a layer (Linear, LayerNorm) has a bias, whose gradient its backward computes.
+enum class Bias : uint8_t { No, Yes };
 // patchify's direction: images to patch rows (the forward), or patch rows back into images (its backward).
 enum class PatchDirection : uint8_t { ToPatches, ToImages };
 // Whether a kernel still checks its labels (ids against the vocabulary), or the caller has checked all of them

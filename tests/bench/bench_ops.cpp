@@ -37,7 +37,7 @@ void BM_LinearWeightGrad(benchmark::State& state, DType dt) {
   for (auto _ : state) {
     LinearBackwardOptions o;
     o.need_dx = false;
-    benchmark::DoNotOptimize(linear_backward(dy, x, w, false, o));
+    benchmark::DoNotOptimize(linear_backward(dy, x, w, Bias::No, o));
   }
   set_flops(state, 2.0 * double(tokens) * double(in) * double(out));
 }

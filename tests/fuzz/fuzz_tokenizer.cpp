@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   for (const std::string& t : texts)
-    for (bool special : {false, true}) {
+    for (data::SpecialTokens special : {data::SpecialTokens::Omit, data::SpecialTokens::Add}) {
       std::vector<int64_t> ids;
       try {
         ids = tok->encode(t, special);

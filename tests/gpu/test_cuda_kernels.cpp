@@ -143,7 +143,8 @@ TEST(CudaKernels, SummingKernelsGiveTheSameBitsEveryRun) {
   const Tensor w = on(randoms(96, 6), {96}, DType::F32, g), bias = on(randoms(96, 7), {96}, DType::F32, g);
   const Tensor dy = on(randoms(300 * 96, 8), {300, 96}, DType::F32, g);
   const NormOut n = layernorm_forward(x, w, bias, 1e-5f);
-  const NormGrads n1 = layernorm_backward(dy, x, w, true, n.saved), n2 = layernorm_backward(dy, x, w, true, n.saved);
+  const NormGrads n1 = layernorm_backward(dy, x, w, Bias::Yes, n.saved),
+                  n2 = layernorm_backward(dy, x, w, Bias::Yes, n.saved);
   EXPECT_EQ(host(n1.dweight), host(n2.dweight));
   EXPECT_EQ(host(n1.dbias), host(n2.dbias));
 
@@ -197,12 +198,12 @@ TEST(CudaKernels, CudnnFusedAttentionMatchesTheOwnKernelBothWays) {
     AttentionDesc d;
     d.batch = c.b, d.q_len = c.lq, d.kv_len = c.lkv, d.q_heads = c.hq, d.kv_heads = c.hkv, d.head_dim = c.d;
     d.dtype = c.t, d.mask = c.mask;
-    ASSERT_TRUE(cudnn_attention_admits(d, false)) << what;
+    ASSERT_TRUE(cudnn_attention_admits(d, AttentionPass::Forward)) << what;
     CudnnAttentionQuery query = cudnn_attention_query();
     ASSERT_NE(query, nullptr) << "no cuDNN sizing query registered";
     std::size_t ws = 0;
-    EXPECT_TRUE(query(d, false, &ws)) << "cuDNN does not take the forward of " << what;
-    EXPECT_TRUE(query(d, true, &ws)) << "cuDNN does not take the backward of " << what;
+    EXPECT_TRUE(query(d, AttentionPass::Forward, &ws)) << "cuDNN does not take the forward of " << what;
+    EXPECT_TRUE(query(d, AttentionPass::Backward, &ws)) << "cuDNN does not take the backward of " << what;
 
     cuda::set_cudnn_attention_enabled(true);
     const AttentionOut fc = attention_forward(q, k, v, c.mask, scale);

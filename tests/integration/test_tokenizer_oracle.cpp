@@ -50,7 +50,7 @@ void check_tokenizer(const std::string& variant, const std::string& file) {
   int64_t wrong = 0, wrong_decode = 0, round_trips = 0;
   for (std::size_t i = 0; i < strings.size(); ++i) {
     const std::string s = strings[i];
-    const std::vector<int64_t> got = tok->encode(s, true), ref = want["ids"][i];
+    const std::vector<int64_t> got = tok->encode(s, SpecialTokens::Add), ref = want["ids"][i];
     if (got != ref && ++wrong <= 5)
       ADD_FAILURE() << variant << " " << escape(s) << "\n  headroom     " << show(got) << "\n  transformers "
                     << show(ref);
@@ -64,7 +64,7 @@ void check_tokenizer(const std::string& variant, const std::string& file) {
     // tokenizer.json, whose decoder strips one as `tokenizers` does (its decode is compared above).
     if (s.find('<') == std::string::npos && s.find("\u2581") == std::string::npos &&
         !(variant == "fast" && !s.empty() && s[0] == ' ')) {
-      const std::vector<int64_t> plain = tok->encode(s, false);
+      const std::vector<int64_t> plain = tok->encode(s, SpecialTokens::Omit);
       EXPECT_EQ(tok->decode(plain), s) << variant << " round trip of " << escape(s);
       ++round_trips;
     }

@@ -64,7 +64,7 @@ std::vector<ParamError> measure_grad_error(const GradErrorCase& c) {
   init_weights(reference.params(), c.seed);
   Llava narrow(c.model, Device::cpu(), c.dtype), wide(c.model, Device::cpu(), c.dtype);
   wide.params().accumulate_grads_in(DType::F32);
-  for (Llava* m : {&reference, &narrow, &wide}) m->set_trainable(true, true, true);
+  for (Llava* m : {&reference, &narrow, &wide}) m->set_trainable({.vision = true, .projector = true, .llm = true});
   for (Llava* m : {&narrow, &wide})
     for (std::size_t i = 0; i < m->params().all().size(); ++i)
       assign_param(*m->params().all()[i], reference.params().all()[i]->data);

@@ -254,7 +254,7 @@ std::vector<OpCase> empty_cases() {
     c.forward = [](const std::vector<Tensor>& t) { return layernorm_forward(t[0], t[1], t[2], 1e-5f).y; };
     c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
       NormOut o = layernorm_forward(t[0], t[1], t[2], 1e-5f);
-      NormGrads g = layernorm_backward(dy, t[0], t[1], true, o.saved);
+      NormGrads g = layernorm_backward(dy, t[0], t[1], Bias::Yes, o.saved);
       return std::vector<Tensor>{g.dx, g.dweight, g.dbias};
     };
     c.reference = none;
@@ -299,7 +299,7 @@ std::vector<OpCase> empty_cases() {
     c.inputs = {rnd({0, 8}), rnd({5, 8}), rnd({5})};
     c.forward = [](const std::vector<Tensor>& t) { return linear_forward(t[0], t[1], t[2]); };
     c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      LinearGrads g = linear_backward(dy, t[0], t[1], true);
+      LinearGrads g = linear_backward(dy, t[0], t[1], Bias::Yes);
       return std::vector<Tensor>{g.dx, g.dw, g.dbias};
     };
     c.reference = none;
@@ -391,7 +391,7 @@ std::vector<OpCase> large_cases() {
     c.forward = [](const std::vector<Tensor>& t) { return layernorm_forward(t[0], t[1], t[2], 1e-5f).y; };
     c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
       NormOut o = layernorm_forward(t[0], t[1], t[2], 1e-5f);
-      NormGrads g = layernorm_backward(dy, t[0], t[1], true, o.saved);
+      NormGrads g = layernorm_backward(dy, t[0], t[1], Bias::Yes, o.saved);
       return std::vector<Tensor>{g.dx, g.dweight, g.dbias};
     };
     c.reference = [](const Values& x) { return norm_ref(x[0], x[1], &x[2], 24, true, 1e-5); };
@@ -430,7 +430,7 @@ std::vector<OpCase> linear_cases() {
     c.inputs = {rnd({2, 3, 8}), rnd({5, 8}), rnd({5})};
     c.forward = [](const std::vector<Tensor>& t) { return linear_forward(t[0], t[1], t[2]); };
     c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      LinearGrads g = linear_backward(dy, t[0], t[1], true);
+      LinearGrads g = linear_backward(dy, t[0], t[1], Bias::Yes);
       return std::vector<Tensor>{g.dx, g.dw, g.dbias};
     };
     c.reference = [](const Values& v) { return linear_ref(v[0], v[1], &v[2], 6, 8, 5); };
@@ -448,8 +448,8 @@ std::vector<OpCase> linear_cases() {
       LinearBackwardOptions o;
       o.accumulate = Accumulate::Yes;
       o.dw_into = dw;
-      LinearGrads g1 = linear_backward(half, t[0], t[1], false, o);
-      LinearGrads g2 = linear_backward(half, t[0], t[1], false, o);
+      LinearGrads g1 = linear_backward(half, t[0], t[1], Bias::No, o);
+      LinearGrads g2 = linear_backward(half, t[0], t[1], Bias::No, o);
       return std::vector<Tensor>{add(g1.dx, g2.dx), dw};
     };
     c.reference = [](const Values& v) { return linear_ref(v[0], v[1], nullptr, 4, 8, 6); };
@@ -602,7 +602,7 @@ std::vector<OpCase> row_cases() {
     c.forward = [](const std::vector<Tensor>& t) { return layernorm_forward(t[0], t[1], t[2], 1e-5f).y; };
     c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
       NormOut o = layernorm_forward(t[0], t[1], t[2], 1e-5f);
-      NormGrads g = layernorm_backward(dy, t[0], t[1], true, o.saved);
+      NormGrads g = layernorm_backward(dy, t[0], t[1], Bias::Yes, o.saved);
       return std::vector<Tensor>{g.dx, g.dweight, g.dbias};
     };
     c.reference = [](const Values& v) { return norm_ref(v[0], v[1], &v[2], 16, true, 1e-5); };

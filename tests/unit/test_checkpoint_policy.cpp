@@ -49,7 +49,7 @@ Result run(CheckpointKind kind, bool stage1 = false) {
   {
     const LlavaConfig cfg = preset("small");
     Llava model(cfg, Device::cpu(), DType::F32);
-    if (stage1) model.set_trainable(false, true, false);
+    if (stage1) model.set_trainable({.projector = true});
     init_weights(model.params(), 7);
     Batch b = random_batch(cfg, 2, 24, 11);
     ModelOptions opt;

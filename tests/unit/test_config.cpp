@@ -203,7 +203,7 @@ TEST(Config, ModelDimensionsAreValidatedNamingTheKey) {
 // `headroom info`'s GPU query never throws: on a machine without a driver or a GPU it says why; with GPUs each
 // has a name, a compute capability and memory.
 TEST(Info, CudaQueryDescribesTheGpusOrWhyThereAreNone) {
-  const core::CudaInfo info = core::query_cuda(/*free_memory=*/true);
+  const core::CudaInfo info = core::query_cuda(core::FreeMemory::Query);
   if (info.gpus.empty()) {
     EXPECT_FALSE(info.absent.empty());
   } else {

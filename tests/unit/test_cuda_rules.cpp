@@ -139,7 +139,7 @@ TEST(CudaRules, AKvCacheAttentionNeverAsksCuDnnForAGraph) {
   static int asked = 0;
   asked = 0;
   const CudnnAttentionQuery saved = cudnn_attention_query();
-  set_cudnn_attention_query([](const AttentionDesc&, bool, std::size_t* ws) {
+  set_cudnn_attention_query([](const AttentionDesc&, AttentionPass, std::size_t* ws) {
     ++asked;
     *ws = 0;
     return true;

@@ -38,7 +38,7 @@ TEST(GradAccum, F32AccumulationOfBf16GradientsIsCloserToF32) {
 TEST(GradAccum, SixteenBitParametersKeepF32Gradients) {
   models::Llava m(models::preset("tiny"), Device::cpu(), DType::BF16, DType::F32);
   m.params().accumulate_grads_in(DType::F32);
-  m.set_trainable(true, true, true);
+  m.set_trainable({.vision = true, .projector = true, .llm = true});
   int sixteen = 0, wide = 0;
   for (const auto& p : m.params().all()) {
     EXPECT_EQ(p->grad_dtype, DType::F32) << p->name;

@@ -52,7 +52,7 @@ TEST_P(Golden, LossLogitsAndEveryGradientMatchPyTorch) {
   const DType dt = std::get<1>(GetParam());
   ModelSpec spec = load_model_spec(golden(cs + ".yaml"));
   Llava model(spec.config, Device::cpu(), dt);
-  model.set_trainable(!spec.freeze_vision, !spec.freeze_projector, !spec.freeze_llm);
+  model.set_trainable({.vision = !spec.freeze_vision, .projector = !spec.freeze_projector, .llm = !spec.freeze_llm});
   load_weights(model.params(), Checkpoint::open(golden(test::first_line(golden(cs + ".weights")))));
   Batch batch = test::load_batch(golden(cs + "_batch.safetensors"));
   ModelOptions opt;

@@ -74,7 +74,7 @@ void check_case(const Case& c) {
   spec.alpha = c.alpha;
   spec.dropout = c.p;
   spec.targets = {"q_proj"};
-  const Linear l = Linear::make(store, "model.layers.0.self_attn.q_proj", c.in, c.out, false, &spec);
+  const Linear l = Linear::make(store, "model.layers.0.self_attn.q_proj", c.in, c.out, Bias::No, &spec);
   ASSERT_NE(l.lora_a, nullptr);
   const std::vector<float> W = randoms(std::size_t(c.out * c.in), 1), A = randoms(std::size_t(c.r * c.in), 2),
                            B = randoms(std::size_t(c.out * c.r), 3), x = randoms(std::size_t(c.tokens * c.in), 4),
@@ -151,8 +151,8 @@ TEST(Lora, AdaptersStartAsPeftStartsThem) {
   LoraSpec spec;
   spec.r = 8;
   spec.targets = {"v_proj"};
-  const Linear q = Linear::make(store, "m.q_proj", 64, 32, false, &spec);
-  const Linear v = Linear::make(store, "m.v_proj", 64, 32, false, &spec);
+  const Linear q = Linear::make(store, "m.q_proj", 64, 32, Bias::No, &spec);
+  const Linear v = Linear::make(store, "m.v_proj", 64, 32, Bias::No, &spec);
   EXPECT_EQ(q.lora_a, nullptr);  // not a target
   ASSERT_NE(v.lora_a, nullptr);
   EXPECT_EQ(v.lora_a->name, "m.v_proj.lora_A.weight");
@@ -174,7 +174,7 @@ TEST(Lora, OnlyTheAdaptersAndTheProjectorTrain) {
   cfg.llm.lora.alpha = 8.f;
   cfg.llm.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   Llava model(cfg, Device::cpu(), DType::F32);
-  model.set_trainable(false, true, true);
+  model.set_trainable({.projector = true, .llm = true});
   int64_t adapters = 0, projector = 0;
   for (const auto& p : model.params().all()) {
     const bool lora = p->role == ParamRole::LoraA || p->role == ParamRole::LoraB;
@@ -188,5 +188,5 @@ TEST(Lora, OnlyTheAdaptersAndTheProjectorTrain) {
   // q and o: (h + h) each; k and v: (h + kv) each; gate, up and down: (h + intermediate) each; times r.
   const int64_t per_layer = 4 * (2 * (l.hidden + l.hidden) + 2 * (l.hidden + kv) + 3 * (l.hidden + l.intermediate));
   EXPECT_EQ(adapters, l.layers * per_layer);
-  EXPECT_EQ(model.params().count(true), adapters + projector);
+  EXPECT_EQ(model.params().count(core::ParamStore::Counting::Trainable), adapters + projector);
 }

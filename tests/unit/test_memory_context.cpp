@@ -95,24 +95,24 @@ TEST(MemoryContext, CudaAttentionSizingCoversTheKernelEachShapeTakes) {
   d.batch = 2, d.q_len = 128, d.kv_len = 128, d.q_heads = 8, d.kv_heads = 2, d.head_dim = 64;
   d.dtype = DType::BF16, d.mask = Mask::Causal;
   const std::size_t rows = 2 * 8 * 128, delta = rows * 4;
-  ASSERT_TRUE(cudnn_attention_admits(d, false));
-  EXPECT_FALSE(cudnn_attention_admits(d, true)) << "a KV cache takes the own kernel";
+  ASSERT_TRUE(cudnn_attention_admits(d, AttentionPass::Forward));
+  EXPECT_FALSE(cudnn_attention_admits(d, AttentionPass::Cached)) << "a KV cache takes the own kernel";
   EXPECT_EQ(k.attention_workspace_bytes(d, AttentionPass::Forward), 0u);
   EXPECT_EQ(k.attention_workspace_bytes(d, AttentionPass::Backward),
             rows * 64 * 4 + delta);  // dQ's f32 accumulator and row sums
   AttentionDesc f32 = d;
   f32.dtype = DType::F32;
-  EXPECT_FALSE(cudnn_attention_admits(f32, false));
+  EXPECT_FALSE(cudnn_attention_admits(f32, AttentionPass::Forward));
   EXPECT_EQ(k.attention_workspace_bytes(f32, AttentionPass::Backward), delta);
   AttentionDesc wide = d;
   wide.head_dim = 256;
-  EXPECT_FALSE(cudnn_attention_admits(wide, false));
+  EXPECT_FALSE(cudnn_attention_admits(wide, AttentionPass::Forward));
   EXPECT_EQ(k.attention_workspace_bytes(wide, AttentionPass::Backward), delta);
 
   // A GPU where cuDNN's graph builds for multi-head shapes only, with a 1 MiB backward workspace.
   const CudnnAttentionQuery saved = cudnn_attention_query();
-  set_cudnn_attention_query([](const AttentionDesc& a, bool backward, std::size_t* ws) {
-    *ws = backward ? std::size_t(1) << 20 : 0;
+  set_cudnn_attention_query([](const AttentionDesc& a, AttentionPass pass, std::size_t* ws) {
+    *ws = pass == AttentionPass::Backward ? std::size_t(1) << 20 : 0;
     return a.kv_heads == a.q_heads;
   });
   AttentionDesc mha = d;

@@ -61,8 +61,8 @@ void check_attention_kernel(const hr::test::OpCase& c, DType dt, AttentionPass p
   const bool on = !(off && std::strcmp(off, "0") == 0);
   std::size_t workspace = 0;
   const CudnnAttentionQuery query = cudnn_attention_query();
-  const bool cudnn =
-      on && cudnn_attention_admits(d, c.kv_cache) && query && query(d, pass == AttentionPass::Backward, &workspace);
+  const AttentionPass taken = c.kv_cache ? AttentionPass::Cached : pass;  // a KV cache's queries
+  const bool cudnn = on && cudnn_attention_admits(d, taken) && query && query(d, taken, &workspace);
   const AttentionKernel want = cudnn        ? AttentionKernel::Cudnn
                                : c.kv_cache ? AttentionKernel::Rows
                                             : AttentionKernel::Tiled;

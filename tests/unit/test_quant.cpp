@@ -220,7 +220,7 @@ TEST(Quant, QuantizedGemmsEqualDequantizeThenGemm) {
       const std::vector<float> y_ref = linear_forward(X, W, bias).to_floats();
       LinearBackwardOptions o;
       o.weight_grads = false;
-      const std::vector<float> dx_ref = linear_backward(DY, X, W, false, o).dx.to_floats();
+      const std::vector<float> dx_ref = linear_backward(DY, X, W, Bias::No, o).dx.to_floats();
       // Whole, and in tiles of 7 rows / 11 columns (tile bytes that do not divide the weight).
       for (int64_t tile : {kDequantTileBytes, int64_t(7 * in * dtype_size(dt)), int64_t(11 * out * dtype_size(dt))}) {
         const Tensor y = qlinear_forward(X, blob, l, bias, tile);
@@ -248,7 +248,7 @@ TEST(Quant, LoraOverA4BitBaseMatchesFiniteDifferences) {
   spec.alpha = 6.f;
   spec.targets = {"q_proj"};
   spec.base_bits = 4;
-  const Linear l = Linear::make(store, "model.layers.0.self_attn.q_proj", in, out, false, &spec);
+  const Linear l = Linear::make(store, "model.layers.0.self_attn.q_proj", in, out, Bias::No, &spec);
   ASSERT_TRUE(l.quantized());
   EXPECT_FALSE(l.weight->trainable);
   EXPECT_EQ(l.weight->count(), out * in);
@@ -317,7 +317,7 @@ TEST(Quant, AQuantizedBaseSavesLoadsAndDequantizesByName) {
   LlavaConfig fcfg = cfg;
   fcfg.llm.lora.base_bits = 16;
   Llava q(cfg, Device::cpu(), DType::F32), f(fcfg, Device::cpu(), DType::F32);
-  q.set_trainable(false, true, true);
+  q.set_trainable({.projector = true, .llm = true});
   init_weights(q.params(), 7);
   init_weights(f.params(), 7);
   // Every linear layer of the decoder, adapted or not, and nothing else; frozen; counted as the weights they are.

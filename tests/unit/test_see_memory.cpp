@@ -159,7 +159,7 @@ TEST(Allocator, KnowsEachCategorysBytesAtItsPeak) {
 
 TEST(Timeline, CountersFollowTheAllocatorAndSlicesNest) {
   CachingAllocator a(make_meta_allocator(0), "meta");
-  Timeline t(true);
+  Timeline t(Timeline::Clock::Events);
   const int track = t.add_allocator("device", a.stats());
   a.set_trace([&](const TraceEvent& e) { t.allocator_event(track, e); });
   set_span_timeline(&t);
@@ -205,7 +205,7 @@ TEST(Timeline, CountersFollowTheAllocatorAndSlicesNest) {
 
 TEST(Timeline, ARetryIsAnInstantBeforeTheCacheItReleases) {
   CachingAllocator a(make_meta_allocator(30_MiB), "meta");
-  Timeline t(true);
+  Timeline t(Timeline::Clock::Events);
   const int track = t.add_allocator("device", a.stats());
   a.set_trace([&](const TraceEvent& e) { t.allocator_event(track, e); });
   a.free(a.allocate(3_MiB));        // a 20 MiB segment, cached

@@ -46,13 +46,13 @@ std::shared_ptr<const Tokenizer> load_json(const json& j, const std::string& nam
 TEST(Tokenizer, TokenizerJsonMergesByRankWithByteFallbackAndAddedTokens) {
   const auto t = load_json(tiny(), "tiny");
   // "▁abc": merges a+b (rank 0) first, then ▁+ab (rank 4) -> "▁ab" "c"; "bc" (rank 2) loses to "ab".
-  EXPECT_EQ(t->encode("abc", false), (std::vector<int64_t>{9, 6}));
-  EXPECT_EQ(t->encode("abc", true), (std::vector<int64_t>{1, 9, 6}));
+  EXPECT_EQ(t->encode("abc", SpecialTokens::Omit), (std::vector<int64_t>{9, 6}));
+  EXPECT_EQ(t->encode("abc", SpecialTokens::Add), (std::vector<int64_t>{1, 9, 6}));
   // "é" is not in the vocabulary: its two UTF-8 bytes.
-  EXPECT_EQ(t->encode("é", false), (std::vector<int64_t>{3, 11 + 0xC3, 11 + 0xA9}));
+  EXPECT_EQ(t->encode("é", SpecialTokens::Omit), (std::vector<int64_t>{3, 11 + 0xC3, 11 + 0xA9}));
   // Added tokens split the text; Prepend puts "▁" in front of every piece of text between them.
-  EXPECT_EQ(t->encode("a</s>b<image>", false), (std::vector<int64_t>{8, 2, 3, 5, 267}));
-  EXPECT_EQ(t->decode(t->encode("abc é c", true)), "abc é c");
+  EXPECT_EQ(t->encode("a</s>b<image>", SpecialTokens::Omit), (std::vector<int64_t>{8, 2, 3, 5, 267}));
+  EXPECT_EQ(t->decode(t->encode("abc é c", SpecialTokens::Add)), "abc é c");
   EXPECT_EQ(t->bos(), 1);
   EXPECT_EQ(t->eos(), 2);
   EXPECT_EQ(t->pad(), 0);  // LLaVA pads with <unk>
@@ -115,7 +115,7 @@ TEST(Tokenizer, SplitAddedIsLeftmostLongestAndStrips) {
 TEST(Tokenizer, ByteTokenizerThroughTheInterface) {
   const auto t = load_tokenizer("byte", 300, 299);
   EXPECT_TRUE(t->is_bytes());
-  EXPECT_EQ(t->encode("hi", true), (std::vector<int64_t>{1, 'h' + 3, 'i' + 3}));
+  EXPECT_EQ(t->encode("hi", SpecialTokens::Add), (std::vector<int64_t>{1, 'h' + 3, 'i' + 3}));
   EXPECT_EQ(t->decode({1, 'h' + 3, 2, 'x' + 3}), "h");
   // llava_llama_2 is defined by real tokens only.
   EXPECT_THROW(apply_template(Template::Llama2, {{true, "q"}, {false, "a"}}, *t, 4, "default", -100), Error);

@@ -10,16 +10,17 @@
 namespace hr::core {
 
 // cuDNN 9's rule for its fused (flash) attention: bf16 or f16, head_dim a multiple of 8 up to 128, no KV
-// cache. A shape it admits may still fail to build on a given GPU; the query below then says no.
-bool cudnn_attention_admits(const AttentionDesc& d, bool kv_cache);
+// cache (AttentionPass::Cached). A shape it admits may still fail to build on a given GPU; the query below then
+// says no.
+bool cudnn_attention_admits(const AttentionDesc& d, AttentionPass pass);
 
 // What cuDNN reports as the graph's workspace, from the sizes its flash backward keeps in f32 (dQ's accumulator
 // and the softmax row sums): the figure a machine without a GPU plans with. Forward needs none.
-std::size_t cudnn_attention_rule_workspace(const AttentionDesc& d, bool backward);
+std::size_t cudnn_attention_rule_workspace(const AttentionDesc& d, AttentionPass pass);
 
 // Set by the CUDA back-end once its cuDNN handle exists on a GPU: true and cuDNN's own workspace figure when
 // the graph for the shape builds there, false when the shape takes the back-end's own kernel.
-using CudnnAttentionQuery = bool (*)(const AttentionDesc& d, bool backward, std::size_t* workspace);
+using CudnnAttentionQuery = bool (*)(const AttentionDesc& d, AttentionPass pass, std::size_t* workspace);
 void set_cudnn_attention_query(CudnnAttentionQuery query);
 CudnnAttentionQuery cudnn_attention_query();
 

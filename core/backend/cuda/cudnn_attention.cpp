@@ -77,11 +77,11 @@ bool enabled() {
 // One kernel cache per graph topology (direction, dtype, head dim, head grouping, mask and its alignment), shared
 // by the graphs of every sequence length and batch: a cache serves "same-topology operation graphs" only. Called
 // with graph_for's lock held.
-std::shared_ptr<fe::KernelCache> kernel_cache(const AttentionDesc& d, bool backward) {
+std::shared_ptr<fe::KernelCache> kernel_cache(const AttentionDesc& d, AttentionPass pass) {
   using Topology = std::tuple<bool, int, int64_t, int64_t, int, bool>;
   static std::map<Topology, std::shared_ptr<fe::KernelCache>> caches;
-  std::shared_ptr<fe::KernelCache>& c =
-      caches[Topology{backward, int(d.dtype), d.head_dim, d.q_heads / d.kv_heads, int(d.mask), d.q_len == d.kv_len}];
+  std::shared_ptr<fe::KernelCache>& c = caches[Topology{pass == AttentionPass::Backward, int(d.dtype), d.head_dim,
+                                                        d.q_heads / d.kv_heads, int(d.mask), d.q_len == d.kv_len}];
   if (!c) c = std::make_shared<fe::KernelCache>();
   return c;
 }
@@ -105,8 +105,11 @@ struct Graph {
 
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, float>;
 
-Key key_of(const AttentionDesc& d, bool backward, float scale) {
-  return {d.batch, d.q_len, d.kv_len, d.q_heads, d.kv_heads, d.head_dim, int(d.dtype), int(d.mask), backward, scale};
+Key key_of(const AttentionDesc& d, AttentionPass pass, float scale) {
+  return {d.batch,      d.q_len,     d.kv_len,
+          d.q_heads,    d.kv_heads,  d.head_dim,
+          int(d.dtype), int(d.mask), pass == AttentionPass::Backward,
+          scale};
 }
 
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
@@ -177,15 +180,18 @@ void add_backward(fe::graph::Graph& g, const AttentionDesc& d, float scale) {
   bshd_output(dv, d, kDV, d.kv_len, d.kv_heads);
 }
 
-Graph build_graph(const AttentionDesc& d, bool backward, float scale, bool dynamic) {
+// Dynamic shapes: one graph (and kernel cache) serves every sequence length and batch of its topology.
+enum class Shapes : uint8_t { Dynamic, Fixed };
+
+Graph build_graph(const AttentionDesc& d, AttentionPass pass, float scale, Shapes shapes) {
   Graph out;
   out.graph = std::make_shared<fe::graph::Graph>();
   fe::graph::Graph& g = *out.graph;
   g.set_io_data_type(d.dtype == DType::BF16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
-  if (dynamic) g.set_dynamic_shape_enabled(true).set_kernel_cache(kernel_cache(d, backward));
-  if (backward)
+  if (shapes == Shapes::Dynamic) g.set_dynamic_shape_enabled(true).set_kernel_cache(kernel_cache(d, pass));
+  if (pass == AttentionPass::Backward)
     add_backward(g, d, scale);
   else
     add_forward(g, d, scale);
@@ -203,15 +209,15 @@ Graph build_graph(const AttentionDesc& d, bool backward, float scale, bool dynam
 
 // A graph the frontend refuses by throwing (no engine for the shape) is one that did not build. Dynamic shapes
 // (and the shared kernel cache) first; the shape alone where they are refused.
-Graph build(const AttentionDesc& d, bool backward, float scale) {
-  for (bool dynamic : {true, false}) {
-    if (dynamic && g_static_only) continue;
+Graph build(const AttentionDesc& d, AttentionPass pass, float scale) {
+  for (Shapes shapes : {Shapes::Dynamic, Shapes::Fixed}) {
+    if (shapes == Shapes::Dynamic && g_static_only) continue;
     try {
-      Graph g = build_graph(d, backward, scale, dynamic);
+      Graph g = build_graph(d, pass, scale, shapes);
       if (g.built) return g;
     } catch (const std::exception&) {
     }
-    if (dynamic) g_static_only = true;
+    if (shapes == Shapes::Dynamic) g_static_only = true;
   }
   return Graph{};
 }
@@ -227,34 +233,35 @@ Graphs& graphs() {
   return g;
 }
 
-Graph graph_for(const AttentionDesc& d, bool backward, float scale) {
-  if (!enabled() || !core::cudnn_attention_admits(d, false)) return Graph{};
+Graph graph_for(const AttentionDesc& d, AttentionPass pass, float scale) {
+  if (!enabled() || !core::cudnn_attention_admits(d, pass)) return Graph{};
   Graphs& g = graphs();
   std::lock_guard<std::mutex> lock(g.mu);
-  return g.map.get(key_of(d, backward, scale), [&] { return build(d, backward, scale); });
+  return g.map.get(key_of(d, pass, scale), [&] { return build(d, pass, scale); });
 }
 
 // The sizing query (attention_path.h). The op sizes before it knows nothing but the shape; the graphs are
 // keyed by scale too, and every caller in headroom uses 1/sqrt(head_dim), so the query builds that one.
-bool query(const AttentionDesc& d, bool backward, std::size_t* workspace) {
-  const Graph g = graph_for(d, backward, 1.f / std::sqrt(float(d.head_dim)));
+bool query(const AttentionDesc& d, AttentionPass pass, std::size_t* workspace) {
+  const Graph g = graph_for(d, pass, 1.f / std::sqrt(float(d.head_dim)));
   if (!g.built) return false;
   *workspace = g.workspace;
   return true;
 }
 
 // cuDNN's execute() wants every operand 16-byte aligned: a view that is not takes the own kernel.
-bool aligned(const AttentionArgs& a, bool backward) {
+bool aligned(const AttentionArgs& a, AttentionPass pass) {
   std::vector<const Tensor*> ts = {&a.q, &a.k, &a.v, &a.out, &a.lse};
-  if (backward) ts.insert(ts.end(), {&a.dout, &a.dq, &a.dk, &a.dv});
+  if (pass == AttentionPass::Backward) ts.insert(ts.end(), {&a.dout, &a.dq, &a.dk, &a.dv});
   for (const Tensor* t : ts)
     if (reinterpret_cast<uintptr_t>(t->data_ptr()) % 16) return false;
   return true;
 }
 
-bool run(const AttentionArgs& a, bool backward) {
-  const Graph g = graph_for(a.desc, backward, a.scale);
-  if (!g.built || !aligned(a, backward) ||
+bool run(const AttentionArgs& a, AttentionPass pass) {
+  const bool backward = pass == AttentionPass::Backward;
+  const Graph g = graph_for(a.desc, pass, a.scale);
+  if (!g.built || !aligned(a, pass) ||
       (g.workspace > 0 && (!a.workspace.defined() || a.workspace.nbytes() < g.workspace)))
     return false;
   HR_CHECK(cudnnSetStream(cudnn_handle(), stream()) == CUDNN_STATUS_SUCCESS, "[cudnn] cudnnSetStream failed");
@@ -326,10 +333,10 @@ void set_cudnn_attention_enabled(bool on) {
 }
 
 bool cudnn_attention_forward(const AttentionArgs& a) {
-  return !a.past.defined() && run(a, false);
+  return !a.past.defined() && run(a, AttentionPass::Forward);
 }
 bool cudnn_attention_backward(const AttentionArgs& a) {
-  return run(a, true);
+  return run(a, AttentionPass::Backward);
 }
 const char* cudnn_attention_version() {
   static const std::string v = str("cuDNN ", cudnnGetVersion() / 10000, ".", cudnnGetVersion() / 100 % 100, ".",

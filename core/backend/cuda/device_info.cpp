@@ -10,7 +10,8 @@
 
 namespace hr::core {
 
-CudaInfo query_cuda(bool free_memory) {
+CudaInfo query_cuda(FreeMemory query) {
+  const bool free_memory = query == FreeMemory::Query;
   CudaInfo info;
   cudaRuntimeGetVersion(&info.runtime_version);
   info.fused_attention = cuda::cudnn_attention_version();
@@ -27,7 +28,7 @@ CudaInfo query_cuda(bool free_memory) {
     return info;
   }
   // Asking a GPU for its free memory makes it current (and, since CUDA 12, so does cudaSetDevice alone make a
-  // context): the current device is put back below, and neither happens without `free_memory`.
+  // context): the current device is put back below, and neither happens without FreeMemory::Query.
   int current = 0;
   if (free_memory) cudaGetDevice(&current);
   for (int i = 0; i < count; ++i) {

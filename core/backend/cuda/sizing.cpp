@@ -57,13 +57,12 @@ std::size_t own_attention_bytes(const AttentionDesc& a, AttentionPass pass) {
 std::size_t attention_workspace_bytes(const AttentionDesc& a, AttentionPass pass) {
   const std::size_t own = own_attention_bytes(a, pass);
   // A KV cache's queries take the own kernel: no cuDNN graph is built (or asked about) for them.
-  if (!cudnn_attention_admits(a, pass == AttentionPass::Cached)) return own;
-  const bool backward = pass == AttentionPass::Backward;
+  if (!cudnn_attention_admits(a, pass)) return own;
   if (CudnnAttentionQuery query = g_cudnn_query.load()) {
     std::size_t workspace = 0;
-    return query(a, backward, &workspace) ? std::max(workspace, own) : own;
+    return query(a, pass, &workspace) ? std::max(workspace, own) : own;
   }
-  return std::max(own, cudnn_attention_rule_workspace(a, backward));
+  return std::max(own, cudnn_attention_rule_workspace(a, pass));
 }
 
 // The weight and the bias gradient's column sums at once.
@@ -82,13 +81,13 @@ std::size_t embedding_workspace_bytes(int64_t ids) {
 
 }  // namespace sizing
 
-bool cudnn_attention_admits(const AttentionDesc& d, bool kv_cache) {
-  return !kv_cache && (d.dtype == DType::BF16 || d.dtype == DType::F16) && d.head_dim % 8 == 0 && d.head_dim > 0 &&
-         d.head_dim <= 128 && d.batch > 0 && d.q_len > 0 && d.kv_len > 0;
+bool cudnn_attention_admits(const AttentionDesc& d, AttentionPass pass) {
+  return pass != AttentionPass::Cached && (d.dtype == DType::BF16 || d.dtype == DType::F16) && d.head_dim % 8 == 0 &&
+         d.head_dim > 0 && d.head_dim <= 128 && d.batch > 0 && d.q_len > 0 && d.kv_len > 0;
 }
 
-std::size_t cudnn_attention_rule_workspace(const AttentionDesc& d, bool backward) {
-  if (!backward) return 0;
+std::size_t cudnn_attention_rule_workspace(const AttentionDesc& d, AttentionPass pass) {
+  if (pass != AttentionPass::Backward) return 0;
   const std::size_t rows = std::size_t(d.batch * d.q_heads * d.q_len);
   return align(rows * std::size_t(d.head_dim) * 4) + align(rows * 4);
 }

@@ -17,7 +17,7 @@ std::unique_ptr<RawAllocator> make_pinned_host_allocator(int) {
   throw Error("[cuda] cannot pin host memory: no CUDA back-end in this build");
 }
 
-CudaInfo query_cuda(bool) {
+CudaInfo query_cuda(FreeMemory) {
   CudaInfo info;
   info.absent = "no CUDA back-end in this build";
   return info;

@@ -1,0 +1,312 @@
+// The planner's dry runs: the real engine on a meta device of its own, one training step (or an evaluation pass,
+// a generation) at given shapes through the same caching allocator, its peaks and who reached them.
+#include <algorithm>
+#include <functional>
+
+#include "core/memory/device_memory.h"
+#include "data/tokenizer.h"
+#include "train/engine.h"
+#include "train/planner.h"
+
+namespace hr::train {
+
+using namespace hr::core;
+using namespace hr::models;
+using namespace hr::data;
+
+namespace {
+
+const Device kMetaHost{DeviceType::Meta, 1};  // the host as a plan sees it: nothing is really allocated
+
+// Follows one allocator's events: who reached the peak (the breakdown at it is MemoryStats::at_peak).
+struct PeakWatch {
+  CategoryBytes current{};
+  int64_t allocated = 0, best = 0, activations_best = 0;
+  std::string owner, activation_owner;
+
+  explicit PeakWatch(const MemoryStats& s) {
+    for (Category c : kAllCategories) current[std::size_t(c)] = s.category(c).current;
+    allocated = best = s.allocated_bytes.current;
+    activations_best = current[std::size_t(Category::Activations)];
+  }
+  void operator()(const TraceEvent& e) {
+    const auto c = std::size_t(e.category);
+    if (e.kind == TraceEvent::Kind::Alloc) {
+      allocated += int64_t(e.size);
+      current[c] += int64_t(e.size);
+      if (allocated > best) {
+        best = allocated;
+        owner = e.owner ? *e.owner : "";
+      }
+      if (e.category == Category::Activations && current[c] > activations_best) {
+        activations_best = current[c];
+        activation_owner = e.owner ? *e.owner : "";
+      }
+    } else if (e.kind == TraceEvent::Kind::Free) {
+      allocated -= int64_t(e.size);
+      current[c] -= int64_t(e.size);
+    }
+  }
+};
+
+// A dry run's peaks from its allocators' statistics and the watch that followed its device allocations.
+void record_peaks(Prediction& p, const MemoryStats& s, const MemoryStats& h, const PeakWatch& dw) {
+  p.peak_allocated = s.allocated_bytes.peak;
+  p.peak_reserved = s.reserved_bytes.peak;
+  HR_ASSERT(p.peak_allocated == dw.best, "peak watch ", dw.best, " disagrees with the allocator's peak ",
+            p.peak_allocated);
+  p.at_peak = s.at_peak;
+  for (Category c : kAllCategories) p.category_peaks[std::size_t(c)] = s.category(c).peak;
+  p.peak_owner = dw.owner;
+  p.activation_peak_owner = dw.activation_owner;
+  p.host_peak = h.allocated_bytes.peak;
+  p.host_at_peak = h.at_peak;
+}
+
+// The traces a dry run sets on its allocators, cleared however it ends: the peak watch, and for a training step
+// its request trace and (headroom plan --trace) a timeline of both allocators and the step's spans.
+class DryRunTraces {
+ public:
+  DryRunTraces(CachingAllocator& dev, CachingAllocator& host, PeakWatch& watch, RequestTrace* requests = nullptr,
+               Timeline* timeline = nullptr)
+      : dev_(dev), host_(host), timeline_(timeline) {
+    const int dev_track = timeline ? timeline->add_allocator("device", dev.stats()) : -1;
+    const int host_track = timeline ? timeline->add_allocator("host", host.stats(), Timeline::Advance::No) : -1;
+    dev.set_trace([&watch, requests, timeline, dev_track](const TraceEvent& e) {
+      watch(e);
+      if (requests) requests->record(e);
+      if (timeline) timeline->allocator_event(dev_track, e);
+    });
+    if (!timeline) return;
+    host.set_trace([timeline, host_track](const TraceEvent& e) { timeline->allocator_event(host_track, e); });
+    set_span_timeline(timeline);
+  }
+  DryRunTraces(CachingAllocator& dev, CachingAllocator& host, PeakWatch& watch, RequestTrace& requests,
+               Timeline* timeline)
+      : DryRunTraces(dev, host, watch, &requests, timeline) {}
+  ~DryRunTraces() {
+    dev_.set_trace(nullptr);
+    host_.set_trace(nullptr);
+    if (timeline_) set_span_timeline(nullptr);
+  }
+  DryRunTraces(const DryRunTraces&) = delete;
+  DryRunTraces& operator=(const DryRunTraces&) = delete;
+
+ private:
+  CachingAllocator &dev_, &host_;
+  Timeline* timeline_;
+};
+
+// A dry run's micro-batches in turn. Micro-batches of one shape after the first (which creates the gradients) make
+// the same requests; once one leaves both allocators exactly as the one before it did, every later one would too,
+// and the rest are recorded as repetitions of it instead of being run: a dry run costs the same at any accumulation.
+class MicroBatches {
+ public:
+  MicroBatches(const std::vector<MicroShape>& micro, bool last_differs, bool recording, CachingAllocator& dev,
+               CachingAllocator& host, RequestTrace& requests)
+      : micro_(micro),
+        // The last micro-batch's backward may differ (Zero::last_backward_differs): it is never a repetition.
+        last_(micro.size() - (last_differs ? 1 : 0)),
+        recording_(recording),
+        dev_(dev),
+        host_(host),
+        requests_(requests) {}
+
+  // The next micro-batch's shape, as its draw starts.
+  const MicroShape& next() {
+    begins_.push_back(requests_.requests().size());
+    return micro_[i_++];
+  }
+
+  // After micro-batch `k`: how many of the ones after it are recorded as its repetitions instead of being run.
+  int64_t after(int64_t k) {
+    const std::size_t at = std::size_t(k);
+    // Only a micro-batch followed by one of its shape can be repeated, and never the first or the last: the
+    // allocators are compared (snapshots cost a walk over every block) only where it can pay. A recorded dry run
+    // runs every micro-batch.
+    if (recording_ || at == 0 || at + 1 >= last_ || micro_[at + 1] != micro_[at]) return 0;
+    AllocatorSnapshot dev_now = dev_.snapshot(), host_now = host_.snapshot();
+    if (at >= 2 && micro_[at] == micro_[at - 1] &&
+        requests_.periodic(begins_[at - 1], begins_[at], requests_.requests().size()) && dev_now == dev_was_ &&
+        host_now == host_was_) {
+      std::size_t rest = 0;
+      while (at + 1 + rest < last_ && micro_[at + 1 + rest] == micro_[at]) ++rest;
+      requests_.repeat_last(begins_[at], rest);
+      repeated_ += int64_t(rest);
+      i_ += rest;
+      return int64_t(rest);
+    }
+    dev_was_ = std::move(dev_now);  // the micro-batch after this one, of the same shape, compares with these
+    host_was_ = std::move(host_now);
+    return 0;
+  }
+
+  int64_t repeated() const { return repeated_; }
+
+ private:
+  const std::vector<MicroShape>& micro_;
+  const std::size_t last_;
+  const bool recording_;
+  CachingAllocator &dev_, &host_;
+  RequestTrace& requests_;
+  std::vector<std::size_t> begins_;  // where each micro-batch's requests start
+  std::size_t i_ = 0;                // the next micro-batch's shape
+  int64_t repeated_ = 0;
+  AllocatorSnapshot dev_was_, host_was_;
+};
+
+}  // namespace
+
+LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s, Device host) {
+  LoadedBatch lb;
+  Batch& b = lb.batch;
+  b.batch = s.batch;
+  b.seq = s.seq;
+  const int64_t T = m.vision.tokens_per_image();
+  b.input_ids.assign(std::size_t(s.batch * s.seq), int64_t('a') + ByteTokenizer::kByteOffset);
+  b.labels = b.input_ids;
+  for (int64_t r = 0; r < s.batch; ++r) {
+    const int64_t images = s.images / s.batch + (r < s.images % s.batch ? 1 : 0);
+    HR_CHECK(1 + images * T < s.seq, "[plan] a sequence of ", s.seq, " tokens cannot hold ", images, " image(s) of ", T,
+             " tokens; raise data.max_seq_len or lower data.max_images_per_sample");
+    b.input_ids[std::size_t(r * s.seq)] = ByteTokenizer::kBos;
+    b.labels[std::size_t(r * s.seq)] = m.ignore_index;
+    for (int64_t t = 1; t <= images * T; ++t) {
+      b.input_ids[std::size_t(r * s.seq + t)] = m.image_token_id;
+      b.labels[std::size_t(r * s.seq + t)] = m.ignore_index;
+    }
+  }
+  if (s.images > 0) {
+    MemoryScope scope(Category::IO, "loader");
+    const Shape shape{s.images, m.vision.channels, m.vision.image_size, m.vision.image_size};
+    b.pixel_values =
+        host.type == DeviceType::Meta ? Tensor::empty(shape, DType::F32, host) : Tensor::zeros(shape, DType::F32, host);
+  }
+  lb.tokens = s.batch * s.seq;
+  return lb;
+}
+
+Predictor::Predictor(const RunConfig& c, int world, int rank, core::SizingTarget target, std::size_t capacity)
+    : config_(c) {
+  MemoryContext::Use use(memory_);
+  configure_device(Device::meta(), {capacity, target, c.allocator});
+  configure_device(kMetaHost, {0, target});
+  comm_ = parallel::make_planned(world, rank);
+  engine_ = std::make_unique<Engine>(config_, Device::meta(), *comm_);
+  engine_->shard();
+  // Planned: the trainer releases what starting left cached before the first step; so does the dry run.
+  if (c.allocator == AllocatorKind::Planned) allocator_for(Device::meta())->empty_cache();
+}
+
+Predictor::~Predictor() = default;
+
+std::vector<MicroShape> Predictor::worst_case() const {
+  const int64_t m = config_.micro_batch_size;
+  return std::vector<MicroShape>(std::size_t(config_.gradient_accumulation_steps),
+                                 {m, config_.max_seq_len, m * config_.max_images_per_sample});
+}
+
+const Llava& Predictor::model() const {
+  return engine_->model();
+}
+
+Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* rec) {
+  MemoryContext::Use use(memory_);
+  auto dev = allocator_for(Device::meta()), host = allocator_for(kMetaHost);
+  dev->reset_peak_stats();
+  host->reset_peak_stats();
+  Prediction p;
+  p.persistent = dev->stats().allocated_bytes.current;
+  PeakWatch dw(dev->stats());
+  auto requests = std::make_shared<RequestTrace>();
+  if (rec) rec->start = dev->snapshot();
+  // memory.allocator: planned: the step is a stretch that records; its layout is worked out from its requests.
+  const bool planned = dev->kind() == AllocatorKind::Planned;
+  {
+    const DryRunTraces traces(*dev, *host, dw, *requests, rec ? rec->timeline : nullptr);
+    if (planned) dev->begin_stretch(nullptr);
+    const bool last_differs = engine_->zero().last_backward_differs();
+    MicroBatches batches(micro, last_differs, rec != nullptr, *dev, *host, *requests);
+    engine_->step([&] { return synthetic_batch(config_.model.config, batches.next(), kMetaHost); },
+                  int64_t(micro.size()), 1.f, [&](int64_t k) { return batches.after(k); });
+    engine_->update(1e-3f, 1.f);
+    p.micro_batches_repeated = batches.repeated();
+  }
+  requests->check();
+  if (planned) {
+    p.layout = std::make_shared<const ArenaLayout>(layout_arena(*requests));
+    dev->end_stretch(p.layout);
+  }
+  record_peaks(p, dev->stats(), host->stats(), dw);
+  p.requests = std::move(requests);
+  return p;
+}
+
+int64_t Predictor::eval_rows() const {
+  // Each rank evaluates its share of the samples, in batches of eval_batch_size.
+  int64_t n = config_.eval_samples > 0 ? config_.eval_samples : 0;
+  if (config_.eval_json.empty() && config_.synth_eval > 0)
+    n = n > 0 ? std::min(n, config_.synth_eval) : config_.synth_eval;
+  const int64_t world = comm_->world();
+  return n > 0 ? std::max<int64_t>(1, std::min(config_.eval_batch_size, (n + world - 1) / world))
+               : config_.eval_batch_size;
+}
+
+EvalShape Predictor::eval_worst_case() const {
+  const int64_t b = eval_rows();
+  return {b, config_.max_seq_len, b * config_.max_images_per_sample, b * config_.max_new_tokens};
+}
+
+GenerationShape Predictor::generation_worst_case() const {
+  const int64_t b = eval_rows();
+  return {std::vector<int64_t>(std::size_t(b), config_.max_seq_len), b * config_.max_images_per_sample,
+          config_.max_new_tokens};
+}
+
+Prediction Predictor::inference(const std::function<void()>& pass) {
+  MemoryContext::Use use(memory_);
+  auto dev = allocator_for(Device::meta()), host = allocator_for(kMetaHost);
+  dev->reset_peak_stats();
+  host->reset_peak_stats();
+  Prediction p;
+  p.persistent = dev->stats().allocated_bytes.current;
+  PeakWatch dw(dev->stats());
+  {
+    const DryRunTraces traces(*dev, *host, dw);
+    pass();
+  }
+  record_peaks(p, dev->stats(), host->stats(), dw);
+  return p;
+}
+
+Prediction Predictor::evaluation(const EvalShape& e) {
+  return inference([&] {
+    const LoadedBatch lb = synthetic_batch(config_.model.config, {e.batch, e.seq, e.images}, kMetaHost);
+    ModelOptions o;
+    o.inference = true;
+    o.ce_chunk_rows = config_.ce_chunk_rows;
+    for (int64_t i = 0; i < e.logit_rows; ++i) o.logits_at.push_back(i % (e.batch * e.seq));
+    LlavaState st;
+    engine_->model().forward(lb.batch, st, o);
+  });
+}
+
+Prediction Predictor::generation(const GenerationShape& g) {
+  HR_CHECK(!g.prompt_lengths.empty() && g.max_new_tokens >= 1,
+           "[plan] generation needs prompts and max_new_tokens >= 1");
+  return inference([&] {
+    const Llava& model = engine_->model();
+    const int64_t B = int64_t(g.prompt_lengths.size());
+    const int64_t longest = *std::max_element(g.prompt_lengths.begin(), g.prompt_lengths.end());
+    // As generate() does it: the cache, the prompts' batch, the prefill, then decode steps.
+    KvCache cache = model.make_cache(B, longest + g.max_new_tokens - 1);
+    const LoadedBatch lb = synthetic_batch(model.config(), {B, longest, g.images}, kMetaHost);
+    Tensor logits = model.prefill(lb.batch, g.prompt_lengths, cache);
+    if (g.max_new_tokens > 1 && g.decode_steps > 0) {
+      logits = Tensor();
+      logits = model.decode(std::vector<int64_t>(std::size_t(B), ByteTokenizer::kPad), cache);
+    }
+  });
+}
+
+}  // namespace hr::train

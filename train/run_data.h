@@ -1,0 +1,25 @@
+// The run's data sets: the options and paths of the files a config names, and the synthetic VQA set written under
+// output_dir/data on first use.
+#pragma once
+
+#include <string>
+
+#include "data/dataset.h"
+#include "parallel/comm.h"
+#include "train/config.h"
+
+namespace hr::train {
+
+// Prepares the synthetic data set in `dir` unless it is already there with the same parameters.
+void ensure_synthetic_data(const RunConfig& config, const std::string& dir);
+
+// Where a run's data is: the config's files, or the synthetic set under output_dir/data, which rank 0 of
+// `comm` writes on first use while the others wait.
+struct DataPaths {
+  std::string train_json, eval_json, image_folder;
+};
+DataPaths resolve_data_paths(const RunConfig& config, parallel::Communicator& comm);
+// The dataset options of `config` for one of its files.
+data::DataOptions data_options(const RunConfig& config, const std::string& json_path, const std::string& image_folder);
+
+}  // namespace hr::train
