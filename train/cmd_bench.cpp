@@ -94,74 +94,73 @@ json hf_config_of(const RunConfig& c) {
   return json::parse(std::ifstream(dir / "config.json"));
 }
 
-}  // namespace
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s / double(v.size());
+}
 
-int cmd_bench(const std::vector<std::string>& args) {
-  Parsed p = parse(args, "bench", {"--steps", "--warmup"}, {});
-  HR_CHECK(!p.config.empty(), "[bench] usage: headroom bench CONFIG [--steps N] [--warmup W] [--set key=value ...]");
-  auto count = [&](const char* k, int64_t def) {
-    if (!p.options.count(k)) return def;
-    const int64_t v = std::stoll(p.options[k]);
-    HR_CHECK(v >= (std::string(k) == "--steps" ? 1 : 0), "[bench] ", k, " ", v, " is out of range");
-    return v;
-  };
-  const int64_t steps = count("--steps", 20), warmup = count("--warmup", 3);
-  auto comm = parallel::make_default();
-  const int world = comm->world(), rank = comm->rank();
-  const std::string out_dir = load_config(p.config, p.sets, world).output_dir + "/bench";
-  std::vector<std::string> sets = p.sets;
+// --steps (at least 1) or --warmup (at least 0); `fallback` when absent.
+int64_t count(const Parsed& p, const char* k, int64_t fallback) {
+  if (!p.options.count(k)) return fallback;
+  const int64_t v = std::stoll(p.options.at(k));
+  HR_CHECK(v >= (std::string(k) == "--steps" ? 1 : 0), "[bench] ", k, " ", v, " is out of range");
+  return v;
+}
+
+// The config's own --set overrides, then the bench's: `steps` steps, no evaluation, no checkpoint, no progress bar,
+// the run in `out_dir`.
+std::vector<std::string> bench_sets(std::vector<std::string> sets, int64_t steps, const std::string& out_dir) {
   for (const std::string& s :
-       {str("train.max_steps=", warmup + steps), std::string("train.eval_steps=0"), std::string("train.save_steps=0"),
+       {str("train.max_steps=", steps), std::string("train.eval_steps=0"), std::string("train.save_steps=0"),
         std::string("log.progress_bar=false"), str("run.output_dir=", out_dir)})
     sets.push_back(s);
-  RunConfig c = load_config(p.config, sets, world);
-  // A fresh directory: the memory log of an earlier bench there would be appended to, and its steps counted.
-  if (rank == 0) std::filesystem::remove_all(out_dir);
-  comm->barrier();
-  int status = 0;
-  {
-    StdoutToStderr quiet;
-    TrainOptions o;
-    o.finish = false;
-    status = run_training(c, o, *comm);
-  }
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  const double rss = double(usage.ru_maxrss) * 1024.0, rss_all = comm->sum(rss);
-  if (status != 0 || rank != 0) return status;
-  // The steps after the warm-up, from rank 0's memory log (ranks step together).
-  const std::string log = out_dir + (world == 1 ? "/memory.jsonl" : "/memory.rank0.jsonl");
+  return sets;
+}
+
+// The run, its console output on stderr: standard output is the JSON's alone.
+int run_quietly(const RunConfig& c, parallel::Communicator& comm) {
+  StdoutToStderr quiet;
+  TrainOptions o;
+  o.finish = false;
+  return run_training(c, o, comm);
+}
+
+// What rank 0's memory log says (ranks step together): the device's memory over the whole run (the caching
+// allocator's peaks) and the steps the plan predicted byte for byte, which the GPU peer's
+// torch.cuda.max_memory_allocated / max_memory_reserved are set beside; the time, exposed communication and
+// tokens of each step after the warm-up.
+struct BenchLog {
+  std::vector<double> step_s, exposed_s, tokens;
+  int64_t peak_allocated = 0, peak_reserved = 0, exact_steps = 0, logged_steps = 0;
+};
+
+BenchLog read_bench_log(const std::string& log, int64_t warmup) {
   std::ifstream f(log);
   HR_CHECK(f, "[bench] ", log, " is missing");
-  std::vector<double> step_s, exposed_s;
-  std::vector<double> tokens;
-  // The device's memory over the whole run (the caching allocator's peaks) and the steps the plan predicted
-  // byte for byte: what the GPU peer's torch.cuda.max_memory_allocated / max_memory_reserved are set beside.
-  int64_t peak_allocated = 0, peak_reserved = 0, exact_steps = 0, logged_steps = 0;
+  BenchLog b;
   std::string line;
   while (std::getline(f, line)) {
     const json j = json::parse(line);
-    peak_allocated = std::max(peak_allocated, j.value("peak_allocated", int64_t(0)));
-    peak_reserved = std::max(peak_reserved, j.value("peak_reserved", int64_t(0)));
-    ++logged_steps;
+    b.peak_allocated = std::max(b.peak_allocated, j.value("peak_allocated", int64_t(0)));
+    b.peak_reserved = std::max(b.peak_reserved, j.value("peak_reserved", int64_t(0)));
+    ++b.logged_steps;
     if (j.contains("predicted_peak") && j["predicted_peak"].is_number() &&
         j["predicted_peak"].get<int64_t>() == j.value("peak_allocated", int64_t(-1)))
-      ++exact_steps;
+      ++b.exact_steps;
     if (j.value("step", int64_t(0)) <= warmup) continue;
-    step_s.push_back(j.at("step_s").get<double>());
-    exposed_s.push_back(j.value("comm_exposed_s", 0.0));
-    tokens.push_back(double(j.at("tokens").get<int64_t>()));
+    b.step_s.push_back(j.at("step_s").get<double>());
+    b.exposed_s.push_back(j.value("comm_exposed_s", 0.0));
+    b.tokens.push_back(double(j.at("tokens").get<int64_t>()));
   }
-  HR_CHECK(!step_s.empty(), "[bench] ", log, " has no step after the ", warmup, " warm-up steps");
-  const Plan plan = make_plan(c, run_device(c), world);
-  const double t = median(step_s), mean = [&] {
-    double s = 0;
-    for (double v : step_s) s += v;
-    return s / double(step_s.size());
-  }();
-  const double model_flops = plan.time.model_flops * double(world);
-  const json out = {
-      {"config", p.config},
+  HR_CHECK(!b.step_s.empty(), "[bench] ", log, " has no step after the ", warmup, " warm-up steps");
+  return b;
+}
+
+// What ran: the config, the machine, and the strategies and batch of the plan.
+json setup_json(const std::string& config, const RunConfig& c, const Plan& plan, int world, int64_t warmup) {
+  return {
+      {"config", config},
       {"model", c.model.config.name},
       {"cpu", cpu_name()},
       {"isa", isa_name(dnnl::get_effective_cpu_isa())},
@@ -181,26 +180,66 @@ int cmd_bench(const std::vector<std::string>& args) {
       {"images_per_sample", c.max_images_per_sample},
       {"learning_rate", c.learning_rate},
       {"warmup_steps", warmup},
-      {"steps", int64_t(step_s.size())},
+  };
+}
+
+// How fast: the step times, the tokens and the model's FLOPs (over every rank) per second.
+json speed_json(const BenchLog& b, const Plan& plan, int world) {
+  const double t = median(b.step_s);
+  const double model_flops = plan.time.model_flops * double(world);
+  return {
+      {"steps", int64_t(b.step_s.size())},
       {"step_ms",
        {{"median", 1e3 * t},
-        {"mean", 1e3 * mean},
-        {"min", 1e3 * *std::min_element(step_s.begin(), step_s.end())},
-        {"max", 1e3 * *std::max_element(step_s.begin(), step_s.end())}}},
+        {"mean", 1e3 * mean(b.step_s)},
+        {"min", 1e3 * *std::min_element(b.step_s.begin(), b.step_s.end())},
+        {"max", 1e3 * *std::max_element(b.step_s.begin(), b.step_s.end())}}},
       // Rank 0's time standing still for collectives (what overlap did not hide), per step.
       {"comm_exposed_ms",
-       {{"median", 1e3 * median(exposed_s)}, {"max", 1e3 * *std::max_element(exposed_s.begin(), exposed_s.end())}}},
-      {"tokens_per_step", median(tokens)},
-      {"tokens_per_s", median(tokens) / t},
+       {{"median", 1e3 * median(b.exposed_s)},
+        {"max", 1e3 * *std::max_element(b.exposed_s.begin(), b.exposed_s.end())}}},
+      {"tokens_per_step", median(b.tokens)},
+      {"tokens_per_s", median(b.tokens) / t},
       {"model_gflop_per_step", model_flops / 1e9},
       {"achieved_gflops", model_flops / 1e9 / t},
-      {"peak_allocated_mib", double(peak_allocated) / 1048576.0},
-      {"peak_reserved_mib", double(peak_reserved) / 1048576.0},
-      {"steps_predicted_exactly", str(exact_steps, " / ", logged_steps)},
+  };
+}
+
+// How much memory: the device's peaks, the steps predicted exactly, the peak RSS of rank 0 and of every rank.
+json memory_json(const BenchLog& b, double rss, double rss_all) {
+  return {
+      {"peak_allocated_mib", double(b.peak_allocated) / 1048576.0},
+      {"peak_reserved_mib", double(b.peak_reserved) / 1048576.0},
+      {"steps_predicted_exactly", str(b.exact_steps, " / ", b.logged_steps)},
       {"peak_rss_mib", rss / 1048576.0},
       {"peak_rss_mib_all_ranks", rss_all / 1048576.0},
-      {"hf_config", hf_config_of(c)},
   };
+}
+
+}  // namespace
+
+int cmd_bench(const std::vector<std::string>& args) {
+  const Parsed p = parse(args, "bench", {"--steps", "--warmup"}, {});
+  HR_CHECK(!p.config.empty(), "[bench] usage: headroom bench CONFIG [--steps N] [--warmup W] [--set key=value ...]");
+  const int64_t steps = count(p, "--steps", 20), warmup = count(p, "--warmup", 3);
+  auto comm = parallel::make_default();
+  const int world = comm->world(), rank = comm->rank();
+  const std::string out_dir = load_config(p.config, p.sets, world).output_dir + "/bench";
+  const RunConfig c = load_config(p.config, bench_sets(p.sets, warmup + steps, out_dir), world);
+  // A fresh directory: the memory log of an earlier bench there would be appended to, and its steps counted.
+  if (rank == 0) std::filesystem::remove_all(out_dir);
+  comm->barrier();
+  const int status = run_quietly(c, *comm);
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double rss = double(usage.ru_maxrss) * 1024.0, rss_all = comm->sum(rss);
+  if (status != 0 || rank != 0) return status;
+  const BenchLog log = read_bench_log(out_dir + (world == 1 ? "/memory.jsonl" : "/memory.rank0.jsonl"), warmup);
+  const Plan plan = make_plan(c, run_device(c), world);
+  json out = setup_json(p.config, c, plan, world, warmup);  // an object's keys print sorted, however merged
+  out.update(speed_json(log, plan, world));
+  out.update(memory_json(log, rss, rss_all));
+  out["hf_config"] = hf_config_of(c);
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }

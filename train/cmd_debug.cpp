@@ -41,6 +41,67 @@ Batch read_batch(const std::string& path) {
   return b;
 }
 
+// debug grads' options.
+struct GradsArgs {
+  std::string config, weights, batch, out;
+  DType dtype = DType::F32;
+  bool logits = false;  // also write the logits
+};
+
+GradsArgs parse_grads_args(const std::vector<std::string>& args) {
+  GradsArgs a;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](const char* flag) {
+      HR_CHECK(i + 1 < args.size(), "[debug grads] ", flag, " needs a value");
+      return args[++i];
+    };
+    if (args[i] == "--config")
+      a.config = value("--config");
+    else if (args[i] == "--weights")
+      a.weights = value("--weights");
+    else if (args[i] == "--batch")
+      a.batch = value("--batch");
+    else if (args[i] == "--out")
+      a.out = value("--out");
+    else if (args[i] == "--dtype")
+      a.dtype = parse_dtype(value("--dtype"));
+    else if (args[i] == "--logits")
+      a.logits = true;
+    else
+      throw Error(str("[debug grads] unknown option '", args[i],
+                      "'; allowed: --config --weights --batch --out --dtype --logits"));
+  }
+  HR_CHECK(!a.config.empty() && !a.weights.empty() && !a.batch.empty() && !a.out.empty(),
+           "[debug grads] --config, --weights, --batch and --out are all required");
+  return a;
+}
+
+int debug_grads(const std::vector<std::string>& args) {
+  const GradsArgs a = parse_grads_args(args);
+  // The whole config, as train reads it (a run's own checkpoint-N/config.yaml too: its model.weights, its batch of
+  // several ranks, which one process must not refuse). LoRA adapters as its lora.* keys make them, without dropout
+  // (a parity check compares one forward).
+  const RunConfig run = load_config(a.config, {"train.global_batch_size=0"}, 1);
+  ModelSpec spec = run.model;
+  if (run.lora_enable) spec.config.llm.lora = run.lora, spec.config.llm.lora.dropout = 0.f;
+  Llava model(spec.config, Device::cpu(), a.dtype);
+  model.set_trainable({.vision = !spec.freeze_vision, .projector = !spec.freeze_projector, .llm = !spec.freeze_llm});
+  load_weights(model.params(), Checkpoint::open(a.weights));
+  load_adapters_in(a.weights, model);
+  Batch batch = read_batch(a.batch);
+  ModelOptions opt;
+  opt.return_logits = a.logits;
+  LlavaState st;
+  const float loss = model.forward(batch, st, opt);
+  model.backward(st);
+  NamedTensors result = {{"loss", Tensor::full({}, loss, DType::F32, Device::cpu())}};
+  if (a.logits) result.emplace_back("logits", st.logits);
+  for (auto& nt : named_grads(model.params())) result.push_back(nt);
+  save_safetensors(a.out, result);
+  std::printf("loss %.6f; wrote %zu gradients to %s\n", loss, result.size() - (a.logits ? 2 : 1), a.out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int debug_batch(const std::vector<std::string>& args) {
@@ -79,54 +140,7 @@ int cmd_debug(const std::vector<std::string>& args) {
            "[debug] usage: headroom debug grads --config CFG --weights W.safetensors --batch B.safetensors --out "
            "G.safetensors [--dtype f32|bf16] [--logits] | headroom debug batch CONFIG --out B.safetensors [--count N] "
            "[--eval]");
-  std::string config, weights, batch_path, out;
-  DType dtype = DType::F32;
-  bool logits = false;
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    auto value = [&](const char* flag) {
-      HR_CHECK(i + 1 < args.size(), "[debug grads] ", flag, " needs a value");
-      return args[++i];
-    };
-    if (args[i] == "--config")
-      config = value("--config");
-    else if (args[i] == "--weights")
-      weights = value("--weights");
-    else if (args[i] == "--batch")
-      batch_path = value("--batch");
-    else if (args[i] == "--out")
-      out = value("--out");
-    else if (args[i] == "--dtype")
-      dtype = parse_dtype(value("--dtype"));
-    else if (args[i] == "--logits")
-      logits = true;
-    else
-      throw Error(str("[debug grads] unknown option '", args[i],
-                      "'; allowed: --config --weights --batch --out --dtype --logits"));
-  }
-  HR_CHECK(!config.empty() && !weights.empty() && !batch_path.empty() && !out.empty(),
-           "[debug grads] --config, --weights, --batch and --out are all required");
-  // The whole config, as train reads it (a run's own checkpoint-N/config.yaml too: its model.weights, its batch of
-  // several ranks, which one process must not refuse). LoRA adapters as its lora.* keys make them, without dropout
-  // (a parity check compares one forward).
-  const RunConfig run = load_config(config, {"train.global_batch_size=0"}, 1);
-  ModelSpec spec = run.model;
-  if (run.lora_enable) spec.config.llm.lora = run.lora, spec.config.llm.lora.dropout = 0.f;
-  Llava model(spec.config, Device::cpu(), dtype);
-  model.set_trainable({.vision = !spec.freeze_vision, .projector = !spec.freeze_projector, .llm = !spec.freeze_llm});
-  load_weights(model.params(), Checkpoint::open(weights));
-  load_adapters_in(weights, model);
-  Batch batch = read_batch(batch_path);
-  ModelOptions opt;
-  opt.return_logits = logits;
-  LlavaState st;
-  const float loss = model.forward(batch, st, opt);
-  model.backward(st);
-  NamedTensors result = {{"loss", Tensor::full({}, loss, DType::F32, Device::cpu())}};
-  if (logits) result.emplace_back("logits", st.logits);
-  for (auto& nt : named_grads(model.params())) result.push_back(nt);
-  save_safetensors(out, result);
-  std::printf("loss %.6f; wrote %zu gradients to %s\n", loss, result.size() - (logits ? 2 : 1), out.c_str());
-  return 0;
+  return debug_grads({args.begin() + 1, args.end()});
 }
 
 }  // namespace hr::train

@@ -48,6 +48,69 @@ void write_trace_and_snapshot(const Plan& plan, const std::string& trace, const 
   }
 }
 
+// The exit status of a plan that does not fit (0 when it fits).
+constexpr int kDoesNotFit = 3;
+
+int exit_status(const Plan& plan) {
+  return plan.fits ? 0 : kDoesNotFit;
+}
+
+// How the plan prints: a table (and what follows it), or the JSON alone.
+enum class Output { Table, Json };
+
+// An option's value, or "" where it is not given.
+std::string option(const Parsed& p, const char* name) {
+  return p.options.count(name) ? p.options.at(name) : "";
+}
+
+// Without --device the run's own device: a cuda:N config plans for this machine's GPU, measured.
+DevicePreset own_device(const RunConfig& c, const Parsed& p) {
+  try {
+    return run_device(c);
+  } catch (const Error& e) {
+    if (run_device_of(c).type != core::DeviceType::CUDA || p.options.count("--capacity")) throw;
+    std::string names;
+    for (const std::string& n : device_preset_names()) names += (names.empty() ? "" : ", ") + n;
+    throw Error(str(e.what(), "\n[plan] device.type is ", c.device, ": to plan for a GPU this machine does not have, ",
+                    "name one with --device (", names, ")"));
+  }
+}
+
+// The device to plan for: --device's preset, a CPU for --capacity, or the run's own; --capacity caps it.
+DevicePreset plan_device(const RunConfig& c, const Parsed& p) {
+  DevicePreset dev = p.options.count("--device")     ? device_preset(p.options.at("--device"))
+                     : p.options.count("--capacity") ? device_preset("cpu")
+                                                     : own_device(c, p);
+  if (p.options.count("--capacity")) {
+    dev.name = str(dev.name, " capped at ", p.options.at("--capacity"));
+    dev.capacity = parse_bytes(p.options.at("--capacity"), "--capacity");
+  }
+  return dev;
+}
+
+// --max-micro-batch: the largest micro-batch that fits, with its plan.
+int print_max_micro_batch(const RunConfig& c, const DevicePreset& dev, int world, Output output) {
+  const Plan best = max_micro_batch(c, dev, world);
+  if (output == Output::Json)
+    std::printf("%s", plan_json(best).c_str());
+  else if (!best.fits)
+    std::printf("not even micro-batch 1 fits:\n%s", plan_table(best).c_str());
+  else
+    std::printf("largest micro-batch that fits: %lld\n%s", (long long)best.config.micro_batch_size,
+                plan_table(best).c_str());
+  return exit_status(best);
+}
+
+// Under a plan that does not fit: the cheapest single changes that would make it fit.
+void print_fixes(const Plan& plan, const DevicePreset& dev, int world) {
+  std::printf("\nthis plan does not fit; the cheapest changes that would:\n");
+  const auto fixes = suggest_fixes(plan.config, dev, world);
+  if (fixes.empty()) std::printf("  none of the single changes tried fits (more ranks, a larger device?)\n");
+  for (const Plan& f : fixes)
+    std::printf("  --set %s: peak %s, step %.3g s\n", f.decisions_changed.c_str(),
+                format_bytes(double(f.total_predicted())).c_str(), f.time.total());
+}
+
 }  // namespace
 
 int cmd_plan(const std::vector<std::string>& args) {
@@ -59,60 +122,24 @@ int cmd_plan(const std::vector<std::string>& args) {
   HR_CHECK(world >= 1, "[plan] --world-size must be at least 1");
   RunConfig c = load_config(p.config, p.sets, world);
   use_cpu_threads(c, world);
-  // Without --device the run's own device: a cuda:N config plans for this machine's GPU, measured.
-  auto own_device = [&] {
-    try {
-      return run_device(c);
-    } catch (const Error& e) {
-      if (run_device_of(c).type != core::DeviceType::CUDA || p.options.count("--capacity")) throw;
-      std::string names;
-      for (const std::string& n : device_preset_names()) names += (names.empty() ? "" : ", ") + n;
-      throw Error(str(e.what(), "\n[plan] device.type is ", c.device,
-                      ": to plan for a GPU this machine does not have, ", "name one with --device (", names, ")"));
-    }
-  };
-  DevicePreset dev = p.options.count("--device")     ? device_preset(p.options["--device"])
-                     : p.options.count("--capacity") ? device_preset("cpu")
-                                                     : own_device();
-  if (p.options.count("--capacity")) {
-    dev.name = str(dev.name, " capped at ", p.options["--capacity"]);
-    dev.capacity = parse_bytes(p.options["--capacity"], "--capacity");
-  }
-  const bool json = p.flags.count("--json") > 0;
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  if (p.flags.count("--max-micro-batch")) {
-    Plan best = max_micro_batch(c, dev, world);
-    if (json)
-      std::printf("%s", plan_json(best).c_str());
-    else if (!best.fits)
-      std::printf("not even micro-batch 1 fits:\n%s", plan_table(best).c_str());
-    else
-      std::printf("largest micro-batch that fits: %lld\n%s", (long long)best.config.micro_batch_size,
-                  plan_table(best).c_str());
-    return best.fits ? 0 : 3;
-  }
+  const DevicePreset dev = plan_device(c, p);
+  const Output output = p.flags.count("--json") ? Output::Json : Output::Table;
+  if (p.flags.count("--max-micro-batch")) return print_max_micro_batch(c, dev, world, output);
   Search s = search_plans(c, dev, world);
   HR_CHECK(!s.ranked.empty(), "[plan] no valid combination of strategies for this config");
   const Plan plan = compare_allocators(s.ranked.front());
   if (p.options.count("--trace") || p.options.count("--snapshot"))
-    write_trace_and_snapshot(plan, p.options.count("--trace") ? p.options["--trace"] : "",
-                             p.options.count("--snapshot") ? p.options["--snapshot"] : "", json ? stderr : stdout);
-  if (json) {
+    write_trace_and_snapshot(plan, option(p, "--trace"), option(p, "--snapshot"),
+                             output == Output::Json ? stderr : stdout);
+  if (output == Output::Json) {
     std::printf("%s", plan_json(plan).c_str());
-    return plan.fits ? 0 : 3;
+    return exit_status(plan);
   }
   std::printf("%s", plan_table(plan).c_str());
   if (s.any_auto || p.flags.count("--explain")) std::printf("%s", search_explanation(s).c_str());
-  if (!plan.fits) {
-    std::printf("\nthis plan does not fit; the cheapest changes that would:\n");
-    const auto fixes = suggest_fixes(plan.config, dev, world);
-    if (fixes.empty()) std::printf("  none of the single changes tried fits (more ranks, a larger device?)\n");
-    for (const Plan& f : fixes)
-      std::printf("  --set %s: peak %s, step %.3g s\n", f.decisions_changed.c_str(),
-                  format_bytes(double(f.total_predicted())).c_str(), f.time.total());
-  }
-  std::printf("planned in %.2f s\n", elapsed());
-  return plan.fits ? 0 : 3;
+  if (!plan.fits) print_fixes(plan, dev, world);
+  std::printf("planned in %.2f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return exit_status(plan);
 }
 
 }  // namespace hr::train

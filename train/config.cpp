@@ -639,6 +639,167 @@ const std::vector<YAML::Node>& default_nodes() {
   return nodes;
 }
 
+// The config's one YAML document (an empty text: an empty mapping).
+YAML::Node parse_document(const std::string& yaml, const std::string& where) {
+  YAML::Node root(YAML::NodeType::Map);
+  try {
+    // Every document: yaml-cpp's Load reads the first and drops what follows a '---' line without a word.
+    const std::vector<YAML::Node> docs = YAML::LoadAll(yaml);
+    for (std::size_t i = 1; i < docs.size(); ++i)
+      HR_CHECK(docs[i].IsNull(), "[config] ", where, ": holds ", docs.size(), " YAML documents (document ", i + 1,
+               ", after a '---' line, begins at line ", docs[i].Mark().line + 1,
+               "); a config is one document and the others would be ignored");
+    root = docs.empty() ? YAML::Node() : docs.front();
+  } catch (const YAML::Exception& e) {
+    throw Error(str("[config] ", where, ": ", e.what()));
+  }
+  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  HR_CHECK(root.IsMap(), "[config] ", where, ": the top level must be a mapping of sections");
+  return root;
+}
+
+// The DeepSpeed JSON a run reads (`deepspeed: FILE` at the top level, taken out of `root`, or the last
+// --deepspeed FILE, which wins); empty when none.
+std::string take_deepspeed(YAML::Node root, const std::vector<std::string>& overrides) {
+  std::string deepspeed;
+  if (root["deepspeed"]) {
+    deepspeed = get<std::string>(root["deepspeed"], "deepspeed", "a file name");
+    root.remove("deepspeed");
+  }
+  for (const std::string& o : overrides)
+    if (o.rfind("deepspeed=", 0) == 0) deepspeed = o.substr(10);
+  return deepspeed;
+}
+
+// Each --set key=value over `root` (the deepspeed= ones are taken already), its value checked as the file's are.
+void apply_overrides(YAML::Node root, const std::vector<std::string>& overrides, int64_t& budget) {
+  for (const std::string& o : overrides) {
+    if (o.rfind("deepspeed=", 0) == 0) continue;
+    const std::size_t eq = o.find('=');
+    HR_CHECK(eq != std::string::npos && eq > 0, "[config] --set '", o, "': expected key=value");
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      throw Error(str("[config] --set ", o, ": value is not valid YAML: ", e.what()));
+    }
+    check_keys(value, o.substr(0, eq), "--set " + o, budget);
+    set_path(root, o.substr(0, eq), value);
+  }
+}
+
+void check_sections(const YAML::Node& root, const std::string& where) {
+  static const std::vector<std::string> sections = {"run",    "device",   "model", "data", "train",
+                                                    "memory", "parallel", "log",   "lora"};
+  for (const auto& kv : root) {
+    const std::string s = kv.first.as<std::string>();
+    if (std::find(sections.begin(), sections.end(), s) == sections.end())
+      throw Error(str("[config] ", where, ": unknown section '", s, "'", did_you_mean(s, sections),
+                      " (sections: run, device, model, data, train, memory, parallel, log, lora)"));
+  }
+}
+
+// Every key outside the model section onto `c`; an unknown key names the closest known one.
+void set_keys(RunConfig& c, const YAML::Node& root, const std::string& where) {
+  const std::vector<std::string> paths = all_paths();
+  walk(root, "", [&](const std::string& key, const YAML::Node& value) {
+    if (key == "memory.gradient_checkpointing") {  // one policy for both groups
+      checkpointing(true, true)(c, value, key);
+      return;
+    }
+    const Key* k = find_key(key);
+    if (!k) {
+      const std::string close = closest_match(key, paths);
+      throw Error(
+          str("[config] ", where, ": unknown key '", key, "'", close.empty() ? "" : "; did you mean '" + close + "'?"));
+    }
+    k->set(c, value, key);
+  });
+}
+
+// The model section: model.weights and LLaVA's stage-1 projector (loaded over the weights) are the run's; the
+// rest is the model's own spec.
+void read_model_section(RunConfig& c, const YAML::Node& root, const std::string& where) {
+  YAML::Node model = root["model"] ? YAML::Clone(root["model"]) : YAML::Node(YAML::NodeType::Map);
+  if (model.IsMap() && model["weights"]) {
+    c.init_weights = get<std::string>(model["weights"], "model.weights", "a string");
+    model.remove("weights");
+  }
+  if (model.IsMap() && model["pretrain_mm_mlp_adapter"]) {
+    c.projector_weights =
+        get<std::string>(model["pretrain_mm_mlp_adapter"], "model.pretrain_mm_mlp_adapter", "a file name");
+    model.remove("pretrain_mm_mlp_adapter");
+  }
+  c.model = models::parse_model_spec(model, where);
+}
+
+// The keys whose values are valid alone but not together, then the values that follow from others.
+void check_and_derive(RunConfig& c) {
+  HR_CHECK(c.loss_scale_min <= c.loss_scale_initial, "[config] memory.loss_scale.min ", c.loss_scale_min,
+           " is above memory.loss_scale.initial ", c.loss_scale_initial);
+  HR_CHECK(c.lora_enable || !c.lora.quantizes_base(), "[config] lora.base_bits: ", c.lora.base_bits,
+           " quantizes the frozen base of a LoRA run; set lora.enable: true (or lora.base_bits: 16)");
+  if (c.init_weights.empty()) c.init_weights = c.model.name_or_path;  // a Hugging Face directory's own weights
+  if (c.pad_to_multiple_of == 0) c.pad_to_multiple_of = c.device.rfind("cuda", 0) == 0 ? 64 : 1;
+  if (c.grad_accum == GradAccum::Auto)
+    c.grad_accum = c.precision == Precision::BF16 ? GradAccum::Fp32 : GradAccum::Model;
+}
+
+// A global batch given with at most one of micro-batch and accumulation: the other inferred; given with both,
+// their product checked.
+void infer_from_global(RunConfig& c, const YAML::Node& root, int world_size) {
+  const int64_t g = c.global_batch_size, w = world_size;
+  if (has_path(root, "train.micro_batch_size") && has_path(root, "train.gradient_accumulation_steps")) {
+    HR_CHECK(c.micro_batch_size * c.gradient_accumulation_steps * w == g, "[config] train.global_batch_size ", g,
+             " disagrees with micro_batch_size ", c.micro_batch_size, " x gradient_accumulation_steps ",
+             c.gradient_accumulation_steps, " x world size ", w);
+  } else if (has_path(root, "train.gradient_accumulation_steps")) {
+    HR_CHECK(g % (c.gradient_accumulation_steps * w) == 0, "[config] train.global_batch_size ", g,
+             " is not a multiple of gradient_accumulation_steps x world size ", c.gradient_accumulation_steps * w);
+    c.micro_batch_size = g / (c.gradient_accumulation_steps * w);
+  } else {
+    HR_CHECK(g % (c.micro_batch_size * w) == 0, "[config] train.global_batch_size ", g,
+             " is not a multiple of micro_batch_size x world size ", c.micro_batch_size * w);
+    c.gradient_accumulation_steps = g / (c.micro_batch_size * w);
+  }
+}
+
+// Global batch = micro x accumulation x world size: infer one from the other two, refuse a contradiction.
+void resolve_batch(RunConfig& c, const YAML::Node& root, int world_size) {
+  check_batch_bounds(c, world_size);  // the given values, before they are multiplied below
+  if (c.micro_auto) {                 // the planner picks micro and accumulation for the global batch
+    HR_CHECK(c.global_batch_size > 0, "[config] train.micro_batch_size: auto needs train.global_batch_size");
+    HR_CHECK(c.global_batch_size % world_size == 0, "[config] train.global_batch_size ", c.global_batch_size,
+             " is not a multiple of the world size ", world_size);
+    c.micro_batch_size = 1;
+    c.gradient_accumulation_steps = c.global_batch_size / world_size;
+  } else if (c.global_batch_size > 0) {
+    infer_from_global(c, root, world_size);
+  }
+  check_batch_bounds(c, world_size);
+  c.global_batch_size = c.micro_batch_size * c.gradient_accumulation_steps * world_size;
+}
+
+// The resolved configuration: every key with its value (given or default), the derived ones as resolved.
+std::string resolved_yaml(const RunConfig& c, const YAML::Node& root) {
+  YAML::Node resolved(YAML::NodeType::Map);
+  for (std::size_t i = 0; i < schema().size(); ++i) {
+    const Key& k = schema()[i];
+    YAML::Node given = lookup(root, k.path);
+    set_path(resolved, k.path, given.IsDefined() ? given : YAML::Clone(default_nodes()[i]));
+  }
+  set_path(resolved, "memory.gradient_checkpointing.vision", YAML::Node(models::checkpoint_name(c.vision_ckpt.kind)));
+  set_path(resolved, "memory.gradient_checkpointing.llm", YAML::Node(models::checkpoint_name(c.llm_ckpt.kind)));
+  set_path(resolved, "train.global_batch_size", YAML::Node(c.global_batch_size));
+  set_path(resolved, "data.pad_to_multiple_of", YAML::Node(c.pad_to_multiple_of));
+  set_path(resolved, "memory.grad_accum_dtype", YAML::Node(c.grad_accum == GradAccum::Fp32 ? "fp32" : "model"));
+  set_path(resolved, "train.micro_batch_size", YAML::Node(c.micro_batch_size));
+  set_path(resolved, "train.gradient_accumulation_steps", YAML::Node(c.gradient_accumulation_steps));
+  if (root["model"]) resolved["model"] = YAML::Clone(root["model"]);
+  resolved["model"]["weights"] = c.init_weights;
+  return YAML::Dump(resolved) + "\n";
+}
+
 }  // namespace
 
 std::vector<std::string> config_keys() {
@@ -661,140 +822,27 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
 
 RunConfig load_config_text(const std::string& yaml, const std::string& where, const std::vector<std::string>& overrides,
                            int world_size) {
-  YAML::Node root(YAML::NodeType::Map);
-  try {
-    // Every document: yaml-cpp's Load reads the first and drops what follows a '---' line without a word.
-    const std::vector<YAML::Node> docs = YAML::LoadAll(yaml);
-    for (std::size_t i = 1; i < docs.size(); ++i)
-      HR_CHECK(docs[i].IsNull(), "[config] ", where, ": holds ", docs.size(), " YAML documents (document ", i + 1,
-               ", after a '---' line, begins at line ", docs[i].Mark().line + 1,
-               "); a config is one document and the others would be ignored");
-    root = docs.empty() ? YAML::Node() : docs.front();
-  } catch (const YAML::Exception& e) {
-    throw Error(str("[config] ", where, ": ", e.what()));
-  }
-  if (root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  HR_CHECK(root.IsMap(), "[config] ", where, ": the top level must be a mapping of sections");
+  YAML::Node root = parse_document(yaml, where);
   int64_t budget = kMaxConfigNodes;
   check_keys(root, "", where, budget);
-  // DeepSpeed JSON (`deepspeed: FILE` at the top level, or --deepspeed FILE): its keys land on headroom's
-  // before the --set overrides, which still win.
-  std::string deepspeed;
-  if (root["deepspeed"]) {
-    deepspeed = get<std::string>(root["deepspeed"], "deepspeed", "a file name");
-    root.remove("deepspeed");
-  }
-  for (const std::string& o : overrides)
-    if (o.rfind("deepspeed=", 0) == 0) deepspeed = o.substr(10);
+  // DeepSpeed JSON: its keys land on headroom's before the --set overrides, which still win.
+  const std::string deepspeed = take_deepspeed(root, overrides);
   DeepSpeedConfig ds;
   if (!deepspeed.empty()) {
     ds = read_deepspeed(deepspeed, world_size);
     for (const auto& [key, value] : ds.sets) set_path(root, key, YAML::Load(value));
   }
-  for (const std::string& o : overrides) {
-    if (o.rfind("deepspeed=", 0) == 0) continue;
-    const std::size_t eq = o.find('=');
-    HR_CHECK(eq != std::string::npos && eq > 0, "[config] --set '", o, "': expected key=value");
-    YAML::Node value;
-    try {
-      value = YAML::Load(o.substr(eq + 1));
-    } catch (const YAML::Exception& e) {
-      throw Error(str("[config] --set ", o, ": value is not valid YAML: ", e.what()));
-    }
-    check_keys(value, o.substr(0, eq), "--set " + o, budget);
-    set_path(root, o.substr(0, eq), value);
-  }
-  static const std::vector<std::string> sections = {"run",    "device",   "model", "data", "train",
-                                                    "memory", "parallel", "log",   "lora"};
-  for (const auto& kv : root) {
-    const std::string s = kv.first.as<std::string>();
-    if (std::find(sections.begin(), sections.end(), s) == sections.end())
-      throw Error(str("[config] ", where, ": unknown section '", s, "'", did_you_mean(s, sections),
-                      " (sections: run, device, model, data, train, memory, parallel, log, lora)"));
-  }
+  apply_overrides(root, overrides, budget);
+  check_sections(root, where);
   // Defaults first (parsed once per process), then what the file and overrides say.
   RunConfig c = defaults();
   c.deepspeed = deepspeed;
   c.deepspeed_not_acted_on = ds.not_acted_on;
-  const std::vector<std::string> paths = all_paths();
-  walk(root, "", [&](const std::string& key, const YAML::Node& value) {
-    if (key == "memory.gradient_checkpointing") {  // one policy for both groups
-      checkpointing(true, true)(c, value, key);
-      return;
-    }
-    const Key* k = find_key(key);
-    if (!k) {
-      const std::string close = closest_match(key, paths);
-      throw Error(
-          str("[config] ", where, ": unknown key '", key, "'", close.empty() ? "" : "; did you mean '" + close + "'?"));
-    }
-    k->set(c, value, key);
-  });
-  // The model section (minus model.weights, read above).
-  YAML::Node model = root["model"] ? YAML::Clone(root["model"]) : YAML::Node(YAML::NodeType::Map);
-  if (model.IsMap() && model["weights"]) {
-    c.init_weights = get<std::string>(model["weights"], "model.weights", "a string");
-    model.remove("weights");
-  }
-  if (model.IsMap() && model["pretrain_mm_mlp_adapter"]) {  // LLaVA's stage-1 projector, loaded over the weights
-    c.projector_weights =
-        get<std::string>(model["pretrain_mm_mlp_adapter"], "model.pretrain_mm_mlp_adapter", "a file name");
-    model.remove("pretrain_mm_mlp_adapter");
-  }
-  c.model = models::parse_model_spec(model, where);
-  HR_CHECK(c.loss_scale_min <= c.loss_scale_initial, "[config] memory.loss_scale.min ", c.loss_scale_min,
-           " is above memory.loss_scale.initial ", c.loss_scale_initial);
-  HR_CHECK(c.lora_enable || !c.lora.quantizes_base(), "[config] lora.base_bits: ", c.lora.base_bits,
-           " quantizes the frozen base of a LoRA run; set lora.enable: true (or lora.base_bits: 16)");
-  if (c.init_weights.empty()) c.init_weights = c.model.name_or_path;  // a Hugging Face directory's own weights
-  if (c.pad_to_multiple_of == 0) c.pad_to_multiple_of = c.device.rfind("cuda", 0) == 0 ? 64 : 1;
-  if (c.grad_accum == GradAccum::Auto)
-    c.grad_accum = c.precision == Precision::BF16 ? GradAccum::Fp32 : GradAccum::Model;
-  // Global batch = micro x accumulation x world size: infer one from the other two, refuse a contradiction.
-  check_batch_bounds(c, world_size);  // the given values, before they are multiplied below
-  const bool has_micro = has_path(root, "train.micro_batch_size"),
-             has_accum = has_path(root, "train.gradient_accumulation_steps");
-  if (c.micro_auto) {  // the planner picks micro and accumulation for the global batch
-    HR_CHECK(c.global_batch_size > 0, "[config] train.micro_batch_size: auto needs train.global_batch_size");
-    HR_CHECK(c.global_batch_size % world_size == 0, "[config] train.global_batch_size ", c.global_batch_size,
-             " is not a multiple of the world size ", world_size);
-    c.micro_batch_size = 1;
-    c.gradient_accumulation_steps = c.global_batch_size / world_size;
-  } else if (c.global_batch_size > 0) {
-    const int64_t g = c.global_batch_size, w = world_size;
-    if (has_micro && has_accum) {
-      HR_CHECK(c.micro_batch_size * c.gradient_accumulation_steps * w == g, "[config] train.global_batch_size ", g,
-               " disagrees with micro_batch_size ", c.micro_batch_size, " x gradient_accumulation_steps ",
-               c.gradient_accumulation_steps, " x world size ", w);
-    } else if (has_accum) {
-      HR_CHECK(g % (c.gradient_accumulation_steps * w) == 0, "[config] train.global_batch_size ", g,
-               " is not a multiple of gradient_accumulation_steps x world size ", c.gradient_accumulation_steps * w);
-      c.micro_batch_size = g / (c.gradient_accumulation_steps * w);
-    } else {
-      HR_CHECK(g % (c.micro_batch_size * w) == 0, "[config] train.global_batch_size ", g,
-               " is not a multiple of micro_batch_size x world size ", c.micro_batch_size * w);
-      c.gradient_accumulation_steps = g / (c.micro_batch_size * w);
-    }
-  }
-  check_batch_bounds(c, world_size);
-  c.global_batch_size = c.micro_batch_size * c.gradient_accumulation_steps * world_size;
-  // The resolved configuration: every key with its value.
-  YAML::Node resolved(YAML::NodeType::Map);
-  for (std::size_t i = 0; i < schema().size(); ++i) {
-    const Key& k = schema()[i];
-    YAML::Node given = lookup(root, k.path);
-    set_path(resolved, k.path, given.IsDefined() ? given : YAML::Clone(default_nodes()[i]));
-  }
-  set_path(resolved, "memory.gradient_checkpointing.vision", YAML::Node(models::checkpoint_name(c.vision_ckpt.kind)));
-  set_path(resolved, "memory.gradient_checkpointing.llm", YAML::Node(models::checkpoint_name(c.llm_ckpt.kind)));
-  set_path(resolved, "train.global_batch_size", YAML::Node(c.global_batch_size));
-  set_path(resolved, "data.pad_to_multiple_of", YAML::Node(c.pad_to_multiple_of));
-  set_path(resolved, "memory.grad_accum_dtype", YAML::Node(c.grad_accum == GradAccum::Fp32 ? "fp32" : "model"));
-  set_path(resolved, "train.micro_batch_size", YAML::Node(c.micro_batch_size));
-  set_path(resolved, "train.gradient_accumulation_steps", YAML::Node(c.gradient_accumulation_steps));
-  if (root["model"]) resolved["model"] = YAML::Clone(root["model"]);
-  resolved["model"]["weights"] = c.init_weights;
-  c.resolved_yaml = YAML::Dump(resolved) + "\n";
+  set_keys(c, root, where);
+  read_model_section(c, root, where);
+  check_and_derive(c);
+  resolve_batch(c, root, world_size);
+  c.resolved_yaml = resolved_yaml(c, root);
   return c;
 }
 

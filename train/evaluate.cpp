@@ -98,6 +98,214 @@ EvalResult merged(Partial part, parallel::Communicator* comm) {
   return r;
 }
 
+// One evaluation: rank r scores samples r, r + world, ... in a loss pass over batches, then decodes those the
+// loss pass did not settle; every rank runs the same number of batches of each.
+class Evaluation {
+ public:
+  Evaluation(const Llava& model, const LlavaDataset& data, const EvalOptions& o)
+      : model_(model),
+        data_(data),
+        o_(o),
+        tok_(data.tokenizer()),
+        n_(o.samples > 0 ? std::min(o.samples, data.size()) : data.size()),
+        rank_(o.comm ? o.comm->rank() : 0),
+        world_(o.comm ? o.comm->world() : 1) {
+    for (int64_t i = rank_; i < n_; i += world_) mine_.push_back(i);
+    // A text-only filler keeps a rank with nothing of its own in a batch in step with the others.
+    filler_.ids = filler_.prompt = {tok_.bos(), tok_.bos()};
+    filler_.labels = {model.config().ignore_index, model.config().ignore_index};
+  }
+
+  EvalResult run() {
+    const int64_t per_rank = (n_ + world_ - 1) / world_, batches = (per_rank + o_.batch_size - 1) / o_.batch_size;
+    for (int64_t bi = 0; bi < batches; ++bi) score(bi);
+    part_.decoded = int64_t(undecided_.size());
+    const int64_t rounds = decode_rounds();
+    for (int64_t bi = 0; bi < rounds; ++bi) decode(bi);
+    return result();
+  }
+
+ private:
+  // The samples of one batch that loaded, with their eval-set indices; a bad one is counted and named instead.
+  struct Loaded {
+    std::vector<Example> examples;
+    std::vector<int64_t> index;
+  };
+  // Per sample of a batch: its `answer </s>` tokens, empty for a sample that must be decoded.
+  using Targets = std::vector<std::vector<int64_t>>;
+
+  void record(int64_t index, const Example& e, const std::vector<int64_t>& generated) {
+    const std::string pred = normalise(tok_.decode(generated)), want = normalise(e.answer);
+    part_.predictions.push_back({index, {e.id, e.question_type, pred, want, pred == want}});
+  }
+
+  Loaded load(int64_t bi) {
+    Loaded l;
+    for (int64_t k = bi * o_.batch_size; k < std::min<int64_t>(int64_t(mine_.size()), (bi + 1) * o_.batch_size); ++k) {
+      try {
+        l.examples.push_back(data_.get(mine_[std::size_t(k)]));
+        l.index.push_back(mine_[std::size_t(k)]);
+      } catch (const BadSample& e) {
+        // One process stops at once; several ranks stop together once their shares are merged (result()).
+        if (o_.on_bad_sample == OnBadSample::Fail && world_ == 1)
+          throw Error(str(e.what(), " (data.on_bad_sample: fail)"));
+        ++part_.skipped;
+        part_.bad.emplace_back(mine_[std::size_t(k)], e.what());
+      }
+    }
+    return l;
+  }
+
+  // Whether the sample is `prompt answer </s>` with an answer greedy decoding can reach (not a truncated or
+  // `plain` sample).
+  bool ends_in(const Example& e, const std::vector<int64_t>& want) const {
+    const auto p = int64_t(e.prompt.size());
+    return p != 0 && int64_t(want.size()) <= o_.max_new_tokens && e.ids.size() == e.prompt.size() + want.size() &&
+           std::equal(want.begin(), want.end(), e.ids.begin() + p);
+  }
+
+  // The logits at each `answer </s>` position settle whether greedy decoding would produce it (evaluate.h):
+  // each target's rows are added to `logits_at`.
+  Targets targets(const std::vector<Example>& batch, std::size_t counted, int64_t seq,
+                  std::vector<int64_t>& logits_at) const {
+    Targets target(counted);
+    for (std::size_t i = 0; i < counted; ++i) {
+      const Example& e = batch[i];
+      std::vector<int64_t> want = tok_.encode(e.answer);
+      want.push_back(tok_.eos());
+      if (o_.decode_all || !ends_in(e, want)) continue;  // decoded
+      const auto p = int64_t(e.prompt.size());
+      target[i] = std::move(want);
+      for (int64_t k = 0; k < int64_t(target[i].size()); ++k) logits_at.push_back(int64_t(i) * seq + p - 1 + k);
+    }
+    return target;
+  }
+
+  // The loss pass over one batch: its loss into the partial result, and the logits of the rows opt asks for.
+  std::vector<float> loss_pass(const Batch& b, const ModelOptions& opt) {
+    if (o_.watch) o_.watch->begin();
+    std::vector<float> logits;
+    {
+      LlavaState st;
+      const float loss = model_.forward(b, st, opt);
+      if (st.valid_labels > 0) {
+        part_.loss_sum += double(loss) * double(st.valid_labels);
+        part_.loss_tokens += st.valid_labels;
+      }
+      if (!opt.logits_at.empty()) logits = st.logits.to_floats();
+    }
+    if (o_.watch)
+      o_.watch->end(EvalShape{b.batch, b.seq, b.pixel_values.defined() ? b.pixel_values.size(0) : 0,
+                              int64_t(opt.logits_at.size())});
+    return logits;
+  }
+
+  // Whether greedy decoding produces `target`: each of its tokens the argmax of its row. `row` moves past them.
+  bool greedy_produces(const float*& row, const std::vector<int64_t>& target) const {
+    const int64_t vocab = model_.config().llm.vocab;
+    bool greedy = !target.empty();
+    for (int64_t next : target) {
+      greedy = greedy && std::max_element(row, row + vocab) - row == next;
+      row += vocab;
+    }
+    return greedy;
+  }
+
+  // Batch `bi` of this rank's share through the loss pass: the samples it settles recorded, the others left for
+  // decoding (loaded again then: holding every one's image until the end could take more host memory than a
+  // batch).
+  void score(int64_t bi) {
+    Loaded l = load(bi);
+    const std::size_t counted = l.examples.size();
+    if (l.examples.empty()) {
+      if (world_ == 1) return;
+      l.examples.push_back(filler_);
+    }
+    data::LoaderOptions pad;
+    pad.pad_to_multiple_of = o_.pad_to_multiple_of;
+    pad.max_seq_len = o_.max_seq_len > 0 ? o_.max_seq_len : std::numeric_limits<int64_t>::max();
+    const int64_t seq = batch_length(l.examples, pad);
+    const Batch b = collate(l.examples, seq, model_.config().ignore_index);
+    ModelOptions opt;
+    opt.inference = true;
+    opt.ce_chunk_rows = o_.ce_chunk_rows;
+    const Targets target = targets(l.examples, counted, seq, opt.logits_at);
+    const std::vector<float> logits = loss_pass(b, opt);
+    const float* row = logits.data();
+    for (std::size_t i = 0; i < counted; ++i) {
+      if (greedy_produces(row, target[i]))
+        record(l.index[i], l.examples[i], target[i]);
+      else
+        undecided_.push_back(l.index[i]);
+    }
+  }
+
+  // Decoding runs in batches, as many on every rank as the rank with the most undecided samples needs.
+  int64_t decode_rounds() const {
+    const int64_t rounds = (int64_t(undecided_.size()) + o_.batch_size - 1) / o_.batch_size;
+    if (world_ == 1) return rounds;
+    int64_t most = 0;
+    for (int r = 0; r < world_; ++r) most = std::max(most, int64_t(o_.comm->sum(r == rank_ ? double(rounds) : 0.0)));
+    return most;
+  }
+
+  GenerationOptions generation() const {
+    GenerationOptions g;
+    g.max_new_tokens = o_.max_new_tokens;
+    g.tokenizer = &tok_;
+    g.eos_token_id = tok_.eos();
+    g.comm = o_.comm;
+    g.use_cache = o_.use_cache;
+    return g;
+  }
+
+  void watch_end(const std::vector<Example>& batch, const GenerationOptions& g, const GenerationResult& gen) const {
+    GenerationShape shape{{}, 0, g.max_new_tokens, gen.forwards - 1};
+    for (const Example& e : batch) {
+      shape.prompt_lengths.push_back(int64_t(e.prompt.size()));
+      shape.images += int64_t(e.images.size());
+    }
+    o_.watch->end(shape);
+  }
+
+  // Decoding round `bi`: the next batch of undecided samples (a filler where this rank has none left), answered
+  // greedily and recorded.
+  void decode(int64_t bi) {
+    std::vector<Example> batch;
+    const std::size_t from = std::size_t(bi * o_.batch_size),
+                      to = std::min(undecided_.size(), from + std::size_t(o_.batch_size));
+    for (std::size_t k = from; k < to; ++k) batch.push_back(data_.get(undecided_[k]));
+    const std::size_t counted = batch.size();
+    if (batch.empty()) batch.push_back(filler_);
+    const GenerationOptions g = generation();
+    if (o_.watch) o_.watch->begin();
+    const GenerationResult gen = generate(model_, batch, g, counted);
+    if (o_.watch) watch_end(batch, g, gen);
+    for (std::size_t i = 0; i < counted; ++i) record(undecided_[from + i], batch[i], gen.tokens[i]);
+  }
+
+  // Every rank's share merged; bad samples under data.on_bad_sample: fail, or no usable sample at all, refused.
+  EvalResult result() {
+    EvalResult r = merged(std::move(part_), o_.comm);
+    if (!r.bad_samples.empty() && o_.on_bad_sample == OnBadSample::Fail)
+      throw Error(str(r.bad_samples.front(), " (data.on_bad_sample: fail)"));
+    HR_CHECK(r.samples > 0 || r.bad_samples.empty(), "[data] no usable sample in ", data_.path(), " (",
+             r.bad_samples.size(), " of ", n_, " skipped; the first: ", r.bad_samples.front(), ")");
+    return r;
+  }
+
+  const Llava& model_;
+  const LlavaDataset& data_;
+  const EvalOptions& o_;
+  const Tokenizer& tok_;
+  const int64_t n_;
+  const int rank_, world_;
+  std::vector<int64_t> mine_;       // this rank's share of the eval set
+  Example filler_;                  // what a rank without a sample of its own feeds
+  Partial part_;                    // what this rank has scored
+  std::vector<int64_t> undecided_;  // samples the loss pass did not settle, to decode
+};
+
 }  // namespace
 
 std::vector<std::vector<int64_t>> generate_greedy(const Llava& model, const std::vector<Example>& prompts,
@@ -118,133 +326,7 @@ std::string prediction_line(const EvalPrediction& p, int64_t step) {
 }
 
 EvalResult evaluate(const Llava& model, const LlavaDataset& data, const EvalOptions& o) {
-  const int64_t n = o.samples > 0 ? std::min(o.samples, data.size()) : data.size();
-  const int rank = o.comm ? o.comm->rank() : 0, world = o.comm ? o.comm->world() : 1;
-  const int64_t vocab = model.config().llm.vocab;
-  const Tokenizer& tok = data.tokenizer();
-  // Rank r evaluates samples r, r + world, ...; every rank runs the same number of batches.
-  std::vector<int64_t> mine;
-  for (int64_t i = rank; i < n; i += world) mine.push_back(i);
-  const int64_t per_rank = (n + world - 1) / world, batches = (per_rank + o.batch_size - 1) / o.batch_size;
-  Partial part;
-  auto record = [&](int64_t index, const Example& e, const std::vector<int64_t>& generated) {
-    const std::string pred = normalise(tok.decode(generated)), want = normalise(e.answer);
-    part.predictions.push_back({index, {e.id, e.question_type, pred, want, pred == want}});
-  };
-  // A text-only filler keeps a rank with nothing of its own in a batch in step with the others.
-  Example filler;
-  filler.ids = filler.prompt = {tok.bos(), tok.bos()};
-  filler.labels = {model.config().ignore_index, model.config().ignore_index};
-  // Samples whose greedy answer is not the reference are decoded after the loss pass, loaded again then
-  // (holding every one's image until the end could take more host memory than a batch).
-  std::vector<int64_t> undecided;
-  for (int64_t bi = 0; bi < batches; ++bi) {
-    std::vector<Example> batch;
-    std::vector<int64_t> index;
-    for (int64_t k = bi * o.batch_size; k < std::min<int64_t>(int64_t(mine.size()), (bi + 1) * o.batch_size); ++k) {
-      try {
-        batch.push_back(data.get(mine[std::size_t(k)]));
-        index.push_back(mine[std::size_t(k)]);
-      } catch (const BadSample& e) {
-        // One process stops at once; several ranks stop together once their shares are merged (below).
-        if (o.on_bad_sample == OnBadSample::Fail && world == 1)
-          throw Error(str(e.what(), " (data.on_bad_sample: fail)"));
-        ++part.skipped;
-        part.bad.emplace_back(mine[std::size_t(k)], e.what());
-      }
-    }
-    const std::size_t counted = batch.size();
-    if (batch.empty()) {
-      if (world == 1) continue;
-      batch.push_back(filler);
-    }
-    data::LoaderOptions pad;
-    pad.pad_to_multiple_of = o.pad_to_multiple_of;
-    pad.max_seq_len = o.max_seq_len > 0 ? o.max_seq_len : std::numeric_limits<int64_t>::max();
-    const int64_t seq = batch_length(batch, pad);
-    Batch b = collate(batch, seq, model.config().ignore_index);
-    ModelOptions opt;
-    opt.inference = true;
-    opt.ce_chunk_rows = o.ce_chunk_rows;
-    // The logits at each `answer </s>` position settle whether greedy decoding would produce it (evaluate.h).
-    std::vector<std::vector<int64_t>> target(counted);
-    for (std::size_t i = 0; i < counted; ++i) {
-      const Example& e = batch[i];
-      std::vector<int64_t> want = tok.encode(e.answer);
-      want.push_back(tok.eos());
-      const auto p = int64_t(e.prompt.size());
-      if (o.decode_all || p == 0 || int64_t(want.size()) > o.max_new_tokens ||
-          e.ids.size() != e.prompt.size() + want.size() || !std::equal(want.begin(), want.end(), e.ids.begin() + p))
-        continue;  // not of that form (a truncated or `plain` sample): decoded
-      target[i] = std::move(want);
-      for (int64_t k = 0; k < int64_t(target[i].size()); ++k) opt.logits_at.push_back(int64_t(i) * seq + p - 1 + k);
-    }
-    if (o.watch) o.watch->begin();
-    std::vector<float> logits;
-    {
-      LlavaState st;
-      const float loss = model.forward(b, st, opt);
-      if (st.valid_labels > 0) {
-        part.loss_sum += double(loss) * double(st.valid_labels);
-        part.loss_tokens += st.valid_labels;
-      }
-      if (!opt.logits_at.empty()) logits = st.logits.to_floats();
-    }
-    if (o.watch)
-      o.watch->end(EvalShape{b.batch, b.seq, b.pixel_values.defined() ? b.pixel_values.size(0) : 0,
-                             int64_t(opt.logits_at.size())});
-    const float* row = logits.data();
-    for (std::size_t i = 0; i < counted; ++i) {
-      bool greedy = !target[i].empty();
-      for (int64_t next : target[i]) {
-        greedy = greedy && std::max_element(row, row + vocab) - row == next;
-        row += vocab;
-      }
-      if (greedy)
-        record(index[i], batch[i], target[i]);
-      else
-        undecided.push_back(index[i]);
-    }
-  }
-  // Decoding in batches, as many on every rank as the rank with the most undecided samples needs.
-  part.decoded = int64_t(undecided.size());
-  int64_t rounds = (int64_t(undecided.size()) + o.batch_size - 1) / o.batch_size;
-  if (world > 1) {
-    int64_t most = 0;
-    for (int r = 0; r < world; ++r) most = std::max(most, int64_t(o.comm->sum(r == rank ? double(rounds) : 0.0)));
-    rounds = most;
-  }
-  for (int64_t bi = 0; bi < rounds; ++bi) {
-    std::vector<Example> batch;
-    const std::size_t from = std::size_t(bi * o.batch_size),
-                      to = std::min(undecided.size(), from + std::size_t(o.batch_size));
-    for (std::size_t k = from; k < to; ++k) batch.push_back(data.get(undecided[k]));
-    const std::size_t counted = batch.size();
-    if (batch.empty()) batch.push_back(filler);
-    GenerationOptions g;
-    g.max_new_tokens = o.max_new_tokens;
-    g.tokenizer = &tok;
-    g.eos_token_id = tok.eos();
-    g.comm = o.comm;
-    g.use_cache = o.use_cache;
-    if (o.watch) o.watch->begin();
-    const GenerationResult gen = generate(model, batch, g, counted);
-    if (o.watch) {
-      GenerationShape shape{{}, 0, g.max_new_tokens, gen.forwards - 1};
-      for (const Example& e : batch) {
-        shape.prompt_lengths.push_back(int64_t(e.prompt.size()));
-        shape.images += int64_t(e.images.size());
-      }
-      o.watch->end(shape);
-    }
-    for (std::size_t i = 0; i < counted; ++i) record(undecided[from + i], batch[i], gen.tokens[i]);
-  }
-  EvalResult r = merged(std::move(part), o.comm);
-  if (!r.bad_samples.empty() && o.on_bad_sample == OnBadSample::Fail)
-    throw Error(str(r.bad_samples.front(), " (data.on_bad_sample: fail)"));
-  HR_CHECK(r.samples > 0 || r.bad_samples.empty(), "[data] no usable sample in ", data.path(), " (",
-           r.bad_samples.size(), " of ", n, " skipped; the first: ", r.bad_samples.front(), ")");
-  return r;
+  return Evaluation(model, data, o).run();
 }
 
 }  // namespace hr::train

@@ -35,6 +35,7 @@ struct Row {
   std::string text;
   bool done = false;
   Finish finish = Finish::Length;
+  uint64_t rng = 0;  // the state of the row's own stream of draws
 };
 
 // Appends `next` to the row and ends it at </s> or a stop string.
@@ -60,6 +61,126 @@ void advance(Row& row, int64_t next, const GenerationOptions& o, const Tokenizer
     }
   }
 }
+
+// One generate() call: the prompts as a right-padded batch (each row's prompt first, its images in order), what
+// each row has produced, and the KV cache the rows share.
+class Generation {
+ public:
+  Generation(const Llava& model, const std::vector<Example>& prompts, const GenerationOptions& o, std::size_t counted)
+      : model_(model),
+        cfg_(model.config()),
+        o_(o),
+        counted_(counted),
+        bytes_(cfg_.llm.vocab, cfg_.image_token_id),
+        tok_(o.tokenizer ? *o.tokenizer : static_cast<const Tokenizer&>(bytes_)),
+        rows_(prompts.size()) {
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      HR_CHECK(!prompts[i].prompt.empty(), "[generate] prompt ", i, " (", prompts[i].id, ") is empty");
+      lengths_.push_back(int64_t(prompts[i].prompt.size()));
+      rows_[i].done = i >= counted;
+      uint64_t seed = o.seed + 0x632BE59BD9B4E019ull * (i + 1);  // each row its own stream
+      rows_[i].rng = splitmix64(seed);
+      if (i < counted) r_.prompt_tokens += lengths_.back();
+    }
+    for (const Example& e : prompts) {
+      Example p;
+      p.id = e.id;
+      p.ids = e.prompt;
+      p.labels.assign(p.ids.size(), cfg_.ignore_index);
+      p.images = e.images;
+      cur_.push_back(std::move(p));
+    }
+  }
+
+  // Forward, next token of every open row, until every row (on every rank) is done or max_new_tokens is reached.
+  GenerationResult run() {
+    Tensor logits = o_.use_cache ? prefill() : Tensor();
+    for (int64_t step = 0;; ++step) {
+      if (!o_.use_cache) logits = whole_sequence();
+      ++r_.forwards;
+      const std::vector<float> host = logits.to_floats();
+      logits = Tensor();
+      std::vector<int64_t> fed(rows_.size(), ByteTokenizer::kPad);
+      const int64_t open = next_tokens(host, step, fed);
+      if (open_anywhere(open) == 0 || step + 1 >= o_.max_new_tokens) break;
+      if (o_.use_cache) logits = model_.decode(fed, cache_);
+    }
+    cache_ = KvCache{};
+    return result();
+  }
+
+ private:
+  // The prompts through the model into a cache that holds every position ever fed: the longest prompt and every
+  // generated token but the last. The logits of each row's last prompt position.
+  Tensor prefill() {
+    const int64_t B = int64_t(rows_.size()), longest = *std::max_element(lengths_.begin(), lengths_.end());
+    cache_ = model_.make_cache(B, longest + o_.max_new_tokens - 1);
+    r_.cache_bytes = KvCache::bytes(cfg_.llm, B, cache_.capacity, model_.params().dtype());
+    return model_.prefill(collate(cur_, longest, cfg_.ignore_index), lengths_, cache_);
+  }
+
+  // Without a cache: the whole sequence again, and the logits of each row's last position only.
+  Tensor whole_sequence() const {
+    int64_t seq = 0;
+    for (const Example& e : cur_) seq = std::max<int64_t>(seq, int64_t(e.ids.size()));
+    ModelOptions mo;
+    mo.inference = true;
+    for (std::size_t i = 0; i < cur_.size(); ++i)
+      mo.logits_at.push_back(int64_t(i) * seq + int64_t(cur_[i].ids.size()) - 1);
+    LlavaState st;
+    model_.forward(collate(cur_, std::max<int64_t>(seq, 2), cfg_.ignore_index), st, mo);
+    return st.logits;
+  }
+
+  // The next token of every open row from its logits, into `fed` (the next forward's input); how many rows
+  // remain open.
+  int64_t next_tokens(const std::vector<float>& logits, int64_t step, std::vector<int64_t>& fed) {
+    const int64_t vocab = cfg_.llm.vocab;
+    int64_t open = 0;
+    for (std::size_t i = 0; i < rows_.size(); ++i) {
+      Row& row = rows_[i];
+      if (row.done) continue;
+      const int64_t next = next_token(logits.data() + int64_t(i) * vocab, vocab, o_, row.rng);
+      advance(row, next, o_, tok_);
+      fed[i] = next;
+      if (!o_.use_cache) {
+        cur_[i].ids.push_back(next);
+        cur_[i].labels.push_back(cfg_.ignore_index);
+      }
+      if (step + 1 >= o_.max_new_tokens) row.done = true;
+      open += !row.done;
+    }
+    return open;
+  }
+
+  // Open rows on every rank: a rank whose rows are done still runs the forwards of the others.
+  double open_anywhere(int64_t open) const {
+    return o_.comm && o_.comm->world() > 1 ? o_.comm->sum(double(open)) : double(open);
+  }
+
+  // The counted rows' tokens, text and finish (the fillers' are dropped).
+  GenerationResult result() {
+    for (std::size_t i = 0; i < counted_ && i < rows_.size(); ++i) {
+      r_.new_tokens += int64_t(rows_[i].tokens.size());
+      r_.tokens.push_back(std::move(rows_[i].tokens));
+      r_.text.push_back(std::move(rows_[i].text));
+      r_.finish.push_back(rows_[i].finish);
+    }
+    return std::move(r_);
+  }
+
+  const Llava& model_;
+  const LlavaConfig& cfg_;
+  const GenerationOptions& o_;
+  const std::size_t counted_;
+  const ByteTokenizer bytes_;  // the text of the tokens where the options name no tokenizer
+  const Tokenizer& tok_;
+  std::vector<Row> rows_;
+  std::vector<int64_t> lengths_;  // of each prompt
+  std::vector<Example> cur_;      // each row's prompt (and, without a cache, its tokens so far)
+  KvCache cache_;
+  GenerationResult r_;
+};
 
 }  // namespace
 
@@ -115,81 +236,7 @@ GenerationResult generate(const Llava& model, const std::vector<Example>& prompt
   const auto t0 = std::chrono::steady_clock::now();
   HR_CHECK(!prompts.empty(), "[generate] no prompts");
   HR_CHECK(o.max_new_tokens >= 1, "[generate] max_new_tokens must be >= 1; got ", o.max_new_tokens);
-  const LlavaConfig& cfg = model.config();
-  const int64_t vocab = cfg.llm.vocab, B = int64_t(prompts.size());
-  const ByteTokenizer bytes(vocab, cfg.image_token_id);
-  const Tokenizer& tok = o.tokenizer ? *o.tokenizer : static_cast<const Tokenizer&>(bytes);
-  std::vector<Row> rows(prompts.size());
-  std::vector<uint64_t> rng(prompts.size());
-  std::vector<int64_t> lengths;
-  GenerationResult r;
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    HR_CHECK(!prompts[i].prompt.empty(), "[generate] prompt ", i, " (", prompts[i].id, ") is empty");
-    lengths.push_back(int64_t(prompts[i].prompt.size()));
-    rows[i].done = i >= counted;
-    uint64_t seed = o.seed + 0x632BE59BD9B4E019ull * (i + 1);  // each row its own stream
-    rng[i] = splitmix64(seed);
-    if (i < counted) r.prompt_tokens += lengths.back();
-  }
-  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  // The prompts as a right-padded batch (each row's prompt first, its images in order).
-  std::vector<Example> cur;
-  for (const Example& e : prompts) {
-    Example p;
-    p.id = e.id;
-    p.ids = e.prompt;
-    p.labels.assign(p.ids.size(), cfg.ignore_index);
-    p.images = e.images;
-    cur.push_back(std::move(p));
-  }
-  KvCache cache;
-  Tensor logits;
-  if (o.use_cache) {
-    // Every position ever fed: the longest prompt and every generated token but the last.
-    cache = model.make_cache(B, longest + o.max_new_tokens - 1);
-    r.cache_bytes = KvCache::bytes(cfg.llm, B, cache.capacity, model.params().dtype());
-    logits = model.prefill(collate(cur, longest, cfg.ignore_index), lengths, cache);
-  }
-  for (int64_t step = 0;; ++step) {
-    if (!o.use_cache) {  // the whole sequence again, and the logits of each row's last position only
-      int64_t seq = 0;
-      for (const Example& e : cur) seq = std::max<int64_t>(seq, int64_t(e.ids.size()));
-      ModelOptions mo;
-      mo.inference = true;
-      for (std::size_t i = 0; i < cur.size(); ++i)
-        mo.logits_at.push_back(int64_t(i) * seq + int64_t(cur[i].ids.size()) - 1);
-      LlavaState st;
-      model.forward(collate(cur, std::max<int64_t>(seq, 2), cfg.ignore_index), st, mo);
-      logits = st.logits;
-    }
-    ++r.forwards;
-    const std::vector<float> host = logits.to_floats();
-    logits = Tensor();
-    int64_t open = 0;
-    std::vector<int64_t> fed(prompts.size(), ByteTokenizer::kPad);
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i].done) continue;
-      const int64_t next = next_token(host.data() + int64_t(i) * vocab, vocab, o, rng[i]);
-      advance(rows[i], next, o, tok);
-      fed[i] = next;
-      if (!o.use_cache) {
-        cur[i].ids.push_back(next);
-        cur[i].labels.push_back(cfg.ignore_index);
-      }
-      if (step + 1 >= o.max_new_tokens) rows[i].done = true;
-      open += !rows[i].done;
-    }
-    const double open_anywhere = o.comm && o.comm->world() > 1 ? o.comm->sum(double(open)) : double(open);
-    if (open_anywhere == 0 || step + 1 >= o.max_new_tokens) break;
-    if (o.use_cache) logits = model.decode(fed, cache);
-  }
-  cache = KvCache{};
-  for (std::size_t i = 0; i < counted && i < rows.size(); ++i) {
-    r.new_tokens += int64_t(rows[i].tokens.size());
-    r.tokens.push_back(std::move(rows[i].tokens));
-    r.text.push_back(std::move(rows[i].text));
-    r.finish.push_back(rows[i].finish);
-  }
+  GenerationResult r = Generation(model, prompts, o, counted).run();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -63,6 +63,47 @@ void usage(std::FILE* to) {
       "  help                 this text\n");
 }
 
+// Each sub-command and the function that runs it (with the arguments after its name).
+struct Command {
+  const char* name;
+  int (*run)(const std::vector<std::string>& args);
+};
+
+constexpr Command kCommands[] = {
+    {"train", hr::train::cmd_train},       {"data", hr::train::cmd_data},     {"eval", hr::train::cmd_eval},
+    {"generate", hr::train::cmd_generate}, {"ckpt", hr::train::cmd_ckpt},     {"lora", hr::train::cmd_lora},
+    {"plan", hr::train::cmd_plan},         {"report", hr::train::cmd_report}, {"info", hr::train::cmd_info},
+    {"demo", hr::train::cmd_demo},         {"model", hr::train::cmd_model},   {"debug", hr::train::cmd_debug},
+    {"bench", hr::train::cmd_bench},
+};
+
+const Command* find_command(const std::string& name) {
+  for (const Command& c : kCommands)
+    if (name == c.name) return &c;
+  return nullptr;
+}
+
+// The command's exit status. An error ends the whole job: under mpirun the other ranks may be waiting in a
+// collective.
+int run(const Command& command, const std::vector<std::string>& args) {
+  try {
+    return command.run(args);
+  } catch (const hr::parallel::EveryRankError& e) {
+    // Every rank is here with its own account of it: each prints before any ends the job.
+    std::fprintf(stderr, "headroom: %s%s\n", hr::parallel::rank_prefix().c_str(), e.what());
+    std::fflush(stderr);
+    hr::parallel::barrier_all();
+    hr::parallel::abort_all(1);
+    return 1;
+  } catch (const std::exception& e) {
+    // Take the whole job down, not just this rank.
+    std::fprintf(stderr, "headroom: %s%s\n", hr::parallel::rank_prefix().c_str(), e.what());
+    std::fflush(stderr);
+    hr::parallel::abort_all(1);
+    return 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,35 +117,11 @@ int main(int argc, char** argv) {
   // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported like a full disk, instead of
   // killing the process mid-checkpoint.
   std::signal(SIGXFSZ, SIG_IGN);
-  try {
-    if (cmd == "train") return hr::train::cmd_train(args);
-    if (cmd == "data") return hr::train::cmd_data(args);
-    if (cmd == "eval") return hr::train::cmd_eval(args);
-    if (cmd == "generate") return hr::train::cmd_generate(args);
-    if (cmd == "ckpt") return hr::train::cmd_ckpt(args);
-    if (cmd == "lora") return hr::train::cmd_lora(args);
-    if (cmd == "plan") return hr::train::cmd_plan(args);
-    if (cmd == "report") return hr::train::cmd_report(args);
-    if (cmd == "info") return hr::train::cmd_info(args);
-    if (cmd == "demo") return hr::train::cmd_demo(args);
-    if (cmd == "model") return hr::train::cmd_model(args);
-    if (cmd == "debug") return hr::train::cmd_debug(args);
-    if (cmd == "bench") return hr::train::cmd_bench(args);
+  const Command* command = find_command(cmd);
+  if (!command) {
     std::fprintf(stderr, "headroom: unknown command '%s'\n\n", cmd.c_str());
     usage(stderr);
     return 2;
-  } catch (const hr::parallel::EveryRankError& e) {
-    // Every rank is here with its own account of it: each prints before any ends the job.
-    std::fprintf(stderr, "headroom: %s%s\n", hr::parallel::rank_prefix().c_str(), e.what());
-    std::fflush(stderr);
-    hr::parallel::barrier_all();
-    hr::parallel::abort_all(1);
-    return 1;
-  } catch (const std::exception& e) {
-    // Under mpirun the other ranks may be waiting in a collective: take the whole job down, not just this rank.
-    std::fprintf(stderr, "headroom: %s%s\n", hr::parallel::rank_prefix().c_str(), e.what());
-    std::fflush(stderr);
-    hr::parallel::abort_all(1);
-    return 1;
   }
+  return run(*command, args);
 }

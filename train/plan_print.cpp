@@ -31,9 +31,13 @@ std::string lpad(const std::string& s, std::size_t w) {
 
 const char* const kKinds[] = {"caching", "expandable", "planned"};
 
-}  // namespace
+// A percentage of `of`, cut to `width` characters (0 when `of` is 0).
+std::string percent(double part, double of, std::size_t width) {
+  return str(of ? 100.0 * part / of : 0.0).substr(0, width);
+}
 
-std::string plan_table(const Plan& p) {
+// The run, the decisions, the parameters by module.
+std::string table_head(const Plan& p) {
   const RunConfig& c = p.config;
   std::string o;
   o += str("plan: ", c.model.config.name, " (stage ", stage_name(c.stage), ") on ", p.world, " x ", p.device.name,
@@ -43,6 +47,12 @@ std::string plan_table(const Plan& p) {
            " tokens\n");
   o += str("parameters: ", commas(p.params_total), " total, ", commas(p.params_trainable), " trainable\n");
   for (const auto& [name, n] : p.params_by_module) o += str("  ", pad(name, 34), lpad(commas(n), 16), "\n");
+  return o;
+}
+
+// Each category at the predicted peak, by the dry run and by the closed form, then their totals.
+std::string category_rows(const Plan& p) {
+  std::string o;
   o += str("per rank (all ", p.world, " alike: shards are padded to the world size), at the predicted peak:\n");
   o += str("  ", pad("category", 20), lpad("dry run", 14), lpad("closed form", 14), lpad("diff", 12), "   formula\n");
   int64_t formula_total = 0;
@@ -51,34 +61,36 @@ std::string plan_table(const Plan& p) {
     o += str("  ", pad(r.item, 20), lpad(gib(r.dry_run), 14), lpad(gib(r.formula), 14),
              lpad(gib(r.formula - r.dry_run), 12), "   ", r.how, "\n");
   }
-  const int64_t overhead = p.rank.peak_reserved - p.rank.peak_allocated;
-  o += str("  ", pad("peak allocated", 20), lpad(gib(p.rank.peak_allocated), 14), lpad(gib(formula_total), 14),
-           lpad(str(p.rank.peak_allocated
-                        ? 100.0 * double(formula_total - p.rank.peak_allocated) / double(p.rank.peak_allocated)
-                        : 0.0)
-                        .substr(0, 5) +
-                    "%",
-                12),
-           "\n");
-  o += str("  ", pad("allocator overhead", 20), lpad(gib(overhead), 14),
+  const int64_t allocated = p.rank.peak_allocated;
+  o += str("  ", pad("peak allocated", 20), lpad(gib(allocated), 14), lpad(gib(formula_total), 14),
+           lpad(percent(double(formula_total - allocated), double(allocated), 5) + "%", 12), "\n");
+  o += str("  ", pad("allocator overhead", 20), lpad(gib(p.rank.peak_reserved - allocated), 14),
            "   cached and split blocks (reserved - allocated)\n");
-  if (p.reserved_by_allocator[0] >= 0 || p.reserved_by_allocator[2] >= 0) {
-    o += str("  memory.allocator (a dry run with each; peak reserved, its overhead above peak allocated):\n");
-    for (std::size_t k = 0; k < 3; ++k) {
-      const int64_t r = p.reserved_by_allocator[k], a = p.allocated_by_allocator[k];
-      if (r < 0) continue;
-      o += str("  ", pad(str("  ", kKinds[k]), 20), lpad(gib(r), 14), lpad(gib(r - a), 14), " (",
-               str(r ? 100.0 * double(r - a) / double(r) : 0.0).substr(0, 4), "%)",
-               std::size_t(c.allocator) == k ? "   <- this plan" : "", "\n");
-    }
-    if (p.arena.buffers)
-      o += str(
-          "  ", pad("", 20), "planned: ", commas(int64_t(p.arena.buffers)), " buffers of the step in an arena of ",
-          gib(int64_t(p.arena.arena)), " (their live peak ", gib(int64_t(p.arena.live_peak)), ", ",
-          str(p.arena.live_peak ? 100.0 * double(p.arena.arena - p.arena.live_peak) / double(p.arena.live_peak) : 0.0)
-              .substr(0, 4),
-          "% above)\n");
+  return o;
+}
+
+// memory.allocator: the peak reserved with each allocator the plan ran, and the planned arena's size.
+std::string allocator_rows(const Plan& p) {
+  if (!(p.reserved_by_allocator[0] >= 0 || p.reserved_by_allocator[2] >= 0)) return "";
+  std::string o = "  memory.allocator (a dry run with each; peak reserved, its overhead above peak allocated):\n";
+  for (std::size_t k = 0; k < 3; ++k) {
+    const int64_t r = p.reserved_by_allocator[k], a = p.allocated_by_allocator[k];
+    if (r < 0) continue;
+    o += str("  ", pad(str("  ", kKinds[k]), 20), lpad(gib(r), 14), lpad(gib(r - a), 14), " (",
+             percent(double(r - a), double(r), 4), "%)", std::size_t(p.config.allocator) == k ? "   <- this plan" : "",
+             "\n");
   }
+  if (p.arena.buffers)
+    o += str("  ", pad("", 20), "planned: ", commas(int64_t(p.arena.buffers)), " buffers of the step in an arena of ",
+             gib(int64_t(p.arena.arena)), " (their live peak ", gib(int64_t(p.arena.live_peak)), ", ",
+             percent(double(p.arena.arena - p.arena.live_peak), double(p.arena.live_peak), 4), "% above)\n");
+  return o;
+}
+
+// The runtime reserve, the total against the budget, the host's peak and where the peaks are reached.
+std::string total_rows(const Plan& p) {
+  const RunConfig& c = p.config;
+  std::string o;
   o += str("  ", pad("runtime reserve", 20), lpad(gib(p.runtime_reserve), 14),
            "   context and library workspaces (no allocator sees them)\n");
   o += str("  ", pad("total", 20), lpad(gib(p.total_predicted()), 14), "   of ",
@@ -86,75 +98,147 @@ std::string plan_table(const Plan& p) {
   if (p.rank.host_peak) o += str("  host (offload, batches): ", gib(p.rank.host_peak), "\n");
   o += str("  peak reached in ", p.rank.peak_owner.empty() ? "(unscoped)" : p.rank.peak_owner, "; activation peak in ",
            p.rank.activation_peak_owner.empty() ? "-" : p.rank.activation_peak_owner, "\n");
-  if (p.evaluates) {
-    const models::LlmConfig& llm = c.model.config.llm;
-    const int64_t positions = c.max_seq_len + c.max_new_tokens - 1;
-    const int64_t rows = p.eval_rows;
-    o += str("evaluation on the state the step leaves (", rows, " sequences a batch: train.eval_batch_size ",
-             c.eval_batch_size, ", max_new_tokens ", c.max_new_tokens, "): ", p.eval_fits ? "fits" : "DOES NOT FIT",
-             "\n");
-    o += str("  ", pad("loss pass", 20), lpad(gib(p.eval.peak_allocated), 14), " allocated, ",
-             gib(p.eval.peak_reserved), " reserved: ", rows, " x ", c.max_seq_len, " tokens, logits of ",
-             rows * c.max_new_tokens, " positions, peak in ", p.eval.peak_owner, "\n");
-    o += str("  ", pad("generation", 20), lpad(gib(p.generation.peak_allocated), 14), " allocated, ",
-             gib(p.generation.peak_reserved), " reserved: ", rows, " prompts of ", c.max_seq_len, " tokens, peak in ",
-             p.generation.peak_owner, "\n");
-    o += str("  ", pad("KV cache", 20), lpad(gib(p.kv_cache_bytes), 14), " = 2 x ", llm.layers, " layers x ",
-             llm.kv_heads, " kv_heads x ", llm.head_dim(), " head_dim x ", rows, " x ", positions, " positions x ",
-             p.model_element_bytes, " B\n");
-    o += str("  ", pad("next-token logits", 20), lpad(gib(p.generation_logits_bytes), 14), " = [", rows, ", ",
-             llm.vocab, "]: the prompt's [tokens, vocab] logits never exist\n");
-  }
-  const double tokens = double(c.global_batch_size * c.max_seq_len);
-  o += str("step time (cost model): ", p.time.total(), " s = compute ", p.time.compute_s, " s (recompute ",
-           p.time.recompute_s, " s) + collectives ", p.time.exposed_comm_s(), " s exposed",
-           p.time.hidden_comm_s > 0
-               ? str(" (", p.time.hidden_comm_s, " s more under compute: overlapped ",
-                     c.zero.stage <= 1 ? "all-reduce buckets" : "reduce-scatters and prefetched all-gathers", ")")
-               : "",
-           " + offload ", p.time.offload_s, " s",
-           p.time.hidden_offload_s > 0
-               ? str(" (", p.time.hidden_offload_s, " s more of host transfers under the backward and the host update)")
-               : "",
-           "; ", int64_t(tokens / std::max(p.time.total(), 1e-12)), " tokens/s over all ranks\n");
   return o;
 }
 
-std::string plan_json(const Plan& p) {
-  using json = nlohmann::json;
+// Evaluation on the state the step leaves: its loss pass, its generation, the KV cache and the next-token logits.
+std::string evaluation_rows(const Plan& p) {
   const RunConfig& c = p.config;
-  auto cats = [](const CategoryBytes& b) {
-    json j = json::object();
-    for (Category cat : kAllCategories) j[category_name(cat)] = b[std::size_t(cat)];
-    return j;
-  };
+  const models::LlmConfig& llm = c.model.config.llm;
+  const int64_t positions = c.max_seq_len + c.max_new_tokens - 1;
+  const int64_t rows = p.eval_rows;
+  std::string o;
+  o +=
+      str("evaluation on the state the step leaves (", rows, " sequences a batch: train.eval_batch_size ",
+          c.eval_batch_size, ", max_new_tokens ", c.max_new_tokens, "): ", p.eval_fits ? "fits" : "DOES NOT FIT", "\n");
+  o += str("  ", pad("loss pass", 20), lpad(gib(p.eval.peak_allocated), 14), " allocated, ", gib(p.eval.peak_reserved),
+           " reserved: ", rows, " x ", c.max_seq_len, " tokens, logits of ", rows * c.max_new_tokens,
+           " positions, peak in ", p.eval.peak_owner, "\n");
+  o += str("  ", pad("generation", 20), lpad(gib(p.generation.peak_allocated), 14), " allocated, ",
+           gib(p.generation.peak_reserved), " reserved: ", rows, " prompts of ", c.max_seq_len, " tokens, peak in ",
+           p.generation.peak_owner, "\n");
+  o += str("  ", pad("KV cache", 20), lpad(gib(p.kv_cache_bytes), 14), " = 2 x ", llm.layers, " layers x ",
+           llm.kv_heads, " kv_heads x ", llm.head_dim(), " head_dim x ", rows, " x ", positions, " positions x ",
+           p.model_element_bytes, " B\n");
+  o += str("  ", pad("next-token logits", 20), lpad(gib(p.generation_logits_bytes), 14), " = [", rows, ", ", llm.vocab,
+           "]: the prompt's [tokens, vocab] logits never exist\n");
+  return o;
+}
+
+// The cost model's step time: compute, exposed (and hidden) collectives and offload, and the tokens per second.
+std::string step_time_line(const Plan& p) {
+  const RunConfig& c = p.config;
+  const double tokens = double(c.global_batch_size * c.max_seq_len);
+  return str("step time (cost model): ", p.time.total(), " s = compute ", p.time.compute_s, " s (recompute ",
+             p.time.recompute_s, " s) + collectives ", p.time.exposed_comm_s(), " s exposed",
+             p.time.hidden_comm_s > 0
+                 ? str(" (", p.time.hidden_comm_s, " s more under compute: overlapped ",
+                       c.zero.stage <= 1 ? "all-reduce buckets" : "reduce-scatters and prefetched all-gathers", ")")
+                 : "",
+             " + offload ", p.time.offload_s, " s",
+             p.time.hidden_offload_s > 0 ? str(" (", p.time.hidden_offload_s,
+                                               " s more of host transfers under the backward and the host update)")
+                                         : "",
+             "; ", int64_t(tokens / std::max(p.time.total(), 1e-12)), " tokens/s over all ranks\n");
+}
+
+using json = nlohmann::json;
+
+// Bytes by category, every category named.
+json category_json(const CategoryBytes& b) {
+  json j = json::object();
+  for (Category cat : kAllCategories) j[category_name(cat)] = b[std::size_t(cat)];
+  return j;
+}
+
+// A rank's predicted memory (every rank alike): the peaks, the categories, each allocator's dry run, the arena.
+json rank_json(const Plan& p) {
   json allocators = json::object();
   for (std::size_t k = 0; k < 3; ++k)
     if (p.reserved_by_allocator[k] >= 0)
       allocators[kKinds[k]] = {{"peak_reserved", p.reserved_by_allocator[k]},
                                {"peak_allocated", p.allocated_by_allocator[k]}};
-  json rank = {{"peak_allocated", p.rank.peak_allocated},
-               {"peak_reserved", p.rank.peak_reserved},
-               {"persistent", p.rank.persistent},
-               {"by_category", cats(p.rank.at_peak)},
-               {"category_peaks", cats(p.rank.category_peaks)},
-               {"allocator_overhead", p.rank.peak_reserved - p.rank.peak_allocated},
-               {"allocator", kKinds[std::size_t(c.allocator)]},
-               {"allocators", allocators},
-               {"arena",
-                {{"arena", p.arena.arena},
-                 {"live_peak", p.arena.live_peak},
-                 {"persistent", p.arena.persistent},
-                 {"buffers", p.arena.buffers}}},
-               {"runtime_reserve", p.runtime_reserve},
-               {"total", p.total_predicted()},
-               {"peak_owner", p.rank.peak_owner},
-               {"activation_peak_owner", p.rank.activation_peak_owner},
-               {"host_peak", p.rank.host_peak},
-               {"host_by_category", cats(p.rank.host_at_peak)},
-               // micro-batches the dry run recorded as repetitions instead of running (the same peaks)
-               {"micro_batches_repeated", p.rank.micro_batches_repeated}};
+  return {{"peak_allocated", p.rank.peak_allocated},
+          {"peak_reserved", p.rank.peak_reserved},
+          {"persistent", p.rank.persistent},
+          {"by_category", category_json(p.rank.at_peak)},
+          {"category_peaks", category_json(p.rank.category_peaks)},
+          {"allocator_overhead", p.rank.peak_reserved - p.rank.peak_allocated},
+          {"allocator", kKinds[std::size_t(p.config.allocator)]},
+          {"allocators", allocators},
+          {"arena",
+           {{"arena", p.arena.arena},
+            {"live_peak", p.arena.live_peak},
+            {"persistent", p.arena.persistent},
+            {"buffers", p.arena.buffers}}},
+          {"runtime_reserve", p.runtime_reserve},
+          {"total", p.total_predicted()},
+          {"peak_owner", p.rank.peak_owner},
+          {"activation_peak_owner", p.rank.activation_peak_owner},
+          {"host_peak", p.rank.host_peak},
+          {"host_by_category", category_json(p.rank.host_at_peak)},
+          // micro-batches the dry run recorded as repetitions instead of running (the same peaks)
+          {"micro_batches_repeated", p.rank.micro_batches_repeated}};
+}
+
+// Evaluation's loss pass and generation (null where the run does not evaluate).
+json evaluation_json(const Plan& p) {
+  if (!p.evaluates) return json(nullptr);
+  return {{"fits", p.eval_fits},
+          {"eval_batch_size", p.config.eval_batch_size},
+          {"rows", p.eval_rows},
+          {"max_new_tokens", p.config.max_new_tokens},
+          {"loss_pass",
+           {{"peak_allocated", p.eval.peak_allocated},
+            {"peak_reserved", p.eval.peak_reserved},
+            {"by_category", category_json(p.eval.at_peak)},
+            {"peak_owner", p.eval.peak_owner}}},
+          {"generation",
+           {{"peak_allocated", p.generation.peak_allocated},
+            {"peak_reserved", p.generation.peak_reserved},
+            {"by_category", category_json(p.generation.at_peak)},
+            {"peak_owner", p.generation.peak_owner},
+            {"kv_cache_bytes", p.kv_cache_bytes},
+            {"logits_bytes", p.generation_logits_bytes}}}};
+}
+
+json decisions_json(const RunConfig& c) {
+  return {
+      {"precision", precision_name(c.precision)},
+      {"gradient_checkpointing",
+       {{"vision", models::checkpoint_name(c.vision_ckpt.kind)}, {"llm", models::checkpoint_name(c.llm_ckpt.kind)}}},
+      {"micro_batch_size", c.micro_batch_size},
+      {"gradient_accumulation_steps", c.gradient_accumulation_steps},
+      {"global_batch_size", c.global_batch_size},
+      {"zero_stage", c.zero.stage},
+      {"prefetch_groups", c.zero.prefetch_groups},
+      {"offload_optimizer", c.zero.offload_optimizer == parallel::Offload::Cpu ? "cpu" : "none"},
+      {"offload_params", c.zero.offload_params == parallel::Offload::Cpu ? "cpu" : "none"}};
+}
+
+json step_time_json(const StepTime& t) {
+  return {{"total_s", t.total()},
+          {"compute_s", t.compute_s},
+          {"recompute_s", t.recompute_s},
+          {"comm_s", t.comm_s},
+          {"comm_hidden_s", t.hidden_comm_s},
+          {"comm_exposed_s", t.exposed_comm_s()},
+          {"offload_s", t.offload_s},
+          {"offload_hidden_s", t.hidden_offload_s},
+          {"flops", t.flops}};
+}
+
+}  // namespace
+
+std::string plan_table(const Plan& p) {
+  std::string o = table_head(p) + category_rows(p) + allocator_rows(p) + total_rows(p);
+  if (p.evaluates) o += evaluation_rows(p);
+  return o + step_time_line(p);
+}
+
+std::string plan_json(const Plan& p) {
   json ranks = json::array();
+  const json rank = rank_json(p);
   for (int r = 0; r < p.world; ++r) {
     json x = rank;
     x["rank"] = r;
@@ -165,58 +249,22 @@ std::string plan_json(const Plan& p) {
   json closed = json::array();
   for (const ClosedFormRow& r : p.closed_form)
     closed.push_back({{"item", r.item}, {"formula", r.formula}, {"dry_run", r.dry_run}, {"how", r.how}});
-  json j = {
-      {"model", c.model.config.name},
-      {"device", p.device.name},
-      {"world_size", p.world},
-      {"params_total", p.params_total},
-      {"params_trainable", p.params_trainable},
-      {"params_by_module", modules},
-      {"capacity", p.capacity},
-      {"runtime_reserve", p.runtime_reserve},
-      {"budget", c.budget},
-      {"usable", p.usable},
-      {"fits", p.fits},
-      {"evaluation", p.evaluates ? json{{"fits", p.eval_fits},
-                                        {"eval_batch_size", c.eval_batch_size},
-                                        {"rows", p.eval_rows},
-                                        {"max_new_tokens", c.max_new_tokens},
-                                        {"loss_pass",
-                                         {{"peak_allocated", p.eval.peak_allocated},
-                                          {"peak_reserved", p.eval.peak_reserved},
-                                          {"by_category", cats(p.eval.at_peak)},
-                                          {"peak_owner", p.eval.peak_owner}}},
-                                        {"generation",
-                                         {{"peak_allocated", p.generation.peak_allocated},
-                                          {"peak_reserved", p.generation.peak_reserved},
-                                          {"by_category", cats(p.generation.at_peak)},
-                                          {"peak_owner", p.generation.peak_owner},
-                                          {"kv_cache_bytes", p.kv_cache_bytes},
-                                          {"logits_bytes", p.generation_logits_bytes}}}}
-                                 : json(nullptr)},
-      {"decisions",
-       {{"precision", precision_name(c.precision)},
-        {"gradient_checkpointing",
-         {{"vision", models::checkpoint_name(c.vision_ckpt.kind)}, {"llm", models::checkpoint_name(c.llm_ckpt.kind)}}},
-        {"micro_batch_size", c.micro_batch_size},
-        {"gradient_accumulation_steps", c.gradient_accumulation_steps},
-        {"global_batch_size", c.global_batch_size},
-        {"zero_stage", c.zero.stage},
-        {"prefetch_groups", c.zero.prefetch_groups},
-        {"offload_optimizer", c.zero.offload_optimizer == parallel::Offload::Cpu ? "cpu" : "none"},
-        {"offload_params", c.zero.offload_params == parallel::Offload::Cpu ? "cpu" : "none"}}},
-      {"step_time",
-       {{"total_s", p.time.total()},
-        {"compute_s", p.time.compute_s},
-        {"recompute_s", p.time.recompute_s},
-        {"comm_s", p.time.comm_s},
-        {"comm_hidden_s", p.time.hidden_comm_s},
-        {"comm_exposed_s", p.time.exposed_comm_s()},
-        {"offload_s", p.time.offload_s},
-        {"offload_hidden_s", p.time.hidden_offload_s},
-        {"flops", p.time.flops}}},
-      {"closed_form", closed},
-      {"ranks", ranks}};
+  const json j = {{"model", p.config.model.config.name},
+                  {"device", p.device.name},
+                  {"world_size", p.world},
+                  {"params_total", p.params_total},
+                  {"params_trainable", p.params_trainable},
+                  {"params_by_module", modules},
+                  {"capacity", p.capacity},
+                  {"runtime_reserve", p.runtime_reserve},
+                  {"budget", p.config.budget},
+                  {"usable", p.usable},
+                  {"fits", p.fits},
+                  {"evaluation", evaluation_json(p)},
+                  {"decisions", decisions_json(p.config)},
+                  {"step_time", step_time_json(p.time)},
+                  {"closed_form", closed},
+                  {"ranks", ranks}};
   return j.dump(2) + "\n";
 }
 

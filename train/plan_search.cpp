@@ -49,6 +49,200 @@ bool valid(const RunConfig& c, std::string* why = nullptr) {
   }
 }
 
+// What the search may choose from: every value of a key set to `auto`, the key's own value otherwise.
+struct Choices {
+  std::vector<int> stages;
+  std::vector<Offload> offloads;
+  // Prefetch depth matters at ZeRO-3 only (deeper holds more gathered groups and hides no more in the cost model
+  // past one, so the faster-then-smaller order takes 1 where it fits and 0 where only that fits).
+  std::vector<int> depths;
+  std::vector<CheckpointKind> vision, llm;
+  std::vector<int64_t> micros;
+  int64_t per_rank = 0;  // micro_auto: the per-rank batch micro x accumulation keeps (0: accumulation kept)
+};
+
+Choices choices(const RunConfig& c, int world) {
+  Choices ch;
+  ch.stages = c.zero_auto ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{c.zero.stage};
+  ch.offloads = c.offload_auto ? std::vector<Offload>{Offload::None, Offload::Cpu}
+                               : std::vector<Offload>{c.zero.offload_optimizer};
+  ch.depths = c.prefetch_auto ? std::vector<int>{0, 1, 2} : std::vector<int>{c.zero.prefetch_groups};
+  const std::vector<CheckpointKind> all = {CheckpointKind::None, CheckpointKind::Selective, CheckpointKind::Full};
+  const bool vision_trains = c.stage == Stage::Full && !c.model.freeze_vision;
+  ch.vision = c.vision_ckpt_auto ? (vision_trains ? all : std::vector<CheckpointKind>{CheckpointKind::None})
+                                 : std::vector<CheckpointKind>{c.vision_ckpt.kind};
+  ch.llm = c.llm_ckpt_auto ? all : std::vector<CheckpointKind>{c.llm_ckpt.kind};
+  ch.per_rank = c.micro_auto ? c.global_batch_size / world : 0;
+  ch.micros = c.micro_auto ? divisors(ch.per_rank) : std::vector<int64_t>{c.micro_batch_size};
+  return ch;
+}
+
+// One combination of the strategies the search chooses (the micro-batch apart).
+struct Strategy {
+  int stage;
+  Offload offload;
+  int depth;
+  CheckpointKind vision, llm;
+};
+
+// Every combination of the choices, in the search's order; below ZeRO-3 one prefetch depth only.
+std::vector<Strategy> combinations(const Choices& ch) {
+  std::vector<Strategy> all;
+  for (int stage : ch.stages)
+    for (Offload off : ch.offloads)
+      for (int depth : ch.depths)
+        for (CheckpointKind v : ch.vision)
+          for (CheckpointKind l : ch.llm)
+            if (stage == 3 || depth == ch.depths.back()) all.push_back({stage, off, depth, v, l});
+  return all;
+}
+
+// The config with the strategy's settings, none of them `auto` any more.
+RunConfig with_strategy(const RunConfig& c, const Strategy& s) {
+  RunConfig r = c;
+  r.zero.stage = s.stage;
+  r.zero.offload_optimizer = s.offload;
+  r.zero.prefetch_groups = s.stage == 3 ? s.depth : (c.prefetch_auto ? 1 : c.zero.prefetch_groups);
+  r.vision_ckpt.kind = s.vision;
+  r.llm_ckpt.kind = s.llm;
+  r.zero_auto = r.offload_auto = r.vision_ckpt_auto = r.llm_ckpt_auto = r.prefetch_auto = false;
+  return r;
+}
+
+// The peak grows with the micro-batch: binary search for the largest that fits. Every plan tried is ranked.
+void search_micro_batch(const RunConfig& r, const Choices& ch, const DevicePreset& device, int world, Search& s) {
+  std::size_t lo = 0, hi = ch.micros.size();
+  while (lo < hi) {
+    const std::size_t mid = (lo + hi) / 2;
+    Plan p = make_plan(with_micro(r, ch.micros[mid], ch.per_rank, world), device, world);
+    ++s.evaluated;
+    const bool fit = p.fits;
+    s.ranked.push_back(std::move(p));
+    if (fit)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+}
+
+// Changes to a config that a fix may make: each a --set description and the config it makes, kept where the
+// sharding settings it leaves are valid.
+struct Changes {
+  const RunConfig& base;
+  std::vector<std::pair<std::string, RunConfig>> list;
+
+  void add(const std::string& what, const std::function<void(RunConfig&)>& f) {
+    RunConfig r = base;
+    f(r);
+    if (valid(r)) list.emplace_back(what, r);
+  }
+};
+
+// More checkpointing: the language model's, or both towers' where the vision tower trains.
+void more_checkpointing(Changes& ch) {
+  const RunConfig& c = ch.base;
+  const bool vision_trains = c.stage == Stage::Full && !c.model.freeze_vision;
+  for (CheckpointKind k : {CheckpointKind::Selective, CheckpointKind::Full}) {
+    if (c.llm_ckpt.kind < k)
+      ch.add(str("memory.gradient_checkpointing.llm=", models::checkpoint_name(k)),
+             [&](RunConfig& r) { r.llm_ckpt.kind = k; });
+    if (vision_trains && c.vision_ckpt.kind < k)
+      ch.add(str("memory.gradient_checkpointing=", models::checkpoint_name(k)),
+             [&](RunConfig& r) { r.llm_ckpt.kind = r.vision_ckpt.kind = k; });
+  }
+}
+
+// Halved micro-batches that keep the per-rank batch (more accumulation).
+void smaller_micro_batches(Changes& ch, int world) {
+  const RunConfig& c = ch.base;
+  const int64_t per_rank = c.micro_batch_size * c.gradient_accumulation_steps;
+  for (int64_t m = c.micro_batch_size / 2; m >= 1; m /= 2)
+    if (per_rank % m == 0)
+      ch.add(str("train.micro_batch_size=", m, " (accumulation ", per_rank / m, ")"),
+             [&](RunConfig& r) { r = with_micro(r, m, per_rank, world); });
+}
+
+// A higher ZeRO stage (several ranks), no ZeRO-3 prefetch, the optimizer offloaded, bf16 in place of fp32.
+void sharding_and_precision(Changes& ch, int world) {
+  const RunConfig& c = ch.base;
+  if (world > 1)
+    for (int z = c.zero.stage + 1; z <= 3; ++z)
+      ch.add(str("memory.zero_stage=", z), [&](RunConfig& r) { r.zero.stage = z; });
+  if (c.zero.stage == 3 && c.zero.prefetch_groups > 0)
+    ch.add("parallel.prefetch_groups=0", [&](RunConfig& r) { r.zero.prefetch_groups = 0; });
+  if (c.zero.offload_optimizer == Offload::None)
+    ch.add("memory.offload_optimizer=cpu", [&](RunConfig& r) { r.zero.offload_optimizer = Offload::Cpu; });
+  if (c.precision == Precision::FP32)
+    ch.add("memory.precision=bf16", [&](RunConfig& r) { r.precision = Precision::BF16; });
+}
+
+// Both at once: the language model fully checkpointed and a halved micro-batch.
+void full_checkpointing_and_smaller_micro_batches(Changes& ch, int world) {
+  const RunConfig& c = ch.base;
+  if (c.llm_ckpt.kind == CheckpointKind::Full) return;
+  const int64_t per_rank = c.micro_batch_size * c.gradient_accumulation_steps;
+  for (int64_t m = c.micro_batch_size / 2; m >= 1; m /= 2)
+    if (per_rank % m == 0)
+      ch.add(str("memory.gradient_checkpointing.llm=full and train.micro_batch_size=", m), [&](RunConfig& r) {
+        r = with_micro(r, m, per_rank, world);
+        r.llm_ckpt.kind = CheckpointKind::Full;
+      });
+}
+
+// The plans of the changes that fit. Evaluation's batches (the changes from `eval_from` on, largest first) change
+// nothing of the training step: only the largest that fits is kept.
+std::vector<Plan> fitting(const Changes& ch, std::size_t eval_from, const DevicePreset& device, int world) {
+  std::vector<Plan> fits;
+  bool eval_fix_found = false;
+  for (std::size_t i = 0; i < ch.list.size(); ++i) {
+    const auto& [what, r] = ch.list[i];
+    if (i >= eval_from && eval_fix_found) break;
+    Plan p = make_plan(r, device, world);
+    if (!p.fits) continue;
+    eval_fix_found = i >= eval_from;
+    p.decisions_changed = what;
+    fits.push_back(std::move(p));
+  }
+  return fits;
+}
+
+// LoRA, or LoRA over a quantized frozen base (QLoRA), each as a fix.
+Changes lora_changes(const RunConfig& c) {
+  Changes lora{c, {}};
+  // LLaVA's finetune_lora.sh: r 128 and alpha 256 on a 4,096-wide model; a rank of hidden / 32 on smaller ones.
+  const int64_t rank = std::clamp<int64_t>(c.model.config.llm.hidden / 32, 1, 128);
+  const std::string enable = str("lora.enable=true --set lora.r=", rank, " --set lora.alpha=", 2 * rank);
+  auto enable_lora = [rank](RunConfig& r) {
+    r.lora_enable = true;
+    r.lora.r = rank;
+    r.lora.alpha = float(2 * rank);
+  };
+  if (!c.lora_enable) lora.add(enable + " (LoRA: trains adapters, not the language model)", enable_lora);
+  for (int bits : {8, 4})
+    if (!c.lora_enable || bits < c.lora.base_bits)
+      lora.add(str(c.lora_enable ? "" : enable + " --set ", "lora.base_bits=", bits, " (LoRA over a ", bits,
+                   "-bit frozen base", c.lora_enable ? "" : ": trains adapters, not the language model", ")"),
+               [&](RunConfig& r) {
+                 if (!c.lora_enable) enable_lora(r);
+                 r.lora.base_bits = bits;
+               });
+  return lora;
+}
+
+// LoRA, then a quantized frozen base (QLoRA), fit where a full fine-tune does not, but they change what trains
+// or the base's precision: offered after the others, the first that fits only, and never chosen by `auto`.
+void add_lora_fix(const RunConfig& c, const DevicePreset& device, int world, std::vector<Plan>& fits) {
+  if (c.stage == Stage::Pretrain || c.model.freeze_llm || (c.lora_enable && c.lora.base_bits == 4)) return;
+  const Changes lora = lora_changes(c);
+  for (const auto& [what, r] : lora.list) {
+    Plan p = make_plan(r, device, world);
+    if (!p.fits) continue;
+    p.decisions_changed = what;
+    fits.push_back(std::move(p));
+    break;
+  }
+}
+
 }  // namespace
 
 Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
@@ -56,50 +250,12 @@ Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
   Search s;
   s.any_auto =
       c.micro_auto || c.vision_ckpt_auto || c.llm_ckpt_auto || c.offload_auto || c.zero_auto || c.prefetch_auto;
-  std::vector<int> stages = c.zero_auto ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{c.zero.stage};
-  std::vector<Offload> offloads = c.offload_auto ? std::vector<Offload>{Offload::None, Offload::Cpu}
-                                                 : std::vector<Offload>{c.zero.offload_optimizer};
-  const std::vector<CheckpointKind> all = {CheckpointKind::None, CheckpointKind::Selective, CheckpointKind::Full};
-  const bool vision_trains = c.stage == Stage::Full && !c.model.freeze_vision;
-  std::vector<CheckpointKind> vis = c.vision_ckpt_auto
-                                        ? (vision_trains ? all : std::vector<CheckpointKind>{CheckpointKind::None})
-                                        : std::vector<CheckpointKind>{c.vision_ckpt.kind};
-  std::vector<CheckpointKind> llm = c.llm_ckpt_auto ? all : std::vector<CheckpointKind>{c.llm_ckpt.kind};
-  const int64_t per_rank = c.micro_auto ? c.global_batch_size / world : 0;
-  std::vector<int64_t> micros = c.micro_auto ? divisors(per_rank) : std::vector<int64_t>{c.micro_batch_size};
-  // Prefetch depth matters at ZeRO-3 only (deeper holds more gathered groups and hides no more in the cost model
-  // past one, so the faster-then-smaller order takes 1 where it fits and 0 where only that fits).
-  const std::vector<int> depths =
-      c.prefetch_auto ? std::vector<int>{0, 1, 2} : std::vector<int>{c.zero.prefetch_groups};
+  const Choices ch = choices(c, world);
   std::string invalid;
-  for (int stage : stages)
-    for (Offload off : offloads)
-      for (int depth : depths)
-        for (CheckpointKind v : vis)
-          for (CheckpointKind l : llm) {
-            if (stage != 3 && depth != depths.back()) continue;
-            RunConfig r = c;
-            r.zero.stage = stage;
-            r.zero.offload_optimizer = off;
-            r.zero.prefetch_groups = stage == 3 ? depth : (c.prefetch_auto ? 1 : c.zero.prefetch_groups);
-            r.vision_ckpt.kind = v;
-            r.llm_ckpt.kind = l;
-            r.zero_auto = r.offload_auto = r.vision_ckpt_auto = r.llm_ckpt_auto = r.prefetch_auto = false;
-            if (!valid(r, &invalid)) continue;
-            // The peak grows with the micro-batch: binary search for the largest that fits.
-            std::size_t lo = 0, hi = micros.size();
-            while (lo < hi) {
-              const std::size_t mid = (lo + hi) / 2;
-              Plan p = make_plan(with_micro(r, micros[mid], per_rank, world), device, world);
-              ++s.evaluated;
-              const bool fit = p.fits;
-              s.ranked.push_back(std::move(p));
-              if (fit)
-                lo = mid + 1;
-              else
-                hi = mid;
-            }
-          }
+  for (const Strategy& strategy : combinations(ch)) {
+    const RunConfig r = with_strategy(c, strategy);
+    if (valid(r, &invalid)) search_micro_batch(r, ch, device, world, s);
+  }
   // No combination the search may choose from is valid: the user's own setting is the error.
   if (s.ranked.empty()) throw Error(invalid);
   std::stable_sort(s.ranked.begin(), s.ranked.end(), faster);
@@ -108,94 +264,20 @@ Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
 }
 
 std::vector<Plan> suggest_fixes(const RunConfig& c, const DevicePreset& device, int world, int count) {
-  std::vector<std::pair<std::string, RunConfig>> changes;
-  auto change = [&](const std::string& what, const std::function<void(RunConfig&)>& f) {
-    RunConfig r = c;
-    f(r);
-    if (valid(r)) changes.emplace_back(what, r);
-  };
-  const bool vision_trains = c.stage == Stage::Full && !c.model.freeze_vision;
-  for (CheckpointKind k : {CheckpointKind::Selective, CheckpointKind::Full}) {
-    if (c.llm_ckpt.kind < k)
-      change(str("memory.gradient_checkpointing.llm=", models::checkpoint_name(k)),
-             [&](RunConfig& r) { r.llm_ckpt.kind = k; });
-    if (vision_trains && c.vision_ckpt.kind < k)
-      change(str("memory.gradient_checkpointing=", models::checkpoint_name(k)),
-             [&](RunConfig& r) { r.llm_ckpt.kind = r.vision_ckpt.kind = k; });
-  }
-  for (int64_t m = c.micro_batch_size / 2; m >= 1; m /= 2)
-    if ((c.micro_batch_size * c.gradient_accumulation_steps) % m == 0)
-      change(str("train.micro_batch_size=", m, " (accumulation ",
-                 c.micro_batch_size * c.gradient_accumulation_steps / m, ")"),
-             [&](RunConfig& r) { r = with_micro(r, m, c.micro_batch_size * c.gradient_accumulation_steps, world); });
-  if (world > 1)
-    for (int z = c.zero.stage + 1; z <= 3; ++z)
-      change(str("memory.zero_stage=", z), [&](RunConfig& r) { r.zero.stage = z; });
-  if (c.zero.stage == 3 && c.zero.prefetch_groups > 0)
-    change("parallel.prefetch_groups=0", [&](RunConfig& r) { r.zero.prefetch_groups = 0; });
-  if (c.zero.offload_optimizer == Offload::None)
-    change("memory.offload_optimizer=cpu", [&](RunConfig& r) { r.zero.offload_optimizer = Offload::Cpu; });
-  if (c.precision == Precision::FP32)
-    change("memory.precision=bf16", [&](RunConfig& r) { r.precision = Precision::BF16; });
-  if (c.llm_ckpt.kind != CheckpointKind::Full)
-    for (int64_t m = c.micro_batch_size / 2; m >= 1; m /= 2)
-      if ((c.micro_batch_size * c.gradient_accumulation_steps) % m == 0)
-        change(str("memory.gradient_checkpointing.llm=full and train.micro_batch_size=", m), [&](RunConfig& r) {
-          r = with_micro(r, m, c.micro_batch_size * c.gradient_accumulation_steps, world);
-          r.llm_ckpt.kind = CheckpointKind::Full;
-        });
+  Changes changes{c, {}};
+  more_checkpointing(changes);
+  smaller_micro_batches(changes, world);
+  sharding_and_precision(changes, world);
+  full_checkpointing_and_smaller_micro_batches(changes, world);
   // Evaluation's batch, largest first (it changes nothing of the training step): only the largest that fits.
-  const std::size_t eval_fixes = changes.size();
+  const std::size_t eval_fixes = changes.list.size();
   if (plans_evaluation(c))
     for (int64_t b = c.eval_batch_size / 2; b >= 1; b /= 2)
-      change(str("train.eval_batch_size=", b), [&](RunConfig& r) { r.eval_batch_size = b; });
-  std::vector<Plan> fits;
-  bool eval_fix_found = false;
-  for (std::size_t i = 0; i < changes.size(); ++i) {
-    auto& [what, r] = changes[i];
-    if (i >= eval_fixes && eval_fix_found) break;
-    Plan p = make_plan(r, device, world);
-    if (!p.fits) continue;
-    eval_fix_found = i >= eval_fixes;
-    p.decisions_changed = what;
-    fits.push_back(std::move(p));
-  }
+      changes.add(str("train.eval_batch_size=", b), [&](RunConfig& r) { r.eval_batch_size = b; });
+  std::vector<Plan> fits = fitting(changes, eval_fixes, device, world);
   std::stable_sort(fits.begin(), fits.end(), faster);
   if (int(fits.size()) > count) fits.resize(std::size_t(count));
-  // LoRA, then a quantized frozen base (QLoRA), fit where a full fine-tune does not, but they change what trains
-  // or the base's precision: offered after the others, the first that fits only, and never chosen by `auto`.
-  if (c.stage != Stage::Pretrain && !c.model.freeze_llm && !(c.lora_enable && c.lora.base_bits == 4)) {
-    std::vector<std::pair<std::string, RunConfig>> lora;
-    auto add = [&](const std::string& what, const std::function<void(RunConfig&)>& f) {
-      RunConfig r = c;
-      f(r);
-      if (valid(r)) lora.emplace_back(what, r);
-    };
-    // LLaVA's finetune_lora.sh: r 128 and alpha 256 on a 4,096-wide model; a rank of hidden / 32 on smaller ones.
-    const int64_t rank = std::clamp<int64_t>(c.model.config.llm.hidden / 32, 1, 128);
-    const std::string enable = str("lora.enable=true --set lora.r=", rank, " --set lora.alpha=", 2 * rank);
-    auto enable_lora = [rank](RunConfig& r) {
-      r.lora_enable = true;
-      r.lora.r = rank;
-      r.lora.alpha = float(2 * rank);
-    };
-    if (!c.lora_enable) add(enable + " (LoRA: trains adapters, not the language model)", enable_lora);
-    for (int bits : {8, 4})
-      if (!c.lora_enable || bits < c.lora.base_bits)
-        add(str(c.lora_enable ? "" : enable + " --set ", "lora.base_bits=", bits, " (LoRA over a ", bits,
-                "-bit frozen base", c.lora_enable ? "" : ": trains adapters, not the language model", ")"),
-            [&](RunConfig& r) {
-              if (!c.lora_enable) enable_lora(r);
-              r.lora.base_bits = bits;
-            });
-    for (auto& [what, r] : lora) {
-      Plan p = make_plan(r, device, world);
-      if (!p.fits) continue;
-      p.decisions_changed = what;
-      fits.push_back(std::move(p));
-      break;
-    }
-  }
+  add_lora_fix(c, device, world, fits);
   return fits;
 }
 
