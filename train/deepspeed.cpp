@@ -291,14 +291,17 @@ struct Reader {
 }  // namespace
 
 DeepSpeedConfig read_deepspeed(const std::string& path, int world_size) {
-  const std::string text = core::read_text_file(path, "deepspeed", "--deepspeed");
+  return deepspeed_from_text(core::read_text_file(path, "deepspeed", "--deepspeed"), path, world_size);
+}
+
+DeepSpeedConfig deepspeed_from_text(const std::string& text, const std::string& name, int world_size) {
   json root;
   try {
     root = json::parse(text);
   } catch (const json::exception& e) {
-    throw Error(str("[deepspeed] ", path, ": not valid JSON: ", e.what()));
+    throw Error(str("[deepspeed] ", name, ": not valid JSON: ", e.what()));
   }
-  Reader r{path, world_size, {}};
+  Reader r{name, world_size, {}};
   r.read(root);
   return std::move(r.out);
 }

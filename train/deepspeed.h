@@ -17,5 +17,7 @@ struct DeepSpeedConfig {
 // Reads `path`. A key headroom cannot honour (NVMe offload, a static fp16 loss scale, another optimizer or
 // scheduler) and an unknown key are errors naming the file and the key; `world_size` checks the batch triplet.
 DeepSpeedConfig read_deepspeed(const std::string& path, int world_size);
+// The same on the file's text already in memory; `name` names it in errors (as the path does).
+DeepSpeedConfig deepspeed_from_text(const std::string& text, const std::string& name, int world_size);
 
 }  // namespace hr::train

@@ -138,6 +138,40 @@ static void tokenizer_seeds(const fs::path& out) {
   }
 }
 
+// LLaVA's scripts/zero2.json, zero3.json and zero3_offload.json as published, and one with explicit values.
+void deepspeed_seeds(const fs::path& out) {
+  const std::string fp16 =
+      R"("fp16": {"enabled": "auto", "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+                  "hysteresis": 2, "min_loss_scale": 1}, "bf16": {"enabled": "auto"},)";
+  const std::string batch =
+      R"("train_micro_batch_size_per_gpu": "auto", "train_batch_size": "auto", "gradient_accumulation_steps": "auto",)";
+  write(out / "zero2.json", "{" + fp16 + batch + R"(
+    "zero_optimization": {"stage": 2, "overlap_comm": true, "contiguous_gradients": true, "sub_group_size": 1e9,
+                          "reduce_bucket_size": "auto"}})");
+  write(out / "zero3.json", "{" + fp16 + batch + R"(
+    "zero_optimization": {"stage": 3, "overlap_comm": true, "contiguous_gradients": true, "sub_group_size": 1e9,
+                          "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                          "stage3_param_persistence_threshold": "auto", "stage3_max_live_parameters": 1e9,
+                          "stage3_max_reuse_distance": 1e9, "stage3_gather_16bit_weights_on_model_save": true}})");
+  write(out / "zero3_offload.json", "{" + fp16 + R"(
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                 "warmup_num_steps": "auto"}},
+    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+                          "offload_param": {"device": "cpu", "pin_memory": true}, "overlap_comm": true,
+                          "contiguous_gradients": true, "sub_group_size": 1e9, "reduce_bucket_size": "auto",
+                          "stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold": "auto",
+                          "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
+                          "gather_16bit_weights_on_model_save": true},
+    "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto", "steps_per_print": 1e5, "wall_clock_breakdown": false})");
+  write(out / "explicit.json", R"({"bf16": {"enabled": true}, "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": 2, "train_batch_size": 16, "gradient_clipping": 1.0,
+    "data_types": {"grad_accum_dtype": "fp32"},
+    "optimizer": {"type": "AdamW", "params": {"lr": 2e-5, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.0}},
+    "zero_optimization": {"stage": 1, "reduce_bucket_size": 5e8}})");
+}
+
 int main(int argc, char** argv) {
   if (argc != 3) {
     std::fprintf(stderr, "usage: %s OUT_DIR SOURCE_DIR\n", argv[0]);
@@ -147,7 +181,7 @@ int main(int argc, char** argv) {
   const fs::path scratch = fuzz::scratch_dir("seeds");
   fs::remove_all(out);
   for (const char* t : {"safetensors", "safetensors_index", "dataset", "config", "config_values", "trainer_state",
-                        "image", "tokenizer"})
+                        "image", "tokenizer", "deepspeed"})
     fs::create_directories(out / t);
   safetensors_seeds(out / "safetensors", scratch / "shards");
   index_seeds(out / "safetensors_index", scratch / "shards");
@@ -157,11 +191,12 @@ int main(int argc, char** argv) {
   trainer_state_seeds(out / "trainer_state");
   image_seeds(out / "image");
   tokenizer_seeds(out / "tokenizer");
+  deepspeed_seeds(out / "deepspeed");
   // Inputs that once failed a target (tests/fuzz/regressions/TARGET-*) are seeds of it: every run replays them.
   for (const auto& e : fs::directory_iterator(source / "tests/fuzz/regressions")) {
     const std::string name = e.path().filename().string();
     for (const char* t : {"safetensors_index", "safetensors", "dataset", "config_values", "config", "trainer_state",
-                          "image", "tokenizer"})
+                          "image", "tokenizer", "deepspeed"})
       if (name.rfind(std::string(t) + "-", 0) == 0) {
         fs::copy_file(e.path(), out / t / name, fs::copy_options::overwrite_existing);
         break;
