@@ -101,8 +101,8 @@ void Console::nonfinite(int64_t step, float loss, float grad_norm, const std::st
   char numbers[96];
   std::snprintf(numbers, sizeof numbers, "non-finite loss (%g) or gradient norm (%g)", double(loss), double(grad_norm));
   print(str(fresh(), rank_prefix(), "step ", step, ": ", numbers, "; the first non-finite value came from ", where,
-            ". The step is skipped",
-            policy == OnNonfinite::Stop ? " and the run stops (train.on_nonfinite: stop)" : "", "\n"));
+            ". The step is skipped", policy == OnNonfinite::Stop ? " and the run stops (train.on_nonfinite: stop)" : "",
+            "\n"));
 }
 
 void Console::fp16_overflow(int64_t step, float loss_scale) {
@@ -168,10 +168,10 @@ void Console::eval_mismatches(const EvalMemory& m) {
 void Console::evaluation(int64_t step, const EvalResult& r, const EvalMemory& m) {
   if (!lead()) return;
   const bool mismatched = m.loss.mismatches + m.generation.mismatches > 0;
-  std::string text = str(fresh(), "step ", step, " | ", eval_summary(r), " | memory: loss pass ",
-                         format_bytes(double(m.loss.measured)), ", generation ",
-                         format_bytes(double(m.generation.measured)), " (",
-                         mismatched ? "NOT as predicted" : "as predicted", ")\n");
+  std::string text =
+      str(fresh(), "step ", step, " | ", eval_summary(r), " | memory: loss pass ",
+          format_bytes(double(m.loss.measured)), ", generation ", format_bytes(double(m.generation.measured)), " (",
+          mismatched ? "NOT as predicted" : "as predicted", ")\n");
   for (const std::string& e : r.examples) text += str("    ", e, "\n");
   print(text);
 }
@@ -224,7 +224,8 @@ void Console::summary(const RunSummary& s) {
              " x accumulation ", s.accumulation, ")\n");
   if (s.bad_samples) t += str(s.bad_samples, " bad samples (named above), skipped ", s.bad_sample_skips, " times\n");
   if (s.masked_samples)
-    t += str(s.masked_samples, " samples trained with every label masked (LLaVA's tokenization mismatch, named above)\n");
+    t += str(s.masked_samples,
+             " samples trained with every label masked (LLaVA's tokenization mismatch, named above)\n");
   if (s.fp16_skipped_steps) t += str(s.fp16_skipped_steps, " optimizer steps skipped on fp16 overflow\n");
   if (s.images_dropped)
     t += str(s.images_dropped, " images dropped with their placeholders by data.max_seq_len ", s.max_seq_len, "\n");

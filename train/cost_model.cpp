@@ -119,11 +119,14 @@ Traffic traffic(const Plan& p, double trainable, double all, double e) {
   const double W = double(p.world), ring = (W - 1) / W, A = double(c.gradient_accumulation_steps);
   Traffic t;
   if (W <= 1) return t;
-  if (c.zero.stage <= 1) t.all_reduced = 2 * ring * trainable * e, t.moved += t.all_reduced;  // gradient all-reduce
-  if (c.zero.stage >= 1) t.moved += ring * trainable * e;  // all-gather of updated parameters
-  if (c.zero.stage >= 2) t.reduced = A * ring * trainable * e, t.moved += t.reduced;  // reduce-scatter per micro-batch
-  if (c.zero.stage == 3)
-    t.gathered = A * 2 * ring * all * e, t.moved += t.gathered - ring * trainable * e;  // gathers in fwd and bwd instead
+  if (c.zero.stage <= 1) t.all_reduced = 2 * ring * trainable * e;  // gradient all-reduce
+  if (c.zero.stage >= 1) t.moved += ring * trainable * e;           // all-gather of updated parameters
+  if (c.zero.stage >= 2) t.reduced = A * ring * trainable * e;      // reduce-scatter per micro-batch
+  if (c.zero.stage == 3) {
+    t.gathered = A * 2 * ring * all * e;  // gathers in forward and backward instead of keeping parameters
+    t.moved -= ring * trainable * e;
+  }
+  t.moved += t.all_reduced + t.reduced + t.gathered;
   return t;
 }
 

@@ -39,7 +39,8 @@ StepRecord StepMeter::record_of(const StepOutcome& s) const {
   rec.loss_scale = s.stats.loss_scale;
   rec.grad_norm = s.stats.scaled_norm / rec.loss_scale;
   rec.skipped = s.skipped;
-  if (s.nonfinite) rec.nonfinite = s.nonfinite_where.empty() ? "elsewhere (another rank's micro-batch)" : s.nonfinite_where;
+  if (s.nonfinite)
+    rec.nonfinite = s.nonfinite_where.empty() ? "elsewhere (another rank's micro-batch)" : s.nonfinite_where;
   rec.step_s = s.seconds;
   rec.comm_exposed_s = s.comm_exposed_s;
   rec.tokens = s.stats.tokens;
@@ -68,12 +69,11 @@ MeasuredStep StepMeter::measure(const StepOutcome& s) {
   m.mismatch =
       !s.skipped && (ms.allocated_bytes.peak != rec.predicted_peak || ms.reserved_bytes.peak != rec.predicted_reserved);
   if (m.mismatch)
-    rec.warnings.push_back(str("[memory] WARNING step ", rec.step,
-                               where_.world > 1 ? str(" rank ", where_.rank) : std::string(), ": measured peak ",
-                               ms.allocated_bytes.peak, " B allocated / ", ms.reserved_bytes.peak,
-                               " B reserved differs from the dry run of this step's shapes, ", rec.predicted_peak,
-                               " B / ", rec.predicted_reserved,
-                               " B. The planner's prediction is exact by design on the CPU: this is a bug."));
+    rec.warnings.push_back(
+        str("[memory] WARNING step ", rec.step, where_.world > 1 ? str(" rank ", where_.rank) : std::string(),
+            ": measured peak ", ms.allocated_bytes.peak, " B allocated / ", ms.reserved_bytes.peak,
+            " B reserved differs from the dry run of this step's shapes, ", rec.predicted_peak, " B / ",
+            rec.predicted_reserved, " B. The planner's prediction is exact by design on the CPU: this is a bug."));
   m.host = host_.stats();
   m.rss = host_rss_bytes();
   m.leak = log_.leak_check(rec.step, ms, m.host, m.rss);

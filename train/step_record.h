@@ -44,11 +44,11 @@ struct StepOutcome {
   core::AllocatorSnapshot start;  // where the allocator began it (after an out-of-memory error, the redone step)
   bool skipped = false;           // the optimizer step was skipped: an fp16 overflow, or a non-finite step
   bool fp16_overflow = false;
-  bool nonfinite = false;         // bf16/fp32: the loss or the gradient norm was not finite
-  std::string nonfinite_where;    // what the diagnosis found on this rank ("": the fault was another rank's)
-  int64_t oom_recoveries = 0;     // out-of-memory errors recovered in it by halving the micro-batches
-  int64_t unlearnable = 0;        // micro-batches left without a label by data.max_seq_len
-  bool stop_agreed = false;       // some rank was asked to stop (SIGTERM, SIGINT) by the step's end
+  bool nonfinite = false;       // bf16/fp32: the loss or the gradient norm was not finite
+  std::string nonfinite_where;  // what the diagnosis found on this rank ("": the fault was another rank's)
+  int64_t oom_recoveries = 0;   // out-of-memory errors recovered in it by halving the micro-batches
+  int64_t unlearnable = 0;      // micro-batches left without a label by data.max_seq_len
+  bool stop_agreed = false;     // some rank was asked to stop (SIGTERM, SIGINT) by the step's end
   double seconds = 0, comm_exposed_s = 0;
 };
 
@@ -56,8 +56,8 @@ struct MeasuredStep {
   StepRecord record;  // memory.jsonl's line, its warnings included
   core::MemoryStats device, host;
   int64_t rss = 0;
-  std::string timeline;  // the step's memory timeline file, "" when it was not traced
-  std::string leak;      // the leak watch's warnings, one a line, "" for none
+  std::string timeline;   // the step's memory timeline file, "" when it was not traced
+  std::string leak;       // the leak watch's warnings, one a line, "" for none
   bool mismatch = false;  // the measured peaks are not the dry run's (never on the CPU: a bug)
 };
 

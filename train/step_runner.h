@@ -45,7 +45,7 @@ class StepRunner {
   // This step's batches from the loader, each cut in split_ micro-batches.
   struct Drawn {
     std::vector<data::LoadedBatch> batches, pending;  // as the loader gave them; their micro-batches
-    StepShapes shapes;                                 // of each micro-batch run
+    StepShapes shapes;                                // of each micro-batch run
     std::size_t at = 0;
   };
   void draw(Drawn& d);
