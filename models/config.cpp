@@ -41,7 +41,8 @@ std::vector<Term> parameter_terms(const LlavaConfig& m) {
   const I c = v.hidden, vi = v.intermediate, h = l.hidden, li = l.intermediate;
   const I kv = l.heads > 0 ? I(l.hidden / l.heads) * l.kv_heads : 0;
   const I vision_layer = 4 * (c * c + c) + 2 * c * vi + vi + c + 4 * c;  // q k v out (biases), fc1 fc2, 2 norms
-  const I llm_layer = 2 * h * h + 2 * h * kv + 3 * h * li + 2 * h;       // q o, k v, gate up down, 2 norms
+  const I llm_layer = 2 * h * h + 2 * h * kv + 3 * h * li + 2 * h        // q o, k v, gate up down, 2 norms
+                      + (l.qkv_bias() ? h + 2 * kv : 0);                 // Qwen2's q, k and v biases
   const I projector = c * h + h + (m.projector == ProjectorType::Mlp2xGelu ? h * h + h : 0);
   const I patches = v.patch > 0 ? I(v.image_size / v.patch) * (v.image_size / v.patch) + 1 : 0;
   const KeyName vh{"model.vision.hidden_size", "vision_config.hidden_size"},
@@ -128,6 +129,11 @@ void LlavaConfig::validate(KeyNames names) const {
   HR_CHECK(l.heads % l.kv_heads == 0, "[config] ",
            key("model.llm.num_key_value_heads", "text_config.num_key_value_heads"), " ", l.kv_heads,
            " must divide num_attention_heads ", l.heads);
+  HR_CHECK(l.sliding_window >= 0, "[config] ", key("model.llm.sliding_window", "text_config.sliding_window"), " ",
+           l.sliding_window, " must be positive (or 0 / null: no window)");
+  HR_CHECK(l.sliding_window == 0 || l.decoder == Decoder::Mistral, "[config] ",
+           key("model.llm.sliding_window", "text_config.sliding_window"), " ", l.sliding_window,
+           ": a sliding window belongs to the mistral decoder, not ", decoder_name(l.decoder));
   HR_CHECK(image_token_id >= 0 && image_token_id < l.vocab, "[config] ",
            key("model.image_token_index", "image_token_index"), " ", image_token_id, " is outside the vocabulary of ",
            l.vocab);
@@ -160,6 +166,14 @@ LlavaConfig preset(const std::string& name) {
     c.llm.intermediate = 13824;
     return c;
   }
+  if (name == "llava-next-mistral-7b") {  // llava-hf/llava-v1.6-mistral-7b-hf's dimensions (one 336-px image)
+    c.llm.decoder = Decoder::Mistral;
+    c.llm.kv_heads = 8;
+    c.llm.intermediate = 14336;
+    c.llm.rope_theta = 1e6f;
+    c.llm.sliding_window = 0;  // Mistral-7B-Instruct-v0.2: null
+    return c;
+  }
   if (name == "tiny") {  // the dimensions of the PyTorch golden files (scripts/make_golden.py)
     c.vision = {16, 3, 2, 32, 8, 4, 3, 1e-5f, -2, FeatureSelect::Patch};
     c.llm = {64, 32, 2, 4, 2, 64, 1e-5f, 10000.f, {}};
@@ -178,7 +192,32 @@ LlavaConfig preset(const std::string& name) {
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "small", "llava-1.5-7b", "llava-1.5-13b"};
+  return {"tiny", "small", "llava-1.5-7b", "llava-1.5-13b", "llava-next-mistral-7b"};
+}
+
+void LlmConfig::check_window(int64_t length, const std::string& what) const {
+  HR_CHECK(sliding_window == 0 || length <= sliding_window, "[config] ", what, " ", length,
+           " passes the mistral decoder's sliding window of ", sliding_window,
+           " tokens (model.llm.sliding_window, text_config.sliding_window); headroom's attention is causal over the "
+           "whole sequence, which equals the windowed attention only up to the window: shorten the sequences or set "
+           "the window to null where the checkpoint allows it, as Mistral-7B-Instruct-v0.2 does");
+}
+
+const char* decoder_name(Decoder d) {
+  switch (d) {
+    case Decoder::Qwen2:
+      return "qwen2";
+    case Decoder::Mistral:
+      return "mistral";
+    default:
+      return "llama";
+  }
+}
+
+Decoder parse_decoder(const std::string& s, const std::string& key) {
+  for (Decoder d : {Decoder::Llama, Decoder::Qwen2, Decoder::Mistral})
+    if (s == decoder_name(d)) return d;
+  throw Error(str("[config] ", key, " '", s, "' is not one of: llama, qwen2, mistral"));
 }
 
 const char* projector_name(ProjectorType t) {

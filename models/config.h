@@ -52,12 +52,24 @@ struct LoraSpec {
   }
 };
 
+// The decoder's family, transformers' text_config.model_type. All three are LLaMA's blocks (RMSNorm, RoPE,
+// grouped-query attention, SwiGLU); Qwen2 adds biases to q_proj, k_proj and v_proj; Mistral may set a sliding
+// attention window, which headroom runs where no sequence is longer than the window (there it is causal
+// attention) and refuses by name elsewhere.
+enum class Decoder : uint8_t { Llama, Qwen2, Mistral };
+
 struct LlmConfig {
   int64_t vocab = 32064, hidden = 4096, layers = 32, heads = 32, kv_heads = 32, intermediate = 11008;
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.f;
   LoraSpec lora;  // adapters on the decoder layers' linear layers (lora.*), none by default
+  Decoder decoder = Decoder::Llama;
+  int64_t sliding_window = 0;  // Mistral's attention window in tokens; 0: none (causal attention over everything)
   int64_t head_dim() const { return hidden / heads; }
+  bool qkv_bias() const { return decoder == Decoder::Qwen2; }
+  // Throws naming the key when `length` positions (a training sequence or a generation's cache) pass the
+  // sliding window; `what` says whose length it is.
+  void check_window(int64_t length, const std::string& what) const;
 };
 
 // How errors name a model key: as the config's model section does (model.llm.hidden_size) or as a Hugging Face
@@ -83,11 +95,16 @@ struct LlavaConfig {
   std::string largest_part() const;
 };
 
-// tiny (tests), small (trains on a CPU in minutes), llava-1.5-7b, llava-1.5-13b (the llava-hf dimensions).
+// tiny (tests), small (trains on a CPU in minutes), llava-1.5-7b, llava-1.5-13b, llava-next-mistral-7b (the llava-hf
+// dimensions; the last with LLaVA-1.5's one 336-px image until AnyRes).
 LlavaConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 
 const char* projector_name(ProjectorType t);
+// "llama", "qwen2", "mistral": the model_type names, used by config.json and model.llm.model_type alike.
+const char* decoder_name(Decoder d);
+// Throws naming `key` for another name.
+Decoder parse_decoder(const std::string& s, const std::string& key);
 ProjectorType parse_projector(const std::string& s);
 FeatureSelect parse_feature_select(const std::string& s);
 

@@ -65,7 +65,54 @@ void require(const json& j, const char* key, const T& want, const std::string& w
            json(want).dump(), " only (", why, ")");
 }
 
+const char* causal_lm_class(Decoder d) {
+  switch (d) {
+    case Decoder::Qwen2:
+      return "Qwen2ForCausalLM";
+    case Decoder::Mistral:
+      return "MistralForCausalLM";
+    default:
+      return "LlamaForCausalLM";
+  }
+}
+
 }  // namespace
+
+LlmConfig llm_from_hf(const json& t, const std::string& where, const std::string& tp) {
+  const std::string type = t.value("model_type", "llama");
+  HR_CHECK(type == "llama" || type == "qwen2" || type == "mistral", "[hf] ", where, ": ", tp, "model_type '", type,
+           "': headroom's decoders are llama, qwen2 and mistral");
+  // What the JSON leaves out takes the default of transformers' LlamaConfig, Qwen2Config or MistralConfig, as
+  // from_pretrained does (a saved config.json writes only what differs from them).
+  LlmConfig l;
+  l.decoder = parse_decoder(type, tp + "model_type");
+  const bool qwen2 = l.decoder == Decoder::Qwen2, mistral = l.decoder == Decoder::Mistral;
+  l.vocab = get_or<int64_t>(t, "vocab_size", qwen2 ? 151936 : 32000, where, tp);
+  l.hidden = get_or<int64_t>(t, "hidden_size", 4096, where, tp);
+  l.intermediate = get_or<int64_t>(t, "intermediate_size", qwen2 ? 22016 : mistral ? 14336 : 11008, where, tp);
+  l.layers = get_or<int64_t>(t, "num_hidden_layers", 32, where, tp);
+  l.heads = get_or<int64_t>(t, "num_attention_heads", 32, where, tp);
+  l.kv_heads = get_or<int64_t>(t, "num_key_value_heads", mistral ? 8 : l.heads, where, tp);
+  l.rms_norm_eps = get_or<float>(t, "rms_norm_eps", 1e-6f, where, tp);
+  l.rope_theta = get_or<float>(t, "rope_theta", 10000.f, where, tp);
+  require(t, "hidden_act", std::string("silu"), where, tp, "SwiGLU with SiLU");
+  require(t, "rope_scaling", json(nullptr), where, tp, "plain RoPE");
+  require(t, "tie_word_embeddings", false, where, tp, "lm_head is its own matrix");
+  if (l.decoder == Decoder::Llama) {
+    require(t, "attention_bias", false, where, tp, "LLaMA's projections have no bias");
+    require(t, "mlp_bias", false, where, tp, "LLaMA's projections have no bias");
+  }
+  if (qwen2)  // Qwen2's window applies to the layers from max_window_layers on: not implemented
+    require(t, "use_sliding_window", false, where, tp, "Qwen2's attention over the whole sequence");
+  if (mistral)  // absent: MistralConfig's 4096; null (Mistral-7B-Instruct-v0.2's): no window
+    l.sliding_window = t.contains("sliding_window") && t.at("sliding_window").is_null()
+                           ? 0
+                           : get_or<int64_t>(t, "sliding_window", 4096, where, tp);
+  if (t.contains("head_dim") && !t.at("head_dim").is_null() && l.heads > 0)  // 0 heads: validate() names them
+    HR_CHECK(t.at("head_dim") == json(l.hidden / l.heads), "[hf] ", where, ": ", tp, "head_dim ",
+             t.at("head_dim").dump(), " is not hidden_size / num_attention_heads");
+  return l;
+}
 
 bool hf_expressible(const LlavaConfig& c, std::string* why) {
   if (c.projector == ProjectorType::Mlp2xGelu) return true;
@@ -78,8 +125,8 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& token
   HR_CHECK(hf_expressible(c, &why), "[hf] cannot write config.json: ", why);
   const VisionConfig& v = c.vision;
   const LlmConfig& l = c.llm;
-  json text = {{"model_type", "llama"},
-               {"architectures", {"LlamaForCausalLM"}},
+  json text = {{"model_type", decoder_name(l.decoder)},
+               {"architectures", {causal_lm_class(l.decoder)}},
                {"vocab_size", l.vocab},
                {"hidden_size", l.hidden},
                {"intermediate_size", l.intermediate},
@@ -91,13 +138,23 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& token
                {"rope_theta", l.rope_theta},
                {"rope_scaling", nullptr},
                {"max_position_embeddings", kMaxPositions},
-               {"attention_bias", false},
-               {"mlp_bias", false},
                {"tie_word_embeddings", false},
                {"bos_token_id", tokens.bos},
                {"eos_token_id", tokens.eos},
                {"pad_token_id", tokens.pad},
                {"torch_dtype", torch_dtype(dtype)}};
+  switch (l.decoder) {
+    case Decoder::Llama:
+      text["attention_bias"] = false;
+      text["mlp_bias"] = false;
+      break;
+    case Decoder::Qwen2:
+      text["use_sliding_window"] = false;
+      break;
+    case Decoder::Mistral:
+      text["sliding_window"] = l.sliding_window > 0 ? json(l.sliding_window) : json(nullptr);
+      break;
+  }
   json vision = {{"model_type", "clip_vision_model"},
                  {"hidden_size", v.hidden},
                  {"intermediate_size", v.intermediate},
@@ -134,31 +191,14 @@ LlavaConfig from_hf_config(const json& j, const std::string& where) {
   const json& vj = j.at("vision_config");
   LlavaConfig c;
   c.name = where;
-  const std::string tt = t.value("model_type", "llama"), vt = vj.value("model_type", "clip_vision_model");
-  HR_CHECK(tt == "llama", "[hf] ", where, ": text_config.model_type '", tt, "': headroom's decoder is LLaMA's");
+  const std::string vt = vj.value("model_type", "clip_vision_model");
   HR_CHECK(vt == "clip_vision_model", "[hf] ", where, ": vision_config.model_type '", vt,
            "': headroom's vision tower is CLIP's");
-  // What the JSON leaves out takes the default of transformers' LlamaConfig and CLIPVisionConfig, as
-  // from_pretrained does (llava-hf's config.json writes only what differs from them).
-  const std::string tp = "text_config.", vp = "vision_config.";
-  LlmConfig& l = c.llm;
-  l.vocab = get_or<int64_t>(t, "vocab_size", 32000, where, tp);
-  l.hidden = get_or<int64_t>(t, "hidden_size", 4096, where, tp);
-  l.intermediate = get_or<int64_t>(t, "intermediate_size", 11008, where, tp);
-  l.layers = get_or<int64_t>(t, "num_hidden_layers", 32, where, tp);
-  l.heads = get_or<int64_t>(t, "num_attention_heads", 32, where, tp);
-  l.kv_heads = get_or<int64_t>(t, "num_key_value_heads", l.heads, where, tp);
-  l.rms_norm_eps = get_or<float>(t, "rms_norm_eps", 1e-6f, where, tp);
-  l.rope_theta = get_or<float>(t, "rope_theta", 10000.f, where, tp);
-  require(t, "hidden_act", std::string("silu"), where, tp, "SwiGLU with SiLU");
-  require(t, "rope_scaling", json(nullptr), where, tp, "plain RoPE");
-  require(t, "attention_bias", false, where, tp, "the projections have no bias");
-  require(t, "mlp_bias", false, where, tp, "the projections have no bias");
-  require(t, "tie_word_embeddings", false, where, tp, "lm_head is its own matrix");
+  // What the JSON leaves out takes the default of transformers' text and CLIPVisionConfig, as from_pretrained
+  // does (llava-hf's config.json writes only what differs from them).
+  const std::string vp = "vision_config.";
+  c.llm = llm_from_hf(t, where, "text_config.");
   require(j, "tie_word_embeddings", false, where, "", "lm_head is its own matrix");
-  if (t.contains("head_dim") && !t.at("head_dim").is_null() && l.heads > 0)  // 0 heads: validate() names them
-    HR_CHECK(t.at("head_dim") == json(l.hidden / l.heads), "[hf] ", where, ": text_config.head_dim ",
-             t.at("head_dim").dump(), " is not hidden_size / num_attention_heads");
   VisionConfig& v = c.vision;
   v.hidden = get_or<int64_t>(vj, "hidden_size", 768, where, vp);
   v.intermediate = get_or<int64_t>(vj, "intermediate_size", 3072, where, vp);

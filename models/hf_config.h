@@ -23,9 +23,14 @@ nlohmann::json to_hf_config(const LlavaConfig& config, core::DType dtype, const 
 // Whether to_hf_config can express `config` (and why not, when it cannot).
 bool hf_expressible(const LlavaConfig& config, std::string* why = nullptr);
 // The LlavaConfig of a transformers LlavaConfig JSON; `where` (the file) names errors. What headroom does
-// not implement (another text model type, rope_scaling, attention or MLP biases, tied embeddings, another
+// not implement (a text model type other than llama, qwen2 and mistral, rope_scaling, LLaMA's attention or MLP
+// biases, Qwen2's sliding window, tied embeddings, another
 // activation, a feature-select strategy other than default/full) is an error naming the key.
 LlavaConfig from_hf_config(const nlohmann::json& config, const std::string& where);
+// The decoder of a LlamaForCausalLM, Qwen2ForCausalLM or MistralForCausalLM config (a LLaVA's text_config, or a
+// language model's own config.json); `where` and `path` ("text_config.") name errors, transformers' defaults
+// fill what is absent.
+LlmConfig llm_from_hf(const nlohmann::json& text, const std::string& where, const std::string& path);
 // DIR/config.json read and converted.
 LlavaConfig read_hf_config(const std::string& dir);
 // Writes DIR/config.json and DIR/generation_config.json.

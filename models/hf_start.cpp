@@ -36,8 +36,10 @@ bool starts_with(const std::string& s, const std::string& p) {
 int64_t language_vocab(const std::string& language_dir) {
   const json t = read_json(language_dir, "language_model");
   const std::string type = t.value("model_type", "");
-  HR_CHECK(type == "llama", "[hf] ", language_dir, "/config.json: model_type '", type,
-           "' is not 'llama' (model.language_model must be a LlamaForCausalLM directory, as lmsys/vicuna-7b-v1.5)");
+  HR_CHECK(type == "llama" || type == "qwen2" || type == "mistral", "[hf] ", language_dir, "/config.json: model_type '",
+           type,
+           "' is not 'llama', 'qwen2' or 'mistral' (model.language_model must be a LlamaForCausalLM, "
+           "Qwen2ForCausalLM or MistralForCausalLM directory, as lmsys/vicuna-7b-v1.5 or Qwen/Qwen2-7B-Instruct)");
   HR_CHECK(t.contains("vocab_size") && t["vocab_size"].is_number_integer(), "[hf] ", language_dir,
            "/config.json: no integer vocab_size");
   return t["vocab_size"].get<int64_t>();

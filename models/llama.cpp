@@ -40,9 +40,10 @@ LlamaLayer::LlamaLayer(ParamStore& store, const std::string& prefix, const LlmCo
   const int64_t c = cfg.hidden, kv = cfg.kv_heads * cfg.head_dim(), i = cfg.intermediate;
   input_norm_ = RMSNorm::make(store, prefix + ".input_layernorm", c, cfg.rms_norm_eps);
   const LoraSpec* lora = &cfg.lora;
-  q_ = Linear::make(store, prefix + ".self_attn.q_proj", c, c, Bias::No, lora);
-  k_ = Linear::make(store, prefix + ".self_attn.k_proj", c, kv, Bias::No, lora);
-  v_ = Linear::make(store, prefix + ".self_attn.v_proj", c, kv, Bias::No, lora);
+  const Bias qkv = cfg.qkv_bias() ? Bias::Yes : Bias::No;
+  q_ = Linear::make(store, prefix + ".self_attn.q_proj", c, c, qkv, lora);
+  k_ = Linear::make(store, prefix + ".self_attn.k_proj", c, kv, qkv, lora);
+  v_ = Linear::make(store, prefix + ".self_attn.v_proj", c, kv, qkv, lora);
   o_ = Linear::make(store, prefix + ".self_attn.o_proj", c, c, Bias::No, lora);
   post_norm_ = RMSNorm::make(store, prefix + ".post_attention_layernorm", c, cfg.rms_norm_eps);
   gate_ = Linear::make(store, prefix + ".mlp.gate_proj", c, i, Bias::No, lora);
@@ -216,6 +217,7 @@ Tensor LlamaModel::positions_for(const Tensor& embeds) const {
 
 Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy,
                            Saving saving) const {
+  cfg_.check_window(embeds.size(1), "a sequence of");
   Tensor positions = positions_for(embeds);
   saved = LlamaSaved{};
   saved.layers.resize(layers_.size());
@@ -270,6 +272,7 @@ KvCache make_kv_cache(const LlmConfig& cfg, const std::string& prefix, int64_t b
                       Device device) {
   HR_CHECK(batch > 0 && capacity > 0, "[kv_cache] needs at least one row and one position; got ", batch, " x ",
            capacity);
+  cfg.check_window(capacity, "a generation's prompt and new tokens,");
   KvCache c;
   c.capacity = capacity;
   c.length.assign(std::size_t(batch), 0);

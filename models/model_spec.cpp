@@ -102,6 +102,11 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
       {"intermediate_size", i64(l.intermediate, "llm.intermediate_size")},
       {"rms_norm_eps", f32(l.rms_norm_eps, "llm.rms_norm_eps")},
       {"rope_theta", f32(l.rope_theta, "llm.rope_theta")},
+      {"model_type",
+       [&](const YAML::Node& n) {
+         l.decoder = parse_decoder(as<std::string>(n, "llm.model_type", where), "model.llm.model_type");
+       }},
+      {"sliding_window", i64(l.sliding_window, "llm.sliding_window")},
   };
   std::map<std::string, Setter> freeze_keys = {
       {"vision", flag(s.freeze_vision, "freeze.vision")},

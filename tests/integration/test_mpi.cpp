@@ -153,6 +153,35 @@ TEST(Mpi, LoraUnderZeroMatchesASingleProcess) {
   }
 }
 
+TEST(Mpi, Qwen2AndMistralDecodersUnderZero3MatchASingleProcess) {
+  // The planner, ZeRO and the memory log see parameters and groups, not architectures: Qwen2's q/k/v biases are
+  // sharded, gathered and predicted like every other parameter.
+  for (const char* decoder : {"qwen2", "mistral"}) {
+    const std::string base = fresh_dir(str("mpi_", decoder));
+    const std::string cfg = config(base);
+    const std::string sets =
+        str(" --set model.llm.model_type=", decoder, " --set model.llm.rope_theta=1000000 --set train.max_steps=6");
+    CmdResult single = train(1, cfg, base + "/single", sets);
+    ASSERT_EQ(single.status, 0) << single.output;
+    const auto ref = losses(base + "/single/memory.jsonl");
+    ASSERT_EQ(ref.size(), 6u);
+    EXPECT_LT(ref.back(), ref.front()) << decoder;
+    const std::string out = base + "/z3";
+    CmdResult r = train(2, cfg, out, sets + " --set memory.zero_stage=3");
+    ASSERT_EQ(r.status, 0) << decoder << "\n" << r.output;
+    for (int rank = 0; rank < 2; ++rank) {
+      for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
+        EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << decoder << " rank " << rank << " step " << l["step"];
+        EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << decoder << " rank " << rank << " step " << l["step"];
+      }
+      const auto got = losses(str(out, "/memory.rank", rank, ".jsonl"));
+      ASSERT_EQ(got.size(), ref.size()) << decoder;
+      for (std::size_t i = 0; i < ref.size(); ++i)
+        EXPECT_NEAR(got[i], ref[i], kLossTolerance) << decoder << " step " << i + 1;
+    }
+  }
+}
+
 TEST(Mpi, QloraUnderZero3MatchesASingleProcessAndMerges) {
   // A 4-bit base is a part of its own in each layer ("<layer>.quantized"): ZeRO-3 shards and gathers its bytes.
   // Its checkpoint holds them as shards; lora merge consolidates them by the model as it trained, then

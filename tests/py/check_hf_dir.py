@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Hugging Face model directories in and out of headroom, checked with transformers' own LLaVA.
 
-    check_hf_dir.py make OUT
+    check_hf_dir.py make OUT [llama|qwen2|mistral]
         A tiny random LlavaForConditionalGeneration (CLIP vision tower with quick_gelu, mlp2x_gelu projector,
-        LLaMA decoder with grouped-query heads), saved with save_pretrained to OUT/hf (config.json,
+        a decoder with grouped-query heads: LLaMA's by default, or Qwen2's with q/k/v biases and rope_theta 1e6,
+        or Mistral's with a sliding window longer than every sequence of the check), saved with save_pretrained to OUT/hf (config.json,
         generation_config.json, model.safetensors), a batch OUT/batch.safetensors (input_ids with the image
         placeholders expanded, labels with -100 on the prompts, pixel_values), OUT/model.yaml (a headroom config
         whose model.name_or_path is OUT/hf) and transformers' loss, logits and gradients on that batch in
@@ -32,7 +33,8 @@ _oracle_env.require("torch", "transformers", "safetensors")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration  # noqa: E402
+from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,  # noqa: E402
+                          MistralConfig, Qwen2Config)
 
 transformers.logging.set_verbosity_error()
 
@@ -62,14 +64,24 @@ def forward(model, batch, grads=False):
     return out
 
 
-def make(out):
+def text_config(decoder):
+    common = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, hidden_act="silu", max_position_embeddings=256, rms_norm_eps=1e-5,
+                  tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if decoder == "llama":
+        return LlamaConfig(rope_theta=10000.0, **common)
+    if decoder == "qwen2":
+        return Qwen2Config(rope_theta=1000000.0, use_sliding_window=False, **common)
+    if decoder == "mistral":  # Mistral-7B-v0.1's window, longer than every sequence here: causal attention
+        return MistralConfig(rope_theta=1000000.0, sliding_window=4096, **common)
+    fail(f"unknown decoder '{decoder}' (llama, qwen2, mistral)", 2)
+
+
+def make(out, decoder="llama"):
     torch.manual_seed(0)
     vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
                               image_size=IMAGE_SIZE, patch_size=PATCH, hidden_act="quick_gelu", layer_norm_eps=1e-5)
-    text = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, hidden_act="silu", max_position_embeddings=256,
-                       rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1,
-                       eos_token_id=2, pad_token_id=0)
+    text = text_config(decoder)
     cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=IMAGE_TOKEN,
                       projector_hidden_act="gelu", vision_feature_select_strategy="default", vision_feature_layer=-2,
                       image_seq_length=T, tie_word_embeddings=False)
@@ -100,7 +112,8 @@ def make(out):
     save_file(ref, os.path.join(out, "ref.safetensors"))
     with open(os.path.join(out, "model.yaml"), "w") as f:
         f.write(f"model:\n  name_or_path: {os.path.join(os.path.abspath(out), 'hf')}\n")
-    print(f"{PROG}: wrote {out}/hf (transformers {transformers.__version__}), batch, reference loss {o.loss.item():.6f}")
+    print(f"{PROG}: wrote {out}/hf ({decoder} decoder, transformers {transformers.__version__}), batch, reference "
+          f"loss {o.loss.item():.6f}")
 
 
 def close(name, ours, ref):
@@ -148,14 +161,14 @@ def load(model_dir, batch_path, ours_path):
 
 
 def main(argv):
-    if len(argv) == 2 and argv[0] == "make":
-        make(argv[1])
+    if len(argv) in (2, 3) and argv[0] == "make":
+        make(*argv[1:])
     elif len(argv) == 3 and argv[0] == "compare":
         compare(argv[1], argv[2])
     elif len(argv) == 4 and argv[0] == "load":
         load(argv[1], argv[2], argv[3])
     else:
-        fail("usage: check_hf_dir.py make OUT | compare REF OURS | load DIR BATCH OURS", 2)
+        fail("usage: check_hf_dir.py make OUT [DECODER] | compare REF OURS | load DIR BATCH OURS", 2)
 
 
 if __name__ == "__main__":

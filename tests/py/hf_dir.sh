@@ -2,14 +2,15 @@
 # Hugging Face model directories in and out (README "Hugging Face directories"), checked with transformers:
 # headroom loads a directory transformers' save_pretrained wrote (model.name_or_path) and its loss, logits and
 # gradients equal transformers'; headroom trains from it and saves a checkpoint, and transformers'
-# from_pretrained opens that checkpoint with logits equal to headroom's. Usage: hf_dir.sh HEADROOM WORK_DIR.
+# from_pretrained opens that checkpoint with logits equal to headroom's. Usage: hf_dir.sh HEADROOM WORK_DIR
+# [llama|qwen2|mistral] (the decoder; llama by default).
 set -euo pipefail
-bin=$1 work=$2
+bin=$1 work=$2 decoder=${3:-llama}
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
-python3 "$here/check_hf_dir.py" make .
+python3 "$here/check_hf_dir.py" make . "$decoder"
 "$bin" debug grads --config model.yaml --weights hf --batch batch.safetensors --out in.safetensors --logits
 python3 "$here/check_hf_dir.py" compare ref.safetensors in.safetensors
 cat > train.yaml <<YAML

@@ -200,6 +200,30 @@ TEST(Config, ModelDimensionsAreValidatedNamingTheKey) {
   EXPECT_EQ(load_config(tiny, {"model.llm.num_hidden_layers=100000000"}).model.config.llm.layers, 100000000);
 }
 
+// model.llm.model_type picks the decoder; Mistral's window is honoured where sequences fit in it and refused by name
+// where they do not (headroom's attention is causal over the whole sequence).
+TEST(Config, DecoderTypeAndSlidingWindow) {
+  const std::string tiny = write("model:\n  preset: tiny\n");
+  EXPECT_EQ(load_config(tiny, {"model.llm.model_type=qwen2"}).model.config.llm.decoder, models::Decoder::Qwen2);
+  EXPECT_NE(error_of(tiny, {"model.llm.model_type=gemma"}).find("model.llm.model_type 'gemma' is not one of"),
+            std::string::npos);
+  const std::vector<std::string> mistral = {"model.llm.model_type=mistral", "model.llm.sliding_window=1024"};
+  std::vector<std::string> long_seq = mistral;
+  long_seq.push_back("data.max_seq_len=4096");
+  const std::string e = error_of(tiny, long_seq);
+  EXPECT_NE(e.find("data.max_seq_len 4096 passes the mistral decoder's sliding window of 1024"), std::string::npos)
+      << e;
+  long_seq.back() = "data.max_seq_len=1024";
+  EXPECT_EQ(load_config(tiny, long_seq).model.config.llm.sliding_window, 1024);
+  const std::string llama = error_of(tiny, {"model.llm.sliding_window=1024"});
+  EXPECT_NE(llama.find("a sliding window belongs to the mistral decoder, not llama"), std::string::npos) << llama;
+  models::LlmConfig l;
+  l.decoder = models::Decoder::Mistral;
+  l.sliding_window = 16;
+  EXPECT_NO_THROW(l.check_window(16, "x"));
+  EXPECT_THROW(l.check_window(17, "a generation's prompt and new tokens,"), Error);
+}
+
 // `headroom info`'s GPU query never throws: on a machine without a driver or a GPU it says why; with GPUs each
 // has a name, a compute capability and memory.
 TEST(Info, CudaQueryDescribesTheGpusOrWhyThereAreNone) {

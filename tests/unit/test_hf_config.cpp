@@ -83,7 +83,7 @@ TEST(HfConfig, RefusesWhatHeadroomDoesNotImplementNamingTheKey) {
   expect_error(with("", "model_type", "llava_next"), "model_type 'llava_next'");
   expect_error(with("text_config", "hidden_size", "big"),
                "text_config.hidden_size has value \"big\" of the wrong type");
-  expect_error(with("text_config", "model_type", "mistral"), "text_config.model_type 'mistral'");
+  expect_error(with("text_config", "model_type", "gemma"), "text_config.model_type 'gemma'");
   expect_error(with("text_config", "rope_scaling", json{{"type", "linear"}, {"factor", 2.0}}),
                "text_config.rope_scaling");
   expect_error(with("text_config", "attention_bias", true), "text_config.attention_bias");
@@ -189,6 +189,81 @@ TEST(HfConfig, VisionTowerAndLanguageModelJoinAsLlavaHfDoes) {
                 .find("neither 'clip' nor 'clip_vision_model'"),
             std::string::npos);
   EXPECT_NE(err(str("{vision_tower: ", (d / "clip").string(), ", language_model: ", (d / "clip").string(), "}"))
-                .find("is not 'llama'"),
+                .find("is not 'llama', 'qwen2' or 'mistral'"),
             std::string::npos);
+  // A Qwen2ForCausalLM joins the same way, its decoder (and Qwen2Config's defaults) kept.
+  fs::create_directories(d / "qwen2");
+  std::ofstream(d / "qwen2" / "config.json") << R"({"model_type": "qwen2", "vocab_size": 151646, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "rope_theta": 1000000.0, "use_sliding_window": false, "tie_word_embeddings": false})";
+  const ModelSpec q = parse_model_spec(
+      YAML::Load(str("{vision_tower: ", (d / "tower").string(), ", language_model: ", (d / "qwen2").string(), "}")),
+      "t");
+  EXPECT_EQ(q.config.llm.decoder, Decoder::Qwen2);
+  EXPECT_EQ(q.config.image_token_id, 151646);
+  EXPECT_EQ(q.config.llm.vocab, 151680);
+  EXPECT_EQ(q.config.llm.rms_norm_eps, 1e-6f);
+}
+
+// Qwen2 and Mistral decoders: their model_type round-trips, transformers' defaults of each class fill what the JSON
+// leaves out, and what headroom does not run (Qwen2's window, LLaMA's biases) is refused by name.
+TEST(HfConfig, Qwen2AndMistralDecodersRoundTripWithTheirDefaults) {
+  for (Decoder d : {Decoder::Qwen2, Decoder::Mistral}) {
+    LlavaConfig c = preset("small");
+    c.llm.decoder = d;
+    c.llm.rope_theta = 1e6f;
+    if (d == Decoder::Mistral) c.llm.sliding_window = 4096;
+    const json j = to_hf_config(c, core::DType::BF16);
+    EXPECT_EQ(j["text_config"]["model_type"], decoder_name(d));
+    EXPECT_EQ(j["text_config"]["architectures"][0], d == Decoder::Qwen2 ? "Qwen2ForCausalLM" : "MistralForCausalLM");
+    EXPECT_FALSE(j["text_config"].contains("attention_bias"));  // a LLaMA key
+    const LlavaConfig back = from_hf_config(j, "config.json");
+    EXPECT_EQ(back.llm.decoder, d);
+    EXPECT_EQ(back.llm.qkv_bias(), d == Decoder::Qwen2);
+    EXPECT_EQ(back.llm.sliding_window, c.llm.sliding_window);
+    EXPECT_EQ(back.llm.rope_theta, 1e6f);
+    EXPECT_EQ(back.parameter_count(), c.parameter_count());
+  }
+  // Absent keys: Qwen2Config's and MistralConfig's defaults, not LlamaConfig's.
+  json qwen = {{"model_type", "qwen2"}};
+  const LlmConfig q = llm_from_hf(qwen, "config.json", "text_config.");
+  EXPECT_EQ(q.vocab, 151936);
+  EXPECT_EQ(q.intermediate, 22016);
+  EXPECT_EQ(q.sliding_window, 0);
+  const LlmConfig m = llm_from_hf(json{{"model_type", "mistral"}}, "config.json", "text_config.");
+  EXPECT_EQ(m.intermediate, 14336);
+  EXPECT_EQ(m.kv_heads, 8);
+  EXPECT_EQ(m.sliding_window, 4096);
+  EXPECT_EQ(llm_from_hf(json{{"model_type", "mistral"}, {"sliding_window", nullptr}}, "c", "").sliding_window, 0);
+
+  json j = to_hf_config(preset("tiny"), core::DType::F32);
+  j["text_config"]["model_type"] = "qwen2";
+  j["text_config"].erase("attention_bias");
+  j["text_config"].erase("mlp_bias");
+  j["text_config"]["use_sliding_window"] = true;
+  expect_error(j, "text_config.use_sliding_window is true; headroom supports false only");
+  j["text_config"]["use_sliding_window"] = false;
+  j["text_config"]["tie_word_embeddings"] = true;  // Qwen2-0.5B's: not yet
+  expect_error(j, "text_config.tie_word_embeddings is true");
+  j["text_config"]["tie_word_embeddings"] = false;
+  j["text_config"]["sliding_window"] = 64;  // read for mistral only: a Qwen2 file's window is use_sliding_window's
+  EXPECT_EQ(from_hf_config(j, "config.json").llm.sliding_window, 0);
+}
+
+TEST(HfConfig, LlavaNextMistralPresetIsThePublishedShape) {
+  // llava-hf/llava-v1.6-mistral-7b-hf's text_config (values as published; Mistral-7B-Instruct-v0.2).
+  const json t = json::parse(R"({"architectures": ["MistralForCausalLM"], "intermediate_size": 14336,
+      "max_position_embeddings": 32768, "model_type": "mistral", "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
+      "rope_theta": 1000000.0, "sliding_window": null, "torch_dtype": "bfloat16", "vocab_size": 32064})");
+  const LlmConfig l = llm_from_hf(t, "config.json", "text_config."), want = preset("llava-next-mistral-7b").llm;
+  EXPECT_EQ(l.decoder, want.decoder);
+  EXPECT_EQ(l.vocab, want.vocab);
+  EXPECT_EQ(l.hidden, want.hidden);
+  EXPECT_EQ(l.layers, want.layers);
+  EXPECT_EQ(l.heads, want.heads);
+  EXPECT_EQ(l.kv_heads, want.kv_heads);
+  EXPECT_EQ(l.intermediate, want.intermediate);
+  EXPECT_EQ(l.rope_theta, want.rope_theta);
+  EXPECT_EQ(l.sliding_window, want.sliding_window);
+  EXPECT_EQ(l.rms_norm_eps, want.rms_norm_eps);
 }

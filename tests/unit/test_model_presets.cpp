@@ -23,6 +23,10 @@ TEST(ModelPresets, ParameterCountsMatchLlavaHf) {
   for (const auto& p : m7.params().all())
     if (p->name.rfind("vision_tower.", 0) == 0) vision += p->numel();
   EXPECT_EQ(vision, 303507456);
+  // llava-hf/llava-v1.6-mistral-7b-hf: transformers' LlavaNextForConditionalGeneration of its config.json counts
+  // 7,566,747,648, of which image_newline (4,096) belongs to AnyRes's patch merging, not yet built here.
+  Llava mistral(preset("llava-next-mistral-7b"), Device::meta(), DType::BF16);
+  EXPECT_EQ(mistral.params().count() + 4096, 7566747648);
 }
 
 // The closed-form count (validate's overflow check, the planner's capacity arithmetic) is the built model's.
@@ -33,6 +37,8 @@ TEST(ModelPresets, ParameterCountInClosedFormIsTheBuiltModels) {
     c.projector = ProjectorType::Linear;
     c.llm.kv_heads = c.llm.heads / 2;
     EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name << " (linear, GQA)";
+    c.llm.decoder = Decoder::Qwen2;  // biases on q, k and v
+    EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name << " (qwen2)";
   }
 }
 
@@ -101,4 +107,14 @@ TEST(Weights, NewerLayoutAndBf16ConvertOnLoad) {
   EXPECT_EQ(load_weights(b.params(), Checkpoint::open(path)), int64_t(a.params().all().size()));
   std::vector<float> x = a.params().find("language_model.lm_head.weight")->data.to(DType::BF16).to_floats();
   EXPECT_EQ(b.params().find("language_model.lm_head.weight")->data.to_floats(), x);
+}
+
+TEST(ModelPresets, Qwen2HasBiasesOnQKVOnly) {
+  LlavaConfig c = preset("tiny");
+  c.llm.decoder = Decoder::Qwen2;
+  Llava m(c, Device::meta(), DType::F32);
+  for (const char* name : {"q_proj", "k_proj", "v_proj"})
+    EXPECT_NE(m.params().find(str("language_model.model.layers.1.self_attn.", name, ".bias")), nullptr) << name;
+  EXPECT_EQ(m.params().find("language_model.model.layers.1.self_attn.o_proj.bias"), nullptr);
+  EXPECT_EQ(m.params().find("language_model.model.layers.1.mlp.gate_proj.bias"), nullptr);
 }
