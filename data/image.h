@@ -39,6 +39,8 @@ RgbImage resize_bicubic(const RgbImage& image, int width, int height);
 struct ImageNorm {
   float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f};
   float std[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+  // SiglipImageProcessor's: 0.5 for every channel.
+  static ImageNorm siglip() { return {{0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}}; }
 };
 
 // A Hugging Face preprocessor_config.json (CLIPImageProcessor, as llava-hf and CLIP directories hold it): its

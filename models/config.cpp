@@ -44,7 +44,9 @@ std::vector<Term> parameter_terms(const LlavaConfig& m) {
   const I llm_layer = 2 * h * h + 2 * h * kv + 3 * h * li + 2 * h        // q o, k v, gate up down, 2 norms
                       + (l.qkv_bias() ? h + 2 * kv : 0);                 // Qwen2's q, k and v biases
   const I projector = c * h + h + (m.projector == ProjectorType::Mlp2xGelu ? h * h + h : 0);
-  const I patches = v.patch > 0 ? I(v.image_size / v.patch) * (v.image_size / v.patch) + 1 : 0;
+  const I patches = v.patch > 0 ? I(v.image_size / v.patch) * (v.image_size / v.patch) + (v.class_token() ? 1 : 0) : 0;
+  // CLIP: class embedding, pre and post norms; SigLIP: the patch embedding's bias, the post norm
+  const I stem_extra = v.class_token() ? c + 4 * c : c + 2 * c;
   const KeyName vh{"model.vision.hidden_size", "vision_config.hidden_size"},
       vl{"model.vision.num_hidden_layers", "vision_config.num_hidden_layers"},
       vin{"model.vision.intermediate_size", "vision_config.intermediate_size"},
@@ -55,8 +57,8 @@ std::vector<Term> parameter_terms(const LlavaConfig& m) {
       ll{"model.llm.num_hidden_layers", "text_config.num_hidden_layers"},
       lin{"model.llm.intermediate_size", "text_config.intermediate_size"};
   return {
-      // embeddings, pre and post norms
-      {c + c * v.channels * v.patch * v.patch + patches * c + 4 * c,
+      // embeddings, norms
+      {stem_extra + c * v.channels * v.patch * v.patch + patches * c,
        {{vh, v.hidden}, {vc, v.channels}, {vp, v.patch}, {vs, v.image_size}}},
       {vision_layer * v.layers, {{vl, v.layers}, {vh, v.hidden}, {vin, v.intermediate}}},
       {projector, {{vh, v.hidden}, {lh, l.hidden}}},
@@ -107,9 +109,15 @@ void LlavaConfig::validate(KeyNames names) const {
   HR_CHECK(v.hidden % v.heads == 0, "[config] ", key("model.vision.hidden_size", "vision_config.hidden_size"), " ",
            v.hidden, " must be a multiple of ",
            key("model.vision.num_attention_heads", "vision_config.num_attention_heads"), " ", v.heads);
-  HR_CHECK(v.image_size % v.patch == 0, "[config] ", key("model.vision.image_size", "vision_config.image_size"), " ",
-           v.image_size, " must be a multiple of ", key("model.vision.patch_size", "vision_config.patch_size"), " ",
-           v.patch);
+  HR_CHECK(v.image_size % v.patch == 0 || v.tower == Tower::Siglip, "[config] ",
+           key("model.vision.image_size", "vision_config.image_size"), " ", v.image_size, " must be a multiple of ",
+           key("model.vision.patch_size", "vision_config.patch_size"), " ", v.patch,
+           " (SigLIP's towers alone use the whole patches and leave the rest)");
+  HR_CHECK(v.image_size >= v.patch, "[config] ", key("model.vision.image_size", "vision_config.image_size"), " ",
+           v.image_size, " is smaller than one patch of ", v.patch);
+  HR_CHECK(v.tokens_per_image() > 0, "[config] ",
+           key("model.vision.select_feature", "vision_config.vision_feature_select_strategy"),
+           ": a SigLIP tower with one patch has no features left after `patch` drops the first");
   HR_CHECK(v.layers_used() >= 0 && v.layers_used() <= v.layers, "[config] ",
            key("model.vision.select_layer", "vision_feature_layer"), " ", v.select_layer, " is outside [-",
            v.layers + 1, ", ", v.layers, "]");
@@ -174,6 +182,20 @@ LlavaConfig preset(const std::string& name) {
     c.llm.sliding_window = 0;  // Mistral-7B-Instruct-v0.2: null
     return c;
   }
+  if (name == "llava-onevision-qwen2-7b") {  // llava-hf/llava-onevision-qwen2-7b-ov-hf's dimensions (one 384-px image)
+    c.vision = {1152, 26, 16, 4304, 384, 14, 3, 1e-6f, -1, FeatureSelect::ClsPatch, Tower::Siglip};
+    c.llm.decoder = Decoder::Qwen2;
+    c.llm.vocab = 152128;
+    c.llm.hidden = 3584;
+    c.llm.layers = 28;
+    c.llm.heads = 28;
+    c.llm.kv_heads = 4;
+    c.llm.intermediate = 18944;
+    c.llm.rms_norm_eps = 1e-6f;
+    c.llm.rope_theta = 1e6f;
+    c.image_token_id = 151646;
+    return c;
+  }
   if (name == "tiny") {  // the dimensions of the PyTorch golden files (scripts/make_golden.py)
     c.vision = {16, 3, 2, 32, 8, 4, 3, 1e-5f, -2, FeatureSelect::Patch};
     c.llm = {64, 32, 2, 4, 2, 64, 1e-5f, 10000.f, {}};
@@ -192,7 +214,7 @@ LlavaConfig preset(const std::string& name) {
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "small", "llava-1.5-7b", "llava-1.5-13b", "llava-next-mistral-7b"};
+  return {"tiny", "small", "llava-1.5-7b", "llava-1.5-13b", "llava-next-mistral-7b", "llava-onevision-qwen2-7b"};
 }
 
 void LlmConfig::check_window(int64_t length, const std::string& what) const {
@@ -201,6 +223,16 @@ void LlmConfig::check_window(int64_t length, const std::string& what) const {
            " tokens (model.llm.sliding_window, text_config.sliding_window); headroom's attention is causal over the "
            "whole sequence, which equals the windowed attention only up to the window: shorten the sequences or set "
            "the window to null where the checkpoint allows it, as Mistral-7B-Instruct-v0.2 does");
+}
+
+const char* tower_name(Tower t) {
+  return t == Tower::Siglip ? "siglip_vision_model" : "clip_vision_model";
+}
+
+Tower parse_tower(const std::string& s, const std::string& key) {
+  if (s == "clip_vision_model") return Tower::Clip;
+  if (s == "siglip_vision_model") return Tower::Siglip;
+  throw Error(str("[config] ", key, " '", s, "' is not one of: clip_vision_model, siglip_vision_model"));
 }
 
 const char* decoder_name(Decoder d) {

@@ -14,19 +14,31 @@ namespace hr::models {
 enum class FeatureSelect : uint8_t { Patch, ClsPatch };    // LLaVA's mm_vision_select_feature
 enum class ProjectorType : uint8_t { Linear, Mlp2xGelu };  // LLaVA's mm_projector_type
 
+// The vision tower's family, transformers' vision_config.model_type. CLIP (clip_vision_model): a class token,
+// a patch embedding without bias, pre_layrnorm, quick_gelu MLPs. SigLIP (siglip_vision_model): no class token, a
+// patch embedding with bias over the image's whole patches (384 px in 14-px patches: 27 x 27, the last 6 rows and
+// columns of pixels unused, as its "valid" conv), no pre-norm, tanh-approximated GELU MLPs.
+enum class Tower : uint8_t { Clip, Siglip };
+
 struct VisionConfig {
   int64_t hidden = 1024, layers = 24, heads = 16, intermediate = 4096;
   int64_t image_size = 336, patch = 14, channels = 3;
   float layer_norm_eps = 1e-5f;
   int select_layer = -2;  // as hidden_states[select_layer]: 0 is the embeddings, -1 the last layer
   FeatureSelect select_feature = FeatureSelect::Patch;
+  Tower tower = Tower::Clip;
 
-  int64_t num_patches() const { return (image_size / patch) * (image_size / patch); }
-  int64_t num_positions() const { return num_patches() + 1; }
+  int64_t grid() const { return image_size / patch; }  // patches per side
+  int64_t num_patches() const { return grid() * grid(); }
+  bool class_token() const { return tower == Tower::Clip; }
+  int64_t num_positions() const { return num_patches() + (class_token() ? 1 : 0); }
   // How many encoder layers actually run (those after the selected one do not influence anything).
   int64_t layers_used() const;
-  // Image features per image handed to the projector.
-  int64_t tokens_per_image() const { return select_feature == FeatureSelect::Patch ? num_patches() : num_positions(); }
+  // Image features per image handed to the projector: `patch` (LLaVA's and llava-hf's "default") drops the first
+  // position (CLIP's class token; for SigLIP, a patch, as transformers does), `cls_patch` ("full") keeps all.
+  int64_t tokens_per_image() const {
+    return select_feature == FeatureSelect::Patch ? num_positions() - 1 : num_positions();
+  }
 };
 
 // LoRA (PEFT's LoraLayer) on the linear layers it names: y = W x + b + (alpha / r) B A dropout(x), A (r, in) and
@@ -95,12 +107,15 @@ struct LlavaConfig {
   std::string largest_part() const;
 };
 
-// tiny (tests), small (trains on a CPU in minutes), llava-1.5-7b, llava-1.5-13b, llava-next-mistral-7b (the llava-hf
-// dimensions; the last with LLaVA-1.5's one 336-px image until AnyRes).
+// tiny (tests), small (trains on a CPU in minutes), llava-1.5-7b, llava-1.5-13b, llava-next-mistral-7b,
+// llava-onevision-qwen2-7b (the llava-hf dimensions; the last two with one image of the tower's size until AnyRes).
 LlavaConfig preset(const std::string& name);
 std::vector<std::string> preset_names();
 
 const char* projector_name(ProjectorType t);
+// "clip_vision_model", "siglip_vision_model": the model_type names, used by config.json and model.vision.model_type.
+const char* tower_name(Tower t);
+Tower parse_tower(const std::string& s, const std::string& key);
 // "llama", "qwen2", "mistral": the model_type names, used by config.json and model.llm.model_type alike.
 const char* decoder_name(Decoder d);
 // Throws naming `key` for another name.

@@ -78,6 +78,33 @@ const char* causal_lm_class(Decoder d) {
 
 }  // namespace
 
+VisionConfig vision_from_hf(const json& vj, const std::string& where, const std::string& vp) {
+  const std::string type = vj.value("model_type", "clip_vision_model");
+  HR_CHECK(type == "clip_vision_model" || type == "siglip_vision_model", "[hf] ", where, ": ", vp, "model_type '", type,
+           "': headroom's vision towers are clip_vision_model and siglip_vision_model");
+  VisionConfig v;
+  v.tower = parse_tower(type, vp + "model_type");
+  const bool siglip = v.tower == Tower::Siglip;
+  v.hidden = get_or<int64_t>(vj, "hidden_size", 768, where, vp);
+  v.intermediate = get_or<int64_t>(vj, "intermediate_size", 3072, where, vp);
+  v.layers = get_or<int64_t>(vj, "num_hidden_layers", 12, where, vp);
+  v.heads = get_or<int64_t>(vj, "num_attention_heads", 12, where, vp);
+  v.image_size = get_or<int64_t>(vj, "image_size", 224, where, vp);
+  v.patch = get_or<int64_t>(vj, "patch_size", siglip ? 16 : 32, where, vp);
+  v.channels = get_or<int64_t>(vj, "num_channels", 3, where, vp);
+  v.layer_norm_eps = get_or<float>(vj, "layer_norm_eps", siglip ? 1e-6f : 1e-5f, where, vp);
+  if (!siglip) {
+    require(vj, "hidden_act", std::string("quick_gelu"), where, vp, "CLIP's MLP activation");
+    return v;
+  }
+  require(vj, "hidden_act", std::string("gelu_pytorch_tanh"), where, vp, "SigLIP's MLP activation");
+  // transformers builds SigLIP's attention-pooling head unless told not to; LLaVA reads hidden states, never it.
+  HR_CHECK(vj.contains("vision_use_head") && vj.at("vision_use_head") == json(false), "[hf] ", where, ": ", vp,
+           "vision_use_head must be false (as LLaVA-OneVision's configs have it): headroom's SigLIP tower has no "
+           "attention-pooling head, which LLaVA never uses");
+  return v;
+}
+
 LlmConfig llm_from_hf(const json& t, const std::string& where, const std::string& tp) {
   const std::string type = t.value("model_type", "llama");
   HR_CHECK(type == "llama" || type == "qwen2" || type == "mistral", "[hf] ", where, ": ", tp, "model_type '", type,
@@ -155,7 +182,7 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& token
       text["sliding_window"] = l.sliding_window > 0 ? json(l.sliding_window) : json(nullptr);
       break;
   }
-  json vision = {{"model_type", "clip_vision_model"},
+  json vision = {{"model_type", tower_name(v.tower)},
                  {"hidden_size", v.hidden},
                  {"intermediate_size", v.intermediate},
                  {"num_hidden_layers", v.layers},
@@ -163,9 +190,14 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& token
                  {"image_size", v.image_size},
                  {"patch_size", v.patch},
                  {"num_channels", v.channels},
-                 {"layer_norm_eps", v.layer_norm_eps},
-                 {"hidden_act", "quick_gelu"},
-                 {"projection_dim", v.hidden}};
+                 {"layer_norm_eps", v.layer_norm_eps}};
+  if (v.tower == Tower::Clip) {
+    vision["hidden_act"] = "quick_gelu";
+    vision["projection_dim"] = v.hidden;
+  } else {  // LLaVA-OneVision's: no attention-pooling head (LLaVA never reads it)
+    vision["hidden_act"] = "gelu_pytorch_tanh";
+    vision["vision_use_head"] = false;
+  }
   return {{"architectures", {"LlavaForConditionalGeneration"}},
           {"model_type", "llava"},
           {"image_token_index", c.image_token_id},
@@ -191,24 +223,12 @@ LlavaConfig from_hf_config(const json& j, const std::string& where) {
   const json& vj = j.at("vision_config");
   LlavaConfig c;
   c.name = where;
-  const std::string vt = vj.value("model_type", "clip_vision_model");
-  HR_CHECK(vt == "clip_vision_model", "[hf] ", where, ": vision_config.model_type '", vt,
-           "': headroom's vision tower is CLIP's");
-  // What the JSON leaves out takes the default of transformers' text and CLIPVisionConfig, as from_pretrained
-  // does (llava-hf's config.json writes only what differs from them).
-  const std::string vp = "vision_config.";
+  // What the JSON leaves out takes the default of transformers' text and vision configs, as from_pretrained does
+  // (llava-hf's config.json writes only what differs from them).
   c.llm = llm_from_hf(t, where, "text_config.");
   require(j, "tie_word_embeddings", false, where, "", "lm_head is its own matrix");
+  c.vision = vision_from_hf(vj, where, "vision_config.");
   VisionConfig& v = c.vision;
-  v.hidden = get_or<int64_t>(vj, "hidden_size", 768, where, vp);
-  v.intermediate = get_or<int64_t>(vj, "intermediate_size", 3072, where, vp);
-  v.layers = get_or<int64_t>(vj, "num_hidden_layers", 12, where, vp);
-  v.heads = get_or<int64_t>(vj, "num_attention_heads", 12, where, vp);
-  v.image_size = get_or<int64_t>(vj, "image_size", 224, where, vp);
-  v.patch = get_or<int64_t>(vj, "patch_size", 32, where, vp);
-  v.channels = get_or<int64_t>(vj, "num_channels", 3, where, vp);
-  v.layer_norm_eps = get_or<float>(vj, "layer_norm_eps", 1e-5f, where, vp);
-  require(vj, "hidden_act", std::string("quick_gelu"), where, vp, "CLIP's MLP activation");
   require(j, "projector_hidden_act", std::string("gelu"), where, "", "the mlp2x_gelu projector");
   HR_CHECK(!j.contains("multimodal_projector_bias") || j.at("multimodal_projector_bias") == json(true), "[hf] ", where,
            ": multimodal_projector_bias false is not supported (the projector's linears have biases)");

@@ -31,6 +31,8 @@ LlavaConfig from_hf_config(const nlohmann::json& config, const std::string& wher
 // language model's own config.json); `where` and `path` ("text_config.") name errors, transformers' defaults
 // fill what is absent.
 LlmConfig llm_from_hf(const nlohmann::json& text, const std::string& where, const std::string& path);
+// The tower of a CLIPVisionConfig or SiglipVisionConfig (a LLaVA's vision_config, or a tower's own config.json).
+VisionConfig vision_from_hf(const nlohmann::json& vision, const std::string& where, const std::string& path);
 // DIR/config.json read and converted.
 LlavaConfig read_hf_config(const std::string& dir);
 // Writes DIR/config.json and DIR/generation_config.json.

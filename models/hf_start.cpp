@@ -48,15 +48,19 @@ int64_t language_vocab(const std::string& language_dir) {
 LlavaConfig stage1_config(const std::string& vision_dir, const std::string& language_dir) {
   json v = read_json(vision_dir, "vision_tower");
   const std::string vtype = v.value("model_type", "");
-  if (vtype == "clip") {  // a whole CLIPModel: its vision_config
-    HR_CHECK(v.contains("vision_config") && v["vision_config"].is_object(), "[hf] ", vision_dir,
-             "/config.json: a CLIP model without vision_config");
+  if (vtype == "clip" || vtype == "siglip") {  // a whole CLIPModel or SiglipModel: its vision_config
+    HR_CHECK(v.contains("vision_config") && v["vision_config"].is_object(), "[hf] ", vision_dir, "/config.json: a ",
+             vtype, " model without vision_config");
     v = v["vision_config"];
-    v["model_type"] = "clip_vision_model";
+    v["model_type"] = vtype + "_vision_model";
   }
-  HR_CHECK(v.value("model_type", "") == "clip_vision_model", "[hf] ", vision_dir, "/config.json: model_type '", vtype,
-           "' is neither 'clip' nor 'clip_vision_model' (model.vision_tower must be a CLIP directory, as "
-           "openai/clip-vit-large-patch14-336)");
+  const std::string tower = v.value("model_type", "");
+  HR_CHECK(tower == "clip_vision_model" || tower == "siglip_vision_model", "[hf] ", vision_dir,
+           "/config.json: model_type '", vtype,
+           "' is none of 'clip', 'clip_vision_model', 'siglip', 'siglip_vision_model' (model.vision_tower must be a "
+           "CLIP or SigLIP directory, as openai/clip-vit-large-patch14-336 or google/siglip-so400m-patch14-384)");
+  const bool siglip = tower == "siglip_vision_model";
+  if (siglip) v["vision_use_head"] = false;  // its pooling head's weights stay in the directory, unread
   json t = read_json(language_dir, "language_model");
   const int64_t vocab = language_vocab(language_dir);
   t["vocab_size"] = (vocab + 2 + 63) / 64 * 64;  // "<image>" and "<pad>", padded as llava-hf's conversion does
@@ -66,7 +70,8 @@ LlavaConfig stage1_config(const std::string& vision_dir, const std::string& lang
                       {"image_token_index", vocab},
                       {"projector_hidden_act", "gelu"},
                       {"vision_feature_layer", -2},
-                      {"vision_feature_select_strategy", "default"}};
+                      // LLaVA-NeXT's SigLIP tower drops its last layer and keeps every patch
+                      {"vision_feature_select_strategy", siglip ? "full" : "default"}};
   LlavaConfig c = from_hf_config(llava, vision_dir + " + " + language_dir);
   return c;
 }

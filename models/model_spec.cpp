@@ -88,6 +88,10 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
       {"num_channels", i64(v.channels, "vision.num_channels")},
       {"layer_norm_eps", f32(v.layer_norm_eps, "vision.layer_norm_eps")},
       {"select_layer", [&](const YAML::Node& n) { v.select_layer = as<int>(n, "vision.select_layer", where); }},
+      {"model_type",
+       [&](const YAML::Node& n) {
+         v.tower = parse_tower(as<std::string>(n, "vision.model_type", where), "model.vision.model_type");
+       }},
       {"select_feature",
        [&](const YAML::Node& n) {
          v.select_feature = parse_feature_select(as<std::string>(n, "vision.select_feature", where));

@@ -37,7 +37,7 @@ constexpr std::array<std::pair<Tensor S::*, Keep>, 15> kFields = {{
 }  // namespace
 
 VisionLayer::VisionLayer(ParamStore& store, const std::string& prefix, const VisionConfig& cfg)
-    : prefix_(prefix), cfg_(cfg) {
+    : prefix_(prefix), cfg_(cfg), act_(cfg.tower == Tower::Siglip ? UnaryOp::GeluTanh : UnaryOp::QuickGelu) {
   const int64_t c = cfg.hidden;
   k_ = Linear::make(store, prefix + ".self_attn.k_proj", c, c, Bias::Yes);
   v_ = Linear::make(store, prefix + ".self_attn.v_proj", c, c, Bias::Yes);
@@ -79,7 +79,7 @@ void VisionLayer::compute(S& s) const {
   }
   if (!s.act.defined()) {
     s.fc1 = fc1_.forward(s.xn2);
-    s.act = quick_gelu(s.fc1);
+    s.act = unary_forward(act_, s.fc1);
   }
 }
 
@@ -103,7 +103,7 @@ Tensor VisionLayer::backward(const Tensor& dy, S& s) const {
   const int64_t I = s.x.size(0), N = s.x.size(1), H = cfg_.heads, D = cfg_.hidden / cfg_.heads;
   Tensor d_act = fc2_.backward(dy, s.act);
   s.act = Tensor();
-  Tensor d_fc1 = unary_backward(UnaryOp::QuickGelu, s.fc1, d_act);
+  Tensor d_fc1 = unary_backward(act_, s.fc1, d_act);
   d_act = s.fc1 = Tensor();
   Tensor dxn2 = fc1_.backward(d_fc1, s.xn2);
   d_fc1 = s.xn2 = Tensor();
@@ -131,10 +131,12 @@ VisionTower::VisionTower(ParamStore& store, const std::string& prefix, const Vis
   const int64_t c = cfg.hidden, p = cfg.patch;
   {
     ParamStore::GroupScope in(store, stem);
-    class_embedding_ = &store.add(prefix + ".embeddings.class_embedding", {c});
+    if (cfg.class_token()) class_embedding_ = &store.add(prefix + ".embeddings.class_embedding", {c});
     patch_embedding_ = &store.add(prefix + ".embeddings.patch_embedding.weight", {c, cfg.channels, p, p});
+    if (cfg.tower == Tower::Siglip)
+      patch_linear_.bias = &store.add(prefix + ".embeddings.patch_embedding.bias", {c}, ParamRole::Bias);
     position_embedding_ = &store.add(prefix + ".embeddings.position_embedding.weight", {cfg.num_positions(), c});
-    pre_ln_ = LayerNorm::make(store, prefix + ".pre_layrnorm", c, cfg.layer_norm_eps);
+    if (cfg.tower == Tower::Clip) pre_ln_ = LayerNorm::make(store, prefix + ".pre_layrnorm", c, cfg.layer_norm_eps);
   }
   for (int64_t i = 0; i < cfg.layers; ++i) {
     ParamStore::GroupScope in(store, stem + 1 + int(i));
@@ -149,38 +151,48 @@ bool VisionTower::trainable() const {
   return patch_embedding_->trainable;
 }
 
+// pixels (I, 3, S, S) -> the encoder's input (I, N, C): patches through the patch embedding, CLIP's class token in
+// front, position embeddings added, CLIP's pre_layrnorm.
+Tensor VisionTower::embed(const Tensor& pixels, VisionSaved& saved, Saving saving) const {
+  const int64_t I = pixels.size(0), N = cfg_.num_positions(), C = cfg_.hidden, used = cfg_.grid() * cfg_.patch;
+  Tensor x;
+  {
+    MemoryScope scope(Category::Activations, prefix_ + ".embeddings");
+    Tensor typed = pixels.to(patch_embedding_->data.dtype());
+    if (used < cfg_.image_size)  // SigLIP's "valid" conv: the pixels past the last whole patch are never read
+      typed = slice_copy(slice_copy(typed, 2, 0, used), 3, 0, used);
+    Tensor patches = patchify(typed, cfg_.patch);
+    typed = Tensor();
+    Tensor pe = patch_linear_.forward(patches);  // (I, P, C)
+    if (saving == Saving::ForBackward) saved.patches = patches;
+    if (!cfg_.class_token()) {
+      add_(pe, position_embedding_->data);
+      return pe;
+    }
+    x = Tensor::empty({I, N, C}, pe.dtype(), pe.device());
+    copy_(x.slice(1, 0, 1), class_embedding_->data.view({1, 1, C}).expand({I, 1, C}));
+    copy_(x.slice(1, 1, N), pe);
+    add_(x, position_embedding_->data);
+  }
+  MemoryScope scope(Category::Activations, prefix_ + ".pre_layrnorm");
+  NormOut n = pre_ln_.forward(x);
+  if (saving == Saving::ForBackward) {
+    saved.pre_in = x;
+    saved.pre_mean = n.saved.mean;
+    saved.pre_rstd = n.saved.rstd;
+  }
+  return n.y;
+}
+
 Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const CheckpointPolicy& policy,
                             Saving saving) const {
-  const int64_t I = pixels.size(0), P = cfg_.num_patches(), N = cfg_.num_positions(), C = cfg_.hidden;
   HR_CHECK(pixels.dim() == 4 && pixels.size(1) == cfg_.channels && pixels.size(2) == cfg_.image_size &&
                pixels.size(3) == cfg_.image_size,
            "[vision] pixel_values must be (images, ", cfg_.channels, ", ", cfg_.image_size, ", ", cfg_.image_size,
            "); got ", pixels.describe());
   saved = VisionSaved{};
   hook_before(hooks_, group_, Pass::Forward);
-  Tensor x;
-  {
-    MemoryScope scope(Category::Activations, prefix_ + ".embeddings");
-    Tensor patches = patchify(pixels.to(patch_embedding_->data.dtype()), cfg_.patch);
-    Tensor pe = patch_linear_.forward(patches);  // (I, P, C)
-    if (saving == Saving::ForBackward) saved.patches = patches;
-    x = Tensor::empty({I, N, C}, pe.dtype(), pe.device());
-    copy_(x.slice(1, 0, 1), class_embedding_->data.view({1, 1, C}).expand({I, 1, C}));
-    copy_(x.slice(1, 1, N), pe);
-    add_(x, position_embedding_->data);
-    (void)P;
-  }
-  Tensor h;
-  {
-    MemoryScope scope(Category::Activations, prefix_ + ".pre_layrnorm");
-    NormOut n = pre_ln_.forward(x);
-    if (saving == Saving::ForBackward) {
-      saved.pre_in = x;
-      saved.pre_mean = n.saved.mean;
-      saved.pre_rstd = n.saved.rstd;
-    }
-    h = n.y;
-  }
+  Tensor h = embed(pixels, saved, saving);
   watch_output(watch_, group_, Pass::Forward, h);
   hook_after(hooks_, group_, Pass::Forward);
   const int64_t used = cfg_.layers_used();
@@ -194,15 +206,17 @@ Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const Chec
   }
   if (cfg_.select_feature == FeatureSelect::ClsPatch) return h;
   MemoryScope scope(Category::Activations, prefix_ + ".select_feature");
-  return slice_copy(h, 1, 1, N);
+  return slice_copy(h, 1, 1, cfg_.num_positions());
 }
 
 void VisionTower::backward(const Tensor& d_features, VisionSaved& saved) const {
-  const int64_t I = d_features.size(0), N = cfg_.num_positions(), C = cfg_.hidden;
+  const int64_t I = d_features.size(0);
   Tensor dh;
   {
     MemoryScope scope(Category::Activations, prefix_ + ".select_feature");
-    dh = cfg_.select_feature == FeatureSelect::ClsPatch ? d_features : slice_backward(d_features, {I, N, C}, 1, 1);
+    dh = cfg_.select_feature == FeatureSelect::ClsPatch
+             ? d_features
+             : slice_backward(d_features, {I, cfg_.num_positions(), cfg_.hidden}, 1, 1);
   }
   for (std::size_t i = saved.layers.size(); i-- > 0;) {
     hook_before(hooks_, group_ + 1 + int(i), Pass::Backward);
@@ -212,15 +226,25 @@ void VisionTower::backward(const Tensor& d_features, VisionSaved& saved) const {
   }
   hook_before(hooks_, group_, Pass::Backward);
   MemoryScope scope(Category::Activations, prefix_ + ".embeddings");
-  Tensor dx = pre_ln_.backward(dh, saved.pre_in, {saved.pre_mean, saved.pre_rstd});
+  Tensor dx = embed_backward(dh, saved);
+  dh = Tensor();
   watch_output(watch_, group_, Pass::Backward, dx);
-  dh = saved.pre_in = saved.pre_mean = saved.pre_rstd = Tensor();
+  const int64_t N = cfg_.num_positions(), C = cfg_.hidden;
   if (position_embedding_->trainable)
     sum_leading(dx.view({I, N * C}), position_embedding_->ensure_grad().view({N * C}), Accumulate::Yes);
-  if (class_embedding_->trainable) sum_leading(dx.select(1, 0), class_embedding_->ensure_grad(), Accumulate::Yes);
-  patch_linear_.backward(slice_copy(dx, 1, 1, N), saved.patches, InputGrad::Skip);
+  if (class_embedding_ && class_embedding_->trainable)
+    sum_leading(dx.select(1, 0), class_embedding_->ensure_grad(), Accumulate::Yes);
+  patch_linear_.backward(cfg_.class_token() ? slice_copy(dx, 1, 1, N) : dx, saved.patches, InputGrad::Skip);
   saved = VisionSaved{};
   hook_after(hooks_, group_, Pass::Backward);
+}
+
+// d(encoder input) -> d(embeddings): through CLIP's pre_layrnorm; SigLIP has none.
+Tensor VisionTower::embed_backward(const Tensor& dh, VisionSaved& saved) const {
+  if (!cfg_.class_token()) return dh;
+  Tensor dx = pre_ln_.backward(dh, saved.pre_in, {saved.pre_mean, saved.pre_rstd});
+  saved.pre_in = saved.pre_mean = saved.pre_rstd = Tensor();
+  return dx;
 }
 
 }  // namespace hr::models

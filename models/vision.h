@@ -1,5 +1,7 @@
-// CLIP-style vision tower (as openai/clip-vit-large-patch14-336): patch embedding, class and position
-// embeddings, pre_layrnorm, pre-LN encoder layers with quick_gelu MLPs, select_layer and feature selection.
+// The vision tower: CLIP's (as openai/clip-vit-large-patch14-336: patch embedding, class and position embeddings,
+// pre_layrnorm, pre-LN encoder layers with quick_gelu MLPs) or SigLIP's (as google/siglip-so400m-patch14-384: patch
+// embedding with bias, position embeddings, no class token and no pre-norm, tanh-GELU MLPs), with select_layer and
+// feature selection.
 #pragma once
 
 #include <vector>
@@ -19,7 +21,7 @@ struct VisionLayerSaved {
   Tensor h;                   // (I, N, C) x + out_proj(attn)
   Tensor ln2_mean, ln2_rstd;  // f32 (I*N)
   Tensor xn2;                 // (I, N, C)
-  Tensor fc1, act;            // (I, N, F) each; act = quick_gelu(fc1)
+  Tensor fc1, act;            // (I, N, F) each; act = quick_gelu(fc1) (CLIP) or gelu_tanh(fc1) (SigLIP)
 };
 
 class VisionLayer {
@@ -33,13 +35,14 @@ class VisionLayer {
 
   std::string prefix_;
   VisionConfig cfg_;
+  core::UnaryOp act_;
   LayerNorm ln1_, ln2_;
   Linear q_, k_, v_, o_, fc1_, fc2_;
 };
 
 struct VisionSaved {
   Tensor patches;  // (I, P, 3*p*p) patchified pixels: the patch-embedding weight gradient needs them
-  Tensor pre_in;   // (I, N, C) embeddings before pre_layrnorm
+  Tensor pre_in;   // (I, N, C) embeddings before CLIP's pre_layrnorm
   Tensor pre_mean, pre_rstd;
   std::vector<VisionLayerSaved> layers;
 };
@@ -63,10 +66,12 @@ class VisionTower {
   int group_ = 0;
   std::string prefix_;
   VisionConfig cfg_;
-  Param* patch_embedding_;      // (C, 3, p, p)
-  Param* class_embedding_;      // (C)
-  Param* position_embedding_;   // (N, C)
-  LayerNorm pre_ln_, post_ln_;  // post_layernorm exists in the checkpoints; LLaVA never uses it
+  Param* patch_embedding_;            // (C, 3, p, p)
+  Param* class_embedding_ = nullptr;  // (C), CLIP's
+  Param* position_embedding_;         // (N, C)
+  LayerNorm pre_ln_, post_ln_;        // pre_layrnorm is CLIP's; post_layernorm is in the checkpoints, unused
+  Tensor embed(const Tensor& pixels, VisionSaved& saved, Saving saving) const;
+  Tensor embed_backward(const Tensor& dh, VisionSaved& saved) const;
   std::vector<VisionLayer> layers_;
   Linear patch_linear_;  // the conv as a linear over flattened patches, sharing patch_embedding_
 };

@@ -29,7 +29,8 @@ std::shared_ptr<const data::Tokenizer> load_run_tokenizer(const RunConfig& c) {
 data::ImageNorm run_image_norm(const RunConfig& c) {
   const std::string& dir = c.model.name_or_path.empty() ? c.model.vision_tower : c.model.name_or_path;
   const std::string file = dir + "/preprocessor_config.json";
-  if (dir.empty() || !std::filesystem::is_regular_file(file)) return {};
+  if (dir.empty() || !std::filesystem::is_regular_file(file))  // the tower's own processor's
+    return c.model.config.vision.tower == models::Tower::Siglip ? data::ImageNorm::siglip() : data::ImageNorm{};
   return data::read_preprocessor_config(file, c.model.config.vision.image_size);
 }
 

@@ -158,7 +158,9 @@ inline JobEnd pause_rank_then_stop(pid_t launcher, const std::string& run, int s
 
 // The memory logs of a 2-rank run in which rank 1 was stopped for `paused` seconds: every step's comm_exposed_s
 // lies within its step_s; one step of rank 0 holds most of the pause as exposed communication; the other steps'
-// exposed communication is a small part of them (on the median step, under half). Rank 1's same step is not checked:
+// exposed communication is small beside the pause (on the median step, under a tenth of it: on 2 cores shared with
+// other jobs the ranks also wait for each other in ordinary steps, so a share of their step time would measure
+// the machine's load, not the report). Rank 1's same step is not checked:
 // stopped inside an MPI call, it spent the pause there too. Returns the index of rank 0's step that waited.
 inline std::size_t expect_rank0_waited_once(const std::string& run, double paused) {
   const std::vector<nlohmann::json> a = jsonl(run + "/memory.rank0.jsonl"), b = jsonl(run + "/memory.rank1.jsonl");
@@ -182,7 +184,7 @@ inline std::size_t expect_rank0_waited_once(const std::string& run, double pause
   std::sort(exposed.begin(), exposed.end());
   std::sort(step.begin(), step.end());
   const double median_exposed = exposed[exposed.size() / 2], median_step = step[step.size() / 2];
-  EXPECT_LT(median_exposed, 0.5 * median_step);
+  EXPECT_LT(median_exposed, 0.1 * paused);
   std::printf("rank 0 stood still %.3f s in step %lld; its other steps: median %.3f ms exposed of %.3f ms\n",
               a[waited]["comm_exposed_s"].get<double>(), (long long)a[waited]["step"].get<int64_t>(),
               median_exposed * 1e3, median_step * 1e3);

@@ -153,31 +153,38 @@ TEST(Mpi, LoraUnderZeroMatchesASingleProcess) {
   }
 }
 
-TEST(Mpi, Qwen2AndMistralDecodersUnderZero3MatchASingleProcess) {
-  // The planner, ZeRO and the memory log see parameters and groups, not architectures: Qwen2's q/k/v biases are
-  // sharded, gathered and predicted like every other parameter.
-  for (const char* decoder : {"qwen2", "mistral"}) {
-    const std::string base = fresh_dir(str("mpi_", decoder));
+TEST(Mpi, TheLlavaFamilyUnderZero3MatchesASingleProcess) {
+  // The planner, ZeRO and the memory log see parameters and groups, not architectures: Qwen2's q/k/v biases and
+  // SigLIP's tower are sharded, gathered and predicted like every other parameter.
+  const std::pair<std::string, std::string> family[] = {
+      {"qwen2", ""},
+      {"mistral", ""},
+      {"siglip_qwen2",
+       " --set model.vision.model_type=siglip_vision_model --set model.vision.select_feature=cls_patch"},
+  };
+  for (const auto& [name, tower] : family) {
+    const std::string decoder = name.substr(name.rfind('_') + 1);
+    const std::string base = fresh_dir("mpi_" + name);
     const std::string cfg = config(base);
-    const std::string sets =
-        str(" --set model.llm.model_type=", decoder, " --set model.llm.rope_theta=1000000 --set train.max_steps=6");
+    const std::string sets = str(" --set model.llm.model_type=", decoder,
+                                 " --set model.llm.rope_theta=1000000 --set train.max_steps=6", tower);
     CmdResult single = train(1, cfg, base + "/single", sets);
     ASSERT_EQ(single.status, 0) << single.output;
     const auto ref = losses(base + "/single/memory.jsonl");
     ASSERT_EQ(ref.size(), 6u);
-    EXPECT_LT(ref.back(), ref.front()) << decoder;
+    EXPECT_LT(ref.back(), ref.front()) << name;
     const std::string out = base + "/z3";
     CmdResult r = train(2, cfg, out, sets + " --set memory.zero_stage=3");
-    ASSERT_EQ(r.status, 0) << decoder << "\n" << r.output;
+    ASSERT_EQ(r.status, 0) << name << "\n" << r.output;
     for (int rank = 0; rank < 2; ++rank) {
       for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
-        EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << decoder << " rank " << rank << " step " << l["step"];
-        EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << decoder << " rank " << rank << " step " << l["step"];
+        EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << name << " rank " << rank << " step " << l["step"];
+        EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << name << " rank " << rank << " step " << l["step"];
       }
       const auto got = losses(str(out, "/memory.rank", rank, ".jsonl"));
-      ASSERT_EQ(got.size(), ref.size()) << decoder;
+      ASSERT_EQ(got.size(), ref.size()) << name;
       for (std::size_t i = 0; i < ref.size(); ++i)
-        EXPECT_NEAR(got[i], ref[i], kLossTolerance) << decoder << " step " << i + 1;
+        EXPECT_NEAR(got[i], ref[i], kLossTolerance) << name << " step " << i + 1;
     }
   }
 }

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Hugging Face model directories in and out of headroom, checked with transformers' own LLaVA.
 
-    check_hf_dir.py make OUT [llama|qwen2|mistral]
-        A tiny random LlavaForConditionalGeneration (CLIP vision tower with quick_gelu, mlp2x_gelu projector,
-        a decoder with grouped-query heads: LLaMA's by default, or Qwen2's with q/k/v biases and rope_theta 1e6,
-        or Mistral's with a sliding window longer than every sequence of the check), saved with save_pretrained to OUT/hf (config.json,
+    check_hf_dir.py make OUT [llama|qwen2|mistral] [clip|siglip]
+        A tiny random LlavaForConditionalGeneration (a vision tower: CLIP's with quick_gelu by default, or
+        SigLIP's with tanh GELU, no class token, a biased patch embedding over 10-px images in 4-px patches, so
+        that 2 pixel rows and columns stay unread, and every patch as a feature; mlp2x_gelu projector; a decoder
+        with grouped-query heads: LLaMA's by default, or Qwen2's with q/k/v biases and rope_theta 1e6, or
+        Mistral's with a sliding window longer than every sequence of the check), saved with save_pretrained to OUT/hf (config.json,
         generation_config.json, model.safetensors), a batch OUT/batch.safetensors (input_ids with the image
         placeholders expanded, labels with -100 on the prompts, pixel_values), OUT/model.yaml (a headroom config
         whose model.name_or_path is OUT/hf) and transformers' loss, logits and gradients on that batch in
@@ -34,7 +36,7 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,  # noqa: E402
-                          MistralConfig, Qwen2Config)
+                          MistralConfig, Qwen2Config, SiglipVisionConfig)
 
 transformers.logging.set_verbosity_error()
 
@@ -77,14 +79,24 @@ def text_config(decoder):
     fail(f"unknown decoder '{decoder}' (llama, qwen2, mistral)", 2)
 
 
-def make(out, decoder="llama"):
+def vision_config(tower):
+    common = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2, patch_size=PATCH)
+    if tower == "clip":
+        return CLIPVisionConfig(image_size=IMAGE_SIZE, hidden_act="quick_gelu", layer_norm_eps=1e-5, **common)
+    if tower == "siglip":  # 10 px: the same 2 x 2 patches as CLIP's 8 px (T features with "full"), 2 px unread
+        return SiglipVisionConfig(image_size=IMAGE_SIZE + 2, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6,
+                                  vision_use_head=False, **common)
+    fail(f"unknown tower '{tower}' (clip, siglip)", 2)
+
+
+def make(out, decoder="llama", tower="clip"):
     torch.manual_seed(0)
-    vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
-                              image_size=IMAGE_SIZE, patch_size=PATCH, hidden_act="quick_gelu", layer_norm_eps=1e-5)
+    vision = vision_config(tower)
     text = text_config(decoder)
     cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=IMAGE_TOKEN,
-                      projector_hidden_act="gelu", vision_feature_select_strategy="default", vision_feature_layer=-2,
-                      image_seq_length=T, tie_word_embeddings=False)
+                      projector_hidden_act="gelu",
+                      vision_feature_select_strategy="default" if tower == "clip" else "full",
+                      vision_feature_layer=-2, image_seq_length=T, tie_word_embeddings=False)
     model = eager(LlavaForConditionalGeneration(cfg)).float()
     with torch.no_grad():  # larger than the default init, so that the checks compare numbers that matter
         for name, p in model.named_parameters():
@@ -103,7 +115,8 @@ def make(out, decoder="llama"):
     ids[:, 1:1 + T] = IMAGE_TOKEN
     labels = ids.clone()
     labels[:, :11] = -100
-    batch = {"input_ids": ids, "labels": labels, "pixel_values": torch.randn(2, 3, IMAGE_SIZE, IMAGE_SIZE, generator=g)}
+    size = vision.image_size
+    batch = {"input_ids": ids, "labels": labels, "pixel_values": torch.randn(2, 3, size, size, generator=g)}
     save_file(batch, os.path.join(out, "batch.safetensors"))
     o = forward(model, batch, grads=True)
     ref = {"loss": o.loss.detach().reshape(()), "logits": o.logits.detach().contiguous()}
@@ -112,7 +125,7 @@ def make(out, decoder="llama"):
     save_file(ref, os.path.join(out, "ref.safetensors"))
     with open(os.path.join(out, "model.yaml"), "w") as f:
         f.write(f"model:\n  name_or_path: {os.path.join(os.path.abspath(out), 'hf')}\n")
-    print(f"{PROG}: wrote {out}/hf ({decoder} decoder, transformers {transformers.__version__}), batch, reference "
+    print(f"{PROG}: wrote {out}/hf ({tower} tower, {decoder} decoder, transformers {transformers.__version__}), batch, reference "
           f"loss {o.loss.item():.6f}")
 
 
@@ -161,14 +174,14 @@ def load(model_dir, batch_path, ours_path):
 
 
 def main(argv):
-    if len(argv) in (2, 3) and argv[0] == "make":
+    if len(argv) in (2, 3, 4) and argv[0] == "make":
         make(*argv[1:])
     elif len(argv) == 3 and argv[0] == "compare":
         compare(argv[1], argv[2])
     elif len(argv) == 4 and argv[0] == "load":
         load(argv[1], argv[2], argv[3])
     else:
-        fail("usage: check_hf_dir.py make OUT [DECODER] | compare REF OURS | load DIR BATCH OURS", 2)
+        fail("usage: check_hf_dir.py make OUT [DECODER [TOWER]] | compare REF OURS | load DIR BATCH OURS", 2)
 
 
 if __name__ == "__main__":

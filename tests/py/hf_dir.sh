@@ -3,14 +3,14 @@
 # headroom loads a directory transformers' save_pretrained wrote (model.name_or_path) and its loss, logits and
 # gradients equal transformers'; headroom trains from it and saves a checkpoint, and transformers'
 # from_pretrained opens that checkpoint with logits equal to headroom's. Usage: hf_dir.sh HEADROOM WORK_DIR
-# [llama|qwen2|mistral] (the decoder; llama by default).
+# [llama|qwen2|mistral [clip|siglip]] (the decoder and the tower; llama and clip by default).
 set -euo pipefail
-bin=$1 work=$2 decoder=${3:-llama}
+bin=$1 work=$2 decoder=${3:-llama} tower=${4:-clip}
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work"
 mkdir -p "$work"
 cd "$work"
-python3 "$here/check_hf_dir.py" make . "$decoder"
+python3 "$here/check_hf_dir.py" make . "$decoder" "$tower"
 "$bin" debug grads --config model.yaml --weights hf --batch batch.safetensors --out in.safetensors --logits
 python3 "$here/check_hf_dir.py" compare ref.safetensors in.safetensors
 cat > train.yaml <<YAML

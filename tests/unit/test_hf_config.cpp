@@ -186,7 +186,7 @@ TEST(HfConfig, VisionTowerAndLanguageModelJoinAsLlavaHfDoes) {
                 .find("drop model.preset"),
             std::string::npos);
   EXPECT_NE(err(str("{vision_tower: ", (d / "llama").string(), ", language_model: ", (d / "llama").string(), "}"))
-                .find("neither 'clip' nor 'clip_vision_model'"),
+                .find("is none of 'clip', 'clip_vision_model'"),
             std::string::npos);
   EXPECT_NE(err(str("{vision_tower: ", (d / "clip").string(), ", language_model: ", (d / "clip").string(), "}"))
                 .find("is not 'llama', 'qwen2' or 'mistral'"),
@@ -266,4 +266,31 @@ TEST(HfConfig, LlavaNextMistralPresetIsThePublishedShape) {
   EXPECT_EQ(l.rope_theta, want.rope_theta);
   EXPECT_EQ(l.sliding_window, want.sliding_window);
   EXPECT_EQ(l.rms_norm_eps, want.rms_norm_eps);
+}
+
+TEST(HfConfig, SiglipTowerRoundTripsAndItsPoolingHeadIsRefusedByName) {
+  LlavaConfig c = preset("small");
+  c.vision.tower = Tower::Siglip;
+  c.vision.image_size = 70;
+  c.vision.select_feature = FeatureSelect::ClsPatch;
+  const json j = to_hf_config(c, core::DType::F32);
+  EXPECT_EQ(j["vision_config"]["model_type"], "siglip_vision_model");
+  EXPECT_EQ(j["vision_config"]["hidden_act"], "gelu_pytorch_tanh");
+  EXPECT_EQ(j["vision_config"]["vision_use_head"], false);
+  EXPECT_EQ(j["vision_feature_select_strategy"], "full");
+  const LlavaConfig back = from_hf_config(j, "config.json");
+  EXPECT_EQ(back.vision.tower, Tower::Siglip);
+  EXPECT_EQ(back.vision.image_size, 70);
+  EXPECT_EQ(back.parameter_count(), c.parameter_count());
+  // SiglipVisionConfig's defaults for what is absent.
+  const VisionConfig d =
+      vision_from_hf(json{{"model_type", "siglip_vision_model"}, {"vision_use_head", false}}, "c", "vision_config.");
+  EXPECT_EQ(d.patch, 16);
+  EXPECT_EQ(d.layer_norm_eps, 1e-6f);
+  json head = j;
+  head["vision_config"].erase("vision_use_head");  // transformers' default builds the head
+  expect_error(head, "vision_config.vision_use_head must be false");
+  json act = j;
+  act["vision_config"]["hidden_act"] = "quick_gelu";
+  expect_error(act, "vision_config.hidden_act");
 }

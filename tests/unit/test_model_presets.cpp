@@ -27,6 +27,12 @@ TEST(ModelPresets, ParameterCountsMatchLlavaHf) {
   // 7,566,747,648, of which image_newline (4,096) belongs to AnyRes's patch merging, not yet built here.
   Llava mistral(preset("llava-next-mistral-7b"), Device::meta(), DType::BF16);
   EXPECT_EQ(mistral.params().count() + 4096, 7566747648);
+  // llava-hf/llava-onevision-qwen2-7b-ov-hf's config.json as a LlavaForConditionalGeneration (SigLIP so400m with
+  // 26 layers and no head, Qwen2-7B): 8,030,804,000 in transformers 4.45.2; its LlavaOnevision class adds
+  // image_newline (3,584) for 8,030,807,584.
+  Llava onevision(preset("llava-onevision-qwen2-7b"), Device::meta(), DType::BF16);
+  EXPECT_EQ(onevision.params().count(), 8030804000);
+  EXPECT_EQ(preset("llava-onevision-qwen2-7b").vision.tokens_per_image(), 729);  // 27 x 27 patches, all kept
 }
 
 // The closed-form count (validate's overflow check, the planner's capacity arithmetic) is the built model's.
@@ -39,6 +45,8 @@ TEST(ModelPresets, ParameterCountInClosedFormIsTheBuiltModels) {
     EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name << " (linear, GQA)";
     c.llm.decoder = Decoder::Qwen2;  // biases on q, k and v
     EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name << " (qwen2)";
+    c.vision.tower = Tower::Siglip;  // no class token or pre-norm, a biased patch embedding
+    EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name << " (siglip)";
   }
 }
 
@@ -117,4 +125,22 @@ TEST(ModelPresets, Qwen2HasBiasesOnQKVOnly) {
     EXPECT_NE(m.params().find(str("language_model.model.layers.1.self_attn.", name, ".bias")), nullptr) << name;
   EXPECT_EQ(m.params().find("language_model.model.layers.1.self_attn.o_proj.bias"), nullptr);
   EXPECT_EQ(m.params().find("language_model.model.layers.1.mlp.gate_proj.bias"), nullptr);
+}
+
+TEST(ModelPresets, SiglipHasNoClassTokenNoPreNormAndABiasedPatchEmbedding) {
+  LlavaConfig c = preset("tiny");
+  c.vision.tower = Tower::Siglip;
+  c.vision.image_size = 10;  // 2 x 2 patches of 4 px: the last 2 pixel rows and columns are never read
+  Llava m(c, Device::meta(), DType::F32);
+  const std::string v = "vision_tower.vision_model.";
+  EXPECT_NE(m.params().find(v + "embeddings.patch_embedding.bias"), nullptr);
+  EXPECT_EQ(m.params().find(v + "embeddings.class_embedding"), nullptr);
+  EXPECT_EQ(m.params().find(v + "pre_layrnorm.weight"), nullptr);
+  EXPECT_NE(m.params().find(v + "post_layernorm.weight"), nullptr);
+  EXPECT_EQ(m.params().find(v + "embeddings.position_embedding.weight")->data.size(0), 4);
+  EXPECT_EQ(c.vision.tokens_per_image(), 3);  // `patch` drops the first position, as transformers' "default" does
+  c.vision.select_feature = FeatureSelect::ClsPatch;
+  EXPECT_EQ(c.vision.tokens_per_image(), 4);
+  c.vision.tower = Tower::Clip;
+  EXPECT_THROW(c.validate(), Error);  // CLIP's patches must tile the image
 }
