@@ -578,6 +578,9 @@ class HfTokenizer : public Tokenizer {
 
   int64_t vocab_size() const override { return int64_t(pieces_.size()); }
   std::string describe() const override {
+    bool byte_level = false;
+    for (const PreTokenizer& p : pre_tokenizers_) byte_level |= p.kind == PreTokenizer::ByteLevel;
+    if (byte_level) return str("tokenizer.json ", file_, " (byte-level BPE, ", pieces_.size(), " ids)");
     return str("tokenizer.json ", file_, " (BPE, ", pieces_.size(), " ids, legacy ", legacy_ ? "true" : "false", ")");
   }
 
