@@ -129,6 +129,9 @@ TEST(TokenizerOracle, ByteLevelMatchesTokenizers) {
 TEST(TokenizerOracle, ByteLevelPrefixSpaceStringMergesMatchesTokenizers) {
   check_byte_level("bbpe_prefix");
 }
+TEST(TokenizerOracle, ByteLevelIgnoreMergesMatchesTokenizers) {
+  check_byte_level("bbpe_ignore_merges");
+}
 TEST(TokenizerOracle, Qwen2ShapeMatchesTokenizers) {
   check_byte_level("qwen2");
 }

@@ -17,7 +17,8 @@ preprocess_* functions produce the ids and labels headroom must reproduce.
         Byte-level BPE: trains two with the `tokenizers` library on text written here (byte alphabet first, so
         that "\n" is id 198 as in GPT-2 and Qwen2): OUT/bbpe (GPT-2's shape: ByteLevel pre-tokenizer and
         decoder, merges as pairs, special tokens <|endoftext|> <|im_start|> <|im_end|> <image> and a normalized
-        non-special <tool>), OUT/bbpe_prefix (the same with add_prefix_space and merges as strings) and OUT/qwen2
+        non-special <tool>), OUT/bbpe_prefix (the same with add_prefix_space and merges as strings),
+        OUT/bbpe_ignore_merges (the same with ignore_merges, as Llama 3 has it) and OUT/qwen2
         (Qwen2's shape: NFC, Sequence[Split(Qwen2's regex, Isolated), ByteLevel(no prefix space, no regex)],
         ByteLevel decoder, merges as strings, ignore_merges false, <|endoftext|> <|im_start|> <|im_end|> added
         special after the vocabulary, plus a normalized non-special "café"; tokenizer_config.json as Qwen2's).
@@ -290,6 +291,20 @@ def save_json(tk, path, edit):
     return Tokenizer.from_file(path)
 
 
+def ignore_merges(j):
+    """ignore_merges, and whole words as pieces after the vocabulary (the added tokens outside it move up, as
+    tokenizers numbers them from the vocabulary's size)."""
+    j["model"]["ignore_merges"] = True
+    vocab = j["model"]["vocab"]
+    words = [w for w in ["\u0120helpful", "\u0120polite", "Hello", "\u0120yellow", "123", "\u0120\u0120\u0120",
+                         "\u010a\u010a\u010a"] if w not in vocab]
+    for t in j["added_tokens"]:
+        if t["content"] not in vocab:
+            t["id"] += len(words)
+    for k, w in enumerate(words):
+        vocab[w] = len(vocab)
+
+
 def string_merges(j):
     j["model"]["merges"] = [" ".join(m) for m in j["model"]["merges"]]
 
@@ -333,6 +348,9 @@ def make_byte_level(out, rng, n):
         "bbpe": save_json(gpt2, f"{out}/bbpe/tokenizer.json", lambda j: None),
         "bbpe_prefix": save_json(gpt2, f"{out}/bbpe_prefix/tokenizer.json",
                                  lambda j: (string_merges(j), j["pre_tokenizer"].update(add_prefix_space=True))),
+        # Llama 3's setting: a word that is a piece is that piece, whatever the merges would make of it (words
+        # added as pieces that no merge reaches make it matter).
+        "bbpe_ignore_merges": save_json(gpt2, f"{out}/bbpe_ignore_merges/tokenizer.json", ignore_merges),
     }
     split = pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False)
     qwen = train_byte_level(lines, pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(
