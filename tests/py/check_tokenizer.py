@@ -39,7 +39,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _oracle_env  # noqa: E402
 
-_oracle_env.require("transformers", "sentencepiece", "tokenizers")
+_oracle_env.require("transformers", "sentencepiece", "tokenizers", "jinja2")
 # Debian's sentencepiece ships protobuf code generated for protobuf 3, which the venv's protobuf 4 only loads
 # with its pure-Python implementation (transformers reads tokenizer.model through it when converting to fast).
 os.environ.setdefault("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python")
