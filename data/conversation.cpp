@@ -1,4 +1,5 @@
-// Prompt templates and label masking, following LLaVA's preprocess_plain and preprocess_v1.
+// Prompt templates and label masking, following LLaVA's preprocess_plain, _v1 and _llama_2, and LLaVA-NeXT's
+// preprocess_qwen and preprocess_llama_2 (with its mistral_instruct conversation).
 #include "data/conversation.h"
 
 #include "core/check.h"
@@ -29,11 +30,25 @@ Template parse_template(const std::string& s) {
   if (s == "plain") return Template::Plain;
   if (s == "vicuna_v1" || s == "v1") return Template::VicunaV1;
   if (s == "llava_llama_2") return Template::Llama2;
-  throw Error(str("[config] data.template '", s, "' is not one of: plain, vicuna_v1 (v1), llava_llama_2"));
+  if (s == "qwen_1_5") return Template::Qwen;
+  if (s == "mistral_instruct") return Template::MistralInstruct;
+  throw Error(str("[config] data.template '", s,
+                  "' is not one of: plain, vicuna_v1 (v1), llava_llama_2, qwen_1_5, mistral_instruct"));
 }
 
 const char* default_system(Template t) {
-  return t == Template::Llama2 ? kLlama2System : t == Template::VicunaV1 ? kVicunaSystem : "";
+  switch (t) {
+    case Template::VicunaV1:
+      return kVicunaSystem;
+    case Template::Llama2:
+      return kLlama2System;
+    case Template::Qwen:
+      return kQwenSystem;
+    case Template::Plain:
+    case Template::MistralInstruct:
+      break;
+  }
+  return "";
 }
 
 namespace {
@@ -111,11 +126,13 @@ std::vector<int64_t> tokenizer_image_token(const std::string& prompt, const Toke
   return ids;
 }
 
-// preprocess_multimodal: the tag moves to the front of its message.
-std::vector<Turn> tags_in_front(const std::vector<Turn>& turns_in) {
+// preprocess_multimodal: the tag moves to the front of its message. LLaVA-NeXT's leaves a message that already
+// starts with it as it is.
+std::vector<Turn> tags_in_front(const std::vector<Turn>& turns_in, Template t) {
+  const bool next = t == Template::Qwen || t == Template::MistralInstruct;
   std::vector<Turn> turns = turns_in;
   for (Turn& turn : turns)
-    if (count_images(turn.value) > 0)
+    if (count_images(turn.value) > 0 && !(next && turn.value.rfind(kImageTag, 0) == 0))
       turn.value = py_strip("<image>\n" + py_strip(tok::replace_all(turn.value, kImageTag, "")));
   return turns;
 }
@@ -138,21 +155,69 @@ Prompted vicuna_v1(const std::vector<Turn>& turns, const std::string& system) { 
   return p;
 }
 
-Prompted llama_2(const std::vector<Turn>& turns, const std::string& system) {  // SeparatorStyle.LLAMA_2, "<s>", "</s>"
+// SeparatorStyle.LLAMA_2 with sep2 "</s>" and `sep` "<s>" (llava_llama_2) or "" (mistral_instruct).
+Prompted llama_2(const std::vector<Turn>& turns, const std::string& system, const std::string& sep) {
   Prompted p;
   for (std::size_t i = 0; i < turns.size(); ++i) {
     if (i + 1 == turns.size()) p.prompt = p.conv;
     std::string m = turns[i].value;
     if (m.empty()) continue;
     if (i == 0 && !system.empty()) m = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + m;
-    p.conv += i % 2 == 0 ? "<s>[INST] " + m + " [/INST]" : " " + m + " </s>";
+    p.conv += i % 2 == 0 ? sep + "[INST] " + m + " [/INST]" : " " + m + " </s>";
   }
-  for (std::string* s : {&p.conv, &p.prompt}) {  // ret.lstrip("<s>"): every leading '<', 's' or '>'
-    const std::size_t b = s->find_first_not_of("<s>");
+  for (std::string* s : {&p.conv, &p.prompt}) {  // ret.lstrip(sep): every leading character of sep
+    const std::size_t b = sep.empty() ? 0 : s->find_first_not_of(sep);
     *s = b == std::string::npos ? "" : s->substr(b);
   }
   p.sep = "[/INST] ";
   return p;
+}
+
+// The ids of a token's text, which must be one token (-1 where it is not).
+int64_t single_id(const Tokenizer& tok, const std::string& text) {
+  const std::vector<int64_t> ids = tok.encode(text, SpecialTokens::Omit);
+  return ids.size() == 1 ? ids[0] : -1;
+}
+
+// LLaVA-NeXT's preprocess_qwen: the system message and each turn as its own ChatML message, tokenized alone (with
+// the image as one kImage id, LLaVA-NeXT's added "<image>" token); the system and user messages masked, the
+// assistant's learned; then every <|im_start|>, <|im_end|> and newline token learned wherever it stands
+// (LLaVA-NeXT names the newline by Qwen2's id, 198: here it is the tokenizer's "\n" token). `prompt` gets the ids
+// before the last answer and the assistant's header, as LLaVA-NeXT's eval prompts end.
+void chatml(const std::vector<Turn>& turns, const Tokenizer& tok, const std::string& system, int64_t ignore,
+            std::vector<int64_t>& ids, std::vector<int64_t>& labels, std::vector<int64_t>& prompt) {
+  const int64_t im_start = single_id(tok, "<|im_start|>"), im_end = single_id(tok, "<|im_end|>");
+  HR_CHECK(im_start >= 0 && im_end >= 0,
+           "[data] the qwen_1_5 template needs a tokenizer with the tokens "
+           "<|im_start|> and <|im_end|> (",
+           tok.describe(), ")");
+  const int64_t newline = single_id(tok, "\n");
+  auto message = [&](const std::string& role, const std::string& content, bool learn) {
+    std::vector<int64_t> enc;
+    const std::vector<std::string> chunks =
+        py_split("<|im_start|>" + role + "\n" + content + "<|im_end|>\n", kImageTag);
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      if (i > 0) enc.push_back(kImage);
+      const std::vector<int64_t> c = tok.encode(chunks[i], SpecialTokens::Omit);
+      enc.insert(enc.end(), c.begin(), c.end());
+    }
+    for (int64_t id : enc) {
+      ids.push_back(id);
+      const bool unmask = id == im_start || id == im_end || (newline >= 0 && id == newline);
+      labels.push_back(learn || unmask ? id : ignore);
+    }
+  };
+  message("system", system, false);
+  for (std::size_t i = 0; i < turns.size(); ++i) {
+    if (i + 1 == turns.size()) {
+      prompt = ids;
+      const std::vector<int64_t> header = tok.encode("<|im_start|>assistant\n", SpecialTokens::Omit);
+      prompt.insert(prompt.end(), header.begin(), header.end());
+    }
+    message(i % 2 == 0 ? "user" : "assistant", turns[i].value, i % 2 == 1);
+  }
+  for (std::size_t k = 0; k < ids.size(); ++k)
+    if (ids[k] == kImage) labels[k] = ignore;
 }
 
 // LLaVA's preprocess_v1 / preprocess_llama_2 masking: each round's instruction is ignored, its answer learned,
@@ -204,11 +269,19 @@ void expand_images(const std::vector<int64_t>& in, const std::vector<int64_t>* l
 // The sample as LLaVA builds it with a real tokenizer (see conversation.h).
 Tokenized llava_exact(Template t, const std::vector<Turn>& turns_in, const Tokenizer& tok, int64_t tpi,
                       const std::string& system, int64_t ignore, int64_t max_len) {
-  const std::vector<Turn> turns = tags_in_front(turns_in);
+  const std::vector<Turn> turns = tags_in_front(turns_in, t);
   Tokenized out;
   out.images = count_images(turns[0].value);
   std::vector<int64_t> ids, labels;
   std::string prompt;
+  if (t == Template::Qwen) {
+    std::vector<int64_t> prompt_ids;
+    chatml(turns, tok, system, ignore, ids, labels, prompt_ids);
+    expand_images(ids, &labels, tok, tpi, ignore, out.ids, &out.labels);
+    expand_images(prompt_ids, nullptr, tok, tpi, ignore, out.prompt, nullptr);
+    out.answer = turns.back().value;
+    return out;
+  }
   if (t == Template::Plain) {
     HR_CHECK(out.images == 1, "the plain template needs an <image> in the first turn (LLaVA's preprocess_plain)");
     ids = tokenizer_image_token(std::string(kImageTag) + turns[1].value + "\n", tok);
@@ -217,7 +290,9 @@ Tokenized llava_exact(Template t, const std::vector<Turn>& turns_in, const Token
     std::fill(labels.begin(), labels.begin() + std::ptrdiff_t(std::min(masked, labels.size())), ignore);
     prompt = kImageTag;
   } else {
-    const Prompted p = t == Template::VicunaV1 ? vicuna_v1(turns, system) : llama_2(turns, system);
+    const Prompted p = t == Template::VicunaV1 ? vicuna_v1(turns, system)
+                       : t == Template::Llama2 ? llama_2(turns, system, "<s>")
+                                               : llama_2(turns, system, "");
     ids = tokenizer_image_token(p.conv, tok);
     labels = ids;
     prompt = p.prompt;
@@ -310,7 +385,11 @@ Tokenized apply_template(Template t, const std::vector<Turn>& turns, const Token
   const std::string system = system_in == "default" ? default_system(t) : system_in;
   const int images = checked_images(turns);
   if (!tok.is_bytes()) return llava_exact(t, turns, tok, tpi, system, ignore, max_len);
-  HR_CHECK(t != Template::Llama2, "the llava_llama_2 template needs a real tokenizer (data.tokenizer)");
+  HR_CHECK(t == Template::Plain || t == Template::VicunaV1, "the ",
+           t == Template::Llama2 ? "llava_llama_2"
+           : t == Template::Qwen ? "qwen_1_5"
+                                 : "mistral_instruct",
+           " template needs a real tokenizer (data.tokenizer)");
   ByteTemplate bytes(tok, images, tpi, ignore);
   return t == Template::Plain ? bytes.plain(turns) : bytes.vicuna(turns, system);
 }

@@ -12,7 +12,14 @@ namespace hr::data {
 // plain: pretraining captions ("<image>" + caption + "\n", loss on the caption);
 // vicuna_v1 (v1): "SYSTEM USER: <image>\nQ ASSISTANT: A</s>USER: ..." with loss on the answers and their </s>;
 // llava_llama_2: "[INST] <<SYS>>\nSYSTEM\n<</SYS>>\n\n<image>\nQ [/INST] A </s><s>[INST] ..." likewise.
-enum class Template : uint8_t { Plain, VicunaV1, Llama2 };
+// LLaVA-NeXT's (LLaVA-VL/LLaVA-NeXT llava/conversation.py and llava/train/train.py):
+// qwen_1_5 (ChatML, Qwen2's byte-level tokenizers): "<|im_start|>system\nSYSTEM<|im_end|>\n<|im_start|>user\n
+// <image>\nQ<|im_end|>\n<|im_start|>assistant\nA<|im_end|>\n..." as preprocess_qwen builds it: each message
+// tokenized on its own, the assistant's learned (its "<|im_start|>assistant\n" too), and then every
+// <|im_start|>, <|im_end|> and "\n" token learned wherever it stands;
+// mistral_instruct: "[INST] Q [/INST] A </s>[INST] ..." (llava_llama_2's style without <s> separators or a
+// system prompt), masked by preprocess_llama_2.
+enum class Template : uint8_t { Plain, VicunaV1, Llama2, Qwen, MistralInstruct };
 Template parse_template(const std::string& s);
 
 constexpr const char* kVicunaSystem =
@@ -21,6 +28,7 @@ constexpr const char* kVicunaSystem =
 constexpr const char* kLlama2System =
     "You are a helpful language and vision assistant. You are able to understand the visual content that the user "
     "provides, and assist the user with a variety of tasks using natural language.";
+constexpr const char* kQwenSystem = "You are a helpful assistant.";
 // The template's own system prompt (what `data.system_prompt: default` means).
 const char* default_system(Template t);
 

@@ -1,12 +1,14 @@
-// Hugging Face `tokenizer.json` for the Llama family: added tokens, the normalizers, pre-tokenizers,
-// post-processor and decoders those files use, and the BPE model with byte fallback, following the `tokenizers`
-// library (0.20) step for step. A part it does not implement is an error that names it, never other ids.
+// Hugging Face `tokenizer.json` for the Llama family and the byte-level BPE ones (GPT-2, Qwen2): added tokens,
+// the normalizers, pre-tokenizers, post-processors and decoders those files use, and the BPE model with byte
+// fallback, following the `tokenizers` library (0.20) step for step. A part it does not implement is an error
+// that names it, never other ids.
 #include <cctype>
 #include <filesystem>
 #include <queue>
 #include <unordered_map>
 
 #include "core/check.h"
+#include "data/byte_level.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_parts.h"
 
@@ -24,12 +26,23 @@ struct PairHash {
 };
 
 struct Normalizer {
-  enum Kind { Prepend, Replace } kind;
+  enum Kind { Prepend, Replace, Nfc } kind;
   std::string a, b;  // Prepend: a; Replace: a -> b
 };
 
+// One step of the pre-tokenizer (a Sequence is several): each word it is given becomes zero or more words.
+struct PreTokenizer {
+  enum Kind { Metaspace, ByteLevel, Split } kind = Metaspace;
+  std::string replacement = tok::kMetaspace, prepend_scheme = "always";  // Metaspace
+  bool split = true;                                                     // Metaspace
+  bool add_prefix_space = true;                                          // ByteLevel
+  std::shared_ptr<const tok::Regex> regex;  // Split's pattern; ByteLevel's GPT-2 one when use_regex
+  tok::SplitBehavior behavior = tok::SplitBehavior::Isolated;
+  bool invert = false;
+};
+
 struct Decoder {
-  enum Kind { Replace, ByteFallback, Fuse, Strip, Metaspace } kind;
+  enum Kind { Replace, ByteFallback, Fuse, Strip, Metaspace, ByteLevel } kind;
   std::string a, b;
   int64_t start = 0, stop = 0;
   bool prepend = true;
@@ -60,9 +73,10 @@ int64_t check_id(const std::string& file, int64_t id, const std::string& what) {
 
 Error unsupported(const std::string& file, const std::string& part, const json& v) {
   return Error(str("[tokenizer] ", file, ": ", part, " '", v.is_object() ? v.value("type", v.dump()) : v.dump(),
-                   "' is not supported (headroom reads the Llama family's BPE with byte fallback: normalizers "
-                   "Sequence/Prepend/Replace, pre-tokenizer Metaspace, post-processor TemplateProcessing, "
-                   "decoders Sequence/Replace/ByteFallback/Fuse/Strip/Metaspace)"));
+                   "' is not supported (headroom reads BPE models, the Llama family's with byte fallback and the "
+                   "byte-level ones: normalizers Sequence/Prepend/Replace/NFC, pre-tokenizers "
+                   "Sequence/Metaspace/ByteLevel/Split, post-processors TemplateProcessing/ByteLevel/Sequence, "
+                   "decoders Sequence/Replace/ByteFallback/Fuse/Strip/Metaspace/ByteLevel)"));
 }
 
 bool present(const json& j, const char* key) {
@@ -100,8 +114,14 @@ void normalizer_replace(const json& n, const std::string& file, std::vector<Norm
   out.push_back({Normalizer::Replace, n["pattern"]["String"], n.at("content")});
 }
 
-constexpr PartReader<Normalizer> kNormalizers[] = {
-    {"Sequence", normalizer_sequence}, {"Prepend", normalizer_prepend}, {"Replace", normalizer_replace}};
+void normalizer_nfc(const json&, const std::string&, std::vector<Normalizer>& out) {
+  out.push_back({Normalizer::Nfc, "", ""});
+}
+
+constexpr PartReader<Normalizer> kNormalizers[] = {{"Sequence", normalizer_sequence},
+                                                   {"Prepend", normalizer_prepend},
+                                                   {"Replace", normalizer_replace},
+                                                   {"NFC", normalizer_nfc}};
 
 void read_normalizer(const json& n, const std::string& file, std::vector<Normalizer>& out) {
   read_part(kNormalizers, "normalizer", n, file, out);
@@ -132,9 +152,14 @@ void decoder_metaspace(const json& d, const std::string&, std::vector<Decoder>& 
   out.push_back(x);
 }
 
+void decoder_byte_level(const json&, const std::string&, std::vector<Decoder>& out) {
+  out.push_back({Decoder::ByteLevel, "", ""});
+}
+
 constexpr PartReader<Decoder> kDecoders[] = {
-    {"Sequence", decoder_sequence}, {"Replace", decoder_replace}, {"ByteFallback", decoder_byte_fallback},
-    {"Fuse", decoder_fuse},         {"Strip", decoder_strip},     {"Metaspace", decoder_metaspace}};
+    {"Sequence", decoder_sequence},   {"Replace", decoder_replace}, {"ByteFallback", decoder_byte_fallback},
+    {"Fuse", decoder_fuse},           {"Strip", decoder_strip},     {"Metaspace", decoder_metaspace},
+    {"ByteLevel", decoder_byte_level}};
 
 void read_decoder(const json& d, const std::string& file, std::vector<Decoder>& out) {
   read_part(kDecoders, "decoder", d, file, out);
@@ -220,6 +245,115 @@ std::vector<std::string> run_decoder(const Decoder& d, const std::vector<std::st
       return decode_metaspace(d, in);
     case Decoder::ByteFallback:
       return decode_byte_fallback(in);
+    case Decoder::ByteLevel:
+      return {tok::chars_to_bytes(in)};
+  }
+  return {};
+}
+
+// --- The pre-tokenizers (`where` is the part's place in the file, "pre_tokenizer.pretokenizers[1]", for errors).
+std::shared_ptr<const tok::Regex> gpt2_regex() {
+  static const auto re = std::make_shared<const tok::Regex>(tok::kGpt2Pattern, false, "[tokenizer] GPT-2's pattern");
+  return re;
+}
+
+tok::SplitBehavior split_behavior(const json& p, const std::string& file, const std::string& where) {
+  static const std::pair<const char*, tok::SplitBehavior> kNames[] = {
+      {"Removed", tok::SplitBehavior::Removed},
+      {"Isolated", tok::SplitBehavior::Isolated},
+      {"MergedWithPrevious", tok::SplitBehavior::MergedWithPrevious},
+      {"MergedWithNext", tok::SplitBehavior::MergedWithNext},
+      {"Contiguous", tok::SplitBehavior::Contiguous}};
+  const std::string b = p.at("behavior");
+  for (const auto& [name, value] : kNames)
+    if (b == name) return value;
+  throw unsupported(file, where + ".behavior", json(b));
+}
+
+PreTokenizer metaspace(const json& p, const std::string& file, const std::string& where) {
+  PreTokenizer x;
+  x.kind = PreTokenizer::Metaspace;
+  x.replacement = p.value("replacement", std::string(tok::kMetaspace));
+  HR_CHECK(!x.replacement.empty(), "[tokenizer] ", file, ": ", where, ".replacement is empty");
+  x.prepend_scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
+  if (x.prepend_scheme != "always" && x.prepend_scheme != "first" && x.prepend_scheme != "never")
+    throw unsupported(file, where + ".prepend_scheme", json(x.prepend_scheme));
+  x.split = p.value("split", true);
+  return x;
+}
+
+PreTokenizer split(const json& p, const std::string& file, const std::string& where) {
+  PreTokenizer x;
+  x.kind = PreTokenizer::Split;
+  const json& pattern = p.at("pattern");
+  const bool literal = pattern.contains("String");
+  HR_CHECK(literal || pattern.contains("Regex"), "[tokenizer] ", file, ": ", where,
+           ".pattern is neither a String nor a Regex: ", pattern.dump());
+  const char* kind = literal ? "String" : "Regex";
+  x.regex = std::make_shared<const tok::Regex>(pattern.at(kind).get<std::string>(), literal,
+                                               str("[tokenizer] ", file, ": ", where, ".pattern.", kind));
+  x.behavior = split_behavior(p, file, where);
+  x.invert = p.value("invert", false);
+  return x;
+}
+
+void read_pre_tokenizer(const json& p, const std::string& file, const std::string& where,
+                        std::vector<PreTokenizer>& out) {
+  const std::string type = p.value("type", "");
+  if (type == "Sequence") {
+    const json& list = p.at("pretokenizers");
+    for (std::size_t i = 0; i < list.size(); ++i)
+      read_pre_tokenizer(list[i], file, str(where, ".pretokenizers[", i, "]"), out);
+  } else if (type == "Metaspace") {
+    out.push_back(metaspace(p, file, where));
+  } else if (type == "ByteLevel") {
+    PreTokenizer x;
+    x.kind = PreTokenizer::ByteLevel;
+    x.add_prefix_space = p.value("add_prefix_space", true);
+    if (p.value("use_regex", true)) x.regex = gpt2_regex();
+    out.push_back(x);
+  } else if (type == "Split") {
+    out.push_back(split(p, file, where));
+  } else {
+    throw unsupported(file, where, p);
+  }
+}
+
+// Metaspace: spaces become the replacement, which is put in front as the scheme says, then the word splits
+// before every replacement (MergedWithNext).
+std::vector<std::string> run_metaspace(const PreTokenizer& p, std::string t, bool at_start) {
+  t = tok::replace_all(t, " ", p.replacement);
+  const bool starts = t.rfind(p.replacement, 0) == 0;
+  if (!starts && (p.prepend_scheme == "always" || (p.prepend_scheme == "first" && at_start))) t = p.replacement + t;
+  if (!p.split) return {t};
+  std::vector<std::string> words;
+  std::size_t begin = 0;
+  for (std::size_t at = t.find(p.replacement, 1); at != std::string::npos; at = t.find(p.replacement, at + 1)) {
+    if (at > begin) words.push_back(t.substr(begin, at - begin));
+    begin = at;
+  }
+  if (begin < t.size()) words.push_back(t.substr(begin));
+  return words;
+}
+
+// ByteLevel: a space in front (add_prefix_space) unless there is one, GPT-2's split (use_regex), then every byte
+// as its character.
+std::vector<std::string> run_byte_level(const PreTokenizer& p, const std::string& word) {
+  const std::string t = p.add_prefix_space && word[0] != ' ' ? " " + word : word;
+  std::vector<std::string> words =
+      p.regex ? tok::split_text(t, *p.regex, tok::SplitBehavior::Isolated, false) : std::vector<std::string>{t};
+  for (std::string& w : words) w = tok::bytes_to_chars(w);
+  return words;
+}
+
+std::vector<std::string> run_pre_tokenizer(const PreTokenizer& p, const std::string& word, bool at_start) {
+  switch (p.kind) {
+    case PreTokenizer::Metaspace:
+      return run_metaspace(p, word, at_start);
+    case PreTokenizer::ByteLevel:
+      return run_byte_level(p, word);
+    case PreTokenizer::Split:
+      return tok::split_text(word, *p.regex, p.behavior, p.invert);
   }
   return {};
 }
@@ -276,9 +410,14 @@ class HfTokenizer : public Tokenizer {
     if (j.contains("added_tokens"))
       for (const json& t : j["added_tokens"]) parse_added_token(t);
     read_normalizer(j.value("normalizer", json()), file_, normalizers_);
-    if (present(j, "pre_tokenizer")) parse_pre_tokenizer(j["pre_tokenizer"]);
+    if (present(j, "pre_tokenizer")) read_pre_tokenizer(j["pre_tokenizer"], file_, "pre_tokenizer", pre_tokenizers_);
     if (present(j, "post_processor")) parse_post_processor(j["post_processor"]);
     read_decoder(j.value("decoder", json()), file_, decoders_);
+    for (const Normalizer& n : normalizers_) needs_utf8_ |= n.kind == Normalizer::Nfc;
+    for (const PreTokenizer& p : pre_tokenizers_) needs_utf8_ |= p.regex != nullptr;
+    for (const AddedToken& a : added_)  // tokenizers matches a normalized token in the normalized text
+      (a.normalized ? normalized_added_ : raw_added_).push_back(a);
+    for (AddedToken& a : normalized_added_) a.content = normalize(a.content);
     read_token_roles(config_dir, image_token);
     for (const auto* v : {&prefix_, &suffix_})
       for (int64_t id : *v)
@@ -347,28 +486,22 @@ class HfTokenizer : public Tokenizer {
                  t.value("lstrip", false),  t.value("rstrip", false),
                  t.value("special", false), t.value("normalized", false)};
     check_id(file_, a.id, str("added token '", a.content, "'"));
-    if (a.normalized) throw unsupported(file_, str("added token '", a.content, "' with normalized"), json(true));
     if (t.value("single_word", false))
       throw unsupported(file_, str("added token '", a.content, "' with single_word"), json(true));
     added_.push_back(a);
     set_piece(a.id, a.content);
   }
 
-  void parse_pre_tokenizer(const json& p) {
-    if (p.value("type", "") != "Metaspace") throw unsupported(file_, "pre_tokenizer", p);
-    metaspace_ = true;
-    replacement_ = p.value("replacement", std::string(tok::kMetaspace));
-    HR_CHECK(!replacement_.empty(), "[tokenizer] ", file_, ": pre_tokenizer Metaspace has an empty replacement");
-    const std::string scheme = p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
-    if (scheme != "always" && scheme != "first" && scheme != "never")
-      throw unsupported(file_, "Metaspace prepend_scheme", p);
-    prepend_scheme_ = scheme;
-    split_ = p.value("split", true);
-  }
-
-  // The post-processor: the tokens put around a single text.
+  // The post-processor: the tokens put around a single text. ByteLevel's only trims offsets, which headroom
+  // does not keep.
   void parse_post_processor(const json& p) {
-    if (p.value("type", "") != "TemplateProcessing") throw unsupported(file_, "post_processor", p);
+    const std::string type = p.value("type", "");
+    if (type == "Sequence") {
+      for (const json& x : p.at("processors")) parse_post_processor(x);
+      return;
+    }
+    if (type == "ByteLevel") return;
+    if (type != "TemplateProcessing") throw unsupported(file_, "post_processor", p);
     bool seen_text = false;
     for (const json& piece : p.at("single")) {
       if (piece.contains("Sequence")) {
@@ -406,21 +539,26 @@ class HfTokenizer : public Tokenizer {
 
  public:
   std::vector<int64_t> encode(const std::string& text, SpecialTokens special) const override {
+    if (needs_utf8_) {
+      const std::size_t bad = tok::utf8_error(text);
+      HR_CHECK(bad == std::string::npos, "[tokenizer] ", file_, ": the text is not valid UTF-8 (byte ", bad, ")");
+    }
     std::vector<int64_t> ids;
     if (special == SpecialTokens::Add) ids = prefix_;
-    for (const tok::Segment& s : tok::split_added(text, added_)) {
+    // As tokenizers' extract_and_normalize: the tokens matched as written split the text, each piece between
+    // them is normalized, then the normalized tokens split it again.
+    for (const tok::Segment& s : tok::split_added(text, raw_added_)) {
       if (s.added >= 0) {
         ids.push_back(s.added);
         continue;
       }
-      std::string t = s.text;
-      for (const Normalizer& n : normalizers_)
-        if (n.kind == Normalizer::Prepend) {
-          if (!t.empty()) t = n.a + t;
-        } else {
-          t = tok::replace_all(t, n.a, n.b);
+      for (const tok::Segment& n : tok::split_added(normalize(s.text), normalized_added_)) {
+        if (n.added >= 0) {
+          ids.push_back(n.added);
+          continue;
         }
-      for (const std::string& word : pre_tokenize(t, s.offset == 0)) bpe(word, ids);
+        for (const std::string& word : pre_tokenize(n.text, s.offset + n.offset == 0)) bpe(word, ids);
+      }
     }
     if (special == SpecialTokens::Add) ids.insert(ids.end(), suffix_.begin(), suffix_.end());
     return ids;
@@ -440,23 +578,41 @@ class HfTokenizer : public Tokenizer {
 
   int64_t vocab_size() const override { return int64_t(pieces_.size()); }
   std::string describe() const override {
+    bool byte_level = false;
+    for (const PreTokenizer& p : pre_tokenizers_) byte_level |= p.kind == PreTokenizer::ByteLevel;
+    if (byte_level) return str("tokenizer.json ", file_, " (byte-level BPE, ", pieces_.size(), " ids)");
     return str("tokenizer.json ", file_, " (BPE, ", pieces_.size(), " ids, legacy ", legacy_ ? "true" : "false", ")");
   }
 
  private:
-  std::vector<std::string> pre_tokenize(std::string t, bool at_start) const {
-    if (!metaspace_) return {t};
-    t = tok::replace_all(t, " ", replacement_);
-    const bool starts = t.rfind(replacement_, 0) == 0;
-    if (!starts && (prepend_scheme_ == "always" || (prepend_scheme_ == "first" && at_start))) t = replacement_ + t;
-    if (!split_) return {t};
-    std::vector<std::string> words;  // split before every replacement character (MergedWithNext)
-    std::size_t begin = 0;
-    for (std::size_t at = t.find(replacement_, 1); at != std::string::npos; at = t.find(replacement_, at + 1)) {
-      if (at > begin) words.push_back(t.substr(begin, at - begin));
-      begin = at;
+  std::string normalize(std::string t) const {
+    for (const Normalizer& n : normalizers_) switch (n.kind) {
+        case Normalizer::Prepend:
+          if (!t.empty()) t = n.a + t;
+          break;
+        case Normalizer::Replace:
+          t = tok::replace_all(t, n.a, n.b);
+          break;
+        case Normalizer::Nfc:
+          t = tok::nfc(t);
+          break;
+      }
+    return t;
+  }
+
+  // The words of a piece of text, each step of the pre-tokenizer applied to every word of the one before; empty
+  // words are dropped, as tokenizers drops empty splits.
+  std::vector<std::string> pre_tokenize(const std::string& t, bool at_start) const {
+    std::vector<std::string> words{t};
+    for (const PreTokenizer& p : pre_tokenizers_) {
+      std::vector<std::string> next;
+      for (std::size_t i = 0; i < words.size(); ++i) {
+        if (words[i].empty()) continue;
+        for (std::string& w : run_pre_tokenizer(p, words[i], at_start && i == 0))
+          if (!w.empty()) next.push_back(std::move(w));
+      }
+      words = std::move(next);
     }
-    if (begin < t.size()) words.push_back(t.substr(begin));
     return words;
   }
 
@@ -559,16 +715,19 @@ class HfTokenizer : public Tokenizer {
     return false;
   }
 
-  std::string file_, replacement_ = tok::kMetaspace, prepend_scheme_ = "always";
+  std::string file_;
   std::unordered_map<std::string, int64_t> vocab_;
   std::vector<std::string> pieces_;
   std::unordered_map<std::pair<int64_t, int64_t>, std::pair<int64_t, int64_t>, PairHash> merges_;
   std::vector<AddedToken> added_;
+  std::vector<AddedToken> raw_added_, normalized_added_;  // normalized_added_'s contents are normalized
   std::vector<Normalizer> normalizers_;
+  std::vector<PreTokenizer> pre_tokenizers_;
   std::vector<Decoder> decoders_;
   std::vector<int64_t> prefix_, suffix_;
   int64_t unk_ = -1;
-  bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false, metaspace_ = false, split_ = true;
+  // needs_utf8_: NFC or a regex reads the text as Unicode, so it must be valid UTF-8.
+  bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false, needs_utf8_ = false;
 };
 
 }  // namespace

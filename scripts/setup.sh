@@ -7,6 +7,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(
   build-essential cmake ninja-build pkg-config
   libdnnl-dev libeigen3-dev libyaml-cpp-dev nlohmann-json3-dev libstb-dev zlib1g-dev libsentencepiece-dev
+  libpcre2-dev libutf8proc-dev  # byte-level BPE tokenizers: the Split regexes (PCRE2) and NFC (utf8proc)
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev libomp-dev  # the fuzz build (tests/fuzz): libFuzzer, ASan, UBSan, OpenMP for clang
@@ -23,6 +24,8 @@ packages+=(sentencepiece python3-sentencepiece)
 packages+=(python3-pil)
 # psutil and PyYAML: accelerate's and peft's imports (they are installed without their dependencies, below).
 packages+=(python3-psutil python3-yaml)
+# Jinja2: transformers' apply_chat_template, which LLaVA-NeXT's preprocess_qwen tokenizes with (check_tokenizer.py).
+packages+=(python3-jinja2)
 
 missing=()
 for p in "${packages[@]}"; do

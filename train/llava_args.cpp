@@ -49,8 +49,13 @@ const std::map<std::string, Map>& flags() {
          if (v == "v1" || v == "vicuna_v1") return o.sets.push_back("data.template=vicuna_v1");
          if (v == "plain") return o.sets.push_back("data.template=plain");
          if (v == "llava_llama_2") return o.sets.push_back("data.template=llava_llama_2");
-         throw Error(
-             str("[args] --version ", v, ": the conversation templates are plain, v1 (vicuna_v1) and llava_llama_2"));
+         // LLaVA-NeXT's names (its conv_templates: qwen_2 is the same conversation as qwen_1_5).
+         if (v == "qwen_1_5" || v == "qwen_2") return o.sets.push_back("data.template=qwen_1_5");
+         if (v == "mistral_instruct" || v == "llava_mistral_instruct")
+           return o.sets.push_back("data.template=mistral_instruct");
+         throw Error(str("[args] --version ", v,
+                         ": the conversation templates are plain, v1 (vicuna_v1), llava_llama_2, qwen_1_5 (qwen_2) "
+                         "and mistral_instruct (llava_mistral_instruct)"));
        }},
       // With --vision_tower, --model_name_or_path is the language model (LLaVA's stage-1 start; see below).
       {"vision_tower", key("model.vision_tower")},

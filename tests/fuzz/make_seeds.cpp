@@ -1,7 +1,7 @@
 // Writes the seed corpora of the fuzz targets with headroom's own writers: safetensors files and a sharded
 // index, the synthetic VQA set as JSON and JSON lines, the configs in configs/ with overrides, PNG and JPEG,
-// Llama-shaped tokenizer.json files with texts, and the inputs that once failed a target (tests/fuzz/regressions).
-// Usage: fuzz_make_seeds OUT_DIR SOURCE_DIR
+// Llama-shaped and byte-level tokenizer.json files with texts, and the inputs that once failed a target
+// (tests/fuzz/regressions). Usage: fuzz_make_seeds OUT_DIR SOURCE_DIR
 #include <stb/stb_image_write.h>
 
 #include <cstdio>
@@ -119,7 +119,8 @@ void image_seeds(const fs::path& out) {
 }  // namespace
 
 // tokenizer.json files as the Llama family writes them (legacy: Prepend + Replace normalizers; newer: Metaspace
-// with prepend_scheme "first"), merges as strings and as pairs, then NUL-separated texts for fuzz_tokenizer.
+// with prepend_scheme "first"), merges as strings and as pairs, and byte-level ones shaped as Qwen2's and
+// GPT-2's, then NUL-separated texts for fuzz_tokenizer.
 static void tokenizer_seeds(const fs::path& out) {
   using json = nlohmann::json;
   json legacy = testing_data::tiny_tokenizer_json();
@@ -132,7 +133,21 @@ static void tokenizer_seeds(const fs::path& out) {
       json::array({json::array({"a", "b"}), json::array({"\u2581", "a"}), json::array({"b", "c"})});
   static const char raw[] = "\0abc abc\0  a\tb\n\0<s>ab</s>c<image> x\0\xc3\xa9\xe2\x96\x81\xff\0";
   const std::string texts(raw, sizeof raw - 1);
+  // Qwen2's shape (NFC, Split with its regex, ByteLevel, special tokens and a normalized one) and GPT-2's
+  // (ByteLevel alone, with its own regex and a prefix space).
+  json qwen2 = testing_data::tiny_byte_level_tokenizer_json();
+  json gpt2 = qwen2;
+  gpt2["normalizer"] = nullptr;
+  gpt2["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"use_regex", true}};
+  gpt2["model"]["merges"] = json::array({"\u0120 w", "\u0120w o", "h i"});
+  static const char byte_level_raw[] =
+      "\0hi wo<|im_end|>\n\0cafe\xcc\x81 caf\xc3\xa9\0I'M  don't 123\t\t\n\n  "
+      "x\0<|im_start|>user\n\xe4\xb8\xad\xf0\x9f\x98\x80\0";
+  const std::string byte_level_texts(byte_level_raw, sizeof byte_level_raw - 1);
   int k = 0;
+  for (const json* j : {&qwen2, &gpt2})
+    std::ofstream(out / ("tokenizer-" + std::to_string(k++) + ".json"), std::ios::binary)
+        << j->dump() << byte_level_texts;
   for (const json* j : {&legacy, &newer}) {
     std::ofstream(out / ("tokenizer-" + std::to_string(k++) + ".json"), std::ios::binary) << j->dump() << texts;
   }

@@ -1,6 +1,6 @@
 // headroom's tokenizers and LLaVA templates against transformers and tokenizers: the cases
 // tests/py/check_tokenizer.py writes (HR_TOKENIZER_CASES, a directory) hold the Python libraries' ids, decoded
-// text and LLaVA's preprocess_* ids and labels.
+// text and LLaVA's (and LLaVA-NeXT's) preprocess_* ids and labels, for SentencePiece and byte-level BPE files.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -89,7 +89,75 @@ TEST(TokenizerOracle, TokenizerJsonMatchesTokenizers) {
   check_tokenizer("fast", "tokenizer.json");
 }
 
-// LLaVA's preprocess_plain / _v1 / _llama_2 with each slow tokenizer: the ids and labels, one image id each.
+// A byte-level BPE file against `tokenizers`: ids, decodes, and the text back (NFC-normalized for Qwen2's shape)
+// where it holds no added token.
+void check_byte_level(const std::string& variant) {
+  ASSERT_FALSE(cases().is_null()) << "no cases in " << cases_dir() << " (run tests/py/check_tokenizer.py make)";
+  const json& bl = cases()["byte_level"];
+  const int64_t image = bl["image_token"];
+  const json& want = bl["variants"][variant];
+  const auto tok = load_tokenizer(cases_dir() + "/" + want["file"].get<std::string>(), image + 1, image);
+  const json& strings = bl["strings"];
+  ASSERT_GE(strings.size(), 10000u);
+  int64_t wrong = 0, wrong_decode = 0, round_trips = 0;
+  for (std::size_t i = 0; i < strings.size(); ++i) {
+    const std::string s = strings[i];
+    const std::vector<int64_t> got = tok->encode(s, SpecialTokens::Add), ref = want["ids"][i];
+    if (got != ref && ++wrong <= 5)
+      ADD_FAILURE() << variant << " " << escape(s) << "\n  headroom   " << show(got) << "\n  tokenizers " << show(ref);
+    const std::string d = tok->decode(ref), dref = want["decoded"][i];
+    if (d != dref && ++wrong_decode <= 5)
+      ADD_FAILURE() << variant << " decode of " << escape(s) << ": " << escape(d) << " vs " << escape(dref);
+    if (!want["roundtrip"][i].is_null()) {
+      EXPECT_EQ(tok->decode(tok->encode(s, SpecialTokens::Omit)), want["roundtrip"][i].get<std::string>())
+          << variant << " round trip of " << escape(s);
+      ++round_trips;
+    }
+  }
+  EXPECT_EQ(wrong, 0) << variant << ": " << wrong << " of " << strings.size() << " strings differ";
+  EXPECT_EQ(wrong_decode, 0) << variant << ": " << wrong_decode << " decodes differ";
+  if (variant != "bbpe_prefix") {
+    EXPECT_GT(round_trips, 5000);
+  }
+  std::printf("%s: %zu strings, ids and decodes equal to tokenizers'; %lld round trips\n", variant.c_str(),
+              strings.size(), (long long)round_trips);
+}
+
+TEST(TokenizerOracle, ByteLevelMatchesTokenizers) {
+  check_byte_level("bbpe");
+}
+TEST(TokenizerOracle, ByteLevelPrefixSpaceStringMergesMatchesTokenizers) {
+  check_byte_level("bbpe_prefix");
+}
+TEST(TokenizerOracle, ByteLevelIgnoreMergesMatchesTokenizers) {
+  check_byte_level("bbpe_ignore_merges");
+}
+TEST(TokenizerOracle, Qwen2ShapeMatchesTokenizers) {
+  check_byte_level("qwen2");
+}
+
+// LLaVA-NeXT's preprocess_qwen (qwen_1_5, ChatML) on the Qwen2-shaped tokenizer: ids and labels, one image id each.
+TEST(TokenizerOracle, ChatmlMatchesLlavaNextPreprocessQwen) {
+  ASSERT_FALSE(cases().is_null()) << "no cases in " << cases_dir();
+  const json& bl = cases()["byte_level"];
+  const int64_t image = bl["image_token"];
+  const auto tok = load_tokenizer(cases_dir() + "/qwen2", image + 1, image);
+  int64_t checked = 0;
+  for (const json& c : bl["templates"]) {
+    std::vector<Turn> turns;
+    for (const json& t : c["turns"]) turns.push_back({t[0] == "human", t[1]});
+    const Tokenized got = apply_template(Template::Qwen, turns, *tok, 1, c["system"], -100);
+    std::vector<int64_t> ids = c["ids"], labels = c["labels"];
+    for (int64_t& id : ids) id = id == -200 ? image : id;
+    EXPECT_EQ(show(got.ids), show(ids)) << c["turns"].dump();
+    EXPECT_EQ(show(got.labels), show(labels)) << c["turns"].dump();
+    ++checked;
+  }
+  EXPECT_EQ(checked, 600);
+}
+
+// LLaVA's preprocess_plain / _v1 / _llama_2 and LLaVA-NeXT's mistral_instruct (its preprocess_llama_2) with each
+// slow tokenizer: the ids and labels, one image id each.
 TEST(TokenizerOracle, TemplatesMatchLlavaPreprocess) {
   ASSERT_FALSE(cases().is_null()) << "no cases in " << cases_dir();
   const int64_t image = cases()["image_token"];
@@ -110,7 +178,7 @@ TEST(TokenizerOracle, TemplatesMatchLlavaPreprocess) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 600);
+  EXPECT_EQ(checked, 800);
   std::printf("%lld conversations; %lld masked whole as LLaVA's tokenization mismatch does\n", (long long)checked,
               (long long)masked);
 }

@@ -327,7 +327,9 @@ TEST(LlavaArgs, FinetuneQloraShFlagsQuantizeTheBase) {
 TEST(LlavaArgs, FlagsHeadroomCannotHonourSayWhy) {
   auto err = [](std::vector<std::string> args) { return error_of([&] { translate_llava_args(args); }); };
   EXPECT_NE(err({"--mm_use_im_start_end", "True"}).find("only False is supported"), std::string::npos);
-  EXPECT_NE(err({"--version", "mpt"}).find("plain, v1 (vicuna_v1) and llava_llama_2"), std::string::npos);
+  EXPECT_NE(
+      err({"--version", "mpt"}).find("plain, v1 (vicuna_v1), llava_llama_2, qwen_1_5 (qwen_2) and mistral_instruct"),
+      std::string::npos);
   EXPECT_NE(err({"--report_to", "wandb"}).find("none and tensorboard"), std::string::npos);
   EXPECT_NE(err({"--bf16", "maybe"}).find("expects True or False"), std::string::npos);
   EXPECT_NE(err({"--output_dir"}).find("needs a value"), std::string::npos);
@@ -353,6 +355,10 @@ TEST(LlavaArgs, VisionTowerMakesModelNameOrPathTheLanguageModel) {
   }
   EXPECT_EQ(translate_llava_args({"--version", "llava_llama_2"}).sets,
             std::vector<std::string>{"data.template=llava_llama_2"});
+  // LLaVA-NeXT's templates.
+  EXPECT_EQ(translate_llava_args({"--version", "qwen_1_5"}).sets, std::vector<std::string>{"data.template=qwen_1_5"});
+  EXPECT_EQ(translate_llava_args({"--version", "llava_mistral_instruct"}).sets,
+            std::vector<std::string>{"data.template=mistral_instruct"});
 }
 
 // LLaVA's stage-1 projector (mm_projector.bin's names, as safetensors) loaded over a model's weights.
