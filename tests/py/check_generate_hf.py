@@ -54,7 +54,8 @@ _oracle_env.require("torch", "transformers", "safetensors")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration  # noqa: E402
+from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,  # noqa: E402
+                          MistralConfig, Qwen2Config, SiglipVisionConfig)
 
 transformers.logging.set_verbosity_error()  # its deprecation notes about logits dtype and processors
 
@@ -87,8 +88,10 @@ def _num(obj, key, where):
 
 
 def tokens_per_image(vision):
-    n = (vision["image_size"] // vision["patch"]) ** 2
-    return n + 1 if vision["select_feature"] == "cls_patch" else n
+    n = (vision["image_size"] // vision["patch"]) ** 2  # whole patches (SigLIP leaves the rest of the pixels)
+    if vision.get("tower", "clip_vision_model") == "clip_vision_model":
+        n += 1  # the class token
+    return n if vision["select_feature"] == "cls_patch" else n - 1
 
 
 def layers_used(vision):
@@ -114,8 +117,9 @@ def read_case(case_dir):
     _num(v, "layer_norm_eps", f"{path}: model.vision")
     if v.get("select_feature") not in ("patch", "cls_patch"):
         raise CaseError(f"{path}: model.vision.select_feature {v.get('select_feature')!r} is not patch or cls_patch")
-    if v["image_size"] % v["patch"] or v["hidden"] % v["heads"]:
-        raise CaseError(f"{path}: model.vision: image_size must be a multiple of patch, hidden of heads")
+    clip = v.get("tower", "clip_vision_model") == "clip_vision_model"
+    if (clip and v["image_size"] % v["patch"]) or v["hidden"] % v["heads"]:
+        raise CaseError(f"{path}: model.vision: image_size must be a multiple of patch (CLIP), hidden of heads")
     if not 0 <= layers_used(v) <= v["layers"]:
         raise CaseError(f"{path}: model.vision.select_layer {v['select_layer']} is outside the {v['layers']} layers")
     for k in ("vocab", "hidden", "layers", "heads", "kv_heads", "intermediate"):
@@ -214,18 +218,26 @@ def hf_config(case):
     v, l = m["vision"], m["llm"]
     T = tokens_per_image(v)
     longest = max(len(p["input_ids"]) for p in case["prompts"]) + case["max_new_tokens"]
-    vision = CLIPVisionConfig(
-        hidden_size=v["hidden"], intermediate_size=v["intermediate"], num_hidden_layers=v["layers"],
-        num_attention_heads=v["heads"], num_channels=v["channels"], image_size=v["image_size"],
-        patch_size=v["patch"], hidden_act="quick_gelu", layer_norm_eps=float(v["layer_norm_eps"]),
-        attention_dropout=0.0)
-    text = LlamaConfig(
+    tower, decoder = v.get("tower", "clip_vision_model"), l.get("decoder", "llama")
+    common_v = dict(hidden_size=v["hidden"], intermediate_size=v["intermediate"], num_hidden_layers=v["layers"],
+                    num_attention_heads=v["heads"], num_channels=v["channels"], image_size=v["image_size"],
+                    patch_size=v["patch"], layer_norm_eps=float(v["layer_norm_eps"]), attention_dropout=0.0)
+    if tower == "siglip_vision_model":  # tanh GELU, biased patch conv, no class token, no pooling head
+        vision = SiglipVisionConfig(hidden_act="gelu_pytorch_tanh", vision_use_head=False, **common_v)
+    else:
+        vision = CLIPVisionConfig(hidden_act="quick_gelu", **common_v)
+    common_l = dict(
         vocab_size=l["vocab"], hidden_size=l["hidden"], intermediate_size=l["intermediate"],
         num_hidden_layers=l["layers"], num_attention_heads=l["heads"], num_key_value_heads=l["kv_heads"],
         hidden_act="silu", max_position_embeddings=max(2048, longest), rms_norm_eps=float(l["rms_norm_eps"]),
-        rope_theta=float(l["rope_theta"]), rope_scaling=None, attention_bias=False, attention_dropout=0.0,
-        mlp_bias=False, tie_word_embeddings=False, pad_token_id=case["pad_token_id"],
-        eos_token_id=case["eos_token_id"], bos_token_id=None)
+        rope_theta=float(l["rope_theta"]), rope_scaling=None, attention_dropout=0.0, tie_word_embeddings=False,
+        pad_token_id=case["pad_token_id"], eos_token_id=case["eos_token_id"], bos_token_id=None)
+    if decoder == "qwen2":  # biases on q, k and v
+        text = Qwen2Config(use_sliding_window=False, **common_l)
+    elif decoder == "mistral":
+        text = MistralConfig(sliding_window=None, **common_l)
+    else:
+        text = LlamaConfig(attention_bias=False, mlp_bias=False, **common_l)
     cfg = LlavaConfig(
         vision_config=vision, text_config=text, image_token_index=m["image_token_id"], projector_hidden_act="gelu",
         vision_feature_select_strategy="default" if v["select_feature"] == "patch" else "full",

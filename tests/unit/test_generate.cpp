@@ -245,9 +245,13 @@ TEST_F(Generate, StopsAtAStopStringAndCutsIt) {
 // the model's dimensions and llava-hf weights, prompts of different lengths with and without images, and
 // headroom's greedy output with an end-of-sequence token some prompts reach part-way (into $HR_CASE_DIR, else
 // the test's temporary directory).
-TEST_F(Generate, WritesTheTransformersOracleCase) {
+namespace {
+
+// Writes the case tests/py/check_generate_hf.py checks headroom's greedy generation with into $HR_CASE_DIR (or a
+// temporary folder named `name`).
+void write_oracle_case(const Llava& model, const std::string& name) {
   const char* env = std::getenv("HR_CASE_DIR");
-  const std::string dir = env && *env ? env : testing::TempDir() + "/generate_hf_case";
+  const std::string dir = env && *env ? env : testing::TempDir() + "/" + name;
   std::filesystem::create_directories(dir);
   const LlavaConfig& c = model.config();
   const std::vector<Example> ps = prompts(c);
@@ -280,7 +284,8 @@ TEST_F(Generate, WritesTheTransformersOracleCase) {
           {"channels", c.vision.channels},
           {"layer_norm_eps", c.vision.layer_norm_eps},
           {"select_layer", c.vision.select_layer},
-          {"select_feature", c.vision.select_feature == FeatureSelect::Patch ? "patch" : "cls_patch"}}},
+          {"select_feature", c.vision.select_feature == FeatureSelect::Patch ? "patch" : "cls_patch"},
+          {"tower", tower_name(c.vision.tower)}}},
         {"llm",
          {{"vocab", c.llm.vocab},
           {"hidden", c.llm.hidden},
@@ -289,7 +294,8 @@ TEST_F(Generate, WritesTheTransformersOracleCase) {
           {"kv_heads", c.llm.kv_heads},
           {"intermediate", c.llm.intermediate},
           {"rms_norm_eps", c.llm.rms_norm_eps},
-          {"rope_theta", c.llm.rope_theta}}},
+          {"rope_theta", c.llm.rope_theta},
+          {"decoder", decoder_name(c.llm.decoder)}}},
         {"projector", projector_name(c.projector)},
         {"image_token_id", c.image_token_id}}},
       {"weights", "model.safetensors"},
@@ -301,6 +307,27 @@ TEST_F(Generate, WritesTheTransformersOracleCase) {
       {"generated", r.tokens}};
   std::ofstream(dir + "/case.json") << j.dump(1) << "\n";
   EXPECT_TRUE(std::filesystem::exists(dir + "/case.json"));
+}
+
+}  // namespace
+
+TEST_F(Generate, WritesTheTransformersOracleCase) {
+  write_oracle_case(model, "generate_hf_case");
+}
+
+// LLaVA-OneVision's pairing: a SigLIP tower (10-px images in 4-px patches: 2 pixels unread; every patch a feature)
+// and a Qwen2 decoder (q/k/v biases, rope_theta 1e6).
+TEST(GenerateFamily, WritesTheSiglipQwen2OracleCase) {
+  LlavaConfig c = gqa_model();
+  c.vision.tower = Tower::Siglip;
+  c.vision.image_size = 10;
+  c.vision.layer_norm_eps = 1e-6f;
+  c.vision.select_feature = FeatureSelect::ClsPatch;
+  c.llm.decoder = Decoder::Qwen2;
+  c.llm.rope_theta = 1e6f;
+  Llava model(c, Device::cpu(), DType::F32);
+  init_weights(model.params(), 11);
+  write_oracle_case(model, "generate_hf_family_case");
 }
 
 // transformers' logits_to_keep: the last k positions of each row, the same numbers as the full logits there.
