@@ -71,6 +71,22 @@ json last_line(const std::string& path) {
   return jsonl(path).back();
 }
 
+// Every rank of the run in `out`: each step's measured peaks equal its dry run's, byte for byte, and its losses
+// equal the single process's `ref`.
+void expect_exact_and_like_single(const std::string& out, int ranks, const std::vector<double>& ref,
+                                  const std::string& what) {
+  for (int rank = 0; rank < ranks; ++rank) {
+    for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
+      EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << what << " rank " << rank << " step " << l["step"];
+      EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << what << " rank " << rank << " step " << l["step"];
+    }
+    const auto got = losses(str(out, "/memory.rank", rank, ".jsonl"));
+    ASSERT_EQ(got.size(), ref.size()) << what;
+    for (std::size_t i = 0; i < ref.size(); ++i)
+      EXPECT_NEAR(got[i], ref[i], kLossTolerance) << what << " rank " << rank << " step " << i + 1;
+  }
+}
+
 }  // namespace
 
 TEST(Mpi, ZeroStagesMatchASingleProcessAndShrinkMemoryAsTheFormulasSay) {
@@ -140,16 +156,7 @@ TEST(Mpi, LoraUnderZeroMatchesASingleProcess) {
     const std::string out = str(base, "/z", sets[std::string(sets).find('=') + 1]);
     CmdResult r = train(2, cfg, out, lora + sets);
     ASSERT_EQ(r.status, 0) << sets << "\n" << r.output;
-    for (int rank = 0; rank < 2; ++rank) {
-      for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
-        EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << sets << " rank " << rank << " step " << l["step"];
-        EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << sets << " rank " << rank << " step " << l["step"];
-      }
-      const auto got = losses(str(out, "/memory.rank", rank, ".jsonl"));
-      ASSERT_EQ(got.size(), ref.size()) << sets;
-      for (std::size_t i = 0; i < ref.size(); ++i)
-        EXPECT_NEAR(got[i], ref[i], kLossTolerance) << sets << " step " << i + 1;
-    }
+    expect_exact_and_like_single(out, 2, ref, sets);
   }
 }
 
@@ -176,16 +183,7 @@ TEST(Mpi, TheLlavaFamilyUnderZero3MatchesASingleProcess) {
     const std::string out = base + "/z3";
     CmdResult r = train(2, cfg, out, sets + " --set memory.zero_stage=3");
     ASSERT_EQ(r.status, 0) << name << "\n" << r.output;
-    for (int rank = 0; rank < 2; ++rank) {
-      for (const json& l : jsonl(str(out, "/memory.rank", rank, ".jsonl"))) {
-        EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << name << " rank " << rank << " step " << l["step"];
-        EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << name << " rank " << rank << " step " << l["step"];
-      }
-      const auto got = losses(str(out, "/memory.rank", rank, ".jsonl"));
-      ASSERT_EQ(got.size(), ref.size()) << name;
-      for (std::size_t i = 0; i < ref.size(); ++i)
-        EXPECT_NEAR(got[i], ref[i], kLossTolerance) << name << " step " << i + 1;
-    }
+    expect_exact_and_like_single(out, 2, ref, name);
   }
 }
 
