@@ -260,65 +260,62 @@ std::vector<std::pair<std::size_t, std::size_t>> Regex::find_all(const std::stri
   return out;
 }
 
-std::vector<std::string> split_text(const std::string& text, const Regex& re, SplitBehavior behavior, bool invert) {
-  struct Piece {
-    std::size_t begin, end;
-    bool match;
-  };
-  std::vector<Piece> pieces;  // the pattern's find_matches: the text cut into matches and what lies between them
-  if (text.empty()) {
-    pieces.push_back({0, 0, false});
-  } else {
-    std::size_t prev = 0;
-    for (const auto& [s, e] : re.find_all(text)) {
-      if (prev != s) pieces.push_back({prev, s, false});
-      pieces.push_back({s, e, true});
-      prev = e;
-    }
-    if (prev != text.size()) pieces.push_back({prev, text.size(), false});
+namespace {
+
+// A stretch of the text: a match of the pattern or what lies between two.
+struct Piece {
+  std::size_t begin, end;
+  bool match;
+};
+
+// The pattern's find_matches: the text cut into matches and what lies between them (`invert`: the other way).
+std::vector<Piece> pieces_of(const std::string& text, const Regex& re, bool invert) {
+  std::vector<Piece> pieces;
+  if (text.empty()) return {{0, 0, invert}};
+  std::size_t prev = 0;
+  for (const auto& [s, e] : re.find_all(text)) {
+    if (prev != s) pieces.push_back({prev, s, invert});
+    pieces.push_back({s, e, !invert});
+    prev = e;
   }
-  if (invert)
-    for (Piece& p : pieces) p.match = !p.match;
-  std::vector<Piece> kept;  // (begin, end, removed)
+  if (prev != text.size()) pieces.push_back({prev, text.size(), invert});
+  return pieces;
+}
+
+// `tokenizers`' merge of matches with their neighbours: runs of alike pieces (Contiguous), or each match onto the
+// piece before (MergedWithPrevious) or after it (MergedWithNext, done on the reversed pieces). The merged pieces
+// are kept (match false).
+std::vector<Piece> merge_pieces(const std::vector<Piece>& pieces, SplitBehavior behavior) {
+  std::vector<Piece> kept;
   bool previous = false;
-  switch (behavior) {
-    case SplitBehavior::Isolated:
-      for (const Piece& p : pieces) kept.push_back({p.begin, p.end, false});
-      break;
-    case SplitBehavior::Removed:
-      kept = pieces;
-      break;
-    case SplitBehavior::Contiguous:
-      for (const Piece& p : pieces) {
-        if (p.match == previous && !kept.empty())
-          kept.back().end = p.end;
-        else
-          kept.push_back({p.begin, p.end, false});
-        previous = p.match;
-      }
-      break;
-    case SplitBehavior::MergedWithPrevious:
-      for (const Piece& p : pieces) {
-        if (p.match && !previous && !kept.empty())
-          kept.back().end = p.end;
-        else
-          kept.push_back({p.begin, p.end, false});
-        previous = p.match;
-      }
-      break;
-    case SplitBehavior::MergedWithNext:
-      for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
-        if (it->match && !previous && !kept.empty())
-          kept.back().begin = it->begin;
-        else
-          kept.push_back({it->begin, it->end, false});
-        previous = it->match;
-      }
-      std::reverse(kept.begin(), kept.end());
-      break;
+  const bool backwards = behavior == SplitBehavior::MergedWithNext;
+  const std::size_t n = pieces.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    const Piece& p = pieces[backwards ? n - 1 - k : k];
+    const bool merge =
+        !kept.empty() && (behavior == SplitBehavior::Contiguous ? p.match == previous : p.match && !previous);
+    if (!merge)
+      kept.push_back({p.begin, p.end, false});
+    else if (backwards)
+      kept.back().begin = p.begin;
+    else
+      kept.back().end = p.end;
+    previous = p.match;
   }
+  if (backwards) std::reverse(kept.begin(), kept.end());
+  return kept;
+}
+
+}  // namespace
+
+std::vector<std::string> split_text(const std::string& text, const Regex& re, SplitBehavior behavior, bool invert) {
+  std::vector<Piece> pieces = pieces_of(text, re, invert);
+  if (behavior == SplitBehavior::Isolated)  // every piece kept
+    for (Piece& p : pieces) p.match = false;
+  else if (behavior != SplitBehavior::Removed)  // Removed: the matches go
+    pieces = merge_pieces(pieces, behavior);
   std::vector<std::string> out;
-  for (const Piece& p : kept)
+  for (const Piece& p : pieces)
     if (!p.match && p.end > p.begin) out.push_back(text.substr(p.begin, p.end - p.begin));
   return out;
 }
