@@ -62,7 +62,7 @@ std::vector<Term> parameter_terms(const LlavaConfig& m) {
        {{vh, v.hidden}, {vc, v.channels}, {vp, v.patch}, {vs, v.image_size}}},
       {vision_layer * v.layers, {{vl, v.layers}, {vh, v.hidden}, {vin, v.intermediate}}},
       {projector, {{vh, v.hidden}, {lh, l.hidden}}},
-      {2 * I(l.vocab) * h + h, {{lv, l.vocab}, {lh, l.hidden}}},  // embed_tokens, lm_head, the final norm
+      {I(l.tied_embeddings ? 1 : 2) * l.vocab * h + h, {{lv, l.vocab}, {lh, l.hidden}}},  // tables, final norm
       {llm_layer * l.layers, {{ll, l.layers}, {lh, l.hidden}, {lin, l.intermediate}}},
   };
 }

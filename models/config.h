@@ -77,6 +77,9 @@ struct LlmConfig {
   LoraSpec lora;  // adapters on the decoder layers' linear layers (lora.*), none by default
   Decoder decoder = Decoder::Llama;
   int64_t sliding_window = 0;  // Mistral's attention window in tokens; 0: none (causal attention over everything)
+  // tie_word_embeddings (Qwen2-0.5B's): lm_head multiplies by embed_tokens' table, one parameter in the embedding's
+  // group that both ends of the model read and whose gradient both accumulate.
+  bool tied_embeddings = false;
   int64_t head_dim() const { return hidden / heads; }
   bool qkv_bias() const { return decoder == Decoder::Qwen2; }
   // Throws naming the key when `length` positions (a training sequence or a generation's cache) pass the

@@ -124,7 +124,10 @@ LlmConfig llm_from_hf(const json& t, const std::string& where, const std::string
   l.rope_theta = get_or<float>(t, "rope_theta", 10000.f, where, tp);
   require(t, "hidden_act", std::string("silu"), where, tp, "SwiGLU with SiLU");
   require(t, "rope_scaling", json(nullptr), where, tp, "plain RoPE");
-  require(t, "tie_word_embeddings", false, where, tp, "lm_head is its own matrix");
+  const json tie = t.value("tie_word_embeddings", json(false));  // every text class's default: untied
+  HR_CHECK(tie.is_boolean() || tie.is_null(), "[hf] ", where, ": ", tp, "tie_word_embeddings has value ", tie.dump(),
+           " of the wrong type");
+  l.tied_embeddings = tie == json(true);
   if (l.decoder == Decoder::Llama) {
     require(t, "attention_bias", false, where, tp, "LLaMA's projections have no bias");
     require(t, "mlp_bias", false, where, tp, "LLaMA's projections have no bias");
@@ -165,7 +168,7 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& token
                {"rope_theta", l.rope_theta},
                {"rope_scaling", nullptr},
                {"max_position_embeddings", kMaxPositions},
-               {"tie_word_embeddings", false},
+               {"tie_word_embeddings", l.tied_embeddings},
                {"bos_token_id", tokens.bos},
                {"eos_token_id", tokens.eos},
                {"pad_token_id", tokens.pad},
@@ -206,7 +209,7 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& token
           {"vision_feature_layer", v.select_layer},
           {"vision_feature_select_strategy", v.select_feature == FeatureSelect::Patch ? "default" : "full"},
           {"ignore_index", c.ignore_index},
-          {"tie_word_embeddings", false},
+          {"tie_word_embeddings", c.llm.tied_embeddings},
           {"torch_dtype", torch_dtype(dtype)},
           {"text_config", text},
           {"vision_config", vision}};
@@ -226,7 +229,12 @@ LlavaConfig from_hf_config(const json& j, const std::string& where) {
   // What the JSON leaves out takes the default of transformers' text and vision configs, as from_pretrained does
   // (llava-hf's config.json writes only what differs from them).
   c.llm = llm_from_hf(t, where, "text_config.");
-  require(j, "tie_word_embeddings", false, where, "", "lm_head is its own matrix");
+  // transformers 4.x ties as text_config says (LlavaForConditionalGeneration delegates to its language model), later
+  // versions read the top level too: a file whose two values disagree means different models to them, refused.
+  HR_CHECK(!j.contains("tie_word_embeddings") || j.at("tie_word_embeddings").is_null() ||
+               j.at("tie_word_embeddings") == json(c.llm.tied_embeddings),
+           "[hf] ", where, ": tie_word_embeddings ", j.value("tie_word_embeddings", json()).dump(),
+           " disagrees with text_config.tie_word_embeddings ", c.llm.tied_embeddings ? "true" : "false (or absent)");
   c.vision = vision_from_hf(vj, where, "vision_config.");
   VisionConfig& v = c.vision;
   require(j, "projector_hidden_act", std::string("gelu"), where, "", "the mlp2x_gelu projector");

@@ -186,6 +186,10 @@ LlamaModel::LlamaModel(ParamStore& store, const std::string& prefix, const std::
     ParamStore::GroupScope in(store, groups.norm);
     norm_ = RMSNorm::make(store, prefix + ".norm", cfg.hidden, cfg.rms_norm_eps);
   }
+  if (cfg.tied_embeddings) {  // the head's group holds nothing; its matrix is the table
+    lm_head_.weight = embed_tokens_;
+    return;
+  }
   ParamStore::GroupScope in(store, groups.head);
   lm_head_ = Linear::make(store, head_name, cfg.hidden, cfg.vocab, Bias::No);
 }

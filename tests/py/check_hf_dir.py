@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Hugging Face model directories in and out of headroom, checked with transformers' own LLaVA.
 
-    check_hf_dir.py make OUT [llama|qwen2|mistral] [clip|siglip]
+    check_hf_dir.py make OUT [llama|qwen2|qwen2_tied|mistral] [clip|siglip]
         A tiny random LlavaForConditionalGeneration (a vision tower: CLIP's with quick_gelu by default, or
         SigLIP's with tanh GELU, no class token, a biased patch embedding over 10-px images in 4-px patches, so
         that 2 pixel rows and columns stay unread, and every patch as a feature; mlp2x_gelu projector; a decoder
@@ -72,11 +72,12 @@ def text_config(decoder):
                   tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     if decoder == "llama":
         return LlamaConfig(rope_theta=10000.0, **common)
-    if decoder == "qwen2":
+    if decoder in ("qwen2", "qwen2_tied"):  # qwen2_tied: Qwen2-0.5B's lm_head, embed_tokens' table
+        common["tie_word_embeddings"] = decoder == "qwen2_tied"
         return Qwen2Config(rope_theta=1000000.0, use_sliding_window=False, **common)
     if decoder == "mistral":  # Mistral-7B-v0.1's window, longer than every sequence here: causal attention
         return MistralConfig(rope_theta=1000000.0, sliding_window=4096, **common)
-    fail(f"unknown decoder '{decoder}' (llama, qwen2, mistral)", 2)
+    fail(f"unknown decoder '{decoder}' (llama, qwen2, qwen2_tied, mistral)", 2)
 
 
 def vision_config(tower):
@@ -96,7 +97,7 @@ def make(out, decoder="llama", tower="clip"):
     cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=IMAGE_TOKEN,
                       projector_hidden_act="gelu",
                       vision_feature_select_strategy="default" if tower == "clip" else "full",
-                      vision_feature_layer=-2, image_seq_length=T, tie_word_embeddings=False)
+                      vision_feature_layer=-2, image_seq_length=T, tie_word_embeddings=text.tie_word_embeddings)
     model = eager(LlavaForConditionalGeneration(cfg)).float()
     with torch.no_grad():  # larger than the default init, so that the checks compare numbers that matter
         for name, p in model.named_parameters():

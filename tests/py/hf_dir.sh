@@ -3,7 +3,7 @@
 # headroom loads a directory transformers' save_pretrained wrote (model.name_or_path) and its loss, logits and
 # gradients equal transformers'; headroom trains from it and saves a checkpoint, and transformers'
 # from_pretrained opens that checkpoint with logits equal to headroom's. Usage: hf_dir.sh HEADROOM WORK_DIR
-# [llama|qwen2|mistral [clip|siglip]] (the decoder and the tower; llama and clip by default).
+# [llama|qwen2|qwen2_tied|mistral [clip|siglip]] (the decoder and the tower; llama and clip by default).
 set -euo pipefail
 bin=$1 work=$2 decoder=${3:-llama} tower=${4:-clip}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -88,7 +88,7 @@ TEST(HfConfig, RefusesWhatHeadroomDoesNotImplementNamingTheKey) {
                "text_config.rope_scaling");
   expect_error(with("text_config", "attention_bias", true), "text_config.attention_bias");
   expect_error(with("text_config", "hidden_act", "gelu"), "text_config.hidden_act");
-  expect_error(with("", "tie_word_embeddings", true), "tie_word_embeddings");
+  expect_error(with("", "tie_word_embeddings", true), "tie_word_embeddings true disagrees");
   expect_error(with("vision_config", "hidden_act", "gelu"), "vision_config.hidden_act");
   expect_error(with("", "projector_hidden_act", "relu"), "projector_hidden_act");
   expect_error(with("", "vision_feature_layer", json::array({-2, -5})), "vision_feature_layer");
@@ -213,7 +213,10 @@ TEST(HfConfig, Qwen2AndMistralDecodersRoundTripWithTheirDefaults) {
     c.llm.decoder = d;
     c.llm.rope_theta = 1e6f;
     if (d == Decoder::Mistral) c.llm.sliding_window = 4096;
+    c.llm.tied_embeddings = d == Decoder::Qwen2;
     const json j = to_hf_config(c, core::DType::BF16);
+    EXPECT_EQ(j["tie_word_embeddings"], c.llm.tied_embeddings);
+    EXPECT_EQ(j["text_config"]["tie_word_embeddings"], c.llm.tied_embeddings);
     EXPECT_EQ(j["text_config"]["model_type"], decoder_name(d));
     EXPECT_EQ(j["text_config"]["architectures"][0], d == Decoder::Qwen2 ? "Qwen2ForCausalLM" : "MistralForCausalLM");
     EXPECT_FALSE(j["text_config"].contains("attention_bias"));  // a LLaMA key
@@ -221,6 +224,7 @@ TEST(HfConfig, Qwen2AndMistralDecodersRoundTripWithTheirDefaults) {
     EXPECT_EQ(back.llm.decoder, d);
     EXPECT_EQ(back.llm.qkv_bias(), d == Decoder::Qwen2);
     EXPECT_EQ(back.llm.sliding_window, c.llm.sliding_window);
+    EXPECT_EQ(back.llm.tied_embeddings, c.llm.tied_embeddings);
     EXPECT_EQ(back.llm.rope_theta, 1e6f);
     EXPECT_EQ(back.parameter_count(), c.parameter_count());
   }
@@ -243,9 +247,14 @@ TEST(HfConfig, Qwen2AndMistralDecodersRoundTripWithTheirDefaults) {
   j["text_config"]["use_sliding_window"] = true;
   expect_error(j, "text_config.use_sliding_window is true; headroom supports false only");
   j["text_config"]["use_sliding_window"] = false;
-  j["text_config"]["tie_word_embeddings"] = true;  // Qwen2-0.5B's: not yet
-  expect_error(j, "text_config.tie_word_embeddings is true");
+  j["text_config"]["tie_word_embeddings"] = true;  // Qwen2-0.5B's, with the top level saying otherwise
+  expect_error(j, "tie_word_embeddings false disagrees with text_config.tie_word_embeddings true");
+  j["tie_word_embeddings"] = true;
+  EXPECT_TRUE(from_hf_config(j, "config.json").llm.tied_embeddings);
+  j["text_config"]["tie_word_embeddings"] = "yes";
+  expect_error(j, "text_config.tie_word_embeddings has value \"yes\" of the wrong type");
   j["text_config"]["tie_word_embeddings"] = false;
+  j["tie_word_embeddings"] = false;
   j["text_config"]["sliding_window"] = 64;  // read for mistral only: a Qwen2 file's window is use_sliding_window's
   EXPECT_EQ(from_hf_config(j, "config.json").llm.sliding_window, 0);
 }

@@ -47,6 +47,8 @@ TEST(ModelPresets, ParameterCountInClosedFormIsTheBuiltModels) {
     EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name << " (qwen2)";
     c.vision.tower = Tower::Siglip;  // no class token or pre-norm, a biased patch embedding
     EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name << " (siglip)";
+    c.llm.tied_embeddings = true;  // one table for embed_tokens and lm_head
+    EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name << " (tied)";
   }
 }
 
@@ -115,6 +117,14 @@ TEST(Weights, NewerLayoutAndBf16ConvertOnLoad) {
   EXPECT_EQ(load_weights(b.params(), Checkpoint::open(path)), int64_t(a.params().all().size()));
   std::vector<float> x = a.params().find("language_model.lm_head.weight")->data.to(DType::BF16).to_floats();
   EXPECT_EQ(b.params().find("language_model.lm_head.weight")->data.to_floats(), x);
+}
+
+TEST(ModelPresets, TiedEmbeddingsHaveNoLmHeadOfTheirOwn) {
+  LlavaConfig c = preset("tiny");
+  c.llm.tied_embeddings = true;
+  Llava m(c, Device::meta(), DType::F32);
+  EXPECT_EQ(m.params().find("language_model.lm_head.weight"), nullptr);
+  EXPECT_NE(m.params().find("language_model.model.embed_tokens.weight"), nullptr);
 }
 
 TEST(ModelPresets, Qwen2HasBiasesOnQKVOnly) {
