@@ -28,8 +28,16 @@ BASE = dict(
 )
 
 
+def siglip(v):
+    return v.get("model_type") == "siglip_vision_model"
+
+
+def positions(v):  # CLIP: the class token and the patches; SigLIP: the whole patches only
+    return (v["image_size"] // v["patch_size"]) ** 2 + (0 if siglip(v) else 1)
+
+
 def tokens_per_image(v):
-    return (v["image_size"] // v["patch_size"]) ** 2
+    return positions(v) - (1 if v["select_feature"] == "patch" else 0)
 
 
 # ---------------------------------------------------------------- safetensors, by hand
@@ -69,7 +77,8 @@ def make_weights(cfg, seed):
     g = torch.Generator().manual_seed(seed)
     v, l = cfg["vision"], cfg["llm"]
     C, P, I = v["hidden_size"], v["patch_size"], v["intermediate_size"]
-    N = tokens_per_image(v) + 1
+    N = positions(v)
+    qkv_bias = l.get("model_type") == "qwen2"
     H, K, D = l["hidden_size"], l["num_key_value_heads"], l["hidden_size"] // l["num_attention_heads"]
     W = {}
 
@@ -87,10 +96,14 @@ def make_weights(cfg, seed):
             rnd(name + ".bias", o, std=0.1)
 
     vp = "vision_tower.vision_model"
-    rnd(f"{vp}.embeddings.class_embedding", C, std=0.5)
+    if not siglip(v):
+        rnd(f"{vp}.embeddings.class_embedding", C, std=0.5)
     rnd(f"{vp}.embeddings.patch_embedding.weight", C, 3, P, P, std=0.3)
+    if siglip(v):
+        rnd(f"{vp}.embeddings.patch_embedding.bias", C, std=0.1)
     rnd(f"{vp}.embeddings.position_embedding.weight", N, C, std=0.5)
-    norm(f"{vp}.pre_layrnorm", C)
+    if not siglip(v):
+        norm(f"{vp}.pre_layrnorm", C)
     for i in range(v["num_hidden_layers"]):
         p = f"{vp}.encoder.layers.{i}"
         for n in ("k_proj", "v_proj", "q_proj", "out_proj"):
@@ -103,12 +116,13 @@ def make_weights(cfg, seed):
     lin("multi_modal_projector.linear_1", C, H, True)
     lin("multi_modal_projector.linear_2", H, H, True)
     lp = "language_model.model"
-    rnd(f"{lp}.embed_tokens.weight", l["vocab_size"], H, std=1.0)
+    tied = l.get("tie_word_embeddings", False)  # the table is lm_head too: scaled as a linear layer's weight
+    rnd(f"{lp}.embed_tokens.weight", l["vocab_size"], H, std=1.0 / math.sqrt(H) if tied else 1.0)
     for i in range(l["num_hidden_layers"]):
         p = f"{lp}.layers.{i}"
-        lin(f"{p}.self_attn.q_proj", H, H, False)
-        lin(f"{p}.self_attn.k_proj", H, K * D, False)
-        lin(f"{p}.self_attn.v_proj", H, K * D, False)
+        lin(f"{p}.self_attn.q_proj", H, H, qkv_bias)
+        lin(f"{p}.self_attn.k_proj", H, K * D, qkv_bias)
+        lin(f"{p}.self_attn.v_proj", H, K * D, qkv_bias)
         lin(f"{p}.self_attn.o_proj", H, H, False)
         lin(f"{p}.mlp.gate_proj", H, l["intermediate_size"], False)
         lin(f"{p}.mlp.up_proj", H, l["intermediate_size"], False)
@@ -116,7 +130,8 @@ def make_weights(cfg, seed):
         norm(f"{p}.input_layernorm", H, bias=False)
         norm(f"{p}.post_attention_layernorm", H, bias=False)
     norm(f"{lp}.norm", H, bias=False)
-    lin("language_model.lm_head", H, l["vocab_size"], False)
+    if not l.get("tie_word_embeddings", False):
+        lin("language_model.lm_head", H, l["vocab_size"], False)
     return W
 
 
@@ -145,12 +160,18 @@ def vision_forward(W, cfg, pixels):
     v = cfg["vision"]
     vp = "vision_tower.vision_model"
     C, heads = v["hidden_size"], v["num_attention_heads"]
-    x = F.conv2d(pixels, W[f"{vp}.embeddings.patch_embedding.weight"], stride=v["patch_size"])  # (I, C, g, g)
+    # (I, C, g, g): a "valid" conv, so SigLIP's pixels past the last whole patch are never read
+    conv = lambda *wb: F.conv2d(pixels, *wb, stride=v["patch_size"])  # (a bias only where there is one)
+    x = conv(W[f"{vp}.embeddings.patch_embedding.weight"], W[f"{vp}.embeddings.patch_embedding.bias"]) if siglip(v) \
+        else conv(W[f"{vp}.embeddings.patch_embedding.weight"])
     x = x.flatten(2).transpose(1, 2)
-    cls = W[f"{vp}.embeddings.class_embedding"].expand(x.shape[0], 1, C)
-    x = torch.cat([cls, x], dim=1) + W[f"{vp}.embeddings.position_embedding.weight"]
     eps = v["layer_norm_eps"]
-    x = F.layer_norm(x, (C,), W[f"{vp}.pre_layrnorm.weight"], W[f"{vp}.pre_layrnorm.bias"], eps)
+    if siglip(v):  # no class token, no pre-norm
+        x = x + W[f"{vp}.embeddings.position_embedding.weight"]
+    else:
+        cls = W[f"{vp}.embeddings.class_embedding"].expand(x.shape[0], 1, C)
+        x = torch.cat([cls, x], dim=1) + W[f"{vp}.embeddings.position_embedding.weight"]
+        x = F.layer_norm(x, (C,), W[f"{vp}.pre_layrnorm.weight"], W[f"{vp}.pre_layrnorm.bias"], eps)
     hidden_states = [x]
     for i in range(v["num_hidden_layers"]):
         p = f"{vp}.encoder.layers.{i}"
@@ -163,7 +184,7 @@ def vision_forward(W, cfg, pixels):
         x = x + lin(a.transpose(1, 2).reshape(I, N, C), "self_attn.out_proj")
         h = F.layer_norm(x, (C,), W[f"{p}.layer_norm2.weight"], W[f"{p}.layer_norm2.bias"], eps)
         h = lin(h, "mlp.fc1")
-        h = h * torch.sigmoid(1.702 * h)
+        h = F.gelu(h, approximate="tanh") if siglip(v) else h * torch.sigmoid(1.702 * h)
         x = x + lin(h, "mlp.fc2")
         hidden_states.append(x)
     feats = hidden_states[v["select_layer"]]
@@ -191,7 +212,8 @@ def llava_forward(W, cfg, pixels, ids, labels):
     x = emb
     for i in range(l["num_hidden_layers"]):
         p = f"{lp}.layers.{i}"
-        lin = lambda t, n: F.linear(t, W[f"{p}.{n}.weight"])
+        lin = lambda t, n: F.linear(t, W[f"{p}.{n}.weight"], W[f"{p}.{n}.bias"]) if f"{p}.{n}.bias" in W \
+            else F.linear(t, W[f"{p}.{n}.weight"])  # Qwen2: q, k, v biases
         h = rms_norm(x, W[f"{p}.input_layernorm.weight"], l["rms_norm_eps"])
         q = lin(h, "self_attn.q_proj").view(B, L, heads, D).transpose(1, 2)
         k = lin(h, "self_attn.k_proj").view(B, L, kv, D).transpose(1, 2)
@@ -205,7 +227,8 @@ def llava_forward(W, cfg, pixels, ids, labels):
         h = rms_norm(x, W[f"{p}.post_attention_layernorm.weight"], l["rms_norm_eps"])
         x = x + lin(F.silu(lin(h, "mlp.gate_proj")) * lin(h, "mlp.up_proj"), "mlp.down_proj")
     x = rms_norm(x, W[f"{lp}.norm.weight"], l["rms_norm_eps"])
-    logits = F.linear(x, W["language_model.lm_head.weight"])
+    tied = l.get("tie_word_embeddings", False)  # lm_head is the embedding table
+    logits = F.linear(x, W[f"{lp}.embed_tokens.weight" if tied else "language_model.lm_head.weight"])
     loss = F.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
                            ignore_index=-100)
     return loss, logits
@@ -255,7 +278,13 @@ def main():
     mha["llm"]["num_key_value_heads"] = mha["llm"]["num_attention_heads"]
     sel1 = json.loads(json.dumps(BASE))
     sel1["vision"]["select_layer"] = -1
-    weights = {"gqa": make_weights(BASE, 1), "mha": make_weights(mha, 2)}
+    # LLaVA-OneVision-0.5B's shape: a SigLIP tower over 10-px images (2 pixels unread, every patch a feature) and a
+    # Qwen2 decoder with q/k/v biases, rope_theta 1e6 and lm_head tied to the embedding table.
+    family = json.loads(json.dumps(BASE))
+    family["vision"].update(model_type="siglip_vision_model", image_size=10, select_feature="cls_patch",
+                            layer_norm_eps=1e-6)
+    family["llm"].update(model_type="qwen2", rope_theta=1000000.0, tie_word_embeddings=True)
+    weights = {"gqa": make_weights(BASE, 1), "mha": make_weights(mha, 2), "family": make_weights(family, 3)}
     for name, w in weights.items():
         save_safetensors(os.path.join(OUT, f"weights_{name}.safetensors"), w)
     one_image = [[("t", 3), ("i", 1), ("t", 2), ("a", 5)], [("t", 1), ("i", 1), ("a", 6), ("p", 3)]]
@@ -268,6 +297,7 @@ def main():
         "mha": (mha, "mha", one_image, everything),
         "two_images_and_text": (BASE, "gqa", two_and_text, everything),
         "stage1": (BASE, "gqa", one_image, ("multi_modal_projector.",)),
+        "siglip_qwen2_tied": (family, "family", two_and_text, everything),
     }
     for i, (case, (cfg, wname, layout, trainable)) in enumerate(cases.items()):
         batch = make_batch(cfg, layout, 100 + i)

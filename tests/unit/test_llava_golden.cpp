@@ -1,6 +1,7 @@
 // Parity with an independent PyTorch implementation (scripts/make_golden.py): loss, logits and every
 // parameter gradient, in f32 and bf16, for select_layer -1/-2, GQA/MHA, one/two images per sample, a
-// text-only sample and stage-1 freezing.
+// text-only sample, stage-1 freezing, and LLaVA-OneVision-0.5B's shape (SigLIP tower, Qwen2 decoder with q/k/v
+// biases and tied embeddings).
 #include <gtest/gtest.h>
 
 #include "golden_util.h"
@@ -92,7 +93,7 @@ TEST_P(Golden, LossLogitsAndEveryGradientMatchPyTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, Golden,
                          testing::Combine(testing::Values("select_m2_gqa", "select_m1", "mha", "two_images_and_text",
-                                                          "stage1"),
+                                                          "siglip_qwen2_tied", "stage1"),
                                           testing::Values(DType::F32, DType::BF16)),
                          [](const auto& p) { return std::get<0>(p.param) + "_" + dtype_name(std::get<1>(p.param)); });
 
