@@ -196,6 +196,18 @@ LlavaConfig preset(const std::string& name) {
     c.image_token_id = 151646;
     return c;
   }
+  if (name == "llava-onevision-qwen2-0.5b") {  // the 7B's tower with Qwen/Qwen2-0.5B (tied embeddings)
+    c = preset("llava-onevision-qwen2-7b");
+    c.name = name;
+    c.llm.vocab = 151936;
+    c.llm.hidden = 896;
+    c.llm.layers = 24;
+    c.llm.heads = 14;
+    c.llm.kv_heads = 2;
+    c.llm.intermediate = 4864;
+    c.llm.tied_embeddings = true;
+    return c;
+  }
   if (name == "tiny") {  // the dimensions of the PyTorch golden files (scripts/make_golden.py)
     c.vision = {16, 3, 2, 32, 8, 4, 3, 1e-5f, -2, FeatureSelect::Patch};
     c.llm = {64, 32, 2, 4, 2, 64, 1e-5f, 10000.f, {}};
@@ -214,7 +226,13 @@ LlavaConfig preset(const std::string& name) {
 }
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "small", "llava-1.5-7b", "llava-1.5-13b", "llava-next-mistral-7b", "llava-onevision-qwen2-7b"};
+  return {"tiny",
+          "small",
+          "llava-1.5-7b",
+          "llava-1.5-13b",
+          "llava-next-mistral-7b",
+          "llava-onevision-qwen2-7b",
+          "llava-onevision-qwen2-0.5b"};
 }
 
 void LlmConfig::check_window(int64_t length, const std::string& what) const {

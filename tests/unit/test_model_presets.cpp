@@ -33,6 +33,10 @@ TEST(ModelPresets, ParameterCountsMatchLlavaHf) {
   Llava onevision(preset("llava-onevision-qwen2-7b"), Device::meta(), DType::BF16);
   EXPECT_EQ(onevision.params().count(), 8030804000);
   EXPECT_EQ(preset("llava-onevision-qwen2-7b").vision.tokens_per_image(), 729);  // 27 x 27 patches, all kept
+  // The same tower with Qwen/Qwen2-0.5B's dimensions and tied embeddings: 893,617,312 in transformers 4.45.2 (its
+  // LlavaForConditionalGeneration after tie_weights), as the published 0.5B OneVision's ~894M.
+  Llava small(preset("llava-onevision-qwen2-0.5b"), Device::meta(), DType::BF16);
+  EXPECT_EQ(small.params().count(), 893617312);
 }
 
 // The closed-form count (validate's overflow check, the planner's capacity arithmetic) is the built model's.
