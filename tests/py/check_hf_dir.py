@@ -15,6 +15,10 @@
         headroom's `debug grads --logits` output OURS against REF: the loss and the logits within 1e-4, every
         parameter gradient within 1e-4 of the largest (a parameter transformers never uses, with no gradient,
         must have zeros in OURS).
+    check_hf_dir.py generate DIR IMAGE GENERATED
+        transformers opens DIR and its preprocessor_config.json; on IMAGE (squared as LLaVA's `pad` does) and
+        GENERATED's prompt_ids (`headroom generate --json`'s last line), its greedy generate gives GENERATED's
+        tokens exactly.
     check_hf_dir.py load DIR BATCH OURS
         transformers opens DIR (a headroom checkpoint) with LlavaForConditionalGeneration.from_pretrained, and its
         loss and logits on BATCH must equal headroom's (OURS, from `debug grads --logits` on DIR) within 1e-4.
@@ -174,6 +178,34 @@ def load(model_dir, batch_path, ours_path):
           f"(eos {gen.get('eos_token_id')}); loss {o.loss.item():.6f} and logits equal headroom's, worst {worst:.2g}")
 
 
+def generate(model_dir, image_path, generated_path):
+    from PIL import Image
+    from transformers import CLIPImageProcessor
+    model = eager(LlavaForConditionalGeneration.from_pretrained(model_dir, torch_dtype=torch.float32)).eval()
+    processor = CLIPImageProcessor.from_pretrained(model_dir)
+    ours = json.loads(open(generated_path).read().splitlines()[-1])
+    img = Image.open(image_path).convert("RGB")
+    w, h = img.size
+    if w != h:  # LLaVA's expand2square with the mean colour
+        square = Image.new("RGB", (max(w, h),) * 2, tuple(int(x * 255) for x in processor.image_mean))
+        square.paste(img, ((max(w, h) - w) // 2, (max(w, h) - h) // 2))
+        img = square
+    pixels = processor.preprocess(img, return_tensors="pt")["pixel_values"]
+    ids = torch.tensor([ours["prompt_ids"]])
+    eos = model.config.text_config.eos_token_id
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, pixel_values=pixels, attention_mask=torch.ones_like(ids),
+                             max_new_tokens=len(ours["tokens"]), do_sample=False, num_beams=1, eos_token_id=eos,
+                             pad_token_id=model.config.text_config.pad_token_id)
+    theirs = out[0, ids.shape[1]:].tolist()
+    if eos in theirs:
+        theirs = theirs[:theirs.index(eos) + 1]
+    if theirs != ours["tokens"]:
+        fail(f"greedy generation differs: headroom {ours['tokens']}, transformers {theirs}")
+    print(f"{PROG}: OK: transformers' generate on {model_dir} gives headroom's {len(theirs)} tokens on its "
+          f"{ids.shape[1]}-token prompt")
+
+
 def main(argv):
     if len(argv) in (2, 3, 4) and argv[0] == "make":
         make(*argv[1:])
@@ -181,8 +213,10 @@ def main(argv):
         compare(argv[1], argv[2])
     elif len(argv) == 4 and argv[0] == "load":
         load(argv[1], argv[2], argv[3])
+    elif len(argv) == 4 and argv[0] == "generate":
+        generate(argv[1], argv[2], argv[3])
     else:
-        fail("usage: check_hf_dir.py make OUT [DECODER [TOWER]] | compare REF OURS | load DIR BATCH OURS", 2)
+        fail("usage: check_hf_dir.py make OUT [DECODER [TOWER]] | compare REF OURS | generate DIR IMAGE GENERATED | load DIR BATCH OURS", 2)
 
 
 if __name__ == "__main__":

@@ -3,9 +3,11 @@
 # headroom loads a directory transformers' save_pretrained wrote (model.name_or_path) and its loss, logits and
 # gradients equal transformers'; headroom trains from it and saves a checkpoint, and transformers'
 # from_pretrained opens that checkpoint with logits equal to headroom's. Usage: hf_dir.sh HEADROOM WORK_DIR
-# [llama|qwen2|qwen2_tied|mistral [clip|siglip]] (the decoder and the tower; llama and clip by default).
+# [llama|qwen2|qwen2_tied|mistral [clip|siglip [MPIEXEC]]] (the decoder and the tower; llama and clip by default).
+# With MPIEXEC the training runs on two ranks at ZeRO-3, and transformers opens the consolidated checkpoint; then
+# headroom's greedy answer about an image from it equals transformers' generate.
 set -euo pipefail
-bin=$1 work=$2 decoder=${3:-llama} tower=${4:-clip}
+bin=$1 work=$2 decoder=${3:-llama} tower=${4:-clip} mpiexec=${5:-}
 here=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$work"
 mkdir -p "$work"
@@ -24,6 +26,19 @@ data:
 train: {micro_batch_size: 4, max_steps: 3, learning_rate: 0.001, max_new_tokens: 2}
 log: {progress_bar: false, logging_steps: 1}
 YAML
+if [[ -n $mpiexec ]]; then
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$mpiexec" --oversubscribe -np 2 \
+    "$bin" train train.yaml --set memory.zero_stage=3 > train.log
+  "$bin" ckpt consolidate run/checkpoint-3 --out "$work/consolidated/" > /dev/null
+  printf 'model: {name_or_path: %s/consolidated}\n' "$work" > consolidated.yaml
+  "$bin" debug grads --config consolidated.yaml --weights consolidated --batch batch.safetensors --out out.safetensors \
+    --logits
+  python3 "$here/check_hf_dir.py" load consolidated batch.safetensors out.safetensors
+  "$bin" generate train.yaml --checkpoint consolidated --image run/data/images/eval-000000.png \
+    --prompt "What color is the object?" --max-new-tokens 6 --json > generated.json
+  python3 "$here/check_hf_dir.py" generate consolidated run/data/images/eval-000000.png generated.json
+  exit 0
+fi
 "$bin" train train.yaml > train.log
 printf 'model: {name_or_path: %s/run/checkpoint-3}\n' "$work" > checkpoint.yaml
 "$bin" debug grads --config checkpoint.yaml --weights run/checkpoint-3 --batch batch.safetensors --out out.safetensors --logits
