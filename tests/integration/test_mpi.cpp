@@ -161,8 +161,8 @@ TEST(Mpi, LoraUnderZeroMatchesASingleProcess) {
 }
 
 TEST(Mpi, TheLlavaFamilyUnderZeroMatchesASingleProcess) {
-  // The planner, ZeRO and the memory log see parameters and groups, not architectures: Qwen2's q/k/v biases,
-  // SigLIP's tower and a tied lm_head are sharded, gathered and predicted like every other parameter (tied
+  // The planner, ZeRO, LoRA/QLoRA and the memory log see parameters and groups, not architectures: Qwen2's q/k/v
+  // biases, SigLIP's tower and a tied lm_head are sharded, gathered and predicted like every other parameter (tied
   // embeddings at ZeRO-2: ZeRO-3 refuses them by name).
   struct Member {
     std::string name, sets;
@@ -175,6 +175,9 @@ TEST(Mpi, TheLlavaFamilyUnderZeroMatchesASingleProcess) {
       {"mistral", "", 3},
       {"siglip_qwen2", siglip, 3},
       {"siglip_qwen2_tied", siglip + " --set model.llm.tie_word_embeddings=true", 2},
+      // LoRA on the biased projections (the biases stay frozen with the base), and QLoRA's 4-bit base beside them.
+      {"qwen2_lora", " --set lora.enable=true --set lora.r=4 --set lora.alpha=8 --set lora.dropout=0", 3},
+      {"mistral_qlora", " --set lora.enable=true --set lora.r=4 --set lora.dropout=0 --set lora.base_bits=4", 3},
   };
   for (const Member& m : family) {
     const std::string decoder = m.name.find("qwen2") != std::string::npos ? "qwen2" : "mistral";
