@@ -2,6 +2,7 @@
 #include "train/config.h"
 
 #include <unistd.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <sstream>
 
 #include "core/check.h"
 #include "core/io/text_file.h"
@@ -640,10 +642,41 @@ const std::vector<YAML::Node>& default_nodes() {
   return nodes;
 }
 
+// Events of a YAML parse, only to see where each document starts.
+struct DocumentStarts : YAML::EventHandler {
+  YAML::Mark start;
+  void OnDocumentStart(const YAML::Mark& mark) override { start = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// yaml-cpp 0.7 cannot read a ',' (or a flow end) where a document would start, as in "," or "- a\n,": its parser
+// reports an empty document there without moving on, and LoadAll collects them until memory runs out. Each
+// document must start past the previous one's start; the first that does not is named.
+void check_documents_advance(const std::string& yaml, const std::string& where) {
+  std::istringstream in(yaml);
+  YAML::Parser parser(in);
+  DocumentStarts starts;
+  int previous = -1;
+  while (parser.HandleNextDocument(starts)) {
+    HR_CHECK(starts.start.pos > previous, "[config] ", where, ": line ", starts.start.line + 1, ", column ",
+             starts.start.column + 1, ": '", yaml.substr(std::size_t(starts.start.pos), 1),
+             "' cannot begin a YAML document (a ',' or a closing bracket outside any [...] or {...})");
+    previous = starts.start.pos;
+  }
+}
+
 // The config's one YAML document (an empty text: an empty mapping).
 YAML::Node parse_document(const std::string& yaml, const std::string& where) {
   YAML::Node root(YAML::NodeType::Map);
   try {
+    check_documents_advance(yaml, where);
     // Every document: yaml-cpp's Load reads the first and drops what follows a '---' line without a word.
     const std::vector<YAML::Node> docs = YAML::LoadAll(yaml);
     for (std::size_t i = 1; i < docs.size(); ++i)
