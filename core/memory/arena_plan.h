@@ -25,9 +25,10 @@ struct Lifetime {
 // Whether two buffers are ever alive at the same time.
 bool live_together(const Lifetime& a, const Lifetime& b);
 
-// Offsets for `buffers` in one arena, no two overlapping in both address and lifetime: greedy by size (largest
-// first, earlier first among equals), each at the lowest best-fitting gap between the buffers already placed
-// that it is ever alive with, else above them. `arena` receives the arena's size.
+// Offsets for `buffers` in one arena, no two overlapping in both address and lifetime: greedy in a few orders
+// (by size, largest first and earlier first among equals, and two more), each buffer at the lowest best-fitting
+// or the lowest fitting gap between the buffers already placed that it is ever alive with, else above them; the
+// smallest arena of those is kept. `arena` receives the arena's size.
 std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std::size_t* arena);
 
 // The most bytes alive at one time: no arena can be smaller.
