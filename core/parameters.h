@@ -173,6 +173,13 @@ class GroupedParams {
   // micro-batch without images) leaves them out of its hook calls, and the sharding makes their collectives
   // in this order, so that every rank issues the same ones.
   virtual const std::vector<int>& pass_order(Pass pass) const = 0;
+  // The group whose parameters `group` computes with beside its own (a tied lm_head multiplies by the embedding's
+  // table), -1 for none: ZeRO-3 gathers them for it too, and stages 2-3 reduce what its backward adds to their
+  // gradients when it ends.
+  virtual int borrowed_group(int group) const {
+    (void)group;
+    return -1;
+  }
   // Hooks called around each group's use and at the end of each pass; nullptr for none.
   virtual void set_hooks(GroupHooks* hooks) = 0;
 };

@@ -63,6 +63,10 @@ const std::vector<int>& Llava::pass_order(Pass pass) const {
   return pass == Pass::Forward ? forward_order_ : backward_order_;
 }
 
+int Llava::borrowed_group(int group) const {
+  return cfg_.llm.tied_embeddings && group == head_group_ ? embed_group_ : -1;
+}
+
 void Llava::set_hooks(GroupHooks* hooks) {
   hooks_ = hooks;
   vision_->set_hooks(hooks);

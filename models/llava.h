@@ -68,6 +68,8 @@ class Llava final : public GroupedParams {
   // Forward: every group in order (vision layers up to the selected one). Backward: the head, the final
   // norm, the LLM layers in reverse, then what trains of the embeddings, the projector and the vision tower.
   const std::vector<int>& pass_order(Pass pass) const override;
+  // With tied embeddings the head (a group with no parameters of its own) computes with the embedding's table.
+  int borrowed_group(int group) const override;
   // Hooks called around each group's use and at the end of each pass (ZeRO); null for none. The hooks
   // outlive their use here.
   void set_hooks(GroupHooks* hooks) override;

@@ -197,18 +197,40 @@ void Zero::catch_up(Pass pass, int until) {
   HR_ASSERT(until < 0 || at < order.size(), "group ", until, " is not in its pass's order");
 }
 
+std::vector<Zero::Group*> Zero::parts_used_by(int group) {
+  std::vector<Group*> parts;
+  for (const int gi : {group, model_.borrowed_group(group)})
+    if (gi >= 0)
+      for (auto& g : groups_[std::size_t(gi)]) parts.push_back(g.get());
+  return parts;
+}
+
 void Zero::use(int group, Pass pass) {
   if (z_.stage != 3) return;
-  for (auto& g : groups_[std::size_t(group)]) finish_gather(*g);
+  for (Group* g : parts_used_by(group)) finish_gather(*g);
   prefetch(pass, cursor_[int(pass)]);  // the cursor is at `group` (before() and catch_up() put it there)
 }
 
+// A borrowed group's gradients are reduced when the borrower's backward ends, so that the full gradient is not
+// kept across the layers between; where the group's own backward follows in the pass, it reduces again (adding to
+// the shard) and that reduction is the one that completes the shard.
 void Zero::done(int group, Pass pass) {
   if (pass == Pass::Backward && last_micro_ && buckets_gradients()) bucket_grads(group);
-  for (auto& g : groups_[std::size_t(group)]) {
-    if (pass == Pass::Backward && z_.stage >= 2 && g->trainable) reduce_scatter_grads(*g);
-    if (z_.stage == 3) release(*g);
+  const int lent = model_.borrowed_group(group);
+  for (const int gi : {group, lent}) {
+    if (gi < 0) continue;
+    const bool completes = gi == group || !later_in_pass(gi, pass);
+    for (auto& g : groups_[std::size_t(gi)]) {
+      if (pass == Pass::Backward && z_.stage >= 2 && g->trainable) reduce_scatter_grads(*g, completes);
+      if (z_.stage == 3) release(*g);
+    }
   }
+}
+
+bool Zero::later_in_pass(int group, Pass pass) const {
+  const std::vector<int>& order = model_.pass_order(pass);
+  const std::size_t at = cursor_[int(pass)];
+  return at < order.size() && std::find(order.begin() + std::ptrdiff_t(at) + 1, order.end(), group) != order.end();
 }
 
 // ---- gradients ----

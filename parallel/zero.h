@@ -9,7 +9,9 @@
 // the r-th block. A group's shard is the concatenation of its parameters' blocks, so one collective moves a
 // whole group. Every rank issues the same collectives in the same order: the model publishes the order in
 // which each pass visits its groups, and the groups a rank skips (a micro-batch without images) get their
-// collectives here, in that order; gradients missing on a rank count as zeros. Zero knows parameters and
+// collectives here, in that order; gradients missing on a rank count as zeros. A group may compute with another
+// group's parameters besides its own (a tied lm_head with the embedding's table): stage 3 gathers them for it
+// too, and stages 2-3 reduce what its backward adds to their gradients when it ends. Zero knows parameters and
 // groups, never the model behind them.
 #pragma once
 
@@ -99,6 +101,10 @@ class Zero final : public core::GroupHooks {
   // Runs the hooks of the groups of `pass` before `until` (-1: all that remain) that the model skipped.
   void catch_up(core::Pass pass, int until);
   void use(int group, core::Pass pass);  // what before() does for a group
+  // The parts a group computes with: its own, then those of the group it borrows (model_.borrowed_group).
+  std::vector<Group*> parts_used_by(int group);
+  // Whether `group` comes after the current one in the pass's order.
+  bool later_in_pass(int group, core::Pass pass) const;
   std::string group_name(int group) const;
   int open_slices_ = 0;                   // group slices begun in a memory timeline and not yet ended
   void done(int group, core::Pass pass);  // what after() does
@@ -113,7 +119,9 @@ class Zero final : public core::GroupHooks {
   void poll_gathers();
   void drop_pending_gathers();
   void release(Group& g);
-  void reduce_scatter_grads(Group& g);
+  // `completes`: the shard is complete when this reduction ends (reduced() runs then); false for a borrowed group
+  // whose own backward reduces again later in the pass.
+  void reduce_scatter_grads(Group& g, bool completes = true);
   // Ends the reduce-scatters still running (overlap_comm): their shards are added to the groups' gradients and
   // their buffers freed.
   void finish_reductions();

@@ -49,7 +49,7 @@ void Zero::prefetch(Pass pass, std::size_t position) {
   const std::vector<int>& order = model_.pass_order(pass);
   for (std::size_t ahead = 1; ahead <= std::size_t(std::max(0, z_.prefetch_groups)); ++ahead)
     if (position + ahead < order.size())
-      for (auto& g : groups_[std::size_t(order[position + ahead])]) start_gather(*g);
+      for (Group* g : parts_used_by(order[position + ahead])) start_gather(*g);
 }
 
 void Zero::poll_gathers() {
@@ -88,10 +88,11 @@ void Zero::release(Group& g) {
 
 // ---- gradients ----
 
-void Zero::reduce_scatter_grads(Group& g) {
+void Zero::reduce_scatter_grads(Group& g, bool completes) {
   // The previous group's reduce-scatter had this group's backward to run under; it ends now, before this
   // group's starts, so that at most one is in flight.
   finish_reductions();
+  g.completes = completes;
   const int W = shard_world_;
   Tensor whole, mine;
   {
@@ -127,7 +128,7 @@ void Zero::reduce_scatter_grads(Group& g) {
 }
 
 void Zero::reduced(Group& g) {
-  if (!last_micro_ || z_.offload_optimizer != Offload::Cpu) return;
+  if (!g.completes || !last_micro_ || z_.offload_optimizer != Offload::Cpu) return;
   MemoryScope scope(Category::Grads, g.name);
   g.host_grads = Tensor::empty({g.shard}, g.grad_dtype, state_device_);
   copy_side_(g.host_grads, g.grads);

@@ -42,6 +42,7 @@ struct Zero::Group {
   std::unique_ptr<PendingCollective> pending;   // that all-gather, where it runs in the background
   Tensor reduce_in, reduce_out;                 // stage >= 2: a reduce-scatter started, not finished
   std::unique_ptr<PendingCollective> reducing;  // that reduce-scatter
+  bool completes = true;                        // whether it completes the shard (reduce_scatter_grads)
 
   // Elements of `seg` held by rank q of `world`.
   static int64_t valid(const Segment& seg, int q) {

@@ -41,7 +41,7 @@ RunConfig with_micro(const RunConfig& c, int64_t m, int64_t per_rank, int world)
 // Whether the sharding settings are a valid combination; the reason when not, if `why` is given.
 bool valid(const RunConfig& c, std::string* why = nullptr) {
   try {
-    validate_sharding(c);
+    parallel::validate(c.zero, c.optimizer);
     return true;
   } catch (const Error& e) {
     if (why && why->empty()) *why = e.what();

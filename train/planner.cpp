@@ -135,14 +135,6 @@ std::vector<std::pair<std::string, int64_t>> params_by_module(const Llava& model
 
 }  // namespace
 
-void validate_sharding(const RunConfig& config) {
-  parallel::validate(config.zero, config.optimizer);
-  HR_CHECK(!(config.model.config.llm.tied_embeddings && config.zero.stage == 3),
-           "[config] memory.zero_stage 3 cannot shard tied embeddings (model.llm.tie_word_embeddings, "
-           "text_config.tie_word_embeddings: lm_head reads embed_tokens' table at the other end of the model); use "
-           "memory.zero_stage 0, 1 or 2");
-}
-
 Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
   check_parameters_can_fit(config, device, world);
   Plan p;
@@ -150,7 +142,7 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
   p.config = config;
   p.device = device;
   p.world = world;
-  validate_sharding(config);
+  parallel::validate(config.zero, config.optimizer);
   HR_CHECK(!(config.precision == Precision::BF16 && !device.bf16), "[plan] ", device.name,
            " has no bf16 arithmetic; use memory.precision: fp16 or fp32");
   const core::SizingTarget target = sizing_target(device);

@@ -166,10 +166,6 @@ bool plans_evaluation(const RunConfig& config);
 
 // The plan for `config` exactly as given (every auto must already be decided).
 Plan make_plan(const RunConfig& config, const DevicePreset& device, int world);
-// Throws naming the keys when the ZeRO settings (stage, offload, optimizer) cannot go together or cannot shard this
-// model (tied embeddings: one table read at both ends of the model, which ZeRO-3 gathers per group).
-void validate_sharding(const RunConfig& config);
-
 struct Search {
   std::vector<Plan> ranked;  // fitting plans, fastest first, then the rest by peak
   int evaluated = 0;

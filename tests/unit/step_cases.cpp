@@ -53,6 +53,11 @@ std::vector<StepCase> step_cases() {
        {"memory.zero_stage=3", "memory.gradient_checkpointing=full", "memory.offload_optimizer=cpu",
         "memory.offload_params=cpu"}},
       {"z3_no_prefetch", 2, {"memory.zero_stage=3", "parallel.prefetch_groups=0"}},
+      // The tied head borrows the embedding's group: gathered twice a pass, its gradient reduced twice.
+      {"z3_tied_bf16_offload_accumulate",
+       2,
+       {"model.llm.tie_word_embeddings=true", "memory.zero_stage=3", "memory.precision=bf16",
+        "memory.offload_optimizer=cpu", "train.gradient_accumulation_steps=2"}},
       {"lora", 1, {"lora.enable=true", "lora.r=4", "lora.alpha=8"}},
       {"lora_bf16_full_accumulate",
        1,
