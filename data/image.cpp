@@ -370,25 +370,30 @@ void check_fixed_steps(const json& j, const std::string& path) {
     throw refuse(j, path, "rescale_factor", "only 1/255 is implemented");
 }
 
-// The side `key` asks for: a number, or the object's `field` (or height); `size` where the key is absent.
-int64_t side(const json& j, const std::string& path, const char* key, const char* field, int64_t size) {
-  if (!j.contains(key)) return size;
+// Whether `key` asks for `size` x `size`: a number, or an object with shortest_edge, or with height and width
+// (each where given); true where the key is absent.
+bool asks_for(const json& j, const std::string& path, const char* key, int64_t size) {
+  if (!j.contains(key)) return true;
   const auto& v = j[key];
-  const json* n = v.is_number_integer()                   ? &v
-                  : v.is_object() && v.contains(field)    ? &v[field]
-                  : v.is_object() && v.contains("height") ? &v["height"]
-                                                          : nullptr;
-  if (n && n->is_number_integer()) return n->get<int64_t>();
-  throw refuse(j, path, key, "is neither a number nor an object with shortest_edge or height");
+  if (v.is_number_integer()) return v.get<int64_t>() == size;
+  bool any = false, all = true;
+  for (const char* field : {"shortest_edge", "height", "width"})
+    if (v.is_object() && v.contains(field) && !v[field].is_null()) {
+      if (!v[field].is_number_integer()) throw refuse(j, path, key, str("its ", field, " is not a whole number"));
+      any = true;
+      all = all && v[field].get<int64_t>() == size;
+    }
+  if (!any) throw refuse(j, path, key, "is neither a number nor an object with shortest_edge or height and width");
+  return all;
 }
 
 ImageNorm parse_preprocessor(const json& j, const std::string& path, int64_t size) {
   const ImageNorm n = read_norm(j, path);
   check_fixed_steps(j, path);
-  // The resize (shortest edge) and the crop must both land on the vision tower's size.
-  if (j.value("do_resize", true) && side(j, path, "size", "shortest_edge", size) != size)
+  // The resize (shortest edge, or height and width) and the crop must both land on the vision tower's size.
+  if (j.value("do_resize", true) && !asks_for(j, path, "size", size))
     throw refuse(j, path, "size", str("the vision tower takes ", size, " x ", size, " images"));
-  if (j.value("do_center_crop", true) && side(j, path, "crop_size", "height", size) != size)
+  if (j.value("do_center_crop", true) && !asks_for(j, path, "crop_size", size))
     throw refuse(j, path, "crop_size", str("the vision tower takes ", size, " x ", size, " images"));
   return n;
 }
@@ -412,7 +417,21 @@ ImageNorm read_preprocessor_config(const std::string& path, int64_t size) {
   }
 }
 
-std::string preprocessor_config_json(int64_t size, const ImageNorm& n) {
+std::string preprocessor_config_json(int64_t size, const ImageNorm& n, ImageProcessor kind) {
+  if (kind == ImageProcessor::Siglip) {  // transformers' SiglipImageProcessor's keys
+    const nlohmann::json j = {{"do_convert_rgb", true},
+                              {"do_normalize", true},
+                              {"do_rescale", true},
+                              {"do_resize", true},
+                              {"image_mean", {n.mean[0], n.mean[1], n.mean[2]}},
+                              {"image_processor_type", "SiglipImageProcessor"},
+                              {"image_std", {n.std[0], n.std[1], n.std[2]}},
+                              {"processor_class", "LlavaProcessor"},
+                              {"resample", 3},
+                              {"rescale_factor", 1.0 / 255},
+                              {"size", {{"height", size}, {"width", size}}}};
+    return j.dump(2) + "\n";
+  }
   const nlohmann::json j = {{"crop_size", {{"height", size}, {"width", size}}},
                             {"do_center_crop", true},
                             {"do_convert_rgb", true},

@@ -43,13 +43,19 @@ struct ImageNorm {
   static ImageNorm siglip() { return {{0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}}; }
 };
 
-// A Hugging Face preprocessor_config.json (CLIPImageProcessor, as llava-hf and CLIP directories hold it): its
-// mean and std. Throws naming the file and key when it asks for what LLaVA's pipeline does not do here: a
-// resample other than bicubic, a resize or crop to another size than the vision tower's `size`, no
-// rescale/normalise, a rescale factor other than 1/255.
+// A Hugging Face preprocessor_config.json (CLIPImageProcessor, as llava-hf and CLIP directories hold it, or
+// SiglipImageProcessor, as SigLIP's do): its mean and std. Throws naming the file and key when it asks for what
+// LLaVA's pipeline does not do here: a resample other than bicubic, a resize or crop to another size than the
+// vision tower's `size` x `size`, no rescale/normalise, a rescale factor other than 1/255.
 ImageNorm read_preprocessor_config(const std::string& path, int64_t size);
-// The preprocessor_config.json a CLIPImageProcessor at `size` with `norm` reads (what checkpoints carry).
-std::string preprocessor_config_json(int64_t size, const ImageNorm& norm);
+
+// The image processor a checkpoint names for its tower: CLIPImageProcessor (the shortest edge to `size`, then
+// a centre crop) or SiglipImageProcessor (a resize of the whole image to `size` x `size`, no crop). On a padded
+// square (data.image_aspect_ratio: pad, LLaVA's) both equal headroom's resize; with `resize` headroom's equals
+// SiglipImageProcessor's.
+enum class ImageProcessor : uint8_t { Clip, Siglip };
+// The preprocessor_config.json that processor at `size` with `norm` reads (what checkpoints carry).
+std::string preprocessor_config_json(int64_t size, const ImageNorm& norm, ImageProcessor kind = ImageProcessor::Clip);
 
 // decode + pad/resize + normalise: a (3, size, size) f32 tensor on the host, tagged io. The padding colour is
 // LLaVA's tuple(int(x * 255) for x in image_mean).

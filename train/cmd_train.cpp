@@ -83,7 +83,7 @@ HfSidecar sidecar_of(const std::string& dir, const RunConfig& c) {
   for (const std::string& name : names)
     if (std::filesystem::is_regular_file(std::filesystem::path(dir) / name))
       side.files.push_back((std::filesystem::path(dir) / name).string());
-  side.preprocessor_json = data::preprocessor_config_json(c.model.config.vision.image_size, run_image_norm(c));
+  side.preprocessor_json = run_preprocessor_json(c);
   const std::string cfg = dir + "/config.json";
   if (std::filesystem::is_regular_file(cfg)) {
     const auto j = nlohmann::json::parse(std::ifstream(cfg), nullptr, false);

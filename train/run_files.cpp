@@ -34,6 +34,12 @@ data::ImageNorm run_image_norm(const RunConfig& c) {
   return data::read_preprocessor_config(file, c.model.config.vision.image_size);
 }
 
+std::string run_preprocessor_json(const RunConfig& c) {
+  const auto kind =
+      c.model.config.vision.tower == models::Tower::Siglip ? data::ImageProcessor::Siglip : data::ImageProcessor::Clip;
+  return data::preprocessor_config_json(c.model.config.vision.image_size, run_image_norm(c), kind);
+}
+
 namespace {
 // tokenizer_config.json, tokenizer.json and added_tokens.json of `dir` with "<image>" at `image` and "<pad>"
 // after it (where the vocabulary has room), the files that have them.
@@ -117,7 +123,7 @@ HfSidecar run_hf_sidecar(const RunConfig& c) {
     s.written = stage1_tokenizer_files(dir, c.model.config.image_token_id, c.model.config.llm.vocab);
   if (std::optional<std::string> pre = llava_preprocessor_config(c))
     s.written.emplace_back("preprocessor_config.json", std::move(*pre));
-  s.preprocessor_json = data::preprocessor_config_json(c.model.config.vision.image_size, run_image_norm(c));
+  s.preprocessor_json = run_preprocessor_json(c);
   s.max_shard_bytes = c.max_shard_bytes;
   return s;
 }

@@ -19,7 +19,11 @@ inline constexpr const char* kHfTokenizerFiles[] = {"tokenizer.model", "tokenize
 // What checkpoints carry for Hugging Face (checkpoint.h): the run's tokenizer files (data.tokenizer's directory,
 // or model.name_or_path's) and preprocessor_config.json, its token ids, train.max_shard_size.
 HfSidecar run_hf_sidecar(const RunConfig& config);
-// The image normalisation: model.name_or_path's (or model.vision_tower's) preprocessor_config.json, else CLIP's.
+// The image normalisation: model.name_or_path's (or model.vision_tower's) preprocessor_config.json, else the
+// tower's processor's (CLIP's, SigLIP's).
 data::ImageNorm run_image_norm(const RunConfig& config);
+// The preprocessor_config.json a checkpoint of this run carries: the tower's processor (CLIPImageProcessor,
+// SiglipImageProcessor) at the tower's size with the run's normalisation.
+std::string run_preprocessor_json(const RunConfig& config);
 
 }  // namespace hr::train

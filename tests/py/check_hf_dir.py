@@ -180,9 +180,13 @@ def load(model_dir, batch_path, ours_path):
 
 def generate(model_dir, image_path, generated_path):
     from PIL import Image
-    from transformers import CLIPImageProcessor
+    from transformers import AutoImageProcessor
     model = eager(LlavaForConditionalGeneration.from_pretrained(model_dir, torch_dtype=torch.float32)).eval()
-    processor = CLIPImageProcessor.from_pretrained(model_dir)
+    processor = AutoImageProcessor.from_pretrained(model_dir)  # the class preprocessor_config.json names
+    want = {"siglip_vision_model": "SiglipImageProcessor"}.get(model.config.vision_config.model_type,
+                                                               "CLIPImageProcessor")
+    if type(processor).__name__ != want:
+        fail(f"{model_dir}/preprocessor_config.json opens as {type(processor).__name__}; the tower's is {want}")
     ours = json.loads(open(generated_path).read().splitlines()[-1])
     img = Image.open(image_path).convert("RGB")
     w, h = img.size
@@ -203,7 +207,7 @@ def generate(model_dir, image_path, generated_path):
     if theirs != ours["tokens"]:
         fail(f"greedy generation differs: headroom {ours['tokens']}, transformers {theirs}")
     print(f"{PROG}: OK: transformers' generate on {model_dir} gives headroom's {len(theirs)} tokens on its "
-          f"{ids.shape[1]}-token prompt")
+          f"{ids.shape[1]}-token prompt (image through {want})")
 
 
 def main(argv):

@@ -669,6 +669,17 @@ TEST(Image, PreprocessorConfigIsReadOrRefusedNamingTheKey) {
   const ImageNorm back = read_preprocessor_config(write(preprocessor_config_json(16, n)), 16);
   EXPECT_EQ(back.mean[0], n.mean[0]);
   EXPECT_EQ(back.std[1], n.std[1]);
+  // SiglipImageProcessor's: a height and a width, no crop; both must be the tower's.
+  const std::string siglip = preprocessor_config_json(16, ImageNorm::siglip(), ImageProcessor::Siglip);
+  EXPECT_NE(siglip.find("\"SiglipImageProcessor\""), std::string::npos) << siglip;
+  EXPECT_EQ(siglip.find("crop"), std::string::npos) << siglip;
+  EXPECT_EQ(read_preprocessor_config(write(siglip), 16).mean[2], 0.5f);
+  EXPECT_NE(error(R"({"size": {"height": 16, "width": 20}})")
+                .find("size = {\"height\":16,\"width\":20}: the vision "
+                      "tower takes 16 x 16"),
+            std::string::npos);
+  EXPECT_NE(error(R"({"size": {"height": "16"}})").find("its height is not a whole number"), std::string::npos);
+  EXPECT_NE(error(R"({"size": {"longest_edge": 16}})").find("neither a number nor"), std::string::npos);
 }
 
 // data.pad_to_multiple_of: a batch's length is its longest sample rounded up to the multiple (the shapes a GPU

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Image processors, the oracle side: the pixel values transformers' CLIPImageProcessor and SiglipImageProcessor
+give for images of odd sizes, which headroom's loader must reproduce.
+
+    check_image_processor.py make OUT
+        Writes OUT/images/*.png (RGB, odd sizes, some wider and some taller than high, shrunk and enlarged: a
+        smooth gradient with noise and hard edges, as photos have both) and OUT/expected.safetensors with, per
+        image, "<name>.siglip_resize" (SiglipImageProcessor on the image itself: a resize of the whole image to
+        SIZE x SIZE, as data.image_aspect_ratio: resize), "<name>.siglip_pad" and "<name>.clip_pad" (LLaVA's
+        expand2square with int(mean x 255), then SiglipImageProcessor / CLIPImageProcessor, as
+        data.image_aspect_ratio: pad), each (3, SIZE, SIZE) f32. OUT/siglip/preprocessor_config.json is what
+        SiglipImageProcessor.save_pretrained writes (headroom must read it), OUT/cases.json names the images and
+        the size. AnyRes: "<name>.next" (LlavaNextImageProcessor: CLIP's steps, LLaVA-NeXT's five pinpoints
+        scaled to SIZE) and "<name>.onevision" (LlavaOnevisionImageProcessor: SigLIP's steps, anyres_max_9's
+        36 pinpoints scaled to SIZE), each (1 + tiles, 3, SIZE, SIZE), with "<name>.next_best" and
+        "<name>.onevision_best" (the chosen [height, width], i64); the pinpoints are in cases.json. At least one
+        image is padded by an odd number of pixels (its last tiles are one pixel short before the processor).
+
+    check_image_processor.py load DIR
+        AutoImageProcessor opens DIR's preprocessor_config.json (one headroom wrote for a SigLIP run) and it is a
+        SiglipImageProcessor with SigLIP's size, mean and std.
+
+The C++ side (test_image_oracle) compares. Exit 0 on success; 2 when a package is missing.
+"""
+import json
+import math
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _oracle_env  # noqa: E402
+
+_oracle_env.require("transformers", "PIL", "numpy", "safetensors")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+from transformers import (AutoImageProcessor, CLIPImageProcessor, LlavaNextImageProcessor,  # noqa: E402
+                          LlavaOnevisionImageProcessor, SiglipImageProcessor)
+from transformers.image_processing_utils import select_best_resolution  # noqa: E402
+
+PROG = "check_image_processor"
+SIZE = 24
+CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
+CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
+# (width, height): wider, taller, square, much smaller and larger than SIZE, a thin strip
+SHAPES = [(37, 23), (23, 41), (50, 50), (13, 9), (97, 61), (300, 17), (24, 24), (25, 200)]
+NEXT_PINPOINTS = [[SIZE, 2 * SIZE], [2 * SIZE, SIZE], [2 * SIZE, 2 * SIZE], [3 * SIZE, SIZE], [SIZE, 3 * SIZE]]
+ONEVISION_PINPOINTS = [[i * SIZE, j * SIZE] for i in range(1, 7) for j in range(1, 7)]
+
+
+def odd_padding(w, h, pinpoints):
+    th, tw = select_best_resolution((h, w), pinpoints)
+    sw, sh = tw / w, th / h
+    nh, nw = (min(math.ceil(h * sw), th), tw) if sw < sh else (th, min(math.ceil(w * sh), tw))
+    return (th - nh) % 2 == 1 or (tw - nw) % 2 == 1
+
+
+def fail(msg):
+    print(f"{PROG}: FAIL: {msg}")
+    sys.exit(1)
+
+
+def picture(rng, w, h):
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    img = np.stack([255 * x / max(w - 1, 1), 255 * y / max(h - 1, 1), 128 + 100 * np.sin((x + y) / 3)], axis=-1)
+    img += np.array([[[rng.gauss(0, 20) for _ in range(3)] for _ in range(w)] for _ in range(h)])
+    img[(x.astype(int) // 5 + y.astype(int) // 7) % 4 == 0] = [250, 10, 30]  # hard edges
+    return Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB")
+
+
+def expand2square(img, background):  # LLaVA's llava/mm_utils.py
+    w, h = img.size
+    if w == h:
+        return img
+    side = max(w, h)
+    out = Image.new(img.mode, (side, side), background)
+    out.paste(img, ((side - w) // 2, 0) if w < h else (0, (side - h) // 2))
+    return out
+
+
+def pixels(processor, img):
+    return processor.preprocess(img, return_tensors="pt")["pixel_values"][0].to(torch.float32).contiguous()
+
+
+def make(out):
+    rng = random.Random(11)
+    os.makedirs(os.path.join(out, "images"), exist_ok=True)
+    siglip = SiglipImageProcessor(size={"height": SIZE, "width": SIZE})  # its own mean/std (0.5) and bicubic
+    clip = CLIPImageProcessor(size={"shortest_edge": SIZE}, crop_size={"height": SIZE, "width": SIZE},
+                              image_mean=CLIP_MEAN, image_std=CLIP_STD)
+    siglip.save_pretrained(os.path.join(out, "siglip"))
+    nxt = LlavaNextImageProcessor(size={"shortest_edge": SIZE}, crop_size={"height": SIZE, "width": SIZE},
+                                  image_mean=CLIP_MEAN, image_std=CLIP_STD, image_grid_pinpoints=NEXT_PINPOINTS)
+    # OneVision's checkpoints carry SigLIP's 0.5 / 0.5 (the class defaults to CLIP's).
+    ov = LlavaOnevisionImageProcessor(size={"height": SIZE, "width": SIZE}, image_grid_pinpoints=ONEVISION_PINPOINTS,
+                                      image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    tensors, names, odd = {}, [], 0
+    for w, h in SHAPES:
+        name = f"img_{w}x{h}"
+        img = picture(rng, w, h)
+        img.save(os.path.join(out, "images", name + ".png"))
+        names.append(name)
+        tensors[name + ".siglip_resize"] = pixels(siglip, img)
+        tensors[name + ".siglip_pad"] = pixels(siglip, expand2square(img, tuple(int(x * 255) for x in siglip.image_mean)))
+        tensors[name + ".clip_pad"] = pixels(clip, expand2square(img, tuple(int(x * 255) for x in CLIP_MEAN)))
+        for key, proc, pins in (("next", nxt, NEXT_PINPOINTS), ("onevision", ov, ONEVISION_PINPOINTS)):
+            tensors[f"{name}.{key}"] = pixels(proc, img)
+            tensors[f"{name}.{key}_best"] = torch.tensor(select_best_resolution((h, w), pins), dtype=torch.int64)
+            odd += odd_padding(w, h, pins)
+    if not odd:
+        fail("no image is padded by an odd number of pixels: SHAPES no longer covers that case")
+    save_file(tensors, os.path.join(out, "expected.safetensors"))
+    with open(os.path.join(out, "cases.json"), "w") as f:
+        json.dump({"size": SIZE, "images": names, "next_pinpoints": NEXT_PINPOINTS,
+                   "onevision_pinpoints": ONEVISION_PINPOINTS}, f)
+    print(f"{PROG}: wrote {len(names)} images and {len(tensors)} tensors to {out} ({odd} AnyRes cuts padded oddly)")
+
+
+def load(d):
+    p = AutoImageProcessor.from_pretrained(d)
+    if type(p).__name__ != "SiglipImageProcessor":
+        fail(f"{d}/preprocessor_config.json opens as {type(p).__name__}, not SiglipImageProcessor")
+    if list(p.image_mean) != [0.5] * 3 or list(p.image_std) != [0.5] * 3 or p.resample != 3:
+        fail(f"{d}: mean {p.image_mean}, std {p.image_std}, resample {p.resample}; SigLIP's are 0.5, 0.5, 3")
+    print(f"{PROG}: OK: AutoImageProcessor opens {d} as SiglipImageProcessor, size {p.size}")
+
+
+def main(argv):
+    if len(argv) == 2 and argv[0] == "make":
+        make(argv[1])
+    elif len(argv) == 2 and argv[0] == "load":
+        load(argv[1])
+    else:
+        print(__doc__)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
