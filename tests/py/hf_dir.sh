@@ -4,8 +4,9 @@
 # gradients equal transformers'; headroom trains from it and saves a checkpoint, and transformers'
 # from_pretrained opens that checkpoint with logits equal to headroom's. Usage: hf_dir.sh HEADROOM WORK_DIR
 # [llama|qwen2|qwen2_tied|mistral [clip|siglip [MPIEXEC]]] (the decoder and the tower; llama and clip by default).
-# With MPIEXEC the training runs on two ranks at ZeRO-3, and transformers opens the consolidated checkpoint; then
-# headroom's greedy answer about an image from it equals transformers' generate.
+# With MPIEXEC the training runs on two ranks at ZeRO-3 (every step's peaks equal to its dry run), and transformers
+# opens the consolidated checkpoint; then headroom's greedy answer about an image from it equals transformers'
+# generate.
 set -euo pipefail
 bin=$1 work=$2 decoder=${3:-llama} tower=${4:-clip} mpiexec=${5:-}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,6 +30,18 @@ YAML
 if [[ -n $mpiexec ]]; then
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$mpiexec" --oversubscribe -np 2 \
     "$bin" train train.yaml --set memory.zero_stage=3 > train.log
+  # Every step's measured peaks on both ranks equal its dry run's.
+  python3 - run/memory.rank0.jsonl run/memory.rank1.jsonl <<'PY'
+import json
+import sys
+for path in sys.argv[1:]:
+    steps = [json.loads(line) for line in open(path) if line.strip()]
+    off = [s["step"] for s in steps
+           if (s["peak_allocated"], s["peak_reserved"]) != (s["predicted_peak"], s["predicted_reserved"])]
+    if len(steps) != 3 or off:
+        sys.exit(f"hf_dir: FAIL: {path}: {len(steps)} steps; measured peaks differ from the dry run at steps {off}")
+print("hf_dir: both ranks' 3 steps peaked as their dry runs predicted")
+PY
   "$bin" ckpt consolidate run/checkpoint-3 --out "$work/consolidated/" > /dev/null
   printf 'model: {name_or_path: %s/consolidated}\n' "$work" > consolidated.yaml
   "$bin" debug grads --config consolidated.yaml --weights consolidated --batch batch.safetensors --out out.safetensors \
