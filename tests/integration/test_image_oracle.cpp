@@ -1,7 +1,8 @@
 // Image processors against transformers: the pixel values of CLIPImageProcessor and SiglipImageProcessor on
 // images of odd sizes (written by tests/py/check_image_processor.py into $HR_IMAGE_CASES) equal headroom's
 // loader's, in both of data.image_aspect_ratio's modes; LlavaNextImageProcessor's and
-// LlavaOnevisionImageProcessor's AnyRes crops equal data/anyres.h's.
+// LlavaOnevisionImageProcessor's AnyRes crops equal data/anyres.h's; pack_image_features' tokens equal
+// models/anyres.h's mixes of the same features.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include "core/io/safetensors.h"
 #include "data/anyres.h"
 #include "data/image.h"
+#include "models/anyres.h"
 
 namespace {
 
@@ -132,4 +134,63 @@ TEST(Anyres, BestResolutionIsLlavasRuleAndPinpointsAreChecked) {
   EXPECT_NE(error({{336}}).find("not a [height, width] pair"), std::string::npos);
   EXPECT_NE(error({}).find("is empty"), std::string::npos);
   EXPECT_NE(error({{336 * 9, 336 * 8}}).find("makes 72 tiles"), std::string::npos);
+  // LLaVA's flat merge: the base image's and every tile's tokens in order, no newline (a 4:3 photo: 2 x 2 tiles).
+  models::AnyresConfig flat{next, models::PatchMerge::Flat, 0};
+  const models::TokenMix m = models::anyres_mix({480, 640}, flat, 336, 24);
+  ASSERT_EQ(m.tokens(), 5 * 576);
+  for (int64_t t = 0; t < m.tokens(); ++t) EXPECT_EQ(m.row[std::size_t(t)], t);
+  EXPECT_EQ(models::parse_patch_merge("spatial_unpad"), models::PatchMerge::SpatialUnpad);
+  try {
+    models::parse_patch_merge("maxpool2x2");
+    ADD_FAILURE() << "maxpool2x2 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mm_patch_merge_type 'maxpool2x2' is not one of: spatial_unpad, flat"),
+              std::string::npos);
+  }
+}
+
+// The tokens of AnyRes images from their crops' projected features: LLaVA-NeXT's spatial_unpad (the tiles' map
+// un-padded to the image's aspect ratio, image_newline after each row) and OneVision's anyres_max_9 (the same,
+// bilinearly pooled when the map holds more than 9 base images' worth), for 23 image sizes from 1 x 1000 to
+// 4000 x 3000: the token counts equal transformers', and the tokens within float rounding of its bilinear
+// weights.
+TEST(ImageOracle, AnyresTokenMixesEqualPackImageFeatures) {
+  const auto c = cases();
+  const auto expected = core::SafetensorsFile::open(cases_dir() + "/expected.safetensors");
+  const core::Tensor newline = expected.get("mix.newline");
+  const auto sizes = c.at("mix_sizes").get<std::vector<std::vector<int64_t>>>();
+  struct Kind {
+    const char* key;
+    const char* pins;
+    int64_t tower, grid, max_patches;
+  };
+  for (const Kind& k : {Kind{"next", "next_336", 336, 24, 0}, Kind{"onevision", "onevision_384", 384, 27, 9}}) {
+    models::AnyresConfig ac;
+    ac.pinpoints = parse_pinpoints(c.at(k.pins).get<std::vector<std::vector<int64_t>>>(), k.tower, k.pins);
+    ac.max_num_patches = k.max_patches;
+    float most = 0;
+    int64_t tokens = 0;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const models::TokenMix m = models::anyres_mix({sizes[i][0], sizes[i][1]}, ac, k.tower, k.grid);
+      const core::Tensor in = expected.get(str("mix.", i, ".", k.key, "_in"));
+      const core::Tensor out = expected.get(str("mix.", i, ".", k.key, "_out"));
+      ASSERT_EQ(m.tokens(), out.size(0)) << k.key << " " << sizes[i][0] << " x " << sizes[i][1];
+      const float* f = in.data<float>();
+      const float* o = out.data<float>();
+      for (int64_t t = 0; t < m.tokens(); ++t)
+        for (int64_t ch = 0; ch < 3; ++ch) {
+          double v = 0;
+          for (int64_t e = m.begin[std::size_t(t)]; e < m.begin[std::size_t(t) + 1]; ++e) {
+            const int64_t r = m.row[std::size_t(e)];
+            ASSERT_LT(r, in.size(0) * in.size(1));
+            v += double(m.weight[std::size_t(e)]) * (r < 0 ? newline.data<float>()[ch] : f[r * 3 + ch]);
+          }
+          most = std::max(most, float(std::fabs(v - double(o[t * 3 + ch]))));
+        }
+      tokens += m.tokens();
+    }
+    EXPECT_LT(most, 2e-6f) << k.key;
+    std::printf("%s: %lld tokens over %zu images, worst difference %g\n", k.key, (long long)tokens, sizes.size(),
+                double(most));
+  }
 }

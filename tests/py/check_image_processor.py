@@ -15,6 +15,12 @@ give for images of odd sizes, which headroom's loader must reproduce.
         36 pinpoints scaled to SIZE), each (1 + tiles, 3, SIZE, SIZE), with "<name>.next_best" and
         "<name>.onevision_best" (the chosen [height, width], i64); the pinpoints are in cases.json. At least one
         image is padded by an odd number of pixels (its last tiles are one pixel short before the processor).
+        Token mixes: for image sizes from 1 x 1000 to 4000 x 3000 (cases.json "mix_sizes", [height, width]),
+        random projected features of every crop "mix.<i>.next_in" (1 + tiles, 24 x 24, 3) and
+        "mix.<i>.onevision_in" (1 + tiles, 27 x 27, 3) with "mix.newline" (3), and what
+        LlavaNextForConditionalGeneration.pack_image_features (LLaVA-NeXT's pinpoints at 336 px) and
+        LlavaOnevisionForConditionalGeneration.pack_image_features (anyres_max_9 at 384 px) make of them:
+        "mix.<i>.next_out", "mix.<i>.onevision_out" (tokens, 3).
 
     check_image_processor.py load DIR
         AutoImageProcessor opens DIR's preprocessor_config.json (one headroom wrote for a SigLIP run) and it is a
@@ -112,11 +118,45 @@ def make(out):
             odd += odd_padding(w, h, pins)
     if not odd:
         fail("no image is padded by an odd number of pixels: SHAPES no longer covers that case")
+    mixes(out, tensors)
     save_file(tensors, os.path.join(out, "expected.safetensors"))
     with open(os.path.join(out, "cases.json"), "w") as f:
         json.dump({"size": SIZE, "images": names, "next_pinpoints": NEXT_PINPOINTS,
-                   "onevision_pinpoints": ONEVISION_PINPOINTS}, f)
+                   "onevision_pinpoints": ONEVISION_PINPOINTS, "mix_sizes": MIX_SIZES, "next_336": NEXT_336,
+                   "onevision_384": ONEVISION_384}, f)
     print(f"{PROG}: wrote {len(names)} images and {len(tensors)} tensors to {out} ({odd} AnyRes cuts padded oddly)")
+
+
+MIX_SIZES = [[1000, 1], [1, 1000], [336, 336], [10, 10], [480, 640], [640, 480], [3000, 4000], [4000, 3000],
+             [1080, 1920], [1920, 1080], [333, 1000], [1000, 333], [700, 701], [2000, 500], [500, 2000], [384, 384],
+             [1152, 1152], [300, 2200], [2200, 300], [1536, 768], [97, 61], [768, 1535], [1111, 2333]]
+NEXT_336 = [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]
+ONEVISION_384 = [[i * 384, j * 384] for i in range(1, 7) for j in range(1, 7)]
+
+
+def mixes(out, tensors):
+    from types import SimpleNamespace as NS
+    from transformers.models.llava_next.modeling_llava_next import (LlavaNextForConditionalGeneration,
+                                                                    get_anyres_image_grid_shape)
+    from transformers.models.llava_onevision.modeling_llava_onevision import LlavaOnevisionForConditionalGeneration
+    gen = torch.Generator().manual_seed(5)
+    newline = torch.randn(3, generator=gen)
+    tensors["mix.newline"] = newline
+    for key, cls, tower, patch, pins in (("next", LlavaNextForConditionalGeneration, 336, 14, NEXT_336),
+                                         ("onevision", LlavaOnevisionForConditionalGeneration, 384, 14, ONEVISION_384)):
+        fake = NS(config=NS(vision_config=NS(image_size=tower, patch_size=patch), image_grid_pinpoints=pins))
+        grid = tower // patch
+        for i, (h, w) in enumerate(MIX_SIZES):
+            rows, cols = get_anyres_image_grid_shape((h, w), pins, tower)
+            feats = torch.randn(1 + rows * cols, grid * grid, 3, generator=gen)
+            sizes = torch.tensor([[h, w]])
+            if key == "next":
+                packed, _ = cls.pack_image_features(fake, [feats], sizes, "default", image_newline=newline)
+            else:
+                packed, _ = cls.pack_image_features(fake, [feats], sizes, image_newline=newline,
+                                                    vision_aspect_ratio="anyres_max_9")
+            tensors[f"mix.{i}.{key}_in"] = feats.contiguous()
+            tensors[f"mix.{i}.{key}_out"] = packed.contiguous()
 
 
 def load(d):

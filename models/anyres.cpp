@@ -1,0 +1,101 @@
+// AnyRes token mixes, in transformers' arithmetic (Python floats are IEEE doubles; ATen's bilinear source index is
+// a double from a float scale), so that the token count and order equal pack_image_features' for every image
+// size, and the pooled tokens its values within float rounding.
+#include "models/anyres.h"
+
+#include <cmath>
+
+#include "core/check.h"
+
+namespace hr::models {
+
+PatchMerge parse_patch_merge(const std::string& s) {
+  if (s == "spatial_unpad") return PatchMerge::SpatialUnpad;
+  if (s == "flat") return PatchMerge::Flat;
+  throw Error(str("[config] mm_patch_merge_type '", s, "' is not one of: spatial_unpad, flat"));
+}
+
+namespace {
+
+// Python's float floor division a // b for positive finite operands (fmod-based, as CPython's float_floor_div).
+double py_floordiv(double a, double b) {
+  const double mod = std::fmod(a, b);
+  const double div = (a - mod) / b;
+  if (div == 0) return 0;
+  double f = std::floor(div);
+  if (div - f > 0.5) f += 1.0;
+  return f;
+}
+
+// The rows and columns of the (rows x grid, cols x grid) feature map kept by transformers' unpad_image.
+struct Window {
+  int64_t y0, y1, x0, x1;
+};
+Window unpad(data::Resolution image, int64_t height, int64_t width) {
+  const double oh = double(image.height), ow = double(image.width), ch = double(height), cw = double(width);
+  if (ow / oh > cw / ch) {
+    const auto new_h = int64_t(oh * (cw / ow));
+    const int64_t pad = (height - new_h) / 2;
+    return {pad, height - pad, 0, width};
+  }
+  const auto new_w = int64_t(ow * (ch / oh));
+  const int64_t pad = (width - new_w) / 2;
+  return {0, height, pad, width - pad};
+}
+
+// PyTorch's bilinear source indices and weights along one axis (align_corners=False, no scale factor given).
+struct Taps {
+  int64_t i0, i1;
+  float w0, w1;
+};
+Taps taps(int64_t dst, int64_t in, int64_t out) {
+  // ATen's arithmetic: the scale in float, the source index in double (its accumulate type on the CPU).
+  const float scale = float(in) / float(out);
+  double src = double(scale) * (double(dst) + 0.5) - 0.5;
+  if (src < 0) src = 0;
+  const auto i0 = int64_t(src);
+  const auto l1 = float(std::min(std::max(src - double(i0), 0.0), 1.0));
+  return {i0, i0 + (i0 < in - 1 ? 1 : 0), 1.f - l1, l1};
+}
+
+}  // namespace
+
+TokenMix anyres_mix(data::Resolution image, const AnyresConfig& c, int64_t tower_size, int64_t grid) {
+  HR_CHECK(image.height > 0 && image.width > 0, "[image] an image of ", image.height, " x ", image.width, " pixels");
+  const data::Resolution best = data::best_resolution(image, c.pinpoints);
+  const int64_t rows = best.height / tower_size, cols = best.width / tower_size, per_crop = grid * grid;
+  TokenMix m;
+  auto row_of = [&](int64_t y, int64_t x) {  // a position of the tiles' feature map: its crop's row
+    return (1 + (y / grid) * cols + x / grid) * per_crop + (y % grid) * grid + x % grid;
+  };
+  for (int64_t t = 0; t < per_crop; ++t) m.add(t, 1.f), m.end_token();  // the base image, as it is
+  if (c.merge == PatchMerge::Flat) {  // LLaVA's flat: every tile's tokens in order, no newline
+    for (int64_t t = per_crop; t < (1 + rows * cols) * per_crop; ++t) m.add(t, 1.f), m.end_token();
+    return m;
+  }
+  const Window w = unpad(image, rows * grid, cols * grid);
+  const int64_t h = w.y1 - w.y0, wd = w.x1 - w.x0;
+  int64_t out_h = h, out_w = wd;
+  if (c.max_num_patches > 0) {  // OneVision: bilinear pooling when the map is above N base images (10% slack)
+    const double ratio = std::sqrt(double(h * wd) / double(c.max_num_patches * grid * grid));
+    if (ratio > 1.1) out_h = int64_t(py_floordiv(double(h), ratio)), out_w = int64_t(py_floordiv(double(wd), ratio));
+  }
+  for (int64_t y = 0; y < out_h; ++y) {
+    for (int64_t x = 0; x < out_w; ++x) {
+      if (out_h == h && out_w == wd) {
+        m.add(row_of(w.y0 + y, w.x0 + x), 1.f);
+      } else {
+        const Taps ty = taps(y, h, out_h), tx = taps(x, wd, out_w);
+        m.add(row_of(w.y0 + ty.i0, w.x0 + tx.i0), ty.w0 * tx.w0);
+        m.add(row_of(w.y0 + ty.i0, w.x0 + tx.i1), ty.w0 * tx.w1);
+        m.add(row_of(w.y0 + ty.i1, w.x0 + tx.i0), ty.w1 * tx.w0);
+        m.add(row_of(w.y0 + ty.i1, w.x0 + tx.i1), ty.w1 * tx.w1);
+      }
+      m.end_token();
+    }
+    m.add(-1, 1.f), m.end_token();  // image_newline after each row
+  }
+  return m;
+}
+
+}  // namespace hr::models

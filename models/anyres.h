@@ -1,0 +1,42 @@
+// Where an AnyRes image's tokens come from: LLaVA-NeXT's `spatial_unpad` merge (transformers'
+// LlavaNextForConditionalGeneration.pack_image_features) and OneVision's `anyres_max_N` pooling on top of it
+// (LlavaOnevisionForConditionalGeneration's), or LLaVA's `flat`. The projector's output for an image is
+// (1 + rows x cols) crops of T tokens each, flattened to rows c x T + t; the merge is a linear map from those
+// rows (plus the learned image_newline) to the image's tokens, which is what a TokenMix holds: the model gathers
+// its tokens forward and scatters their gradients back with the same weights, and the planner reads the token
+// count off it before any pixel exists.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/anyres.h"
+
+namespace hr::models {
+
+enum class PatchMerge : uint8_t { SpatialUnpad, Flat };  // mm_patch_merge_type
+PatchMerge parse_patch_merge(const std::string& s);
+
+struct AnyresConfig {
+  std::vector<data::Resolution> pinpoints;  // image_grid_pinpoints
+  PatchMerge merge = PatchMerge::SpatialUnpad;
+  int64_t max_num_patches = 0;  // OneVision's vision_aspect_ratio anyres_max_N (N, in base images); 0: no pooling
+};
+
+// Token i of an image is sum over k in [begin[i], begin[i + 1]) of weight[k] x projected row[k]; row -1 is
+// image_newline.
+struct TokenMix {
+  std::vector<int64_t> begin{0};
+  std::vector<int64_t> row;
+  std::vector<float> weight;
+  int64_t tokens() const { return int64_t(begin.size()) - 1; }
+  void add(int64_t r, float w) { row.push_back(r), weight.push_back(w); }
+  void end_token() { begin.push_back(int64_t(row.size())); }
+};
+
+// The mix of one image of `image` pixels (height, width) for a tower of `tower_size` px with `grid` x `grid`
+// tokens per crop. Throws naming image_grid_pinpoints / vision_aspect_ratio when they cannot be used.
+TokenMix anyres_mix(data::Resolution image, const AnyresConfig& c, int64_t tower_size, int64_t grid);
+
+}  // namespace hr::models
