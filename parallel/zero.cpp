@@ -45,6 +45,17 @@ int64_t shard_size(std::vector<Zero::Group::Segment>& segs, int world) {
   return S;
 }
 
+// A borrowed group's own backward, where it has one, comes after its borrower's: done() leaves the completion of
+// its shard (and its copy to an offloaded optimizer) to that later reduction.
+void check_borrowing(GroupedParams& model) {
+  const std::vector<int>& back = model.pass_order(Pass::Backward);
+  for (auto at = back.begin(); at != back.end(); ++at) {
+    const int lent = model.borrowed_group(*at);
+    HR_ASSERT(lent < 0 || std::find(back.begin(), at, lent) == at, "group ", lent, " is borrowed by group ", *at,
+              " but its backward comes first");
+  }
+}
+
 }  // namespace
 
 void validate(const ZeroOptions& z, const optim::OptimizerConfig& opt) {
@@ -83,6 +94,7 @@ Zero::Zero(GroupedParams& model, Communicator& comm, const optim::OptimizerConfi
       groups_[gi].push_back(make_group(part_name, part, mg[gi].kind));
     }
   }
+  check_borrowing(model);
   model.set_hooks(this);
 }
 
