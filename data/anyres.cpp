@@ -30,6 +30,9 @@ Resolution best_resolution(Resolution image, const std::vector<Resolution>& pinp
       best = p;
     }
   }
+  HR_CHECK(most_effective > 0, "[image] an image of ", image.height, " x ", image.width,
+           " pixels keeps none of its pixels in any of image_grid_pinpoints (it is thinner than the thinnest): "
+           "transformers cannot process it either");
   return best;
 }
 
@@ -54,10 +57,12 @@ RgbImage crop(const RgbImage& img, int x, int y, int w, int h) {
   return out;
 }
 
-// `img` with `top` black rows above and below and `left` black columns on each side (_pad_for_patching pads both
-// sides by the same floor((target - fitted) / 2), so an odd difference leaves the padded image one short).
-RgbImage pad_black(const RgbImage& img, int top, int left) {
-  const int w = img.width + 2 * left, h = img.height + 2 * top;
+// `img` pasted into a black `target` with floor((target - fitted) / 2) above and to the left, the rest below and to
+// the right (LLaVA-NeXT's resize_and_pad_image, and transformers' _pad_for_patching since 4.52; before, it padded
+// both sides by the floor and left the image one pixel short on an odd difference).
+RgbImage pad_black(const RgbImage& img, Resolution target) {
+  const int w = int(target.width), h = int(target.height);
+  const int top = (h - img.height) / 2, left = (w - img.width) / 2;
   RgbImage out{w, h, std::vector<uint8_t>(std::size_t(w) * std::size_t(h) * 3, 0)};
   for (int r = 0; r < img.height; ++r)
     std::memcpy(&out.pixels[(std::size_t(r + top) * std::size_t(w) + std::size_t(left)) * 3],
@@ -85,8 +90,7 @@ AnyresImage anyres_image(const RgbImage& image, const std::vector<Resolution>& p
   out.best = best_resolution(out.original, pinpoints);
   const Resolution fit = fitted_size(out.original, out.best);
   const RgbImage resized = resize_bicubic(image, int(fit.width), int(fit.height));
-  const RgbImage padded =
-      pad_black(resized, int((out.best.height - fit.height) / 2), int((out.best.width - fit.width) / 2));
+  const RgbImage padded = pad_black(resized, out.best);
   const int s = int(size);
   std::vector<RgbImage> crops{resize_bicubic(image, s, s)};  // the whole image, squashed to the square
   for (int y = 0; y < padded.height; y += s)

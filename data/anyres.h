@@ -21,7 +21,8 @@ struct Resolution {
 };
 
 // LLaVA's select_best_resolution: the pinpoint where the image, scaled to fit, keeps the most of its own pixels
-// (min(scaled area, original area)), ties broken by the least unused area. Throws when `pinpoints` is empty.
+// (min(scaled area, original area)), ties broken by the least unused area. Throws when `pinpoints` is empty or
+// none keeps a pixel (an image thinner than every pinpoint, where transformers finds none either).
 Resolution best_resolution(Resolution image, const std::vector<Resolution>& pinpoints);
 
 // The size the image takes inside `target` (LLaVA-NeXT's _get_patch_output_size): the side that limits the
@@ -36,9 +37,9 @@ struct AnyresImage {
 };
 
 // The processor's steps for `kind`: tiles and the whole image are made as above, then each is brought to
-// size x size as the tower's processor does (CLIP: shortest edge to `size` and a centre crop, which only
-// changes the tiles at a padded image's odd edge; SigLIP: a resize of the whole tile), rescaled by 1/255 and
-// normalised by `norm`. `name` stands for the image in errors.
+// size x size as the tower's processor does (CLIP: shortest edge to `size` and a centre crop; SigLIP: a resize of
+// the whole tile; both are no-ops on the tiles, which are exact), rescaled by 1/255 and normalised by `norm`.
+// `name` stands for the image in errors.
 AnyresImage anyres_image(const RgbImage& image, const std::vector<Resolution>& pinpoints, int64_t size,
                          ImageProcessor kind, const ImageNorm& norm, const std::string& name);
 

@@ -384,6 +384,7 @@ bool asks_for(const json& j, const std::string& path, const char* key, int64_t s
       all = all && v[field].get<int64_t>() == size;
     }
   if (!any) throw refuse(j, path, key, "is neither a number nor an object with shortest_edge or height and width");
+  if (v.contains("height") != v.contains("width")) throw refuse(j, path, key, "gives one of height and width");
   return all;
 }
 

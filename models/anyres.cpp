@@ -27,6 +27,12 @@ double py_floordiv(double a, double b) {
   return f;
 }
 
+// Python's int(round(x, 7)) for a positive x: transformers' unpad_image rounds to 7 decimals first (since 4.47)
+// so that 54.99999999 from a float product is 55, as the processor's integer count has it.
+int64_t int_round7(double x) {
+  return int64_t(std::round(x * 1e7) / 1e7);
+}
+
 // The rows and columns of the (rows x grid, cols x grid) feature map kept by transformers' unpad_image.
 struct Window {
   int64_t y0, y1, x0, x1;
@@ -34,11 +40,11 @@ struct Window {
 Window unpad(data::Resolution image, int64_t height, int64_t width) {
   const double oh = double(image.height), ow = double(image.width), ch = double(height), cw = double(width);
   if (ow / oh > cw / ch) {
-    const auto new_h = int64_t(oh * (cw / ow));
+    const int64_t new_h = int_round7(oh * (cw / ow));
     const int64_t pad = (height - new_h) / 2;
     return {pad, height - pad, 0, width};
   }
-  const auto new_w = int64_t(ow * (ch / oh));
+  const int64_t new_w = int_round7(ow * (ch / oh));
   const int64_t pad = (width - new_w) / 2;
   return {0, height, pad, width - pad};
 }
@@ -63,6 +69,9 @@ Taps taps(int64_t dst, int64_t in, int64_t out) {
 TokenMix anyres_mix(data::Resolution image, const AnyresConfig& c, int64_t tower_size, int64_t grid) {
   HR_CHECK(image.height > 0 && image.width > 0, "[image] an image of ", image.height, " x ", image.width, " pixels");
   const data::Resolution best = data::best_resolution(image, c.pinpoints);
+  HR_CHECK(best.height % tower_size == 0 && best.width % tower_size == 0,
+           "[config] image_grid_pinpoints: ", best.height, " x ", best.width, " is not a multiple of the tower's ",
+           tower_size, " px");
   const int64_t rows = best.height / tower_size, cols = best.width / tower_size, per_crop = grid * grid;
   TokenMix m;
   auto row_of = [&](int64_t y, int64_t x) {  // a position of the tiles' feature map: its crop's row

@@ -79,9 +79,9 @@ TEST(ImageOracle, PadThenProcessorEqualsTransformersForBothTowers) {
   std::printf("pad: worst difference SigLIP %g, CLIP %g\n", double(s), double(c));
 }
 
-// AnyRes: the best pinpoint, the tile count and every tile's pixels, for LLaVA-NeXT's processor (CLIP's steps;
-// an odd padding leaves edge tiles one pixel short, which CLIP resizes by the shortest edge and crops) and
-// OneVision's (SigLIP's: such a tile is resized whole).
+// AnyRes: the best pinpoint, the tile count and every tile's pixels, for LLaVA-NeXT's processor (CLIP's steps)
+// and OneVision's (SigLIP's), with an odd padding's extra pixel below or to the right as today's transformers and
+// LLaVA-NeXT's code put it.
 TEST(ImageOracle, AnyresCropsEqualLlavaNextAndOnevisionProcessors) {
   const std::string dir = cases_dir();
   const auto c = cases();
@@ -121,6 +121,13 @@ TEST(Anyres, BestResolutionIsLlavasRuleAndPinpointsAreChecked) {
   EXPECT_EQ(best_resolution({1200, 300}, next), (Resolution{1008, 336}));  // tall
   EXPECT_EQ(best_resolution({100, 100}, next), (Resolution{336, 672}));    // all keep it whole: the least waste, first
   EXPECT_EQ(fitted_size({480, 640}, {672, 672}), (Resolution{504, 672}));
+  // Thinner than every pinpoint: no pinpoint keeps a pixel (transformers' select_best_resolution returns None).
+  try {
+    best_resolution({2, 2100}, next);
+    ADD_FAILURE() << "a 2 x 2100 image was given a resolution";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 x 2100 pixels keeps none of its pixels"), std::string::npos) << e.what();
+  }
   auto error = [](std::vector<std::vector<int64_t>> raw) {
     try {
       parse_pinpoints(raw, 336, "config.json");

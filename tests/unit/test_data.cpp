@@ -679,6 +679,7 @@ TEST(Image, PreprocessorConfigIsReadOrRefusedNamingTheKey) {
                       "tower takes 16 x 16"),
             std::string::npos);
   EXPECT_NE(error(R"({"size": {"height": "16"}})").find("its height is not a whole number"), std::string::npos);
+  EXPECT_NE(error(R"({"size": {"height": 16}})").find("gives one of height and width"), std::string::npos);
   EXPECT_NE(error(R"({"size": {"longest_edge": 16}})").find("neither a number nor"), std::string::npos);
 }
 
