@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ops/embedding.h"
 #include "data/anyres.h"
 
 namespace hr::models {
@@ -25,11 +26,8 @@ struct AnyresConfig {
 };
 
 // Token i of an image is sum over k in [begin[i], begin[i + 1]) of weight[k] x projected row[k]; row -1 is
-// image_newline.
-struct TokenMix {
-  std::vector<int64_t> begin{0};
-  std::vector<int64_t> row;
-  std::vector<float> weight;
+// image_newline. On a device it is core::mix_rows' map (its backward: core::transpose_mix of it).
+struct TokenMix : core::HostMix {
   int64_t tokens() const { return int64_t(begin.size()) - 1; }
   void add(int64_t r, float w) { row.push_back(r), weight.push_back(w); }
   void end_token() { begin.push_back(int64_t(row.size())); }

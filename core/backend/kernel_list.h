@@ -53,6 +53,7 @@
   X(embedding_forward, void, (const Tensor& ids, const Tensor& table, const Tensor& out))                           \
   X(embedding_backward, void, (const Tensor& ids, const Tensor& dy, const Tensor& dtable, const Tensor& workspace)) \
   X(patchify, void, (const Tensor& images, const Tensor& patches, int64_t patch, PatchDirection direction))         \
+  X(mix_rows, void, (const MixArgs& args))                                                                          \
   /* Fused blocks; attention_cached is the forward with `past` set: queries against a KV cache */                   \
   X(attention_forward, void, (const AttentionArgs& args))                                                           \
   X(attention_backward, void, (const AttentionArgs& args))                                                          \

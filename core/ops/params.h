@@ -51,6 +51,14 @@ struct NormArgs {
   Accumulate accumulate = Accumulate::No;  // add into dweight/dbias instead of overwriting
 };
 
+// A linear mix of rows (an AnyRes image's tokens from its crops' features, models/anyres.h): out[t] is the sum over
+// k in [begin[t], begin[t + 1]) of weight[k] x (row[k] < 0 ? extra : src[row[k]]), in entry order, accumulated in
+// f32. src (rows, dim), extra (dim) or undefined, begin (tokens + 1) and row (entries) i64, weight (entries) f32,
+// out (tokens, dim) of src's dtype.
+struct MixArgs {
+  Tensor src, extra, begin, row, weight, out;
+};
+
 // Rotary embedding in the rotate-half layout of LLaMA: x is (batch, seq, heads, head_dim), positions (batch, seq).
 struct RopeArgs {
   Tensor x, positions, out;

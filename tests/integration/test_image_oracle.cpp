@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/safetensors.h"
+#include "core/ops/embedding.h"
 #include "data/anyres.h"
 #include "data/image.h"
 #include "models/anyres.h"
@@ -197,6 +198,37 @@ TEST(ImageOracle, AnyresTokenMixesEqualPackImageFeatures) {
       tokens += m.tokens();
     }
     EXPECT_LT(most, 2e-6f) << k.key;
+    // The kernel-table op with the same mix: its tokens equal the loop's above, and its backward (the transposed
+    // mix) is the forward's adjoint: <mix(x), dy> = <x, mix^T(dy)> over the crops' rows and the newline.
+    const std::size_t i = sizes.size() - 1;
+    const models::TokenMix m = models::anyres_mix({sizes[i][0], sizes[i][1]}, ac, k.tower, k.grid);
+    const core::Tensor in = expected.get(str("mix.", i, ".", k.key, "_in"));
+    const core::Tensor src = in.reshape({in.size(0) * in.size(1), 3}).to(core::Device::cpu());
+    const core::Tensor nl = newline.to(core::Device::cpu());
+    auto ints = [](const std::vector<int64_t>& v) {
+      return core::Tensor::from_ints(v, {int64_t(v.size())}, core::DType::I64, core::Device::cpu());
+    };
+    auto floats = [](const std::vector<float>& v) {
+      return core::Tensor::from_floats(v, {int64_t(v.size())}, core::DType::F32, core::Device::cpu());
+    };
+    const core::Tensor out = core::mix_rows(src, nl, ints(m.begin), ints(m.row), floats(m.weight));
+    const std::vector<float> got = out.to_floats(), want = expected.get(str("mix.", i, ".", k.key, "_out")).to_floats();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t e = 0; e < got.size(); ++e) EXPECT_NEAR(got[e], want[e], 2e-6) << k.key << " element " << e;
+    std::vector<float> dy(got.size());
+    for (std::size_t e = 0; e < dy.size(); ++e) dy[e] = float(std::sin(double(e)));
+    const core::HostMix t = core::transpose_mix(m.begin, m.row, m.weight, src.size(0));
+    const std::vector<float> dx =
+        core::mix_rows(core::Tensor::from_floats(dy, {out.size(0), 3}, core::DType::F32, core::Device::cpu()), {},
+                       ints(t.begin), ints(t.row), floats(t.weight))
+            .to_floats();
+    ASSERT_EQ(dx.size(), std::size_t(src.size(0) + 1) * 3);
+    const std::vector<float> x = src.to_floats(), n = nl.to_floats();
+    double lhs = 0, rhs = 0;
+    for (std::size_t e = 0; e < got.size(); ++e) lhs += double(got[e]) * dy[e];
+    for (std::size_t e = 0; e < x.size(); ++e) rhs += double(x[e]) * dx[e];
+    for (std::size_t ch = 0; ch < 3; ++ch) rhs += double(n[ch]) * dx[x.size() + ch];
+    EXPECT_NEAR(lhs, rhs, 1e-5 * std::max(1.0, std::fabs(lhs))) << k.key;
     std::printf("%s: %lld tokens over %zu images, worst difference %g\n", k.key, (long long)tokens, sizes.size(),
                 double(most));
   }

@@ -759,6 +759,39 @@ std::vector<OpCase> layout_cases() {
     };
     cases.push_back(c);
   }
+  {  // an AnyRes image's tokens: rows mixed with weights (bilinear taps), the newline row (-1), an empty token and
+     // a source row no token reads; the backward is the transposed mix over dy
+    OpCase c;
+    c.name = "mix_rows";
+    const std::vector<double> begin = {0, 1, 5, 6, 6, 8, 9};
+    const std::vector<double> row = {2, 0, 1, 3, 4, -1, 4, 0, -1};
+    c.inputs = {rnd({5, 6}), rnd({6}), ints({7}, begin), ints({9}, row), rnd({9}, 0.0, 1.0, false)};
+    c.forward = [](const std::vector<Tensor>& t) { return mix_rows(t[0], t[1], t[2], t[3], t[4].to(DType::F32)); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      const Device d = dy.device();
+      HostMix m;  // the meta device holds no values: a map of the same sizes (the model builds it on the host)
+      if (d.type == DeviceType::Meta)
+        m = {std::vector<int64_t>(7, 0), std::vector<int64_t>(9, 0), std::vector<float>(9, 0.f)};
+      else
+        m = transpose_mix(t[2].to_ints(), t[3].to_ints(), t[4].to_floats(), t[0].size(0));
+      const Tensor g = mix_rows(dy, {}, Tensor::from_ints(m.begin, {int64_t(m.begin.size())}, DType::I64, d),
+                                Tensor::from_ints(m.row, {int64_t(m.row.size())}, DType::I64, d),
+                                Tensor::from_floats(m.weight, {int64_t(m.weight.size())}, DType::F32, d));
+      return std::vector<Tensor>{g.slice(0, 0, 5).contiguous(), g.slice(0, 5, 6).reshape({6})};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> y;
+      for (std::size_t t = 0; t + 1 < v[2].size(); ++t)
+        for (int d = 0; d < 6; ++d) {
+          double s = 0;
+          for (auto k = std::size_t(v[2][t]); k < std::size_t(v[2][t + 1]); ++k)
+            s += v[4][k] * (v[3][k] < 0 ? v[1][std::size_t(d)] : v[0][std::size_t(v[3][k]) * 6 + std::size_t(d)]);
+          y.push_back(s);
+        }
+      return y;
+    };
+    cases.push_back(c);
+  }
   {
     OpCase c;
     c.name = "patchify";

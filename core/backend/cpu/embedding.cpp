@@ -56,6 +56,27 @@ void embedding_backward(const Tensor& ids, const Tensor& dy, const Tensor& dtabl
   });
 }
 
+void mix_rows(const MixArgs& a) {
+  const int64_t tokens = a.out.size(0), dim = a.out.size(1);
+  const int64_t* begin = a.begin.data<int64_t>();
+  const int64_t* row = a.row.data<int64_t>();
+  const float* weight = a.weight.data<float>();
+  dispatch_float(a.src.dtype(), "mix_rows", [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = a.src.data<T>();
+    const T* extra = a.extra.defined() ? a.extra.data<T>() : nullptr;
+    T* out = a.out.data<T>();
+#pragma omp parallel for schedule(static) if (tokens * dim > 4096)
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t c = 0; c < dim; ++c) {
+        float acc = 0.f;
+        for (int64_t k = begin[t]; k < begin[t + 1]; ++k)
+          acc += weight[k] * (row[k] < 0 ? load(extra, c) : load(src, row[k] * dim + c));
+        store(out, t * dim + c, acc);
+      }
+  });
+}
+
 void patchify(const Tensor& images, const Tensor& patches, int64_t p, PatchDirection direction) {
   const bool inverse = direction == PatchDirection::ToImages;
   const int64_t b = images.size(0), ch = images.size(1), h = images.size(2), w = images.size(3);

@@ -199,4 +199,33 @@ void patchify(const Tensor& images, const Tensor& patches, int64_t p, PatchDirec
   });
 }
 
+namespace {
+
+// One thread per output element sums its token's entries in entry order, in f32: the CPU twin's order and bits.
+template <typename T>
+__global__ void mix_rows_kernel(const T* src, const T* extra, const long long* begin, const long long* row,
+                                const float* weight, T* out, long long tokens, long long dim) {
+  const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= tokens * dim) return;
+  const long long t = e / dim, c = e % dim;
+  float acc = 0.f;
+  for (long long k = begin[t]; k < begin[t + 1]; ++k)
+    acc += weight[k] * (row[k] < 0 ? load(extra, c) : load(src, row[k] * dim + c));
+  store(out, e, acc);
+}
+
+}  // namespace
+
+void mix_rows(const MixArgs& a) {
+  const int64_t tokens = a.out.size(0), dim = a.out.size(1);
+  dispatch_float(a.src.dtype(), "mix_rows", [&](auto tag) {
+    using T = decltype(tag);
+    launch_elements("mix_rows", tokens * dim, mix_rows_kernel<T>, a.src.data<T>(),
+                    a.extra.defined() ? a.extra.data<T>() : nullptr,
+                    reinterpret_cast<const long long*>(a.begin.data<int64_t>()),
+                    reinterpret_cast<const long long*>(a.row.data<int64_t>()), a.weight.data<float>(), a.out.data<T>(),
+                    (long long)tokens, (long long)dim);
+  });
+}
+
 }  // namespace hr::cuda
