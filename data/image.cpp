@@ -419,33 +419,24 @@ ImageNorm read_preprocessor_config(const std::string& path, int64_t size) {
 }
 
 std::string preprocessor_config_json(int64_t size, const ImageNorm& n, ImageProcessor kind) {
-  if (kind == ImageProcessor::Siglip) {  // transformers' SiglipImageProcessor's keys
-    const nlohmann::json j = {{"do_convert_rgb", true},
-                              {"do_normalize", true},
-                              {"do_rescale", true},
-                              {"do_resize", true},
-                              {"image_mean", {n.mean[0], n.mean[1], n.mean[2]}},
-                              {"image_processor_type", "SiglipImageProcessor"},
-                              {"image_std", {n.std[0], n.std[1], n.std[2]}},
-                              {"processor_class", "LlavaProcessor"},
-                              {"resample", 3},
-                              {"rescale_factor", 1.0 / 255},
-                              {"size", {{"height", size}, {"width", size}}}};
-    return j.dump(2) + "\n";
+  nlohmann::json j = {{"do_convert_rgb", true},
+                      {"do_normalize", true},
+                      {"do_rescale", true},
+                      {"do_resize", true},
+                      {"image_mean", {n.mean[0], n.mean[1], n.mean[2]}},
+                      {"image_std", {n.std[0], n.std[1], n.std[2]}},
+                      {"processor_class", "LlavaProcessor"},
+                      {"resample", 3},
+                      {"rescale_factor", 1.0 / 255}};
+  if (kind == ImageProcessor::Siglip) {  // transformers' SiglipImageProcessor: the whole image to the square
+    j["image_processor_type"] = "SiglipImageProcessor";
+    j["size"] = {{"height", size}, {"width", size}};
+  } else {  // CLIPImageProcessor: the shortest edge, then a centre crop
+    j["image_processor_type"] = "CLIPImageProcessor";
+    j["size"] = {{"shortest_edge", size}};
+    j["crop_size"] = {{"height", size}, {"width", size}};
+    j["do_center_crop"] = true;
   }
-  const nlohmann::json j = {{"crop_size", {{"height", size}, {"width", size}}},
-                            {"do_center_crop", true},
-                            {"do_convert_rgb", true},
-                            {"do_normalize", true},
-                            {"do_rescale", true},
-                            {"do_resize", true},
-                            {"image_mean", {n.mean[0], n.mean[1], n.mean[2]}},
-                            {"image_processor_type", "CLIPImageProcessor"},
-                            {"image_std", {n.std[0], n.std[1], n.std[2]}},
-                            {"processor_class", "LlavaProcessor"},
-                            {"resample", 3},
-                            {"rescale_factor", 1.0 / 255},
-                            {"size", {{"shortest_edge", size}}}};
   return j.dump(2) + "\n";
 }
 
