@@ -36,7 +36,7 @@ strip --strip-unneeded "$out"/bin/*
 cp "$root"/configs/*.yaml "$out/configs/"
 mkdir -p "$out/configs/bench"
 cp "$root"/tests/bench/configs/*.yaml "$out/configs/bench/"
-cp "$root/scripts/gpu/check.sh" "$root/scripts/gpu/env.sh" "$root/scripts/torch_twin.py" "$out/"
+cp "$root/scripts/gpu/check.sh" "$root/scripts/gpu/summarize.py" "$root/scripts/gpu/env.sh" "$root/scripts/torch_twin.py" "$out/"
 
 # shellcheck source=gpu/provided.sh
 source "$root/scripts/gpu/provided.sh"

@@ -36,6 +36,12 @@ def parts(model):
     return model.vision_tower, [model.language_model]
 
 
+def checkpoint(module):
+    """Gradient checkpointing on a transformers model, non-reentrant under every version (transformers 4.x's
+    default was reentrant, 5.x's is not), so the recompute is the same whichever is installed."""
+    module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("bench_json", help="headroom bench's output ('-' for stdin)")
@@ -71,9 +77,9 @@ def main():
         for m in llm:
             m.requires_grad_(True)
     if b["checkpointing"]["llm"] != "none":
-        llm[0].gradient_checkpointing_enable()
+        checkpoint(llm[0])
     if b["stage"] == "full" and b["checkpointing"]["vision"] != "none":
-        vision.gradient_checkpointing_enable()
+        checkpoint(vision)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=b["learning_rate"], betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
 
@@ -98,7 +104,8 @@ def main():
 
     def loss_of(inputs):
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            return model(**inputs).loss
+            # No KV cache: training never reads it, and transformers fills one unless told (config.use_cache).
+            return model(**inputs, use_cache=False).loss
 
     forward = torch.compile(loss_of) if a.compile else loss_of
 

@@ -1,73 +1,132 @@
 #!/usr/bin/env bash
-# Everything a GPU machine can check of headroom in one call, from a bundle that scripts/gpu-bundle.sh packed:
-# the GPU and library versions, whether every library resolves, `headroom info`, the gpu-labelled tests, a
-# compute-sanitizer pass over the CUDA op table and over a short training run, a CPU smoke run, a training run on
-# cuda:0 (its predicted and measured peaks), the benchmarks, and the GPU peer: `headroom bench` on a ~1.25B LLaVA
-# (configs/bench/bench-1b-gpu.yaml) beside transformers' LlavaForConditionalGeneration on the same GPU
-# (torch_twin.py --device cuda: bf16 autocast, SDPA attention, PyTorch's AdamW and caching allocator). Each step's output goes to OUTDIR/STEP.log (gtest and benchmark results
-# also as JSON); OUTDIR/summary.json lists every step with its exit status and seconds. A failing step does not
-# stop the others. Usage: check.sh OUTDIR
+# Everything a GPU machine can check of headroom, from a bundle that scripts/gpu-bundle.sh packed, ordered by
+# value so that a call cut short still returns the most that can be learnt in its time.
+#
+# --quick (about 7 minutes): the GPU, the versions and whether every library resolves; `headroom info`; the CUDA
+#   op table (test_ops_cuda, which names the attention kernel each case took); the 20-step training on cuda:0
+#   against the CPU run and every step's dry run (CudaTrain.TwentySteps...); the ~1.25B LLaVA bench
+#   (configs/bench/bench-1b-gpu.yaml) and its peer, transformers' LlavaForConditionalGeneration on the same GPU
+#   (torch_twin.py --device cuda: bf16 autocast, SDPA attention, PyTorch's AdamW and caching allocator).
+# full (the default): the quick steps, then the rest of the gpu tests (the CUDA kernels, the allocators on the
+#   GPU, NCCL, the training matrix with two ranks on one GPU over MPI), the op table with the own attention
+#   kernels, compute-sanitizer over the op table and a short training run, and the microbenchmarks.
+#
+# Every step runs under `timeout` with its own budget in seconds, cut to what is left of --deadline (seconds
+# from the start; a step with under 10 s left is skipped). --only NAME,NAME,... runs those steps alone (a rerun
+# of what failed). After every step OUTDIR/summary.json is rewritten
+# (summarize.py: each step's exit status, seconds and budget, the gtest counts and failures, the training's
+# predicted and measured peaks, the bench and peer figures) and every log is packed into OUTDIR/logs.tar.gz,
+# so a call cut short still returns what ran; the working files stay in OUTDIR/work (or HR_CHECK_WORK).
+# Usage: [HR_CHECK_WORK=DIR] check.sh [--quick] [--deadline SECONDS] [--only NAME,...] OUTDIR
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-out=${1:?usage: check.sh OUTDIR}
-mkdir -p "$out"
+quick=0 deadline=100000 only=""
+while [[ $# -gt 1 ]]; do
+  case $1 in
+    --quick) quick=1 ;;
+    --deadline) deadline=$2 && shift ;;
+    --only) only=",$2," && shift ;;
+    *) echo "check.sh: unknown option $1" >&2 && exit 2 ;;
+  esac
+  shift
+done
+out=${1:?usage: check.sh [--quick] [--deadline SECONDS] [--only NAME,...] OUTDIR}
+# The working files: OUTDIR/work, or HR_CHECK_WORK (outside a folder that must hold few files, as a device call's).
+mkdir -p "$out" "${HR_CHECK_WORK:-$out/work}"
 out=$(cd "$out" && pwd)
+work=$(cd "${HR_CHECK_WORK:-$out/work}" && pwd)
 # shellcheck source=/dev/null
 source "$here/env.sh"
-steps=()
+# The tests keep their scratch directories (the training runs' memory logs) for summarize.py.
+export TEST_TMPDIR=$work/tmp HR_KEEP_TEST_TMP=1 HR_HEADROOM="$here/bin/headroom" HR_MPIRUN="$here/bin/mpirun"
+mkdir -p "$TEST_TMPDIR"
+start=$(date +%s)
+steps_file=$work/steps.jsonl
+: > "$steps_file"
+
+publish() {
+  python3 "$here/summarize.py" "$work" "$steps_file" > "$out/summary.json.tmp" 2> "$work/summarize.log" &&
+    mv "$out/summary.json.tmp" "$out/summary.json"
+  tar -C "$work" -czf "$out/logs.tar.gz.tmp" --exclude='*.safetensors' --exclude='*.bin' --exclude='tmp/*/*/*/checkpoint*' \
+    . 2> /dev/null && mv "$out/logs.tar.gz.tmp" "$out/logs.tar.gz"
+}
+
+# step NAME BUDGET COMMAND...: runs COMMAND in the work directory, its output in work/NAME.log.
 step() {
-  local name=$1
-  shift
-  local t0 t1 rc
+  local name=$1 budget=$2
+  shift 2
+  [[ -z $only || $only == *",$name,"* ]] || return 0
+  local left=$((deadline - ($(date +%s) - start)))
+  if ((left < 10)); then
+    echo "{\"step\": \"$name\", \"skipped\": \"no time left\", \"budget\": $budget}" >> "$steps_file"
+    echo "check: $name: skipped (no time left)"
+    return
+  fi
+  local limit=$((budget < left ? budget : left)) t0 t1 rc
   t0=$(date +%s.%N)
-  (cd "$out" && "$@") > "$out/$name.log" 2>&1
+  (cd "$work" && timeout -k 10 "$limit" "$@") > "$work/$name.log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
-  steps+=("{\"step\": \"$name\", \"exit\": $rc, \"seconds\": $(awk "BEGIN {printf \"%.2f\", $t1 - $t0}")}")
-  echo "check: $name: exit $rc ($(tail -1 "$out/$name.log" | cut -c1-160))"
+  echo "{\"step\": \"$name\", \"exit\": $rc, \"seconds\": $(awk "BEGIN {printf \"%.1f\", $t1 - $t0}"), \"budget\": $budget, \"limit\": $limit, \"timed_out\": $( ((rc == 124 || rc == 137)) && echo true || echo false)}" >> "$steps_file"
+  echo "check: $name: exit $rc in $(awk "BEGIN {printf \"%.0f\", $t1 - $t0}") s ($(grep -v '^\s*$' "$work/$name.log" | tail -1 | cut -c1-140))"
+  publish
 }
-smoke() {  # a few steps of the quickstart model on a small synthetic set
-  local dir=$1
-  shift
-  "$here/bin/headroom" train "$here/configs/quickstart.yaml" --set run.output_dir="$dir" --set data.synthetic.train=64 \
-    --set data.synthetic.eval=8 --set train.max_steps=5 --set train.eval_steps=0 --set train.save_steps=0 \
-    --set log.progress_bar=false --set log.logging_steps=1 "$@"
+
+gtest() {  # gtest NAME BUDGET BINARY [ARGS...]: a gtest binary with its JSON report as work/NAME.json
+  local name=$1 budget=$2 bin=$3
+  shift 3
+  [[ -x $here/bin/$bin ]] || return 0
+  [[ -z $only || $only == *",$name,"* ]] || return 0
+  echo "$name" >> "$work/gtests.txt"
+  step "$name" "$budget" "$here/bin/$bin" --gtest_output="json:$work/$name.json" "$@"
 }
-step gpu nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv
-step versions bash -c "cat '$here/BUILD'; nvcc --version | tail -2; python3 -c 'import torch; print(\"torch\", torch.__version__, torch.version.cuda, \"cudnn\", torch.backends.cudnn.version())'"
-step libraries bash -c "missing=0; for b in '$here'/bin/*; do ldd \"\$b\" | grep 'not found' | sed \"s|^|\$(basename \$b): |\" && missing=1; done; exit \$missing"
-step info "$here/bin/headroom" info
-step ops_cuda "$here/bin/test_ops_cuda" --gtest_output="json:$out/ops_cuda.json"
-step ops_cuda_own_attention env HR_CUDNN_ATTENTION=0 "$here/bin/test_ops_cuda" \
-  --gtest_output="json:$out/ops_cuda_own_attention.json"
-[[ -x $here/bin/test_cuda_kernels ]] && step cuda_kernels "$here/bin/test_cuda_kernels" --gtest_output="json:$out/cuda_kernels.json"
-[[ -x $here/bin/test_cuda_train ]] && step cuda_train env HR_HEADROOM="$here/bin/headroom" HR_MPIRUN="$here/bin/mpirun" "$here/bin/test_cuda_train" --gtest_output="json:$out/cuda_train.json"
-[[ -x $here/bin/test_cuda_memory ]] && step cuda_memory "$here/bin/test_cuda_memory" --gtest_output="json:$out/cuda_memory.json"
-[[ -x $here/bin/test_nccl ]] && step nccl "$here/bin/test_nccl" --gtest_output="json:$out/nccl.json"
-if command -v compute-sanitizer > /dev/null; then
-  step sanitizer compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/test_ops_cuda"
-  step sanitizer_train compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/headroom" train \
-    "$here/configs/quickstart.yaml" --set run.output_dir="$out/sanitizer_train" --set device.type=cuda \
-    --set data.synthetic.train=16 --set data.synthetic.eval=0 --set train.max_steps=2 --set train.eval_steps=0 \
-    --set train.save_steps=0 --set log.progress_bar=false
+
+# bench_script NAME STEPS [VAR=value...]: the shell line of headroom bench on the ~1B model, its JSON as
+# work/NAME.json.
+bench_script() {
+  local name=$1 steps=$2
+  shift 2
+  echo "env $* '$here/bin/headroom' bench '$here/configs/bench/bench-1b-gpu.yaml' --steps $steps --warmup 2 \
+--set run.output_dir='$work/${name}_run' > '$work/$name.json'"
+}
+
+# --- quick: what the first minutes on a GPU should answer ---
+step gpu 20 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,compute_cap,clocks.max.sm --format=csv
+step versions 60 bash -c "cat '$here/BUILD'; nvcc --version | tail -2; python3 -c 'import torch, transformers; \
+print(\"torch\", torch.__version__, torch.version.cuda, \"cudnn\", torch.backends.cudnn.version(), \"transformers\", transformers.__version__)'"
+step libraries 20 bash -c "missing=0; for b in '$here'/bin/*; do if ldd \"\$b\" | grep -q 'not found'; then \
+ldd \"\$b\" | grep 'not found' | sed \"s|^|\$(basename \$b): |\"; missing=1; fi; done; \
+ldd '$here/bin/headroom' | grep -E 'cuda|cublas|cudnn|nccl'; exit \$missing"
+step info 30 "$here/bin/headroom" info
+gtest ops_cuda 90 test_ops_cuda
+gtest train_twenty 120 test_cuda_train --gtest_filter='CudaTrain.TwentySteps*'
+step bench_gpu 150 bash -c "$(bench_script bench_gpu 8)"
+[[ -s $work/bench_gpu.json ]] &&
+  step peer_gpu 150 bash -c "PYTHONUNBUFFERED=1 python3 '$here/torch_twin.py' '$work/bench_gpu.json' --device cuda --steps 5 --warmup 2 > '$work/peer_gpu.json'"
+
+# --- full: the rest, most valuable first ---
+if ((!quick)); then
+  gtest cuda_train 240 test_cuda_train --gtest_filter='-CudaTrain.TwentySteps*'
+  gtest cuda_kernels 90 test_cuda_kernels
+  gtest cuda_memory 60 test_cuda_memory
+  gtest nccl 60 test_nccl
+  [[ -x $here/bin/test_ops_cuda && ( -z $only || $only == *,ops_cuda_own_attention,* ) ]] &&
+    echo ops_cuda_own_attention >> "$work/gtests.txt" &&
+    step ops_cuda_own_attention 90 env HR_CUDNN_ATTENTION=0 "$here/bin/test_ops_cuda" \
+    --gtest_output="json:$work/ops_cuda_own_attention.json"
+  step bench_gpu_own_attention 120 bash -c "$(bench_script bench_gpu_own_attention 4 HR_CUDNN_ATTENTION=0)"
+  if command -v compute-sanitizer > /dev/null; then
+    step sanitizer 240 compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/test_ops_cuda"
+    step sanitizer_train 180 compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/headroom" train \
+      "$here/configs/quickstart.yaml" --set run.output_dir="$work/sanitizer_train" --set device.type=cuda \
+      --set data.synthetic.train=16 --set data.synthetic.eval=0 --set train.max_steps=2 --set train.eval_steps=0 \
+      --set train.save_steps=0 --set log.progress_bar=false
+  fi
+  [[ -x $here/bin/bench_ops ]] && step bench_ops 120 "$here/bin/bench_ops" --benchmark_min_time=0.05 \
+    --benchmark_out="$work/bench_ops.json" --benchmark_out_format=json
+  [[ -x $here/bin/bench_generate ]] && step bench_generate 90 "$here/bin/bench_generate" --benchmark_min_time=0.05 \
+    --benchmark_out="$work/bench_generate.json" --benchmark_out_format=json
 fi
-step cpu_smoke smoke "$out/cpu_smoke"
-step train_cuda smoke "$out/train_cuda" --set device.type=cuda
-[[ -x $here/bin/bench_ops ]] && step bench_ops "$here/bin/bench_ops" --benchmark_min_time=0.05 \
-  --benchmark_out="$out/bench_ops.json" --benchmark_out_format=json
-[[ -x $here/bin/bench_generate ]] && step bench_generate "$here/bin/bench_generate" --benchmark_min_time=0.05 \
-  --benchmark_out="$out/bench_generate.json" --benchmark_out_format=json
-# The GPU peer: headroom's step on the ~1B model, then transformers' on the same config and batch shape.
-step bench_gpu bash -c "'$here/bin/headroom' bench '$here/configs/bench/bench-1b-gpu.yaml' --steps 10 \
-  --set run.output_dir='$out/bench_gpu_run' > '$out/bench_gpu.json'"
-step bench_gpu_own_attention bash -c "HR_CUDNN_ATTENTION=0 '$here/bin/headroom' bench \
-  '$here/configs/bench/bench-1b-gpu.yaml' --steps 5 --set run.output_dir='$out/bench_gpu_own_run' \
-  > '$out/bench_gpu_own_attention.json'"
-[[ -s $out/bench_gpu.json ]] && step peer_gpu bash -c "python3 '$here/torch_twin.py' '$out/bench_gpu.json' --device cuda \
-  > '$out/peer_gpu.json'"
-{
-  echo "["
-  for i in "${!steps[@]}"; do echo "  ${steps[$i]}$( ((i + 1 < ${#steps[@]})) && echo ,)"; done
-  echo "]"
-} > "$out/summary.json"
-echo "check: wrote $out/summary.json"
+publish
+python3 "$here/summarize.py" --table "$work" "$steps_file"
+echo "check: wrote $out/summary.json and $out/logs.tar.gz in $(($(date +%s) - start)) s"
