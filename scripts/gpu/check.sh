@@ -81,13 +81,19 @@ gtest() {  # gtest NAME BUDGET BINARY [ARGS...]: a gtest binary with its JSON re
   step "$name" "$budget" "$here/bin/$bin" --gtest_output="json:$work/$name.json" "$@"
 }
 
-# bench_script NAME STEPS [VAR=value...]: the shell line of headroom bench on the ~1B model, its JSON as
-# work/NAME.json.
+# bench_script NAME STEPS [ENV [SETS]]: the shell line of headroom bench on the ~1B model with the variables ENV
+# ("VAR=value ...") and the overrides SETS ("--set key=value ..."), its JSON as work/NAME.json.
 bench_script() {
-  local name=$1 steps=$2
-  shift 2
-  echo "env $* '$here/bin/headroom' bench '$here/configs/bench/bench-1b-gpu.yaml' --steps $steps --warmup 2 \
---set run.output_dir='$work/${name}_run' > '$work/$name.json'"
+  local name=$1 steps=$2 vars=${3:-} sets=${4:-}
+  echo "env $vars '$here/bin/headroom' bench '$here/configs/bench/bench-1b-gpu.yaml' --steps $steps --warmup 2 \
+--set run.output_dir='$work/${name}_run' $sets > '$work/$name.json'"
+}
+# peer NAME: transformers' twin of the bench work/NAME.json on the same GPU, its JSON as work/peer_NAME.json
+# (peer_gpu.json for bench_gpu).
+peer() {
+  local name=$1 json=peer_${1#bench_}
+  [[ -s $work/$name.json ]] && step "${json}" 150 bash -c "PYTHONUNBUFFERED=1 python3 '$here/torch_twin.py' \
+'$work/$name.json' --device cuda --steps 5 --warmup 2 > '$work/$json.json'"
 }
 
 # --- quick: what the first minutes on a GPU should answer ---
@@ -101,8 +107,7 @@ step info 30 "$here/bin/headroom" info
 gtest ops_cuda 90 test_ops_cuda
 gtest train_twenty 120 test_cuda_train --gtest_filter='CudaTrain.TwentySteps*'
 step bench_gpu 150 bash -c "$(bench_script bench_gpu 8)"
-[[ -s $work/bench_gpu.json ]] &&
-  step peer_gpu 150 bash -c "PYTHONUNBUFFERED=1 python3 '$here/torch_twin.py' '$work/bench_gpu.json' --device cuda --steps 5 --warmup 2 > '$work/peer_gpu.json'"
+peer bench_gpu
 
 # --- full: the rest, most valuable first ---
 if ((!quick)); then
@@ -110,16 +115,24 @@ if ((!quick)); then
   gtest cuda_kernels 90 test_cuda_kernels
   gtest cuda_memory 60 test_cuda_memory
   gtest nccl 60 test_nccl
+  # Where the bench's GPU time goes: every kernel-table call timed with CUDA events (HR_OP_PROFILE), by op.
+  step bench_gpu_profile 120 bash -c "$(bench_script bench_gpu_profile 1 "HR_OP_PROFILE='$work/op_profile.json'")"
+  # The peer can checkpoint whole layers or nothing (transformers has no selective checkpointing): headroom
+  # with the same choice, beside it.
+  step bench_gpu_full_ckpt 150 bash -c "$(bench_script bench_gpu_full_ckpt 8 "" "--set memory.gradient_checkpointing=full")"
+  peer bench_gpu_full_ckpt
+  step bench_gpu_no_ckpt 150 bash -c "$(bench_script bench_gpu_no_ckpt 8 "" "--set memory.gradient_checkpointing=none")"
+  peer bench_gpu_no_ckpt
   [[ -x $here/bin/test_ops_cuda && ( -z $only || $only == *,ops_cuda_own_attention,* ) ]] &&
     echo ops_cuda_own_attention >> "$work/gtests.txt" &&
     step ops_cuda_own_attention 90 env HR_CUDNN_ATTENTION=0 "$here/bin/test_ops_cuda" \
-    --gtest_output="json:$work/ops_cuda_own_attention.json"
+      --gtest_output="json:$work/ops_cuda_own_attention.json"
   step bench_gpu_own_attention 120 bash -c "$(bench_script bench_gpu_own_attention 4 HR_CUDNN_ATTENTION=0)"
   if command -v compute-sanitizer > /dev/null; then
     step sanitizer 240 compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/test_ops_cuda"
     step sanitizer_train 180 compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/headroom" train \
       "$here/configs/quickstart.yaml" --set run.output_dir="$work/sanitizer_train" --set device.type=cuda \
-      --set data.synthetic.train=16 --set data.synthetic.eval=0 --set train.max_steps=2 --set train.eval_steps=0 \
+      --set data.synthetic.train=16 --set data.synthetic.eval=1 --set train.max_steps=2 --set train.eval_steps=0 \
       --set train.save_steps=0 --set log.progress_bar=false
   fi
   [[ -x $here/bin/bench_ops ]] && step bench_ops 120 "$here/bin/bench_ops" --benchmark_min_time=0.05 \

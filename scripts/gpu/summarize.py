@@ -127,18 +127,35 @@ def summary(work, steps_path):
         names = []
     out["gtests"] = {n: r for n in names if (r := gtest_result(work, n)) is not None}
     out["train_twenty"] = train_twenty(work)
-    out["bench"] = {n: r for n in ("bench_gpu", "bench_gpu_own_attention") if (r := bench(work, n, gpu_name))}
-    peer = load(os.path.join(work, "peer_gpu.json"))
-    out["peer"] = peer
-    b = out["bench"].get("bench_gpu")
-    if b and peer and b.get("tokens_per_s") and peer.get("tokens_per_s"):
-        out["goals"] = {
-            "mfu (goal >= 0.50)": b.get("mfu"),
-            "tokens_per_s headroom / peer (goal >= 1.2)": b["tokens_per_s"] / peer["tokens_per_s"],
-            "peak reserved headroom / peer (goal <= 0.8)":
-                (b["peak_reserved_mib"] / peer["max_memory_reserved_mib"]
-                 if peer.get("max_memory_reserved_mib") and b.get("peak_reserved_mib") else None),
-        }
+    benches = ("bench_gpu", "bench_gpu_full_ckpt", "bench_gpu_no_ckpt", "bench_gpu_own_attention", "bench_gpu_profile")
+    out["bench"] = {n: r for n in benches if (r := bench(work, n, gpu_name))}
+    out["peer"] = {n: p for n in ("peer_gpu", "peer_gpu_full_ckpt", "peer_gpu_no_ckpt")
+                   if (p := load(os.path.join(work, n + ".json")))}
+    out["pairs"] = {n: r for n in ("gpu", "gpu_full_ckpt", "gpu_no_ckpt")
+                    if (r := pair(out["bench"].get("bench_" + n), out["peer"].get("peer_" + n)))}
+    profile = load(os.path.join(work, "op_profile.json"))
+    if profile:
+        out["op_profile"] = profile
+    return out
+
+
+def pair(b, p):
+    """headroom's bench beside the peer on the same batch shape (global batch x max_seq_len positions, padded,
+    one image each). tokens/s here counts every position, as the peer does; the bench's own tokens_per_s counts
+    the tokens that are not padding."""
+    if not b or not p or not b.get("step_ms") or not p.get("step_ms"):
+        return None
+    positions = b["global_batch_size"] * b["max_seq_len"]
+    hr_ms, peer_ms = b["step_ms"]["median"], p["step_ms"]["median"]
+    out = {"checkpointing": b.get("checkpointing"), "headroom_step_ms": hr_ms, "peer_step_ms": peer_ms,
+           "headroom_positions_per_s": positions / hr_ms * 1e3, "peer_positions_per_s": positions / peer_ms * 1e3,
+           "speed_headroom_over_peer (goal >= 1.2)": peer_ms / hr_ms, "mfu (goal >= 0.50)": b.get("mfu"),
+           "headroom_peak_allocated_mib": b.get("peak_allocated_mib"), "headroom_peak_reserved_mib":
+           b.get("peak_reserved_mib"), "peer_max_memory_allocated_mib": p.get("max_memory_allocated_mib"),
+           "peer_max_memory_reserved_mib": p.get("max_memory_reserved_mib")}
+    if b.get("peak_reserved_mib") and p.get("max_memory_reserved_mib"):
+        out["reserved_headroom_over_peer (goal <= 0.8)"] = b["peak_reserved_mib"] / p["max_memory_reserved_mib"]
+    return out
     return out
 
 
@@ -167,12 +184,17 @@ def table(s):
         lines.append(f"{n}: {b['step_ms']['median'] if b.get('step_ms') else None} ms/step, {b.get('tokens_per_s')} tok/s, "
                      f"mfu {b.get('mfu')}, peak alloc {b.get('peak_allocated_mib')} MiB, reserved "
                      f"{b.get('peak_reserved_mib')} MiB, exact {b.get('steps_predicted_exactly')}")
-    p = s.get("peer")
-    if p:
-        lines.append(f"peer: torch {p.get('torch')} {p['step_ms']['median']} ms/step, {p.get('tokens_per_s')} tok/s, "
-                     f"reserved {p.get('max_memory_reserved_mib')} MiB, allocated {p.get('max_memory_allocated_mib')} MiB")
-    for k, v in (s.get("goals") or {}).items():
-        lines.append(f"goal {k}: {v}")
+    for n, p in s.get("pairs", {}).items():
+        lines.append(f"pair {n} ({p['checkpointing']}): headroom {p['headroom_step_ms']:.1f} ms vs peer "
+                     f"{p['peer_step_ms']:.1f} ms = {p['speed_headroom_over_peer (goal >= 1.2)']:.3f}x; reserved "
+                     f"{p['headroom_peak_reserved_mib']} vs {p['peer_max_memory_reserved_mib']} MiB = "
+                     f"{p.get('reserved_headroom_over_peer (goal <= 0.8)')}; allocated {p['headroom_peak_allocated_mib']}"
+                     f" vs {p['peer_max_memory_allocated_mib']}")
+    prof = s.get("op_profile")
+    if prof:
+        lines.append(f"op profile: {prof['gpu_ms']:.0f} ms of GPU time over {prof['wall_ms_first_to_last_call']:.0f} ms")
+        for o in prof["ops"][:12]:
+            lines.append(f"  {o['op']:<28} {o['calls']:>7} calls {o['ms']:>10.1f} ms {100 * o['share']:5.1f}%")
     return "\n".join(lines)
 
 

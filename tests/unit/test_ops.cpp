@@ -183,6 +183,21 @@ TEST_P(OpTest, ForwardMatchesReference) {
       << c.name << ": worst element " << at << " got " << got[at] << " want " << ref[at];
 }
 
+namespace {
+// An upstream gradient for `out`: seeded values in [-1, 1] rounded to its dtype. Not a constant: under a
+// constant one the gradients of softmax and the norms cancel to rounding noise and compare nothing.
+std::vector<double> upstream_values(const Tensor& out) {
+  std::mt19937 rng(99);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> r(std::size_t(out.numel()));
+  for (double& e : r) e = round_to(u(rng), out.dtype());
+  return r;
+}
+Tensor upstream(const Tensor& out, const std::vector<double>& r) {
+  return Tensor::from_floats(std::vector<float>(r.begin(), r.end()), out.shape(), out.dtype(), Device::cpu());
+}
+}  // namespace
+
 TEST_P(OpTest, BackwardMatchesFiniteDifferences) {
   const OpCase& c = find(std::get<0>(GetParam()));
   if (!c.backward) return;  // forward only
@@ -194,13 +209,8 @@ TEST_P(OpTest, BackwardMatchesFiniteDifferences) {
         std::vector<Tensor> t = on_backend(make_tensors(c, v, dt, Device::cpu()));
         Tensor out = c.forward(t);
         // Upstream gradient R, rounded to the output dtype; the loss is sum(out * R).
-        std::mt19937 rng(99);
-        std::uniform_real_distribution<double> u(-1, 1);
-        r.resize(std::size_t(out.numel()));
-        for (double& e : r) e = round_to(u(rng), out.dtype());
-        Tensor dy =
-            Tensor::from_floats(std::vector<float>(r.begin(), r.end()), out.shape(), out.dtype(), Device::cpu());
-        grads = c.backward(t, dy.to(kBackend));
+        r = upstream_values(out);
+        grads = c.backward(t, upstream(out, r).to(kBackend));
       }))
     return;
   check_attention_kernel(c, dt, AttentionPass::Backward);
@@ -306,7 +316,7 @@ TEST_P(OpTest, MatchesTheCpuTwin) {
   const Values v = rounded_inputs(c, dt);
   std::vector<Tensor> on_cpu = make_tensors(c, v, dt, Device::cpu());
   Tensor cpu_out = c.forward(on_cpu);
-  const Tensor dy = Tensor::full(cpu_out.shape(), 0.5f, cpu_out.dtype(), Device::cpu());
+  const Tensor dy = upstream(cpu_out, upstream_values(cpu_out));
   std::vector<Tensor> cpu_grads = c.backward ? c.backward(on_cpu, dy) : std::vector<Tensor>{};
   std::vector<float> out;
   std::vector<std::vector<float>> grads;

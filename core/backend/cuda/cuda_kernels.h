@@ -12,6 +12,10 @@ using namespace hr::core;
 // measures what they take.
 void create_library_handles();
 
+// HR_OP_PROFILE=FILE set: times every kernel-table call of this thread on the GPU, by op, into FILE at exit
+// (op_profile.cpp). Called with the library handles; does nothing without the variable.
+void start_op_profile();
+
 HR_KERNELS(HR_DECLARE_ENTRY)
 
 }  // namespace hr::cuda

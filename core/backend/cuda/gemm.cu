@@ -161,6 +161,7 @@ void create_library_handles() {
   handle();
   lt_handle();
   create_cudnn_handle();
+  start_op_profile();
 }
 
 void gemm(const GemmArgs& g) {
