@@ -123,6 +123,11 @@ if ((!quick)); then
   peer bench_gpu_full_ckpt
   step bench_gpu_no_ckpt 150 bash -c "$(bench_script bench_gpu_no_ckpt 8 "" "--set memory.gradient_checkpointing=none")"
   peer bench_gpu_no_ckpt
+  # Without checkpointing, steps 2-10 of the bench peaked 47,104 B under their dry run on an H100 (step 1 exact):
+  # the memory timelines of steps 1 and 2 beside the dry run's, to find the allocation that differs.
+  step trace_no_ckpt 120 bash -c "$(bench_script trace_no_ckpt 1 "" "--set memory.gradient_checkpointing=none \
+--set 'memory.trace_steps=[1,2]'") && '$here/bin/headroom' plan '$here/configs/bench/bench-1b-gpu.yaml' \
+--set memory.gradient_checkpointing=none --trace '$work/trace_no_ckpt_run/plan_trace.json'"
   [[ -x $here/bin/test_ops_cuda && ( -z $only || $only == *,ops_cuda_own_attention,* ) ]] &&
     echo ops_cuda_own_attention >> "$work/gtests.txt" &&
     step ops_cuda_own_attention 90 env HR_CUDNN_ATTENTION=0 "$here/bin/test_ops_cuda" \
