@@ -300,7 +300,7 @@ std::vector<Key> memory_parallel_log_keys() {
          if (!(c.budget > 0.f && c.budget <= 1.f)) bad_value(k, n, "a fraction in (0, 1]");
        }},
       {"memory.preflight", "true", flag(&RunConfig::preflight)},
-      {"memory.allocator", "caching",
+      {"memory.allocator", "auto",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          const std::string s = get<std::string>(n, k, "a string");
          c.allocator_auto = s == "auto";

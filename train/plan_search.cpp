@@ -325,7 +325,7 @@ Plan compare_allocators(const Plan& plan) {
   std::size_t best = std::size_t(plan.config.allocator);
   if (plan.config.allocator_auto)
     for (std::size_t k = 0; k < plans.size(); ++k)
-      if (plans[k].fits && (!plans[best].fits || plans[k].train_predicted() < plans[best].train_predicted())) best = k;
+      if (plans[k].fits && (!plans[best].fits || plans[k].total_predicted() < plans[best].total_predicted())) best = k;
   Plan out = plans[best];
   for (std::size_t k = 0; k < plans.size(); ++k) {
     out.reserved_by_allocator[k] = plans[k].rank.peak_reserved;

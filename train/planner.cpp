@@ -104,6 +104,7 @@ void plan_step(Plan& p, Predictor& pred, core::SizingTarget target) {
 void plan_evaluation(Plan& p, Predictor& pred) {
   const RunConfig& c = p.config;
   p.evaluates = true;
+  pred.begin_evaluation();
   p.eval = pred.evaluation(pred.eval_worst_case());
   const GenerationShape g = pred.generation_worst_case();
   p.generation = pred.generation(g);

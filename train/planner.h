@@ -83,6 +83,9 @@ class Predictor {
   // pass, and generation (the KV cache, the prefill, one decode step: every later step allocates the same).
   Prediction evaluation(const EvalShape& shape);
   Prediction generation(const GenerationShape& shape);
+  // Before an evaluation: under memory.allocator: planned the trainer releases what the steps left cached (the
+  // arena), so that evaluation's exactly sized segments do not come on top of it; so does the dry run.
+  void begin_evaluation();
   // What evaluation runs at its largest: eval_rows() sequences of max_seq_len tokens (their images, the logits
   // of max_new_tokens positions each), and as many prompts of max_seq_len tokens generating train.max_new_tokens.
   EvalShape eval_worst_case() const;
@@ -179,7 +182,8 @@ Search search_plans(const RunConfig& config, const DevicePreset& device, int wor
 std::vector<Plan> suggest_fixes(const RunConfig& config, const DevicePreset& device, int world, int count = 3);
 
 // Dry runs of `plan`'s step under every memory.allocator (filling reserved_by_allocator); with memory.allocator:
-// auto, the plan of the kind with the smallest predicted peak that fits (the search assumes planned).
+// auto, the plan of the kind whose run reserves least (its step's or its evaluation's peak, whichever is larger)
+// and fits (the search assumes planned).
 Plan compare_allocators(const Plan& plan);
 
 // The largest micro-batch that fits (accumulation adjusted to keep the global batch when there is one); 0: none.

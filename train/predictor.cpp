@@ -69,7 +69,10 @@ class DryRunTraces {
  public:
   DryRunTraces(CachingAllocator& dev, CachingAllocator& host, PeakWatch& watch, RequestTrace* requests = nullptr,
                Timeline* timeline = nullptr)
-      : dev_(dev), host_(host), timeline_(timeline) {
+      : dev_(dev), host_(host), spans_before_(span_timeline_slot().load()) {
+    // The dry run's spans go to its own timeline or nowhere: a dry run inside a traced training step (the plan
+    // of a planned step's shapes) must not write its phases into that step's timeline.
+    set_span_timeline(timeline);
     const int dev_track = timeline ? timeline->add_allocator("device", dev.stats()) : -1;
     const int host_track = timeline ? timeline->add_allocator("host", host.stats(), Timeline::Advance::No) : -1;
     dev.set_trace([&watch, requests, timeline, dev_track](const TraceEvent& e) {
@@ -79,7 +82,6 @@ class DryRunTraces {
     });
     if (!timeline) return;
     host.set_trace([timeline, host_track](const TraceEvent& e) { timeline->allocator_event(host_track, e); });
-    set_span_timeline(timeline);
   }
   DryRunTraces(CachingAllocator& dev, CachingAllocator& host, PeakWatch& watch, RequestTrace& requests,
                Timeline* timeline)
@@ -87,14 +89,14 @@ class DryRunTraces {
   ~DryRunTraces() {
     dev_.set_trace(nullptr);
     host_.set_trace(nullptr);
-    if (timeline_) set_span_timeline(nullptr);
+    set_span_timeline(spans_before_);
   }
   DryRunTraces(const DryRunTraces&) = delete;
   DryRunTraces& operator=(const DryRunTraces&) = delete;
 
  private:
   CachingAllocator &dev_, &host_;
-  Timeline* timeline_;
+  Timeline* spans_before_;  // the span timeline before the dry run, put back after it
 };
 
 // A dry run's micro-batches in turn. Micro-batches of one shape after the first (which creates the gradients) make
@@ -277,6 +279,11 @@ Prediction Predictor::inference(const std::function<void()>& pass) {
   }
   record_peaks(p, dev->stats(), host->stats(), dw);
   return p;
+}
+
+void Predictor::begin_evaluation() {
+  MemoryContext::Use use(memory_);
+  if (config_.allocator == AllocatorKind::Planned) allocator_for(Device::meta())->empty_cache();
 }
 
 Prediction Predictor::evaluation(const EvalShape& e) {

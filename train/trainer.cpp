@@ -280,6 +280,9 @@ std::optional<int> Trainer::stopping(const StepOutcome& s) {
 // reports the merged result.
 void Trainer::evaluate_now() {
   if (!eval_set_) return;
+  // Planned: the arena the steps keep goes back first (the next step grows it again), so that evaluation's
+  // exactly sized segments do not come on top of it; the plan's evaluation starts the same way.
+  if (c().allocator == AllocatorKind::Planned) alloc_->empty_cache();
   EvalMemory memory(*alloc_, *predictor_, eval_predicted_);
   EvalOptions eo{c().eval_samples, c().eval_batch_size, c().max_new_tokens, c().ce_chunk_rows, &comm_};
   eo.pad_to_multiple_of = c().pad_to_multiple_of;

@@ -2,11 +2,12 @@
 # Everything a GPU machine can check of headroom, from a bundle that scripts/gpu-bundle.sh packed, ordered by
 # value so that a call cut short still returns the most that can be learnt in its time.
 #
-# --quick (about 7 minutes): the GPU, the versions and whether every library resolves; `headroom info`; the CUDA
-#   op table (test_ops_cuda, which names the attention kernel each case took); the 20-step training on cuda:0
-#   against the CPU run and every step's dry run (CudaTrain.TwentySteps...); the ~1.25B LLaVA bench
-#   (configs/bench/bench-1b-gpu.yaml) and its peer, transformers' LlavaForConditionalGeneration on the same GPU
-#   (torch_twin.py --device cuda: bf16 autocast, SDPA attention, PyTorch's AdamW and caching allocator).
+# --quick (budgets of 7.5 minutes in all; it took 2 on an H100): the GPU, the versions and whether every library
+#   resolves; `headroom info`; the CUDA op table (test_ops_cuda, which names the attention kernel each case
+#   took); the 20-step training on cuda:0 against the CPU run and every step's dry run
+#   (CudaTrain.TwentySteps...); the ~1.25B LLaVA bench (configs/bench/bench-1b-gpu.yaml) and its peer,
+#   transformers' LlavaForConditionalGeneration on the same GPU (torch_twin.py --device cuda: bf16 autocast,
+#   SDPA attention, PyTorch's AdamW and caching allocator).
 # full (the default): the quick steps, then the rest of the gpu tests (the CUDA kernels, the allocators on the
 #   GPU, NCCL, the training matrix with two ranks on one GPU over MPI), the op table with the own attention
 #   kernels, compute-sanitizer over the op table and a short training run, and the microbenchmarks.

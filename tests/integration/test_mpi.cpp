@@ -603,7 +603,8 @@ TEST(Mpi, EveryRankPlansWithTheLeastRoomOfAnyRank) {
   const std::string cfg = config(base);
   const std::string common =
       str(HR_HEADROOM_BIN, " train ", cfg, " --set data.pad_to_max_length=true --set data.max_seq_len=256",
-          " --set train.micro_batch_size=auto --set train.max_steps=3 --set run.output_dir=");
+          " --set train.micro_batch_size=auto --set train.max_steps=3 --set memory.allocator=caching",
+          " --set run.output_dir=");
   auto two = [&](const std::string& out, const char* room0, const char* room1) {
     return run(str(kMpirun, "1 ", common, out, " --set device.memory_limit=", room0, " : -np 1 ", common, out,
                    " --set device.memory_limit=", room1));

@@ -294,6 +294,10 @@ TEST(Plan, PreflightRefusesARunWhoseEvaluationDoesNotFitBeforeItsFirstStep) {
 TEST(Plan, AutoPicksSelectiveWhenNoneDoesNotFitAndALargerMicroBatchWhenMemoryAllows) {
   const std::string base = fresh_dir("plan_auto");
   const std::string cfg = config(base);
+  // The search's choices under one allocator: the capacities below sit between caching's figures.
+  auto plan_json = [](const std::string& c, const std::string& sets) {
+    return ::plan_json(c, "--set memory.allocator=caching " + sets);
+  };
   const json none = plan_json(cfg, "--set memory.budget=1.0");
   const json sel = plan_json(cfg, "--set memory.budget=1.0 --set memory.gradient_checkpointing=selective");
   const int64_t a = sel["ranks"][0]["peak_reserved"], b = none["ranks"][0]["peak_allocated"];
@@ -316,6 +320,25 @@ TEST(Plan, AutoPicksSelectiveWhenNoneDoesNotFitAndALargerMicroBatchWhenMemoryAll
   const json small = plan_json(cfg, str(micro, " --capacity ", cap));
   EXPECT_EQ(small["decisions"]["micro_batch_size"], 1) << small.dump();
   EXPECT_EQ(small["decisions"]["gradient_accumulation_steps"], 8);
+}
+
+// memory.allocator defaults to auto: the chosen plan dry-run under each allocator, the one whose run reserves
+// least (the step's or the evaluation's peak, whichever is larger) taken. Here that is planned, and its step
+// reserves within 2% of what it allocates.
+TEST(Plan, TheDefaultAllocatorIsTheOneWhoseRunReservesLeast) {
+  const std::string cfg = config(fresh_dir("plan_default_allocator"));
+  const json chosen = plan_json(cfg, "");
+  std::map<std::string, int64_t> total;
+  for (const char* kind : {"caching", "expandable", "planned"})
+    total[kind] = plan_json(cfg, str("--set memory.allocator=", kind))["ranks"][0]["total"].get<int64_t>();
+  const auto least =
+      std::min_element(total.begin(), total.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  const json& rank = chosen["ranks"][0];
+  EXPECT_EQ(rank["allocator"], least->first) << chosen.dump();
+  EXPECT_EQ(rank["total"].get<int64_t>(), least->second);
+  EXPECT_EQ(rank["allocator"], "planned") << chosen.dump();
+  EXPECT_LE(double(rank["peak_reserved"].get<int64_t>()), 1.02 * double(rank["peak_allocated"].get<int64_t>()));
+  EXPECT_LT(total["planned"], total["caching"]);
 }
 
 // parallel.prefetch_groups: auto at ZeRO-3 (2 ranks): prefetching one group when it fits (its gathers hide under
