@@ -106,13 +106,13 @@ ldd \"\$b\" | grep 'not found' | sed \"s|^|\$(basename \$b): |\"; missing=1; fi;
 ldd '$here/bin/headroom' | grep -E 'cuda|cublas|cudnn|nccl'; exit \$missing"
 step info 30 "$here/bin/headroom" info
 gtest ops_cuda 90 test_ops_cuda
-gtest train_twenty 120 test_cuda_train --gtest_filter='CudaTrain.TwentySteps*'
+gtest train_twenty 150 test_cuda_train --gtest_filter='CudaTrain.TwentySteps*:CudaTrain.EveryAllocator*'
 step bench_gpu 150 bash -c "$(bench_script bench_gpu 8)"
 peer bench_gpu
 
 # --- full: the rest, most valuable first ---
 if ((!quick)); then
-  gtest cuda_train 240 test_cuda_train --gtest_filter='-CudaTrain.TwentySteps*'
+  gtest cuda_train 240 test_cuda_train --gtest_filter='-CudaTrain.TwentySteps*:CudaTrain.EveryAllocator*'
   gtest cuda_kernels 90 test_cuda_kernels
   gtest cuda_memory 60 test_cuda_memory
   gtest nccl 60 test_nccl

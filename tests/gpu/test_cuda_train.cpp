@@ -93,6 +93,33 @@ TEST(CudaTrain, TwentyStepsMatchTheCpuAndEveryPeakItsDryRun) {
   EXPECT_EQ(gpu.output.find("WARNING"), std::string::npos) << gpu.output;
 }
 
+// memory.allocator on the GPU, each for a few steps of the same run: every step's peaks equal its dry run (the
+// expandable segments over cuMem*, the planned arena from cudaMalloc), and the losses are the same (f32 takes
+// the own attention kernels, which sum in a fixed order).
+TEST(CudaTrain, EveryAllocatorTrainsWithEveryPeakItsDryRun) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  const std::string base = fresh_dir("cuda_allocators");
+  const std::string cfg = write_config(base, kConfig);
+  std::vector<json> first;
+  for (const std::string kind : {"caching", "expandable", "planned"}) {
+    SCOPED_TRACE(kind);
+    CmdResult r = train(cfg, base + "/" + kind,
+                        "--set device.type=cuda:0 --set train.max_steps=6 --set memory.allocator=" + kind);
+    ASSERT_EQ(r.status, 0) << r.output;
+    const auto lines = jsonl(base + "/" + kind + "/memory.jsonl");
+    ASSERT_EQ(lines.size(), 6u);
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_EQ(lines[i]["allocator"], kind) << lines[i].dump();
+      EXPECT_EQ(lines[i]["peak_allocated"], lines[i]["predicted_peak"]) << "step " << i + 1;
+      EXPECT_EQ(lines[i]["peak_reserved"], lines[i]["predicted_reserved"]) << "step " << i + 1;
+      if (!first.empty()) {
+        EXPECT_EQ(lines[i]["loss"].get<double>(), first[i]["loss"].get<double>()) << "step " << i + 1;
+      }
+    }
+    if (first.empty()) first = lines;
+  }
+}
+
 TEST(CudaTrain, ACappedGpuRunsOutOfMemoryWithTheReport) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   const std::string base = fresh_dir("cuda_capped");
