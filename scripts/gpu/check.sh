@@ -129,10 +129,7 @@ if ((!quick)); then
   step trace_no_ckpt 120 bash -c "$(bench_script trace_no_ckpt 1 "" "--set memory.gradient_checkpointing=none \
 --set 'memory.trace_steps=[1,2]'") && '$here/bin/headroom' plan '$here/configs/bench/bench-1b-gpu.yaml' \
 --set memory.gradient_checkpointing=none --trace '$work/trace_no_ckpt_run/plan_trace.json'"
-  [[ -x $here/bin/test_ops_cuda && ( -z $only || $only == *,ops_cuda_own_attention,* ) ]] &&
-    echo ops_cuda_own_attention >> "$work/gtests.txt" &&
-    step ops_cuda_own_attention 90 env HR_CUDNN_ATTENTION=0 "$here/bin/test_ops_cuda" \
-      --gtest_output="json:$work/ops_cuda_own_attention.json"
+  HR_CUDNN_ATTENTION=0 gtest ops_cuda_own_attention 90 test_ops_cuda
   step bench_gpu_own_attention 120 bash -c "$(bench_script bench_gpu_own_attention 4 HR_CUDNN_ATTENTION=0)"
   if command -v compute-sanitizer > /dev/null; then
     step sanitizer 240 compute-sanitizer --tool memcheck --error-exitcode 1 "$here/bin/test_ops_cuda"

@@ -191,14 +191,10 @@ def table(s):
                      f"{p.get('reserved_headroom_over_peer (goal <= 0.8)')}; allocated {p['headroom_peak_allocated_mib']}"
                      f" vs {p['peer_max_memory_allocated_mib']}")
     prof = s.get("op_profile")
-    if prof and "last_step" in prof:
+    if prof:
         steps = ", ".join(f"{st['gpu_ms']:.0f}/{st['wall_ms']:.0f}" for st in prof["steps"])
         lines.append(f"op profile, GPU/wall ms per step: {steps}; the last step by op:")
         for o in prof["last_step"]["ops"][:14]:
-            lines.append(f"  {o['op']:<28} {o['calls']:>7} calls {o['ms']:>10.1f} ms {100 * o['share']:5.1f}%")
-    elif prof:
-        lines.append(f"op profile: {prof['gpu_ms']:.0f} ms of GPU time over {prof['wall_ms_first_to_last_call']:.0f} ms")
-        for o in prof["ops"][:12]:
             lines.append(f"  {o['op']:<28} {o['calls']:>7} calls {o['ms']:>10.1f} ms {100 * o['share']:5.1f}%")
     return "\n".join(lines)
 
