@@ -58,9 +58,12 @@ MeasuredStep StepMeter::measure(const StepOutcome& s) {
   StepRecord& rec = m.record;
   m.device = device_.stats();
   const Prediction& predicted = predictions_.of(s.shapes);
-  rec.predicted_peak = predicted.peak_allocated;
-  // The dry run's requests replayed from the state this step started in.
-  rec.predicted_reserved = replay(s.start, *predicted.requests, device_.capacity(), predicted.layout).peak_reserved;
+  // The dry run's requests replayed from the state this step started in: the reserved peak depends on what the
+  // allocator has cached, and so, with the caching kind, does the allocated one (a large block is split only
+  // when more than 1 MiB would remain, and an allocation counts its whole block).
+  const ReplayPeaks at = replay(s.start, *predicted.requests, device_.capacity(), predicted.layout);
+  rec.predicted_peak = at.peak_allocated;
+  rec.predicted_reserved = at.peak_reserved;
   if (where_.gpu >= 0) {
     const CudaMemInfo g = cuda_memory_now(where_.gpu);
     rec.device_free = g.free_bytes, rec.device_total = g.total_bytes;

@@ -127,7 +127,8 @@ def summary(work, steps_path):
         names = []
     out["gtests"] = {n: r for n in names if (r := gtest_result(work, n)) is not None}
     out["train_twenty"] = train_twenty(work)
-    benches = ("bench_gpu", "bench_gpu_full_ckpt", "bench_gpu_no_ckpt", "bench_gpu_own_attention", "bench_gpu_profile")
+    benches = ("bench_gpu", "bench_gpu_full_ckpt", "bench_gpu_no_ckpt", "bench_gpu_caching_no_ckpt",
+               "bench_gpu_own_attention", "bench_gpu_profile")
     out["bench"] = {n: r for n in benches if (r := bench(work, n, gpu_name))}
     out["peer"] = {n: p for n in ("peer_gpu", "peer_gpu_full_ckpt", "peer_gpu_no_ckpt")
                    if (p := load(os.path.join(work, n + ".json")))}
