@@ -9,19 +9,21 @@
 
 #include "core/lru_map.h"
 #include "core/memory/caching_allocator.h"
+#include "core/memory/replay.h"
 #include "train/evaluate.h"
 #include "train/log_file.h"
 #include "train/planner.h"
 
 namespace hr::train {
 
-// Peak allocated bytes of evaluation passes' dry runs, by shape: a loss pass is {0, batch, seq, images, logit
-// rows}, generation {1, images, max_new_tokens, decode steps, prompt lengths...}. Every evaluation runs the same
-// loss passes, and the state a step leaves does not change between evaluations.
-using EvalPredictions = core::LruMap<std::vector<int64_t>, int64_t>;
+// Evaluation passes' dry runs, by shape: a loss pass is {0, batch, seq, images, logit rows}, generation {1,
+// images, max_new_tokens, decode steps, prompt lengths...}. Every evaluation runs the same loss passes.
+using EvalPredictions = core::LruMap<std::vector<int64_t>, Prediction>;
 
 // Each evaluation pass's measured peak against the dry run of its shape on the predictor's engine (which a
-// step has left as the real one: parameters, gradients and states in place).
+// step has left as the real one: parameters, gradients and states in place), its requests replayed from the
+// allocator's state at the pass's start: with the caching kind what is cached changes the allocated peak (a large
+// block splits only when more than 1 MiB would remain, and an allocation counts its whole block).
 class EvalMemory final : public EvalWatch {
  public:
   struct Peaks {
@@ -33,20 +35,23 @@ class EvalMemory final : public EvalWatch {
   };
   EvalMemory(core::CachingAllocator& device, Predictor& predictor, EvalPredictions& predicted)
       : device_(device), predictor_(predictor), predicted_(predicted) {}
-  void begin() override { device_.reset_peak_stats(); }
+  void begin() override {
+    device_.reset_peak_stats();
+    start_ = device_.snapshot();
+  }
   void end(const EvalShape& s) override {
-    add(loss, predicted_.get({0, s.batch, s.seq, s.images, s.logit_rows},
-                             [&] { return predictor_.evaluation(s).peak_allocated; }));
+    add(loss, predicted_.get({0, s.batch, s.seq, s.images, s.logit_rows}, [&] { return predictor_.evaluation(s); }));
   }
   void end(const GenerationShape& s) override {
     std::vector<int64_t> key = {1, s.images, s.max_new_tokens, s.decode_steps};
     key.insert(key.end(), s.prompt_lengths.begin(), s.prompt_lengths.end());
-    add(generation, predicted_.get(key, [&] { return predictor_.generation(s).peak_allocated; }));
+    add(generation, predicted_.get(key, [&] { return predictor_.generation(s); }));
   }
   Peaks loss, generation;
 
  private:
-  void add(Peaks& p, int64_t predicted) {
+  void add(Peaks& p, const Prediction& pass) {
+    const int64_t predicted = core::replay(start_, *pass.requests, device_.capacity()).peak_allocated;
     const int64_t measured = device_.stats().allocated_bytes.peak;
     p.measured = std::max(p.measured, measured);
     p.predicted = std::max(p.predicted, predicted);
@@ -56,6 +61,7 @@ class EvalMemory final : public EvalWatch {
   core::CachingAllocator& device_;
   Predictor& predictor_;
   EvalPredictions& predicted_;
+  core::AllocatorSnapshot start_;  // the allocator when the pass began
 };
 
 // Appends the evaluation's line to eval.jsonl: loss, accuracy (overall and per question type), samples, bad samples

@@ -273,11 +273,14 @@ Prediction Predictor::inference(const std::function<void()>& pass) {
   Prediction p;
   p.persistent = dev->stats().allocated_bytes.current;
   PeakWatch dw(dev->stats());
+  auto requests = std::make_shared<RequestTrace>();
   {
-    const DryRunTraces traces(*dev, *host, dw);
+    const DryRunTraces traces(*dev, *host, dw, requests.get());
     pass();
   }
+  requests->check();
   record_peaks(p, dev->stats(), host->stats(), dw);
+  p.requests = std::move(requests);
   return p;
 }
 

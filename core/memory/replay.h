@@ -54,7 +54,8 @@ struct ReplayPeaks {
 };
 
 // Replays `trace` on a replica of `start` (capacity as the real device's; 0: none), with the allocator kind
-// `start` was taken from; a planned one runs the trace as a stretch following `layout` (required). Throws
+// `start` was taken from; a planned one runs the trace as a stretch following `layout` (without one: outside a
+// stretch, as an evaluation runs). Throws
 // OutOfMemory when the requests do not fit from that state, as the real allocator would. A repeated sub-stretch
 // is replayed until the replica comes back to the state it started it in: from there every further repetition
 // is the same again, so the peaks are those of all of them.

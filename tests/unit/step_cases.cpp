@@ -109,4 +109,18 @@ void StepEngine::step() {
   engine_->update(1e-3f, 1.f);
 }
 
+train::EvalShape StepEngine::evaluate(int64_t logit_rows) {
+  const int64_t m = config_.micro_batch_size;
+  const train::EvalShape shape{m, config_.max_seq_len, m * config_.max_images_per_sample, logit_rows};
+  const data::LoadedBatch lb =
+      train::synthetic_batch(config_.model.config, {shape.batch, shape.seq, shape.images}, host_);
+  models::ModelOptions o;
+  o.inference = true;
+  o.ce_chunk_rows = config_.ce_chunk_rows;
+  for (int64_t i = 0; i < logit_rows; ++i) o.logits_at.push_back(i % (shape.batch * shape.seq));
+  models::LlavaState st;
+  engine_->model().forward(lb.batch, st, o);
+  return shape;
+}
+
 }  // namespace hr::test

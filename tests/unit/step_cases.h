@@ -11,6 +11,7 @@
 #include "parallel/comm.h"
 #include "train/config.h"
 #include "train/engine.h"
+#include "train/evaluate.h"
 
 namespace hr::test {
 
@@ -31,6 +32,9 @@ class StepEngine {
   ~StepEngine();
   // One optimizer step at the worst-case shapes (every micro-batch of the accumulation).
   void step();
+  // One evaluation loss pass at the worst-case shapes, as Predictor::evaluation dry-runs it (`logit_rows`
+  // positions' logits kept); returns its shape.
+  train::EvalShape evaluate(int64_t logit_rows);
   const train::RunConfig& config() const { return config_; }
 
  private:

@@ -10,6 +10,7 @@
 #include "core/memory/arena_plan.h"
 #include "core/memory/device_memory.h"
 #include "step_cases.h"
+#include "train/eval_log.h"
 #include "train/planner.h"
 
 using namespace hr;
@@ -121,5 +122,40 @@ TEST(StepAllocator, ACachingStepPeaksAtItsDryRunReplayedFromTheCacheItStartsFrom
     for (std::size_t i = 1; i < held.size(); i += 2) dev->free(held[i]);
   }
   EXPECT_GT(differs, 0) << "the holes left no mark: this case no longer shows why the replay is needed";
+  configure_device(Device::cpu(), {});
+}
+
+TEST(StepAllocator, ACachingEvaluationPassPeaksAtItsDryRunReplayedFromTheCacheItStartsFrom) {
+  // The same for an evaluation's loss pass, as the trainer's evaluation measures it (EvalMemory).
+  configure_device(Device::cpu(), {0, Backend::CPU, AllocatorKind::Caching});
+  configure_device(Device::host(), {});
+  auto dev = allocator_for(Device::cpu());
+  {
+    hr::test::StepEngine engine({"large_pool", 1, {"model.llm.vocab_size=20000", "data.max_seq_len=64"}},
+                                Device::cpu());
+    train::Predictor predictor(engine.config(), 1, 0, Backend::CPU);
+    engine.step();
+    predictor.step(predictor.worst_case());  // the predictor's engine as the step left the real one
+    std::vector<CachingAllocator::Block*> held;
+    // The pass's one large-pool request (its loss's 10,080,000 B) finds a 10,200 KiB hole and takes it whole.
+    for (std::size_t kib : {10200, 9000, 1100, 1300, 1700, 2500, 4100, 6500, 1200, 3300, 1900, 5200, 1500, 2100})
+      held.push_back(dev->allocate(kib * 1024));
+    for (std::size_t i = 0; i < held.size(); i += 2) dev->free(held[i]);
+    train::EvalPredictions predictions(8);
+    train::EvalMemory memory(*dev, predictor, predictions);
+    const int64_t before = dev->stats().allocated_bytes.current;
+    memory.begin();
+    const train::EvalShape shape = engine.evaluate(2);
+    memory.end(shape);
+    EXPECT_EQ(memory.loss.passes, 1);
+    EXPECT_EQ(memory.loss.mismatches, 0) << memory.loss.measured << " B measured, " << memory.loss.predicted
+                                         << " B predicted";
+    // What the pass itself added at its peak differs from its fresh dry run's: the holes matter here.
+    const train::Prediction& fresh = predictions.get({0, shape.batch, shape.seq, shape.images, shape.logit_rows},
+                                                     [&] { return predictor.evaluation(shape); });
+    EXPECT_NE(memory.loss.measured - before, fresh.peak_allocated - fresh.persistent)
+        << "the holes left no mark: this case no longer shows why the replay is needed";
+    for (std::size_t i = 1; i < held.size(); i += 2) dev->free(held[i]);
+  }
   configure_device(Device::cpu(), {});
 }
