@@ -13,11 +13,17 @@ OptimizerKind parse_optimizer(const std::string& s) {
   if (s == "adamw" || s == "adamw_torch") return OptimizerKind::AdamW;
   if (s == "sgd") return OptimizerKind::SGD;
   if (s == "adafactor") return OptimizerKind::Adafactor;
-  throw Error(str("[config] train.optimizer '", s, "' is not one of: adamw, sgd, adafactor"));
+  if (s == "adamw_8bit" || s == "adamw_bnb_8bit") return OptimizerKind::AdamW8bit;
+  throw Error(str("[config] train.optimizer '", s, "' is not one of: adamw, sgd, adafactor, adamw_8bit"));
 }
 
 OptimizerState OptimizerState::slice(int64_t begin, int64_t end) const {
   auto part = [&](const Tensor& t) { return t.defined() ? t.slice(0, begin, end) : Tensor(); };
+  if (state1.defined()) {
+    HR_CHECK(begin == 0 && end == state1.numel(), "[optimizer] 8-bit states cannot be viewed in part ([", begin, ", ",
+             end, ") of ", state1.numel(), "): their blocks start at the run's first element");
+    return *this;
+  }
   OptimizerState s;
   s.master = part(master);
   s.exp_avg = part(exp_avg);
@@ -36,6 +42,10 @@ void OptimizerState::for_each(const std::function<void(const char*, const Tensor
       {".exp_avg_sq_row", &exp_avg_sq_row},
       {".exp_avg_sq", &exp_avg_sq},
       {".exp_avg_sq_col", &exp_avg_sq_col},
+      {".state1", &state1},
+      {".absmax1", &absmax1},
+      {".state2", &state2},
+      {".absmax2", &absmax2},
   };
   for (const auto& [suffix, t] : all)
     if (t->defined()) f(suffix, *t);
@@ -45,6 +55,16 @@ OptimizerState zero_moments(const OptimizerConfig& c, const Shape& shape, Device
   MemoryScope scope(Category::Optimizer);
   OptimizerState s;
   switch (c.kind) {
+    case OptimizerKind::AdamW8bit:
+      if (shape_numel(shape) >= kMin8bitElements) {
+        const int64_t n = shape_numel(shape), blocks = adam8bit_blocks(n);
+        s.state1 = Tensor::zeros({n}, DType::U8, device);
+        s.absmax1 = Tensor::zeros({blocks}, DType::F32, device);
+        s.state2 = Tensor::zeros({n}, DType::U8, device);
+        s.absmax2 = Tensor::zeros({blocks}, DType::F32, device);
+        break;
+      }
+      [[fallthrough]];
     case OptimizerKind::AdamW:
       s.exp_avg = Tensor::zeros(shape, DType::F32, device);
       s.exp_avg_sq = Tensor::zeros(shape, DType::F32, device);
@@ -68,6 +88,13 @@ OptimizerState zero_moments(const OptimizerConfig& c, const Shape& shape, Device
 void update(const OptimizerConfig& c, const Tensor& param, const Tensor& grad, const OptimizerState& s,
             const StepArgs& a) {
   switch (c.kind) {
+    case OptimizerKind::AdamW8bit:
+      if (s.state1.defined()) {
+        adamw8bit_update(param, grad, s.master, s.state1, s.absmax1, s.state2, s.absmax2,
+                         {a.lr, c.beta1, c.beta2, c.eps, a.weight_decay, a.step, a.grad_scale});
+        return;
+      }
+      [[fallthrough]];
     case OptimizerKind::AdamW:
       adamw_update(param, grad, s.master, s.exp_avg, s.exp_avg_sq,
                    {a.lr, c.beta1, c.beta2, c.eps, a.weight_decay, a.step, a.grad_scale});

@@ -13,8 +13,11 @@ namespace hr::optim {
 
 using core::Tensor;
 
-enum class OptimizerKind : uint8_t { AdamW, SGD, Adafactor };
-OptimizerKind parse_optimizer(const std::string& s);  // adamw | sgd | adafactor
+enum class OptimizerKind : uint8_t { AdamW, SGD, Adafactor, AdamW8bit };
+// adamw | sgd | adafactor | adamw_8bit (also Hugging Face's adamw_bnb_8bit)
+OptimizerKind parse_optimizer(const std::string& s);
+// 8-bit AdamW keeps f32 moments for runs of fewer elements than this (bitsandbytes' min_8bit_size).
+constexpr int64_t kMin8bitElements = 4096;
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::AdamW;
@@ -24,21 +27,25 @@ struct OptimizerConfig {
   bool nesterov = false;
 };
 
-// Every state is f32. Names are those of torch.optim and of headroom's checkpoints.
+// Every state is f32 but 8-bit AdamW's codes. Names are those of torch.optim and bitsandbytes (state1/2,
+// absmax1/2) and of headroom's checkpoints.
 struct OptimizerState {
   Tensor master;                          // f32 master weights (low-precision or offloaded parameters)
   Tensor exp_avg, exp_avg_sq;             // AdamW
   Tensor momentum_buffer;                 // SGD with momentum
   Tensor exp_avg_sq_row, exp_avg_sq_col;  // Adafactor's factored second moment (row: the whole of it, 1-D)
+  // 8-bit AdamW (runs of kMin8bitElements or more): the moments' u8 codes and f32 block scales (ops/optimizer.h)
+  Tensor state1, absmax1, state2, absmax2;
 
-  // Views of every state over [begin, end) of a flat run.
+  // Views of every state over [begin, end) of a flat run (8-bit states only as a whole: their blocks start at 0).
   OptimizerState slice(int64_t begin, int64_t end) const;
   // Calls f(suffix, tensor) for each defined state, suffix as in checkpoints (".exp_avg", ".master", ...).
   void for_each(const std::function<void(const char* suffix, const Tensor& t)>& f) const;
 };
 
 // The moments of `config` for a run of `shape` on `device`, zeroed (category optimizer; the caller's scope
-// names the owner). Adafactor factors the second moment of a shape with at least 2 dims.
+// names the owner). Adafactor factors the second moment of a shape with at least 2 dims; 8-bit AdamW keeps codes and
+// block scales for runs of kMin8bitElements or more and f32 moments below.
 OptimizerState zero_moments(const OptimizerConfig& config, const core::Shape& shape, core::Device device);
 
 struct StepArgs {

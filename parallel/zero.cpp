@@ -67,6 +67,11 @@ void validate(const ZeroOptions& z, const optim::OptimizerConfig& opt) {
   HR_CHECK(!(opt.kind == OptimizerKind::Adafactor && (z.stage > 0 || z.offload_optimizer != Offload::None)),
            "[config] train.optimizer: adafactor keeps factored row/column moments that cannot be sharded; use "
            "adamw or sgd with memory.zero_stage > 0 or memory.offload_optimizer");
+  HR_CHECK(
+      !(opt.kind == OptimizerKind::AdamW8bit && (z.stage > 0 || z.offload_optimizer != Offload::None)),
+      "[config] train.optimizer: adamw_8bit keeps its moments in blocks of ", core::kAdam8bitBlock,
+      " elements from each parameter's start, which ZeRO's shards and the offloaded optimizer do not keep yet; use "
+      "memory.zero_stage: 0 without memory.offload_optimizer, or adamw");
   HR_CHECK(z.bucket_bytes > 0, "[config] parallel.bucket_size must be positive");
 }
 

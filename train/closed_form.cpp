@@ -71,6 +71,11 @@ void optimizer_rows(std::vector<ClosedFormRow>& rows, const Plan& p, const Param
                   off   ? "on the host"
                   : low ? "trainable x 4 (f32 master copy) / ZeRO share"
                         : "none in fp32"});
+  if (c.optimizer.kind == optim::OptimizerKind::AdamW8bit) {  // two codes and 8 B of scales a 256-element block
+    rows.push_back({"optimizer", b.trainable * 2 + b.trainable / 32, p.rank.at_peak[std::size_t(Category::Optimizer)],
+                    "trainable x 2 (8-bit moments) + 8 B a block of 256 (parameters under 4,096 elements: x 8)"});
+    return;
+  }
   const int64_t states = c.optimizer.kind == optim::OptimizerKind::AdamW ? 8 : c.optimizer.momentum != 0.f ? 4 : 0;
   rows.push_back({"optimizer", off ? 0 : b.trainable * states / share, p.rank.at_peak[std::size_t(Category::Optimizer)],
                   off ? "on the host" : str("trainable x ", states, " (f32 states) / ZeRO share")});

@@ -219,7 +219,7 @@ std::vector<Key> train_keys() {
          try {
            c.optimizer.kind = optim::parse_optimizer(get<std::string>(n, k, "a string"));
          } catch (const Error&) {
-           bad_value(k, n, "one of: adamw, sgd, adafactor");
+           bad_value(k, n, "one of: adamw, sgd, adafactor, adamw_8bit");
          }
        }},
       {"train.learning_rate", "0.001", f32(&RunConfig::learning_rate, 0.f)},

@@ -105,7 +105,10 @@ const std::map<std::string, Map>& flags() {
            return o.sets.push_back("train.optimizer=adamw");
          if (v == "sgd") return o.sets.push_back("train.optimizer=sgd");
          if (v == "adafactor") return o.sets.push_back("train.optimizer=adafactor");
-         throw Error(str("[args] --optim ", v, ": adamw_torch, sgd and adafactor are supported"));
+         // bitsandbytes' 8-bit AdamW; the paged variant's unified memory has nothing to page here: the plan fits.
+         if (v == "adamw_bnb_8bit" || v == "adamw_8bit" || v == "paged_adamw_8bit")
+           return o.sets.push_back("train.optimizer=adamw_8bit");
+         throw Error(str("[args] --optim ", v, ": adamw_torch, adamw_bnb_8bit, sgd and adafactor are supported"));
        }},
       // Hugging Face TrainingArguments
       {"output_dir", key("run.output_dir")},

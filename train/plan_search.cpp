@@ -176,6 +176,22 @@ void sharding_and_precision(Changes& ch, int world) {
     ch.add("memory.precision=bf16", [&](RunConfig& r) { r.precision = Precision::BF16; });
 }
 
+// 8-bit AdamW states (bitsandbytes' AdamW8bit): a quarter of AdamW's state bytes (below ZeRO-1 without offload
+// only). It changes the optimizer's arithmetic, as LoRA changes what trains: offered after the fixes that keep it,
+// never chosen by `auto`.
+void add_8bit_fix(const RunConfig& c, const DevicePreset& device, int world, std::vector<Plan>& fits) {
+  if (c.optimizer.kind != optim::OptimizerKind::AdamW) return;
+  Changes eight{c, {}};
+  eight.add("train.optimizer=adamw_8bit (8-bit AdamW states)",
+            [&](RunConfig& r) { r.optimizer.kind = optim::OptimizerKind::AdamW8bit; });
+  for (const auto& [what, r] : eight.list) {
+    Plan p = make_plan(r, device, world);
+    if (!p.fits) continue;
+    p.decisions_changed = what;
+    fits.push_back(std::move(p));
+  }
+}
+
 // Both at once: the language model fully checkpointed and a halved micro-batch.
 void full_checkpointing_and_smaller_micro_batches(Changes& ch, int world) {
   const RunConfig& c = ch.base;
@@ -277,6 +293,7 @@ std::vector<Plan> suggest_fixes(const RunConfig& c, const DevicePreset& device, 
   std::vector<Plan> fits = fitting(changes, eval_fixes, device, world);
   std::stable_sort(fits.begin(), fits.end(), faster);
   if (int(fits.size()) > count) fits.resize(std::size_t(count));
+  add_8bit_fix(c, device, world, fits);
   add_lora_fix(c, device, world, fits);
   return fits;
 }

@@ -178,7 +178,8 @@ struct Search {
 // Fills every `auto` key by search: the fastest predicted plan whose peak fits the budget.
 Search search_plans(const RunConfig& config, const DevicePreset& device, int world);
 
-// The cheapest changes to a config that does not fit (up to `count`), each a fitting plan.
+// The cheapest changes to a config that does not fit (up to `count`), each a fitting plan; then 8-bit AdamW states
+// and LoRA, which change the arithmetic or what trains, where they fit.
 std::vector<Plan> suggest_fixes(const RunConfig& config, const DevicePreset& device, int world, int count = 3);
 
 // Dry runs of `plan`'s step under every memory.allocator (filling reserved_by_allocator); with memory.allocator:

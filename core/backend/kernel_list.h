@@ -68,6 +68,9 @@
   X(adamw_update, void,                                                                                             \
     (const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m, const Tensor& v,               \
      const AdamWHyper& h))                                                                                          \
+  X(adamw8bit_update, void,                                                                                         \
+    (const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m_codes, const Tensor& m_absmax,  \
+     const Tensor& v_codes, const Tensor& v_absmax, const AdamWHyper& h))                                           \
   X(sgd_update, void,                                                                                               \
     (const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum, const SgdHyper& h))     \
   X(adafactor_update, void,                                                                                         \

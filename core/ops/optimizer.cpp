@@ -1,6 +1,9 @@
 // Optimizer update ops: argument checks and dispatch.
 #include "core/ops/optimizer.h"
 
+#include <tuple>
+
+#include "core/backend/dynamic_maps.h"
 #include "core/ops/dispatch.h"
 
 namespace hr::core {
@@ -38,6 +41,33 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master,
   check_reachable("adamw", "exp_avg", param, m);
   check_reachable("adamw", "exp_avg_sq", param, v);
   launch("adamw", param.device(), &Kernels::adamw_update, param, grad, master, m, v, h);
+}
+
+const float* adam8bit_map(bool is_signed) {
+  static constexpr float kSigned[256] = {HR_DYNAMIC_MAP_SIGNED}, kUnsigned[256] = {HR_DYNAMIC_MAP_UNSIGNED};
+  return is_signed ? kSigned : kUnsigned;
+}
+
+int64_t adam8bit_blocks(int64_t numel) {
+  return (numel + kAdam8bitBlock - 1) / kAdam8bitBlock;
+}
+
+void adamw8bit_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m_codes,
+                      const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax, const AdamWHyper& h) {
+  const char* op = "adamw8bit";
+  check_common(op, param, grad, master);
+  const int64_t n = param.numel(), blocks = adam8bit_blocks(n);
+  for (const auto& [name, t, dtype, numel] :
+       {std::tuple<const char*, const Tensor*, DType, int64_t>{"state1", &m_codes, DType::U8, n},
+        {"absmax1", &m_absmax, DType::F32, blocks},
+        {"state2", &v_codes, DType::U8, n},
+        {"absmax2", &v_absmax, DType::F32, blocks}}) {
+    HR_CHECK(t->defined() && t->dtype() == dtype && t->numel() == numel && t->is_contiguous(), "[", op, "] ", name,
+             " must be a contiguous ", dtype_name(dtype), " tensor of ", numel, " elements for ", param.describe(),
+             "; got ", t->defined() ? t->describe() : std::string("none"));
+    check_reachable(op, name, param, *t);
+  }
+  launch(op, param.device(), &Kernels::adamw8bit_update, param, grad, master, m_codes, m_absmax, v_codes, v_absmax, h);
 }
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& momentum,

@@ -17,6 +17,19 @@ struct AdamWHyper {
 void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m, const Tensor& v,
                   const AdamWHyper& h);
 
+// 8-bit AdamW, bitsandbytes' AdamW8bit (block-wise): both moments kept as 8-bit codes of the dynamic maps
+// (backend/dynamic_maps.h; signed for exp_avg, unsigned for exp_avg_sq), each block of kAdam8bitBlock elements
+// scaled by its own absolute maximum. Per element, in f32: the moments decoded, updated as AdamW's, the parameter
+// stepped (p = p * (1 - lr * wd) - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)); then per block the new absolute
+// maxima and the codes nearest to each moment over its block's maximum. m_codes, v_codes: u8 of param's numel;
+// m_absmax, v_absmax: f32, one per block (the last may be partial).
+constexpr int64_t kAdam8bitBlock = 256;
+int64_t adam8bit_blocks(int64_t numel);
+// The 256 values of the signed (first moment) or unsigned (second moment) map, ascending.
+const float* adam8bit_map(bool is_signed);
+void adamw8bit_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m_codes,
+                      const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax, const AdamWHyper& h);
+
 struct SgdHyper {
   float lr = 1e-2f, momentum = 0.9f, weight_decay = 0.f, grad_scale = 1.f;
   bool nesterov = false;

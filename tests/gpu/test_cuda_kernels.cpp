@@ -1,8 +1,8 @@
 // What the op table (test_ops_cuda) does not cover of the CUDA kernels (label gpu): the optimizer updates against
-// their CPU twins over several steps (f32, and bf16 parameters with f32 masters), reductions over arrays larger
-// than one pass of the fixed grid, bit-for-bit repeatability of the kernels that sum (attention backward, norm
-// weight gradients, embedding backward, global norm), bad ids and labels refused by position, and cuDNN's fused
-// attention against the own kernel in both directions. Skipped where no GPU is present.
+// their CPU twins over several steps (f32, and bf16 parameters with f32 masters; 8-bit AdamW's codes and scales),
+// reductions over arrays larger than one pass of the fixed grid, bit-for-bit repeatability of the kernels that sum
+// (attention backward, norm weight gradients, embedding backward, global norm), bad ids and labels refused by position,
+// and cuDNN's fused attention against the own kernel in both directions. Skipped where no GPU is present.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -108,6 +108,47 @@ TEST(CudaKernels, OptimizerUpdatesMatchTheirCpuTwins) {
           adafactor_update(p, g, m, s1, Tensor(), h);
         },
         "adafactor full " + d);
+  }
+}
+
+// 8-bit AdamW on cuda:0 against the CPU twin, each of three steps from the CPU's state before it: 5,000 elements (a
+// partial last block), f32 parameters and bf16 ones with f32 masters. The GPU may contract a multiply-add the CPU
+// rounds twice, so a moment within rounding of the midpoint between two map values may take the other: codes one
+// value apart, few.
+TEST(CudaKernels, AdamW8bitMatchesItsCpuTwin) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  const int64_t n = 5000, blocks = adam8bit_blocks(n);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const std::string d = dtype_name(dt);
+    Tensor p = on(randoms(std::size_t(n), 1, 0.1f), {n}, dt, Device::cpu());
+    Tensor master = dt == DType::F32 ? Tensor() : on(host(p), {n}, DType::F32, Device::cpu());
+    std::vector<Tensor> st = {
+        Tensor::zeros({n}, DType::U8, Device::cpu()), Tensor::zeros({blocks}, DType::F32, Device::cpu()),
+        Tensor::zeros({n}, DType::U8, Device::cpu()), Tensor::zeros({blocks}, DType::F32, Device::cpu())};
+    for (int k = 1; k <= 3; ++k) {
+      AdamWHyper h;
+      h.lr = 1e-2f, h.weight_decay = 0.1f, h.step = k, h.grad_scale = 0.5f;
+      const Tensor g = on(randoms(std::size_t(n), 10 + k), {n}, dt, Device::cpu());
+      Tensor gp = p.to(Device::cuda()), gm = master.defined() ? master.to(Device::cuda()) : Tensor();
+      std::vector<Tensor> gs;
+      for (const Tensor& t : st) gs.push_back(t.to(Device::cuda()));
+      adamw8bit_update(gp, g.to(Device::cuda()), gm, gs[0], gs[1], gs[2], gs[3], h);
+      adamw8bit_update(p, g, master, st[0], st[1], st[2], st[3], h);
+      expect_close(host(gm.defined() ? gm : gp), host(master.defined() ? master : p), 1e-6,
+                   str("adamw8bit weights ", d, " step ", k));
+      for (int m : {1, 3})
+        expect_close(host(gs[std::size_t(m)]), host(st[std::size_t(m)]), 1e-6, str("absmax ", d, " step ", k));
+      int64_t differ = 0;
+      for (int m : {0, 2}) {
+        const Tensor a = gs[std::size_t(m)].to(Device::cpu());
+        const uint8_t *x = a.data<uint8_t>(), *y = st[std::size_t(m)].data<uint8_t>();
+        for (int64_t i = 0; i < n; ++i) {
+          differ += x[i] != y[i];
+          EXPECT_LE(std::abs(int(x[i]) - int(y[i])), 1) << "state" << m / 2 + 1 << " code " << i << " " << d;
+        }
+      }
+      EXPECT_LE(differ, 2 * n / 100) << "codes differing " << d << " step " << k;
+    }
   }
 }
 

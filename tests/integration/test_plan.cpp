@@ -215,6 +215,10 @@ TEST(Plan, PreflightRefusesWhatDoesNotFitAndNamesTheCheapestFixes) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("does not fit"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--set memory.gradient_checkpointing"), std::string::npos) << r.output;
+  // 8-bit AdamW states, after the fixes that keep the arithmetic.
+  EXPECT_GT(r.output.find("--set train.optimizer=adamw_8bit"), r.output.find("--set memory.gradient_checkpointing"))
+      << r.output;
+  EXPECT_NE(r.output.find("--set train.optimizer=adamw_8bit"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(base + "/run/memory.jsonl")) << "the run must not start";
   CmdResult p = headroom(str("plan ", cfg, " --set memory.budget=1.0 --capacity ", cap));
   EXPECT_EQ(WEXITSTATUS(p.status), 3) << p.output;

@@ -200,6 +200,66 @@ TEST(Train, ResumeContinuesBitForBit) {
   }
 }
 
+// train.optimizer: adamw_8bit: every step's peak its dry run's, the optimizer's bytes a quarter of f32 AdamW's and a
+// little more (a block scale per 256 elements of each moment; parameters under 4,096 elements keep f32 moments), the
+// codes and scales checkpointed under bitsandbytes' names, and a resume that continues bit for bit.
+TEST(Train, AdamW8bitIsPlannedToTheByteCheckpointsItsCodesAndResumesBitForBit) {
+  const std::string a = fresh_dir("adam8_a"), b = fresh_dir("adam8_b"), f = fresh_dir("adam8_f32");
+  const std::string cfg = config_file(a, "");
+  const std::string save = " --set train.save_steps=4 --set train.optimizer=adamw_8bit";
+  CmdResult ra = headroom("train " + cfg + " --set run.output_dir=" + a + save);
+  ASSERT_EQ(ra.status, 0) << ra.output;
+  CmdResult rf = headroom("train " + cfg + " --set run.output_dir=" + f + " --set train.max_steps=1");
+  ASSERT_EQ(rf.status, 0) << rf.output;
+  const auto la = jsonl(a + "/memory.jsonl");
+  ASSERT_EQ(la.size(), 8u);
+  for (const json& l : la) {
+    EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "step " << l["step"];
+    EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << "step " << l["step"];
+  }
+  const int64_t eight = la[0]["by_category"]["optimizer"].get<int64_t>(),
+                f32 = jsonl(f + "/memory.jsonl")[0]["by_category"]["optimizer"].get<int64_t>();
+  const core::SafetensorsFile opt = core::SafetensorsFile::open(a + "/checkpoint-4/optimizer.safetensors");
+  int codes = 0, f32_moments = 0;
+  int64_t in_file = 0, quantized = 0;  // the states' bytes as the allocator rounds them; elements kept in 8 bits
+  for (const std::string& n : opt.names()) {
+    const core::Tensor t = opt.get(n);
+    in_file += (int64_t(t.numel() * core::dtype_size(t.dtype())) + 511) / 512 * 512;
+    if (n.size() > 7 && n.substr(n.size() - 7) == ".state1") {
+      ++codes;
+      quantized += t.numel();
+      EXPECT_EQ(opt.get(n).dtype(), core::DType::U8) << n;
+      const std::string base = n.substr(0, n.size() - 7);
+      for (const char* other : {".state2", ".absmax1", ".absmax2"})
+        EXPECT_TRUE(std::find(opt.names().begin(), opt.names().end(), base + other) != opt.names().end())
+            << base << other;
+    }
+    f32_moments += n.size() > 8 && n.substr(n.size() - 8) == ".exp_avg";
+  }
+  EXPECT_GT(codes, 0);
+  EXPECT_GT(f32_moments, 0);  // the norms' weights and biases
+  EXPECT_EQ(eight, in_file);
+  // Each quantized element saves 6 of AdamW's 8 bytes, less its share of the scales (8 B a block of 256).
+  EXPECT_GE(f32 - eight, quantized * 6 - quantized / 32 - 2048 * codes) << eight << " B against " << f32;
+  std::printf("optimizer states: %lld B (8-bit AdamW, %lld elements in 8 bits) against %lld B (AdamW)\n",
+              (long long)eight, (long long)quantized, (long long)f32);
+  fs::copy(a + "/checkpoint-4", b + "/checkpoint-4", fs::copy_options::recursive);
+  CmdResult rb = headroom("train " + cfg + " --set run.output_dir=" + b + " --resume" + save);
+  ASSERT_EQ(rb.status, 0) << rb.output;
+  const auto lb = jsonl(b + "/memory.jsonl");
+  ASSERT_EQ(lb.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(lb[i]["loss"].get<double>(), la[4 + i]["loss"].get<double>()) << "step " << 5 + i;
+    EXPECT_EQ(lb[i]["grad_norm"].get<double>(), la[4 + i]["grad_norm"].get<double>()) << "step " << 5 + i;
+  }
+  // Resuming with f32 AdamW from 8-bit states names what is missing.
+  const std::string c = fresh_dir("adam8_c");
+  fs::copy(a + "/checkpoint-4", c + "/checkpoint-4", fs::copy_options::recursive);
+  CmdResult rc = headroom("train " + cfg + " --set run.output_dir=" + c + " --resume --set train.save_steps=4");
+  EXPECT_NE(rc.status, 0) << rc.output;
+  EXPECT_NE(rc.output.find("exp_avg"), std::string::npos) << rc.output;
+}
+
 // SIGTERM (a scheduler's stop) finishes the step, writes its checkpoint and exits 0; --resume goes on from it.
 TEST(Train, SigtermStopsAfterTheStepWithACheckpointAndExitsZero) {
   const std::string d = fresh_dir("sigterm");

@@ -59,7 +59,8 @@ TEST(Config, BadValuesNameTheKeyAndWhatItAccepts) {
   EXPECT_NE(error_of("", {"train.micro_batch_size=many"}).find("train.micro_batch_size: 'many' is not an integer"),
             std::string::npos);
   EXPECT_NE(error_of("", {"train.micro_batch_size=0"}).find("an integer >= 1"), std::string::npos);
-  EXPECT_NE(error_of("", {"train.optimizer=lion"}).find("one of: adamw, sgd, adafactor"), std::string::npos);
+  EXPECT_NE(error_of("", {"train.optimizer=lion"}).find("one of: adamw, sgd, adafactor, adamw_8bit"),
+            std::string::npos);
   EXPECT_NE(error_of("", {"parallel.backend=gloo"}).find("parallel.backend: 'gloo' is not one of: nccl, mpi"),
             std::string::npos)
       << error_of("", {"parallel.backend=gloo"});

@@ -12,6 +12,7 @@
 #include "models/hf_config.h"
 #include "models/llava.h"
 #include "models/weights.h"
+#include "parallel/zero.h"
 #include "train/config.h"
 #include "train/llava_args.h"
 
@@ -322,6 +323,22 @@ TEST(LlavaArgs, FinetuneQloraShFlagsQuantizeTheBase) {
             std::string::npos);
   EXPECT_NE(error_of([] { load_config_text("", "(flags)", {"lora.quant_type=int4"}, 1); }).find("nf4 or fp4"),
             std::string::npos);
+}
+
+// Hugging Face's 8-bit optimizers (--optim adamw_bnb_8bit, and paged_adamw_8bit as QLoRA recipes pass it) become
+// train.optimizer: adamw_8bit; ZeRO's shards and the offloaded optimizer refuse it naming the keys.
+TEST(LlavaArgs, EightBitOptimizersBecomeAdamW8bit) {
+  for (const char* optim : {"adamw_bnb_8bit", "paged_adamw_8bit", "adamw_8bit"}) {
+    const LlavaArgs a = translate_llava_args({"--optim", optim});
+    EXPECT_EQ(a.sets, std::vector<std::string>{"train.optimizer=adamw_8bit"}) << optim;
+    EXPECT_EQ(load_config_text("", "(flags)", a.sets, 1).optimizer.kind, optim::OptimizerKind::AdamW8bit) << optim;
+  }
+  for (const char* sharded : {"memory.zero_stage=2", "memory.offload_optimizer=cpu"}) {
+    const RunConfig c = load_config_text("", "(flags)", {"train.optimizer=adamw_8bit", sharded}, 2);
+    const std::string e = error_of([&] { parallel::validate(c.zero, c.optimizer); });  // as plan and train do
+    EXPECT_NE(e.find("adamw_8bit"), std::string::npos) << e;
+    EXPECT_NE(e.find("memory.zero_stage: 0"), std::string::npos) << e;
+  }
 }
 
 TEST(LlavaArgs, FlagsHeadroomCannotHonourSayWhy) {

@@ -3,7 +3,10 @@
 
 #include <cmath>
 
+#include "core/io/safetensors.h"
+#include "core/ops/copy.h"
 #include "core/ops/optimizer.h"
+#include "golden_util.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 
@@ -146,4 +149,112 @@ TEST(AdamW, LearningRateRatiosByModuleKindAsLlavasMmProjectorAndVisionTowerLr) {
   EXPECT_NEAR(store.find("multi_modal_projector.linear_1.weight")->data.to_floats()[0], 1.f - 1e-2f, 1e-6);
   EXPECT_NEAR(store.find("vision_tower.x.weight")->data.to_floats()[0], 1.f - 1e-4f, 1e-6);
   EXPECT_NEAR(store.find("language_model.y.weight")->data.to_floats()[0], 1.f - 1e-3f, 1e-6);
+}
+
+// bitsandbytes' own AdamW8bit (0.50.2 on the CPU, tests/py/make_bnb_golden.py): the maps it quantized with, and
+// each of three steps taken from its own state before it (4,396 elements: 17 blocks of 256 and one of 44; one
+// block of tiny gradients, a second step 30 times larger than the others). The update is f32 arithmetic in the
+// same order, so parameters and block scales agree to rounding. Codes are the nearest map value here; the CPU
+// build of bitsandbytes finds them with an approximate search (BinSearch's Direct2) that can land one value off
+// where two are nearly equally near, and further off among the unsigned map's tiny values near 0, where every
+// candidate decodes to within 1e-4 of the block's scale: the decoded moments are held to that.
+TEST(AdamW8bit, MatchesBitsandbytesAdamW8bitStepByStep) {
+  const Checkpoint g = Checkpoint::open(test::golden("adamw8bit_bnb.safetensors"));
+  for (bool is_signed : {true, false}) {
+    const std::vector<float> map = g.get(is_signed ? "qmap1" : "qmap2").to_floats();
+    ASSERT_EQ(map.size(), 256u);
+    for (int i = 0; i < 256; ++i) EXPECT_EQ(adam8bit_map(is_signed)[i], map[std::size_t(i)]) << is_signed << " " << i;
+  }
+  const int64_t n = 4396, blocks = adam8bit_blocks(n);
+  ASSERT_EQ(blocks, 18);
+  OptimizerConfig c;
+  c.kind = OptimizerKind::AdamW8bit, c.beta1 = 0.9f, c.beta2 = 0.95f, c.eps = 1e-6f;
+  const OptimizerState s = zero_moments(c, {n}, Device::cpu());
+  ASSERT_TRUE(s.state1.defined() && !s.exp_avg.defined());
+  int64_t differ = 0;
+  for (int k = 1; k <= 3; ++k) {
+    Tensor p = g.get(str("param", k - 1)).to(Device::cpu());
+    if (k > 1)
+      for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"state1", &s.state1},
+                                    {"absmax1", &s.absmax1},
+                                    {"state2", &s.state2},
+                                    {"absmax2", &s.absmax2}})
+        copy_(*t, g.get(str(name, "_", k - 1)));
+    update(c, p, g.get(str("grad", k)), s, {1e-2f, 0.1f, k, 1.f});
+    const std::vector<float> want = g.get(str("param", k)).to_floats(), got = p.to_floats();
+    double worst = 0;
+    for (int64_t i = 0; i < n; ++i)
+      worst = std::max(worst, std::fabs(double(got[std::size_t(i)]) - want[std::size_t(i)]));
+    EXPECT_LE(worst, 1e-6) << "step " << k;
+    for (int m = 1; m <= 2; ++m) {
+      const std::vector<float> wa = g.get(str("absmax", m, "_", k)).to_floats(),
+                               ha = (m == 1 ? s.absmax1 : s.absmax2).to_floats();
+      const Tensor want_codes = g.get(str("state", m, "_", k));
+      const uint8_t *wc = want_codes.data<uint8_t>(), *hc = (m == 1 ? s.state1 : s.state2).data<uint8_t>();
+      const float* map = adam8bit_map(m == 1);
+      for (int64_t b = 0; b < blocks; ++b) {
+        EXPECT_NEAR(ha[std::size_t(b)], wa[std::size_t(b)], 1e-6 * wa[std::size_t(b)]) << "absmax" << m << " " << b;
+        for (int64_t i = b * kAdam8bitBlock; i < std::min(n, (b + 1) * kAdam8bitBlock); ++i) {
+          differ += wc[i] != hc[i];
+          const bool neighbour = std::abs(int(wc[i]) - int(hc[i])) <= 1;
+          EXPECT_TRUE(neighbour || std::fabs(map[wc[i]] - map[hc[i]]) <= 1e-4f)
+              << "state" << m << " step " << k << " element " << i << ": code " << int(hc[i]) << " (" << map[hc[i]]
+              << "), bitsandbytes " << int(wc[i]) << " (" << map[wc[i]] << ")";
+        }
+      }
+    }
+  }
+  EXPECT_LE(differ, 2 * 3 * n / 50) << "codes differing from bitsandbytes' over the three steps";
+  std::printf("codes differing from bitsandbytes': %lld of %lld\n", (long long)differ, (long long)(6 * n));
+}
+
+// Runs under 4,096 elements keep f32 moments, as bitsandbytes' min_8bit_size; larger ones codes and block scales,
+// checkpointed under bitsandbytes' names. The codes cannot be viewed in part (a block starts at the run's start).
+TEST(AdamW8bit, SmallRunsKeepF32MomentsAndLargeOnesCodesAndScales) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::AdamW8bit;
+  const OptimizerState small = zero_moments(c, {64, 63}, Device::cpu()),
+                       large = zero_moments(c, {64, 64}, Device::cpu());
+  EXPECT_TRUE(small.exp_avg.defined() && small.exp_avg_sq.defined() && !small.state1.defined());
+  EXPECT_TRUE(!large.exp_avg.defined() && large.state1.defined());
+  EXPECT_EQ(large.state1.dtype(), DType::U8);
+  EXPECT_EQ(large.state1.numel(), 4096);
+  EXPECT_EQ(large.absmax2.numel(), 16);
+  std::vector<std::string> names;
+  large.for_each([&](const char* suffix, const Tensor&) { names.push_back(suffix); });
+  EXPECT_EQ(names, (std::vector<std::string>{".state1", ".absmax1", ".state2", ".absmax2"}));
+  EXPECT_THROW(large.slice(0, 256), Error);
+  EXPECT_EQ(large.slice(0, 4096).state1.numel(), 4096);
+  EXPECT_EQ(parse_optimizer("adamw_bnb_8bit"), OptimizerKind::AdamW8bit);
+}
+
+// The update descends a quadratic as f32 AdamW does, within the quantization's noise: 200 steps of
+// f(w) = sum((w - t)^2) / 2 from 0 on 8,192 parameters.
+TEST(AdamW8bit, DescendsAQuadraticAsAdamWDoes) {
+  const int64_t n = 8192;
+  std::vector<float> target(n);
+  for (int64_t i = 0; i < n; ++i) target[std::size_t(i)] = std::sin(0.01f * float(i));
+  double final_loss[2] = {0, 0};
+  for (int eight : {0, 1}) {
+    OptimizerConfig c;
+    c.kind = eight ? OptimizerKind::AdamW8bit : OptimizerKind::AdamW;
+    Tensor w = Tensor::zeros({n}, DType::F32, Device::cpu());
+    const OptimizerState s = zero_moments(c, {n}, Device::cpu());
+    for (int k = 1; k <= 200; ++k) {
+      std::vector<float> wv = w.to_floats(), gv(n);
+      for (int64_t i = 0; i < n; ++i) gv[std::size_t(i)] = wv[std::size_t(i)] - target[std::size_t(i)];
+      update(c, w, Tensor::from_floats(gv, {n}, DType::F32, Device::cpu()), s, {0.02f, 0.f, k, 1.f});
+    }
+    const std::vector<float> wv = w.to_floats();
+    for (int64_t i = 0; i < n; ++i) final_loss[eight] += 0.5 * std::pow(wv[std::size_t(i)] - target[std::size_t(i)], 2);
+  }
+  const double start = [&] {
+    double l = 0;
+    for (float t : target) l += 0.5 * t * t;
+    return l;
+  }();
+  EXPECT_LT(final_loss[0], 0.01 * start);
+  EXPECT_LT(final_loss[1], 0.01 * start);
+  EXPECT_LT(final_loss[1], 3 * final_loss[0] + 1e-3 * start);
+  std::printf("loss from %.1f: f32 AdamW %.4f, 8-bit %.4f\n", start, final_loss[0], final_loss[1]);
 }

@@ -1,4 +1,5 @@
 // CPU optimizer updates: one fused pass per parameter, f32 math, vectorisable loops split over threads.
+#include <algorithm>
 #include <cmath>
 
 #include "core/backend/cpu/cpu_common.h"
@@ -43,6 +44,66 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master,
     mp[i] = h.beta1 * mp[i] + (1.f - h.beta1) * g;
     vp[i] = h.beta2 * vp[i] + (1.f - h.beta2) * g * g;
     return w * decay - step_size * mp[i] / (std::sqrt(vp[i]) / bc2_sqrt + h.eps);
+  });
+}
+
+namespace {
+
+// The index of the map's value nearest to x (the lower one on a tie), as bitsandbytes quantizes.
+uint8_t nearest_code(const float* map, float x) {
+  const int hi = int(std::lower_bound(map, map + 256, x) - map);
+  if (hi == 0) return 0;
+  if (hi == 256) return 255;
+  return uint8_t(x - map[hi - 1] <= map[hi] - x ? hi - 1 : hi);
+}
+
+}  // namespace
+
+void adamw8bit_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m_codes,
+                      const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax, const AdamWHyper& h) {
+  const int64_t n = param.numel(), blocks = adam8bit_blocks(n);
+  uint8_t* mc = m_codes.data<uint8_t>();
+  uint8_t* vc = v_codes.data<uint8_t>();
+  float* ma = m_absmax.data<float>();
+  float* va = v_absmax.data<float>();
+  float* mp = master.defined() ? master.data<float>() : nullptr;
+  const float *kSignedMap = adam8bit_map(true), *kUnsignedMap = adam8bit_map(false);
+  // The scalars as bitsandbytes forms them (in double, then used in f32).
+  const double bc1 = 1.0 - std::pow(double(h.beta1), double(h.step));
+  const float neg_step = float(-double(h.lr) / bc1),
+              bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(h.beta2), double(h.step))));
+  const float a1 = float(1.0 - double(h.beta1)), a2 = float(1.0 - double(h.beta2));
+  const float decay = float(1.0 - double(h.lr) * double(h.weight_decay));
+  dispatch_float(param.dtype(), "adamw8bit", [&](auto ptag) {
+    using P = decltype(ptag);
+    P* p = param.data<P>();
+    dispatch_float(grad.dtype(), "adamw8bit", [&](auto gtag) {
+      using G = decltype(gtag);
+      const G* g = grad.data<G>();
+#pragma omp parallel for schedule(static) if (n > (1 << 14))
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t begin = b * kAdam8bitBlock, len = std::min(kAdam8bitBlock, n - begin);
+        float m[kAdam8bitBlock], v[kAdam8bitBlock];
+        float m_max = 0.f, v_max = 0.f;
+        for (int64_t j = 0; j < len; ++j) {
+          const int64_t i = begin + j;
+          const float gi = load(g, i) * h.grad_scale;
+          m[j] = kSignedMap[mc[i]] * ma[b] * h.beta1 + a1 * gi;
+          v[j] = kUnsignedMap[vc[i]] * va[b] * h.beta2 + a2 * gi * gi;
+          m_max = std::max(m_max, std::fabs(m[j]));
+          v_max = std::max(v_max, v[j]);
+          const float w = (mp ? mp[i] : load(p, i)) * decay;
+          const float updated = w + neg_step * m[j] / (std::sqrt(v[j]) / bc2_sqrt + h.eps);
+          if (mp) mp[i] = updated;
+          store(p, i, updated);
+        }
+        ma[b] = m_max, va[b] = v_max;
+        for (int64_t j = 0; j < len; ++j) {
+          mc[begin + j] = nearest_code(kSignedMap, m_max > 0.f ? m[j] / m_max : 0.f);
+          vc[begin + j] = nearest_code(kUnsignedMap, v_max > 0.f ? v[j] / v_max : 0.f);
+        }
+      }
+    });
   });
 }
 

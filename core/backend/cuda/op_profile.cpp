@@ -2,7 +2,7 @@
 // starts the back-end records a CUDA event before and after each call on the compute stream and waits for the
 // second, so each call's figure is its own GPU time (plus one launch's latency) and nothing overlaps; the step
 // is slower while it runs, so the figures are a profile, not a timing. Calls are grouped into steps, a step
-// ending where the optimizer's updates (adamw, sgd, adafactor) end, so that start-up (the weights' copies to
+// ending where the optimizer's updates (adamw, adamw8bit, sgd, adafactor) end, so that start-up (the weights' copies to
 // the GPU) and warm-up stay apart from a steady step. At exit FILE gets every step's GPU and wall time, and,
 // per op, the calls and milliseconds of the last complete step (largest first) and of the whole run.
 #include <cuda_runtime.h>
@@ -81,7 +81,8 @@ class OpProfile : public core::KernelObserver {
   using Ops = std::map<std::string, Op>;
 
   static bool is_update(const char* op) {
-    return !std::strcmp(op, "adamw") || !std::strcmp(op, "sgd") || !std::strcmp(op, "adafactor");
+    return !std::strcmp(op, "adamw") || !std::strcmp(op, "adamw8bit") || !std::strcmp(op, "sgd") ||
+           !std::strcmp(op, "adafactor");
   }
 
   void end_step() {

@@ -9,6 +9,8 @@
 #include "core/backend/cuda/cuda_kernels.h"
 #include "core/backend/cuda/device/dtype.cuh"
 #include "core/backend/cuda/device/partials.cuh"
+#include "core/backend/cuda/launch.cuh"
+#include "core/backend/dynamic_maps.h"
 
 namespace hr::cuda {
 
@@ -36,6 +38,65 @@ __global__ void adamw_kernel(P* p, const G* g, float* master, float* m, float* v
     v[i] = h.beta2 * v[i] + (1.f - h.beta2) * gi * gi;
     return w * decay - step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + h.eps);
   });
+}
+
+// 8-bit AdamW: one block of kAdam8bitBlock threads per quantization block, a thread an element (the twin of the
+// CPU's loop over a block). The maps go to shared memory: every thread looks up codes of its own.
+__constant__ float c_signed_map[256] = {HR_DYNAMIC_MAP_SIGNED};
+__constant__ float c_unsigned_map[256] = {HR_DYNAMIC_MAP_UNSIGNED};
+
+// The index of the map's value nearest to x (the lower one on a tie).
+__device__ __forceinline__ unsigned char nearest_code(const float* map, float x) {
+  int lo = 0, hi = 256;  // the first value >= x, by bisection
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (map[mid] < x)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (hi == 0) return 0;
+  if (hi == 256) return 255;
+  return (unsigned char)(x - map[hi - 1] <= map[hi] - x ? hi - 1 : hi);
+}
+
+__device__ __forceinline__ float block_max(float x, float* scratch) {
+  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  x = lane < int(blockDim.x / 32) ? scratch[lane] : 0.f;
+  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  __syncthreads();
+  return x;
+}
+
+template <typename P, typename G>
+__global__ void adamw8bit_kernel(P* p, const G* g, float* master, unsigned char* mc, float* ma, unsigned char* vc,
+                                 float* va, long long n, AdamWHyper h, float neg_step, float bc2_sqrt, float a1,
+                                 float a2, float decay) {
+  __shared__ float maps[2][256];
+  __shared__ float scratch[2][32];
+  for (int k = threadIdx.x; k < 256; k += blockDim.x) maps[0][k] = c_signed_map[k], maps[1][k] = c_unsigned_map[k];
+  __syncthreads();
+  const long long b = blockIdx.x, i = b * kAdam8bitBlock + threadIdx.x;
+  const bool valid = i < n;
+  float m = 0.f, v = 0.f;
+  if (valid) {
+    const float gi = load(g, i) * h.grad_scale;
+    m = maps[0][mc[i]] * ma[b] * h.beta1 + a1 * gi;
+    v = maps[1][vc[i]] * va[b] * h.beta2 + a2 * gi * gi;
+    const float w = (master ? master[i] : load(p, i)) * decay;
+    const float updated = w + neg_step * m / (sqrtf(v) / bc2_sqrt + h.eps);
+    if (master) master[i] = updated;
+    store(p, i, updated);
+  }
+  const float m_max = block_max(fabsf(m), scratch[0]), v_max = block_max(v, scratch[1]);
+  if (threadIdx.x == 0) ma[b] = m_max, va[b] = v_max;
+  if (valid) {
+    mc[i] = nearest_code(maps[0], m_max > 0.f ? m / m_max : 0.f);
+    vc[i] = nearest_code(maps[1], v_max > 0.f ? v / v_max : 0.f);
+  }
 }
 
 template <typename P, typename G>
@@ -153,6 +214,26 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master,
     using G = decltype(gtag);
     launch_elements("adamw", n, adamw_kernel<P, G>, param.data<P>(), grad.data<G>(), master_of(master), m.data<float>(),
                     v.data<float>(), n, h, step_size, bc2_sqrt, decay);
+  });
+}
+
+void adamw8bit_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m_codes,
+                      const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax, const AdamWHyper& h) {
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  // The scalars as bitsandbytes forms them (in double, then used in f32), as the CPU twin does.
+  const double bc1 = 1.0 - std::pow(double(h.beta1), double(h.step));
+  const float neg_step = float(-double(h.lr) / bc1);
+  const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(h.beta2), double(h.step))));
+  const float a1 = float(1.0 - double(h.beta1)), a2 = float(1.0 - double(h.beta2));
+  const float decay = float(1.0 - double(h.lr) * double(h.weight_decay));
+  dispatch_update(param, grad, "adamw8bit", [&](auto ptag, auto gtag) {
+    using P = decltype(ptag);
+    using G = decltype(gtag);
+    launch_kernel(checked_grid("adamw8bit", adam8bit_blocks(n)), dim3(unsigned(kAdam8bitBlock)), 0,
+                  adamw8bit_kernel<P, G>, param.data<P>(), grad.data<G>(), master_of(master), m_codes.data<uint8_t>(),
+                  m_absmax.data<float>(), v_codes.data<uint8_t>(), v_absmax.data<float>(), (long long)n, h, neg_step,
+                  bc2_sqrt, a1, a2, decay);
   });
 }
 
