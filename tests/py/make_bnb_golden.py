@@ -1,7 +1,8 @@
 """Writes tests/golden/adamw8bit_bnb.safetensors: bitsandbytes' own 8-bit AdamW (AdamW8bit, block-wise, on the
-CPU) over three steps of fixed gradients, the oracle of test_optim's AdamW8bit tests. Needs a PyTorch 2.x
-environment with bitsandbytes (the benchmark venv: scripts/bench-venv.sh, then `pip install bitsandbytes`); the
-test suite reads the file and never runs this.
+CPU) over three steps of fixed gradients, the oracle of test_optim's AdamW8bit tests. bitsandbytes needs PyTorch
+2.x, not Debian's 1.13: run it with a venv of PyTorch from PyPI and bitsandbytes (written with torch 2.11.0 and
+bitsandbytes 0.50.2: `python3 -m venv V && V/bin/pip install torch bitsandbytes safetensors`). The test suite reads
+the file and never runs this.
 
 Tensors: qmap1 / qmap2 (the signed and unsigned dynamic maps), param0 (the start), grad1..grad3, and after each
 step k: param{k}, state1_{k} / state2_{k} (uint8 codes), absmax1_{k} / absmax2_{k}. The size, 4,396, ends in a
