@@ -1,6 +1,8 @@
 // The Optimizer: one OptimizerState per trainable parameter, stepped with the shared update.
 #include "optim/optimizer.h"
 
+#include <cstring>
+
 #include "core/memory/category.h"
 #include "core/ops/copy.h"
 
@@ -10,6 +12,14 @@ using namespace hr::core;
 
 bool decays(const Param& p) {
   return p.role == ParamRole::Weight || p.role == ParamRole::LoraA || p.role == ParamRole::LoraB;
+}
+
+bool embedding_table(const Param& p) {
+  const std::string& n = p.name;
+  for (const char* table : {"embed_tokens.weight", "position_embedding.weight", "embed_positions.weight"})
+    if (n.size() >= std::strlen(table) && n.compare(n.size() - std::strlen(table), std::string::npos, table) == 0)
+      return true;
+  return false;
 }
 
 Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(params), cfg_(cfg) {
@@ -22,7 +32,9 @@ Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(p
       s.state.master = cast(p->data, DType::F32);
     }
     MemoryScope scope(Category::Optimizer, owner);
-    OptimizerState moments = zero_moments(cfg, p->data.shape(), p->data.device());
+    OptimizerConfig own = cfg;
+    if (own.kind == OptimizerKind::AdamW8bit && embedding_table(*p)) own.kind = OptimizerKind::AdamW;
+    OptimizerState moments = zero_moments(own, p->data.shape(), p->data.device());
     moments.master = s.state.master;
     s.state = moments;
     slots_.push_back(s);

@@ -17,6 +17,10 @@ using core::ParamStore;
 
 // Whether a parameter takes weight decay: not biases and not norm weights (Hugging Face Trainer's rule).
 bool decays(const core::Param& p);
+// Whether a parameter is an embedding table (token or position embeddings: Hugging Face's nn.Embedding modules).
+// 8-bit AdamW keeps f32 moments for them, as Hugging Face's Trainer does for adamw_bnb_8bit (bitsandbytes'
+// GlobalOptimManager override to 32 bits: the rows a batch does not touch would decay through the quantization).
+bool embedding_table(const core::Param& p);
 
 class Optimizer {
  public:

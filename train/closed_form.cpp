@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/backend/kernels.h"
+#include "optim/optimizer.h"
 #include "train/engine.h"
 #include "train/plan_parts.h"
 
@@ -21,6 +22,7 @@ int64_t elem(DType t) {
 // Parameter and trainable bytes over the model, and the largest group of each (what ZeRO-3 gathers, ZeRO-2 reduces).
 struct ParamBytes {
   int64_t params = 0, trainable = 0, largest = 0, largest_trainable = 0;  // trainable: a count, not bytes
+  int64_t trainable_f32_moments = 0;  // 8-bit AdamW: trainable elements whose moments stay f32 (tables, small ones)
 };
 
 ParamBytes param_bytes(const Llava& model) {
@@ -31,6 +33,8 @@ ParamBytes param_bytes(const Llava& model) {
       bytes += q->numel() * elem(q->dtype);
       // Per parameter: a LoRA layer's adapters train, its base does not.
       if (q->trainable) b.trainable += q->numel(), trainable_bytes += q->numel() * elem(q->grad_dtype);
+      if (q->trainable && (optim::embedding_table(*q) || q->numel() < optim::kMin8bitElements))
+        b.trainable_f32_moments += q->numel();
     }
     b.params += bytes;
     b.largest = std::max(b.largest, bytes);
@@ -72,8 +76,11 @@ void optimizer_rows(std::vector<ClosedFormRow>& rows, const Plan& p, const Param
                   : low ? "trainable x 4 (f32 master copy) / ZeRO share"
                         : "none in fp32"});
   if (c.optimizer.kind == optim::OptimizerKind::AdamW8bit) {  // two codes and 8 B of scales a 256-element block
-    rows.push_back({"optimizer", b.trainable * 2 + b.trainable / 32, p.rank.at_peak[std::size_t(Category::Optimizer)],
-                    "trainable x 2 (8-bit moments) + 8 B a block of 256 (parameters under 4,096 elements: x 8)"});
+    const int64_t eight = b.trainable - b.trainable_f32_moments;
+    rows.push_back({"optimizer", eight * 2 + eight / 32 + b.trainable_f32_moments * 8,
+                    p.rank.at_peak[std::size_t(Category::Optimizer)],
+                    "trainable x 2 (8-bit moments) + 8 B a block of 256; x 8 for embedding tables and parameters "
+                    "under 4,096 elements"});
     return;
   }
   const int64_t states = c.optimizer.kind == optim::OptimizerKind::AdamW ? 8 : c.optimizer.momentum != 0.f ? 4 : 0;

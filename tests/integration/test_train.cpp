@@ -201,7 +201,8 @@ TEST(Train, ResumeContinuesBitForBit) {
 }
 
 // train.optimizer: adamw_8bit: every step's peak its dry run's, the optimizer's bytes a quarter of f32 AdamW's and a
-// little more (a block scale per 256 elements of each moment; parameters under 4,096 elements keep f32 moments), the
+// little more (a block scale per 256 elements of each moment; parameters under 4,096 elements and embedding tables
+// keep f32 moments), the
 // codes and scales checkpointed under bitsandbytes' names, and a resume that continues bit for bit.
 TEST(Train, AdamW8bitIsPlannedToTheByteCheckpointsItsCodesAndResumesBitForBit) {
   const std::string a = fresh_dir("adam8_a"), b = fresh_dir("adam8_b"), f = fresh_dir("adam8_f32");
@@ -237,7 +238,14 @@ TEST(Train, AdamW8bitIsPlannedToTheByteCheckpointsItsCodesAndResumesBitForBit) {
     f32_moments += n.size() > 8 && n.substr(n.size() - 8) == ".exp_avg";
   }
   EXPECT_GT(codes, 0);
-  EXPECT_GT(f32_moments, 0);  // the norms' weights and biases
+  EXPECT_GT(f32_moments, 0);  // the norms' weights and biases, the embedding tables
+  // Embedding tables keep f32 moments, as Hugging Face's Trainer keeps them for adamw_bnb_8bit.
+  for (const std::string table :
+       {"language_model.model.embed_tokens.weight", "vision_tower.vision_model.embeddings.position_embedding.weight"}) {
+    const auto names = opt.names();
+    EXPECT_NE(std::find(names.begin(), names.end(), table + ".exp_avg"), names.end()) << table;
+    EXPECT_EQ(std::find(names.begin(), names.end(), table + ".state1"), names.end()) << table;
+  }
   EXPECT_EQ(eight, in_file);
   // Each quantized element saves 6 of AdamW's 8 bytes, less its share of the scales (8 B a block of 256).
   EXPECT_GE(f32 - eight, quantized * 6 - quantized / 32 - 2048 * codes) << eight << " B against " << f32;

@@ -208,7 +208,8 @@ TEST(AdamW8bit, MatchesBitsandbytesAdamW8bitStepByStep) {
   std::printf("codes differing from bitsandbytes': %lld of %lld\n", (long long)differ, (long long)(6 * n));
 }
 
-// Runs under 4,096 elements keep f32 moments, as bitsandbytes' min_8bit_size; larger ones codes and block scales,
+// Runs under 4,096 elements keep f32 moments, as bitsandbytes' min_8bit_size, and so do embedding tables; larger
+// runs codes and block scales,
 // checkpointed under bitsandbytes' names. The codes cannot be viewed in part (a block starts at the run's start).
 TEST(AdamW8bit, SmallRunsKeepF32MomentsAndLargeOnesCodesAndScales) {
   OptimizerConfig c;
@@ -224,6 +225,16 @@ TEST(AdamW8bit, SmallRunsKeepF32MomentsAndLargeOnesCodesAndScales) {
   large.for_each([&](const char* suffix, const Tensor&) { names.push_back(suffix); });
   EXPECT_EQ(names, (std::vector<std::string>{".state1", ".absmax1", ".state2", ".absmax2"}));
   EXPECT_THROW(large.slice(0, 256), Error);
+  // Embedding tables keep f32 moments whatever their size (Hugging Face's Trainer: nn.Embedding at 32 bits).
+  auto named = [](const char* n) {
+    Param p;
+    p.name = n;
+    return p;
+  };
+  EXPECT_TRUE(embedding_table(named("language_model.model.embed_tokens.weight")));
+  EXPECT_TRUE(embedding_table(named("vision_tower.vision_model.embeddings.position_embedding.weight")));
+  EXPECT_FALSE(embedding_table(named("vision_tower.vision_model.embeddings.patch_embedding.weight")));  // a conv
+  EXPECT_FALSE(embedding_table(named("language_model.lm_head.weight")));
   EXPECT_EQ(large.slice(0, 4096).state1.numel(), 4096);
   EXPECT_EQ(parse_optimizer("adamw_bnb_8bit"), OptimizerKind::AdamW8bit);
 }
