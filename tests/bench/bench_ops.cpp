@@ -2,7 +2,8 @@
 // square f32 GEMM is the machine's ceiling; compare the other rows to it. BM_Linear runs headroom's linear
 // layer and BM_OneDnnLinear the same product as a plain oneDNN matmul with whatever kernel oneDNN picks and
 // its own scratchpad handling: under ONEDNN_MAX_CPU_ISA=avx2 that is gemm:jit (which mallocs its packing
-// buffers) against headroom's packed GEMM, on the same machine in the same run.
+// buffers) against headroom's packed GEMM, on the same machine in the same run. BM_Optimizer: AdamW and 8-bit
+// AdamW updates of one f32 parameter (elements per second), each step's moments as a real run leaves them.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 
 #include "core/ops/attention.h"
 #include "core/ops/linear.h"
+#include "core/ops/optimizer.h"
 
 using namespace hr::core;
 
@@ -122,6 +124,29 @@ void BM_Attention(benchmark::State& state, DType dt, bool backward) {
 
 }  // namespace
 
+void BM_Optimizer(benchmark::State& state, bool eight_bit) {
+  const int64_t n = state.range(0), blocks = adam8bit_blocks(n);
+  std::vector<float> gv(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) gv[std::size_t(i)] = std::sin(0.37f * float(i)) * 1e-2f;
+  Tensor p = Tensor::full({n}, 0.1f, DType::F32, Device::cpu()),
+         g = Tensor::from_floats(gv, {n}, DType::F32, Device::cpu());
+  Tensor m = Tensor::zeros({n}, eight_bit ? DType::U8 : DType::F32, Device::cpu());
+  Tensor v = Tensor::zeros({n}, eight_bit ? DType::U8 : DType::F32, Device::cpu());
+  Tensor ma = Tensor::zeros({blocks}, DType::F32, Device::cpu()),
+         va = Tensor::zeros({blocks}, DType::F32, Device::cpu());
+  AdamWHyper h;
+  h.lr = 1e-4f, h.weight_decay = 0.01f;
+  for (auto _ : state) {
+    if (eight_bit)
+      adamw8bit_update(p, g, Tensor(), m, ma, v, va, h);
+    else
+      adamw_update(p, g, Tensor(), m, v, h);
+    ++h.step;
+  }
+  state.counters["elements/s"] =
+      benchmark::Counter(double(n), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 BENCHMARK_CAPTURE(BM_Gemm, f32, DType::F32)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Gemm, bf16, DType::BF16)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_LinearWeightGrad, f32, DType::F32)
@@ -151,4 +176,6 @@ BENCHMARK_CAPTURE(BM_Attention, bwd_f32, DType::F32, true)->Arg(512)->Arg(2048)-
 BENCHMARK_CAPTURE(BM_Attention, fwd_bf16, DType::BF16, false)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Attention, bwd_bf16, DType::BF16, true)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
 
+BENCHMARK_CAPTURE(BM_Optimizer, adamw, false)->Arg(1 << 22)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Optimizer, adamw_8bit, true)->Arg(1 << 22)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

@@ -208,6 +208,41 @@ TEST(AdamW8bit, MatchesBitsandbytesAdamW8bitStepByStep) {
   std::printf("codes differing from bitsandbytes': %lld of %lld\n", (long long)differ, (long long)(6 * n));
 }
 
+// Each code is the map's value nearest to its moment over the block's absolute maximum (the lower on a tie),
+// found here by brute force: the first step's moments from zero states, over gradients spanning 12 decades.
+TEST(AdamW8bit, CodesAreTheNearestMapValues) {
+  const int64_t n = 65536;
+  std::vector<float> gv(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    gv[std::size_t(i)] = std::sin(0.731f * float(i)) * std::pow(10.f, -float(i % 12)) * (i % 256 == 0 ? 1e3f : 1.f);
+  OptimizerConfig c;
+  c.kind = OptimizerKind::AdamW8bit;
+  const OptimizerState s = zero_moments(c, {n}, Device::cpu());
+  Tensor p = Tensor::zeros({n}, DType::F32, Device::cpu());
+  update(c, p, Tensor::from_floats(gv, {n}, DType::F32, Device::cpu()), s, {1e-3f, 0.f, 1, 1.f});
+  const uint8_t *c1 = s.state1.data<uint8_t>(), *c2 = s.state2.data<uint8_t>();
+  const std::vector<float> a1 = s.absmax1.to_floats(), a2 = s.absmax2.to_floats();
+  auto nearest = [](const float* map, float x) {
+    int best = 0;
+    for (int k = 1; k < 256; ++k)
+      if (std::fabs(x - map[k]) < std::fabs(x - map[best])) best = k;
+    return best;
+  };
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gv[std::size_t(i)], b = a1[std::size_t(i / kAdam8bitBlock)],
+                b2 = a2[std::size_t(i / kAdam8bitBlock)];
+    const float m = float(1.0 - double(0.9f)) * g, v = float(1.0 - double(0.999f)) * g * g;  // as the kernel
+    const int e1 = nearest(adam8bit_map(true), m / b), e2 = nearest(adam8bit_map(false), v / b2);
+    wrong += c1[i] != e1;
+    wrong += c2[i] != e2;
+    if (c1[i] != e1 || c2[i] != e2)
+      ADD_FAILURE() << "element " << i << ": m/absmax " << m / b << " code " << int(c1[i]) << " (nearest " << e1
+                    << "), v/absmax " << v / b2 << " code " << int(c2[i]) << " (nearest " << e2 << ")";
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 // Runs under 4,096 elements keep f32 moments, as bitsandbytes' min_8bit_size, and so do embedding tables; larger
 // runs codes and block scales,
 // checkpointed under bitsandbytes' names. The codes cannot be viewed in part (a block starts at the run's start).

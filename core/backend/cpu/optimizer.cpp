@@ -1,6 +1,8 @@
 // CPU optimizer updates: one fused pass per parameter, f32 math, vectorisable loops split over threads.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
@@ -49,13 +51,41 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master,
 
 namespace {
 
-// The index of the map's value nearest to x (the lower one on a tie), as bitsandbytes quantizes.
-uint8_t nearest_code(const float* map, float x) {
+// The index of the map's value nearest to x (the lower one on a tie), as bitsandbytes quantizes: by bisection,
+// to build the tables below.
+uint8_t nearest_by_bisection(const float* map, float x) {
   const int hi = int(std::lower_bound(map, map + 256, x) - map);
   if (hi == 0) return 0;
   if (hi == 256) return 255;
   return uint8_t(x - map[hi - 1] <= map[hi] - x ? hi - 1 : hi);
 }
+
+// The same in two loads: floats that share their top 16 bits (sign, exponent, 7 mantissa bits: a bucket 1/128 of
+// its magnitude wide) have as nearest value the one nearest to the bucket's lower end or the next, since no two
+// midpoints between the map's values are that close (the closest are 1.4% apart, checked as the table is made).
+// A bisection per moment, branching or not, made the update 8x slower than AdamW's.
+struct CodeTable {
+  const float* map;
+  std::vector<uint8_t> first;  // by the top 16 bits of x: the nearest value to the bucket's lower end
+  explicit CodeTable(const float* m) : map(m), first(65536) {
+    for (uint32_t key = 0; key < 65536; ++key) {
+      float a, b;
+      const uint32_t lo = key << 16, hi = lo | 0xFFFFu;
+      std::memcpy(&a, &lo, 4), std::memcpy(&b, &hi, 4);
+      if (std::isnan(a) || std::isnan(b)) continue;
+      const float low = std::min(a, b), high = std::max(a, b);
+      const uint8_t c = nearest_by_bisection(map, low), d = nearest_by_bisection(map, high);
+      HR_ASSERT(d == c || d == c + 1, "two midpoints of the 8-bit map in one bucket (", low, ", ", high, ")");
+      first[key] = c;
+    }
+  }
+  uint8_t nearest(float x) const {
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    const uint8_t c = first[bits >> 16];
+    return uint8_t(c + (c < 255 && x - map[c] > map[c + 1] - x));
+  }
+};
 
 }  // namespace
 
@@ -68,6 +98,7 @@ void adamw8bit_update(const Tensor& param, const Tensor& grad, const Tensor& mas
   float* va = v_absmax.data<float>();
   float* mp = master.defined() ? master.data<float>() : nullptr;
   const float *kSignedMap = adam8bit_map(true), *kUnsignedMap = adam8bit_map(false);
+  static const CodeTable signed_codes(kSignedMap), unsigned_codes(kUnsignedMap);
   // The scalars as bitsandbytes forms them (in double, then used in f32).
   const double bc1 = 1.0 - std::pow(double(h.beta1), double(h.step));
   const float neg_step = float(-double(h.lr) / bc1),
@@ -99,8 +130,8 @@ void adamw8bit_update(const Tensor& param, const Tensor& grad, const Tensor& mas
         }
         ma[b] = m_max, va[b] = v_max;
         for (int64_t j = 0; j < len; ++j) {
-          mc[begin + j] = nearest_code(kSignedMap, m_max > 0.f ? m[j] / m_max : 0.f);
-          vc[begin + j] = nearest_code(kUnsignedMap, v_max > 0.f ? v[j] / v_max : 0.f);
+          mc[begin + j] = signed_codes.nearest(m_max > 0.f ? m[j] / m_max : 0.f);
+          vc[begin + j] = unsigned_codes.nearest(v_max > 0.f ? v[j] / v_max : 0.f);
         }
       }
     });

@@ -45,16 +45,15 @@ __global__ void adamw_kernel(P* p, const G* g, float* master, float* m, float* v
 __constant__ float c_signed_map[256] = {HR_DYNAMIC_MAP_SIGNED};
 __constant__ float c_unsigned_map[256] = {HR_DYNAMIC_MAP_UNSIGNED};
 
-// The index of the map's value nearest to x (the lower one on a tie).
+// The index of the map's value nearest to x (the lower one on a tie): the CPU twin's bisection.
 __device__ __forceinline__ unsigned char nearest_code(const float* map, float x) {
-  int lo = 0, hi = 256;  // the first value >= x, by bisection
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (map[mid] < x)
-      lo = mid + 1;
-    else
-      hi = mid;
+  const float* b = map;
+  for (int n = 256; n > 1;) {
+    const int half = n / 2;
+    b = b[half] < x ? b + half : b;
+    n -= half;
   }
+  const int hi = int(b - map) + (*b < x);
   if (hi == 0) return 0;
   if (hi == 256) return 255;
   return (unsigned char)(x - map[hi - 1] <= map[hi] - x ? hi - 1 : hi);
