@@ -22,6 +22,10 @@ bool embedding_table(const Param& p) {
   return false;
 }
 
+bool keeps_f32_moments(const Param& p) {
+  return embedding_table(p) || p.numel() < kMin8bitElements;
+}
+
 Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(params), cfg_(cfg) {
   for (const auto& p : params.all()) {
     if (!p->trainable) continue;
@@ -33,7 +37,7 @@ Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(p
     }
     MemoryScope scope(Category::Optimizer, owner);
     OptimizerConfig own = cfg;
-    if (own.kind == OptimizerKind::AdamW8bit && embedding_table(*p)) own.kind = OptimizerKind::AdamW;
+    if (own.kind == OptimizerKind::AdamW8bit && keeps_f32_moments(*p)) own.kind = OptimizerKind::AdamW;
     OptimizerState moments = zero_moments(own, p->data.shape(), p->data.device());
     moments.master = s.state.master;
     s.state = moments;

@@ -21,6 +21,8 @@ bool decays(const core::Param& p);
 // 8-bit AdamW keeps f32 moments for them, as Hugging Face's Trainer does for adamw_bnb_8bit (bitsandbytes'
 // GlobalOptimManager override to 32 bits: the rows a batch does not touch would decay through the quantization).
 bool embedding_table(const core::Param& p);
+// Whether 8-bit AdamW keeps a parameter's moments in f32: embedding tables, and runs under kMin8bitElements.
+bool keeps_f32_moments(const core::Param& p);
 
 class Optimizer {
  public:

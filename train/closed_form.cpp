@@ -33,8 +33,7 @@ ParamBytes param_bytes(const Llava& model) {
       bytes += q->numel() * elem(q->dtype);
       // Per parameter: a LoRA layer's adapters train, its base does not.
       if (q->trainable) b.trainable += q->numel(), trainable_bytes += q->numel() * elem(q->grad_dtype);
-      if (q->trainable && (optim::embedding_table(*q) || q->numel() < optim::kMin8bitElements))
-        b.trainable_f32_moments += q->numel();
+      if (q->trainable && optim::keeps_f32_moments(*q)) b.trainable_f32_moments += q->numel();
     }
     b.params += bytes;
     b.largest = std::max(b.largest, bytes);

@@ -176,22 +176,6 @@ void sharding_and_precision(Changes& ch, int world) {
     ch.add("memory.precision=bf16", [&](RunConfig& r) { r.precision = Precision::BF16; });
 }
 
-// 8-bit AdamW states (bitsandbytes' AdamW8bit): a quarter of AdamW's state bytes (below ZeRO-1 without offload
-// only). It changes the optimizer's arithmetic, as LoRA changes what trains: offered after the fixes that keep it,
-// never chosen by `auto`.
-void add_8bit_fix(const RunConfig& c, const DevicePreset& device, int world, std::vector<Plan>& fits) {
-  if (c.optimizer.kind != optim::OptimizerKind::AdamW) return;
-  Changes eight{c, {}};
-  eight.add("train.optimizer=adamw_8bit (8-bit AdamW states)",
-            [&](RunConfig& r) { r.optimizer.kind = optim::OptimizerKind::AdamW8bit; });
-  for (const auto& [what, r] : eight.list) {
-    Plan p = make_plan(r, device, world);
-    if (!p.fits) continue;
-    p.decisions_changed = what;
-    fits.push_back(std::move(p));
-  }
-}
-
 // Both at once: the language model fully checkpointed and a halved micro-batch.
 void full_checkpointing_and_smaller_micro_batches(Changes& ch, int world) {
   const RunConfig& c = ch.base;
@@ -245,18 +229,33 @@ Changes lora_changes(const RunConfig& c) {
   return lora;
 }
 
-// LoRA, then a quantized frozen base (QLoRA), fit where a full fine-tune does not, but they change what trains
-// or the base's precision: offered after the others, the first that fits only, and never chosen by `auto`.
-void add_lora_fix(const RunConfig& c, const DevicePreset& device, int world, std::vector<Plan>& fits) {
-  if (c.stage == Stage::Pretrain || c.model.freeze_llm || (c.lora_enable && c.lora.base_bits == 4)) return;
-  const Changes lora = lora_changes(c);
-  for (const auto& [what, r] : lora.list) {
+// The first of `changes` that fits, appended to `fits`: for the fixes offered after the others.
+void add_first_fitting(const Changes& changes, const DevicePreset& device, int world, std::vector<Plan>& fits) {
+  for (const auto& [what, r] : changes.list) {
     Plan p = make_plan(r, device, world);
     if (!p.fits) continue;
     p.decisions_changed = what;
     fits.push_back(std::move(p));
-    break;
+    return;
   }
+}
+
+// 8-bit AdamW states (bitsandbytes' AdamW8bit): a quarter of AdamW's state bytes (below ZeRO-1 without offload
+// only). It changes the optimizer's arithmetic, as LoRA changes what trains: offered after the fixes that keep it,
+// never chosen by `auto`.
+void add_8bit_fix(const RunConfig& c, const DevicePreset& device, int world, std::vector<Plan>& fits) {
+  if (c.optimizer.kind != optim::OptimizerKind::AdamW) return;
+  Changes eight{c, {}};
+  eight.add("train.optimizer=adamw_8bit (8-bit AdamW states)",
+            [&](RunConfig& r) { r.optimizer.kind = optim::OptimizerKind::AdamW8bit; });
+  add_first_fitting(eight, device, world, fits);
+}
+
+// LoRA, then a quantized frozen base (QLoRA), fit where a full fine-tune does not, but they change what trains
+// or the base's precision: offered after the others, the first that fits only, and never chosen by `auto`.
+void add_lora_fix(const RunConfig& c, const DevicePreset& device, int world, std::vector<Plan>& fits) {
+  if (c.stage == Stage::Pretrain || c.model.freeze_llm || (c.lora_enable && c.lora.base_bits == 4)) return;
+  add_first_fitting(lora_changes(c), device, world, fits);
 }
 
 }  // namespace

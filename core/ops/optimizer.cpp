@@ -1,6 +1,7 @@
 // Optimizer update ops: argument checks and dispatch.
 #include "core/ops/optimizer.h"
 
+#include <cmath>
 #include <tuple>
 
 #include "core/backend/dynamic_maps.h"
@@ -46,6 +47,13 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master,
 const float* adam8bit_map(bool is_signed) {
   static constexpr float kSigned[256] = {HR_DYNAMIC_MAP_SIGNED}, kUnsigned[256] = {HR_DYNAMIC_MAP_UNSIGNED};
   return is_signed ? kSigned : kUnsigned;
+}
+
+Adam8bitScalars adam8bit_scalars(const AdamWHyper& h) {
+  const double bc1 = 1.0 - std::pow(double(h.beta1), double(h.step));
+  return {float(-double(h.lr) / bc1), float(std::sqrt(1.0 - std::pow(double(h.beta2), double(h.step)))),
+          float(1.0 - double(h.beta1)), float(1.0 - double(h.beta2)),
+          float(1.0 - double(h.lr) * double(h.weight_decay))};
 }
 
 int64_t adam8bit_blocks(int64_t numel) {

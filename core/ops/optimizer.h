@@ -27,6 +27,12 @@ constexpr int64_t kAdam8bitBlock = 256;
 int64_t adam8bit_blocks(int64_t numel);
 // The 256 values of the signed (first moment) or unsigned (second moment) map, ascending.
 const float* adam8bit_map(bool is_signed);
+// The update's scalars as bitsandbytes forms them (in double, then used in f32), for both back-ends: the step
+// -lr / (1 - beta1^t), sqrt(1 - beta2^t), the moments' weights 1 - beta1 and 1 - beta2, the decay 1 - lr * wd.
+struct Adam8bitScalars {
+  float neg_step, bc2_sqrt, a1, a2, decay;
+};
+Adam8bitScalars adam8bit_scalars(const AdamWHyper& h);
 void adamw8bit_update(const Tensor& param, const Tensor& grad, const Tensor& master, const Tensor& m_codes,
                       const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax, const AdamWHyper& h);
 

@@ -13,24 +13,32 @@ namespace {
 
 // Runs f(i, g) for every element with g the scaled f32 gradient, then writes the result through `out`
 // into the master (if any) and the parameter.
+// Runs f(P* param, const G* grad) with the parameter's and the gradient's element types.
+template <typename F>
+void dispatch_update(const Tensor& param, const Tensor& grad, const char* op, F&& f) {
+  dispatch_float(param.dtype(), op, [&](auto ptag) {
+    using P = decltype(ptag);
+    dispatch_float(grad.dtype(), op, [&](auto gtag) {
+      using G = decltype(gtag);
+      f(param.data<P>(), grad.data<G>());
+    });
+  });
+}
+
+// Runs f(i, g) for every element with g the scaled f32 gradient, then writes the result through `out`
+// into the master (if any) and the parameter.
 template <typename F>
 void for_each_update(const Tensor& param, const Tensor& grad, const Tensor& master, float grad_scale, F&& f) {
   const int64_t n = param.numel();
   float* mp = master.defined() ? master.data<float>() : nullptr;
-  dispatch_float(param.dtype(), "optimizer", [&](auto ptag) {
-    using P = decltype(ptag);
-    P* p = param.data<P>();
-    dispatch_float(grad.dtype(), "optimizer", [&](auto gtag) {
-      using G = decltype(gtag);
-      const G* g = grad.data<G>();
+  dispatch_update(param, grad, "optimizer", [&](auto* p, const auto* g) {
 #pragma omp parallel for schedule(static) if (n > (1 << 14))
-      for (int64_t i = 0; i < n; ++i) {
-        const float w = mp ? mp[i] : load(p, i);
-        const float updated = f(i, load(g, i) * grad_scale, w);
-        if (mp) mp[i] = updated;
-        store(p, i, updated);
-      }
-    });
+    for (int64_t i = 0; i < n; ++i) {
+      const float w = mp ? mp[i] : load(p, i);
+      const float updated = f(i, load(g, i) * grad_scale, w);
+      if (mp) mp[i] = updated;
+      store(p, i, updated);
+    }
   });
 }
 
@@ -99,42 +107,31 @@ void adamw8bit_update(const Tensor& param, const Tensor& grad, const Tensor& mas
   float* mp = master.defined() ? master.data<float>() : nullptr;
   const float *kSignedMap = adam8bit_map(true), *kUnsignedMap = adam8bit_map(false);
   static const CodeTable signed_codes(kSignedMap), unsigned_codes(kUnsignedMap);
-  // The scalars as bitsandbytes forms them (in double, then used in f32).
-  const double bc1 = 1.0 - std::pow(double(h.beta1), double(h.step));
-  const float neg_step = float(-double(h.lr) / bc1),
-              bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(h.beta2), double(h.step))));
-  const float a1 = float(1.0 - double(h.beta1)), a2 = float(1.0 - double(h.beta2));
-  const float decay = float(1.0 - double(h.lr) * double(h.weight_decay));
-  dispatch_float(param.dtype(), "adamw8bit", [&](auto ptag) {
-    using P = decltype(ptag);
-    P* p = param.data<P>();
-    dispatch_float(grad.dtype(), "adamw8bit", [&](auto gtag) {
-      using G = decltype(gtag);
-      const G* g = grad.data<G>();
+  const Adam8bitScalars k = adam8bit_scalars(h);
+  dispatch_update(param, grad, "adamw8bit", [&](auto* p, const auto* g) {
 #pragma omp parallel for schedule(static) if (n > (1 << 14))
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t begin = b * kAdam8bitBlock, len = std::min(kAdam8bitBlock, n - begin);
-        float m[kAdam8bitBlock], v[kAdam8bitBlock];
-        float m_max = 0.f, v_max = 0.f;
-        for (int64_t j = 0; j < len; ++j) {
-          const int64_t i = begin + j;
-          const float gi = load(g, i) * h.grad_scale;
-          m[j] = kSignedMap[mc[i]] * ma[b] * h.beta1 + a1 * gi;
-          v[j] = kUnsignedMap[vc[i]] * va[b] * h.beta2 + a2 * gi * gi;
-          m_max = std::max(m_max, std::fabs(m[j]));
-          v_max = std::max(v_max, v[j]);
-          const float w = (mp ? mp[i] : load(p, i)) * decay;
-          const float updated = w + neg_step * m[j] / (std::sqrt(v[j]) / bc2_sqrt + h.eps);
-          if (mp) mp[i] = updated;
-          store(p, i, updated);
-        }
-        ma[b] = m_max, va[b] = v_max;
-        for (int64_t j = 0; j < len; ++j) {
-          mc[begin + j] = signed_codes.nearest(m_max > 0.f ? m[j] / m_max : 0.f);
-          vc[begin + j] = unsigned_codes.nearest(v_max > 0.f ? v[j] / v_max : 0.f);
-        }
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t begin = b * kAdam8bitBlock, len = std::min(kAdam8bitBlock, n - begin);
+      float m[kAdam8bitBlock], v[kAdam8bitBlock];
+      float m_max = 0.f, v_max = 0.f;
+      for (int64_t j = 0; j < len; ++j) {
+        const int64_t i = begin + j;
+        const float gi = load(g, i) * h.grad_scale;
+        m[j] = kSignedMap[mc[i]] * ma[b] * h.beta1 + k.a1 * gi;
+        v[j] = kUnsignedMap[vc[i]] * va[b] * h.beta2 + k.a2 * gi * gi;
+        m_max = std::max(m_max, std::fabs(m[j]));
+        v_max = std::max(v_max, v[j]);
+        const float w = (mp ? mp[i] : load(p, i)) * k.decay;
+        const float updated = w + k.neg_step * m[j] / (std::sqrt(v[j]) / k.bc2_sqrt + h.eps);
+        if (mp) mp[i] = updated;
+        store(p, i, updated);
       }
-    });
+      ma[b] = m_max, va[b] = v_max;
+      for (int64_t j = 0; j < len; ++j) {
+        mc[begin + j] = signed_codes.nearest(m_max > 0.f ? m[j] / m_max : 0.f);
+        vc[begin + j] = unsigned_codes.nearest(v_max > 0.f ? v[j] / v_max : 0.f);
+      }
+    }
   });
 }
 

@@ -72,8 +72,7 @@ __device__ __forceinline__ float block_max(float x, float* scratch) {
 
 template <typename P, typename G>
 __global__ void adamw8bit_kernel(P* p, const G* g, float* master, unsigned char* mc, float* ma, unsigned char* vc,
-                                 float* va, long long n, AdamWHyper h, float neg_step, float bc2_sqrt, float a1,
-                                 float a2, float decay) {
+                                 float* va, long long n, AdamWHyper h, Adam8bitScalars k) {
   __shared__ float maps[2][256];
   __shared__ float scratch[2][32];
   for (int k = threadIdx.x; k < 256; k += blockDim.x) maps[0][k] = c_signed_map[k], maps[1][k] = c_unsigned_map[k];
@@ -83,10 +82,10 @@ __global__ void adamw8bit_kernel(P* p, const G* g, float* master, unsigned char*
   float m = 0.f, v = 0.f;
   if (valid) {
     const float gi = load(g, i) * h.grad_scale;
-    m = maps[0][mc[i]] * ma[b] * h.beta1 + a1 * gi;
-    v = maps[1][vc[i]] * va[b] * h.beta2 + a2 * gi * gi;
-    const float w = (master ? master[i] : load(p, i)) * decay;
-    const float updated = w + neg_step * m / (sqrtf(v) / bc2_sqrt + h.eps);
+    m = maps[0][mc[i]] * ma[b] * h.beta1 + k.a1 * gi;
+    v = maps[1][vc[i]] * va[b] * h.beta2 + k.a2 * gi * gi;
+    const float w = (master ? master[i] : load(p, i)) * k.decay;
+    const float updated = w + k.neg_step * m / (sqrtf(v) / k.bc2_sqrt + h.eps);
     if (master) master[i] = updated;
     store(p, i, updated);
   }
@@ -220,19 +219,13 @@ void adamw8bit_update(const Tensor& param, const Tensor& grad, const Tensor& mas
                       const Tensor& m_absmax, const Tensor& v_codes, const Tensor& v_absmax, const AdamWHyper& h) {
   const int64_t n = param.numel();
   if (n == 0) return;
-  // The scalars as bitsandbytes forms them (in double, then used in f32), as the CPU twin does.
-  const double bc1 = 1.0 - std::pow(double(h.beta1), double(h.step));
-  const float neg_step = float(-double(h.lr) / bc1);
-  const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(double(h.beta2), double(h.step))));
-  const float a1 = float(1.0 - double(h.beta1)), a2 = float(1.0 - double(h.beta2));
-  const float decay = float(1.0 - double(h.lr) * double(h.weight_decay));
+  const Adam8bitScalars k = adam8bit_scalars(h);
   dispatch_update(param, grad, "adamw8bit", [&](auto ptag, auto gtag) {
     using P = decltype(ptag);
     using G = decltype(gtag);
     launch_kernel(checked_grid("adamw8bit", adam8bit_blocks(n)), dim3(unsigned(kAdam8bitBlock)), 0,
                   adamw8bit_kernel<P, G>, param.data<P>(), grad.data<G>(), master_of(master), m_codes.data<uint8_t>(),
-                  m_absmax.data<float>(), v_codes.data<uint8_t>(), v_absmax.data<float>(), (long long)n, h, neg_step,
-                  bc2_sqrt, a1, a2, decay);
+                  m_absmax.data<float>(), v_codes.data<uint8_t>(), v_absmax.data<float>(), (long long)n, h, k);
   });
 }
 
