@@ -26,6 +26,12 @@ bool keeps_f32_moments(const Param& p) {
   return embedding_table(p) || p.numel() < kMin8bitElements;
 }
 
+OptimizerConfig moments_for(const OptimizerConfig& config, const Param& p) {
+  OptimizerConfig own = config;
+  if (own.kind == OptimizerKind::AdamW8bit && keeps_f32_moments(p)) own.kind = OptimizerKind::AdamW;
+  return own;
+}
+
 Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(params), cfg_(cfg) {
   for (const auto& p : params.all()) {
     if (!p->trainable) continue;
@@ -36,9 +42,7 @@ Optimizer::Optimizer(ParamStore& params, const OptimizerConfig& cfg) : params_(p
       s.state.master = cast(p->data, DType::F32);
     }
     MemoryScope scope(Category::Optimizer, owner);
-    OptimizerConfig own = cfg;
-    if (own.kind == OptimizerKind::AdamW8bit && keeps_f32_moments(*p)) own.kind = OptimizerKind::AdamW;
-    OptimizerState moments = zero_moments(own, p->data.shape(), p->data.device());
+    OptimizerState moments = zero_moments(moments_for(cfg, *p), p->data.shape(), p->data.device());
     moments.master = s.state.master;
     s.state = moments;
     slots_.push_back(s);

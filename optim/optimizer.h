@@ -23,6 +23,8 @@ bool decays(const core::Param& p);
 bool embedding_table(const core::Param& p);
 // Whether 8-bit AdamW keeps a parameter's moments in f32: embedding tables, and runs under kMin8bitElements.
 bool keeps_f32_moments(const core::Param& p);
+// The optimizer that steps `p` under `config`: f32 AdamW for the parameters 8-bit AdamW keeps f32 moments for.
+OptimizerConfig moments_for(const OptimizerConfig& config, const core::Param& p);
 
 class Optimizer {
  public:

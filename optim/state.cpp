@@ -19,12 +19,14 @@ OptimizerKind parse_optimizer(const std::string& s) {
 
 OptimizerState OptimizerState::slice(int64_t begin, int64_t end) const {
   auto part = [&](const Tensor& t) { return t.defined() ? t.slice(0, begin, end) : Tensor(); };
-  if (state1.defined()) {
-    HR_CHECK(begin == 0 && end == state1.numel(), "[optimizer] 8-bit states cannot be viewed in part ([", begin, ", ",
-             end, ") of ", state1.numel(), "): their blocks start at the run's first element");
-    return *this;
-  }
   OptimizerState s;
+  if (state1.defined()) {
+    HR_CHECK(begin % kAdam8bitBlock == 0, "[optimizer] 8-bit states cannot be viewed from element ", begin,
+             ": their blocks of ", kAdam8bitBlock, " start at the run's first element");
+    const int64_t b0 = begin / kAdam8bitBlock, b1 = adam8bit_blocks(end);
+    s.state1 = part(state1), s.state2 = part(state2);
+    s.absmax1 = absmax1.slice(0, b0, b1), s.absmax2 = absmax2.slice(0, b0, b1);
+  }
   s.master = part(master);
   s.exp_avg = part(exp_avg);
   s.exp_avg_sq = part(exp_avg_sq);
@@ -55,16 +57,14 @@ OptimizerState zero_moments(const OptimizerConfig& c, const Shape& shape, Device
   MemoryScope scope(Category::Optimizer);
   OptimizerState s;
   switch (c.kind) {
-    case OptimizerKind::AdamW8bit:
-      if (shape_numel(shape) >= kMin8bitElements) {
-        const int64_t n = shape_numel(shape), blocks = adam8bit_blocks(n);
-        s.state1 = Tensor::zeros({n}, DType::U8, device);
-        s.absmax1 = Tensor::zeros({blocks}, DType::F32, device);
-        s.state2 = Tensor::zeros({n}, DType::U8, device);
-        s.absmax2 = Tensor::zeros({blocks}, DType::F32, device);
-        break;
-      }
-      [[fallthrough]];
+    case OptimizerKind::AdamW8bit: {
+      const int64_t n = shape_numel(shape), blocks = adam8bit_blocks(n);
+      s.state1 = Tensor::zeros({n}, DType::U8, device);
+      s.absmax1 = Tensor::zeros({blocks}, DType::F32, device);
+      s.state2 = Tensor::zeros({n}, DType::U8, device);
+      s.absmax2 = Tensor::zeros({blocks}, DType::F32, device);
+      break;
+    }
     case OptimizerKind::AdamW:
       s.exp_avg = Tensor::zeros(shape, DType::F32, device);
       s.exp_avg_sq = Tensor::zeros(shape, DType::F32, device);

@@ -37,7 +37,8 @@ struct OptimizerState {
   // 8-bit AdamW (runs of kMin8bitElements or more): the moments' u8 codes and f32 block scales (ops/optimizer.h)
   Tensor state1, absmax1, state2, absmax2;
 
-  // Views of every state over [begin, end) of a flat run (8-bit states only as a whole: their blocks start at 0).
+  // Views of every state over [begin, end) of a flat run. 8-bit codes and scales only from a block's first element
+  // (begin a multiple of core::kAdam8bitBlock): a view's blocks are then blocks of the whole run.
   OptimizerState slice(int64_t begin, int64_t end) const;
   // Calls f(suffix, tensor) for each defined state, suffix as in checkpoints (".exp_avg", ".master", ...).
   void for_each(const std::function<void(const char* suffix, const Tensor& t)>& f) const;
@@ -45,7 +46,7 @@ struct OptimizerState {
 
 // The moments of `config` for a run of `shape` on `device`, zeroed (category optimizer; the caller's scope
 // names the owner). Adafactor factors the second moment of a shape with at least 2 dims; 8-bit AdamW keeps codes and
-// block scales for runs of kMin8bitElements or more and f32 moments below.
+// block scales (which runs keep f32 moments instead is the caller's choice: moments_for).
 OptimizerState zero_moments(const OptimizerConfig& config, const core::Shape& shape, core::Device device);
 
 struct StepArgs {

@@ -23,22 +23,39 @@ namespace {
 
 // A model group's parameters split by whether they train (LoRA: a layer's frozen base and its adapters), each part
 // sharded on its own under the group's name (a split group: "<group>.frozen" and "<group>.trainable").
-// A quantized base's weights (u8 blobs) are a part of their own, "<group>.quantized".
-std::vector<std::pair<std::string, std::vector<Param*>>> parts_of(const core::ParamGroup& mg) {
-  std::vector<Param*> frozen, trainable, quantized;
-  for (Param* p : mg.params) (p->quantized() ? quantized : p->trainable ? trainable : frozen).push_back(p);
-  if (quantized.empty() && (frozen.empty() || trainable.empty())) return {{mg.name, mg.params}};
+// A quantized base's weights (u8 blobs) are a part of their own, "<group>.quantized". With 8-bit AdamW the
+// trainable parameters whose moments stay f32 (optim::keeps_f32_moments) are a part of their own too,
+// "<group>.trainable_f32", so that each part's states are of one kind.
+std::vector<std::pair<std::string, std::vector<Param*>>> parts_of(const core::ParamGroup& mg, bool eight_bit) {
+  std::vector<Param*> frozen, trainable, trainable_f32, quantized;
+  for (Param* p : mg.params)
+    (p->quantized()                              ? quantized
+     : !p->trainable                             ? frozen
+     : eight_bit && optim::keeps_f32_moments(*p) ? trainable_f32
+                                                 : trainable)
+        .push_back(p);
+  const int kinds = !frozen.empty() + !quantized.empty() + !trainable.empty() + !trainable_f32.empty();
+  if (kinds == 1) return {{mg.name, mg.params}};
   std::vector<std::pair<std::string, std::vector<Param*>>> parts;
   if (!frozen.empty()) parts.emplace_back(mg.name + ".frozen", frozen);
   if (!quantized.empty()) parts.emplace_back(mg.name + ".quantized", quantized);
   if (!trainable.empty()) parts.emplace_back(mg.name + ".trainable", trainable);
+  if (!trainable_f32.empty()) parts.emplace_back(mg.name + ".trainable_f32", trainable_f32);
   return parts;
 }
 
-int64_t shard_size(std::vector<Zero::Group::Segment>& segs, int world) {
+// The alignment of a part's per-rank blocks in a run whose layout aligns to `align`: only 8-bit AdamW's codes need
+// it (the trainable parts whose moments are not f32).
+int64_t part_align(const std::vector<Param*>& part, int64_t align) {
+  return align > 1 && part[0]->trainable && !part[0]->quantized() && !optim::keeps_f32_moments(*part[0]) ? align : 1;
+}
+
+// Rank q owns elements [q * block, q * block + valid) of each parameter: block is ceil(numel / world), rounded up
+// to a multiple of `align` (8-bit AdamW's block, so that every rank's blocks are blocks of the whole parameter).
+int64_t shard_size(std::vector<Zero::Group::Segment>& segs, int world, int64_t align) {
   int64_t S = 0;
   for (auto& seg : segs) {
-    seg.block = (seg.numel + world - 1) / world;
+    seg.block = ((seg.numel + world - 1) / world + align - 1) / align * align;
     seg.offset = S;
     S += seg.block;
   }
@@ -67,11 +84,6 @@ void validate(const ZeroOptions& z, const optim::OptimizerConfig& opt) {
   HR_CHECK(!(opt.kind == OptimizerKind::Adafactor && (z.stage > 0 || z.offload_optimizer != Offload::None)),
            "[config] train.optimizer: adafactor keeps factored row/column moments that cannot be sharded; use "
            "adamw or sgd with memory.zero_stage > 0 or memory.offload_optimizer");
-  HR_CHECK(
-      !(opt.kind == OptimizerKind::AdamW8bit && (z.stage > 0 || z.offload_optimizer != Offload::None)),
-      "[config] train.optimizer: adamw_8bit keeps its moments in blocks of ", core::kAdam8bitBlock,
-      " elements from each parameter's start, which ZeRO's shards and the offloaded optimizer do not keep yet; use "
-      "memory.zero_stage: 0 without memory.offload_optimizer, or adamw");
   HR_CHECK(z.bucket_bytes > 0, "[config] parallel.bucket_size must be positive");
 }
 
@@ -83,6 +95,7 @@ Zero::Zero(GroupedParams& model, Communicator& comm, const optim::OptimizerConfi
   host_ = device_.type == DeviceType::Meta ? Device{DeviceType::Meta, 1} : Device::host();
   state_device_ = z.offload_optimizer == Offload::Cpu ? host_ : device_;
   shard_world_ = z.stage >= 1 ? comm.world() : 1;
+  if (opt.kind == OptimizerKind::AdamW8bit) align_ = kAdam8bitBlock;
   shard_rank_ = z.stage >= 1 ? comm.rank() : 0;
   const auto& mg = model.groups();
   groups_.resize(mg.size());
@@ -93,7 +106,7 @@ Zero::Zero(GroupedParams& model, Communicator& comm, const optim::OptimizerConfi
   }
   for (std::size_t gi = 0; gi < mg.size(); ++gi) {
     if (mg[gi].params.empty()) continue;
-    for (const auto& [part_name, part] : parts_of(mg[gi])) {
+    for (const auto& [part_name, part] : parts_of(mg[gi], align_ > 1)) {
       const bool trainable = part[0]->trainable;
       if (!trainable && z.stage < 3) continue;
       groups_[gi].push_back(make_group(part_name, part, mg[gi].kind));
@@ -117,7 +130,9 @@ std::unique_ptr<Zero::Group> Zero::make_group(const std::string& name, const std
     HR_ASSERT(p->dtype == g->dtype && p->grad_dtype == g->grad_dtype, "group ", g->name, " mixes dtypes");
     g->segs.push_back({p, p->numel(), 0, 0, optim::decays(*p)});
   }
-  g->shard = shard_size(g->segs, shard_world_);
+  g->opt = optim::moments_for(opt_, *part[0]);  // one kind a part (parts_of)
+  g->align = part_align(part, align_);
+  g->shard = shard_size(g->segs, shard_world_, g->align);
   Tensor mine;  // this rank's block of the current parameters
   {
     MemoryScope scope(Category::Workspace, g->name);
@@ -145,7 +160,7 @@ void Zero::make_states(Group& g, const Tensor& mine) {
     copy_(master, mine);
   }
   MemoryScope scope(Category::Optimizer, g.name);
-  g.state = optim::zero_moments(opt_, {g.shard}, state_device_);
+  g.state = optim::zero_moments(g.opt, {g.shard}, state_device_);
   g.state.master = master;
   if (z_.stage >= 2) {
     MemoryScope gs(Category::Grads, g.name);
@@ -357,7 +372,8 @@ void Zero::update_segments(Group& g, const Tensor& param, const Tensor& grad, fl
     const bool has_grad = z_.stage >= 2 ? seg.had_grad : seg.param->grad.defined();
     if (!has_grad || v == 0) continue;
     const int64_t end = seg.offset + v;
-    optim::update(opt_, param.slice(0, seg.offset, end), grad.slice(0, seg.offset, end), g.state.slice(seg.offset, end),
+    optim::update(g.opt, param.slice(0, seg.offset, end), grad.slice(0, seg.offset, end),
+                  g.state.slice(seg.offset, end),
                   {lr * seg.lr_ratio, seg.decay ? opt_.weight_decay : 0.f, steps_, grad_scale});
   }
 }
@@ -383,6 +399,7 @@ core::NamedTensors Zero::state() const {
   NamedTensors out;
   Tensor world = Tensor::from_ints({shard_world_}, {1}, DType::I64, Device::host());
   out.emplace_back("zero.shard_world", world);
+  if (align_ > 1) out.emplace_back("zero.block_align", Tensor::from_ints({align_}, {1}, DType::I64, Device::host()));
   for (const auto& parts : groups_)
     for (const auto& g : parts) {
       g->state.for_each([&](const char* suffix, const Tensor& t) { out.emplace_back(g->name + suffix, t); });
@@ -393,32 +410,50 @@ core::NamedTensors Zero::state() const {
 
 namespace {
 
-// The old shard world of a set of files, checked against the number of files.
-int old_world(const std::vector<const Checkpoint*>& files, const char* what) {
+// The layout a set of shard files was written in: its shard world, checked against the number of files, and its
+// per-rank block alignment.
+struct OldLayout {
+  int world = 1;
+  int64_t align = 1;
+};
+
+OldLayout old_layout(const std::vector<const Checkpoint*>& files, const char* what) {
   HR_CHECK(!files.empty(), "[checkpoint] no ", what, " shard files");
   HR_CHECK(files[0]->contains("zero.shard_world"), "[checkpoint] ", what,
            " was not written by a sharded run "
            "(no zero.shard_world)");
-  const int w = int(files[0]->get("zero.shard_world").to_ints().at(0));
-  HR_CHECK(w == 1 || w == int(files.size()), "[checkpoint] ", what, " shards were written by ", w, " ranks but ",
-           files.size(), " files were found");
-  return w;
+  OldLayout old;
+  old.world = int(files[0]->get("zero.shard_world").to_ints().at(0));
+  HR_CHECK(old.world == 1 || old.world == int(files.size()), "[checkpoint] ", what, " shards were written by ",
+           old.world, " ranks but ", files.size(), " files were found");
+  if (files[0]->contains("zero.block_align")) old.align = files[0]->get("zero.block_align").to_ints().at(0);
+  HR_CHECK(old.align >= 1 && old.align <= kAdam8bitBlock, "[checkpoint] ", what, " has a zero.block_align of ",
+           old.align);
+  return old;
 }
 
-// Copies this rank's block of every segment of `g` (new layout) from the old shards named `name`.
+// Copies this rank's block of every segment of `g` (new layout) from the old shards named `name`. A state kept
+// one value per `unit` elements (8-bit AdamW's block scales) is resharded by blocks: both layouts align to them.
 void reshard(const Zero::Group& g, int new_rank, const Tensor& dst, const std::vector<const Checkpoint*>& files,
-             const std::string& name, int w_old) {
+             const std::string& name, const OldLayout& old, int64_t unit = 1) {
+  auto units = [&](int64_t elements) { return (elements + unit - 1) / unit; };
+  std::vector<Param*> part;
+  for (const auto& seg : g.segs) part.push_back(seg.param);
+  const int64_t align = part_align(part, old.align);
   int64_t off_old = 0;
   for (const auto& seg : g.segs) {
-    const int64_t s_old = (seg.numel + w_old - 1) / w_old;
-    const int64_t v = Zero::Group::valid(seg, new_rank), start = int64_t(new_rank) * seg.block;
+    HR_ASSERT(seg.block % unit == 0 && seg.offset % unit == 0 && align % unit == 0, "resharding ", name,
+              " by blocks of ", unit, " needs layouts aligned to them");
+    const int64_t s_old = units(((seg.numel + old.world - 1) / old.world + align - 1) / align * align);
+    const int64_t v = units(Zero::Group::valid(seg, new_rank)), start = int64_t(new_rank) * seg.block / unit;
+    const int64_t offset = seg.offset / unit;
     for (int64_t e = start; e < start + v;) {
       const int q = int(e / s_old);
       const int64_t in_q = e - int64_t(q) * s_old, run = std::min(start + v - e, s_old - in_q);
-      const Checkpoint& f = *files[std::size_t(w_old == 1 ? 0 : q)];
+      const Checkpoint& f = *files[std::size_t(old.world == 1 ? 0 : q)];
       HR_CHECK(f.contains(name), "[checkpoint] the shard file of rank ", q, " has no tensor '", name, "'");
       Tensor src = f.get(name);
-      copy_(dst.slice(0, seg.offset + (e - start), seg.offset + (e - start) + run),
+      copy_(dst.slice(0, offset + (e - start), offset + (e - start) + run),
             src.slice(0, off_old + in_q, off_old + in_q + run));
       e += run;
     }
@@ -437,15 +472,19 @@ void Zero::load_state(const std::vector<const Checkpoint*>& files, int64_t steps
     local_->load_state(*files[0], steps);
     return;
   }
-  const int w = old_world(files, "optimizer");
+  const OldLayout old = old_layout(files, "optimizer");
   for (auto& parts : groups_)
     for (auto& g : parts) {
-      if (g->params.defined()) reshard(*g, shard_rank_, g->params, files, g->name + ".params", w);
+      if (g->params.defined()) reshard(*g, shard_rank_, g->params, files, g->name + ".params", old);
       if (!g->trainable) continue;
       g->state.for_each([&](const char* suffix, const Tensor& t) {
         const std::string name = g->name + suffix;
+        const bool scales = name.ends_with(".absmax1") || name.ends_with(".absmax2");
+        if (scales)
+          HR_CHECK(old.align % kAdam8bitBlock == 0, "[checkpoint] ", name, " is of a layout not aligned to ",
+                   kAdam8bitBlock, "-element blocks (zero.block_align ", old.align, ")");
         if (files[0]->contains(name) || std::string(suffix) != ".master")
-          reshard(*g, shard_rank_, t, files, name, w);
+          reshard(*g, shard_rank_, t, files, name, old, scales ? kAdam8bitBlock : 1);
         else if (g->params.defined())
           copy_(t, g->params);  // written without master weights (an f32 run)
         else
@@ -457,17 +496,18 @@ void Zero::load_state(const std::vector<const Checkpoint*>& files, int64_t steps
 
 core::NamedTensors Zero::consolidate(const std::vector<ParamGroup>& groups,
                                      const std::vector<const Checkpoint*>& files) {
-  const int w = old_world(files, "parameter");
+  const OldLayout old = old_layout(files, "parameter");
   NamedTensors out;
   for (const auto& mg : groups)
-    for (const auto& [part_name, part] : mg.params.empty() ? decltype(parts_of(mg)){} : parts_of(mg)) {
+    for (const auto& [part_name, part] :
+         mg.params.empty() ? decltype(parts_of(mg, false)){} : parts_of(mg, old.align > 1)) {
       if (!files[0]->contains(part_name + ".params")) continue;
       Group g;
       g.name = part_name;
       for (Param* p : part) g.segs.push_back({p, p->numel(), 0, 0, true});
-      g.shard = shard_size(g.segs, 1);  // the full layout: one "rank" holding everything
+      g.shard = shard_size(g.segs, 1, 1);  // the full layout: one "rank" holding everything
       Tensor full = Tensor::empty({g.shard}, files[0]->get(part_name + ".params").dtype(), Device::host());
-      reshard(g, 0, full, files, part_name + ".params", w);
+      reshard(g, 0, full, files, part_name + ".params", old);
       for (const auto& seg : g.segs)
         out.emplace_back(seg.param->name, full.slice(0, seg.offset, seg.offset + seg.numel).view(seg.param->shape));
     }

@@ -74,7 +74,9 @@ class Zero final : public core::GroupHooks {
   int64_t steps() const;
 
   // Checkpoint state of this rank. Stage 0 without offload: the optimizer's own names (as a single process
-  // writes them). Otherwise per group "<group>.exp_avg|exp_avg_sq|momentum_buffer|master|params" shards.
+  // writes them). Otherwise per group "<group>.exp_avg|exp_avg_sq|momentum_buffer|master|params" shards (8-bit
+  // AdamW: "<group>.state1|absmax1|state2|absmax2", its per-rank blocks aligned to the codes' blocks and its f32-moment
+  // parameters in parts of their own, a layout "zero.block_align" records).
   core::NamedTensors state() const;
   // Loads states written by `files.size()` ranks (one file per old rank, any old world size) and keeps this
   // rank's shards; parameters sharded at stage 3 come back from "<group>.params".
@@ -157,6 +159,7 @@ class Zero final : public core::GroupHooks {
   optim::OptimizerConfig opt_;
   ZeroOptions z_;
   int shard_world_ = 1, shard_rank_ = 0;
+  int64_t align_ = 1;  // per-rank blocks round up to this (8-bit AdamW's block)
   // By model group id: its parts (one, or a frozen and a trainable one), none for a group with nothing to shard.
   std::vector<std::vector<std::unique_ptr<Group>>> groups_;
   std::unique_ptr<optim::Optimizer> local_;  // stage 0 without offload

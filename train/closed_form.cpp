@@ -76,10 +76,12 @@ void optimizer_rows(std::vector<ClosedFormRow>& rows, const Plan& p, const Param
                         : "none in fp32"});
   if (c.optimizer.kind == optim::OptimizerKind::AdamW8bit) {  // two codes and 8 B of scales a 256-element block
     const int64_t eight = b.trainable - b.trainable_f32_moments;
-    rows.push_back({"optimizer", eight * 2 + eight / 32 + b.trainable_f32_moments * 8,
-                    p.rank.at_peak[std::size_t(Category::Optimizer)],
-                    "trainable x 2 (8-bit moments) + 8 B a block of 256; x 8 for embedding tables and parameters "
-                    "under 4,096 elements"});
+    rows.push_back(
+        {"optimizer", off ? 0 : (eight * 2 + eight / 32 + b.trainable_f32_moments * 8) / share,
+         p.rank.at_peak[std::size_t(Category::Optimizer)],
+         off ? "on the host"
+             : "(trainable x 2 (8-bit moments) + 8 B a block of 256; x 8 for embedding tables and parameters "
+               "under 4,096 elements) / ZeRO share"});
     return;
   }
   const int64_t states = c.optimizer.kind == optim::OptimizerKind::AdamW ? 8 : c.optimizer.momentum != 0.f ? 4 : 0;

@@ -240,9 +240,9 @@ void add_first_fitting(const Changes& changes, const DevicePreset& device, int w
   }
 }
 
-// 8-bit AdamW states (bitsandbytes' AdamW8bit): a quarter of AdamW's state bytes (below ZeRO-1 without offload
-// only). It changes the optimizer's arithmetic, as LoRA changes what trains: offered after the fixes that keep it,
-// never chosen by `auto`.
+// 8-bit AdamW states (bitsandbytes' AdamW8bit): a quarter of AdamW's state bytes, at any ZeRO stage and offload.
+// It changes the optimizer's arithmetic, as LoRA changes what trains: offered after the fixes that keep it, never
+// chosen by `auto`.
 void add_8bit_fix(const RunConfig& c, const DevicePreset& device, int world, std::vector<Plan>& fits) {
   if (c.optimizer.kind != optim::OptimizerKind::AdamW) return;
   Changes eight{c, {}};

@@ -160,6 +160,76 @@ TEST(Mpi, LoraUnderZeroMatchesASingleProcess) {
   }
 }
 
+// 8-bit AdamW under ZeRO: each rank's block of a parameter is rounded up to whole 256-element blocks of its codes,
+// so that a shard's blocks (and their scales) are blocks of the whole parameter, and the parameters whose moments
+// stay f32 (tables, small ones) are parts of their own. Every stage, with the states on the device or the host,
+// steps like one process, and without clipping (whose norm each stage sums in its own order) bit for bit like two
+// ranks at stage 0, which step whole parameters; the sharded checkpoint resumes on one rank (its scales resharded
+// by block).
+TEST(Mpi, AdamW8bitUnderZeroAndOffloadMatchesASingleProcessAndResumesAtAnotherWorldSize) {
+  const std::string base = fresh_dir("mpi_8bit");
+  const std::string cfg = config(base);
+  // Wide enough for codes: lm_head (300 x 64) and the MLP's projections (90 x 64: 22.5 blocks, so each rank's
+  // block of 2,880 elements rounds up to 3,072 and the last block is a part one) keep 8-bit moments; the norms and
+  // the embedding tables f32 ones.
+  const std::string eight =
+      " --set train.optimizer=adamw_8bit --set train.save_steps=10 --set model.llm.hidden_size=64"
+      " --set model.llm.intermediate_size=90 --set train.max_grad_norm=0";
+  CmdResult single = train(1, cfg, base + "/single", eight);
+  ASSERT_EQ(single.status, 0) << single.output;
+  const auto ref = losses(base + "/single/memory.jsonl");
+  ASSERT_EQ(ref.size(), 20u);
+  EXPECT_LT(ref.back(), 0.8 * ref.front());
+  for (const char* sets :
+       {" --set memory.zero_stage=0", " --set memory.zero_stage=1", " --set memory.zero_stage=2",
+        " --set memory.zero_stage=3", " --set memory.zero_stage=3 --set memory.offload_optimizer=cpu",
+        " --set memory.zero_stage=0 --set memory.offload_optimizer=cpu"}) {
+    const std::string set = sets;
+    const std::string out = str(base, "/z", set[set.find('=') + 1], set.find("cpu") != std::string::npos ? "_cpu" : "");
+    CmdResult r = train(2, cfg, out, eight + sets);
+    ASSERT_EQ(r.status, 0) << sets << "\n" << r.output;
+    expect_exact_and_like_single(out, 2, ref, sets);
+  }
+  auto optimizer = [&](const std::string& run, const char* where) {
+    const json l = last_line(base + "/" + run);
+    return (std::string(where) == "host" ? l["host"]["by_category"] : l["by_category"])["optimizer"].get<int64_t>();
+  };
+  // A rank keeps half the codes and scales, plus the padding of its blocks to whole ones; offloaded, the host does.
+  EXPECT_LE(optimizer("z1/memory.rank0.jsonl", "device"), optimizer("single/memory.jsonl", "device") / 2 + 16384);
+  EXPECT_EQ(optimizer("z3_cpu/memory.rank0.jsonl", "device"), 0);
+  EXPECT_EQ(optimizer("z3_cpu/memory.rank0.jsonl", "host"), optimizer("z3/memory.rank0.jsonl", "device"));
+  core::Checkpoint shard = core::Checkpoint::open(base + "/z3/checkpoint-10/optimizer.rank1.safetensors");
+  EXPECT_EQ(shard.get("zero.block_align").to_ints().at(0), 256);
+  const std::string layer = "language_model.model.layers.0";
+  EXPECT_EQ(shard.get(layer + ".trainable.absmax2").numel() * 256, shard.get(layer + ".trainable.state2").numel());
+  EXPECT_TRUE(shard.contains(layer + ".trainable_f32.exp_avg_sq")) << "the norms keep f32 moments";
+  EXPECT_TRUE(shard.contains("language_model.model.embed_tokens.exp_avg")) << "so does the table";
+  // One process at stage 1 continues from the two-rank ZeRO-3 checkpoint.
+  const std::string out = base + "/resumed";
+  fs::create_directories(out);
+  fs::copy(base + "/z3/checkpoint-10", out + "/checkpoint-10", fs::copy_options::recursive);
+  CmdResult b = train(1, cfg, out, eight + " --resume --set memory.zero_stage=1");
+  ASSERT_EQ(b.status, 0) << b.output;
+  EXPECT_NE(b.output.find("resumed from"), std::string::npos) << b.output;
+  const auto got = losses(out + "/memory.jsonl");
+  ASSERT_EQ(got.size(), 10u);
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], ref[10 + i], kLossTolerance) << "step " << 11 + i;
+  // Every stage's final model is, bit for bit, the one two ranks write at stage 0 (the ZeRO-3 ones consolidated).
+  core::Checkpoint want = core::Checkpoint::open(base + "/z0/checkpoint-20/model.safetensors");
+  for (const char* run_name : {"z1", "z2", "z3", "z3_cpu", "z0_cpu"}) {
+    const std::string ckpt = str(base, "/", run_name, "/checkpoint-20"),
+                      path = str(base, "/", run_name, ".safetensors");
+    CmdResult c = run(str(HR_HEADROOM_BIN, " ckpt consolidate ", ckpt, " --out ", path));
+    ASSERT_EQ(c.status, 0) << c.output;
+    core::Checkpoint got = core::Checkpoint::open(path);
+    ASSERT_EQ(got.names().size(), want.names().size()) << run_name;
+    for (const std::string& n : want.names()) {
+      ASSERT_TRUE(got.contains(n)) << run_name << " " << n;
+      EXPECT_EQ(got.get(n).to_floats(), want.get(n).to_floats()) << run_name << " " << n;
+    }
+  }
+}
+
 TEST(Mpi, TheLlavaFamilyUnderZeroMatchesASingleProcess) {
   // The planner, ZeRO, LoRA/QLoRA and the memory log see parameters and groups, not architectures: Qwen2's q/k/v
   // biases, SigLIP's tower and a tied lm_head are sharded, gathered and predicted like every other parameter (the

@@ -58,6 +58,16 @@ std::vector<StepCase> step_cases() {
        2,
        {"model.llm.tie_word_embeddings=true", "memory.zero_stage=3", "memory.precision=bf16",
         "memory.offload_optimizer=cpu", "train.gradient_accumulation_steps=2"}},
+      // 8-bit AdamW's shards: blocks rounded to whole 256-element blocks of the codes (a wider LLM, so that its
+      // projections and head keep codes), the norms' and tables' f32 moments in parts of their own.
+      {"adamw8bit_z2_bf16",
+       2,
+       {"train.optimizer=adamw_8bit", "model.llm.hidden_size=64", "model.llm.intermediate_size=90",
+        "memory.zero_stage=2", "memory.precision=bf16"}},
+      {"adamw8bit_z3_offload",
+       2,
+       {"train.optimizer=adamw_8bit", "model.llm.hidden_size=64", "model.llm.intermediate_size=90",
+        "memory.zero_stage=3", "memory.offload_optimizer=cpu"}},
       {"lora", 1, {"lora.enable=true", "lora.r=4", "lora.alpha=8"}},
       {"lora_bf16_full_accumulate",
        1,

@@ -326,7 +326,7 @@ TEST(LlavaArgs, FinetuneQloraShFlagsQuantizeTheBase) {
 }
 
 // Hugging Face's 8-bit optimizers (--optim adamw_bnb_8bit, and paged_adamw_8bit as QLoRA recipes pass it) become
-// train.optimizer: adamw_8bit; ZeRO's shards and the offloaded optimizer refuse it naming the keys.
+// train.optimizer: adamw_8bit, which ZeRO's shards and the offloaded optimizer take like any optimizer but Adafactor.
 TEST(LlavaArgs, EightBitOptimizersBecomeAdamW8bit) {
   for (const char* optim : {"adamw_bnb_8bit", "paged_adamw_8bit", "adamw_8bit"}) {
     const LlavaArgs a = translate_llava_args({"--optim", optim});
@@ -335,9 +335,7 @@ TEST(LlavaArgs, EightBitOptimizersBecomeAdamW8bit) {
   }
   for (const char* sharded : {"memory.zero_stage=2", "memory.offload_optimizer=cpu"}) {
     const RunConfig c = load_config_text("", "(flags)", {"train.optimizer=adamw_8bit", sharded}, 2);
-    const std::string e = error_of([&] { parallel::validate(c.zero, c.optimizer); });  // as plan and train do
-    EXPECT_NE(e.find("adamw_8bit"), std::string::npos) << e;
-    EXPECT_NE(e.find("memory.zero_stage: 0"), std::string::npos) << e;
+    EXPECT_NO_THROW(parallel::validate(c.zero, c.optimizer)) << sharded;  // as plan and train check
   }
 }
 

@@ -244,13 +244,22 @@ TEST(AdamW8bit, CodesAreTheNearestMapValues) {
 }
 
 // Runs under 4,096 elements keep f32 moments, as bitsandbytes' min_8bit_size, and so do embedding tables; larger
-// runs codes and block scales,
-// checkpointed under bitsandbytes' names. The codes cannot be viewed in part (a block starts at the run's start).
+// runs codes and block scales, checkpointed under bitsandbytes' names. The codes are viewed in part only from a
+// block's first element (ZeRO's shards are aligned to them), and a view's scales are those of its blocks.
 TEST(AdamW8bit, SmallRunsKeepF32MomentsAndLargeOnesCodesAndScales) {
   OptimizerConfig c;
   c.kind = OptimizerKind::AdamW8bit;
-  const OptimizerState small = zero_moments(c, {64, 63}, Device::cpu()),
-                       large = zero_moments(c, {64, 64}, Device::cpu());
+  auto param = [](const char* n, Shape shape) {
+    Param p;
+    p.name = n;
+    p.shape = shape;
+    return p;
+  };
+  const Param small_w = param("layers.0.mlp.up_proj.weight", {64, 63}), large_w = param("layers.0.q.weight", {64, 64});
+  EXPECT_EQ(moments_for(c, small_w).kind, OptimizerKind::AdamW);
+  EXPECT_EQ(moments_for(c, large_w).kind, OptimizerKind::AdamW8bit);
+  const OptimizerState small = zero_moments(moments_for(c, small_w), small_w.shape, Device::cpu()),
+                       large = zero_moments(moments_for(c, large_w), large_w.shape, Device::cpu());
   EXPECT_TRUE(small.exp_avg.defined() && small.exp_avg_sq.defined() && !small.state1.defined());
   EXPECT_TRUE(!large.exp_avg.defined() && large.state1.defined());
   EXPECT_EQ(large.state1.dtype(), DType::U8);
@@ -259,18 +268,18 @@ TEST(AdamW8bit, SmallRunsKeepF32MomentsAndLargeOnesCodesAndScales) {
   std::vector<std::string> names;
   large.for_each([&](const char* suffix, const Tensor&) { names.push_back(suffix); });
   EXPECT_EQ(names, (std::vector<std::string>{".state1", ".absmax1", ".state2", ".absmax2"}));
-  EXPECT_THROW(large.slice(0, 256), Error);
-  // Embedding tables keep f32 moments whatever their size (Hugging Face's Trainer: nn.Embedding at 32 bits).
-  auto named = [](const char* n) {
-    Param p;
-    p.name = n;
-    return p;
-  };
-  EXPECT_TRUE(embedding_table(named("language_model.model.embed_tokens.weight")));
-  EXPECT_TRUE(embedding_table(named("vision_tower.vision_model.embeddings.position_embedding.weight")));
-  EXPECT_FALSE(embedding_table(named("vision_tower.vision_model.embeddings.patch_embedding.weight")));  // a conv
-  EXPECT_FALSE(embedding_table(named("language_model.lm_head.weight")));
+  EXPECT_THROW(large.slice(100, 356), Error);
+  const OptimizerState part = large.slice(512, 1000);
+  EXPECT_EQ(part.state1.numel(), 488);
+  EXPECT_EQ(part.absmax1.numel(), 2);  // blocks 2 and 3, the second in part
+  EXPECT_TRUE(part.absmax1.same_storage(large.absmax1));
   EXPECT_EQ(large.slice(0, 4096).state1.numel(), 4096);
+  // Embedding tables keep f32 moments whatever their size (Hugging Face's Trainer: nn.Embedding at 32 bits).
+  EXPECT_TRUE(embedding_table(param("language_model.model.embed_tokens.weight", {})));
+  EXPECT_TRUE(embedding_table(param("vision_tower.vision_model.embeddings.position_embedding.weight", {})));
+  EXPECT_FALSE(embedding_table(param("vision_tower.vision_model.embeddings.patch_embedding.weight", {})));  // a conv
+  EXPECT_FALSE(embedding_table(param("language_model.lm_head.weight", {})));
+  EXPECT_EQ(moments_for(c, param("language_model.model.embed_tokens.weight", {300, 64})).kind, OptimizerKind::AdamW);
   EXPECT_EQ(parse_optimizer("adamw_bnb_8bit"), OptimizerKind::AdamW8bit);
 }
 
