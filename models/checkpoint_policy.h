@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -21,7 +22,8 @@ enum class Keep : uint8_t { Input, Selective, Internal };
 
 struct CheckpointPolicy {
   CheckpointKind kind = CheckpointKind::None;
-  int every = 1;  // apply to blocks 0, every, 2*every, ...; the others keep everything
+  int every = 1;         // apply to blocks 0, every, 2*every, ...; the others keep everything
+  bool offload = false;  // memory.offload_activations: what checkpointed blocks keep waits on the host
 
   CheckpointKind for_block(int64_t index) const {
     return every > 0 && index % every == 0 ? kind : CheckpointKind::None;
@@ -45,6 +47,21 @@ template <typename Saved, std::size_t N>
 void apply_policy(Saved& s, const std::array<std::pair<core::Tensor Saved::*, Keep>, N>& table, CheckpointKind kind) {
   for (const auto& [field, keep] : table)
     if (!survives(keep, kind)) s.*field = core::Tensor();
+}
+
+// The saved tensors a block holds (what its policy kept).
+template <typename Saved, std::size_t N>
+std::vector<core::Tensor*> kept_fields(Saved& s, const std::array<std::pair<core::Tensor Saved::*, Keep>, N>& table) {
+  std::vector<core::Tensor*> kept;
+  for (const auto& [field, keep] : table)
+    if ((s.*field).defined()) kept.push_back(&(s.*field));
+  return kept;
+}
+
+// Whether block `index` of `blocks` sends what it keeps to the host (activation_offload.h): a checkpointed block
+// other than the last.
+inline bool offloads(const CheckpointPolicy& policy, int64_t index, int64_t blocks) {
+  return policy.offload && policy.for_block(index) != CheckpointKind::None && index + 1 < blocks;
 }
 
 // Whether a block still holds every field of its table: its backward has nothing to recompute.

@@ -2,8 +2,10 @@
 // SwiGLU MLP), final norm, untied lm_head. Explicit forward and backward, saved tensors per block.
 #pragma once
 
+#include <memory>
 #include <vector>
 
+#include "models/activation_offload.h"
 #include "models/checkpoint_policy.h"
 #include "models/config.h"
 #include "models/kv_cache.h"
@@ -48,8 +50,9 @@ class LlamaLayer {
 
 struct LlamaSaved {
   std::vector<LlamaLayerSaved> layers;
-  Tensor final_in;   // (B, L, C) input of the final norm
-  Tensor final_rms;  // (B*L) f32
+  Tensor final_in;                             // (B, L, C) input of the final norm
+  Tensor final_rms;                            // (B*L) f32
+  std::unique_ptr<ActivationOffload> offload;  // memory.offload_activations (last: it outlives no layer's tensors)
 };
 
 class LlamaModel {

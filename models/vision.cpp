@@ -197,13 +197,19 @@ Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const Chec
   hook_after(hooks_, group_, Pass::Forward);
   const int64_t used = cfg_.layers_used();
   saved.layers.resize(std::size_t(used));
+  if (saving == Saving::ForBackward && policy.offload) saved.offload = std::make_unique<ActivationOffload>();
   for (int64_t i = 0; i < used; ++i) {
     hook_before(hooks_, group_ + 1 + int(i), Pass::Forward);
     h = layers_[i].forward(h, saved.layers[i], policy.for_block(i));
     watch_output(watch_, group_ + 1 + int(i), Pass::Forward, h);
+    if (saved.offload && offloads(policy, i, used)) {
+      MemoryScope scope(Category::Activations, layers_[i].name());
+      saved.offload->send(std::size_t(i), kept_fields(saved.layers[std::size_t(i)], kFields));
+    }
     hook_after(hooks_, group_ + 1 + int(i), Pass::Forward);
     if (saving == Saving::Nothing) saved.layers[i] = {};
   }
+  if (saved.offload) saved.offload->sent_all();
   if (cfg_.select_feature == FeatureSelect::ClsPatch) return h;
   MemoryScope scope(Category::Activations, prefix_ + ".select_feature");
   return slice_copy(h, 1, 1, cfg_.num_positions());
@@ -219,6 +225,14 @@ void VisionTower::backward(const Tensor& d_features, VisionSaved& saved) const {
              : slice_backward(d_features, {I, cfg_.num_positions(), cfg_.hidden}, 1, 1);
   }
   for (std::size_t i = saved.layers.size(); i-- > 0;) {
+    if (saved.offload) {  // block i's kept tensors are back; block i-1's come back while block i computes
+      MemoryScope scope(Category::Activations, layers_[i].name());
+      saved.offload->restore(i);
+      if (i > 0) {
+        MemoryScope ahead(Category::Activations, layers_[i - 1].name());
+        saved.offload->fetch(i - 1);
+      }
+    }
     hook_before(hooks_, group_ + 1 + int(i), Pass::Backward);
     dh = layers_[i].backward(dh, saved.layers[i]);
     watch_output(watch_, group_ + 1 + int(i), Pass::Backward, dh);

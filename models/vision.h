@@ -4,8 +4,10 @@
 // feature selection.
 #pragma once
 
+#include <memory>
 #include <vector>
 
+#include "models/activation_offload.h"
 #include "models/checkpoint_policy.h"
 #include "models/config.h"
 #include "models/layers.h"
@@ -30,6 +32,8 @@ class VisionLayer {
   Tensor forward(const Tensor& x, VisionLayerSaved& saved, CheckpointKind kind) const;
   Tensor backward(const Tensor& dy, VisionLayerSaved& saved) const;
 
+  const std::string& name() const { return prefix_; }
+
  private:
   void compute(VisionLayerSaved& s) const;
 
@@ -45,6 +49,7 @@ struct VisionSaved {
   Tensor pre_in;   // (I, N, C) embeddings before CLIP's pre_layrnorm
   Tensor pre_mean, pre_rstd;
   std::vector<VisionLayerSaved> layers;
+  std::unique_ptr<ActivationOffload> offload;  // memory.offload_activations (last: it outlives no layer's tensors)
 };
 
 class VisionTower {

@@ -17,6 +17,20 @@ OptimizerKind parse_optimizer(const std::string& s) {
   throw Error(str("[config] train.optimizer '", s, "' is not one of: adamw, sgd, adafactor, adamw_8bit"));
 }
 
+const char* optimizer_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::AdamW:
+      return "adamw";
+    case OptimizerKind::SGD:
+      return "sgd";
+    case OptimizerKind::Adafactor:
+      return "adafactor";
+    case OptimizerKind::AdamW8bit:
+      return "adamw_8bit";
+  }
+  return "?";
+}
+
 OptimizerState OptimizerState::slice(int64_t begin, int64_t end) const {
   auto part = [&](const Tensor& t) { return t.defined() ? t.slice(0, begin, end) : Tensor(); };
   OptimizerState s;

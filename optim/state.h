@@ -16,6 +16,7 @@ using core::Tensor;
 enum class OptimizerKind : uint8_t { AdamW, SGD, Adafactor, AdamW8bit };
 // adamw | sgd | adafactor | adamw_8bit (also Hugging Face's adamw_bnb_8bit)
 OptimizerKind parse_optimizer(const std::string& s);
+const char* optimizer_name(OptimizerKind kind);  // as train.optimizer spells it
 // 8-bit AdamW keeps f32 moments for runs of fewer elements than this (bitsandbytes' min_8bit_size).
 constexpr int64_t kMin8bitElements = 4096;
 

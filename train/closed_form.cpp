@@ -101,9 +101,16 @@ ClosedFormRow activations_row(const Plan& p, const Llava& model) {
     if (k == CheckpointKind::Selective) return 3 * n * C * e + n * H * 4;
     return 6 * n * C * e + 2 * n * kv * e + 3 * n * I * e + n * H * 4 + 2 * n * 4;
   };
-  int64_t act = 0;
+  int64_t act = 0, offloaded = 0;
   if (p.params_trainable > 0)
-    for (int64_t l = 0; l < m.llm.layers; ++l) act += llm_block(c.llm_ckpt.for_block(l));
+    for (int64_t l = 0; l < m.llm.layers; ++l) {
+      if (offloads(c.llm_ckpt, l, m.llm.layers))
+        ++offloaded;
+      else
+        act += llm_block(c.llm_ckpt.for_block(l));
+    }
+  // Offloaded blocks: one arriving or leaving beside the one in use.
+  act += std::min<int64_t>(offloaded, 2) * llm_block(c.llm_ckpt.kind);
   act += 2 * n * C * e + n * 4;  // final norm input and the shifted hidden states
   int64_t transient = llm_block(CheckpointKind::None) + 3 * n * C * e;
   // LoRA: the widest adapted layer's input with dropout applied and its input gradient.
@@ -113,8 +120,9 @@ ClosedFormRow activations_row(const Plan& p, const Llava& model) {
     transient += n * (wide ? I : C) * e * (lora.dropout > 0.f ? 2 : 1);
   }
   return {"activations", act + transient, p.rank.at_peak[std::size_t(Category::Activations)],
-          str("kept per block by policy (", checkpoint_name(c.llm_ckpt.kind), ") + one block's backward",
-              lora.r > 0 ? " + LoRA's widest input and its gradient" : "")};
+          str("kept per block by policy (", checkpoint_name(c.llm_ckpt.kind),
+              offloaded > 0 ? str("; ", offloaded, " blocks' on the host, 2 on the device at a time") : "",
+              ") + one block's backward", lora.r > 0 ? " + LoRA's widest input and its gradient" : "")};
 }
 
 // The cross-entropy chunk, as the target back-end sizes it.

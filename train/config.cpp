@@ -252,6 +252,10 @@ void set_keys(RunConfig& c, const YAML::Node& root, const std::string& where) {
       checkpointing(true, true)(c, value, key);
       return;
     }
+    if (key == "memory.offload_activations") {
+      activation_offload(true, true)(c, value, key);
+      return;
+    }
     const Key* k = find_key(key);
     if (!k) {
       const std::string close = closest_match(key, paths);
@@ -335,6 +339,8 @@ std::string resolved_yaml(const RunConfig& c, const YAML::Node& root) {
   }
   set_path(resolved, "memory.gradient_checkpointing.vision", YAML::Node(models::checkpoint_name(c.vision_ckpt.kind)));
   set_path(resolved, "memory.gradient_checkpointing.llm", YAML::Node(models::checkpoint_name(c.llm_ckpt.kind)));
+  set_path(resolved, "memory.offload_activations.vision", YAML::Node(c.vision_ckpt.offload ? "cpu" : "none"));
+  set_path(resolved, "memory.offload_activations.llm", YAML::Node(c.llm_ckpt.offload ? "cpu" : "none"));
   set_path(resolved, "train.global_batch_size", YAML::Node(c.global_batch_size));
   set_path(resolved, "data.pad_to_multiple_of", YAML::Node(c.pad_to_multiple_of));
   set_path(resolved, "memory.grad_accum_dtype", YAML::Node(c.grad_accum == GradAccum::Fp32 ? "fp32" : "model"));

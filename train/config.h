@@ -98,6 +98,10 @@ struct RunConfig {
   // The other strategy keys set to auto (the planner decides), the memory budget, and OOM handling.
   bool micro_auto = false, vision_ckpt_auto = false, llm_ckpt_auto = false, offload_auto = false;
   bool prefetch_auto = false;  // parallel.prefetch_groups: auto (0, 1 or 2 at ZeRO-3)
+  // train.optimizer: auto: f32 AdamW, or 8-bit AdamW's states where the search finds that faster or alone fitting
+  bool optimizer_auto = false;
+  // memory.offload_activations[.vision|.llm]: auto (the planner decides, for both groups set so, together)
+  bool vision_act_offload_auto = false, llm_act_offload_auto = false;
   // parallel.backend: mpi: ranks on GPUs move device tensors through MPI (staged in host memory) instead of NCCL,
   // and may share a GPU (rank r on cuda:<local rank mod GPUs>); nccl (the default): one GPU per rank.
   bool gpu_collectives_over_mpi = false;

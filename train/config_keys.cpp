@@ -216,10 +216,12 @@ std::vector<Key> train_keys() {
        }},
       {"train.optimizer", "adamw",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::string s = get<std::string>(n, k, "a string");
+         c.optimizer_auto = s == "auto";
          try {
-           c.optimizer.kind = optim::parse_optimizer(get<std::string>(n, k, "a string"));
+           c.optimizer.kind = c.optimizer_auto ? optim::OptimizerKind::AdamW : optim::parse_optimizer(s);
          } catch (const Error&) {
-           bad_value(k, n, "one of: adamw, sgd, adafactor, adamw_8bit");
+           bad_value(k, n, "one of: adamw, sgd, adafactor, adamw_8bit, auto");
          }
        }},
       {"train.learning_rate", "0.001", f32(&RunConfig::learning_rate, 0.f)},
@@ -261,6 +263,8 @@ std::vector<Key> memory_parallel_log_keys() {
        }},
       {"memory.gradient_checkpointing.vision", "none", checkpointing(true, false)},
       {"memory.gradient_checkpointing.llm", "none", checkpointing(false, true)},
+      {"memory.offload_activations.vision", "none", activation_offload(true, false)},
+      {"memory.offload_activations.llm", "none", activation_offload(false, true)},
       {"memory.gradient_checkpointing.every", "1",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          const int64_t v = get<int64_t>(n, k, "an integer");
@@ -464,6 +468,17 @@ Setter checkpointing(bool vision, bool llm) {
   };
 }
 
+Setter activation_offload(bool vision, bool llm) {
+  return [=](RunConfig& c, const YAML::Node& n, const std::string& key) {
+    const std::string s = get<std::string>(n, key, "a string");
+    const bool auto_ = s == "auto";
+    if (!auto_ && s != "none" && s != "false" && s != "cpu") bad_value(key, n, "one of: none, cpu, auto");
+    const bool on = s == "cpu";
+    if (vision) c.vision_ckpt.offload = on, c.vision_act_offload_auto = auto_;
+    if (llm) c.llm_ckpt.offload = on, c.llm_act_offload_auto = auto_;
+  };
+}
+
 const std::vector<Key>& schema() {
   static const std::vector<Key> keys = [] {
     std::vector<Key> all;
@@ -481,7 +496,8 @@ const Key* find_key(const std::string& path) {
 }
 
 std::vector<std::string> all_paths() {
-  std::vector<std::string> v = {"memory.gradient_checkpointing"};  // also valid as one value for both groups
+  // Also valid as one value for both groups.
+  std::vector<std::string> v = {"memory.gradient_checkpointing", "memory.offload_activations"};
   for (const Key& k : schema()) v.push_back(k.path);
   return v;
 }

@@ -34,6 +34,8 @@ T get(const YAML::Node& n, const std::string& key, const char* want) {
 
 // The setter of a checkpoint policy for the vision tower's and/or the LLM's groups.
 Setter checkpointing(bool vision, bool llm);
+// memory.offload_activations (vision and llm), .vision or .llm: none | cpu | auto.
+Setter activation_offload(bool vision, bool llm);
 // Every key, section by section.
 const std::vector<Key>& schema();
 // The key at `path`, or null.

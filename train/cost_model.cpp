@@ -164,6 +164,37 @@ void add_offload(StepTime& t, const Plan& p, double trainable, double all, doubl
     t.offload_s += A * 2 * (all / W) * e / (p.device.host_gbps * 1e9);
 }
 
+// Activation offload: each checkpointed block but a tower's last sends what it keeps to the host after its forward
+// (hidden under the next block's forward) and gets it back during the backward of the block after it (hidden under
+// that block's backward and recompute); what a block's compute cannot cover is exposed. Per micro-batch.
+void add_activation_offload(StepTime& t, const Plan& p, const ParamCounts& k, double peak) {
+  const RunConfig& c = p.config;
+  const LlavaConfig& m = c.model.config;
+  const double e = c.precision != Precision::FP32 ? 2 : 4, A = double(c.gradient_accumulation_steps);
+  const double bus = p.device.host_gbps * 1e9;
+  auto tower = [&](const CheckpointPolicy& policy, int64_t layers, double rows, double hidden, double heads,
+                   double block_fwd_flops) {
+    if (!policy.offload || layers < 2) return;
+    double blocks = 0;
+    for (int64_t i = 0; i + 1 < layers; ++i) blocks += policy.for_block(i) != CheckpointKind::None;
+    const double kept =
+        policy.kind == CheckpointKind::Full ? rows * hidden * e : 3 * rows * hidden * e + rows * heads * 4;
+    const double copy = kept / bus, fwd = block_fwd_flops / peak;
+    const double back = 2 * fwd + recompute_fraction(policy.kind) * fwd;
+    t.act_offload_s += A * blocks * 2 * copy;
+    t.exposed_act_offload_s += A * blocks * (std::max(0.0, copy - fwd) + std::max(0.0, copy - back));
+  };
+  const double B = double(c.micro_batch_size), L = double(c.max_seq_len);
+  const bool grads_reach_llm = k.llm_trainable || k.projector_trainable || k.vision_trainable;
+  if (grads_reach_llm)
+    tower(c.llm_ckpt, m.llm.layers, B * L, double(m.llm.hidden), double(m.llm.heads),
+          2.0 * k.llm_layer * B * L + 2.0 * B * L * L * double(m.llm.hidden));
+  const double I = B * double(c.max_images_per_sample), N = double(m.vision.num_positions());
+  if (k.vision_trainable && vision_used(m) && I > 0)
+    tower(c.vision_ckpt, m.vision.layers_used(), I * N, double(m.vision.hidden), double(m.vision.heads),
+          2.0 * k.vision_layer * I * N + 4.0 * I * N * N * double(m.vision.hidden));
+}
+
 }  // namespace
 
 StepTime step_time(const Plan& p, const ParamCounts& k) {
@@ -189,6 +220,7 @@ StepTime step_time(const Plan& p, const ParamCounts& k) {
   const double hide = 1 - 1 / groups, backward_s = f.backward / peak;
   t.hidden_comm_s = hidden_comm_s(p, moved, hide, t.compute_s, backward_s);
   add_offload(t, p, trainable, all, e, hide, backward_s);
+  add_activation_offload(t, p, k, peak);
   return t;
 }
 

@@ -145,6 +145,17 @@ struct Reader {
                  })}});
   }
 
+  // activation_checkpointing.cpu_checkpointing: the checkpoints on the host (the checkpointing itself is the
+  // model's: memory.gradient_checkpointing).
+  void activation_checkpointing(const json& v, const std::string& k) {
+    walk(v, k,
+         with_ignored({{"cpu_checkpointing", unless_auto([this](const json& e, const std::string& kk) {
+                          set("memory.offload_activations", boolean(e, kk) ? "cpu" : "none");
+                        })}},
+                      {"partition_activations", "contiguous_memory_optimization", "number_checkpoints",
+                       "synchronize_checkpoint_boundary", "profile"}));
+  }
+
   void offload(const json& v, const std::string& key, const char* target) {
     walk(v, key,
          with_ignored({{"device",
@@ -279,10 +290,11 @@ struct Reader {
                        {"data_types", section(&Reader::data_types)},
                        {"zero_optimization", section(&Reader::zero_optimization)},
                        {"optimizer", section(&Reader::optimizer)},
-                       {"scheduler", section(&Reader::scheduler)}},
+                       {"scheduler", section(&Reader::scheduler)},
+                       {"activation_checkpointing", section(&Reader::activation_checkpointing)}},
                       {"steps_per_print", "wall_clock_breakdown", "zero_allow_untested_optimizer", "prescale_gradients",
-                       "gradient_predivide_factor", "communication_data_type", "activation_checkpointing",
-                       "flops_profiler", "tensorboard", "wandb", "memory_breakdown", "dump_state"}));
+                       "gradient_predivide_factor", "communication_data_type", "flops_profiler", "tensorboard", "wandb",
+                       "memory_breakdown", "dump_state"}));
     set_precision();
     check_batch();
   }

@@ -129,17 +129,22 @@ std::string evaluation_rows(const Plan& p) {
 std::string step_time_line(const Plan& p) {
   const RunConfig& c = p.config;
   const double tokens = double(c.global_batch_size * c.max_seq_len);
-  return str("step time (cost model): ", p.time.total(), " s = compute ", p.time.compute_s, " s (recompute ",
-             p.time.recompute_s, " s) + collectives ", p.time.exposed_comm_s(), " s exposed",
-             p.time.hidden_comm_s > 0
-                 ? str(" (", p.time.hidden_comm_s, " s more under compute: overlapped ",
-                       c.zero.stage <= 1 ? "all-reduce buckets" : "reduce-scatters and prefetched all-gathers", ")")
-                 : "",
-             " + offload ", p.time.offload_s, " s",
-             p.time.hidden_offload_s > 0 ? str(" (", p.time.hidden_offload_s,
-                                               " s more of host transfers under the backward and the host update)")
-                                         : "",
-             "; ", int64_t(tokens / std::max(p.time.total(), 1e-12)), " tokens/s over all ranks\n");
+  return str(
+      "step time (cost model): ", p.time.total(), " s = compute ", p.time.compute_s, " s (recompute ",
+      p.time.recompute_s, " s) + collectives ", p.time.exposed_comm_s(), " s exposed",
+      p.time.hidden_comm_s > 0
+          ? str(" (", p.time.hidden_comm_s, " s more under compute: overlapped ",
+                c.zero.stage <= 1 ? "all-reduce buckets" : "reduce-scatters and prefetched all-gathers", ")")
+          : "",
+      " + offload ", p.time.offload_s, " s",
+      p.time.hidden_offload_s > 0
+          ? str(" (", p.time.hidden_offload_s, " s more of host transfers under the backward and the host update)")
+          : "",
+      p.time.act_offload_s > 0
+          ? str(" + activation offload ", p.time.exposed_act_offload_s, " s exposed of ", p.time.act_offload_s,
+                " s of copies", p.time.exposed_act_offload_s > 0 ? " (a block computes faster than its copy)" : "")
+          : "",
+      "; ", int64_t(tokens / std::max(p.time.total(), 1e-12)), " tokens/s over all ranks\n");
 }
 
 using json = nlohmann::json;
@@ -207,6 +212,9 @@ json decisions_json(const RunConfig& c) {
       {"precision", precision_name(c.precision)},
       {"gradient_checkpointing",
        {{"vision", models::checkpoint_name(c.vision_ckpt.kind)}, {"llm", models::checkpoint_name(c.llm_ckpt.kind)}}},
+      {"offload_activations",
+       {{"vision", c.vision_ckpt.offload ? "cpu" : "none"}, {"llm", c.llm_ckpt.offload ? "cpu" : "none"}}},
+      {"optimizer", optim::optimizer_name(c.optimizer.kind)},
       {"micro_batch_size", c.micro_batch_size},
       {"gradient_accumulation_steps", c.gradient_accumulation_steps},
       {"global_batch_size", c.global_batch_size},
@@ -225,6 +233,8 @@ json step_time_json(const StepTime& t) {
           {"comm_exposed_s", t.exposed_comm_s()},
           {"offload_s", t.offload_s},
           {"offload_hidden_s", t.hidden_offload_s},
+          {"activation_offload_s", t.act_offload_s},
+          {"activation_offload_exposed_s", t.exposed_act_offload_s},
           {"flops", t.flops}};
 }
 

@@ -14,10 +14,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Fitting before not, then the faster; at the same time f32 AdamW's exact states before 8-bit ones and activations
+// kept on the device (offloading them moves bytes for nothing), then the smaller.
 bool faster(const Plan& a, const Plan& b) {
   if (a.fits != b.fits) return a.fits;
   if (!a.fits) return a.rank.peak_reserved < b.rank.peak_reserved;
   if (a.time.total() != b.time.total()) return a.time.total() < b.time.total();
+  const bool a_eight = a.config.optimizer.kind == optim::OptimizerKind::AdamW8bit,
+             b_eight = b.config.optimizer.kind == optim::OptimizerKind::AdamW8bit;
+  if (a_eight != b_eight) return b_eight;
+  const bool a_moves = a.time.act_offload_s > 0, b_moves = b.time.act_offload_s > 0;
+  if (a_moves != b_moves) return b_moves;
   return a.rank.peak_reserved < b.rank.peak_reserved;
 }
 
@@ -39,9 +46,21 @@ RunConfig with_micro(const RunConfig& c, int64_t m, int64_t per_rank, int world)
 }
 
 // Whether the sharding settings are a valid combination; the reason when not, if `why` is given.
+// memory.offload_activations moves what checkpointing keeps: some group it is set for must checkpoint.
+void validate_activation_offload(const RunConfig& c) {
+  const bool asked = c.vision_ckpt.offload || c.llm_ckpt.offload;
+  const bool checkpointed = (c.vision_ckpt.offload && c.vision_ckpt.kind != CheckpointKind::None) ||
+                            (c.llm_ckpt.offload && c.llm_ckpt.kind != CheckpointKind::None);
+  HR_CHECK(!asked || checkpointed,
+           "[config] memory.offload_activations: cpu moves to the host what gradient checkpointing keeps of each "
+           "block, and no group it is set for checkpoints; set memory.gradient_checkpointing (or its .llm / .vision) "
+           "to selective or full");
+}
+
 bool valid(const RunConfig& c, std::string* why = nullptr) {
   try {
     parallel::validate(c.zero, c.optimizer);
+    validate_activation_offload(c);
     return true;
   } catch (const Error& e) {
     if (why && why->empty()) *why = e.what();
@@ -51,6 +70,8 @@ bool valid(const RunConfig& c, std::string* why = nullptr) {
 
 // What the search may choose from: every value of a key set to `auto`, the key's own value otherwise.
 struct Choices {
+  std::vector<optim::OptimizerKind> optimizers;  // train.optimizer: auto: f32 AdamW or 8-bit AdamW
+  std::vector<bool> act_offload;                 // memory.offload_activations of the groups set to auto
   std::vector<int> stages;
   std::vector<Offload> offloads;
   // Prefetch depth matters at ZeRO-3 only (deeper holds more gathered groups and hides no more in the cost model
@@ -66,6 +87,11 @@ Choices choices(const RunConfig& c, int world) {
   ch.stages = c.zero_auto ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{c.zero.stage};
   ch.offloads = c.offload_auto ? std::vector<Offload>{Offload::None, Offload::Cpu}
                                : std::vector<Offload>{c.zero.offload_optimizer};
+  ch.optimizers = c.optimizer_auto
+                      ? std::vector<optim::OptimizerKind>{optim::OptimizerKind::AdamW, optim::OptimizerKind::AdamW8bit}
+                      : std::vector<optim::OptimizerKind>{c.optimizer.kind};
+  ch.act_offload =
+      c.vision_act_offload_auto || c.llm_act_offload_auto ? std::vector<bool>{false, true} : std::vector<bool>{false};
   ch.depths = c.prefetch_auto ? std::vector<int>{0, 1, 2} : std::vector<int>{c.zero.prefetch_groups};
   const std::vector<CheckpointKind> all = {CheckpointKind::None, CheckpointKind::Selective, CheckpointKind::Full};
   const bool vision_trains = c.stage == Stage::Full && !c.model.freeze_vision;
@@ -83,6 +109,8 @@ struct Strategy {
   Offload offload;
   int depth;
   CheckpointKind vision, llm;
+  bool act_offload;
+  optim::OptimizerKind optimizer;
 };
 
 // Every combination of the choices, in the search's order; below ZeRO-3 one prefetch depth only.
@@ -93,7 +121,9 @@ std::vector<Strategy> combinations(const Choices& ch) {
       for (int depth : ch.depths)
         for (CheckpointKind v : ch.vision)
           for (CheckpointKind l : ch.llm)
-            if (stage == 3 || depth == ch.depths.back()) all.push_back({stage, off, depth, v, l});
+            for (bool act : ch.act_offload)
+              for (optim::OptimizerKind o : ch.optimizers)
+                if (stage == 3 || depth == ch.depths.back()) all.push_back({stage, off, depth, v, l, act, o});
   return all;
 }
 
@@ -105,7 +135,12 @@ RunConfig with_strategy(const RunConfig& c, const Strategy& s) {
   r.zero.prefetch_groups = s.stage == 3 ? s.depth : (c.prefetch_auto ? 1 : c.zero.prefetch_groups);
   r.vision_ckpt.kind = s.vision;
   r.llm_ckpt.kind = s.llm;
+  if (c.vision_act_offload_auto) r.vision_ckpt.offload = s.act_offload;
+  if (c.llm_act_offload_auto) r.llm_ckpt.offload = s.act_offload;
   r.zero_auto = r.offload_auto = r.vision_ckpt_auto = r.llm_ckpt_auto = r.prefetch_auto = false;
+  r.vision_act_offload_auto = r.llm_act_offload_auto = false;
+  r.optimizer.kind = s.optimizer;
+  r.optimizer_auto = false;
   return r;
 }
 
@@ -149,6 +184,22 @@ void more_checkpointing(Changes& ch) {
     if (vision_trains && c.vision_ckpt.kind < k)
       ch.add(str("memory.gradient_checkpointing=", models::checkpoint_name(k)),
              [&](RunConfig& r) { r.llm_ckpt.kind = r.vision_ckpt.kind = k; });
+  }
+}
+
+// The language model's kept activations on the host (memory.offload_activations): with its checkpointing as it is,
+// or with selective or full checkpointing where it has less.
+void activations_on_the_host(Changes& ch) {
+  const RunConfig& c = ch.base;
+  if (c.llm_ckpt.offload) return;
+  for (CheckpointKind k : {CheckpointKind::Selective, CheckpointKind::Full}) {
+    if (c.llm_ckpt.kind > k) continue;
+    const std::string with =
+        c.llm_ckpt.kind == k ? "" : str(" --set memory.gradient_checkpointing.llm=", models::checkpoint_name(k));
+    ch.add(str("memory.offload_activations.llm=cpu", with), [&](RunConfig& r) {
+      r.llm_ckpt.kind = std::max(r.llm_ckpt.kind, k);
+      r.llm_ckpt.offload = true;
+    });
   }
 }
 
@@ -241,10 +292,10 @@ void add_first_fitting(const Changes& changes, const DevicePreset& device, int w
 }
 
 // 8-bit AdamW states (bitsandbytes' AdamW8bit): a quarter of AdamW's state bytes, at any ZeRO stage and offload.
-// It changes the optimizer's arithmetic, as LoRA changes what trains: offered after the fixes that keep it, never
-// chosen by `auto`.
+// It changes the optimizer's arithmetic, as LoRA changes what trains: offered after the fixes that keep it, chosen
+// by the search only under train.optimizer: auto.
 void add_8bit_fix(const RunConfig& c, const DevicePreset& device, int world, std::vector<Plan>& fits) {
-  if (c.optimizer.kind != optim::OptimizerKind::AdamW) return;
+  if (c.optimizer.kind != optim::OptimizerKind::AdamW || c.optimizer_auto) return;  // auto: the search had it
   Changes eight{c, {}};
   eight.add("train.optimizer=adamw_8bit (8-bit AdamW states)",
             [&](RunConfig& r) { r.optimizer.kind = optim::OptimizerKind::AdamW8bit; });
@@ -263,8 +314,8 @@ void add_lora_fix(const RunConfig& c, const DevicePreset& device, int world, std
 Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
   const auto t0 = Clock::now();
   Search s;
-  s.any_auto =
-      c.micro_auto || c.vision_ckpt_auto || c.llm_ckpt_auto || c.offload_auto || c.zero_auto || c.prefetch_auto;
+  s.any_auto = c.micro_auto || c.vision_ckpt_auto || c.llm_ckpt_auto || c.offload_auto || c.zero_auto ||
+               c.prefetch_auto || c.vision_act_offload_auto || c.llm_act_offload_auto || c.optimizer_auto;
   const Choices ch = choices(c, world);
   std::string invalid;
   for (const Strategy& strategy : combinations(ch)) {
@@ -281,6 +332,7 @@ Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
 std::vector<Plan> suggest_fixes(const RunConfig& c, const DevicePreset& device, int world, int count) {
   Changes changes{c, {}};
   more_checkpointing(changes);
+  activations_on_the_host(changes);
   smaller_micro_batches(changes, world);
   sharding_and_precision(changes, world);
   full_checkpointing_and_smaller_micro_batches(changes, world);

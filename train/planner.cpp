@@ -22,9 +22,16 @@ std::string Decisions::describe() const {
   std::string s =
       str("micro ", micro_batch_size, " x accumulation ", gradient_accumulation_steps, ", ZeRO ", zero_stage,
           ", checkpointing vision ", checkpoint_name(vision_ckpt), " / llm ", checkpoint_name(llm_ckpt));
+  if (vision_act_offload || llm_act_offload)
+    s += str(", activations of ",
+             vision_act_offload && llm_act_offload ? "vision and llm"
+             : llm_act_offload                     ? "llm"
+                                                   : "vision",
+             " on cpu");
   if (zero_stage == 3) s += str(", prefetch ", prefetch_groups);
   if (offload_optimizer == parallel::Offload::Cpu) s += ", optimizer on cpu";
   if (offload_params == parallel::Offload::Cpu) s += ", params on cpu";
+  if (optimizer == optim::OptimizerKind::AdamW8bit) s += ", 8-bit AdamW";
   if (allocator != AllocatorKind::Caching) s += str(", ", allocator_kind_name(allocator), " allocator");
   return s + ", " + precision_name(precision);
 }
@@ -36,6 +43,9 @@ Decisions decisions_of(const RunConfig& c) {
   d.precision = c.precision;
   d.vision_ckpt = c.vision_ckpt.kind;
   d.llm_ckpt = c.llm_ckpt.kind;
+  d.optimizer = c.optimizer.kind;
+  d.vision_act_offload = c.vision_ckpt.offload && c.vision_ckpt.kind != CheckpointKind::None;
+  d.llm_act_offload = c.llm_ckpt.offload && c.llm_ckpt.kind != CheckpointKind::None;
   d.allocator = c.allocator;
   d.micro_batch_size = c.micro_batch_size;
   d.gradient_accumulation_steps = c.gradient_accumulation_steps;

@@ -105,6 +105,8 @@ class Predictor {
 struct Decisions {
   Precision precision = Precision::FP32;
   models::CheckpointKind vision_ckpt = models::CheckpointKind::None, llm_ckpt = models::CheckpointKind::None;
+  bool vision_act_offload = false, llm_act_offload = false;  // memory.offload_activations
+  optim::OptimizerKind optimizer = optim::OptimizerKind::AdamW;
   int64_t micro_batch_size = 1, gradient_accumulation_steps = 1;
   int zero_stage = 0;
   int prefetch_groups = 1;  // ZeRO-3's all-gathers started ahead
@@ -121,10 +123,13 @@ struct StepTime {
   // Of the offload's transfers, what moves under other work (not in offload_s): at ZeRO 2-3 gradients leave for the
   // host during the last backward; at ZeRO-3 updated shards go back while the next group updates on the host.
   double hidden_offload_s = 0;
+  // memory.offload_activations: the kept tensors' copies to the host and back over PCIe, and the part of them no
+  // block's compute hides (in total()).
+  double act_offload_s = 0, exposed_act_offload_s = 0;
   double flops = 0;        // per step and rank, recompute included
   double model_flops = 0;  // per step and rank, recompute not credited (the model's FLOPs, as MFU counts them)
   double exposed_comm_s() const { return comm_s - hidden_comm_s; }
-  double total() const { return compute_s + exposed_comm_s() + offload_s; }
+  double total() const { return compute_s + exposed_comm_s() + offload_s + exposed_act_offload_s; }
 };
 
 // One row of the closed-form breakdown beside the dry run.

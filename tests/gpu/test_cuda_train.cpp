@@ -272,8 +272,8 @@ TEST(CudaTrain, TwoRanksShareOneGpuOverMpiAndMatchOneGpuAndTheirDryRuns) {
 
 // bf16 on one GPU, where host and GPU tensors of different dtypes meet (f32 initial values into bf16 parameters,
 // f32 host masters of bf16 GPU parameters with optimizer offload, LoRA's adapters) and with ZeRO-3's parameters on
-// the host without offloaded states (the update runs on the GPU, the shard comes and goes): each trains, and every
-// step's peaks equal its dry run.
+// the host without offloaded states (the update runs on the GPU, the shard comes and goes), and with activations
+// offloaded beside 8-bit AdamW: each trains, and every step's peaks equal its dry run.
 TEST(CudaTrain, Bf16WithOffloadLoraAndHostParametersTrainsAndEveryPeakItsDryRun) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   const std::string base = fresh_dir("cuda_bf16");
@@ -284,6 +284,10 @@ TEST(CudaTrain, Bf16WithOffloadLoraAndHostParametersTrainsAndEveryPeakItsDryRun)
       {"offload", " --set memory.offload_optimizer=cpu"},
       {"lora", " --set lora.enable=true --set train.learning_rate=0.01"},
       {"z3_host_params", " --set memory.zero_stage=3 --set memory.offload_params=cpu"},
+      // Activation offload: the blocks' kept tensors leave and come back on the side stream, 8-bit AdamW beside.
+      {"offload_activations_8bit",
+       " --set memory.gradient_checkpointing=selective --set memory.offload_activations=cpu"
+       " --set train.optimizer=adamw_8bit --set model.llm.hidden_size=64"},
   };
   for (const auto& [name, more] : runs) {
     CmdResult r = train(cfg, base + "/" + name, sets + more);

@@ -326,6 +326,76 @@ TEST(Plan, AutoPicksSelectiveWhenNoneDoesNotFitAndALargerMicroBatchWhenMemoryAll
   EXPECT_EQ(small["decisions"]["gradient_accumulation_steps"], 8);
 }
 
+// memory.offload_activations: auto beside gradient_checkpointing: auto. A deep language model whose kept activations
+// do not fit under selective checkpointing: the search keeps selective's cheaper recompute and sends what it keeps
+// to the host (its copies hide under the blocks' compute) rather than recompute everything under full; without
+// the offload to choose it takes full. With room, activations stay on the device (moving them gains nothing). The
+// pick trains with every step's peak its dry run's.
+TEST(Plan, AutoOffloadsActivationsWhereThatSavesRecomputing) {
+  const std::string base = fresh_dir("plan_act_offload");
+  const std::string cfg = write_config(base, kTinyTrainConfig);
+  const std::string deep =
+      "--set train.stage=full --set model.llm.num_hidden_layers=12 --set model.llm.hidden_size=64 "
+      "--set train.micro_batch_size=8 --set train.gradient_accumulation_steps=1 --set memory.allocator=planned "
+      "--set memory.budget=1.0 --set train.eval_batch_size=1 --set train.max_new_tokens=1 ";
+  const json sel = plan_json(cfg, deep + "--set memory.gradient_checkpointing=selective");
+  const json sel_off =
+      plan_json(cfg, deep + "--set memory.gradient_checkpointing=selective --set memory.offload_activations=cpu");
+  const json full = plan_json(cfg, deep + "--set memory.gradient_checkpointing=full");
+  const int64_t s = sel["ranks"][0]["peak_reserved"], so = sel_off["ranks"][0]["peak_reserved"],
+                f = full["ranks"][0]["peak_reserved"];
+  ASSERT_LT(so, f);
+  ASSERT_LT(f, s);
+  EXPECT_GT(sel_off["step_time"]["activation_offload_s"].get<double>(), 0);
+  EXPECT_EQ(sel_off["step_time"]["activation_offload_exposed_s"].get<double>(), 0) << "hidden under compute";
+  EXPECT_LT(sel_off["step_time"]["total_s"].get<double>(), full["step_time"]["total_s"].get<double>());
+  const std::string cap = str("--capacity ", (f + s) / 2, " --set memory.gradient_checkpointing=auto ");
+  const json pick = plan_json(cfg, deep + cap + "--set memory.offload_activations=auto");
+  EXPECT_TRUE(pick["fits"].get<bool>()) << pick.dump();
+  EXPECT_EQ(pick["decisions"]["gradient_checkpointing"]["llm"], "selective") << pick.dump();
+  EXPECT_EQ(pick["decisions"]["offload_activations"]["llm"], "cpu") << pick.dump();
+  const json kept = plan_json(cfg, deep + cap + "--set memory.offload_activations=none");
+  EXPECT_EQ(kept["decisions"]["gradient_checkpointing"]["llm"], "full") << kept.dump();
+  const json roomy = plan_json(cfg, deep +
+                                        "--set memory.gradient_checkpointing=selective --set "
+                                        "memory.offload_activations=auto --capacity 4GiB");
+  EXPECT_EQ(roomy["decisions"]["offload_activations"]["llm"], "none") << roomy.dump();
+  // The pick, trained on a device capped there.
+  CmdResult r =
+      headroom(str("train ", cfg, " ", deep, "--set memory.gradient_checkpointing=auto ",
+                   "--set memory.offload_activations=auto --set train.max_steps=2 --set run.output_dir=", base,
+                   "/run --set device.memory_limit=", (f + s) / 2));
+  ASSERT_EQ(r.status, 0) << r.output;
+  for (const json& l : jsonl(base + "/run/memory.jsonl")) {
+    EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "step " << l["step"];
+    EXPECT_GT(l["host"]["by_category"]["activations"].get<int64_t>(), 0);
+  }
+}
+
+// train.optimizer: auto: f32 AdamW where it fits, 8-bit AdamW's states where only they do, and those before
+// recomputing (8-bit states cost the cost model no time, checkpointing does); with room, f32 AdamW (at equal time the
+// exact states). The pre-flight of an f32 AdamW run that does not fit offers 8-bit AdamW with its peak.
+TEST(Plan, AutoTakesEightBitStatesWhereOnlyTheyFitAndBeforeRecomputing) {
+  const std::string cfg = config(fresh_dir("plan_optimizer_auto"));
+  const std::string sets = "--set memory.budget=1.0 --set memory.allocator=planned ";
+  const json f32 = plan_json(cfg, sets);
+  const json eight = plan_json(cfg, sets + "--set train.optimizer=adamw_8bit");
+  const int64_t a = f32["ranks"][0]["peak_reserved"], e = eight["ranks"][0]["peak_reserved"];
+  ASSERT_LT(e, a);
+  EXPECT_EQ(eight["decisions"]["optimizer"], "adamw_8bit");
+  const std::string tight = str("--capacity ", (a + e) / 2, " --set train.optimizer=auto ");
+  const json pick = plan_json(cfg, sets + tight + "--set memory.gradient_checkpointing=auto");
+  EXPECT_TRUE(pick["fits"].get<bool>()) << pick.dump();
+  EXPECT_EQ(pick["decisions"]["optimizer"], "adamw_8bit") << pick.dump();
+  EXPECT_EQ(pick["decisions"]["gradient_checkpointing"]["llm"], "none") << "8-bit states before recomputing";
+  const json roomy = plan_json(cfg, sets + "--capacity 4GiB --set train.optimizer=auto");
+  EXPECT_EQ(roomy["decisions"]["optimizer"], "adamw") << roomy.dump();
+  CmdResult over = headroom(str("plan ", cfg, " ", sets, "--capacity ", (a + e) / 2));
+  EXPECT_EQ(WEXITSTATUS(over.status), 3) << over.output;
+  EXPECT_NE(over.output.find("--set train.optimizer=adamw_8bit (8-bit AdamW states): peak"), std::string::npos)
+      << over.output;
+}
+
 // memory.allocator defaults to auto: the chosen plan dry-run under each allocator, the one whose run reserves
 // least (the step's or the evaluation's peak, whichever is larger) taken. Here that is planned, and its step
 // reserves within 2% of what it allocates.

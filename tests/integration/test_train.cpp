@@ -268,6 +268,51 @@ TEST(Train, AdamW8bitIsPlannedToTheByteCheckpointsItsCodesAndResumesBitForBit) {
   EXPECT_NE(rc.output.find("exp_avg"), std::string::npos) << rc.output;
 }
 
+// memory.offload_activations: cpu: what each checkpointed block keeps waits on the host between its forward and its
+// backward, in both towers. Copies move bytes unchanged, so losses, gradient norms and the final weights are those
+// of the run without offload bit for bit; the device's peak drops, the host holds the blocks' tensors, and every
+// step's peaks are still its dry run's.
+TEST(Train, ActivationOffloadKeepsEveryBitAndTheDeviceHoldsLess) {
+  for (const char* policy : {"selective", "full"}) {
+    std::map<std::string, std::vector<json>> lines;
+    for (const char* offload : {"none", "cpu"}) {
+      const std::string d = fresh_dir(str("act_offload_", policy, "_", offload));
+      CmdResult r =
+          headroom(str("train ", config_file(d), " --set run.output_dir=", d,
+                       " --set train.stage=full --set train.save_steps=8 --set memory.gradient_checkpointing=", policy,
+                       " --set memory.offload_activations=", offload));
+      ASSERT_EQ(r.status, 0) << r.output;
+      lines[offload] = jsonl(d + "/memory.jsonl");
+      ASSERT_EQ(lines[offload].size(), 8u) << policy << " " << offload;
+      for (const json& l : lines[offload]) {
+        EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << policy << " " << offload << " step " << l["step"];
+        EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << policy << " " << offload << " step " << l["step"];
+      }
+      lines[str(offload, "_dir")] = {json(d)};
+    }
+    for (std::size_t i = 0; i < 8; ++i) {
+      const json &off = lines["cpu"][i], &on = lines["none"][i];
+      EXPECT_EQ(off["loss"].get<double>(), on["loss"].get<double>()) << policy << " step " << i + 1;
+      EXPECT_EQ(off["grad_norm"].get<double>(), on["grad_norm"].get<double>()) << policy << " step " << i + 1;
+      EXPECT_LT(off["peak_allocated"].get<int64_t>(), on["peak_allocated"].get<int64_t>()) << policy;
+      EXPECT_GT(off["host"]["by_category"]["activations"].get<int64_t>(), 0) << policy;
+      EXPECT_EQ(on["host"]["by_category"]["activations"].get<int64_t>(), 0) << policy;
+    }
+    const core::SafetensorsFile a = core::SafetensorsFile::open(lines["cpu_dir"][0].get<std::string>() +
+                                                                "/checkpoint-8/model.safetensors"),
+                                b = core::SafetensorsFile::open(lines["none_dir"][0].get<std::string>() +
+                                                                "/checkpoint-8/model.safetensors");
+    ASSERT_EQ(a.names(), b.names());
+    for (const std::string& n : a.names()) EXPECT_EQ(a.get(n).to_floats(), b.get(n).to_floats()) << policy << " " << n;
+  }
+  // Nothing to move without checkpointing: refused, naming both keys.
+  const std::string d = fresh_dir("act_offload_refused");
+  CmdResult r = headroom("plan " + config_file(d) + " --set memory.offload_activations=cpu");
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("memory.offload_activations"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("memory.gradient_checkpointing"), std::string::npos) << r.output;
+}
+
 // SIGTERM (a scheduler's stop) finishes the step, writes its checkpoint and exits 0; --resume goes on from it.
 TEST(Train, SigtermStopsAfterTheStepWithACheckpointAndExitsZero) {
   const std::string d = fresh_dir("sigterm");

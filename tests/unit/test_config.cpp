@@ -41,6 +41,31 @@ TEST(Config, DefaultsAndOverrides) {
   EXPECT_NE(c.resolved_yaml.find("gradient_accumulation_steps: 1"), std::string::npos);
 }
 
+// memory.offload_activations: one value for both groups, or one per group (as memory.gradient_checkpointing);
+// none | cpu | auto, resolved per group.
+TEST(Config, ActivationOffloadIsOneValueOrOnePerGroup) {
+  RunConfig both = load_config(write("model:\n  preset: tiny\nmemory:\n  offload_activations: cpu\n"), {});
+  EXPECT_TRUE(both.vision_ckpt.offload && both.llm_ckpt.offload);
+  EXPECT_NE(both.resolved_yaml.find("offload_activations:\n    vision: cpu\n    llm: cpu"), std::string::npos)
+      << both.resolved_yaml;
+  RunConfig llm = load_config(write("model:\n  preset: tiny\nmemory:\n  offload_activations: {llm: cpu}\n"), {});
+  EXPECT_TRUE(llm.llm_ckpt.offload);
+  EXPECT_FALSE(llm.vision_ckpt.offload);
+  RunConfig chosen = load_config("", {"memory.offload_activations.llm=auto"});
+  EXPECT_TRUE(chosen.llm_act_offload_auto);
+  EXPECT_FALSE(chosen.vision_act_offload_auto);
+  EXPECT_NE(error_of("", {"memory.offload_activations=gpu"})
+                .find("memory.offload_activations: 'gpu' is not one of: "
+                      "none, cpu, auto"),
+            std::string::npos)
+      << error_of("", {"memory.offload_activations=gpu"});
+  // DeepSpeed's activation_checkpointing.cpu_checkpointing maps onto it.
+  const std::string ds = testing::TempDir() + "/ds_cpu_checkpointing.json";
+  std::ofstream(ds) << R"({"activation_checkpointing": {"partition_activations": false, "cpu_checkpointing": true}})";
+  const RunConfig from_ds = load_config("", {"deepspeed=" + ds});
+  EXPECT_TRUE(from_ds.llm_ckpt.offload && from_ds.vision_ckpt.offload);
+}
+
 TEST(Config, UnknownKeysNameTheClosestValidKey) {
   const std::string p = write("memory:\n  gradient_checkpoint: full\n");
   EXPECT_NE(error_of(p).find("unknown key 'memory.gradient_checkpoint'; did you mean 'memory.gradient_checkpointing'?"),
