@@ -3,7 +3,8 @@
 # projector and Vicuna-7B train, bf16, full checkpointing, micro-batch 16 of global 128, ZeRO-3): `headroom plan`
 # on 1 and on 8 x a100-80g with f32 AdamW or 8-bit AdamW, the activations kept on the device or offloaded, each
 # cell the peak per rank (fits or not) and the cost model's step time; then what `auto` picks (ZeRO stage,
-# optimizer offload, checkpointing, activation offload and micro-batch on auto) for each optimizer.
+# optimizer offload, checkpointing, activation offload and micro-batch on auto) with f32 AdamW and with
+# train.optimizer: auto. HR_ONLY=auto prints the second table only.
 #   tests/bench/memory_strategies_7b.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -11,18 +12,18 @@ HR="${1:-build}/train/headroom"
 cfg=configs/llava-1.5-7b.yaml
 cell() {
   local out total step
-  out=$("$HR" plan "$cfg" --device a100-80g "$@" 2>&1 || true)
+  out=${PLAN_OUT:-$("$HR" plan "$cfg" --device a100-80g "$@" 2>&1 || true)}
   total=$(sed -n 's/^  total *\([0-9.]* [KMG]iB\) .*: \(fits\|DOES NOT FIT\).*/\1, \2/p' <<< "$out" | sed 's/DOES NOT FIT/no/')
   step=$(sed -n 's/^step time (cost model): \([0-9.]*\) s = .*/\1/p' <<< "$out")
   [ -n "$total" ] && [ -n "$step" ] || { echo "$out" >&2; exit 1; }
   printf '%s; %.1f s' "$total" "$step"
 }
 decisions() {
-  "$HR" plan "$cfg" --device a100-80g "$@" 2>&1 | sed -n 's/^decisions: //p' | sed 's/; global batch.*//'
+  sed -n 's/^decisions: //p' <<< "$PLAN_OUT" | sed 's/; global batch.*//'
 }
-echo "| optimizer | activations | 1 × a100-80g | 8 × a100-80g |"
-echo "| --- | --- | --- | --- |"
-for opt in adamw adamw_8bit; do
+[ "${HR_ONLY:-}" = auto ] || echo "| optimizer | activations | 1 × a100-80g | 8 × a100-80g |"
+[ "${HR_ONLY:-}" = auto ] || echo "| --- | --- | --- | --- |"
+[ "${HR_ONLY:-}" = auto ] || for opt in adamw adamw_8bit; do
   name=$([ $opt = adamw ] && echo "AdamW (f32 states)" || echo "8-bit AdamW")
   for act in none cpu; do
     where=$([ $act = none ] && echo "on the device" || echo "offloaded")
@@ -35,9 +36,10 @@ AUTO=(--set memory.zero_stage=auto --set memory.offload_optimizer=auto --set mem
 echo
 echo "| optimizer | GPUs | auto picks | peak; step |"
 echo "| --- | --- | --- | --- |"
-for opt in adamw adamw_8bit; do
+for opt in adamw auto; do
   for world in 1 8; do
-    sets=(--world-size $world --set train.optimizer=$opt "${AUTO[@]}")
-    echo "| $opt | $world | $(decisions "${sets[@]}") | $(cell "${sets[@]}") |"
+    PLAN_OUT=$("$HR" plan "$cfg" --device a100-80g --world-size $world --set train.optimizer=$opt "${AUTO[@]}" 2>&1 ||
+      true)
+    echo "| $opt | $world | $(decisions) | $(cell) |"
   done
 done
