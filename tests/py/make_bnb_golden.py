@@ -6,7 +6,7 @@ the file and never runs this.
 
 Tensors: qmap1 / qmap2 (the signed and unsigned dynamic maps), param0 (the start), grad1..grad3, and after each
 step k: param{k}, state1_{k} / state2_{k} (uint8 codes), absmax1_{k} / absmax2_{k}. The size, 4,396, ends in a
-partial block of 44 (blocks of 256)."""
+partial block of 44 (blocks of 256); block 0 has small gradients, block 1 zero ones, block 2 one outlier."""
 import sys
 
 import bitsandbytes as bnb
@@ -21,6 +21,8 @@ opt = bnb.optim.AdamW8bit([p], lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, min
 for k in (1, 2, 3):
     g = torch.randn(N) * (0.1 if k != 2 else 3.0)  # a large second gradient moves every block's scale
     g[:256] *= 1e-3  # one block of small gradients
+    g[256:512] = 0.0  # one block of zero gradients (its moments decay; on step 1 they stay zero)
+    g[700] = 40.0 * (1 if k != 3 else -1)  # an outlier that sets its block's scale
     p.grad = g.clone()
     opt.step()
     st = opt.state[p]

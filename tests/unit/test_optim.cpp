@@ -153,7 +153,8 @@ TEST(AdamW, LearningRateRatiosByModuleKindAsLlavasMmProjectorAndVisionTowerLr) {
 
 // bitsandbytes' own AdamW8bit (0.50.2 on the CPU, tests/py/make_bnb_golden.py): the maps it quantized with, and
 // each of three steps taken from its own state before it (4,396 elements: 17 blocks of 256 and one of 44; one
-// block of tiny gradients, a second step 30 times larger than the others). The update is f32 arithmetic in the
+// block of tiny gradients, one of zeros, one with an outlier 400 times the others, a second step 30 times larger
+// than the others). The update is f32 arithmetic in the
 // same order, so parameters and block scales agree to rounding. Codes are the nearest map value here; the CPU
 // build of bitsandbytes finds them with an approximate search (BinSearch's Direct2) that can land one value off
 // where two are nearly equally near, and further off among the unsigned map's tiny values near 0, where every
@@ -182,10 +183,17 @@ TEST(AdamW8bit, MatchesBitsandbytesAdamW8bitStepByStep) {
         copy_(*t, g.get(str(name, "_", k - 1)));
     update(c, p, g.get(str("grad", k)), s, {1e-2f, 0.1f, k, 1.f});
     const std::vector<float> want = g.get(str("param", k)).to_floats(), got = p.to_floats();
+    // Relative per element, to the larger of its values before and after the step: a step that takes an element
+    // near 0 (-0.00988 to 0.000125) keeps the last-bit rounding of the larger value, 7e-6 of the smaller. About
+    // 250 of the 4,396 elements differ, each in its last bit or two (at most 1.2e-7 absolutely).
+    const std::vector<float> before = g.get(str("param", k - 1)).to_floats();
     double worst = 0;
-    for (int64_t i = 0; i < n; ++i)
-      worst = std::max(worst, std::fabs(double(got[std::size_t(i)]) - want[std::size_t(i)]));
+    for (std::size_t i = 0; i < std::size_t(n); ++i)
+      worst = std::max(worst, std::fabs(double(got[i]) - want[i]) /
+                                  std::max({std::fabs(double(want[i])), std::fabs(double(before[i])), 1e-30}));
     EXPECT_LE(worst, 1e-6) << "step " << k;
+    std::printf("step %d: parameters within %.3g of bitsandbytes', relative\n", k, worst);
+
     for (int m = 1; m <= 2; ++m) {
       const std::vector<float> wa = g.get(str("absmax", m, "_", k)).to_floats(),
                                ha = (m == 1 ? s.absmax1 : s.absmax2).to_floats();
@@ -194,6 +202,9 @@ TEST(AdamW8bit, MatchesBitsandbytesAdamW8bitStepByStep) {
       const float* map = adam8bit_map(m == 1);
       for (int64_t b = 0; b < blocks; ++b) {
         EXPECT_NEAR(ha[std::size_t(b)], wa[std::size_t(b)], 1e-6 * wa[std::size_t(b)]) << "absmax" << m << " " << b;
+        // A block of zero moments (zero gradients) has a scale of 0: every code decodes to 0 there (headroom writes
+        // the map's 0, bitsandbytes' CPU search, dividing 0 by 0, its first code).
+        if (wa[std::size_t(b)] == 0.f) continue;
         for (int64_t i = b * kAdam8bitBlock; i < std::min(n, (b + 1) * kAdam8bitBlock); ++i) {
           differ += wc[i] != hc[i];
           const bool neighbour = std::abs(int(wc[i]) - int(hc[i])) <= 1;
@@ -204,7 +215,9 @@ TEST(AdamW8bit, MatchesBitsandbytesAdamW8bitStepByStep) {
       }
     }
   }
-  EXPECT_LE(differ, 2 * 3 * n / 50) << "codes differing from bitsandbytes' over the three steps";
+  // 627 of 26,376 (2.4%) with bitsandbytes 0.50.2, most in the outlier's block, whose other moments sit among the
+  // map's tiny values near 0.
+  EXPECT_LE(differ, 6 * n * 3 / 100) << "codes differing from bitsandbytes' over the three steps";
   std::printf("codes differing from bitsandbytes': %lld of %lld\n", (long long)differ, (long long)(6 * n));
 }
 
