@@ -1,6 +1,7 @@
 // Activation offload: the kept tensors of checkpointed blocks wait on the host between forward and backward.
 #include "models/activation_offload.h"
 
+#include "core/memory/category.h"
 #include "core/memory/timeline.h"
 #include "core/ops/copy.h"
 
@@ -30,9 +31,10 @@ void ActivationOffload::arrive() {
   arriving_.clear();
 }
 
-void ActivationOffload::send(std::size_t index, std::vector<Tensor*> kept) {
+void ActivationOffload::send(std::size_t index, std::vector<Tensor*> kept, const std::string& owner) {
   arrive();
   if (kept.empty()) return;
+  MemoryScope scope(Category::Activations, owner);
   Block& b = blocks_[index];
   b.fields = std::move(kept);
   b.device = device_ = b.fields[0]->device();
@@ -65,10 +67,18 @@ void ActivationOffload::fetch(std::size_t index) {
   moving_ = true;
 }
 
-void ActivationOffload::restore(std::size_t index) {
-  fetch(index);  // not started ahead: the first block the backward meets that left
-  arrive();
-  blocks_.erase(index);
+void ActivationOffload::before_backward(std::size_t index, const std::string& owner,
+                                        const std::string* previous_owner) {
+  {
+    MemoryScope scope(Category::Activations, owner);
+    fetch(index);  // not started ahead: the first block the backward meets that left
+    arrive();
+    blocks_.erase(index);
+  }
+  if (previous_owner) {
+    MemoryScope ahead(Category::Activations, *previous_owner);
+    fetch(index - 1);
+  }
 }
 
 }  // namespace hr::models

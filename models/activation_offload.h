@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -25,16 +26,14 @@ class ActivationOffload {
   ActivationOffload& operator=(const ActivationOffload&) = delete;
   ~ActivationOffload();  // waits for copies still moving (a pass ended early)
 
-  // Forward, after block `index`: `kept` (pointers into its saved tensors) leave for the host, and the block sent
-  // before it releases its device memory. The caller's memory scope names the owner.
-  void send(std::size_t index, std::vector<core::Tensor*> kept);
+  // Forward, after block `index` (whose host copies `owner` owns): `kept` (pointers into its saved tensors) leave
+  // for the host, and the block sent before it releases its device memory.
+  void send(std::size_t index, std::vector<core::Tensor*> kept, const std::string& owner);
   // After the tower's forward: the last block sent releases its device memory.
   void sent_all();
-  // Backward, before block `index`: its tensors are on the device again (fetched now where they were not ahead).
-  void restore(std::size_t index);
-  // Starts block `index`'s tensors back to the device (the block whose backward follows the one about to run).
-  void fetch(std::size_t index);
-  bool empty() const { return blocks_.empty(); }
+  // Backward, before block `index`: its tensors are on the device again (fetched now where they were not ahead),
+  // and block index - 1 (`previous_owner`'s; none for block 0) starts coming back while block `index` computes.
+  void before_backward(std::size_t index, const std::string& owner, const std::string* previous_owner);
 
  private:
   struct Block {
@@ -42,7 +41,8 @@ class ActivationOffload {
     core::Device device;
     bool fetched = false;
   };
-  void arrive();  // waits for the side copies; swaps the fields that left for their host copies
+  void arrive();                  // waits for the side copies; swaps the fields that left for their host copies
+  void fetch(std::size_t index);  // starts block `index`'s tensors back to the device
   std::map<std::size_t, Block> blocks_;
   std::vector<std::pair<core::Tensor*, core::Tensor>> leaving_;  // fields and the host copies they are moving into
   std::vector<core::Tensor> arriving_;                           // host copies being read back

@@ -232,10 +232,8 @@ Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const Checkp
     hook_before(hooks_, layer_group_ + int(i), Pass::Forward);
     x = layers_[i].forward(x, positions, saved.layers[i], policy.for_block(int64_t(i)));
     watch_output(watch_, layer_group_ + int(i), Pass::Forward, x);
-    if (saved.offload && offloads(policy, int64_t(i), blocks)) {
-      MemoryScope scope(Category::Activations, layers_[i].name());
-      saved.offload->send(i, kept_fields(saved.layers[i], kFields));
-    }
+    if (saved.offload && offloads(policy, int64_t(i), blocks))
+      saved.offload->send(i, kept_fields(saved.layers[i], kFields), layers_[i].name());
     hook_after(hooks_, layer_group_ + int(i), Pass::Forward);
     if (saving == Saving::Nothing) saved.layers[i] = {};
   }
@@ -263,14 +261,7 @@ Tensor LlamaModel::backward(const Tensor& d_hidden, LlamaSaved& saved) const {
     saved.final_in = saved.final_rms = Tensor();
   }
   for (std::size_t i = layers_.size(); i-- > 0;) {
-    if (saved.offload) {  // block i's kept tensors are back; block i-1's come back while block i computes
-      MemoryScope scope(Category::Activations, layers_[i].name());
-      saved.offload->restore(i);
-      if (i > 0) {
-        MemoryScope ahead(Category::Activations, layers_[i - 1].name());
-        saved.offload->fetch(i - 1);
-      }
-    }
+    if (saved.offload) saved.offload->before_backward(i, layers_[i].name(), i > 0 ? &layers_[i - 1].name() : nullptr);
     hook_before(hooks_, layer_group_ + int(i), Pass::Backward);
     dx = layers_[i].backward(dx, positions, saved.layers[i]);
     watch_output(watch_, layer_group_ + int(i), Pass::Backward, dx);

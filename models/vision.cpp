@@ -202,10 +202,8 @@ Tensor VisionTower::forward(const Tensor& pixels, VisionSaved& saved, const Chec
     hook_before(hooks_, group_ + 1 + int(i), Pass::Forward);
     h = layers_[i].forward(h, saved.layers[i], policy.for_block(i));
     watch_output(watch_, group_ + 1 + int(i), Pass::Forward, h);
-    if (saved.offload && offloads(policy, i, used)) {
-      MemoryScope scope(Category::Activations, layers_[i].name());
-      saved.offload->send(std::size_t(i), kept_fields(saved.layers[std::size_t(i)], kFields));
-    }
+    if (saved.offload && offloads(policy, i, used))
+      saved.offload->send(std::size_t(i), kept_fields(saved.layers[std::size_t(i)], kFields), layers_[i].name());
     hook_after(hooks_, group_ + 1 + int(i), Pass::Forward);
     if (saving == Saving::Nothing) saved.layers[i] = {};
   }
@@ -225,14 +223,7 @@ void VisionTower::backward(const Tensor& d_features, VisionSaved& saved) const {
              : slice_backward(d_features, {I, cfg_.num_positions(), cfg_.hidden}, 1, 1);
   }
   for (std::size_t i = saved.layers.size(); i-- > 0;) {
-    if (saved.offload) {  // block i's kept tensors are back; block i-1's come back while block i computes
-      MemoryScope scope(Category::Activations, layers_[i].name());
-      saved.offload->restore(i);
-      if (i > 0) {
-        MemoryScope ahead(Category::Activations, layers_[i - 1].name());
-        saved.offload->fetch(i - 1);
-      }
-    }
+    if (saved.offload) saved.offload->before_backward(i, layers_[i].name(), i > 0 ? &layers_[i - 1].name() : nullptr);
     hook_before(hooks_, group_ + 1 + int(i), Pass::Backward);
     dh = layers_[i].backward(dh, saved.layers[i]);
     watch_output(watch_, group_ + 1 + int(i), Pass::Backward, dh);

@@ -52,10 +52,14 @@ int64_t part_align(const std::vector<Param*>& part, int64_t align) {
 
 // Rank q owns elements [q * block, q * block + valid) of each parameter: block is ceil(numel / world), rounded up
 // to a multiple of `align` (8-bit AdamW's block, so that every rank's blocks are blocks of the whole parameter).
+int64_t block_of(int64_t numel, int world, int64_t align) {
+  return ((numel + world - 1) / world + align - 1) / align * align;
+}
+
 int64_t shard_size(std::vector<Zero::Group::Segment>& segs, int world, int64_t align) {
   int64_t S = 0;
   for (auto& seg : segs) {
-    seg.block = ((seg.numel + world - 1) / world + align - 1) / align * align;
+    seg.block = block_of(seg.numel, world, align);
     seg.offset = S;
     S += seg.block;
   }
@@ -131,8 +135,7 @@ std::unique_ptr<Zero::Group> Zero::make_group(const std::string& name, const std
     g->segs.push_back({p, p->numel(), 0, 0, optim::decays(*p)});
   }
   g->opt = optim::moments_for(opt_, *part[0]);  // one kind a part (parts_of)
-  g->align = part_align(part, align_);
-  g->shard = shard_size(g->segs, shard_world_, g->align);
+  g->shard = shard_size(g->segs, shard_world_, part_align(part, align_));
   Tensor mine;  // this rank's block of the current parameters
   {
     MemoryScope scope(Category::Workspace, g->name);
@@ -444,7 +447,7 @@ void reshard(const Zero::Group& g, int new_rank, const Tensor& dst, const std::v
   for (const auto& seg : g.segs) {
     HR_ASSERT(seg.block % unit == 0 && seg.offset % unit == 0 && align % unit == 0, "resharding ", name,
               " by blocks of ", unit, " needs layouts aligned to them");
-    const int64_t s_old = units(((seg.numel + old.world - 1) / old.world + align - 1) / align * align);
+    const int64_t s_old = units(block_of(seg.numel, old.world, align));
     const int64_t v = units(Zero::Group::valid(seg, new_rank)), start = int64_t(new_rank) * seg.block / unit;
     const int64_t offset = seg.offset / unit;
     for (int64_t e = start; e < start + v;) {

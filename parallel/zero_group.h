@@ -33,7 +33,6 @@ struct Zero::Group {
   DType grad_dtype = DType::F32;  // its parameters' gradients (f32 when 16-bit ones accumulate in f32)
   std::vector<Segment> segs;
   int64_t shard = 0;            // elements of each rank's shard (the sum of the segments' blocks)
-  int64_t align = 1;            // each segment's block is a multiple of it (8-bit AdamW's codes: their blocks)
   optim::OptimizerConfig opt;   // the optimizer of its parameters (f32 AdamW for 8-bit AdamW's f32-moment part)
   optim::OptimizerState state;  // (shard) on the state device: master weights and moments
   Tensor grads;                 // (shard) stage >= 2: this rank's reduced gradients

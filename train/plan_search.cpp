@@ -45,7 +45,6 @@ RunConfig with_micro(const RunConfig& c, int64_t m, int64_t per_rank, int world)
   return r;
 }
 
-// Whether the sharding settings are a valid combination; the reason when not, if `why` is given.
 // memory.offload_activations moves what checkpointing keeps: some group it is set for must checkpoint.
 void validate_activation_offload(const RunConfig& c) {
   const bool asked = c.vision_ckpt.offload || c.llm_ckpt.offload;
@@ -57,6 +56,7 @@ void validate_activation_offload(const RunConfig& c) {
            "to selective or full");
 }
 
+// Whether the sharding and offload settings are a valid combination; the reason when not, if `why` is given.
 bool valid(const RunConfig& c, std::string* why = nullptr) {
   try {
     parallel::validate(c.zero, c.optimizer);
