@@ -115,6 +115,11 @@ void LlavaConfig::validate(KeyNames names) const {
            " (SigLIP's towers alone use the whole patches and leave the rest)");
   HR_CHECK(v.image_size >= v.patch, "[config] ", key("model.vision.image_size", "vision_config.image_size"), " ",
            v.image_size, " is smaller than one patch of ", v.patch);
+  // Patches per side bounded before any count multiplies them (a 1e10-pixel side would overflow the positions).
+  constexpr int64_t kMaxGrid = 4096;
+  HR_CHECK(v.grid() <= kMaxGrid, "[config] ", key("model.vision.image_size", "vision_config.image_size"), " ",
+           v.image_size, " over ", key("model.vision.patch_size", "vision_config.patch_size"), " ", v.patch, " is ",
+           v.grid(), " patches a side; at most ", kMaxGrid);
   HR_CHECK(v.tokens_per_image() > 0, "[config] ",
            key("model.vision.select_feature", "vision_config.vision_feature_select_strategy"),
            ": a SigLIP tower with one patch has no features left after `patch` drops the first");

@@ -232,6 +232,9 @@ TEST(Config, ModelDimensionsAreValidatedNamingTheKey) {
       tiny, {"model.llm.hidden_size=6000000000", "model.llm.num_attention_heads=2", "model.llm.num_key_value_heads=2"});
   EXPECT_NE(huge.find("overflow 64-bit byte counts"), std::string::npos) << huge;
   EXPECT_NE(huge.find("model.llm.hidden_size 6000000000"), std::string::npos) << huge;
+  // An image side whose patch count would overflow (found by fuzz_config_values): refused, naming both keys.
+  const std::string wide = error_of(tiny, {"model.vision.image_size=39268272420", "model.vision.patch_size=4"});
+  EXPECT_NE(wide.find("model.vision.image_size 39268272420 over model.vision.patch_size 4"), std::string::npos) << wide;
   // Large but countable: accepted here (the planner's arithmetic refuses what no device holds).
   EXPECT_EQ(load_config(tiny, {"model.llm.num_hidden_layers=100000000"}).model.config.llm.layers, 100000000);
 }
