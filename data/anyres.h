@@ -10,15 +10,10 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "data/batch.h"
 #include "data/image.h"
 
 namespace hr::data {
-
-// A resolution in pixels, height first (image_grid_pinpoints' [height, width]).
-struct Resolution {
-  int64_t height = 0, width = 0;
-  bool operator==(const Resolution& o) const { return height == o.height && width == o.width; }
-};
 
 // LLaVA's select_best_resolution: the pinpoint where the image, scaled to fit, keeps the most of its own pixels
 // (min(scaled area, original area)), ties broken by the least unused area. Throws when `pinpoints` is empty or

@@ -3,11 +3,18 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
 
 namespace hr::data {
+
+// A resolution in pixels, height first (image_grid_pinpoints' [height, width], transformers' image_sizes).
+struct Resolution {
+  int64_t height = 0, width = 0;
+  bool operator==(const Resolution& o) const { return height == o.height && width == o.width; }
+};
 
 // What the model expects of its inputs: the data pipeline needs these numbers and nothing else of it.
 struct InputSpec {
@@ -26,6 +33,16 @@ struct Batch {
   std::vector<int64_t> input_ids;  // (batch * seq)
   std::vector<int64_t> labels;     // (batch * seq); ignore_index where no loss
   core::Tensor pixel_values;       // (images, channels, size, size) float on any device; undefined if none
+  // AnyRes (LLaVA-NeXT): each image's size before processing, in the order of its placeholders; pixel_values then
+  // holds each image's crops in turn (its base image, then its tiles row-major: 1 + rows x cols of them, the grid
+  // image_grid_pinpoints picks for that size), and the image's placeholders number its token count
+  // (models/anyres.h). Empty without AnyRes.
+  std::vector<Resolution> image_sizes;
 };
+
+// A batch as one safetensors file (what `headroom debug batch` writes and `debug grads` reads): input_ids and labels
+// (batch, seq) i64, optionally pixel_values and image_sizes (images, 2) i64. Errors name the file.
+Batch read_batch_file(const std::string& path);
+void write_batch_file(const std::string& path, const Batch& b);
 
 }  // namespace hr::data

@@ -9,12 +9,6 @@
 
 namespace hr::models {
 
-PatchMerge parse_patch_merge(const std::string& s) {
-  if (s == "spatial_unpad") return PatchMerge::SpatialUnpad;
-  if (s == "flat") return PatchMerge::Flat;
-  throw Error(str("[config] mm_patch_merge_type '", s, "' is not one of: spatial_unpad, flat"));
-}
-
 namespace {
 
 // Python's float floor division a // b for positive finite operands (fmod-based, as CPython's float_floor_div).
@@ -105,6 +99,27 @@ TokenMix anyres_mix(data::Resolution image, const AnyresConfig& c, int64_t tower
     m.add(-1, 1.f), m.end_token();  // image_newline after each row
   }
   return m;
+}
+
+int64_t anyres_crops(data::Resolution image, const AnyresConfig& c, int64_t tower_size) {
+  const data::Resolution best = data::best_resolution(image, c.pinpoints);
+  return 1 + (best.height / tower_size) * (best.width / tower_size);
+}
+
+ImagesMix anyres_images(const std::vector<data::Resolution>& images, const AnyresConfig& c, int64_t tower_size,
+                        int64_t grid) {
+  ImagesMix out;
+  for (const data::Resolution& image : images) {
+    const TokenMix m = anyres_mix(image, c, tower_size, grid);
+    const int64_t base = out.total_crops * grid * grid;
+    for (std::size_t k = 0; k < m.row.size(); ++k) out.mix.add(m.row[k] < 0 ? -1 : base + m.row[k], m.weight[k]);
+    for (std::size_t t = 1; t < m.begin.size(); ++t)
+      out.mix.begin.push_back(out.mix.begin.back() + m.begin[t] - m.begin[t - 1]);
+    out.tokens.push_back(m.tokens());
+    out.crops.push_back(anyres_crops(image, c, tower_size));
+    out.total_crops += out.crops.back();
+  }
+  return out;
 }
 
 }  // namespace hr::models

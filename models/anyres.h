@@ -13,17 +13,9 @@
 
 #include "core/ops/embedding.h"
 #include "data/anyres.h"
+#include "models/config.h"
 
 namespace hr::models {
-
-enum class PatchMerge : uint8_t { SpatialUnpad, Flat };  // mm_patch_merge_type
-PatchMerge parse_patch_merge(const std::string& s);
-
-struct AnyresConfig {
-  std::vector<data::Resolution> pinpoints;  // image_grid_pinpoints
-  PatchMerge merge = PatchMerge::SpatialUnpad;
-  int64_t max_num_patches = 0;  // OneVision's vision_aspect_ratio anyres_max_N (N, in base images); 0: no pooling
-};
 
 // Token i of an image is sum over k in [begin[i], begin[i + 1]) of weight[k] x projected row[k]; row -1 is
 // image_newline. On a device it is core::mix_rows' map (its backward: core::transpose_mix of it).
@@ -36,5 +28,19 @@ struct TokenMix : core::HostMix {
 // The mix of one image of `image` pixels (height, width) for a tower of `tower_size` px with `grid` x `grid`
 // tokens per crop. Throws naming image_grid_pinpoints / vision_aspect_ratio when they cannot be used.
 TokenMix anyres_mix(data::Resolution image, const AnyresConfig& c, int64_t tower_size, int64_t grid);
+
+// The crops an image of `image` pixels is cut into: its base image and the tiles of the pinpoint it is cut for.
+int64_t anyres_crops(data::Resolution image, const AnyresConfig& c, int64_t tower_size);
+
+// A batch's images together: `mix` makes every image's tokens, in order, from the projected rows of all their crops
+// (image i's crops after those of the images before it, grid x grid rows each); image i has tokens[i] tokens and
+// crops[i] crops.
+struct ImagesMix {
+  TokenMix mix;
+  std::vector<int64_t> tokens, crops;
+  int64_t total_crops = 0;
+};
+ImagesMix anyres_images(const std::vector<data::Resolution>& images, const AnyresConfig& c, int64_t tower_size,
+                        int64_t grid);
 
 }  // namespace hr::models

@@ -43,7 +43,8 @@ std::vector<Term> parameter_terms(const LlavaConfig& m) {
   const I vision_layer = 4 * (c * c + c) + 2 * c * vi + vi + c + 4 * c;  // q k v out (biases), fc1 fc2, 2 norms
   const I llm_layer = 2 * h * h + 2 * h * kv + 3 * h * li + 2 * h        // q o, k v, gate up down, 2 norms
                       + (l.qkv_bias() ? h + 2 * kv : 0);                 // Qwen2's q, k and v biases
-  const I projector = c * h + h + (m.projector == ProjectorType::Mlp2xGelu ? h * h + h : 0);
+  const I projector = c * h + h + (m.projector == ProjectorType::Mlp2xGelu ? h * h + h : 0)  //
+                      + (m.image_newline() ? h : 0);
   const I patches = v.patch > 0 ? I(v.image_size / v.patch) * (v.image_size / v.patch) + (v.class_token() ? 1 : 0) : 0;
   // CLIP: class embedding, pre and post norms; SigLIP: the patch embedding's bias, the post norm
   const I stem_extra = v.class_token() ? c + 4 * c : c + 2 * c;
@@ -147,6 +148,24 @@ void LlavaConfig::validate(KeyNames names) const {
   HR_CHECK(l.sliding_window == 0 || l.decoder == Decoder::Mistral, "[config] ",
            key("model.llm.sliding_window", "text_config.sliding_window"), " ", l.sliding_window,
            ": a sliding window belongs to the mistral decoder, not ", decoder_name(l.decoder));
+  for (std::size_t i = 0; i < anyres.pinpoints.size(); ++i) {
+    const data::Resolution p = anyres.pinpoints[i];
+    HR_CHECK(p.height > 0 && p.width > 0 && p.height % v.image_size == 0 && p.width % v.image_size == 0, "[config] ",
+             key("model.image_grid_pinpoints", "image_grid_pinpoints"), "[", i, "] = [", p.height, ", ", p.width,
+             "] is not a positive multiple of the tower's ", v.image_size, " px on both sides");
+    HR_CHECK((p.height / v.image_size) * (p.width / v.image_size) <= 64, "[config] ",
+             key("model.image_grid_pinpoints", "image_grid_pinpoints"), "[", i, "] = [", p.height, ", ", p.width,
+             "] makes ", (p.height / v.image_size) * (p.width / v.image_size), " tiles of ", v.image_size,
+             " px; at most 64 are taken");
+  }
+  HR_CHECK(!anyres.on() || v.tokens_per_image() == v.grid() * v.grid(), "[config] ",
+           key("model.image_grid_pinpoints", "image_grid_pinpoints"), ": AnyRes lays each crop's features out as its ",
+           v.grid(), " x ", v.grid(), " patches, but the tower hands ", v.tokens_per_image(), " (",
+           key("model.vision.select_feature", "vision_feature_select_strategy"),
+           ": CLIP's class token must be dropped, SigLIP's patches all kept)");
+  HR_CHECK(anyres.max_num_patches >= 0 && anyres.max_num_patches <= 64, "[config] ",
+           key("model.vision_aspect_ratio", "vision_aspect_ratio"), ": anyres_max_", anyres.max_num_patches,
+           ": N is a count of base images from 1 to 64 (0: no pooling)");
   HR_CHECK(image_token_id >= 0 && image_token_id < l.vocab, "[config] ",
            key("model.image_token_index", "image_token_index"), " ", image_token_id, " is outside the vocabulary of ",
            l.vocab);
@@ -165,6 +184,12 @@ void LlavaConfig::validate(KeyNames names) const {
     sizes += str(sizes.empty() ? "" : ", ", key(k.headroom, k.hf), " ", value);
   throw Error(str("[config] the model's sizes overflow 64-bit byte counts: ", sizes, " make ", double(largest->params),
                   " parameters in one part alone (at most ", double(kMaxParams), " in all)"));
+}
+
+PatchMerge parse_patch_merge(const std::string& s) {
+  if (s == "spatial_unpad") return PatchMerge::SpatialUnpad;
+  if (s == "flat") return PatchMerge::Flat;
+  throw Error(str("[config] mm_patch_merge_type '", s, "' is not one of: spatial_unpad, flat"));
 }
 
 LlavaConfig preset(const std::string& name) {

@@ -87,6 +87,17 @@ struct LlmConfig {
   void check_window(int64_t length, const std::string& what) const;
 };
 
+// LLaVA-NeXT's AnyRes (models/anyres.h): each image is cut for the best of `pinpoints` and encoded as its base image
+// plus every tile of the tower's size; `merge` turns the crops' features into the image's tokens.
+enum class PatchMerge : uint8_t { SpatialUnpad, Flat };  // mm_patch_merge_type
+PatchMerge parse_patch_merge(const std::string& s);
+struct AnyresConfig {
+  std::vector<data::Resolution> pinpoints;  // image_grid_pinpoints; empty: one image of the tower's size (LLaVA-1.5)
+  PatchMerge merge = PatchMerge::SpatialUnpad;
+  int64_t max_num_patches = 0;  // OneVision's vision_aspect_ratio anyres_max_N (N, in base images); 0: no pooling
+  bool on() const { return !pinpoints.empty(); }
+};
+
 // How errors name a model key: as the config's model section does (model.llm.hidden_size) or as a Hugging Face
 // config.json does (text_config.hidden_size).
 enum class KeyNames : uint8_t { Headroom, HuggingFace };
@@ -98,6 +109,10 @@ struct LlavaConfig {
   ProjectorType projector = ProjectorType::Mlp2xGelu;
   int64_t image_token_id = 32000;
   int64_t ignore_index = -100;
+  AnyresConfig anyres;  // off by default
+  // spatial_unpad's learned image_newline (llava-hf's name; (llm hidden) in the projector's group), which ends each
+  // row of an AnyRes image's tokens.
+  bool image_newline() const { return anyres.on() && anyres.merge == PatchMerge::SpatialUnpad; }
 
   // Throws naming the offending key: every dimension positive, heads that divide, finite positive epsilons and
   // rope_theta, an image token inside the vocabulary, and parameter counts whose bytes (16 per parameter: an f32

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/io/atomic_file.h"
+#include "data/anyres.h"
 
 namespace hr::models {
 
@@ -145,9 +146,16 @@ LlmConfig llm_from_hf(const json& t, const std::string& where, const std::string
 }
 
 bool hf_expressible(const LlavaConfig& c, std::string* why) {
-  if (c.projector == ProjectorType::Mlp2xGelu) return true;
-  if (why) *why = "transformers' LLaVA has only the mlp2x_gelu projector (linear_1, gelu, linear_2), not 'linear'";
-  return false;
+  const char* no = nullptr;
+  if (c.projector != ProjectorType::Mlp2xGelu)
+    no = "transformers' LLaVA has only the mlp2x_gelu projector (linear_1, gelu, linear_2), not 'linear'";
+  else if (c.anyres.on() && c.anyres.merge != PatchMerge::SpatialUnpad)
+    no = "transformers' LlavaNext merges AnyRes crops as spatial_unpad only, not 'flat'";
+  else if (c.anyres.on() && c.anyres.max_num_patches > 0)
+    no =
+        "OneVision's anyres_max pooling is LlavaOnevisionForConditionalGeneration's, which headroom does not write yet";
+  if (no && why) *why = no;
+  return !no;
 }
 
 json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& tokens) {
@@ -201,25 +209,32 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& token
     vision["hidden_act"] = "gelu_pytorch_tanh";
     vision["vision_use_head"] = false;
   }
-  return {{"architectures", {"LlavaForConditionalGeneration"}},
-          {"model_type", "llava"},
-          {"image_token_index", c.image_token_id},
-          {"image_seq_length", v.tokens_per_image()},
-          {"projector_hidden_act", "gelu"},
-          {"vision_feature_layer", v.select_layer},
-          {"vision_feature_select_strategy", v.select_feature == FeatureSelect::Patch ? "default" : "full"},
-          {"ignore_index", c.ignore_index},
-          {"tie_word_embeddings", c.llm.tied_embeddings},
-          {"torch_dtype", torch_dtype(dtype)},
-          {"text_config", text},
-          {"vision_config", vision}};
+  const bool next = c.anyres.on();
+  json out = {{"architectures", {next ? "LlavaNextForConditionalGeneration" : "LlavaForConditionalGeneration"}},
+              {"model_type", next ? "llava_next" : "llava"},
+              {"image_token_index", c.image_token_id},
+              {"image_seq_length", v.tokens_per_image()},
+              {"projector_hidden_act", "gelu"},
+              {"vision_feature_layer", v.select_layer},
+              {"vision_feature_select_strategy", v.select_feature == FeatureSelect::Patch ? "default" : "full"},
+              {"ignore_index", c.ignore_index},
+              {"tie_word_embeddings", c.llm.tied_embeddings},
+              {"torch_dtype", torch_dtype(dtype)},
+              {"text_config", text},
+              {"vision_config", vision}};
+  if (next) {
+    json pinpoints = json::array();
+    for (const data::Resolution& p : c.anyres.pinpoints) pinpoints.push_back({p.height, p.width});
+    out["image_grid_pinpoints"] = pinpoints;
+  }
+  return out;
 }
 
 LlavaConfig from_hf_config(const json& j, const std::string& where) {
   HR_CHECK(j.is_object(), "[hf] ", where, ": not a JSON object");
   const std::string type = j.value("model_type", "");
-  HR_CHECK(type == "llava", "[hf] ", where, ": model_type '", type,
-           "' is not 'llava' (a LLaVA model directory, as llava-hf's, is needed)");
+  HR_CHECK(type == "llava" || type == "llava_next", "[hf] ", where, ": model_type '", type,
+           "' is not 'llava' or 'llava_next' (a LLaVA or LLaVA-NeXT model directory, as llava-hf's, is needed)");
   HR_CHECK(j.contains("text_config") && j.contains("vision_config"), "[hf] ", where,
            ": needs text_config and vision_config");
   const json& t = j.at("text_config");
@@ -252,6 +267,12 @@ LlavaConfig from_hf_config(const json& j, const std::string& where) {
   c.image_token_id = j.contains("image_token_index") ? get<int64_t>(j, "image_token_index", where, "")
                                                      : get<int64_t>(j, "image_token_id", where, "");
   c.ignore_index = j.value("ignore_index", int64_t(-100));
+  if (type == "llava_next") {  // AnyRes with spatial_unpad and image_newline, as LlavaNextForConditionalGeneration
+    std::vector<std::vector<int64_t>> raw = {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}};
+    if (j.contains("image_grid_pinpoints") && !j.at("image_grid_pinpoints").is_null())
+      raw = get<std::vector<std::vector<int64_t>>>(j, "image_grid_pinpoints", where, "");
+    c.anyres.pinpoints = data::parse_pinpoints(raw, v.image_size, where);
+  }
   try {
     c.validate(KeyNames::HuggingFace);
   } catch (const Error& e) {  // "[config] text_config.intermediate_size 0 ..." said of this file

@@ -5,6 +5,8 @@
 #include "core/ops/copy.h"
 #include "core/ops/embedding.h"
 #include "core/ops/linear.h"
+#include "core/ops/reduce.h"
+#include "models/anyres.h"
 
 namespace hr::models {
 
@@ -15,6 +17,7 @@ constexpr const char* kVisionPrefix = "vision_tower.vision_model";
 constexpr const char* kProjectorPrefix = "multi_modal_projector";
 constexpr const char* kLlmPrefix = "language_model.model";
 constexpr const char* kHeadName = "language_model.lm_head";
+constexpr const char* kImageNewline = "image_newline";  // llava-hf's LlavaNext name
 }  // namespace
 
 Llava::Llava(const LlavaConfig& cfg, Device device, DType dtype, std::optional<DType> vision_dtype) : cfg_(cfg) {
@@ -41,6 +44,7 @@ Llava::Llava(const LlavaConfig& cfg, Device device, DType dtype, std::optional<D
     ParamStore::GroupScope in(*store_, projector_group_);
     projector_ =
         std::make_unique<Projector>(*store_, kProjectorPrefix, cfg_.projector, cfg_.vision.hidden, cfg_.llm.hidden);
+    if (cfg_.image_newline()) image_newline_ = &store_->add(kImageNewline, {cfg_.llm.hidden});
   }
   llm_ = std::make_unique<LlamaModel>(*store_, kLlmPrefix, kHeadName, cfg_.llm, llm);
   set_pass_orders();
@@ -97,9 +101,10 @@ void Llava::set_trainable(Trainable parts) {
 
 namespace {
 
-// The flat offset of each image's placeholders: a run of them holds whole images, `per_image` tokens each.
-std::vector<int64_t> find_images(const Batch& b, int64_t image_token, int64_t per_image) {
-  const int64_t B = b.batch, L = b.seq, T = per_image;
+// The flat offset of each image's placeholders: image i is a run of tokens[i] of them, images in order (runs of
+// several images are split in turn).
+std::vector<int64_t> find_images(const Batch& b, int64_t image_token, const std::vector<int64_t>& tokens) {
+  const int64_t B = b.batch, L = b.seq;
   std::vector<int64_t> offsets;
   for (int64_t r = 0; r < B; ++r) {
     int64_t t = 0;
@@ -108,14 +113,19 @@ std::vector<int64_t> find_images(const Batch& b, int64_t image_token, int64_t pe
         ++t;
         continue;
       }
+      const std::size_t i = offsets.size();
+      HR_CHECK(i < tokens.size(), "[llava] input_ids hold placeholders for more than the batch's ", tokens.size(),
+               " images (sample ", r, " at position ", t, ")");
       int64_t end = t;
-      while (end < L && b.input_ids[r * L + end] == image_token) ++end;
-      HR_CHECK((end - t) % T == 0, "[llava] sample ", r, " has a run of ", end - t, " image tokens at position ", t,
-               "; each image needs exactly ", T, " (tokens_per_image)");
-      for (int64_t o = t; o < end; o += T) offsets.push_back(r * L + o);
+      while (end < t + tokens[i] && end < L && b.input_ids[r * L + end] == image_token) ++end;
+      HR_CHECK(end - t == tokens[i], "[llava] sample ", r, " has a run of ", end - t, " image tokens at position ", t,
+               " where image ", i, " needs exactly ", tokens[i], " (tokens_per_image, or its AnyRes layout)");
+      offsets.push_back(r * L + t);
       t = end;
     }
   }
+  HR_CHECK(offsets.size() == tokens.size(), "[llava] input_ids hold placeholders for ", offsets.size(),
+           " images but pixel_values has ", tokens.size());
   return offsets;
 }
 
@@ -173,21 +183,36 @@ Tensor Llava::embed_inputs(const Batch& b, LlavaState& st, const ModelOptions& o
   st = LlavaState{};
   st.batch = B;
   st.seq = L;
-  st.image_offsets = find_images(b, cfg_.image_token_id, T);
-  const int64_t images = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
-  HR_CHECK(int64_t(st.image_offsets.size()) == images, "[llava] input_ids hold placeholders for ",
-           st.image_offsets.size(), " images but pixel_values has ", images);
-  st.has_images = images > 0;
+  const int64_t crops = b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
+  if (cfg_.anyres.on()) {
+    ImagesMix m = anyres_images(b.image_sizes, cfg_.anyres, cfg_.vision.image_size, cfg_.vision.grid());
+    HR_CHECK(m.total_crops == crops, "[llava] the batch's ", b.image_sizes.size(), " image_sizes make ", m.total_crops,
+             " AnyRes crops but pixel_values has ", crops);
+    st.image_tokens = std::move(m.tokens);
+    st.mix = std::move(m.mix);
+    st.crop_rows = crops * T;
+  } else {
+    HR_CHECK(b.image_sizes.empty(),
+             "[llava] the batch has image_sizes (AnyRes images) but the model has no "
+             "model.image_grid_pinpoints");
+    st.image_tokens.assign(std::size_t(crops), T);
+  }
+  st.image_offsets = find_images(b, cfg_.image_token_id, st.image_tokens);
+  st.has_images = !st.image_tokens.empty();
   {
     MemoryScope scope(Category::IO, "batch");
     st.ids = Tensor::from_ints(b.input_ids, {B, L}, DType::I64, dev);
   }
   Tensor embeds = llm_->embed(st.ids);
   if (st.has_images) {
-    const Tensor proj = project_images(b.pixel_values, st, opt);
+    const Tensor tokens = project_images(b.pixel_values, st, opt);
     Tensor flat = embeds.view({B * L, C});
-    for (std::size_t i = 0; i < st.image_offsets.size(); ++i)
-      copy_(flat.slice(0, st.image_offsets[i], st.image_offsets[i] + T), proj.select(0, int64_t(i)));
+    int64_t at = 0;
+    for (std::size_t i = 0; i < st.image_offsets.size(); ++i) {
+      const int64_t n = st.image_tokens[i];
+      copy_(flat.slice(0, st.image_offsets[i], st.image_offsets[i] + n), tokens.slice(0, at, at + n));
+      at += n;
+    }
   }
   return embeds;
 }
@@ -206,9 +231,46 @@ Tensor Llava::project_images(const Tensor& pixel_values, LlavaState& st, const M
   Tensor proj = projector_->forward(
       feats, st.projector,
       inference || !(projector_trainable_ || vision_trainable_) ? Saving::Nothing : Saving::ForBackward);
+  feats = Tensor();
+  if (cfg_.anyres.on())  // image_newline is the projector group's: mixed while ZeRO-3 holds it
+    proj = mix_image_tokens(proj, st);
+  else
+    proj = proj.view({proj.size(0) * proj.size(1), proj.size(2)});
   watch_output(watch_, projector_group_, Pass::Forward, proj);
   hook_after(hooks_, projector_group_, Pass::Forward);
   return proj;
+}
+
+namespace {
+// A mix's index and weight tensors on `dev`.
+struct MixTensors {
+  Tensor begin, row, weight;
+};
+MixTensors upload(const HostMix& m, Device dev) {
+  MemoryScope scope(Category::IO, "batch");
+  return {Tensor::from_ints(m.begin, {int64_t(m.begin.size())}, DType::I64, dev),
+          Tensor::from_ints(m.row, {int64_t(m.row.size())}, DType::I64, dev),
+          Tensor::from_floats(m.weight, {int64_t(m.weight.size())}, DType::F32, dev)};
+}
+}  // namespace
+
+Tensor Llava::mix_image_tokens(const Tensor& proj, const LlavaState& st) const {
+  const MixTensors m = upload(st.mix, store_->device());
+  MemoryScope scope(Category::Activations, kProjectorPrefix);
+  const Tensor rows = proj.view({st.crop_rows, cfg_.llm.hidden});
+  return mix_rows(rows, image_newline_ ? image_newline_->data : Tensor(), m.begin, m.row, m.weight);
+}
+
+Tensor Llava::mix_image_tokens_backward(const Tensor& d_tokens, const LlavaState& st) const {
+  const HostMix t = transpose_mix(st.mix.begin, st.mix.row, st.mix.weight, st.crop_rows);
+  const MixTensors m = upload(t, store_->device());
+  MemoryScope scope(Category::Activations, kProjectorPrefix);
+  // (crop rows + 1, C): the last row is image_newline's gradient
+  const Tensor d_rows = mix_rows(d_tokens, Tensor(), m.begin, m.row, m.weight);
+  if (image_newline_ && image_newline_->trainable)
+    sum_leading(d_rows.slice(0, st.crop_rows, st.crop_rows + 1), image_newline_->ensure_grad(), Accumulate::Yes);
+  const int64_t T = cfg_.vision.tokens_per_image();
+  return d_rows.slice(0, 0, st.crop_rows).view({st.crop_rows / T, T, cfg_.llm.hidden});
 }
 
 float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) const {
@@ -291,24 +353,33 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
   }
   Tensor d_embeds = llm_->backward(d_hidden, st.llm);
   d_hidden = Tensor();
-  Tensor d_proj;
+  Tensor d_tokens;  // the images' tokens' gradient, (sum of st.image_tokens, C)
   if (st.has_images && (projector_trainable_ || vision_trainable_)) {
     MemoryScope scope(Category::Activations, "multi_modal_projector");
-    const int64_t images = int64_t(st.image_offsets.size());
-    d_proj = Tensor::empty({images, T, C}, d_embeds.dtype(), dev);
+    int64_t total = 0;
+    for (int64_t n : st.image_tokens) total += n;
+    d_tokens = Tensor::empty({total, C}, d_embeds.dtype(), dev);
     Tensor flat = d_embeds.view({B * L, C});
-    for (int64_t i = 0; i < images; ++i)
-      copy_(d_proj.select(0, i), flat.slice(0, st.image_offsets[i], st.image_offsets[i] + T));
+    int64_t at = 0;
+    for (std::size_t i = 0; i < st.image_offsets.size(); ++i) {
+      const int64_t n = st.image_tokens[i];
+      copy_(d_tokens.slice(0, at, at + n), flat.slice(0, st.image_offsets[i], st.image_offsets[i] + n));
+      at += n;
+    }
   }
   if (llm_trainable_) {
     // Image positions took their embeddings from the projector, not the table.
     Tensor flat = d_embeds.view({B * L, C});
-    for (int64_t off : st.image_offsets) fill_(flat.slice(0, off, off + T), 0.f);
+    for (std::size_t i = 0; i < st.image_offsets.size(); ++i)
+      fill_(flat.slice(0, st.image_offsets[i], st.image_offsets[i] + st.image_tokens[i]), 0.f);
     llm_->embed_backward(st.ids, d_embeds);
   }
   d_embeds = Tensor();
-  if (d_proj.defined()) {
+  if (d_tokens.defined()) {
     hook_before(hooks_, projector_group_, Pass::Backward);
+    Tensor d_proj = cfg_.anyres.on() ? mix_image_tokens_backward(d_tokens, st)
+                                     : d_tokens.view({int64_t(st.image_tokens.size()), T, C});
+    d_tokens = Tensor();
     Tensor d_feats =
         projector_->backward(d_proj, st.projector, vision_trainable_ ? InputGrad::Compute : InputGrad::Skip);
     watch_output(watch_, projector_group_, Pass::Backward, d_feats);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/ops/cross_entropy.h"
+#include "core/ops/embedding.h"
 #include "data/batch.h"
 #include "models/llama.h"
 #include "models/projector.h"
@@ -33,6 +34,9 @@ struct ModelOptions {
 struct LlavaState {
   Tensor ids;                          // (B, L) i64 on the device
   std::vector<int64_t> image_offsets;  // flat token offset of each image's placeholder run
+  std::vector<int64_t> image_tokens;   // each image's placeholders: tokens_per_image, or its AnyRes layout's
+  core::HostMix mix;                   // AnyRes: the images' tokens from their crops' projected rows (models/anyres.h)
+  int64_t crop_rows = 0;               // AnyRes: the projected rows the mix reads (crops x tokens_per_image)
   VisionSaved vision;
   ProjectorSaved projector;
   LlamaSaved llm;
@@ -94,8 +98,13 @@ class Llava final : public GroupedParams {
   // The token embeddings of `b` with the projected image features spliced in at their placeholders; fills
   // st.ids, st.image_offsets and the vision and projector states (kept unless options.inference).
   Tensor embed_inputs(const Batch& b, LlavaState& st, const ModelOptions& options) const;
-  // The vision tower and the projector over the batch's images: (images, tokens_per_image, C).
+  // The vision tower and the projector over the batch's images (each of its crops with AnyRes): the images' tokens
+  // one after another, (sum of st.image_tokens, C).
   Tensor project_images(const Tensor& pixel_values, LlavaState& st, const ModelOptions& options) const;
+  // AnyRes: the images' tokens from the projected crops (crops, T, C) and image_newline, as st.mix says; and the
+  // gradient of the crops from the tokens' (adding image_newline's into its gradient).
+  Tensor mix_image_tokens(const Tensor& proj, const LlavaState& st) const;
+  Tensor mix_image_tokens_backward(const Tensor& d_tokens, const LlavaState& st) const;
   // st.logits as options ask for them: all (return_logits, logits_to_keep 0) or the rows they name.
   void keep_logits(const Tensor& hidden, const Batch& b, LlavaState& st, const ModelOptions& options) const;
   // The loss of the forward pass, which it ends (0 where generation wants only the logits).
@@ -107,6 +116,7 @@ class Llava final : public GroupedParams {
   std::unique_ptr<VisionTower> vision_;
   std::unique_ptr<Projector> projector_;
   std::unique_ptr<LlamaModel> llm_;
+  core::Param* image_newline_ = nullptr;  // spatial_unpad's row end (cfg_.image_newline())
   void set_pass_orders();
   bool vision_trainable_ = true, projector_trainable_ = true, llm_trainable_ = true;
   bool llm_adapters_ = false;         // LoRA: the decoder's adapters train (its base does not)

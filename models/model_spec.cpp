@@ -129,6 +129,22 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
       {"projector",
        [&](const YAML::Node& n) { s.config.projector = parse_projector(as<std::string>(n, "projector", where)); }},
       {"image_token_index", i64(s.config.image_token_id, "image_token_index")},
+      // LLaVA-NeXT's AnyRes: [[height, width], ...] in pixels, multiples of the tower's image size (validate checks)
+      {"image_grid_pinpoints",
+       [&](const YAML::Node& n) {
+         s.config.anyres.pinpoints.clear();
+         for (const auto& p : as<std::vector<std::vector<int64_t>>>(n, "image_grid_pinpoints", where)) {
+           HR_CHECK(p.size() == 2, "[config] ", where, ": model.image_grid_pinpoints[",
+                    s.config.anyres.pinpoints.size(), "] is not a [height, width] pair");
+           s.config.anyres.pinpoints.push_back({p[0], p[1]});
+         }
+         HR_CHECK(s.config.anyres.on(), "[config] ", where,
+                  ": model.image_grid_pinpoints is empty (leave it out for one image of the tower's size)");
+       }},
+      {"mm_patch_merge_type",
+       [&](const YAML::Node& n) {
+         s.config.anyres.merge = parse_patch_merge(as<std::string>(n, "mm_patch_merge_type", where));
+       }},
       {"freeze", [&](const YAML::Node& n) { apply(n, "model.freeze", freeze_keys, where); }},
   };
   apply(model, "model", top, where);

@@ -23,24 +23,6 @@ using namespace hr::models;
 
 namespace {
 
-Batch read_batch(const std::string& path) {
-  SafetensorsFile f = SafetensorsFile::open(path);
-  for (const char* need : {"input_ids", "labels"})
-    HR_CHECK(f.contains(need), "[debug grads] ", path, " has no '", need,
-             "' tensor (needs input_ids, labels and "
-             "optionally pixel_values)");
-  Tensor ids = f.get("input_ids"), labels = f.get("labels");
-  HR_CHECK(ids.dim() == 2 && labels.shape() == ids.shape(), "[debug grads] ", path, ": input_ids ",
-           shape_str(ids.shape()), " and labels ", shape_str(labels.shape()), " must both be (batch, seq)");
-  Batch b;
-  b.batch = ids.size(0);
-  b.seq = ids.size(1);
-  b.input_ids = ids.to_ints();
-  b.labels = labels.to_ints();
-  if (f.contains("pixel_values")) b.pixel_values = f.get("pixel_values").clone();
-  return b;
-}
-
 // debug grads' options.
 struct GradsArgs {
   std::string config, weights, batch, out;
@@ -88,7 +70,7 @@ int debug_grads(const std::vector<std::string>& args) {
   model.set_trainable({.vision = !spec.freeze_vision, .projector = !spec.freeze_projector, .llm = !spec.freeze_llm});
   load_weights(model.params(), Checkpoint::open(a.weights));
   load_adapters_in(a.weights, model);
-  Batch batch = read_batch(a.batch);
+  Batch batch = data::read_batch_file(a.batch);
   ModelOptions opt;
   opt.return_logits = a.logits;
   LlavaState st;
@@ -125,10 +107,7 @@ int debug_batch(const std::vector<std::string>& args) {
   }
   HR_CHECK(!examples.empty(), "[debug batch] ", set.path(), " has no samples");
   const Batch b = data::collate(examples, seq, c.model.config.ignore_index);
-  NamedTensors out = {{"input_ids", Tensor::from_ints(b.input_ids, {b.batch, b.seq}, DType::I64, Device::cpu())},
-                      {"labels", Tensor::from_ints(b.labels, {b.batch, b.seq}, DType::I64, Device::cpu())}};
-  if (b.pixel_values.defined()) out.emplace_back("pixel_values", b.pixel_values);
-  save_safetensors(p.options["--out"], out);
+  data::write_batch_file(p.options["--out"], b);
   std::printf("wrote %lld samples (%lld positions) from %s with %s to %s\n", (long long)b.batch, (long long)b.seq,
               set.path().c_str(), set.tokenizer().describe().c_str(), p.options["--out"].c_str());
   return 0;

@@ -14,17 +14,9 @@ inline std::string golden(const std::string& file) {
   return std::string(HR_SOURCE_DIR) + "/tests/golden/" + file;
 }
 
-// A batch from a golden *_batch.safetensors (input_ids, labels, optional pixel_values).
+// A batch from a golden *_batch.safetensors (input_ids, labels, optional pixel_values and image_sizes).
 inline data::Batch load_batch(const std::string& path) {
-  core::SafetensorsFile f = core::SafetensorsFile::open(path);
-  data::Batch b;
-  core::Tensor ids = f.get("input_ids");
-  b.batch = ids.size(0);
-  b.seq = ids.size(1);
-  b.input_ids = ids.to_ints();
-  b.labels = f.get("labels").to_ints();
-  if (f.contains("pixel_values")) b.pixel_values = f.get("pixel_values").clone();
-  return b;
+  return data::read_batch_file(path);
 }
 
 inline std::string first_line(const std::string& path) {

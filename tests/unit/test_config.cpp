@@ -239,6 +239,36 @@ TEST(Config, ModelDimensionsAreValidatedNamingTheKey) {
   EXPECT_EQ(load_config(tiny, {"model.llm.num_hidden_layers=100000000"}).model.config.llm.layers, 100000000);
 }
 
+// LLaVA-NeXT's AnyRes keys: pinpoints that tile the tower's size, a merge type, image_newline counted as a parameter.
+TEST(Config, AnyresPinpointsAreCheckedAgainstTheTower) {
+  const int64_t plain = load_config(write("model:\n  preset: tiny\n"), {}).model.config.parameter_count();
+  // (write() reuses one file: each config is read before the next is written)
+  const std::string next = write("model:\n  preset: tiny\n  image_grid_pinpoints: [[8, 16], [16, 8], [16, 16]]\n");
+  const models::LlavaConfig c = load_config(next, {}).model.config;
+  ASSERT_TRUE(c.anyres.on());
+  EXPECT_EQ(c.anyres.pinpoints[1], (data::Resolution{16, 8}));
+  EXPECT_TRUE(c.image_newline());
+  EXPECT_EQ(c.parameter_count(), plain + c.llm.hidden);
+  const models::LlavaConfig flat = load_config(next, {"model.mm_patch_merge_type=flat"}).model.config;
+  EXPECT_FALSE(flat.image_newline());
+  EXPECT_EQ(flat.parameter_count(), plain);
+  const std::string cls = error_of(next, {"model.vision.select_feature=cls_patch"});
+  EXPECT_NE(cls.find("AnyRes lays each crop's features out as its 2 x 2 patches, but the tower hands 5"),
+            std::string::npos)
+      << cls;
+  EXPECT_NE(error_of(next, {"model.mm_patch_merge_type=grid"}).find("mm_patch_merge_type 'grid' is not one of"),
+            std::string::npos);
+  const std::string odd = error_of(write("model:\n  preset: tiny\n  image_grid_pinpoints: [[8, 12]]\n"));
+  EXPECT_NE(odd.find("model.image_grid_pinpoints[0] = [8, 12] is not a positive multiple of the tower's 8 px"),
+            std::string::npos)
+      << odd;
+  const std::string many = error_of(write("model:\n  preset: tiny\n  image_grid_pinpoints: [[8, 16], [72, 64]]\n"));
+  EXPECT_NE(many.find("model.image_grid_pinpoints[1] = [72, 64] makes 72 tiles of 8 px; at most 64"), std::string::npos)
+      << many;
+  const std::string pair = error_of(write("model:\n  preset: tiny\n  image_grid_pinpoints: [[8, 16, 24]]\n"));
+  EXPECT_NE(pair.find("model.image_grid_pinpoints[0] is not a [height, width] pair"), std::string::npos) << pair;
+}
+
 // model.llm.model_type picks the decoder; Mistral's window is honoured where sequences fit in it and refused by name
 // where they do not (headroom's attention is causal over the whole sequence).
 TEST(Config, DecoderTypeAndSlidingWindow) {

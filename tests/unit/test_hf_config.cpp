@@ -80,7 +80,14 @@ TEST(HfConfig, RefusesWhatHeadroomDoesNotImplementNamingTheKey) {
     (section.empty() ? j : j[section])[key] = value;
     return j;
   };
-  expect_error(with("", "model_type", "llava_next"), "model_type 'llava_next'");
+  expect_error(with("", "model_type", "llava_onevision"), "model_type 'llava_onevision'");
+  // LLaVA-NeXT: transformers' default pinpoints (336 px tiles) do not fit the tiny 8-px tower; its own are checked
+  expect_error(with("", "model_type", "llava_next"), "image_grid_pinpoints[0] = [336, 672] makes 3528 tiles of 8 px");
+  json next = with("", "model_type", "llava_next");
+  next["image_grid_pinpoints"] = {{8, 24}, {8, 12}};
+  expect_error(next, "image_grid_pinpoints[1] = [8, 12] is not a positive multiple of the tower's 8 px");
+  next["image_grid_pinpoints"] = {{8, 24}, {24, 8}};
+  EXPECT_EQ(from_hf_config(next, "config.json").anyres.pinpoints, (std::vector<data::Resolution>{{8, 24}, {24, 8}}));
   expect_error(with("text_config", "hidden_size", "big"),
                "text_config.hidden_size has value \"big\" of the wrong type");
   expect_error(with("text_config", "model_type", "gemma"), "text_config.model_type 'gemma'");
@@ -98,6 +105,11 @@ TEST(HfConfig, RefusesWhatHeadroomDoesNotImplementNamingTheKey) {
   std::string why;
   EXPECT_FALSE(hf_expressible(linear, &why));
   EXPECT_NE(why.find("mlp2x_gelu"), std::string::npos);
+  LlavaConfig flat = preset("tiny");
+  flat.anyres.pinpoints = {{8, 16}};
+  flat.anyres.merge = PatchMerge::Flat;
+  EXPECT_FALSE(hf_expressible(flat, &why));
+  EXPECT_NE(why.find("spatial_unpad only"), std::string::npos);
   EXPECT_THROW(to_hf_config(linear, core::DType::F32), Error);
 }
 

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""LLaVA-NeXT's AnyRes model side, the oracle: transformers' LlavaNextForConditionalGeneration on images of mixed
+sizes and aspect ratios, whose forward, loss and every gradient headroom must reproduce.
+
+    check_llava_next.py make OUT
+        Writes OUT/hf: a tiny random LlavaNextForConditionalGeneration (CLIP tower of 12 px in 3-px patches, so each
+        crop is 4 x 4 features; a LLaMA decoder with grouped-query attention; five pinpoints up to 3 x 1 tiles)
+        through save_pretrained. OUT/batch.safetensors: three sequences holding five images (wide, tall, square,
+        smaller than a tile, a thin strip), two of them in one sequence, and a text-only sequence, with
+        input_ids (each image's placeholders as many as its tokens), labels, pixel_values (every image's crops
+        in turn: (crops, 3, 12, 12)) and image_sizes ((images, 2) i64, [height, width]). OUT/ref.safetensors:
+        transformers' loss, logits and "grad.<parameter>" for every parameter (zeros where none flows), all f32,
+        "tokens" (each image's token count) and "parameters" (the model's parameter count).
+
+The C++ side (test_llava_next_oracle) compares. Exit 0 on success; 2 when a package is missing.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _oracle_env  # noqa: E402
+
+_oracle_env.require("transformers", "safetensors")
+
+import torch  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+from transformers import CLIPVisionConfig, LlamaConfig, LlavaNextConfig, LlavaNextForConditionalGeneration  # noqa: E402
+from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches  # noqa: E402
+
+from _transformers_fixes import upstream_fixes  # noqa: E402
+
+SIZE = 12
+IMAGE_TOKEN = 63
+PINPOINTS = [[SIZE, 2 * SIZE], [2 * SIZE, SIZE], [2 * SIZE, 2 * SIZE], [3 * SIZE, SIZE], [SIZE, 3 * SIZE]]
+# [height, width]: wide, tall, square, below one tile, a thin strip
+IMAGES = [[10, 30], [40, 9], [20, 20], [7, 5], [13, 50]]
+# Which images each sequence holds, and the text around them (lengths of text runs before, between and after).
+SEQUENCES = [([0, 1], [3, 5, 4]), ([2], [0, 6]), ([], [9]), ([3, 4], [2, 0, 5])]
+
+
+def model_config():
+    vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
+                              image_size=SIZE, patch_size=3, projection_dim=16, hidden_act="quick_gelu")
+    text = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=512)
+    return LlavaNextConfig(vision_config=vision.to_dict(), text_config=text.to_dict(), image_token_index=IMAGE_TOKEN,
+                           image_grid_pinpoints=PINPOINTS, vision_feature_layer=-2,
+                           vision_feature_select_strategy="default", image_seq_length=16, ignore_index=-100)
+
+
+def token_counts(model, crops, sizes):
+    """Each image's token count, as pack_image_features makes them (the placeholders it needs)."""
+    with torch.no_grad():
+        feats = [torch.zeros(n, (SIZE // 3) ** 2, model.config.text_config.hidden_size) for n in crops]
+        _, lens = model.pack_image_features(feats, sizes, "default", image_newline=model.image_newline)
+    return lens.tolist()
+
+
+def make(out):
+    upstream_fixes()
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    model = LlavaNextForConditionalGeneration(model_config()).float()
+    with torch.no_grad():  # every weight O(0.1), norm scales around 1 (image_newline included: it is trained)
+        for name, p in model.named_parameters():
+            centre = 1.0 if "norm" in name and name.endswith("weight") else 0.0
+            p.copy_(centre + 0.1 * torch.randn(p.shape, generator=g))
+    model.train()
+    model.save_pretrained(os.path.join(out, "hf"), safe_serialization=True)
+    sizes = torch.tensor(IMAGES, dtype=torch.long)
+    crops = [image_size_to_num_patches(s, PINPOINTS, SIZE) for s in IMAGES]
+    tokens = token_counts(model, crops, sizes)
+
+    # Sequences: text runs and image placeholders, right-padded; labels on text only, some of it masked.
+    order, rows = [], []
+    for images, runs in SEQUENCES:
+        ids = []
+        for k, run in enumerate(runs):
+            ids += torch.randint(1, IMAGE_TOKEN, (run,), generator=g).tolist()
+            if k < len(images):
+                ids += [IMAGE_TOKEN] * tokens[images[k]]
+                order.append(images[k])
+        rows.append(ids)
+    seq = max(len(r) for r in rows)
+    input_ids = torch.zeros(len(rows), seq, dtype=torch.long)
+    labels = torch.full((len(rows), seq), -100, dtype=torch.long)
+    for b, r in enumerate(rows):
+        input_ids[b, :len(r)] = torch.tensor(r)
+        for t, tok in enumerate(r):
+            if tok != IMAGE_TOKEN and t % 3 != 1:
+                labels[b, t] = tok
+    pixels = [torch.randn(crops[i], 3, SIZE, SIZE, generator=g) for i in order]
+    batch_sizes = sizes[order]
+    # transformers takes (images, most crops, 3, SIZE, SIZE) and keeps each image's own crops
+    most = max(p.shape[0] for p in pixels)
+    stacked = torch.zeros(len(pixels), most, 3, SIZE, SIZE)
+    for i, p in enumerate(pixels):
+        stacked[i, :p.shape[0]] = p
+
+    out_ = model(input_ids=input_ids, pixel_values=stacked, image_sizes=batch_sizes, labels=labels)
+    out_.loss.backward()
+    ref = {"loss": out_.loss.detach().reshape(()), "logits": out_.logits.detach(),
+           "tokens": torch.tensor([tokens[i] for i in order], dtype=torch.long),
+           "parameters": torch.tensor([sum(p.numel() for p in model.parameters())], dtype=torch.long)}
+    for name, p in model.named_parameters():
+        ref["grad." + name] = p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+    save_file({k: v.contiguous() for k, v in ref.items()}, os.path.join(out, "ref.safetensors"))
+    save_file({"input_ids": input_ids, "labels": labels, "pixel_values": torch.cat(pixels).contiguous(),
+               "image_sizes": batch_sizes.contiguous()}, os.path.join(out, "batch.safetensors"))
+    print(f"check_llava_next: {len(order)} images ({sum(crops[i] for i in order)} crops, tokens "
+          f"{[tokens[i] for i in order]}) in {len(rows)} sequences of {seq}; loss {out_.loss.item():.6f}; wrote {out}")
+
+
+def main(argv):
+    if len(argv) == 2 and argv[0] == "make":
+        os.makedirs(argv[1], exist_ok=True)
+        make(argv[1])
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
