@@ -2,7 +2,9 @@
 // what the model expects of its inputs.
 #pragma once
 
+#include <compare>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,7 +15,7 @@ namespace hr::data {
 // A resolution in pixels, height first (image_grid_pinpoints' [height, width], transformers' image_sizes).
 struct Resolution {
   int64_t height = 0, width = 0;
-  bool operator==(const Resolution& o) const { return height == o.height && width == o.width; }
+  auto operator<=>(const Resolution&) const = default;
 };
 
 // What the model expects of its inputs: the data pipeline needs these numbers and nothing else of it.
@@ -23,6 +25,11 @@ struct InputSpec {
   int64_t tokens_per_image = 576;  // placeholders standing for one image in input_ids
   int64_t image_token_id = 32000;
   int64_t ignore_index = -100;  // label of positions without loss
+  // AnyRes (LLaVA-NeXT): the pinpoints each image is cut for (empty: one square image of image_size), and the token
+  // count of an image of a given size (models/anyres.h), which its placeholders number instead of tokens_per_image.
+  std::vector<Resolution> pinpoints;
+  std::function<int64_t(Resolution)> anyres_tokens;
+  bool anyres() const { return !pinpoints.empty(); }
 };
 
 // One micro-batch. Token ids and labels are host data (the loader has them there); each image stands in
@@ -39,6 +46,12 @@ struct Batch {
   // (models/anyres.h). Empty without AnyRes.
   std::vector<Resolution> image_sizes;
 };
+
+// The batch's images: image_sizes' count with AnyRes, pixel_values' rows otherwise.
+inline int64_t images_of(const Batch& b) {
+  if (!b.image_sizes.empty()) return int64_t(b.image_sizes.size());
+  return b.pixel_values.defined() ? b.pixel_values.size(0) : 0;
+}
 
 // A batch as one safetensors file (what `headroom debug batch` writes and `debug grads` reads): input_ids and labels
 // (batch, seq) i64, optionally pixel_values and image_sizes (images, 2) i64. Errors name the file.

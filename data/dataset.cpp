@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <system_error>
 
 #include "core/io/text_file.h"
 #include "core/memory/category.h"
 #include "core/ops/copy.h"
+#include "data/anyres.h"
 
 namespace hr::data {
 
@@ -100,12 +102,17 @@ void truncate(Tokenized& tk, Example& ex, int64_t max_seq_len, const InputSpec& 
     while (cut > 0 && tk.ids[std::size_t(cut - 1)] == img) --cut;
   tk.ids.resize(std::size_t(cut));
   tk.labels.resize(std::size_t(cut));
-  const auto kept = std::size_t(std::count(tk.ids.begin(), tk.ids.end(), img) / inputs.tokens_per_image);
+  int64_t left = std::count(tk.ids.begin(), tk.ids.end(), img);  // placeholders kept: whole images, in order
+  std::size_t kept = 0;
+  while (kept < ex.image_tokens.size() && left >= ex.image_tokens[kept]) left -= ex.image_tokens[kept++];
   if (kept < ex.images.size()) {
     ex.images_dropped = int64_t(ex.images.size() - kept);
-    ex.images.resize(kept);
     // The generation prompt goes without the dropped images' placeholders too (the sample is text-only now).
-    int64_t drop = ex.images_dropped * inputs.tokens_per_image;
+    int64_t drop = 0;
+    for (std::size_t i = kept; i < ex.image_tokens.size(); ++i) drop += ex.image_tokens[i];
+    ex.images.resize(kept);
+    ex.image_tokens.resize(kept);
+    if (!ex.image_sizes.empty()) ex.image_sizes.resize(kept);
     for (auto it = tk.prompt.end(); it != tk.prompt.begin() && drop > 0;)
       if (*--it == img) it = tk.prompt.erase(it), --drop;
   }
@@ -138,8 +145,9 @@ BadSample LlavaDataset::bad(int64_t index, const std::string& why) const {
   return BadSample(str("[data] ", name(index), ": ", why));
 }
 
-// The entry's image, checked to lie inside data.image_folder (unless allowed) and to exist, loaded as CLIP's input.
-Tensor LlavaDataset::image(int64_t index, const json& field) const {
+// The entry's image, checked to lie inside data.image_folder (unless allowed) and to exist, loaded as CLIP's input
+// (with AnyRes: its base image and tiles).
+LlavaDataset::Loaded LlavaDataset::image(int64_t index, const json& field) const {
   if (!field.is_string()) throw bad(index, "'image' must be a file name");
   const std::string file = field.get<std::string>();
   const std::filesystem::path rel = std::filesystem::path(file).lexically_normal();
@@ -152,9 +160,16 @@ Tensor LlavaDataset::image(int64_t index, const json& field) const {
   if (!std::filesystem::exists(path, missing))
     throw bad(index, "image " + path + (missing ? " cannot be looked up: " + missing.message() : " does not exist"));
   try {
-    Tensor t = load_clip_image(path, inputs_.image_size, opt_.aspect, opt_.image_norm);
-    if (opt_.blank_images) fill_(t, 0.f);
-    return t;
+    Loaded out;
+    if (inputs_.anyres()) {
+      AnyresImage a = anyres_image(decode_image(path), inputs_.pinpoints, inputs_.image_size, opt_.processor,
+                                   opt_.image_norm, path);
+      out = {std::move(a.pixels), a.original};
+    } else {
+      out.pixels = load_clip_image(path, inputs_.image_size, opt_.aspect, opt_.image_norm);
+    }
+    if (opt_.blank_images) fill_(out.pixels, 0.f);
+    return out;
   } catch (const Error& err) {
     throw bad(index, err.what());
   }
@@ -172,15 +187,31 @@ Example LlavaDataset::get(int64_t index) const {
   const bool has_image = e.contains("image");
   if (has_image && !turns.empty() && turns[0].value.find("<image>") == std::string::npos)
     turns[0].value = "<image>\n" + turns[0].value;  // LLaVA adds the tag when an entry has an image but no tag
+  // An AnyRes image's size decides its token count, so it is loaded before the text is templated.
+  std::optional<Loaded> img;
+  if (has_image && inputs_.anyres()) img = image(index, e["image"]);
+  int64_t tokens = inputs_.tokens_per_image;
+  if (img) {
+    try {
+      tokens = inputs_.anyres_tokens(img->size);
+    } catch (const Error& err) {
+      throw bad(index, err.what());
+    }
+  }
   Tokenized tk;
   try {
-    tk = apply_template(opt_.chat_template, turns, *tok_, inputs_.tokens_per_image, opt_.system_prompt,
-                        inputs_.ignore_index, opt_.max_seq_len);
+    tk = apply_template(opt_.chat_template, turns, *tok_, tokens, opt_.system_prompt, inputs_.ignore_index,
+                        opt_.max_seq_len);
   } catch (const Error& err) {
     throw bad(index, err.what());
   }
   if (tk.images > 0 && !has_image) throw bad(index, "<image> in the text but no 'image' field");
-  if (has_image) ex.images.push_back(image(index, e["image"]));
+  if (has_image && !img) img = image(index, e["image"]);
+  if (img) {
+    ex.images.push_back(std::move(img->pixels));
+    ex.image_tokens.push_back(tokens);
+    if (inputs_.anyres()) ex.image_sizes.push_back(img->size);
+  }
   if (int64_t(tk.ids.size()) > opt_.max_seq_len) truncate(tk, ex, opt_.max_seq_len, inputs_);
   ex.ids = std::move(tk.ids);
   ex.labels = std::move(tk.labels);

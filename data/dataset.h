@@ -20,19 +20,23 @@ struct DataOptions {
   // null: the byte-level tokenizer over the model's vocabulary (load_tokenizer for a real one).
   std::shared_ptr<const Tokenizer> tokenizer;
   AspectMode aspect = AspectMode::Pad;
-  ImageNorm image_norm;  // preprocessor_config.json's mean and std (CLIP's by default)
+  ImageProcessor processor = ImageProcessor::Clip;  // the tower's, for each AnyRes crop
+  ImageNorm image_norm;                             // preprocessor_config.json's mean and std (CLIP's by default)
   int64_t max_seq_len = 2048;
   bool blank_images = false;  // replace every image by zeros (an ablation: can the text alone answer?)
   // An entry's image path must stay inside image_folder (no absolute path, no "..") unless this is set.
   bool allow_outside_image_folder = false;
 };
 
-// One processed sample. `ids` hold tokens_per_image placeholders per image.
+// One processed sample. `ids` hold each image's placeholders: tokens_per_image, or with AnyRes its token count.
 struct Example {
   std::vector<int64_t> ids, labels;
-  std::vector<core::Tensor> images;  // (3, size, size) f32 on the host, tagged io
-  std::string id, question_type;     // question_type: the entry's optional "question_type" (eval breakdown)
-  std::vector<int64_t> prompt;       // for generation: ids before the last answer
+  // (3, size, size) f32 on the host, tagged io; AnyRes: (crops, 3, size, size), the base image and its tiles
+  std::vector<core::Tensor> images;
+  std::vector<Resolution> image_sizes;  // AnyRes: each image's size before processing
+  std::vector<int64_t> image_tokens;    // each image's placeholders
+  std::string id, question_type;        // question_type: the entry's optional "question_type" (eval breakdown)
+  std::vector<int64_t> prompt;          // for generation: ids before the last answer
   std::string answer;
   bool masked = false;         // LLaVA's round lengths disagreed with the ids: every label masked, as LLaVA does
   bool truncated = false;      // cut to data.max_seq_len
@@ -64,7 +68,12 @@ class LlavaDataset {
 
  private:
   BadSample bad(int64_t index, const std::string& why) const;
-  core::Tensor image(int64_t index, const nlohmann::json& field) const;
+  // The entry's image as the model takes it, and its size before processing.
+  struct Loaded {
+    core::Tensor pixels;
+    Resolution size;
+  };
+  Loaded image(int64_t index, const nlohmann::json& field) const;
 
   DataOptions opt_;
   InputSpec inputs_;

@@ -418,7 +418,8 @@ ImageNorm read_preprocessor_config(const std::string& path, int64_t size) {
   }
 }
 
-std::string preprocessor_config_json(int64_t size, const ImageNorm& n, ImageProcessor kind) {
+std::string preprocessor_config_json(int64_t size, const ImageNorm& n, ImageProcessor kind,
+                                     const std::vector<Resolution>& pinpoints) {
   nlohmann::json j = {{"do_convert_rgb", true},
                       {"do_normalize", true},
                       {"do_rescale", true},
@@ -436,6 +437,15 @@ std::string preprocessor_config_json(int64_t size, const ImageNorm& n, ImageProc
     j["size"] = {{"shortest_edge", size}};
     j["crop_size"] = {{"height", size}, {"width", size}};
     j["do_center_crop"] = true;
+  }
+  if (!pinpoints.empty()) {
+    j["image_processor_type"] =
+        kind == ImageProcessor::Siglip ? "LlavaOnevisionImageProcessor" : "LlavaNextImageProcessor";
+    j["processor_class"] = kind == ImageProcessor::Siglip ? "LlavaOnevisionProcessor" : "LlavaNextProcessor";
+    j["do_pad"] = true;
+    nlohmann::json grid = nlohmann::json::array();
+    for (const Resolution& p : pinpoints) grid.push_back({p.height, p.width});
+    j["image_grid_pinpoints"] = grid;
   }
   return j.dump(2) + "\n";
 }

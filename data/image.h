@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "data/batch.h"
 
 namespace hr::data {
 
@@ -54,8 +55,11 @@ ImageNorm read_preprocessor_config(const std::string& path, int64_t size);
 // square (data.image_aspect_ratio: pad, LLaVA's) both equal headroom's resize; with `resize` headroom's equals
 // SiglipImageProcessor's.
 enum class ImageProcessor : uint8_t { Clip, Siglip };
-// The preprocessor_config.json that processor at `size` with `norm` reads (what checkpoints carry).
-std::string preprocessor_config_json(int64_t size, const ImageNorm& norm, ImageProcessor kind = ImageProcessor::Clip);
+// The preprocessor_config.json that processor at `size` with `norm` reads (what checkpoints carry). With AnyRes
+// `pinpoints` it is LLaVA-NeXT's processor over CLIP's steps (LlavaNextImageProcessor) or OneVision's over SigLIP's
+// (LlavaOnevisionImageProcessor), with image_grid_pinpoints.
+std::string preprocessor_config_json(int64_t size, const ImageNorm& norm, ImageProcessor kind = ImageProcessor::Clip,
+                                     const std::vector<Resolution>& pinpoints = {});
 
 // decode + pad/resize + normalise: a (3, size, size) f32 tensor on the host, tagged io. The padding colour is
 // LLaVA's tuple(int(x * 255) for x in image_mean).

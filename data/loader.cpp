@@ -174,23 +174,30 @@ Batch collate(const std::vector<Example>& ex, int64_t seq, int64_t ignore) {
   b.seq = seq;
   b.input_ids.assign(std::size_t(b.batch * seq), ByteTokenizer::kPad);
   b.labels.assign(std::size_t(b.batch * seq), ignore);
-  int64_t images = 0;
+  // Each image is (3, size, size), or with AnyRes (crops, 3, size, size): pixel_values holds them one after another.
+  int64_t crops = 0;
+  Shape crop;
   for (std::size_t i = 0; i < ex.size(); ++i) {
     HR_CHECK(int64_t(ex[i].ids.size()) <= seq, "[data] sample ", ex[i].id, " has ", ex[i].ids.size(),
              " tokens, more than the batch length ", seq);
     std::copy(ex[i].ids.begin(), ex[i].ids.end(), b.input_ids.begin() + long(i) * seq);
     std::copy(ex[i].labels.begin(), ex[i].labels.end(), b.labels.begin() + long(i) * seq);
-    images += int64_t(ex[i].images.size());
+    for (const Tensor& img : ex[i].images) {
+      crops += img.dim() == 4 ? img.size(0) : 1;
+      crop = img.dim() == 4 ? Shape{img.size(1), img.size(2), img.size(3)} : img.shape();
+    }
+    b.image_sizes.insert(b.image_sizes.end(), ex[i].image_sizes.begin(), ex[i].image_sizes.end());
   }
-  if (images) {
-    Shape shape = {images};
-    for (const auto& e : ex)
-      if (!e.images.empty()) shape = {images, e.images[0].size(0), e.images[0].size(1), e.images[0].size(2)};
+  if (crops) {
     MemoryScope scope(Category::IO, "loader");
-    b.pixel_values = Tensor::empty(shape, DType::F32, Device::host());
+    b.pixel_values = Tensor::empty({crops, crop[0], crop[1], crop[2]}, DType::F32, Device::host());
     int64_t at = 0;
     for (const auto& e : ex)
-      for (const Tensor& img : e.images) copy_(b.pixel_values.select(0, at++), img);
+      for (const Tensor& img : e.images) {
+        const int64_t n = img.dim() == 4 ? img.size(0) : 1;
+        copy_(b.pixel_values.slice(0, at, at + n), img.view({n, crop[0], crop[1], crop[2]}));
+        at += n;
+      }
   }
   return b;
 }

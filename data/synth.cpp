@@ -38,17 +38,17 @@ struct Object {
 // slot. With a patch that divides the cell (24 px, patch 8; 48 px, patch 16) every object falls inside one
 // patch and no patch holds parts of two objects. `half`: the object's half-width, centred on (cx, cy).
 void draw(RgbImage& img, const Object& o, int cx, int cy, int half) {
-  const int S = img.width;
+  const int W = img.width, H = img.height;
   for (int y = cy - half; y <= cy + half; ++y)
     for (int x = cx - half; x <= cx + half; ++x) {
-      if (x < 0 || y < 0 || x >= S || y >= S) continue;
+      if (x < 0 || y < 0 || x >= W || y >= H) continue;
       const int dx = x - cx, dy = y - cy;
       bool inside = false;
       if (o.shape == 0) inside = dx * dx + dy * dy <= half * half;
       if (o.shape == 1) inside = true;
       if (o.shape == 2) inside = dy >= -half && std::abs(dx) * 2 <= (dy + half);  // apex up
       if (!inside) continue;
-      for (int ch = 0; ch < 3; ++ch) img.pixels[(std::size_t(y) * S + x) * 3 + ch] = kColors[o.color].rgb[ch];
+      for (int ch = 0; ch < 3; ++ch) img.pixels[(std::size_t(y) * W + x) * 3 + ch] = kColors[o.color].rgb[ch];
     }
 }
 
@@ -84,14 +84,18 @@ std::vector<Object> make_objects(std::mt19937_64& rng) {
   return objs;
 }
 
-RgbImage render(const std::vector<Object>& objs, int size, std::mt19937_64& rng) {
-  RgbImage img{size, size, std::vector<uint8_t>(std::size_t(size) * size * 3, kBackground)};
+// The scene on a `width` x `height` canvas: three slots across, each object in the middle row of its slot.
+RgbImage render(const std::vector<Object>& objs, int width, int height, std::mt19937_64& rng) {
+  RgbImage img{width, height, std::vector<uint8_t>(std::size_t(width) * height * 3, kBackground)};
   // Each object's centre is jittered by a pixel or so within its cell (never past the cell's edge), which keeps
-  // scenes from repeating exactly.
-  const int cell = size / 3, half = std::max(2, cell * 2 / 5), room = std::max(1, cell - 2 * half);
+  // scenes from repeating exactly. On a square canvas a cell is a third of a side; otherwise objects keep the size
+  // of the shorter side's cells, centred in their slot.
+  const int cell_x = width / 3, cell_y = height / 3, cell = std::min(cell_x, cell_y);
+  const int half = std::max(2, cell * 2 / 5), room = std::max(1, cell - 2 * half);
   for (const Object& o : objs) {
     const int jitter_y = pick(rng, room), jitter_x = pick(rng, room);
-    draw(img, o, o.slot * cell + half + jitter_x, cell + half + jitter_y, half);
+    draw(img, o, o.slot * cell_x + (cell_x - cell) / 2 + half + jitter_x,
+         cell_y + (cell_y - cell) / 2 + half + jitter_y, half);
   }
   return img;
 }
@@ -147,13 +151,17 @@ void add_turns(const std::vector<Object>& objs, int questions, uint64_t turn_see
   for (std::size_t i = 0; i < rest.size() && int(qs.size()) < questions; ++i) qs.push_back(rest[i]);
 }
 
+struct Canvas {
+  int width, height;
+};
+
 // A scene (its image written under `dir`) and its entry. A caption entry draws its first question too, so that
 // the scenes after it do not depend on which entries are captions.
-json make_sample(std::mt19937_64& rng, const std::string& id, const std::string& dir, int size, int questions,
+json make_sample(std::mt19937_64& rng, const std::string& id, const std::string& dir, Canvas canvas, int questions,
                  SampleKind kind, uint64_t turn_seed) {
   const std::vector<Object> objs = make_objects(rng);
   const std::string file = "images/" + id + ".png";
-  write_png(dir + "/" + file, render(objs, size, rng));
+  write_png(dir + "/" + file, render(objs, canvas.width, canvas.height, rng));
   std::vector<Question> qs = {first_question(rng, objs)};
   if (kind == SampleKind::Caption) return make_entry(id, file, {caption(objs)});
   if (questions > 1) add_turns(objs, questions, turn_seed, qs);
@@ -182,7 +190,15 @@ int64_t write_synthetic_vqa(const SynthOptions& o) {
           split == "train" && std::uniform_real_distribution<double>(0.0, 1.0)(caption_rng) < o.captions
               ? SampleKind::Caption
               : SampleKind::Questions;
-      all.push_back(make_sample(rng, id, o.out_dir, o.image_size, questions, kind, turn_seed));
+      Canvas canvas{o.image_size, o.image_size};
+      if (o.mixed_aspect) {  // the ratio from the entry's own generator too
+        constexpr int kRatios[][2] = {{1, 1}, {2, 1}, {1, 2}, {3, 1}, {1, 3}, {3, 2}, {2, 3}};
+        std::mt19937_64 aspect_rng(turn_seed ^ 0x9E3779B97F4A7C15ull);
+        const auto& r = kRatios[std::uniform_int_distribution<int>(0, 6)(aspect_rng)];
+        const int shorter = std::min(r[0], r[1]);
+        canvas = {o.image_size * r[0] / shorter, o.image_size * r[1] / shorter};
+      }
+      all.push_back(make_sample(rng, id, o.out_dir, canvas, questions, kind, turn_seed));
     }
     core::AtomicFile f(o.out_dir + "/" + split + ".json");
     const std::string text = all.dump(1) + "\n";

@@ -16,6 +16,9 @@ struct SynthOptions {
   // Fraction of training entries that describe the scene instead ("Describe the shapes from left to right."
   // -> "red circle, blue square"): every object's colour and shape in one answer. Eval entries are questions.
   double captions = 0;
+  // Images of mixed aspect ratios (1:1, 2:1, 1:2, 3:1, 1:3, 3:2, 2:3; the short side image_size), as AnyRes meets
+  // them; each entry's ratio drawn from its own generator, so the scenes are those of a square set.
+  bool mixed_aspect = false;
 };
 
 // Writes out_dir/train.json, out_dir/eval.json (LLaVA format, with a "question_type" per entry) and

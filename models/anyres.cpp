@@ -58,15 +58,49 @@ Taps taps(int64_t dst, int64_t in, int64_t out) {
   return {i0, i0 + (i0 < in - 1 ? 1 : 0), 1.f - l1, l1};
 }
 
-}  // namespace
+// An image's layout: the pinpoint it is cut for (rows x cols tiles), and with spatial_unpad the window of the tiles'
+// feature map it keeps and the (out_h, out_w) grid of tokens that window becomes (smaller where OneVision pools).
+struct Layout {
+  int64_t rows = 0, cols = 0;
+  Window w{};
+  int64_t h = 0, wd = 0, out_h = 0, out_w = 0;
+};
 
-TokenMix anyres_mix(data::Resolution image, const AnyresConfig& c, int64_t tower_size, int64_t grid) {
+Layout layout_of(data::Resolution image, const AnyresConfig& c, int64_t tower_size, int64_t grid) {
   HR_CHECK(image.height > 0 && image.width > 0, "[image] an image of ", image.height, " x ", image.width, " pixels");
   const data::Resolution best = data::best_resolution(image, c.pinpoints);
   HR_CHECK(best.height % tower_size == 0 && best.width % tower_size == 0,
            "[config] image_grid_pinpoints: ", best.height, " x ", best.width, " is not a multiple of the tower's ",
            tower_size, " px");
-  const int64_t rows = best.height / tower_size, cols = best.width / tower_size, per_crop = grid * grid;
+  Layout l;
+  l.rows = best.height / tower_size;
+  l.cols = best.width / tower_size;
+  if (c.merge == PatchMerge::Flat) return l;
+  l.w = unpad(image, l.rows * grid, l.cols * grid);
+  l.h = l.w.y1 - l.w.y0;
+  l.wd = l.w.x1 - l.w.x0;
+  l.out_h = l.h;
+  l.out_w = l.wd;
+  if (c.max_num_patches > 0) {  // OneVision: bilinear pooling when the map is above N base images (10% slack)
+    const double ratio = std::sqrt(double(l.h * l.wd) / double(c.max_num_patches * grid * grid));
+    if (ratio > 1.1)
+      l.out_h = int64_t(py_floordiv(double(l.h), ratio)), l.out_w = int64_t(py_floordiv(double(l.wd), ratio));
+  }
+  return l;
+}
+
+}  // namespace
+
+int64_t anyres_tokens(data::Resolution image, const AnyresConfig& c, int64_t tower_size, int64_t grid) {
+  const Layout l = layout_of(image, c, tower_size, grid);
+  const int64_t per_crop = grid * grid;
+  if (c.merge == PatchMerge::Flat) return (1 + l.rows * l.cols) * per_crop;
+  return per_crop + l.out_h * (l.out_w + 1);  // the base image, then each row of tokens and its image_newline
+}
+
+TokenMix anyres_mix(data::Resolution image, const AnyresConfig& c, int64_t tower_size, int64_t grid) {
+  const Layout l = layout_of(image, c, tower_size, grid);
+  const int64_t rows = l.rows, cols = l.cols, per_crop = grid * grid;
   TokenMix m;
   auto row_of = [&](int64_t y, int64_t x) {  // a position of the tiles' feature map: its crop's row
     return (1 + (y / grid) * cols + x / grid) * per_crop + (y % grid) * grid + x % grid;
@@ -76,13 +110,8 @@ TokenMix anyres_mix(data::Resolution image, const AnyresConfig& c, int64_t tower
     for (int64_t t = per_crop; t < (1 + rows * cols) * per_crop; ++t) m.add(t, 1.f), m.end_token();
     return m;
   }
-  const Window w = unpad(image, rows * grid, cols * grid);
-  const int64_t h = w.y1 - w.y0, wd = w.x1 - w.x0;
-  int64_t out_h = h, out_w = wd;
-  if (c.max_num_patches > 0) {  // OneVision: bilinear pooling when the map is above N base images (10% slack)
-    const double ratio = std::sqrt(double(h * wd) / double(c.max_num_patches * grid * grid));
-    if (ratio > 1.1) out_h = int64_t(py_floordiv(double(h), ratio)), out_w = int64_t(py_floordiv(double(wd), ratio));
-  }
+  const Window w = l.w;
+  const int64_t h = l.h, wd = l.wd, out_h = l.out_h, out_w = l.out_w;
   for (int64_t y = 0; y < out_h; ++y) {
     for (int64_t x = 0; x < out_w; ++x) {
       if (out_h == h && out_w == wd) {
@@ -104,6 +133,30 @@ TokenMix anyres_mix(data::Resolution image, const AnyresConfig& c, int64_t tower
 int64_t anyres_crops(data::Resolution image, const AnyresConfig& c, int64_t tower_size) {
   const data::Resolution best = data::best_resolution(image, c.pinpoints);
   return 1 + (best.height / tower_size) * (best.width / tower_size);
+}
+
+data::Resolution anyres_worst_image(const AnyresConfig& c, int64_t tower_size, int64_t grid, int64_t max_tokens) {
+  struct Best {
+    data::Resolution image;
+    int64_t crops = 0, tokens = 0;
+    void offer(data::Resolution at, int64_t k, int64_t t) {
+      if (k > crops || (k == crops && t > tokens)) image = at, crops = k, tokens = t;
+    }
+  } fits, any;
+  for (const data::Resolution& p : c.pinpoints) {
+    const int64_t crops = anyres_crops(p, c, tower_size);
+    any.offer(p, crops, anyres_tokens(p, c, tower_size, grid));
+    if (crops < fits.crops) continue;
+    auto consider = [&](data::Resolution image) {
+      if (!(data::best_resolution(image, c.pinpoints) == p)) return;
+      const int64_t t = anyres_tokens(image, c, tower_size, grid);
+      if (t <= max_tokens) fits.offer(image, crops, t);
+    };
+    consider(p);
+    for (int64_t h = p.height - 1; h >= 1; --h) consider({h, p.width});
+    for (int64_t w = p.width - 1; w >= 1; --w) consider({p.height, w});
+  }
+  return fits.crops > 0 ? fits.image : any.image;
 }
 
 ImagesMix anyres_images(const std::vector<data::Resolution>& images, const AnyresConfig& c, int64_t tower_size,

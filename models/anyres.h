@@ -32,6 +32,16 @@ TokenMix anyres_mix(data::Resolution image, const AnyresConfig& c, int64_t tower
 // The crops an image of `image` pixels is cut into: its base image and the tiles of the pinpoint it is cut for.
 int64_t anyres_crops(data::Resolution image, const AnyresConfig& c, int64_t tower_size);
 
+// An image's token count (anyres_mix(...).tokens() without the mix): what its placeholders number.
+int64_t anyres_tokens(data::Resolution image, const AnyresConfig& c, int64_t tower_size, int64_t grid);
+
+// The image size whose layout costs the most memory among those of at most `max_tokens` tokens (what a sequence has
+// room for): the most crops, then the most tokens. Candidates are each pinpoint at its own size and every image of
+// its width or its height that is cut for it (unpadding depends on the aspect ratio alone). Where no layout fits,
+// the largest there is (the sequence then cannot hold it, which the planner names). The planner's worst case.
+data::Resolution anyres_worst_image(const AnyresConfig& c, int64_t tower_size, int64_t grid,
+                                    int64_t max_tokens = INT64_MAX);
+
 // A batch's images together: `mix` makes every image's tokens, in order, from the projected rows of all their crops
 // (image i's crops after those of the images before it, grid x grid rows each); image i has tokens[i] tokens and
 // crops[i] crops.

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "models/anyres.h"
 
 namespace hr::models {
 
@@ -204,7 +205,15 @@ LlavaConfig preset(const std::string& name) {
     c.llm.intermediate = 13824;
     return c;
   }
-  if (name == "llava-next-mistral-7b") {  // llava-hf/llava-v1.6-mistral-7b-hf's dimensions (one 336-px image)
+  // LLaVA-NeXT (1.6): AnyRes over LLaVA-NeXT's five pinpoints (up to 2 x 2 tiles of 336 px, or 3 x 1), spatial_unpad
+  // with image_newline, as llava-hf/llava-v1.6-*-hf's config.json have it.
+  const std::vector<data::Resolution> next = {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}};
+  if (name == "llava-v1.6-vicuna-7b") {  // llava-1.5-7b's dimensions and image_newline
+    c.anyres.pinpoints = next;
+    return c;
+  }
+  if (name == "llava-v1.6-mistral-7b") {  // llava-hf/llava-v1.6-mistral-7b-hf's dimensions
+    c.anyres.pinpoints = next;
     c.llm.decoder = Decoder::Mistral;
     c.llm.kv_heads = 8;
     c.llm.intermediate = 14336;
@@ -260,7 +269,8 @@ std::vector<std::string> preset_names() {
           "small",
           "llava-1.5-7b",
           "llava-1.5-13b",
-          "llava-next-mistral-7b",
+          "llava-v1.6-vicuna-7b",
+          "llava-v1.6-mistral-7b",
           "llava-onevision-qwen2-7b",
           "llava-onevision-qwen2-0.5b"};
 }
@@ -317,7 +327,19 @@ FeatureSelect parse_feature_select(const std::string& s) {
 }
 
 data::InputSpec input_spec(const LlavaConfig& c) {
-  return {c.llm.vocab, c.vision.image_size, c.vision.tokens_per_image(), c.image_token_id, c.ignore_index};
+  data::InputSpec s;
+  s.vocab = c.llm.vocab;
+  s.image_size = c.vision.image_size;
+  s.tokens_per_image = c.vision.tokens_per_image();
+  s.image_token_id = c.image_token_id;
+  s.ignore_index = c.ignore_index;
+  if (c.anyres.on()) {
+    s.pinpoints = c.anyres.pinpoints;
+    s.anyres_tokens = [a = c.anyres, size = c.vision.image_size, grid = c.vision.grid()](data::Resolution image) {
+      return anyres_tokens(image, a, size, grid);
+    };
+  }
+  return s;
 }
 
 }  // namespace hr::models

@@ -125,7 +125,8 @@ struct LlavaConfig {
   std::string largest_part() const;
 };
 
-// tiny (tests), small (trains on a CPU in minutes), llava-1.5-7b, llava-1.5-13b, llava-next-mistral-7b,
+// tiny (tests), small (trains on a CPU in minutes), llava-1.5-7b, llava-1.5-13b, llava-v1.6-vicuna-7b and
+// llava-v1.6-mistral-7b (LLaVA-NeXT: AnyRes),
 // llava-onevision-qwen2-7b (the llava-hf dimensions; the last two with one image of the tower's size until AnyRes),
 // llava-onevision-qwen2-0.5b (the 7B's tower with Qwen/Qwen2-0.5B's dimensions, tied embeddings).
 LlavaConfig preset(const std::string& name);

@@ -4,8 +4,10 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "data/anyres.h"
 #include "data/conversation.h"
 #include "data/image.h"
+#include "models/anyres.h"
 #include "train/checkpoint.h"
 #include "train/cli_args.h"
 #include "train/commands.h"
@@ -20,17 +22,45 @@ namespace hr::train {
 namespace {
 
 // One exchange of the conversation so far, as a prompt (the template up to the assistant's answer).
+// The image as the model takes it: (3, size, size), or with AnyRes its crops, its size and its token count.
+struct PromptImage {
+  core::Tensor pixels;
+  data::Resolution size;
+  int64_t tokens = 0;
+};
+
+PromptImage load_image(const RunConfig& c, const std::string& path) {
+  const models::LlavaConfig& m = c.model.config;
+  PromptImage out;
+  if (!m.anyres.on()) {
+    out.pixels = data::load_clip_image(path, m.vision.image_size, c.aspect, run_image_norm(c));
+    out.tokens = m.vision.tokens_per_image();
+    return out;
+  }
+  const auto kind = m.vision.tower == models::Tower::Siglip ? data::ImageProcessor::Siglip : data::ImageProcessor::Clip;
+  data::AnyresImage a = data::anyres_image(data::decode_image(path), m.anyres.pinpoints, m.vision.image_size, kind,
+                                           run_image_norm(c), path);
+  out.pixels = std::move(a.pixels);
+  out.size = a.original;
+  out.tokens = models::anyres_tokens(a.original, m.anyres, m.vision.image_size, m.vision.grid());
+  return out;
+}
+
 data::Example make_prompt(const RunConfig& c, const data::Tokenizer& tok, const std::vector<data::Turn>& history,
-                          const core::Tensor& image) {
+                          const PromptImage& image) {
   const models::LlavaConfig& m = c.model.config;
   std::vector<data::Turn> turns = history;
   turns.push_back({false, ""});
   const data::Tokenized t =
-      data::apply_template(c.chat_template, turns, tok, m.vision.tokens_per_image(), c.system_prompt, m.ignore_index);
+      data::apply_template(c.chat_template, turns, tok, image.tokens, c.system_prompt, m.ignore_index);
   data::Example e;
   e.id = "prompt";
   e.prompt = t.prompt;
-  if (t.images) e.images.push_back(image);
+  if (t.images) {
+    e.images.push_back(image.pixels);
+    e.image_tokens.push_back(image.tokens);
+    if (m.anyres.on()) e.image_sizes.push_back(image.size);
+  }
   return e;
 }
 
@@ -58,9 +88,8 @@ int cmd_generate(const std::vector<std::string>& args) {
   const auto model = build_model(c, inference_device(c));
   load_inference_weights(*model, p.options["--checkpoint"]);
 
-  core::Tensor image;
-  if (p.options.count("--image"))
-    image = data::load_clip_image(p.options["--image"], c.model.config.vision.image_size, c.aspect, run_image_norm(c));
+  PromptImage image;
+  if (p.options.count("--image")) image = load_image(c, p.options["--image"]);
   const auto tok = load_run_tokenizer(c);
   g.tokenizer = tok.get();
   g.eos_token_id = tok->eos();
@@ -71,7 +100,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   std::vector<data::Turn> history;
   auto ask = [&](const std::string& question) {
     // The image goes with the first question, as LLaVA's CLI sends it.
-    history.push_back({true, history.empty() && image.defined() ? "<image>\n" + question : question});
+    history.push_back({true, history.empty() && image.pixels.defined() ? "<image>\n" + question : question});
     const data::Example prompt = make_prompt(c, *tok, history, image);
     const GenerationResult r = generate(*model, {prompt}, g);
     history.push_back({false, r.text[0]});

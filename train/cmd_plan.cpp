@@ -111,16 +111,38 @@ void print_fixes(const Plan& plan, const DevicePreset& dev, int world) {
                 format_bytes(double(f.total_predicted())).c_str(), f.time.total());
 }
 
+// --image-size HxW (height x width, pixels): every image of the worst case that size. AnyRes only.
+data::Resolution image_size_option(const RunConfig& c, const std::string& v) {
+  HR_CHECK(c.model.config.anyres.on(), "[plan] --image-size plans AnyRes images; this model takes one image of ",
+           c.model.config.vision.image_size, " px (set model.image_grid_pinpoints)");
+  const std::size_t x = v.find('x');
+  data::Resolution r;
+  bool whole = x != std::string::npos;
+  try {
+    std::size_t used_h = 0, used_w = 0;
+    if (whole) r.height = std::stoll(v.substr(0, x), &used_h), r.width = std::stoll(v.substr(x + 1), &used_w);
+    whole = whole && used_h == x && used_w == v.size() - x - 1;
+  } catch (const std::exception&) {
+    whole = false;
+  }
+  HR_CHECK(whole, "[plan] --image-size '", v, "' is not HEIGHTxWIDTH in pixels (such as 1008x336)");
+  HR_CHECK(r.height > 0 && r.width > 0 && r.height <= 100000 && r.width <= 100000, "[plan] --image-size '", v,
+           "' must be from 1 to 100000 pixels a side");
+  return r;
+}
+
 }  // namespace
 
 int cmd_plan(const std::vector<std::string>& args) {
   const auto t0 = std::chrono::steady_clock::now();
-  Parsed p = parse(args, "plan", {"--device", "--capacity", "--world-size", "--trace", "--snapshot", "--deepspeed"},
+  Parsed p = parse(args, "plan",
+                   {"--device", "--capacity", "--world-size", "--trace", "--snapshot", "--deepspeed", "--image-size"},
                    {"--json", "--explain", "--max-micro-batch"});
   if (p.options.count("--deepspeed")) p.sets.insert(p.sets.begin(), "deepspeed=" + p.options["--deepspeed"]);
   const int world = p.options.count("--world-size") ? std::stoi(p.options["--world-size"]) : 1;
   HR_CHECK(world >= 1, "[plan] --world-size must be at least 1");
   RunConfig c = load_config(p.config, p.sets, world);
+  if (p.options.count("--image-size")) c.plan_image = image_size_option(c, p.options["--image-size"]);
   use_cpu_threads(c, world);
   const DevicePreset dev = plan_device(c, p);
   const Output output = p.flags.count("--json") ? Output::Json : Output::Table;

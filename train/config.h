@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,9 @@ struct RunConfig {
   int64_t synth_train = 4000, synth_eval = 200, synth_image_size = 32, synth_questions = 1;  // when train_json is empty
   uint64_t synth_seed = 0;
   double synth_captions = 0;
+  bool synth_mixed_aspect = false;  // data.synthetic.aspect: mixed
+  // AnyRes: `headroom plan --image-size HxW` plans every image at this size instead of the largest layout.
+  std::optional<data::Resolution> plan_image;
   data::Template chat_template = data::Template::VicunaV1;
   std::string system_prompt = "default";  // the template's own (data::default_system)
   // data.tokenizer: "byte", a tokenizer.model / tokenizer.json / directory, or "auto" (model.name_or_path's

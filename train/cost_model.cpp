@@ -3,6 +3,7 @@
 // seconds are estimates (the datasheet presets in devices.cpp), where the dry run's bytes are exact.
 #include <algorithm>
 
+#include "models/anyres.h"
 #include "train/plan_parts.h"
 
 namespace hr::train {
@@ -73,12 +74,20 @@ struct MicroFlops {
   double forward = 0, backward = 0, recompute = 0;
 };
 
+// Images through the tower per micro-batch: with AnyRes, each image's largest layout's crops.
+double tower_images(const RunConfig& c) {
+  const LlavaConfig& m = c.model.config;
+  double crops = 1;
+  if (m.anyres.on()) crops = double(anyres_crops(planned_image(c), m.anyres, m.vision.image_size));
+  return double(c.micro_batch_size) * double(c.max_images_per_sample) * crops;
+}
+
 // Forward: 2 x parameters x tokens for the matmuls, plus attention scores and values; backward twice the forward of
 // what gradients reach; recompute the checkpointed share of the forward again.
 MicroFlops micro_flops(const RunConfig& c, const ParamCounts& k) {
   const LlavaConfig& m = c.model.config;
   const double B = double(c.micro_batch_size), L = double(c.max_seq_len);
-  const double I = B * double(c.max_images_per_sample), N = double(m.vision.num_positions());
+  const double I = tower_images(c), N = double(m.vision.num_positions());
   const double v_layers = double(m.vision.layers_used());
   const double vis_fwd = vision_used(m) && I > 0 ? 2.0 * k.vision_layer * v_layers * I * N +
                                                        4.0 * v_layers * I * N * N * double(m.vision.hidden)
@@ -189,7 +198,7 @@ void add_activation_offload(StepTime& t, const Plan& p, const ParamCounts& k, do
   if (grads_reach_llm)
     tower(c.llm_ckpt, m.llm.layers, B * L, double(m.llm.hidden), double(m.llm.heads),
           2.0 * k.llm_layer * B * L + 2.0 * B * L * L * double(m.llm.hidden));
-  const double I = B * double(c.max_images_per_sample), N = double(m.vision.num_positions());
+  const double I = tower_images(c), N = double(m.vision.num_positions());
   if (k.vision_trainable && vision_used(m) && I > 0)
     tower(c.vision_ckpt, m.vision.layers_used(), I * N, double(m.vision.hidden), double(m.vision.heads),
           2.0 * k.vision_layer * I * N + 4.0 * I * N * N * double(m.vision.hidden));

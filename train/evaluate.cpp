@@ -195,8 +195,7 @@ class Evaluation {
       if (!opt.logits_at.empty()) logits = st.logits.to_floats();
     }
     if (o_.watch)
-      o_.watch->end(EvalShape{b.batch, b.seq, b.pixel_values.defined() ? b.pixel_values.size(0) : 0,
-                              int64_t(opt.logits_at.size())});
+      o_.watch->end(EvalShape{b.batch, b.seq, data::images_of(b), int64_t(opt.logits_at.size()), b.image_sizes});
     return logits;
   }
 
@@ -260,10 +259,11 @@ class Evaluation {
   }
 
   void watch_end(const std::vector<Example>& batch, const GenerationOptions& g, const GenerationResult& gen) const {
-    GenerationShape shape{{}, 0, g.max_new_tokens, gen.forwards - 1};
+    GenerationShape shape{{}, 0, g.max_new_tokens, gen.forwards - 1, {}};
     for (const Example& e : batch) {
       shape.prompt_lengths.push_back(int64_t(e.prompt.size()));
       shape.images += int64_t(e.images.size());
+      shape.image_sizes.insert(shape.image_sizes.end(), e.image_sizes.begin(), e.image_sizes.end());
     }
     o_.watch->end(shape);
   }

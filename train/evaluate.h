@@ -19,6 +19,7 @@ namespace hr::train {
 // `logit_rows` positions (what evaluation reads to settle answers).
 struct EvalShape {
   int64_t batch = 0, seq = 0, images = 0, logit_rows = 0;
+  std::vector<data::Resolution> image_sizes;  // AnyRes: each image's size; empty otherwise
   bool operator==(const EvalShape&) const = default;
 };
 // Generation: prompts of these lengths (holding `images` images) and up to max_new_tokens new tokens each.
@@ -27,6 +28,7 @@ struct EvalShape {
 struct GenerationShape {
   std::vector<int64_t> prompt_lengths;
   int64_t images = 0, max_new_tokens = 1, decode_steps = 1;
+  std::vector<data::Resolution> image_sizes;  // AnyRes: each image's size; empty otherwise
   bool operator==(const GenerationShape&) const = default;
 };
 

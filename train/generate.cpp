@@ -88,6 +88,8 @@ class Generation {
       p.ids = e.prompt;
       p.labels.assign(p.ids.size(), cfg_.ignore_index);
       p.images = e.images;
+      p.image_sizes = e.image_sizes;
+      p.image_tokens = e.image_tokens;
       cur_.push_back(std::move(p));
     }
   }

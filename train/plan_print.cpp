@@ -1,6 +1,7 @@
 // The plan as a table (headroom plan, the start of a run, a refusal) and as JSON (plan.json, --json).
 #include <nlohmann/json.hpp>
 
+#include "models/anyres.h"
 #include "train/planner.h"
 
 namespace hr::train {
@@ -45,6 +46,14 @@ std::string table_head(const Plan& p) {
            int(c.budget * 100 + 0.5f), "% -> ", gib(p.usable), " usable per rank\n");
   o += str("decisions: ", p.decisions.describe(), "; global batch ", c.global_batch_size, " of up to ", c.max_seq_len,
            " tokens\n");
+  if (const models::LlavaConfig& m = c.model.config; m.anyres.on()) {  // what each image of the worst case is
+    const data::Resolution im = planned_image(c);
+    o += str("images: AnyRes, each planned as ", im.height, " x ", im.width, " px (",
+             c.plan_image ? "--image-size" : "the largest layout a sequence holds",
+             "): ", models::anyres_crops(im, m.anyres, m.vision.image_size), " crops and ",
+             commas(models::anyres_tokens(im, m.anyres, m.vision.image_size, m.vision.grid())), " tokens, ",
+             c.max_images_per_sample, " per sample\n");
+  }
   o += str("parameters: ", commas(p.params_total), " total, ", commas(p.params_trainable), " trainable\n");
   for (const auto& [name, n] : p.params_by_module) o += str("  ", pad(name, 34), lpad(commas(n), 16), "\n");
   return o;

@@ -30,8 +30,15 @@ class Engine;
 
 struct MicroShape {
   int64_t batch = 0, seq = 0, images = 0;
-  bool operator==(const MicroShape&) const = default;
+  // AnyRes: each image's size, which decides its crops and tokens (the batch's memory); empty otherwise.
+  std::vector<data::Resolution> image_sizes;
+  auto operator<=>(const MicroShape&) const = default;
 };
+
+// AnyRes: the size of each image of the plan's worst case: the largest layout (the most crops, then the most
+// tokens) a sequence of data.max_seq_len has room for beside its BOS, a token of text and its other images, or
+// c.plan_image (`headroom plan --image-size`).
+data::Resolution planned_image(const RunConfig& c);
 
 // A batch of shape `s` for dry runs and tests: each row starts with BOS and its images' placeholders; every
 // later token is an answer token (the loss covers it). What the tokens are does not change what is allocated.
@@ -79,6 +86,7 @@ class Predictor {
   Prediction step(const std::vector<MicroShape>& micro_batches, StepRecording* recording = nullptr);
   // Accumulation x (micro, max_seq_len, micro x max_images_per_sample).
   std::vector<MicroShape> worst_case() const;
+  std::vector<data::Resolution> worst_image_sizes(int64_t images) const;
   // Inference on the engine as a step has left it (parameters, gradients, states persist): an evaluation loss
   // pass, and generation (the KV cache, the prefill, one decode step: every later step allocates the same).
   Prediction evaluation(const EvalShape& shape);

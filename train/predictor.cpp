@@ -5,6 +5,7 @@
 
 #include "core/memory/device_memory.h"
 #include "data/tokenizer.h"
+#include "models/anyres.h"
 #include "train/engine.h"
 #include "train/planner.h"
 
@@ -164,23 +165,38 @@ LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s, Device ho
   Batch& b = lb.batch;
   b.batch = s.batch;
   b.seq = s.seq;
-  const int64_t T = m.vision.tokens_per_image();
+  // Each image's placeholders and crops: tokens_per_image and one, or its AnyRes layout's.
+  std::vector<int64_t> tokens(std::size_t(s.images), m.vision.tokens_per_image());
+  int64_t crops = s.images;
+  if (m.anyres.on()) {
+    HR_CHECK(int64_t(s.image_sizes.size()) == s.images, "[plan] an AnyRes batch shape of ", s.images, " images has ",
+             s.image_sizes.size(), " image sizes");
+    ImagesMix mix = anyres_images(s.image_sizes, m.anyres, m.vision.image_size, m.vision.grid());
+    tokens = std::move(mix.tokens);
+    crops = mix.total_crops;
+    b.image_sizes = s.image_sizes;
+  }
   b.input_ids.assign(std::size_t(s.batch * s.seq), int64_t('a') + ByteTokenizer::kByteOffset);
   b.labels = b.input_ids;
+  std::size_t image = 0;
   for (int64_t r = 0; r < s.batch; ++r) {
     const int64_t images = s.images / s.batch + (r < s.images % s.batch ? 1 : 0);
-    HR_CHECK(1 + images * T < s.seq, "[plan] a sequence of ", s.seq, " tokens cannot hold ", images, " image(s) of ", T,
-             " tokens; raise data.max_seq_len or lower data.max_images_per_sample");
+    int64_t placeholders = 0;
+    for (int64_t i = 0; i < images; ++i) placeholders += tokens[image + std::size_t(i)];
+    HR_CHECK(1 + placeholders < s.seq, "[plan] a sequence of ", s.seq, " tokens cannot hold ", images, " image(s) of ",
+             placeholders, " tokens in all", m.anyres.on() ? " (AnyRes's largest layout)" : "",
+             "; raise data.max_seq_len or lower data.max_images_per_sample");
+    image += std::size_t(images);
     b.input_ids[std::size_t(r * s.seq)] = ByteTokenizer::kBos;
     b.labels[std::size_t(r * s.seq)] = m.ignore_index;
-    for (int64_t t = 1; t <= images * T; ++t) {
+    for (int64_t t = 1; t <= placeholders; ++t) {
       b.input_ids[std::size_t(r * s.seq + t)] = m.image_token_id;
       b.labels[std::size_t(r * s.seq + t)] = m.ignore_index;
     }
   }
-  if (s.images > 0) {
+  if (crops > 0) {
     MemoryScope scope(Category::IO, "loader");
-    const Shape shape{s.images, m.vision.channels, m.vision.image_size, m.vision.image_size};
+    const Shape shape{crops, m.vision.channels, m.vision.image_size, m.vision.image_size};
     b.pixel_values =
         host.type == DeviceType::Meta ? Tensor::empty(shape, DType::F32, host) : Tensor::zeros(shape, DType::F32, host);
   }
@@ -203,9 +219,9 @@ Predictor::Predictor(const RunConfig& c, int world, int rank, core::SizingTarget
 Predictor::~Predictor() = default;
 
 std::vector<MicroShape> Predictor::worst_case() const {
-  const int64_t m = config_.micro_batch_size;
+  const int64_t m = config_.micro_batch_size, images = m * config_.max_images_per_sample;
   return std::vector<MicroShape>(std::size_t(config_.gradient_accumulation_steps),
-                                 {m, config_.max_seq_len, m * config_.max_images_per_sample});
+                                 {m, config_.max_seq_len, images, worst_image_sizes(images)});
 }
 
 const Llava& Predictor::model() const {
@@ -254,15 +270,28 @@ int64_t Predictor::eval_rows() const {
                : config_.eval_batch_size;
 }
 
+data::Resolution planned_image(const RunConfig& c) {
+  const LlavaConfig& m = c.model.config;
+  if (c.plan_image) return *c.plan_image;
+  const int64_t room = (c.max_seq_len - 2) / std::max<int64_t>(c.max_images_per_sample, 1);
+  return anyres_worst_image(m.anyres, m.vision.image_size, m.vision.grid(), room);
+}
+
+// AnyRes: `images` images of the planned layout; none without AnyRes.
+std::vector<data::Resolution> Predictor::worst_image_sizes(int64_t images) const {
+  if (!config_.model.config.anyres.on()) return {};
+  return std::vector<data::Resolution>(std::size_t(images), planned_image(config_));
+}
+
 EvalShape Predictor::eval_worst_case() const {
-  const int64_t b = eval_rows();
-  return {b, config_.max_seq_len, b * config_.max_images_per_sample, b * config_.max_new_tokens};
+  const int64_t b = eval_rows(), images = b * config_.max_images_per_sample;
+  return {b, config_.max_seq_len, images, b * config_.max_new_tokens, worst_image_sizes(images)};
 }
 
 GenerationShape Predictor::generation_worst_case() const {
-  const int64_t b = eval_rows();
-  return {std::vector<int64_t>(std::size_t(b), config_.max_seq_len), b * config_.max_images_per_sample,
-          config_.max_new_tokens};
+  const int64_t b = eval_rows(), images = b * config_.max_images_per_sample;
+  return {std::vector<int64_t>(std::size_t(b), config_.max_seq_len), images, config_.max_new_tokens, 1,
+          worst_image_sizes(images)};
 }
 
 Prediction Predictor::inference(const std::function<void()>& pass) {
@@ -291,7 +320,7 @@ void Predictor::begin_evaluation() {
 
 Prediction Predictor::evaluation(const EvalShape& e) {
   return inference([&] {
-    const LoadedBatch lb = synthetic_batch(config_.model.config, {e.batch, e.seq, e.images}, kMetaHost);
+    const LoadedBatch lb = synthetic_batch(config_.model.config, {e.batch, e.seq, e.images, e.image_sizes}, kMetaHost);
     ModelOptions o;
     o.inference = true;
     o.ce_chunk_rows = config_.ce_chunk_rows;
@@ -310,7 +339,7 @@ Prediction Predictor::generation(const GenerationShape& g) {
     const int64_t longest = *std::max_element(g.prompt_lengths.begin(), g.prompt_lengths.end());
     // As generate() does it: the cache, the prompts' batch, the prefill, then decode steps.
     KvCache cache = model.make_cache(B, longest + g.max_new_tokens - 1);
-    const LoadedBatch lb = synthetic_batch(model.config(), {B, longest, g.images}, kMetaHost);
+    const LoadedBatch lb = synthetic_batch(model.config(), {B, longest, g.images, g.image_sizes}, kMetaHost);
     Tensor logits = model.prefill(lb.batch, g.prompt_lengths, cache);
     if (g.max_new_tokens > 1 && g.decode_steps > 0) {
       logits = Tensor();

@@ -17,7 +17,8 @@ void ensure_synthetic_data(const RunConfig& c, const std::string& dir) {
   const std::string stamp =
       str("train=", c.synth_train, " eval=", c.synth_eval, " seed=", c.synth_seed, " size=", c.synth_image_size,
           c.synth_questions > 1 ? str(" questions=", c.synth_questions) : std::string(),
-          c.synth_captions > 0 ? str(" captions=", c.synth_captions) : std::string(), "\n");
+          c.synth_captions > 0 ? str(" captions=", c.synth_captions) : std::string(),
+          c.synth_mixed_aspect ? " aspect=mixed" : "", "\n");
   const std::string stamp_path = dir + "/synthetic.txt";
   std::ifstream in(stamp_path);
   std::string have((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -25,7 +26,7 @@ void ensure_synthetic_data(const RunConfig& c, const std::string& dir) {
   std::printf("writing the synthetic VQA set to %s (%lld train, %lld eval)\n", dir.c_str(), (long long)c.synth_train,
               (long long)c.synth_eval);
   write_synthetic_vqa({dir, c.synth_train, c.synth_eval, c.synth_seed, int(c.synth_image_size), int(c.synth_questions),
-                       c.synth_captions});
+                       c.synth_captions, c.synth_mixed_aspect});
   AtomicFile f(stamp_path);
   f.write(stamp.data(), stamp.size());
   f.commit();
@@ -43,6 +44,8 @@ DataOptions data_options(const RunConfig& c, const std::string& json_path, const
   d.allow_outside_image_folder = c.allow_outside_image_folder;
   d.tokenizer = load_run_tokenizer(c);
   d.image_norm = run_image_norm(c);
+  d.processor =
+      c.model.config.vision.tower == models::Tower::Siglip ? data::ImageProcessor::Siglip : data::ImageProcessor::Clip;
   return d;
 }
 

@@ -37,7 +37,8 @@ data::ImageNorm run_image_norm(const RunConfig& c) {
 std::string run_preprocessor_json(const RunConfig& c) {
   const auto kind =
       c.model.config.vision.tower == models::Tower::Siglip ? data::ImageProcessor::Siglip : data::ImageProcessor::Clip;
-  return data::preprocessor_config_json(c.model.config.vision.image_size, run_image_norm(c), kind);
+  return data::preprocessor_config_json(c.model.config.vision.image_size, run_image_norm(c), kind,
+                                        c.model.config.anyres.pinpoints);
 }
 
 namespace {
@@ -103,7 +104,7 @@ std::optional<std::string> llava_preprocessor_config(const RunConfig& c) {
   std::ifstream in(pre, std::ios::binary);
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   HR_CHECK(!j.is_discarded() && j.is_object(), "[image] ", pre.string(), " is not a JSON object");
-  j["processor_class"] = "LlavaProcessor";
+  j["processor_class"] = c.model.config.anyres.on() ? "LlavaNextProcessor" : "LlavaProcessor";
   return j.dump(2) + "\n";
 }
 

@@ -13,9 +13,7 @@ using namespace hr::core;
 const Prediction& StepPredictions::of(const StepShapes& shapes) {
   return predicted_.get(shapes, [&] {
     ++dry_runs_;
-    std::vector<MicroShape> micro;
-    for (const auto& a : shapes) micro.push_back({a[0], a[1], a[2]});
-    return predictor_.step(micro);
+    return predictor_.step(shapes);
   });
 }
 

@@ -17,8 +17,8 @@
 
 namespace hr::train {
 
-// (batch, seq, images) of each micro-batch a step ran.
-using StepShapes = std::vector<std::array<int64_t, 3>>;
+// The shape of each micro-batch a step ran.
+using StepShapes = std::vector<MicroShape>;
 
 // Dry runs of the step shapes seen, the kKept most recently used: batches whose lengths vary make new shapes
 // for the whole run, and each dry run keeps the step's request trace.

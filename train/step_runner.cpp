@@ -29,8 +29,8 @@ std::vector<LoadedBatch> split_batch(const LoadedBatch& lb, int64_t parts, const
 }
 
 namespace {
-std::array<int64_t, 3> shape_of(const Batch& b) {
-  return {b.batch, b.seq, b.pixel_values.defined() ? b.pixel_values.size(0) : 0};
+MicroShape shape_of(const Batch& b) {
+  return {b.batch, b.seq, data::images_of(b), b.image_sizes};
 }
 }  // namespace
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/io/safetensors.h"
 #include "core/ops/embedding.h"
@@ -98,8 +99,18 @@ TEST(ImageOracle, AnyresCropsEqualLlavaNextAndOnevisionProcessors) {
     const auto pinpoints =
         parse_pinpoints(c.at(std::string(k.key) + "_pinpoints").get<std::vector<std::vector<int64_t>>>(), size, k.key);
     float most = 0;
+    // Images transformers' own processor cuts against its own best resolution (a 1-pixel side read as channels):
+    // named by the checker, and few.
+    std::set<std::string> skip;
+    if (c.contains("inconsistent") && c.at("inconsistent").contains(k.key))
+      for (const auto& n : c.at("inconsistent").at(k.key)) skip.insert(n.get<std::string>());
+    EXPECT_LE(skip.size(), 1u) << k.key;
     for (const auto& name : c.at("images")) {
       const std::string n = name.get<std::string>();
+      if (skip.count(n)) {
+        std::printf("%s: %s skipped (transformers cuts it against its own best resolution)\n", k.key, n.c_str());
+        continue;
+      }
       const AnyresImage a =
           anyres_image(decode_image(dir + "/images/" + n + ".png"), pinpoints, size, k.processor, k.norm, n);
       const core::Tensor best = expected.get(n + "." + k.key + "_best");
@@ -112,7 +123,7 @@ TEST(ImageOracle, AnyresCropsEqualLlavaNextAndOnevisionProcessors) {
       EXPECT_LT(d, 1e-5f) << n << " " << k.key;
       most = std::max(most, d);
     }
-    std::printf("%s: worst difference %g over %zu images\n", k.key, double(most), c.at("images").size());
+    std::printf("%s: worst difference %g over %zu images\n", k.key, double(most), c.at("images").size() - skip.size());
   }
 }
 

@@ -62,6 +62,15 @@ CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 # (width, height): wider, taller, square, much smaller and larger than SIZE, a thin strip
 SHAPES = [(37, 23), (23, 41), (50, 50), (13, 9), (97, 61), (300, 17), (24, 24), (25, 200)]
+# ... and more, to 52: the 1 x 8 and 8 x 1 extremes, sizes below the tile, and drawn sizes and aspect ratios. Not
+# 60 x 2: resized into its pinpoint it is 3 rows high, and transformers (4.45 to 5.x) then takes the (3, 72, 3)
+# array for channels-first and cuts it wrongly (LLaVA-NeXT's own code, on PIL images, and headroom do not).
+SHAPES += [(1, 8), (8, 1), (1, 1), (5, 3), (3, 5), (17, 11), (23, 23), (2, 60), (61, 4), (25, 24)]
+_draw = random.Random(5)
+while len(SHAPES) < 52:
+    _w, _h = _draw.randint(1, 130), _draw.randint(1, 130)
+    if (_w, _h) not in SHAPES and max(_w, _h) <= 30 * min(_w, _h):
+        SHAPES.append((_w, _h))
 NEXT_PINPOINTS = [[SIZE, 2 * SIZE], [2 * SIZE, SIZE], [2 * SIZE, 2 * SIZE], [3 * SIZE, SIZE], [SIZE, 3 * SIZE]]
 ONEVISION_PINPOINTS = [[i * SIZE, j * SIZE] for i in range(1, 7) for j in range(1, 7)]
 
@@ -97,7 +106,9 @@ def expand2square(img, background):  # LLaVA's llava/mm_utils.py
 
 
 def pixels(processor, img):
-    return processor.preprocess(img, return_tensors="pt")["pixel_values"][0].to(torch.float32).contiguous()
+    # channels_last said outright: transformers guesses the layout of a 1- or 3-pixel-wide image wrong otherwise
+    out = processor.preprocess(img, return_tensors="pt", input_data_format="channels_last")
+    return out["pixel_values"][0].to(torch.float32).contiguous()
 
 
 def make(out):
@@ -113,7 +124,7 @@ def make(out):
     # OneVision's checkpoints carry SigLIP's 0.5 / 0.5 (the class defaults to CLIP's).
     ov = LlavaOnevisionImageProcessor(size={"height": SIZE, "width": SIZE}, image_grid_pinpoints=ONEVISION_PINPOINTS,
                                       image_mean=[0.5] * 3, image_std=[0.5] * 3)
-    tensors, names, odd = {}, [], 0
+    tensors, names, odd, inconsistent = {}, [], 0, {}
     for w, h in SHAPES:
         name = f"img_{w}x{h}"
         img = picture(rng, w, h)
@@ -123,15 +134,22 @@ def make(out):
         tensors[name + ".siglip_pad"] = pixels(siglip, expand2square(img, tuple(int(x * 255) for x in siglip.image_mean)))
         tensors[name + ".clip_pad"] = pixels(clip, expand2square(img, tuple(int(x * 255) for x in CLIP_MEAN)))
         for key, proc, pins in (("next", nxt, NEXT_PINPOINTS), ("onevision", ov, ONEVISION_PINPOINTS)):
-            tensors[f"{name}.{key}"] = pixels(proc, img)
-            tensors[f"{name}.{key}_best"] = torch.tensor(select_best_resolution((h, w), pins), dtype=torch.int64)
+            best = select_best_resolution((h, w), pins)
+            cut = pixels(proc, img)
+            if cut.shape[0] != 1 + (best[0] // SIZE) * (best[1] // SIZE):
+                # transformers' own processor disagrees with its select_best_resolution: it took the 1-pixel-high
+                # array for channels-first (LlavaOnevisionImageProcessor on 8 x 1 in 4.45). Named, not compared.
+                inconsistent.setdefault(key, []).append(name)
+                continue
+            tensors[f"{name}.{key}"] = cut
+            tensors[f"{name}.{key}_best"] = torch.tensor(best, dtype=torch.int64)
             odd += odd_padding(w, h, pins)
     if not odd:
         fail("no image is padded by an odd number of pixels: SHAPES no longer covers that case")
     mixes(out, tensors)
     save_file(tensors, os.path.join(out, "expected.safetensors"))
     with open(os.path.join(out, "cases.json"), "w") as f:
-        json.dump({"size": SIZE, "images": names, "next_pinpoints": NEXT_PINPOINTS,
+        json.dump({"size": SIZE, "images": names, "inconsistent": inconsistent, "next_pinpoints": NEXT_PINPOINTS,
                    "onevision_pinpoints": ONEVISION_PINPOINTS, "mix_sizes": MIX_SIZES, "next_336": NEXT_336,
                    "onevision_384": ONEVISION_384}, f)
     print(f"{PROG}: wrote {len(names)} images and {len(tensors)} tensors to {out} ({odd} AnyRes cuts padded oddly)")

@@ -12,8 +12,20 @@ sizes and aspect ratios, whose forward, loss and every gradient headroom must re
         transformers' loss, logits and "grad.<parameter>" for every parameter (zeros where none flows), all f32,
         "tokens" (each image's token count) and "parameters" (the model's parameter count).
 
-The C++ side (test_llava_next_oracle) compares. Exit 0 on success; 2 when a package is missing.
+    check_llava_next.py load DIR BATCH OURS TRAIN_JSON IMAGE_FOLDER
+        transformers opens DIR (a headroom AnyRes checkpoint) as LlavaNextForConditionalGeneration and its image
+        processor (AutoImageProcessor: a LlavaNextImageProcessor); BATCH (`headroom debug batch`, the first samples
+        of TRAIN_JSON) holds the pixel values and image_sizes that processor makes of those samples' images
+        (within 1e-5), and transformers' logits on BATCH equal headroom's (OURS, `debug grads --logits`) within 1e-4.
+
+    check_llava_next.py generate DIR IMAGE GENERATED
+        transformers' LlavaNextForConditionalGeneration.generate (greedy) from DIR, on the prompt headroom built
+        (GENERATED: `headroom generate --json`'s prompt_ids, placeholders expanded for the image's layout) and IMAGE
+        through DIR's LlavaNextImageProcessor, produces headroom's tokens.
+
+The C++ side (test_llava_next_oracle) compares. Exit 0 on success, 1 on a mismatch; 2 when a package is missing.
 """
+import json
 import os
 import sys
 
@@ -30,7 +42,7 @@ from transformers.models.llava_next.modeling_llava_next import image_size_to_num
 from _transformers_fixes import upstream_fixes  # noqa: E402
 
 SIZE = 12
-IMAGE_TOKEN = 63
+IMAGE_TOKEN = 299  # vocabulary 300: the byte tokenizer's ids fit (the end-to-end run trains on text)
 PINPOINTS = [[SIZE, 2 * SIZE], [2 * SIZE, SIZE], [2 * SIZE, 2 * SIZE], [3 * SIZE, SIZE], [SIZE, 3 * SIZE]]
 # [height, width]: wide, tall, square, below one tile, a thin strip
 IMAGES = [[10, 30], [40, 9], [20, 20], [7, 5], [13, 50]]
@@ -41,7 +53,7 @@ SEQUENCES = [([0, 1], [3, 5, 4]), ([2], [0, 6]), ([], [9]), ([3, 4], [2, 0, 5])]
 def model_config():
     vision = CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
                               image_size=SIZE, patch_size=3, projection_dim=16, hidden_act="quick_gelu")
-    text = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    text = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=512)
     return LlavaNextConfig(vision_config=vision.to_dict(), text_config=text.to_dict(), image_token_index=IMAGE_TOKEN,
                            image_grid_pinpoints=PINPOINTS, vision_feature_layer=-2,
@@ -111,11 +123,92 @@ def make(out):
           f"{[tokens[i] for i in order]}) in {len(rows)} sequences of {seq}; loss {out_.loss.item():.6f}; wrote {out}")
 
 
+def crops_of(batch):
+    """transformers' (images, most crops, 3, S, S) from headroom's flat crops and image_sizes."""
+    config = LlavaNextConfig.from_pretrained(batch["dir"])
+    size = config.vision_config.image_size
+    counts = [image_size_to_num_patches(s.tolist(), config.image_grid_pinpoints, size) for s in batch["image_sizes"]]
+    stacked = torch.zeros(len(counts), max(counts), 3, size, size)
+    at = 0
+    for i, n in enumerate(counts):
+        stacked[i, :n] = batch["pixel_values"][at:at + n]
+        at += n
+    return stacked, counts
+
+
+def load(d, batch_path, ours_path, train_json, image_folder):
+    from PIL import Image
+    from safetensors.torch import load_file
+    from transformers import AutoImageProcessor
+    upstream_fixes()
+    batch, ours = load_file(batch_path), load_file(ours_path)
+    faults = []
+    # The loader's pixels: what the checkpoint's own processor makes of the same images.
+    processor = AutoImageProcessor.from_pretrained(d)
+    if type(processor).__name__ != "LlavaNextImageProcessor":
+        faults.append(f"{d}'s image processor is {type(processor).__name__}, not LlavaNextImageProcessor")
+    entries = json.load(open(train_json))[:batch["input_ids"].shape[0]]
+    images = [Image.open(os.path.join(image_folder, e["image"])).convert("RGB") for e in entries if "image" in e]
+    theirs = processor(images=images, return_tensors="pt")
+    batch["dir"] = d
+    stacked, counts = crops_of(batch)
+    if theirs["image_sizes"].tolist() != batch["image_sizes"].tolist():
+        faults.append(f"image_sizes {batch['image_sizes'].tolist()} != the processor's {theirs['image_sizes'].tolist()}")
+    else:
+        for i, n in enumerate(counts):
+            diff = (theirs["pixel_values"][i, :n] - stacked[i, :n]).abs().max().item()
+            if diff > 1e-5:
+                faults.append(f"image {i} ({entries[i]['image']}): pixels differ from the processor's by {diff:.3g}")
+    model = LlavaNextForConditionalGeneration.from_pretrained(d, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        out = model(input_ids=batch["input_ids"], pixel_values=stacked, image_sizes=batch["image_sizes"])
+    diff = (out.logits - ours["logits"]).abs().max().item()
+    scale = ours["logits"].abs().max().item()
+    if diff > 1e-4 * max(scale, 1.0):
+        faults.append(f"logits differ from headroom's by {diff:.3g} (largest |logit| {scale:.3g})")
+    if _oracle_env.print_faults("check_llava_next", faults):
+        return 1
+    print(f"check_llava_next: transformers opened {d} as LlavaNextForConditionalGeneration; {len(images)} images' "
+          f"pixels ({sum(counts)} crops) and logits equal headroom's (logits within {diff:.2g})")
+    return 0
+
+
+def generate(d, image_path, generated_path):
+    from PIL import Image
+    from transformers import AutoImageProcessor
+    upstream_fixes()
+    model = LlavaNextForConditionalGeneration.from_pretrained(d, torch_dtype=torch.float32).eval()
+    processor = AutoImageProcessor.from_pretrained(d)
+    ours = json.loads(open(generated_path).read().splitlines()[-1])
+    inputs = processor(images=[Image.open(image_path).convert("RGB")], return_tensors="pt")
+    ids = torch.tensor([ours["prompt_ids"]])
+    eos = model.config.text_config.eos_token_id
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, pixel_values=inputs["pixel_values"], image_sizes=inputs["image_sizes"],
+                             attention_mask=torch.ones_like(ids), max_new_tokens=len(ours["tokens"]), do_sample=False,
+                             num_beams=1, eos_token_id=eos, pad_token_id=model.config.text_config.pad_token_id)
+    theirs = out[0, ids.shape[1]:].tolist()
+    if eos in theirs:
+        theirs = theirs[:theirs.index(eos) + 1]
+    if theirs != ours["tokens"]:
+        _oracle_env.print_faults("check_llava_next", [f"greedy generation differs: headroom {ours['tokens']}, "
+                                                      f"transformers {theirs}"])
+        return 1
+    print(f"check_llava_next: transformers' generate on {d} gives headroom's {len(theirs)} tokens on its "
+          f"{ids.shape[1]}-token prompt ({inputs['image_sizes'].tolist()[0]} image, "
+          f"{int((ids == model.config.image_token_index).sum())} image tokens)")
+    return 0
+
+
 def main(argv):
     if len(argv) == 2 and argv[0] == "make":
         os.makedirs(argv[1], exist_ok=True)
         make(argv[1])
         return 0
+    if len(argv) == 6 and argv[0] == "load":
+        return load(*argv[1:])
+    if len(argv) == 4 and argv[0] == "generate":
+        return generate(*argv[1:])
     print(__doc__, file=sys.stderr)
     return 1
 

@@ -1,6 +1,7 @@
 // Training-step cases: the strategy combinations and an in-process engine for any device.
 #include "step_cases.h"
 
+#include "models/anyres.h"
 #include "models/weights.h"
 #include "train/planner.h"
 
@@ -99,6 +100,15 @@ std::vector<StepCase> step_cases() {
        1,
        {"lora.enable=true", "lora.r=4", "lora.base_bits=4", "memory.precision=bf16",
         "memory.gradient_checkpointing=selective", "train.gradient_accumulation_steps=2"}},
+      // LLaVA-NeXT's AnyRes: each image its base image and tiles through the tower, tokens mixed with image_newline.
+      {"anyres_bf16_selective",
+       1,
+       {"model.image_grid_pinpoints=[[8, 16], [16, 8]]", "data.max_seq_len=48", "memory.precision=bf16",
+        "memory.gradient_checkpointing=selective"}},
+      {"anyres_z3_accumulate",
+       2,
+       {"model.image_grid_pinpoints=[[8, 16], [16, 16]]", "data.max_seq_len=64", "memory.zero_stage=3",
+        "train.gradient_accumulation_steps=2"}},
       {"lora_fp4_z3_full",
        2,
        {"lora.enable=true", "lora.r=2", "lora.base_bits=4", "lora.quant_type=fp4", "lora.double_quant=false",
@@ -123,19 +133,26 @@ StepEngine::StepEngine(const StepCase& c, Device device, const std::function<voi
 
 StepEngine::~StepEngine() = default;
 
+std::vector<data::Resolution> StepEngine::image_sizes(int64_t images) const {
+  const models::LlavaConfig& m = config_.model.config;
+  if (!m.anyres.on()) return {};
+  return std::vector<data::Resolution>(std::size_t(images),
+                                       models::anyres_worst_image(m.anyres, m.vision.image_size, m.vision.grid()));
+}
+
 void StepEngine::step() {
-  const int64_t m = config_.micro_batch_size;
-  const train::MicroShape shape{m, config_.max_seq_len, m * config_.max_images_per_sample};
+  const int64_t m = config_.micro_batch_size, images = m * config_.max_images_per_sample;
+  const train::MicroShape shape{m, config_.max_seq_len, images, image_sizes(images)};
   engine_->step([&] { return train::synthetic_batch(config_.model.config, shape, host_); },
                 config_.gradient_accumulation_steps, 1.f);
   engine_->update(1e-3f, 1.f);
 }
 
 train::EvalShape StepEngine::evaluate(int64_t logit_rows) {
-  const int64_t m = config_.micro_batch_size;
-  const train::EvalShape shape{m, config_.max_seq_len, m * config_.max_images_per_sample, logit_rows};
+  const int64_t m = config_.micro_batch_size, images = m * config_.max_images_per_sample;
+  const train::EvalShape shape{m, config_.max_seq_len, images, logit_rows, image_sizes(images)};
   const data::LoadedBatch lb =
-      train::synthetic_batch(config_.model.config, {shape.batch, shape.seq, shape.images}, host_);
+      train::synthetic_batch(config_.model.config, {shape.batch, shape.seq, shape.images, shape.image_sizes}, host_);
   models::ModelOptions o;
   o.inference = true;
   o.ce_chunk_rows = config_.ce_chunk_rows;

@@ -38,6 +38,8 @@ class StepEngine {
   const train::RunConfig& config() const { return config_; }
 
  private:
+  // AnyRes: `images` images of the largest layout (the planner's worst case); none otherwise.
+  std::vector<data::Resolution> image_sizes(int64_t images) const;
   train::RunConfig config_;
   core::Device device_, host_;
   std::unique_ptr<parallel::Communicator> comm_;

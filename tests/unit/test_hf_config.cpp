@@ -276,7 +276,7 @@ TEST(HfConfig, LlavaNextMistralPresetIsThePublishedShape) {
   const json t = json::parse(R"({"architectures": ["MistralForCausalLM"], "intermediate_size": 14336,
       "max_position_embeddings": 32768, "model_type": "mistral", "num_key_value_heads": 8, "rms_norm_eps": 1e-05,
       "rope_theta": 1000000.0, "sliding_window": null, "torch_dtype": "bfloat16", "vocab_size": 32064})");
-  const LlmConfig l = llm_from_hf(t, "config.json", "text_config."), want = preset("llava-next-mistral-7b").llm;
+  const LlmConfig l = llm_from_hf(t, "config.json", "text_config."), want = preset("llava-v1.6-mistral-7b").llm;
   EXPECT_EQ(l.decoder, want.decoder);
   EXPECT_EQ(l.vocab, want.vocab);
   EXPECT_EQ(l.hidden, want.hidden);

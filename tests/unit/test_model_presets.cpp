@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "models/anyres.h"
 #include "models/llava.h"
 #include "models/model_spec.h"
 #include "models/weights.h"
@@ -23,10 +24,14 @@ TEST(ModelPresets, ParameterCountsMatchLlavaHf) {
   for (const auto& p : m7.params().all())
     if (p->name.rfind("vision_tower.", 0) == 0) vision += p->numel();
   EXPECT_EQ(vision, 303507456);
-  // llava-hf/llava-v1.6-mistral-7b-hf: transformers' LlavaNextForConditionalGeneration of its config.json counts
-  // 7,566,747,648, of which image_newline (4,096) belongs to AnyRes's patch merging, not yet built here.
-  Llava mistral(preset("llava-next-mistral-7b"), Device::meta(), DType::BF16);
-  EXPECT_EQ(mistral.params().count() + 4096, 7566747648);
+  // LLaVA-NeXT: llava-1.5-7b with image_newline (4,096) is llava-hf/llava-v1.6-vicuna-7b-hf, 7,063,431,168 in
+  // transformers' LlavaNextForConditionalGeneration; llava-hf/llava-v1.6-mistral-7b-hf's config.json counts
+  // 7,566,747,648 there.
+  Llava vicuna(preset("llava-v1.6-vicuna-7b"), Device::meta(), DType::BF16);
+  EXPECT_EQ(vicuna.params().count(), 7063431168);
+  EXPECT_EQ(preset("llava-v1.6-vicuna-7b").parameter_count(), 7063431168);
+  Llava mistral(preset("llava-v1.6-mistral-7b"), Device::meta(), DType::BF16);
+  EXPECT_EQ(mistral.params().count(), 7566747648);
   // llava-hf/llava-onevision-qwen2-7b-ov-hf's config.json as a LlavaForConditionalGeneration (SigLIP so400m with
   // 26 layers and no head, Qwen2-7B): 8,030,804,000 in transformers 4.45.2; its LlavaOnevision class adds
   // image_newline (3,584) for 8,030,807,584.
@@ -50,6 +55,7 @@ TEST(ModelPresets, ParameterCountInClosedFormIsTheBuiltModels) {
     c.llm.decoder = Decoder::Qwen2;  // biases on q, k and v
     EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name << " (qwen2)";
     c.vision.tower = Tower::Siglip;  // no class token or pre-norm, a biased patch embedding
+    if (c.anyres.on()) c.vision.select_feature = FeatureSelect::ClsPatch;  // AnyRes: every SigLIP patch, as OneVision
     EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name << " (siglip)";
     c.llm.tied_embeddings = true;  // one table for embed_tokens and lm_head
     EXPECT_EQ(c.parameter_count(), Llava(c, Device::meta(), DType::BF16).params().count()) << name << " (tied)";
@@ -157,4 +163,36 @@ TEST(ModelPresets, SiglipHasNoClassTokenNoPreNormAndABiasedPatchEmbedding) {
   EXPECT_EQ(c.vision.tokens_per_image(), 4);
   c.vision.tower = Tower::Clip;
   EXPECT_THROW(c.validate(), Error);  // CLIP's patches must tile the image
+}
+
+// An AnyRes image's token count without its mix is the mix's, and the planner's worst layout is the most crops (then
+// tokens) a sequence has room for: LLaVA-NeXT's 672 x 672 pinpoint at its own size holds 576 + 48 x 49 = 2,928 tokens,
+// and a 2,048-token sequence still meets its five crops in a wider image of fewer tokens.
+TEST(Anyres, TokenCountsAreTheMixesAndTheWorstLayoutFitsTheSequence) {
+  AnyresConfig next;
+  next.pinpoints = {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}};
+  AnyresConfig pooled = next, flat = next;
+  pooled.max_num_patches = 2;
+  flat.merge = PatchMerge::Flat;
+  for (const AnyresConfig* c : {&next, &pooled, &flat})
+    for (int64_t h : {1, 7, 100, 336, 337, 500, 672, 1000, 3000})
+      for (int64_t w : {1, 9, 240, 336, 640, 671, 1008, 4000}) {
+        int64_t mixed = -1;
+        try {
+          mixed = anyres_mix({h, w}, *c, 336, 24).tokens();
+        } catch (const Error&) {  // thinner than every pinpoint keeps: refused by both
+          EXPECT_THROW(anyres_tokens({h, w}, *c, 336, 24), Error) << h << " x " << w;
+          continue;
+        }
+        EXPECT_EQ(anyres_tokens({h, w}, *c, 336, 24), mixed) << h << " x " << w;
+      }
+  EXPECT_EQ(anyres_worst_image(next, 336, 24), (data::Resolution{672, 672}));
+  EXPECT_EQ(anyres_tokens({672, 672}, next, 336, 24), 2928);
+  const data::Resolution fits = anyres_worst_image(next, 336, 24, 2046);
+  EXPECT_EQ(anyres_crops(fits, next, 336), 5) << fits.height << " x " << fits.width;
+  const int64_t tokens = anyres_tokens(fits, next, 336, 24);
+  EXPECT_LE(tokens, 2046);
+  EXPECT_GT(tokens, 1900) << fits.height << " x " << fits.width;  // the most a five-crop image has under the limit
+  // Nothing fits: the largest layout, for the planner to name.
+  EXPECT_EQ(anyres_worst_image(next, 336, 24, 100), (data::Resolution{672, 672}));
 }

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# LLaVA-NeXT's AnyRes end to end, checked with transformers: headroom trains a tiny LlavaNextForConditionalGeneration
+# directory (save_pretrained's) on synthetic images of mixed aspect ratios, on one process and on two ranks at ZeRO-3:
+# every step's peaks equal its dry run's, the plan's worst case bounds every step, and the two runs' losses agree.
+# transformers then opens the consolidated checkpoint as LlavaNextForConditionalGeneration with its
+# LlavaNextImageProcessor, whose pixels and logits equal headroom's, and whose greedy generation about an image equals
+# headroom's. Usage: llava_next.sh HEADROOM WORK_DIR MPIEXEC
+set -euo pipefail
+bin=$1 work=$2 mpiexec=$3
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work"
+mkdir -p "$work"
+cd "$work"
+python3 "$here/check_llava_next.py" make . > /dev/null
+cat > train.yaml <<YAML
+model: {name_or_path: $work/hf}
+data:
+  synthetic: {train: 48, eval: 8, image_size: 12, aspect: mixed}
+  system_prompt: ""
+  max_seq_len: 192
+  num_workers: 1
+train: {micro_batch_size: 2, global_batch_size: 8, max_steps: 4, learning_rate: 0.001, max_new_tokens: 2}
+log: {progress_bar: false, logging_steps: 1}
+YAML
+"$bin" train train.yaml --set run.output_dir="$work/single" > single.log
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$mpiexec" --oversubscribe -np 2 \
+  "$bin" train train.yaml --set run.output_dir="$work/z3" --set memory.zero_stage=3 > z3.log
+python3 - single/memory.jsonl z3/memory.rank0.jsonl z3/memory.rank1.jsonl <<'PY'
+import json
+import sys
+runs = {path: [json.loads(line) for line in open(path) if line.strip()] for path in sys.argv[1:]}
+faults = []
+for path, steps in runs.items():
+    if len(steps) != 4:
+        faults.append(f"{path}: {len(steps)} steps, not 4")
+    for s in steps:
+        if (s["peak_allocated"], s["peak_reserved"]) != (s["predicted_peak"], s["predicted_reserved"]):
+            faults.append(f"{path} step {s['step']}: measured {s['peak_allocated']} / {s['peak_reserved']}, "
+                          f"dry run {s['predicted_peak']} / {s['predicted_reserved']}")
+        if s["peak_allocated"] > s["planned_peak"]:
+            faults.append(f"{path} step {s['step']}: {s['peak_allocated']} above the plan's worst case {s['planned_peak']}")
+single = [s["loss"] for s in runs[sys.argv[1]]]
+for path in sys.argv[2:]:
+    for a, b in zip(single, [s["loss"] for s in runs[path]]):
+        if abs(a - b) > 1e-4:
+            faults.append(f"{path}: loss {b} where one process has {a}")
+peaks = sorted({s["peak_allocated"] for s in runs[sys.argv[1]]})
+if len(peaks) < 2:
+    faults.append(f"every step of mixed aspect ratios peaked at {peaks}: the images' layouts did not vary")
+for f in faults:
+    print("llava_next: FAIL:", f, file=sys.stderr)
+if faults:
+    sys.exit(1)
+print(f"llava_next: 4 steps on 1 and 2 ranks, every peak its dry run's (one process: {peaks}), under the plan's "
+      f"worst case {runs[sys.argv[1]][0]['planned_peak']}, the same losses")
+PY
+"$bin" ckpt consolidate z3/checkpoint-4 --out "$work/consolidated/" > /dev/null
+"$bin" debug batch train.yaml --set data.train_json="$work/z3/data/train.json" --set data.image_folder="$work/z3/data" \
+  --out batch.safetensors --count 4 > /dev/null
+printf 'model: {name_or_path: %s/consolidated}\n' "$work" > consolidated.yaml
+"$bin" debug grads --config consolidated.yaml --weights consolidated --batch batch.safetensors --out ours.safetensors \
+  --logits > /dev/null
+python3 "$here/check_llava_next.py" load consolidated batch.safetensors ours.safetensors z3/data/train.json z3/data
+# Generation about a tall image: its layout's placeholders in the prompt, the same greedy tokens as transformers'.
+tall=$(python3 - z3/data <<'PY'
+import json, struct, sys
+for e in json.load(open(sys.argv[1] + "/eval.json")):
+    width, height = struct.unpack(">II", open(f"{sys.argv[1]}/{e['image']}", "rb").read()[16:24])  # PNG's IHDR
+    if height > width:
+        print(e["image"])
+        break
+PY
+)
+"$bin" generate train.yaml --checkpoint consolidated --image "z3/data/$tall" --prompt "What color is the object?" \
+  --max-new-tokens 6 --json > generated.json
+python3 "$here/check_llava_next.py" generate consolidated "z3/data/$tall" generated.json
