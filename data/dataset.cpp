@@ -119,6 +119,12 @@ void truncate(Tokenized& tk, Example& ex, int64_t max_seq_len, const InputSpec& 
   ex.truncated = true;
 }
 
+// LLaVA adds the tag when an entry has an image but no tag.
+void tag_image(std::vector<Turn>& turns) {
+  if (!turns.empty() && turns[0].value.find("<image>") == std::string::npos)
+    turns[0].value = "<image>\n" + turns[0].value;
+}
+
 }  // namespace
 
 LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs)
@@ -164,15 +170,30 @@ LlavaDataset::Loaded LlavaDataset::image(int64_t index, const json& field) const
     if (inputs_.anyres()) {
       AnyresImage a = anyres_image(decode_image(path), inputs_.pinpoints, inputs_.image_size, opt_.processor,
                                    opt_.image_norm, path);
-      out = {std::move(a.pixels), a.original};
+      out = {std::move(a.pixels), a.original, inputs_.anyres_tokens(a.original)};
     } else {
-      out.pixels = load_clip_image(path, inputs_.image_size, opt_.aspect, opt_.image_norm);
+      out = {load_clip_image(path, inputs_.image_size, opt_.aspect, opt_.image_norm), {}, inputs_.tokens_per_image};
     }
     if (opt_.blank_images) fill_(out.pixels, 0.f);
     return out;
   } catch (const Error& err) {
     throw bad(index, err.what());
   }
+}
+
+Tokenized LlavaDataset::templated(int64_t index, const std::vector<Turn>& turns, int64_t tokens_per_image) const {
+  try {
+    return apply_template(opt_.chat_template, turns, *tok_, tokens_per_image, opt_.system_prompt, inputs_.ignore_index,
+                          opt_.max_seq_len);
+  } catch (const Error& err) {
+    throw bad(index, err.what());
+  }
+}
+
+void LlavaDataset::add_image(Example& ex, Loaded img) const {
+  ex.images.push_back(std::move(img.pixels));
+  ex.image_tokens.push_back(img.tokens);
+  if (inputs_.anyres()) ex.image_sizes.push_back(img.size);
 }
 
 Example LlavaDataset::get(int64_t index) const {
@@ -185,33 +206,13 @@ Example LlavaDataset::get(int64_t index) const {
   ex.id = id_of(e, std::to_string(index));
   if (e.contains("question_type") && e["question_type"].is_string()) ex.question_type = e["question_type"];
   const bool has_image = e.contains("image");
-  if (has_image && !turns.empty() && turns[0].value.find("<image>") == std::string::npos)
-    turns[0].value = "<image>\n" + turns[0].value;  // LLaVA adds the tag when an entry has an image but no tag
+  if (has_image) tag_image(turns);
   // An AnyRes image's size decides its token count, so it is loaded before the text is templated.
   std::optional<Loaded> img;
   if (has_image && inputs_.anyres()) img = image(index, e["image"]);
-  int64_t tokens = inputs_.tokens_per_image;
-  if (img) {
-    try {
-      tokens = inputs_.anyres_tokens(img->size);
-    } catch (const Error& err) {
-      throw bad(index, err.what());
-    }
-  }
-  Tokenized tk;
-  try {
-    tk = apply_template(opt_.chat_template, turns, *tok_, tokens, opt_.system_prompt, inputs_.ignore_index,
-                        opt_.max_seq_len);
-  } catch (const Error& err) {
-    throw bad(index, err.what());
-  }
+  Tokenized tk = templated(index, turns, img ? img->tokens : inputs_.tokens_per_image);
   if (tk.images > 0 && !has_image) throw bad(index, "<image> in the text but no 'image' field");
-  if (has_image && !img) img = image(index, e["image"]);
-  if (img) {
-    ex.images.push_back(std::move(img->pixels));
-    ex.image_tokens.push_back(tokens);
-    if (inputs_.anyres()) ex.image_sizes.push_back(img->size);
-  }
+  if (has_image) add_image(ex, img ? std::move(*img) : image(index, e["image"]));
   if (int64_t(tk.ids.size()) > opt_.max_seq_len) truncate(tk, ex, opt_.max_seq_len, inputs_);
   ex.ids = std::move(tk.ids);
   ex.labels = std::move(tk.labels);

@@ -68,12 +68,16 @@ class LlavaDataset {
 
  private:
   BadSample bad(int64_t index, const std::string& why) const;
-  // The entry's image as the model takes it, and its size before processing.
+  // The entry's image as the model takes it, its size before processing and its placeholders.
   struct Loaded {
     core::Tensor pixels;
     Resolution size;
+    int64_t tokens = 0;
   };
   Loaded image(int64_t index, const nlohmann::json& field) const;
+  void add_image(Example& ex, Loaded img) const;
+  // The entry's turns in the template, `tokens_per_image` placeholders for its image; errors name the entry.
+  Tokenized templated(int64_t index, const std::vector<Turn>& turns, int64_t tokens_per_image) const;
 
   DataOptions opt_;
   InputSpec inputs_;

@@ -88,6 +88,35 @@ std::string LlavaConfig::largest_part() const {
   return keys;
 }
 
+namespace {
+
+// AnyRes's keys: pinpoints that tile the tower's size, a tower whose features lay out as its patches, a pooling count.
+void check_anyres(const LlavaConfig& c, bool hf) {
+  auto key = [&](const char* ours, const char* theirs) { return std::string(hf ? theirs : ours); };
+  const VisionConfig& v = c.vision;
+  const AnyresConfig& anyres = c.anyres;
+  for (std::size_t i = 0; i < anyres.pinpoints.size(); ++i) {
+    const data::Resolution p = anyres.pinpoints[i];
+    HR_CHECK(p.height > 0 && p.width > 0 && p.height % v.image_size == 0 && p.width % v.image_size == 0, "[config] ",
+             key("model.image_grid_pinpoints", "image_grid_pinpoints"), "[", i, "] = [", p.height, ", ", p.width,
+             "] is not a positive multiple of the tower's ", v.image_size, " px on both sides");
+    HR_CHECK((p.height / v.image_size) * (p.width / v.image_size) <= 64, "[config] ",
+             key("model.image_grid_pinpoints", "image_grid_pinpoints"), "[", i, "] = [", p.height, ", ", p.width,
+             "] makes ", (p.height / v.image_size) * (p.width / v.image_size), " tiles of ", v.image_size,
+             " px; at most 64 are taken");
+  }
+  HR_CHECK(!anyres.on() || v.tokens_per_image() == v.grid() * v.grid(), "[config] ",
+           key("model.image_grid_pinpoints", "image_grid_pinpoints"), ": AnyRes lays each crop's features out as its ",
+           v.grid(), " x ", v.grid(), " patches, but the tower hands ", v.tokens_per_image(), " (",
+           key("model.vision.select_feature", "vision_feature_select_strategy"),
+           ": CLIP's class token must be dropped, SigLIP's patches all kept)");
+  HR_CHECK(anyres.max_num_patches >= 0 && anyres.max_num_patches <= 64, "[config] ",
+           key("model.vision_aspect_ratio", "vision_aspect_ratio"), ": anyres_max_", anyres.max_num_patches,
+           ": N is a count of base images from 1 to 64 (0: no pooling)");
+}
+
+}  // namespace
+
 void LlavaConfig::validate(KeyNames names) const {
   const bool hf = names == KeyNames::HuggingFace;
   // "[config] model.llm.hidden_size 0" or "text_config.hidden_size 0" (the caller names the file).
@@ -149,24 +178,7 @@ void LlavaConfig::validate(KeyNames names) const {
   HR_CHECK(l.sliding_window == 0 || l.decoder == Decoder::Mistral, "[config] ",
            key("model.llm.sliding_window", "text_config.sliding_window"), " ", l.sliding_window,
            ": a sliding window belongs to the mistral decoder, not ", decoder_name(l.decoder));
-  for (std::size_t i = 0; i < anyres.pinpoints.size(); ++i) {
-    const data::Resolution p = anyres.pinpoints[i];
-    HR_CHECK(p.height > 0 && p.width > 0 && p.height % v.image_size == 0 && p.width % v.image_size == 0, "[config] ",
-             key("model.image_grid_pinpoints", "image_grid_pinpoints"), "[", i, "] = [", p.height, ", ", p.width,
-             "] is not a positive multiple of the tower's ", v.image_size, " px on both sides");
-    HR_CHECK((p.height / v.image_size) * (p.width / v.image_size) <= 64, "[config] ",
-             key("model.image_grid_pinpoints", "image_grid_pinpoints"), "[", i, "] = [", p.height, ", ", p.width,
-             "] makes ", (p.height / v.image_size) * (p.width / v.image_size), " tiles of ", v.image_size,
-             " px; at most 64 are taken");
-  }
-  HR_CHECK(!anyres.on() || v.tokens_per_image() == v.grid() * v.grid(), "[config] ",
-           key("model.image_grid_pinpoints", "image_grid_pinpoints"), ": AnyRes lays each crop's features out as its ",
-           v.grid(), " x ", v.grid(), " patches, but the tower hands ", v.tokens_per_image(), " (",
-           key("model.vision.select_feature", "vision_feature_select_strategy"),
-           ": CLIP's class token must be dropped, SigLIP's patches all kept)");
-  HR_CHECK(anyres.max_num_patches >= 0 && anyres.max_num_patches <= 64, "[config] ",
-           key("model.vision_aspect_ratio", "vision_aspect_ratio"), ": anyres_max_", anyres.max_num_patches,
-           ": N is a count of base images from 1 to 64 (0: no pooling)");
+  check_anyres(*this, hf);
   HR_CHECK(image_token_id >= 0 && image_token_id < l.vocab, "[config] ",
            key("model.image_token_index", "image_token_index"), " ", image_token_id, " is outside the vocabulary of ",
            l.vocab);

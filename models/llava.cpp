@@ -354,19 +354,7 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
   Tensor d_embeds = llm_->backward(d_hidden, st.llm);
   d_hidden = Tensor();
   Tensor d_tokens;  // the images' tokens' gradient, (sum of st.image_tokens, C)
-  if (st.has_images && (projector_trainable_ || vision_trainable_)) {
-    MemoryScope scope(Category::Activations, "multi_modal_projector");
-    int64_t total = 0;
-    for (int64_t n : st.image_tokens) total += n;
-    d_tokens = Tensor::empty({total, C}, d_embeds.dtype(), dev);
-    Tensor flat = d_embeds.view({B * L, C});
-    int64_t at = 0;
-    for (std::size_t i = 0; i < st.image_offsets.size(); ++i) {
-      const int64_t n = st.image_tokens[i];
-      copy_(d_tokens.slice(0, at, at + n), flat.slice(0, st.image_offsets[i], st.image_offsets[i] + n));
-      at += n;
-    }
-  }
+  if (st.has_images && (projector_trainable_ || vision_trainable_)) d_tokens = image_token_grads(d_embeds, st);
   if (llm_trainable_) {
     // Image positions took their embeddings from the projector, not the table.
     Tensor flat = d_embeds.view({B * L, C});
@@ -394,6 +382,22 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
   hook_end_pass(hooks_, Pass::Backward);
   st.llm = {};
   st.vision = {};
+}
+
+Tensor Llava::image_token_grads(const Tensor& d_embeds, const LlavaState& st) const {
+  const int64_t C = cfg_.llm.hidden;
+  MemoryScope scope(Category::Activations, kProjectorPrefix);
+  int64_t total = 0;
+  for (int64_t n : st.image_tokens) total += n;
+  Tensor d_tokens = Tensor::empty({total, C}, d_embeds.dtype(), store_->device());
+  const Tensor flat = d_embeds.view({st.batch * st.seq, C});
+  int64_t at = 0;
+  for (std::size_t i = 0; i < st.image_offsets.size(); ++i) {
+    const int64_t n = st.image_tokens[i];
+    copy_(d_tokens.slice(0, at, at + n), flat.slice(0, st.image_offsets[i], st.image_offsets[i] + n));
+    at += n;
+  }
+  return d_tokens;
 }
 
 Tensor Llava::head_rows(const Tensor& hidden, const std::vector<int64_t>& rows) const {

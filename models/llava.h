@@ -105,6 +105,8 @@ class Llava final : public GroupedParams {
   // gradient of the crops from the tokens' (adding image_newline's into its gradient).
   Tensor mix_image_tokens(const Tensor& proj, const LlavaState& st) const;
   Tensor mix_image_tokens_backward(const Tensor& d_tokens, const LlavaState& st) const;
+  // The gradient of the images' tokens, gathered from the embeddings' one after another: (sum of st.image_tokens, C).
+  Tensor image_token_grads(const Tensor& d_embeds, const LlavaState& st) const;
   // st.logits as options ask for them: all (return_logits, logits_to_keep 0) or the rows they name.
   void keep_logits(const Tensor& hidden, const Batch& b, LlavaState& st, const ModelOptions& options) const;
   // The loss of the forward pass, which it ends (0 where generation wants only the logits).
