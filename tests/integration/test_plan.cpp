@@ -494,3 +494,22 @@ TEST(Plan, MaxMicroBatchAgreesWithRealRunsAndOnOomShrinksWithoutLosingASample) {
   const json st = json::parse(std::ifstream(base + "/recover/checkpoint-3/trainer_state.json"));
   EXPECT_EQ(st["loader"]["offset"].get<int64_t>(), 3 * (m + 1)) << "every sample of every step was trained on";
 }
+
+// AnyRes: where the largest image layout does not fit, fewer tiles an image is among the fixes (the pinpoints of the
+// most tiles dropped, as LLaVA-NeXT's smaller grids), and the plan names the layout it holds.
+TEST(Plan, AnAnyresPlanThatDoesNotFitSuggestsSmallerPinpoints) {
+  const std::string base = fresh_dir("plan_anyres");
+  const std::string cfg = config(base);
+  const std::string next =
+      " --set 'model.image_grid_pinpoints=[[64, 128], [128, 64], [128, 128], [64, 192], [192, 64]]'"
+      " --set data.max_seq_len=400 --set train.micro_batch_size=4 --set memory.gradient_checkpointing=none";
+  const std::string four = "[[64, 128], [128, 64], [64, 192], [192, 64]]";
+  const json all = plan_json(cfg, next + " --capacity 4GiB");
+  const json fewer = plan_json(cfg, next + " --set 'model.image_grid_pinpoints=" + four + "' --capacity 4GiB");
+  const int64_t a = fewer["ranks"][0]["peak_reserved"], b = all["ranks"][0]["peak_allocated"];
+  ASSERT_LT(a, b) << "four tiles an image should need less than five";
+  CmdResult p = headroom(str("plan ", cfg, next, " --set memory.budget=1.0 --capacity ", (a + b) / 2));
+  EXPECT_EQ(WEXITSTATUS(p.status), 3) << p.output;
+  EXPECT_NE(p.output.find("images: AnyRes, each planned as 128 x 128 px"), std::string::npos) << p.output;
+  EXPECT_NE(p.output.find("--set model.image_grid_pinpoints=" + four), std::string::npos) << p.output;
+}
