@@ -127,6 +127,13 @@ void tag_image(std::vector<Turn>& turns) {
 
 }  // namespace
 
+ModelImage load_model_image(const std::string& path, const InputSpec& inputs, AspectMode aspect,
+                            ImageProcessor processor, const ImageNorm& norm) {
+  if (!inputs.anyres()) return {load_clip_image(path, inputs.image_size, aspect, norm), {}, inputs.tokens_per_image};
+  AnyresImage a = anyres_image(decode_image(path), inputs.pinpoints, inputs.image_size, processor, norm, path);
+  return {std::move(a.pixels), a.original, inputs.anyres_tokens(a.original)};
+}
+
 LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs)
     : LlavaDataset(opt, inputs, read_text(opt.json_path)) {}
 
@@ -153,7 +160,7 @@ BadSample LlavaDataset::bad(int64_t index, const std::string& why) const {
 
 // The entry's image, checked to lie inside data.image_folder (unless allowed) and to exist, loaded as CLIP's input
 // (with AnyRes: its base image and tiles).
-LlavaDataset::Loaded LlavaDataset::image(int64_t index, const json& field) const {
+ModelImage LlavaDataset::image(int64_t index, const json& field) const {
   if (!field.is_string()) throw bad(index, "'image' must be a file name");
   const std::string file = field.get<std::string>();
   const std::filesystem::path rel = std::filesystem::path(file).lexically_normal();
@@ -166,14 +173,7 @@ LlavaDataset::Loaded LlavaDataset::image(int64_t index, const json& field) const
   if (!std::filesystem::exists(path, missing))
     throw bad(index, "image " + path + (missing ? " cannot be looked up: " + missing.message() : " does not exist"));
   try {
-    Loaded out;
-    if (inputs_.anyres()) {
-      AnyresImage a = anyres_image(decode_image(path), inputs_.pinpoints, inputs_.image_size, opt_.processor,
-                                   opt_.image_norm, path);
-      out = {std::move(a.pixels), a.original, inputs_.anyres_tokens(a.original)};
-    } else {
-      out = {load_clip_image(path, inputs_.image_size, opt_.aspect, opt_.image_norm), {}, inputs_.tokens_per_image};
-    }
+    ModelImage out = load_model_image(path, inputs_, opt_.aspect, opt_.processor, opt_.image_norm);
     if (opt_.blank_images) fill_(out.pixels, 0.f);
     return out;
   } catch (const Error& err) {
@@ -190,7 +190,7 @@ Tokenized LlavaDataset::templated(int64_t index, const std::vector<Turn>& turns,
   }
 }
 
-void LlavaDataset::add_image(Example& ex, Loaded img) const {
+void LlavaDataset::add_image(Example& ex, ModelImage img) const {
   ex.images.push_back(std::move(img.pixels));
   ex.image_tokens.push_back(img.tokens);
   if (inputs_.anyres()) ex.image_sizes.push_back(img.size);
@@ -208,7 +208,7 @@ Example LlavaDataset::get(int64_t index) const {
   const bool has_image = e.contains("image");
   if (has_image) tag_image(turns);
   // An AnyRes image's size decides its token count, so it is loaded before the text is templated.
-  std::optional<Loaded> img;
+  std::optional<ModelImage> img;
   if (has_image && inputs_.anyres()) img = image(index, e["image"]);
   Tokenized tk = templated(index, turns, img ? img->tokens : inputs_.tokens_per_image);
   if (tk.images > 0 && !has_image) throw bad(index, "<image> in the text but no 'image' field");

@@ -43,6 +43,18 @@ struct Example {
   int64_t images_dropped = 0;  // images the cut left without their placeholders, dropped with them
 };
 
+// An image as the model takes it: (3, size, size), or with AnyRes (crops, 3, size, size), its base image and tiles;
+// its size before processing and its placeholders.
+struct ModelImage {
+  core::Tensor pixels;
+  Resolution size;
+  int64_t tokens = 0;
+};
+// `path` decoded and processed as `inputs` say: one square image (data.image_aspect_ratio's pad or resize), or with
+// AnyRes cut for its pinpoint with `processor`'s steps for each crop.
+ModelImage load_model_image(const std::string& path, const InputSpec& inputs, AspectMode aspect,
+                            ImageProcessor processor, const ImageNorm& norm);
+
 // A sample that cannot be used: the message names the file, the entry and the reason.
 class BadSample : public Error {
  public:
@@ -68,14 +80,9 @@ class LlavaDataset {
 
  private:
   BadSample bad(int64_t index, const std::string& why) const;
-  // The entry's image as the model takes it, its size before processing and its placeholders.
-  struct Loaded {
-    core::Tensor pixels;
-    Resolution size;
-    int64_t tokens = 0;
-  };
-  Loaded image(int64_t index, const nlohmann::json& field) const;
-  void add_image(Example& ex, Loaded img) const;
+  // The entry's image as the model takes it.
+  ModelImage image(int64_t index, const nlohmann::json& field) const;
+  void add_image(Example& ex, ModelImage img) const;
   // The entry's turns in the template, `tokens_per_image` placeholders for its image; errors name the entry.
   Tokenized templated(int64_t index, const std::vector<Turn>& turns, int64_t tokens_per_image) const;
 

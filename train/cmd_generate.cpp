@@ -22,32 +22,8 @@ namespace hr::train {
 namespace {
 
 // One exchange of the conversation so far, as a prompt (the template up to the assistant's answer).
-// The image as the model takes it: (3, size, size), or with AnyRes its crops, its size and its token count.
-struct PromptImage {
-  core::Tensor pixels;
-  data::Resolution size;
-  int64_t tokens = 0;
-};
-
-PromptImage load_image(const RunConfig& c, const std::string& path) {
-  const models::LlavaConfig& m = c.model.config;
-  PromptImage out;
-  if (!m.anyres.on()) {
-    out.pixels = data::load_clip_image(path, m.vision.image_size, c.aspect, run_image_norm(c));
-    out.tokens = m.vision.tokens_per_image();
-    return out;
-  }
-  const auto kind = m.vision.tower == models::Tower::Siglip ? data::ImageProcessor::Siglip : data::ImageProcessor::Clip;
-  data::AnyresImage a = data::anyres_image(data::decode_image(path), m.anyres.pinpoints, m.vision.image_size, kind,
-                                           run_image_norm(c), path);
-  out.pixels = std::move(a.pixels);
-  out.size = a.original;
-  out.tokens = models::anyres_tokens(a.original, m.anyres, m.vision.image_size, m.vision.grid());
-  return out;
-}
-
 data::Example make_prompt(const RunConfig& c, const data::Tokenizer& tok, const std::vector<data::Turn>& history,
-                          const PromptImage& image) {
+                          const data::ModelImage& image) {
   const models::LlavaConfig& m = c.model.config;
   std::vector<data::Turn> turns = history;
   turns.push_back({false, ""});
@@ -88,8 +64,10 @@ int cmd_generate(const std::vector<std::string>& args) {
   const auto model = build_model(c, inference_device(c));
   load_inference_weights(*model, p.options["--checkpoint"]);
 
-  PromptImage image;
-  if (p.options.count("--image")) image = load_image(c, p.options["--image"]);
+  data::ModelImage image;
+  if (p.options.count("--image"))
+    image = data::load_model_image(p.options["--image"], models::input_spec(c.model.config), c.aspect,
+                                   run_image_processor(c), run_image_norm(c));
   const auto tok = load_run_tokenizer(c);
   g.tokenizer = tok.get();
   g.eos_token_id = tok->eos();

@@ -171,9 +171,11 @@ LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s, Device ho
   if (m.anyres.on()) {
     HR_CHECK(int64_t(s.image_sizes.size()) == s.images, "[plan] an AnyRes batch shape of ", s.images, " images has ",
              s.image_sizes.size(), " image sizes");
-    ImagesMix mix = anyres_images(s.image_sizes, m.anyres, m.vision.image_size, m.vision.grid());
-    tokens = std::move(mix.tokens);
-    crops = mix.total_crops;
+    crops = 0;
+    for (std::size_t i = 0; i < s.image_sizes.size(); ++i) {
+      tokens[i] = anyres_tokens(s.image_sizes[i], m.anyres, m.vision.image_size, m.vision.grid());
+      crops += anyres_crops(s.image_sizes[i], m.anyres, m.vision.image_size);
+    }
     b.image_sizes = s.image_sizes;
   }
   b.input_ids.assign(std::size_t(s.batch * s.seq), int64_t('a') + ByteTokenizer::kByteOffset);

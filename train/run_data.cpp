@@ -44,8 +44,7 @@ DataOptions data_options(const RunConfig& c, const std::string& json_path, const
   d.allow_outside_image_folder = c.allow_outside_image_folder;
   d.tokenizer = load_run_tokenizer(c);
   d.image_norm = run_image_norm(c);
-  d.processor =
-      c.model.config.vision.tower == models::Tower::Siglip ? data::ImageProcessor::Siglip : data::ImageProcessor::Clip;
+  d.processor = run_image_processor(c);
   return d;
 }
 

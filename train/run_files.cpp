@@ -34,10 +34,13 @@ data::ImageNorm run_image_norm(const RunConfig& c) {
   return data::read_preprocessor_config(file, c.model.config.vision.image_size);
 }
 
+data::ImageProcessor run_image_processor(const RunConfig& c) {
+  return c.model.config.vision.tower == models::Tower::Siglip ? data::ImageProcessor::Siglip
+                                                              : data::ImageProcessor::Clip;
+}
+
 std::string run_preprocessor_json(const RunConfig& c) {
-  const auto kind =
-      c.model.config.vision.tower == models::Tower::Siglip ? data::ImageProcessor::Siglip : data::ImageProcessor::Clip;
-  return data::preprocessor_config_json(c.model.config.vision.image_size, run_image_norm(c), kind,
+  return data::preprocessor_config_json(c.model.config.vision.image_size, run_image_norm(c), run_image_processor(c),
                                         c.model.config.anyres.pinpoints);
 }
 

@@ -22,6 +22,8 @@ HfSidecar run_hf_sidecar(const RunConfig& config);
 // The image normalisation: model.name_or_path's (or model.vision_tower's) preprocessor_config.json, else the
 // tower's processor's (CLIP's, SigLIP's).
 data::ImageNorm run_image_norm(const RunConfig& config);
+// The tower's image processor: SigLIP's or CLIP's steps.
+data::ImageProcessor run_image_processor(const RunConfig& config);
 // The preprocessor_config.json a checkpoint of this run carries: the tower's processor (CLIPImageProcessor,
 // SiglipImageProcessor) at the tower's size with the run's normalisation.
 std::string run_preprocessor_json(const RunConfig& config);
