@@ -148,6 +148,20 @@ LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs, cons
     lengths_.push_back(entry_length(e, inputs.tokens_per_image));
     has_image_.push_back(e.is_object() && e.contains("image"));
   }
+  if (opt.image_lengths && inputs.anyres())
+    for (int64_t i = 0; i < size(); ++i)
+      if (has_image_[std::size_t(i)]) lengths_[std::size_t(i)] += image_tokens_from_header(i) - inputs.tokens_per_image;
+}
+
+// An AnyRes image's tokens as its file's header says; a file that cannot be read counts as tokens_per_image (it is
+// refused, naming the entry, when the sample is loaded).
+int64_t LlavaDataset::image_tokens_from_header(int64_t index) const {
+  try {
+    if (const auto size = image_resolution(image_path(index, entries_[std::size_t(index)]["image"])))
+      return inputs_.anyres_tokens(*size);
+  } catch (const Error&) {
+  }
+  return inputs_.tokens_per_image;
 }
 
 std::string LlavaDataset::name(int64_t i) const {
@@ -158,9 +172,8 @@ BadSample LlavaDataset::bad(int64_t index, const std::string& why) const {
   return BadSample(str("[data] ", name(index), ": ", why));
 }
 
-// The entry's image, checked to lie inside data.image_folder (unless allowed) and to exist, loaded as CLIP's input
-// (with AnyRes: its base image and tiles).
-ModelImage LlavaDataset::image(int64_t index, const json& field) const {
+// The entry's image file, checked to lie inside data.image_folder (unless allowed) and to exist.
+std::string LlavaDataset::image_path(int64_t index, const json& field) const {
   if (!field.is_string()) throw bad(index, "'image' must be a file name");
   const std::string file = field.get<std::string>();
   const std::filesystem::path rel = std::filesystem::path(file).lexically_normal();
@@ -172,6 +185,12 @@ ModelImage LlavaDataset::image(int64_t index, const json& field) const {
   std::error_code missing;  // a name the file system refuses (too long) is a bad sample, not an exception
   if (!std::filesystem::exists(path, missing))
     throw bad(index, "image " + path + (missing ? " cannot be looked up: " + missing.message() : " does not exist"));
+  return path;
+}
+
+// The entry's image loaded as the model's input (with AnyRes: its base image and tiles).
+ModelImage LlavaDataset::image(int64_t index, const json& field) const {
+  const std::string path = image_path(index, field);
   try {
     ModelImage out = load_model_image(path, inputs_, opt_.aspect, opt_.processor, opt_.image_norm);
     if (opt_.blank_images) fill_(out.pixels, 0.f);

@@ -26,6 +26,9 @@ struct DataOptions {
   bool blank_images = false;  // replace every image by zeros (an ablation: can the text alone answer?)
   // An entry's image path must stay inside image_folder (no absolute path, no "..") unless this is set.
   bool allow_outside_image_folder = false;
+  // AnyRes: an entry's length (for grouping by length) counts its image's own tokens, read from the file's header
+  // when the data set opens, rather than tokens_per_image.
+  bool image_lengths = false;
 };
 
 // One processed sample. `ids` hold each image's placeholders: tokens_per_image, or with AnyRes its token count.
@@ -70,7 +73,8 @@ class LlavaDataset {
   int64_t size() const { return int64_t(entries_.size()); }
   // Throws BadSample for a malformed entry, a missing or undecodable image.
   Example get(int64_t index) const;
-  // Cheap length estimate (bytes of text + image tokens) and modality, for length grouping.
+  // Cheap length estimate (bytes of text + image tokens) and modality, for length grouping.  With AnyRes and
+  // options.image_lengths the image's tokens are its own layout's.
   int64_t length(int64_t index) const { return lengths_[index]; }
   bool has_image(int64_t index) const { return has_image_[index]; }
   std::string name(int64_t index) const;  // "file.json[12] (id 000012)"
@@ -80,6 +84,9 @@ class LlavaDataset {
 
  private:
   BadSample bad(int64_t index, const std::string& why) const;
+  // The file the entry's image field names, checked to lie inside data.image_folder and to exist.
+  std::string image_path(int64_t index, const nlohmann::json& field) const;
+  int64_t image_tokens_from_header(int64_t index) const;
   // The entry's image as the model takes it.
   ModelImage image(int64_t index, const nlohmann::json& field) const;
   void add_image(Example& ex, ModelImage img) const;

@@ -250,6 +250,24 @@ RgbImage decode_image(const std::string& path) {
   return decode_image_bytes(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
 }
 
+std::optional<Resolution> image_resolution(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  // A JPEG's frame header can come after its metadata segments: read what stb's probe may need, at most 1 MiB.
+  std::string head(std::size_t(1) << 20, '\0');
+  if (!in.read(head.data(), std::streamsize(head.size())) && in.gcount() <= 0) return std::nullopt;
+  head.resize(std::size_t(in.gcount()));
+  stb::DecodeScope scope;
+  try {
+    int w = 0, h = 0, c = 0;
+    if (!stbi_info_from_memory(reinterpret_cast<const uint8_t*>(head.data()), int(head.size()), &w, &h, &c))
+      return std::nullopt;
+    if (w <= 0 || h <= 0) return std::nullopt;
+    return Resolution{h, w};
+  } catch (const stb::StbAssertion&) {
+    return std::nullopt;
+  }
+}
+
 void write_png(const std::string& path, const RgbImage& image) {
   HR_CHECK(stbi_write_png(path.c_str(), image.width, image.height, 3, image.pixels.data(), image.width * 3),
            "[image] cannot write ", path);

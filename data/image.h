@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ RgbImage decode_image(const std::string& path);
 RgbImage decode_image_bytes(const uint8_t* data, std::size_t size, const std::string& name,
                             int64_t max_pixels = kMaxImagePixels);
 void write_png(const std::string& path, const RgbImage& image);
+// A PNG's or JPEG's size from its header, nothing decoded; nothing where the file cannot be read as one (its
+// decoding says why, when the sample is loaded).
+std::optional<Resolution> image_resolution(const std::string& path);
 
 // Pads the shorter side with `fill` so the image becomes square, content centred (LLaVA's expand2square).
 RgbImage expand_to_square(const RgbImage& image, const uint8_t fill[3]);

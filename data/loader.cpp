@@ -122,12 +122,11 @@ DataLoader::Slot DataLoader::take(int64_t k) {
   return s;
 }
 
-LoadedBatch DataLoader::next() {
-  LoadedBatch out;
+// Each rank takes micro-batches round-robin from one global stream of samples: every rank's next one.
+std::vector<std::vector<Example>> DataLoader::draw() {
+  std::vector<std::vector<Example>> all(std::size_t(opt_.world));
   const int64_t n = data_.size();
-  // Each rank takes micro-batches round-robin from one global stream of samples.
-  for (int r = 0; r < opt_.world; ++r) {
-    std::vector<Example> mine;
+  for (auto& mine : all) {
     while (int64_t(mine.size()) < opt_.micro_batch) {
       const int64_t k = pos_.epoch * n + pos_.offset;
       Slot s = take(k);
@@ -144,18 +143,34 @@ LoadedBatch DataLoader::next() {
       if (s.example->masked && masked_seen_.insert(s.index).second) masked_.push_back(data_.name(s.index));
       mine.push_back(std::move(*s.example));
     }
-    if (r == opt_.rank) out.examples = std::move(mine);
   }
+  return all;
+}
+
+LoadedBatch DataLoader::loaded(std::vector<Example> examples) const {
+  LoadedBatch out;
+  out.examples = std::move(examples);
   const int64_t ignore = -100;
   out.batch = collate(out.examples, batch_length(out.examples, opt_), ignore);
   bool truncated = false;
   for (const Example& e : out.examples) {
     out.tokens += int64_t(e.ids.size());
-    images_dropped_ += e.images_dropped;
     truncated |= e.truncated;
   }
   out.no_labels_after_truncation = truncated && std::all_of(out.batch.labels.begin(), out.batch.labels.end(),
                                                             [&](int64_t l) { return l == ignore; });
+  return out;
+}
+
+LoadedBatch DataLoader::next() {
+  LoadedBatch out = loaded(std::move(draw()[std::size_t(opt_.rank)]));
+  for (const Example& e : out.examples) images_dropped_ += e.images_dropped;
+  return out;
+}
+
+std::vector<LoadedBatch> DataLoader::next_for_every_rank() {
+  std::vector<LoadedBatch> out;
+  for (std::vector<Example>& mine : draw()) out.push_back(loaded(std::move(mine)));
   return out;
 }
 

@@ -54,6 +54,8 @@ class DataLoader {
   DataLoader& operator=(const DataLoader&) = delete;
 
   LoadedBatch next();
+  // Every rank's next micro-batch, in rank order (what `headroom plan --data-steps` dry-runs); next() is one of them.
+  std::vector<LoadedBatch> next_for_every_rank();
   LoaderPosition position() const { return pos_; }
   // The bad samples met so far, each once (the first time it was skipped), with its name and reason.
   const std::vector<std::string>& skipped() const { return skipped_; }
@@ -66,6 +68,8 @@ class DataLoader {
 
  private:
   std::vector<int64_t> order_for(int64_t epoch) const;
+  std::vector<std::vector<Example>> draw();
+  LoadedBatch loaded(std::vector<Example> examples) const;
   void start_workers();
   void stop_workers();
   void worker_loop();

@@ -1,15 +1,19 @@
 // `headroom plan CONFIG [--device NAME | --capacity BYTES] [--world-size N] [--set k=v ...] [--json]
-// [--explain] [--max-micro-batch] [--trace FILE] [--snapshot FILE]`: the memory plan of a run before anything
-// is allocated; --trace writes the dry run's memory timeline (Chrome trace-event JSON, its clock the
-// allocator's events), --snapshot the allocator at the dry run's peak in PyTorch's memory_viz format.
+// [--explain] [--max-micro-batch] [--trace FILE] [--snapshot FILE] [--image-size HxW] [--data-steps N]`: the memory
+// plan of a run before anything is allocated. --trace writes the dry run's memory timeline (Chrome trace-event JSON,
+// its clock the allocator's events), --snapshot the allocator at the dry run's peak in PyTorch's memory_viz format,
+// --data-steps dry-runs every rank's first N steps of the run's own data at their shapes.
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "core/io/atomic_file.h"
 #include "core/memory/memviz.h"
 #include "core/memory/timeline.h"
 #include "train/cli_args.h"
 #include "train/commands.h"
+#include "train/plan_data.h"
 #include "train/planner.h"
 
 namespace hr::train {
@@ -111,6 +115,13 @@ void print_fixes(const Plan& plan, const DevicePreset& dev, int world) {
                 format_bytes(double(f.total_predicted())).c_str(), f.time.total());
 }
 
+// The plan's JSON with the --data-steps object under "data_steps".
+std::string with_data_steps(const std::string& plan, const std::string& steps) {
+  nlohmann::json j = nlohmann::json::parse(plan);
+  j["data_steps"] = nlohmann::json::parse(steps);
+  return j.dump(2) + "\n";
+}
+
 // --image-size HxW (height x width, pixels): every image of the worst case that size. AnyRes only.
 data::Resolution image_size_option(const RunConfig& c, const std::string& v) {
   HR_CHECK(c.model.config.anyres.on(), "[plan] --image-size plans AnyRes images; this model takes one image of ",
@@ -136,11 +147,11 @@ data::Resolution image_size_option(const RunConfig& c, const std::string& v) {
 int cmd_plan(const std::vector<std::string>& args) {
   const auto t0 = std::chrono::steady_clock::now();
   Parsed p = parse(args, "plan",
-                   {"--device", "--capacity", "--world-size", "--trace", "--snapshot", "--deepspeed", "--image-size"},
+                   {"--device", "--capacity", "--world-size", "--trace", "--snapshot", "--deepspeed", "--image-size",
+                    "--data-steps"},
                    {"--json", "--explain", "--max-micro-batch"});
   if (p.options.count("--deepspeed")) p.sets.insert(p.sets.begin(), "deepspeed=" + p.options["--deepspeed"]);
-  const int world = p.options.count("--world-size") ? std::stoi(p.options["--world-size"]) : 1;
-  HR_CHECK(world >= 1, "[plan] --world-size must be at least 1");
+  const int world = int(integer_option(p, "plan", "--world-size", 1, 1, 1 << 20));
   RunConfig c = load_config(p.config, p.sets, world);
   if (p.options.count("--image-size")) c.plan_image = image_size_option(c, p.options["--image-size"]);
   use_cpu_threads(c, world);
@@ -153,11 +164,19 @@ int cmd_plan(const std::vector<std::string>& args) {
   if (p.options.count("--trace") || p.options.count("--snapshot"))
     write_trace_and_snapshot(plan, option(p, "--trace"), option(p, "--snapshot"),
                              output == Output::Json ? stderr : stdout);
+  std::optional<DataSteps> steps;
+  if (p.options.count("--data-steps"))
+    steps = dry_run_data_steps(plan.config, dev, world, integer_option(p, "plan", "--data-steps", 0, 1, 1000000));
+  const bool grouped = plan.config.group_by_modality_length;
   if (output == Output::Json) {
-    std::printf("%s", plan_json(plan).c_str());
+    std::printf(
+        "%s", steps
+                  ? with_data_steps(plan_json(plan), data_steps_json(*steps, plan.rank.peak_allocated, grouped)).c_str()
+                  : plan_json(plan).c_str());
     return exit_status(plan);
   }
   std::printf("%s", plan_table(plan).c_str());
+  if (steps) std::printf("%s", data_steps_table(*steps, plan.rank.peak_allocated, grouped).c_str());
   if (s.any_auto || p.flags.count("--explain")) std::printf("%s", search_explanation(s).c_str());
   if (!plan.fits) print_fixes(plan, dev, world);
   std::printf("planned in %.2f s\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -35,6 +35,9 @@ struct MicroShape {
   auto operator<=>(const MicroShape&) const = default;
 };
 
+// What a dry run of `batch` runs: its rows, length, images and their sizes.
+MicroShape shape_of(const data::Batch& batch);
+
 // AnyRes: the size of each image of the plan's worst case: the largest layout (the most crops, then the most
 // tokens) a sequence of data.max_seq_len has room for beside its BOS, a token of text and its other images, or
 // c.plan_image (`headroom plan --image-size`).

@@ -272,6 +272,10 @@ int64_t Predictor::eval_rows() const {
                : config_.eval_batch_size;
 }
 
+MicroShape shape_of(const data::Batch& b) {
+  return {b.batch, b.seq, data::images_of(b), b.image_sizes};
+}
+
 data::Resolution planned_image(const RunConfig& c) {
   const LlavaConfig& m = c.model.config;
   if (c.plan_image) return *c.plan_image;

@@ -45,6 +45,7 @@ DataOptions data_options(const RunConfig& c, const std::string& json_path, const
   d.tokenizer = load_run_tokenizer(c);
   d.image_norm = run_image_norm(c);
   d.processor = run_image_processor(c);
+  d.image_lengths = c.group_by_modality_length;  // AnyRes groups by each image's own tokens
   return d;
 }
 

@@ -28,12 +28,6 @@ std::vector<LoadedBatch> split_batch(const LoadedBatch& lb, int64_t parts, const
   return out;
 }
 
-namespace {
-MicroShape shape_of(const Batch& b) {
-  return {b.batch, b.seq, data::images_of(b), b.image_sizes};
-}
-}  // namespace
-
 StepRunner::StepRunner(const RunConfig& c, Parts parts) : c_(c), p_(parts) {}
 
 bool StepRunner::diverged() const {

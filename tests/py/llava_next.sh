@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # LLaVA-NeXT's AnyRes end to end, checked with transformers: headroom trains a tiny LlavaNextForConditionalGeneration
 # directory (save_pretrained's) on synthetic images of mixed aspect ratios, on one process and on two ranks at ZeRO-3:
-# every step's peaks equal its dry run's, the plan's worst case bounds every step, and the two runs' losses agree.
+# every step's peaks equal its dry run's, the plan's worst case bounds every step, the two runs' losses agree, and
+# `headroom plan --data-steps` predicts each rank's step peaks before the run.
 # transformers then opens the consolidated checkpoint as LlavaNextForConditionalGeneration with its
 # LlavaNextImageProcessor, whose pixels and logits equal headroom's, and whose greedy generation about an image equals
 # headroom's. Usage: llava_next.sh HEADROOM WORK_DIR MPIEXEC
@@ -53,6 +54,20 @@ if faults:
     sys.exit(1)
 print(f"llava_next: 4 steps on 1 and 2 ranks, every peak its dry run's (one process: {peaks}), under the plan's "
       f"worst case {runs[sys.argv[1]][0]['planned_peak']}, the same losses")
+PY
+# `plan --data-steps` dry-runs the run's own data before it starts: every rank's step peaks those the run measured.
+"$bin" plan train.yaml --set run.output_dir="$work/z3" --set memory.zero_stage=3 --world-size 2 --data-steps 4 \
+  --json > data_steps.json
+python3 - data_steps.json z3/memory.rank0.jsonl z3/memory.rank1.jsonl <<'PY'
+import json
+import sys
+steps = json.load(open(sys.argv[1]))["data_steps"]
+measured = [[json.loads(line)["peak_allocated"] for line in open(path) if line.strip()] for path in sys.argv[2:]]
+if steps["peaks"] != measured:
+    sys.exit(f"llava_next: FAIL: plan --data-steps dry-ran {steps['peaks']}, the run measured {measured}")
+if steps["max"] > steps["planned_peak"]:
+    sys.exit(f"llava_next: FAIL: a step's dry run {steps['max']} is above the plan's worst case {steps['planned_peak']}")
+print(f"llava_next: plan --data-steps 4 on 2 ranks: {steps['peaks']}, what the run measured")
 PY
 "$bin" ckpt consolidate z3/checkpoint-4 --out "$work/consolidated/" > /dev/null
 "$bin" debug batch train.yaml --set data.train_json="$work/z3/data/train.json" --set data.image_folder="$work/z3/data" \

@@ -721,3 +721,63 @@ TEST(Loader, BatchesArePaddedToAMultipleButNeverPastTheMaximum) {
     EXPECT_LT(b.batch.seq, longest + 16);
   }
 }
+
+// AnyRes grouping by length counts each image's own tokens (its layout, read from the file's header when the data set
+// opens), and the loader groups by them: every batch of one megabatch holds a run of the length-sorted entries.
+TEST(Loader, AnyresLengthGroupingCountsEachImagesOwnTokens) {
+  const std::string d = dir("anyres_lengths");
+  SynthOptions s{d, 16, 1, 7, 8};
+  s.mixed_aspect = true;
+  write_synthetic_vqa(s);
+  LlavaConfig m = small_model();
+  m.anyres.pinpoints = {{8, 16}, {16, 8}, {16, 16}, {24, 8}, {8, 24}};
+  const InputSpec spec = models::input_spec(m);
+  DataOptions o;
+  o.json_path = d + "/train.json";
+  o.image_folder = d;
+  const LlavaDataset plain(o, spec);
+  o.image_lengths = true;
+  const LlavaDataset measured(o, spec);
+  std::set<int64_t> layouts;
+  for (int64_t i = 0; i < measured.size(); ++i) {
+    const Example e = measured.get(i);
+    ASSERT_EQ(e.image_tokens.size(), 1u);
+    layouts.insert(e.image_tokens[0]);
+    EXPECT_EQ(measured.length(i) - plain.length(i), e.image_tokens[0] - spec.tokens_per_image) << e.id;
+  }
+  EXPECT_GE(layouts.size(), 3u) << "the mixed aspect ratios should make several layouts";
+
+  // 16 entries, micro-batch 2 on one rank: one megabatch (8 micro-batches), sorted by length before it is cut.
+  LoaderOptions lo;
+  lo.micro_batch = 2;
+  lo.seed = 3;
+  lo.group_by_modality_length = true;
+  DataLoader loader(measured, lo);
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // each batch's shortest and longest entry
+  for (int b = 0; b < 8; ++b) {
+    std::vector<int64_t> lengths;
+    for (const Example& e : loader.next().examples) lengths.push_back(measured.length(std::stoll(e.id.substr(6))));
+    ranges.emplace_back(*std::min_element(lengths.begin(), lengths.end()),
+                        *std::max_element(lengths.begin(), lengths.end()));
+  }
+  for (std::size_t a = 0; a < ranges.size(); ++a)
+    for (std::size_t b = a + 1; b < ranges.size(); ++b) {
+      EXPECT_TRUE(ranges[a].first >= ranges[b].second || ranges[b].first >= ranges[a].second)
+          << "batches " << a << " and " << b << " interleave in length";
+    }
+
+  // Every rank's micro-batch at once is what each rank's own loader draws.
+  lo.world = 2;
+  DataLoader every(measured, lo);
+  lo.rank = 1;
+  DataLoader second(measured, lo);
+  for (int b = 0; b < 4; ++b) {
+    const std::vector<LoadedBatch> all = every.next_for_every_rank();
+    ASSERT_EQ(all.size(), 2u);
+    const LoadedBatch mine = second.next();
+    ASSERT_EQ(all[1].examples.size(), mine.examples.size());
+    for (std::size_t i = 0; i < mine.examples.size(); ++i) EXPECT_EQ(all[1].examples[i].id, mine.examples[i].id);
+    EXPECT_EQ(all[1].batch.image_sizes, mine.batch.image_sizes);
+    EXPECT_EQ(all[1].batch.seq, mine.batch.seq);
+  }
+}
