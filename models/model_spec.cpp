@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "core/check.h"
 #include "core/suggest.h"
@@ -43,6 +44,42 @@ void apply(const YAML::Node& node, const std::string& path, const std::map<std::
   }
 }
 
+// OneVision's image_grid_pinpoints "(1x1),...,(6x6)": every grid of rows x columns tiles from the first to the last.
+struct TileRange {
+  int64_t rows0 = 0, cols0 = 0, rows1 = 0, cols1 = 0;
+};
+
+TileRange tile_range(const std::string& v, const std::string& where) {
+  std::vector<std::pair<int64_t, int64_t>> grids;
+  std::size_t at = 0;
+  while ((at = v.find('(', at)) != std::string::npos) {
+    const std::size_t x = v.find('x', at), close = v.find(')', at);
+    if (x == std::string::npos || close == std::string::npos || x > close) break;
+    try {
+      std::size_t used_r = 0, used_c = 0;
+      const std::string r = v.substr(at + 1, x - at - 1), c = v.substr(x + 1, close - x - 1);
+      const int64_t rows = std::stoll(r, &used_r), cols = std::stoll(c, &used_c);
+      if (used_r == r.size() && used_c == c.size() && rows >= 1 && cols >= 1 && rows <= 64 && cols <= 64)
+        grids.emplace_back(rows, cols);
+    } catch (const std::exception&) {
+    }
+    at = close + 1;
+  }
+  HR_CHECK(
+      grids.size() >= 1 && grids.front().first <= grids.back().first && grids.front().second <= grids.back().second,
+      "[config] ", where, ": model.image_grid_pinpoints '", v,
+      "' is neither a list of [height, width] pairs nor a tile range such as '(1x1),...,(3x3)'");
+  return {grids.front().first, grids.front().second, grids.back().first, grids.back().second};
+}
+
+// The range's grids in pixels of `tile` (the tower's image size), row by row as LLaVA-NeXT lists them.
+std::vector<data::Resolution> tile_pinpoints(const TileRange& t, int64_t tile) {
+  std::vector<data::Resolution> out;
+  for (int64_t r = t.rows0; r <= t.rows1; ++r)
+    for (int64_t c = t.cols0; c <= t.cols1; ++c) out.push_back({r * tile, c * tile});
+  return out;
+}
+
 }  // namespace
 
 ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
@@ -68,6 +105,7 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
     s.config = read_hf_config(s.name_or_path);
   }
   VisionConfig& v = s.config.vision;
+  std::optional<TileRange> tiles;  // a tile range of image_grid_pinpoints, in pixels once the tower's size is known
   LlmConfig& l = s.config.llm;
   auto i64 = [&](int64_t& dst, const std::string& key) {
     return [&dst, key, where](const YAML::Node& n) { dst = as<int64_t>(n, key, where); };
@@ -133,6 +171,8 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
       {"image_grid_pinpoints",
        [&](const YAML::Node& n) {
          s.config.anyres.pinpoints.clear();
+         if (n.IsScalar()) return void(tiles = tile_range(as<std::string>(n, "image_grid_pinpoints", where), where));
+         tiles.reset();
          for (const auto& p : as<std::vector<std::vector<int64_t>>>(n, "image_grid_pinpoints", where)) {
            HR_CHECK(p.size() == 2, "[config] ", where, ": model.image_grid_pinpoints[",
                     s.config.anyres.pinpoints.size(), "] is not a [height, width] pair");
@@ -148,6 +188,7 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
       {"freeze", [&](const YAML::Node& n) { apply(n, "model.freeze", freeze_keys, where); }},
   };
   apply(model, "model", top, where);
+  if (tiles) s.config.anyres.pinpoints = tile_pinpoints(*tiles, s.config.vision.image_size);
   try {
     s.config.validate();
   } catch (const Error& e) {  // "[config] model.llm.intermediate_size 0 ..." said of this file

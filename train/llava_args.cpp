@@ -1,6 +1,7 @@
 // Each LLaVA / TrainingArguments flag and the headroom key it sets, or why it is refused.
 #include "train/llava_args.h"
 
+#include <cctype>
 #include <functional>
 #include <map>
 
@@ -36,6 +37,31 @@ Map only(const char* flag, const char* value, const char* why) {
     throw Error(str("[args] --", flag, " ", v, ": only ", value, " is supported (", why, ")"));
   };
 }
+// LLaVA-NeXT's --image_grid_pinpoints: a Python list of (height, width) pairs, "[(336, 672), (672, 336)]", as the
+// key's [[336, 672], [672, 336]]; or OneVision's tile range "(1x1),...,(6x6)", which the key takes as it is (its tiles
+// are the tower's size, which the model knows).
+void grid_pinpoints(const std::string& v, LlavaArgs& o) {
+  if (v.find('x') != std::string::npos) return o.sets.push_back(str("model.image_grid_pinpoints='", v, "'"));
+  std::vector<std::string> numbers(1);
+  for (char ch : v) {
+    HR_CHECK(std::isdigit(static_cast<unsigned char>(ch)) || std::string("[](), ").find(ch) != std::string::npos,
+             "[args] --image_grid_pinpoints ", v,
+             ": expected (height, width) pairs such as \"[(336, 672), (672, 336)]\" or a tile range such as "
+             "\"(1x1),...,(3x3)\"");
+    if (std::isdigit(static_cast<unsigned char>(ch)))
+      numbers.back() += ch;
+    else if (!numbers.back().empty())
+      numbers.emplace_back();
+  }
+  if (numbers.back().empty()) numbers.pop_back();
+  HR_CHECK(!numbers.empty() && numbers.size() % 2 == 0, "[args] --image_grid_pinpoints ", v,
+           ": expected (height, width) pairs");
+  std::string list;
+  for (std::size_t i = 0; i < numbers.size(); i += 2)
+    list += str(i ? ", " : "", "[", numbers[i], ", ", numbers[i + 1], "]");
+  o.sets.push_back(str("model.image_grid_pinpoints=[", list, "]"));
+}
+
 Map nothing(const char* flag) {
   return [flag](const std::string& v, LlavaArgs& o) { o.not_acted_on.push_back(str("--", flag, " ", v)); };
 }
@@ -77,10 +103,15 @@ const std::map<std::string, Map>& flags() {
       {"image_aspect_ratio",
        [](const std::string& v, LlavaArgs& o) {
          if (v == "pad") return o.sets.push_back("data.image_aspect_ratio=pad");
+         // LLaVA-NeXT's: AnyRes is on wherever model.image_grid_pinpoints is (this flag's list, or config.json's).
+         if (v == "anyres") return o.not_acted_on.push_back("--image_aspect_ratio anyres");
          throw Error(str("[args] --image_aspect_ratio ", v,
-                         ": pad is supported (LLaVA-1.5's); headroom's other mode, "
-                         "resize, is data.image_aspect_ratio: resize"));
+                         ": pad (LLaVA-1.5's) and anyres (LLaVA-NeXT's, with --image_grid_pinpoints) are supported; "
+                         "headroom's other mode, resize, is data.image_aspect_ratio: resize",
+                         v.rfind("anyres_max", 0) == 0 ? "; OneVision's pooling (anyres_max_N) is not built yet" : ""));
        }},
+      {"image_grid_pinpoints", grid_pinpoints},
+      {"mm_patch_merge_type", key("model.mm_patch_merge_type")},
       {"lazy_preprocess", nothing("lazy_preprocess")},  // headroom always processes samples on demand
       {"is_multimodal", nothing("is_multimodal")},
       // LLaVA's TrainingArguments

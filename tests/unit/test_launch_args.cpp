@@ -414,3 +414,38 @@ TEST(LlavaArgs, PretrainMmMlpAdapterLoadsTheProjectorByLlavasNames) {
   EXPECT_NE(e.find("missing: multi_modal_projector."), std::string::npos) << e;
   EXPECT_NE(e.find("multi_modal_projector.linear_2.bias"), std::string::npos) << e;
 }
+
+// LLaVA-NeXT's train.py flags: --image_aspect_ratio anyres with its pinpoints (a Python list of (height, width), or
+// OneVision's tile range in tiles of the tower's size) and merge type.
+TEST(LlavaArgs, LlavaNextAnyresFlagsSetThePinpointsAndTheMerge) {
+  const LlavaArgs a = translate_llava_args(
+      {"--model_name_or_path", "x", "--image_aspect_ratio", "anyres", "--image_grid_pinpoints",
+       "[(336, 672), (672, 336), (672, 672), (1008, 336), (336, 1008)]", "--mm_patch_merge_type", "flat"});
+  EXPECT_EQ(a.sets, (std::vector<std::string>{
+                        "model.name_or_path=x",
+                        "model.image_grid_pinpoints=[[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]",
+                        "model.mm_patch_merge_type=flat"}));
+  EXPECT_TRUE(has(a.not_acted_on, "--image_aspect_ratio anyres"));
+  const std::vector<std::string> next = {a.sets[1], a.sets[2], "model.preset=llava-1.5-7b"};
+  const RunConfig c = load_config_text("", "(flags)", next, 1);
+  const std::vector<data::Resolution> expected = {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}};
+  EXPECT_EQ(c.model.config.anyres.pinpoints, expected);
+  EXPECT_EQ(c.model.config.anyres.merge, models::PatchMerge::Flat);
+
+  const LlavaArgs range = translate_llava_args({"--image_grid_pinpoints", "(1x1),...,(2x3)"});
+  ASSERT_EQ(range.sets, std::vector<std::string>{"model.image_grid_pinpoints='(1x1),...,(2x3)'"});
+  const RunConfig tiles = load_config_text("", "(flags)", {range.sets[0], "model.preset=llava-1.5-7b"}, 1);
+  const std::vector<data::Resolution> grid = {{336, 336}, {336, 672}, {336, 1008}, {672, 336}, {672, 672}, {672, 1008}};
+  EXPECT_EQ(tiles.model.config.anyres.pinpoints, grid);
+
+  auto err = [](std::vector<std::string> args) { return error_of([&] { translate_llava_args(args); }); };
+  EXPECT_NE(err({"--image_aspect_ratio", "anyres_max_9"}).find("anyres_max_N) is not built yet"), std::string::npos);
+  EXPECT_NE(err({"--image_grid_pinpoints", "[(336, 672), (672)]"}).find("expected (height, width) pairs"),
+            std::string::npos);
+  EXPECT_NE(err({"--image_grid_pinpoints", "[[336; 672]]"}).find("--image_grid_pinpoints [[336; 672]]: expected"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_config_text("", "(flags)", {"model.image_grid_pinpoints='(3x3),...,(1x1)'", "model.preset=tiny"}, 1);
+            }).find("model.image_grid_pinpoints '(3x3),...,(1x1)' is neither"),
+            std::string::npos);
+}
