@@ -127,10 +127,34 @@ void tag_image(std::vector<Turn>& turns) {
 
 }  // namespace
 
+Resolution within_image_tokens(Resolution size, const InputSpec& inputs, int64_t max_tokens, const std::string& name) {
+  auto tokens = [&](Resolution r) {
+    try {
+      return inputs.anyres_tokens(r);
+    } catch (const Error&) {  // thinner than a pinpoint keeps
+      return INT64_MAX;
+    }
+  };
+  if (max_tokens <= 0 || tokens(size) <= max_tokens) return size;
+  const bool tall = size.height >= size.width;
+  const int64_t longer = tall ? size.height : size.width, shorter = tall ? size.width : size.height;
+  for (int64_t l = longer - 1; l >= 1; --l) {
+    const int64_t s = std::max<int64_t>(1, (shorter * l + longer / 2) / longer);
+    const Resolution r = tall ? Resolution{l, s} : Resolution{s, l};
+    if (tokens(r) <= max_tokens) return r;
+  }
+  throw Error(str("[data] ", name, ": no size of this ", size.height, " x ", size.width,
+                  " image makes at most data.max_image_tokens ", max_tokens, " tokens"));
+}
+
 ModelImage load_model_image(const std::string& path, const InputSpec& inputs, AspectMode aspect,
-                            ImageProcessor processor, const ImageNorm& norm) {
+                            ImageProcessor processor, const ImageNorm& norm, int64_t max_tokens) {
   if (!inputs.anyres()) return {load_clip_image(path, inputs.image_size, aspect, norm), {}, inputs.tokens_per_image};
-  AnyresImage a = anyres_image(decode_image(path), inputs.pinpoints, inputs.image_size, processor, norm, path);
+  RgbImage decoded = decode_image(path);
+  const Resolution fits = within_image_tokens({decoded.height, decoded.width}, inputs, max_tokens, path);
+  if (fits.height != decoded.height || fits.width != decoded.width)
+    decoded = resize_bicubic(decoded, int(fits.width), int(fits.height));
+  AnyresImage a = anyres_image(std::move(decoded), inputs.pinpoints, inputs.image_size, processor, norm, path);
   return {std::move(a.pixels), a.original, inputs.anyres_tokens(a.original)};
 }
 
@@ -157,8 +181,9 @@ LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs, cons
 // refused, naming the entry, when the sample is loaded).
 int64_t LlavaDataset::image_tokens_from_header(int64_t index) const {
   try {
-    if (const auto size = image_resolution(image_path(index, entries_[std::size_t(index)]["image"])))
-      return inputs_.anyres_tokens(*size);
+    const std::string path = image_path(index, entries_[std::size_t(index)]["image"]);
+    if (const auto size = image_resolution(path))
+      return inputs_.anyres_tokens(within_image_tokens(*size, inputs_, opt_.max_image_tokens, path));
   } catch (const Error&) {
   }
   return inputs_.tokens_per_image;
@@ -192,7 +217,8 @@ std::string LlavaDataset::image_path(int64_t index, const json& field) const {
 ModelImage LlavaDataset::image(int64_t index, const json& field) const {
   const std::string path = image_path(index, field);
   try {
-    ModelImage out = load_model_image(path, inputs_, opt_.aspect, opt_.processor, opt_.image_norm);
+    ModelImage out =
+        load_model_image(path, inputs_, opt_.aspect, opt_.processor, opt_.image_norm, opt_.max_image_tokens);
     if (opt_.blank_images) fill_(out.pixels, 0.f);
     return out;
   } catch (const Error& err) {

@@ -29,6 +29,9 @@ struct DataOptions {
   // AnyRes: an entry's length (for grouping by length) counts its image's own tokens, read from the file's header
   // when the data set opens, rather than tokens_per_image.
   bool image_lengths = false;
+  // AnyRes: images whose layout makes more tokens are shrunk to the largest size that makes at most this many (0:
+  // none).
+  int64_t max_image_tokens = 0;
 };
 
 // One processed sample. `ids` hold each image's placeholders: tokens_per_image, or with AnyRes its token count.
@@ -54,9 +57,13 @@ struct ModelImage {
   int64_t tokens = 0;
 };
 // `path` decoded and processed as `inputs` say: one square image (data.image_aspect_ratio's pad or resize), or with
-// AnyRes cut for its pinpoint with `processor`'s steps for each crop.
+// AnyRes cut for its pinpoint with `processor`'s steps for each crop, after shrinking to `max_tokens` (0: no bound).
 ModelImage load_model_image(const std::string& path, const InputSpec& inputs, AspectMode aspect,
-                            ImageProcessor processor, const ImageNorm& norm);
+                            ImageProcessor processor, const ImageNorm& norm, int64_t max_tokens = 0);
+// The largest size of an image of `size` (its aspect ratio kept: the longer side shortened pixel by pixel, the shorter
+// rounded) whose AnyRes layout makes at most `max_tokens` tokens; `size` itself when it does. Throws naming `name`
+// when no size does.
+Resolution within_image_tokens(Resolution size, const InputSpec& inputs, int64_t max_tokens, const std::string& name);
 
 // A sample that cannot be used: the message names the file, the entry and the reason.
 class BadSample : public Error {

@@ -67,7 +67,7 @@ int cmd_generate(const std::vector<std::string>& args) {
   data::ModelImage image;
   if (p.options.count("--image"))
     image = data::load_model_image(p.options["--image"], models::input_spec(c.model.config), c.aspect,
-                                   run_image_processor(c), run_image_norm(c));
+                                   run_image_processor(c), run_image_norm(c), c.max_image_tokens);
   const auto tok = load_run_tokenizer(c);
   g.tokenizer = tok.get();
   g.eos_token_id = tok->eos();

@@ -292,6 +292,12 @@ void check_and_derive(RunConfig& c) {
   if (c.pad_to_multiple_of == 0) c.pad_to_multiple_of = c.device.rfind("cuda", 0) == 0 ? 64 : 1;
   if (c.grad_accum == GradAccum::Auto)
     c.grad_accum = c.precision == Precision::BF16 ? GradAccum::Fp32 : GradAccum::Model;
+  const models::LlavaConfig& m = c.model.config;
+  HR_CHECK(c.max_image_tokens == 0 || m.anyres.on(), "[config] data.max_image_tokens bounds AnyRes images; this model ",
+           "gives every image ", m.vision.tokens_per_image(), " tokens (set model.image_grid_pinpoints)");
+  HR_CHECK(c.max_image_tokens == 0 || c.max_image_tokens >= m.vision.tokens_per_image(),
+           "[config] data.max_image_tokens ", c.max_image_tokens, " is below the ", m.vision.tokens_per_image(),
+           " tokens of an AnyRes image's base image alone");
 }
 
 // A global batch given with at most one of micro-batch and accumulation: the other inferred; given with both,

@@ -66,6 +66,9 @@ struct RunConfig {
   // tensor cores. 0 is auto, resolved at load: 64 on a GPU, 1 (the longest sample) on the CPU.
   int64_t pad_to_multiple_of = 0;
   bool group_by_modality_length = false, pad_to_max_length = false, blank_images = false;
+  // AnyRes: an image whose layout would make more tokens is shrunk (its aspect ratio kept) to the largest size that
+  // makes at most this many, and the planner's worst case is the largest such layout. 0: no bound but the pinpoints.
+  int64_t max_image_tokens = 0;
   bool allow_outside_image_folder = false;
   int num_workers = 2, prefetch = 16;
   data::OnBadSample on_bad_sample = data::OnBadSample::Skip;

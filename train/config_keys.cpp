@@ -198,6 +198,7 @@ std::vector<Key> data_keys() {
       {"data.blank_images", "false", flag(&RunConfig::blank_images)},
       {"data.allow_outside_image_folder", "false", flag(&RunConfig::allow_outside_image_folder)},
       {"data.max_images_per_sample", "1", i64(&RunConfig::max_images_per_sample, 0)},
+      {"data.max_image_tokens", "0", i64(&RunConfig::max_image_tokens, 0)},
       {"data.num_workers", "2", count(&RunConfig::num_workers, 0, kMaxWorkers)},
       {"data.prefetch", "16", count(&RunConfig::prefetch, 0, kMaxPrefetch)},
       {"data.on_bad_sample", "skip", choice(&RunConfig::on_bad_sample, data::parse_on_bad_sample)},

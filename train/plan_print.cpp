@@ -49,7 +49,10 @@ std::string table_head(const Plan& p) {
   if (const models::LlavaConfig& m = c.model.config; m.anyres.on()) {  // what each image of the worst case is
     const data::Resolution im = planned_image(c);
     o += str("images: AnyRes, each planned as ", im.height, " x ", im.width, " px (",
-             c.plan_image ? "--image-size" : "the largest layout a sequence holds",
+             c.plan_image ? std::string("--image-size")
+             : c.max_image_tokens > 0
+                 ? str("the largest layout a sequence holds, at most data.max_image_tokens ", c.max_image_tokens)
+                 : std::string("the largest layout a sequence holds"),
              "): ", models::anyres_crops(im, m.anyres, m.vision.image_size), " crops and ",
              commas(models::anyres_tokens(im, m.anyres, m.vision.image_size, m.vision.grid())), " tokens, ",
              c.max_images_per_sample, " per sample\n");

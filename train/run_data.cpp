@@ -46,6 +46,7 @@ DataOptions data_options(const RunConfig& c, const std::string& json_path, const
   d.image_norm = run_image_norm(c);
   d.processor = run_image_processor(c);
   d.image_lengths = c.group_by_modality_length;  // AnyRes groups by each image's own tokens
+  d.max_image_tokens = c.max_image_tokens;
   return d;
 }
 

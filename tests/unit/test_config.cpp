@@ -5,7 +5,9 @@
 #include <fstream>
 
 #include "core/backend/device_info.h"
+#include "models/anyres.h"
 #include "train/config.h"
+#include "train/planner.h"
 
 using namespace hr;
 using namespace hr::train;
@@ -267,6 +269,31 @@ TEST(Config, AnyresPinpointsAreCheckedAgainstTheTower) {
       << many;
   const std::string pair = error_of(write("model:\n  preset: tiny\n  image_grid_pinpoints: [[8, 16, 24]]\n"));
   EXPECT_NE(pair.find("model.image_grid_pinpoints[0] is not a [height, width] pair"), std::string::npos) << pair;
+}
+
+// data.max_image_tokens bounds AnyRes images (and the planner's worst case), never below the base image's tokens.
+TEST(Config, MaxImageTokensBoundsAnyresImagesAndThePlannedLayout) {
+  const std::string tiny = write("model:\n  preset: tiny\n");
+  EXPECT_NE(error_of(tiny, {"data.max_image_tokens=100"}).find("data.max_image_tokens bounds AnyRes images"),
+            std::string::npos);
+  const std::vector<std::string> next = {"model.image_grid_pinpoints=[[8, 16], [16, 8], [16, 16], [24, 8], [8, 24]]"};
+  std::vector<std::string> low = next;
+  low.push_back("data.max_image_tokens=3");
+  EXPECT_NE(error_of(tiny, low).find("data.max_image_tokens 3 is below the 4 tokens of an AnyRes image's base image"),
+            std::string::npos)
+      << error_of(tiny, low);
+  const RunConfig unbounded = load_config(tiny, next);
+  const models::LlavaConfig& m = unbounded.model.config;
+  auto tokens = [&](data::Resolution r) { return models::anyres_tokens(r, m.anyres, 8, 2); };
+  EXPECT_EQ(tokens(planned_image(unbounded)), 24);  // 16 x 16: the base image and 2 x 2 crops, rows ended
+  // The worst layout under the bound: the most crops (each goes through the tower), then the most tokens.
+  for (const int64_t bound : {8, 12, 16, 20, 24}) {
+    std::vector<std::string> sets = next;
+    sets.push_back(str("data.max_image_tokens=", bound));
+    const data::Resolution r = planned_image(load_config(tiny, sets));
+    EXPECT_LE(tokens(r), bound) << r.height << " x " << r.width;
+    EXPECT_EQ(r, models::anyres_worst_image(m.anyres, 8, 2, bound));
+  }
 }
 
 // model.llm.model_type picks the decoder; Mistral's window is honoured where sequences fit in it and refused by name

@@ -781,3 +781,77 @@ TEST(Loader, AnyresLengthGroupingCountsEachImagesOwnTokens) {
     EXPECT_EQ(all[1].batch.seq, mine.batch.seq);
   }
 }
+
+// data.max_image_tokens: an image whose layout makes more tokens is shrunk, its aspect ratio kept, to the largest size
+// that makes at most that many; the sample is then what the image processor makes of the shrunk file (what
+// transformers is given for it), and grouping by length counts the shrunk layout.
+TEST(Dataset, MaxImageTokensShrinksEachImageToTheLargestSizeUnderTheBound) {
+  LlavaConfig next = preset("llava-1.5-7b");
+  next.anyres.pinpoints = {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}};
+  const InputSpec big = models::input_spec(next);
+  EXPECT_EQ(within_image_tokens({500, 400}, big, 0, "x"), (Resolution{500, 400})) << "0: no bound";
+  for (const Resolution image : {Resolution{672, 672}, {1000, 333}, {336, 1344}, {900, 700}}) {
+    for (const int64_t bound : {1200, 2000, 2500}) {
+      const Resolution r = within_image_tokens(image, big, bound, "x");
+      EXPECT_LE(big.anyres_tokens(r), bound) << r.height << " x " << r.width;
+      const bool tall = image.height >= image.width;
+      const int64_t longer = tall ? image.height : image.width, kept = tall ? r.height : r.width;
+      EXPECT_NEAR(double(r.height) / double(r.width), double(image.height) / double(image.width),
+                  0.01 * double(image.height) / double(image.width) + 1.0 / double(std::min(r.height, r.width)));
+      for (int64_t l = kept + 1; l <= longer; ++l) {  // every larger size of that aspect makes more
+        const int64_t s = std::max<int64_t>(1, ((tall ? image.width : image.height) * l + longer / 2) / longer);
+        EXPECT_GT(big.anyres_tokens(tall ? Resolution{l, s} : Resolution{s, l}), bound) << l;
+      }
+    }
+  }
+  try {
+    within_image_tokens({672, 672}, big, 500, "photo.png");
+    ADD_FAILURE() << "no size makes 500 tokens (the base image alone makes 576)";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "photo.png: no size of this 672 x 672 image makes at most data.max_image_tokens 500 tokens"),
+              std::string::npos)
+        << e.what();
+  }
+
+  const std::string d = dir("max_image_tokens");
+  SynthOptions s{d, 12, 1, 5, 8};
+  s.mixed_aspect = true;
+  write_synthetic_vqa(s);
+  LlavaConfig m = small_model();
+  m.anyres.pinpoints = {{8, 16}, {16, 8}, {16, 16}, {24, 8}, {8, 24}};
+  const InputSpec spec = models::input_spec(m);
+  DataOptions o;
+  o.json_path = d + "/train.json";
+  o.image_folder = d;
+  const LlavaDataset unbounded(o, spec);
+  o.max_image_tokens = 12;
+  o.image_lengths = true;
+  const LlavaDataset bounded(o, spec);
+  int64_t shrunk = 0;
+  for (int64_t i = 0; i < bounded.size(); ++i) {
+    const Example a = unbounded.get(i), b = bounded.get(i);
+    EXPECT_LE(b.image_tokens[0], 12) << b.id;
+    EXPECT_EQ(b.ids.size() + size_t(a.image_tokens[0]), a.ids.size() + size_t(b.image_tokens[0])) << b.id;
+    if (a.image_tokens[0] <= 12) {
+      EXPECT_EQ(a.image_sizes, b.image_sizes) << b.id;
+      continue;
+    }
+    ++shrunk;
+    // The shrunk image written as a file and loaded with no bound gives the same sample.
+    const std::string image = d + "/images/" + b.id + ".png";
+    const RgbImage full = decode_image(image);
+    const Resolution r = b.image_sizes[0];
+    write_png(d + "/shrunk.png", resize_bicubic(full, int(r.width), int(r.height)));
+    const ModelImage direct = load_model_image(d + "/shrunk.png", spec, AspectMode::Pad, ImageProcessor::Clip, {});
+    EXPECT_EQ(direct.size, r);
+    EXPECT_EQ(direct.tokens, b.image_tokens[0]);
+    ASSERT_EQ(direct.pixels.shape(), b.images[0].shape());
+    EXPECT_TRUE(std::equal(direct.pixels.data<float>(), direct.pixels.data<float>() + direct.pixels.numel(),
+                           b.images[0].data<float>()))
+        << b.id;
+  }
+  for (int64_t i = 0; i < bounded.size(); ++i)  // the grouping length counts the shrunk layout
+    EXPECT_EQ(bounded.length(i) - unbounded.length(i), bounded.get(i).image_tokens[0] - spec.tokens_per_image);
+  EXPECT_GE(shrunk, 3) << "the bound should shrink several of the mixed images";
+}
