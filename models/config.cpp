@@ -113,6 +113,9 @@ void check_anyres(const LlavaConfig& c, bool hf) {
   HR_CHECK(anyres.max_num_patches >= 0 && anyres.max_num_patches <= 64, "[config] ",
            key("model.vision_aspect_ratio", "vision_aspect_ratio"), ": anyres_max_", anyres.max_num_patches,
            ": N is a count of base images from 1 to 64 (0: no pooling)");
+  HR_CHECK(anyres.max_num_patches == 0 || anyres.on(), "[config] ",
+           key("model.vision_aspect_ratio", "vision_aspect_ratio"), ": anyres_max_", anyres.max_num_patches,
+           " pools AnyRes images; set ", key("model.image_grid_pinpoints", "image_grid_pinpoints"), " too");
 }
 
 }  // namespace
@@ -205,6 +208,22 @@ PatchMerge parse_patch_merge(const std::string& s) {
   throw Error(str("[config] mm_patch_merge_type '", s, "' is not one of: spatial_unpad, flat"));
 }
 
+int64_t parse_vision_aspect_ratio(const std::string& s, const std::string& where) {
+  const std::string prefix = "anyres_max_";
+  if (s == "anyres") return 0;
+  std::size_t used = 0;
+  int64_t n = 0;
+  try {
+    if (s.rfind(prefix, 0) == 0) n = std::stoll(s.substr(prefix.size()), &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  HR_CHECK(used > 0 && used == s.size() - prefix.size() && n >= 1 && n <= 64, "[config] ", where,
+           ": vision_aspect_ratio '", s,
+           "' is not anyres_max_N (OneVision's pooling above N base images' tokens, N from 1 to 64) or anyres");
+  return n;
+}
+
 LlavaConfig preset(const std::string& name) {
   LlavaConfig c;
   c.name = name;
@@ -233,8 +252,11 @@ LlavaConfig preset(const std::string& name) {
     c.llm.sliding_window = 0;  // Mistral-7B-Instruct-v0.2: null
     return c;
   }
-  if (name == "llava-onevision-qwen2-7b") {  // llava-hf/llava-onevision-qwen2-7b-ov-hf's dimensions (one 384-px image)
+  if (name == "llava-onevision-qwen2-7b") {  // llava-hf/llava-onevision-qwen2-7b-ov-hf: anyres_max_9 over 1x1..6x6
     c.vision = {1152, 26, 16, 4304, 384, 14, 3, 1e-6f, -1, FeatureSelect::ClsPatch, Tower::Siglip};
+    for (int64_t r = 1; r <= 6; ++r)
+      for (int64_t col = 1; col <= 6; ++col) c.anyres.pinpoints.push_back({384 * r, 384 * col});
+    c.anyres.max_num_patches = 9;
     c.llm.decoder = Decoder::Qwen2;
     c.llm.vocab = 152128;
     c.llm.hidden = 3584;

@@ -91,6 +91,8 @@ struct LlmConfig {
 // plus every tile of the tower's size; `merge` turns the crops' features into the image's tokens.
 enum class PatchMerge : uint8_t { SpatialUnpad, Flat };  // mm_patch_merge_type
 PatchMerge parse_patch_merge(const std::string& s);
+// OneVision's vision_aspect_ratio: "anyres_max_N" (N) or "anyres" (0, no pooling); errors name `where`.
+int64_t parse_vision_aspect_ratio(const std::string& s, const std::string& where);
 struct AnyresConfig {
   std::vector<data::Resolution> pinpoints;  // image_grid_pinpoints; empty: one image of the tower's size (LLaVA-1.5)
   PatchMerge merge = PatchMerge::SpatialUnpad;

@@ -150,10 +150,7 @@ bool hf_expressible(const LlavaConfig& c, std::string* why) {
   if (c.projector != ProjectorType::Mlp2xGelu)
     no = "transformers' LLaVA has only the mlp2x_gelu projector (linear_1, gelu, linear_2), not 'linear'";
   else if (c.anyres.on() && c.anyres.merge != PatchMerge::SpatialUnpad)
-    no = "transformers' LlavaNext merges AnyRes crops as spatial_unpad only, not 'flat'";
-  else if (c.anyres.on() && c.anyres.max_num_patches > 0)
-    no =
-        "OneVision's anyres_max pooling is LlavaOnevisionForConditionalGeneration's, which headroom does not write yet";
+    no = "transformers' LlavaNext and LlavaOnevision merge AnyRes crops as spatial_unpad only, not 'flat'";
   if (no && why) *why = no;
   return !no;
 }
@@ -209,9 +206,14 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& token
     vision["hidden_act"] = "gelu_pytorch_tanh";
     vision["vision_use_head"] = false;
   }
-  const bool next = c.anyres.on();
-  json out = {{"architectures", {next ? "LlavaNextForConditionalGeneration" : "LlavaForConditionalGeneration"}},
-              {"model_type", next ? "llava_next" : "llava"},
+  const bool next = c.anyres.on(), onevision = next && c.anyres.max_num_patches > 0;
+  json out = {{"architectures",
+               {onevision ? "LlavaOnevisionForConditionalGeneration"
+                : next    ? "LlavaNextForConditionalGeneration"
+                          : "LlavaForConditionalGeneration"}},
+              {"model_type", onevision ? "llava_onevision"
+                             : next    ? "llava_next"
+                                       : "llava"},
               {"image_token_index", c.image_token_id},
               {"image_seq_length", v.tokens_per_image()},
               {"projector_hidden_act", "gelu"},
@@ -227,14 +229,17 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& token
     for (const data::Resolution& p : c.anyres.pinpoints) pinpoints.push_back({p.height, p.width});
     out["image_grid_pinpoints"] = pinpoints;
   }
+  if (onevision) out["vision_aspect_ratio"] = str("anyres_max_", c.anyres.max_num_patches);
   return out;
 }
 
 LlavaConfig from_hf_config(const json& j, const std::string& where) {
   HR_CHECK(j.is_object(), "[hf] ", where, ": not a JSON object");
   const std::string type = j.value("model_type", "");
-  HR_CHECK(type == "llava" || type == "llava_next", "[hf] ", where, ": model_type '", type,
-           "' is not 'llava' or 'llava_next' (a LLaVA or LLaVA-NeXT model directory, as llava-hf's, is needed)");
+  HR_CHECK(type == "llava" || type == "llava_next" || type == "llava_onevision", "[hf] ", where, ": model_type '", type,
+           "' is not 'llava', 'llava_next' or 'llava_onevision' (a LLaVA, LLaVA-NeXT or LLaVA-OneVision model "
+           "directory, as llava-hf's, is needed)");
+  const bool onevision = type == "llava_onevision";
   HR_CHECK(j.contains("text_config") && j.contains("vision_config"), "[hf] ", where,
            ": needs text_config and vision_config");
   const json& t = j.at("text_config");
@@ -256,23 +261,32 @@ LlavaConfig from_hf_config(const json& j, const std::string& where) {
   HR_CHECK(!j.contains("multimodal_projector_bias") || j.at("multimodal_projector_bias") == json(true), "[hf] ", where,
            ": multimodal_projector_bias false is not supported (the projector's linears have biases)");
   c.projector = ProjectorType::Mlp2xGelu;
-  const json layer = j.value("vision_feature_layer", json(-2));
+  // LlavaOnevisionConfig's defaults: the last layer, every patch (SigLIP's), as the published checkpoints.
+  const json layer = j.value("vision_feature_layer", json(onevision ? -1 : -2));
   HR_CHECK(layer.is_number_integer(), "[hf] ", where, ": vision_feature_layer ", layer.dump(),
            " must be one layer (a list of layers is not supported)");
   v.select_layer = layer.get<int>();
-  const std::string strategy = j.value("vision_feature_select_strategy", "default");
+  const std::string strategy = j.value("vision_feature_select_strategy", onevision ? "full" : "default");
   HR_CHECK(strategy == "default" || strategy == "full", "[hf] ", where, ": vision_feature_select_strategy '", strategy,
            "' is not 'default' or 'full'");
   v.select_feature = strategy == "default" ? FeatureSelect::Patch : FeatureSelect::ClsPatch;
   c.image_token_id = j.contains("image_token_index") ? get<int64_t>(j, "image_token_index", where, "")
                                                      : get<int64_t>(j, "image_token_id", where, "");
   c.ignore_index = j.value("ignore_index", int64_t(-100));
-  if (type == "llava_next") {  // AnyRes with spatial_unpad and image_newline, as LlavaNextForConditionalGeneration
+  if (type == "llava_next" || onevision) {  // AnyRes with spatial_unpad and image_newline
     std::vector<std::vector<int64_t>> raw = {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}};
+    if (onevision) {  // LlavaOnevisionConfig's: every grid of 1 x 1 to 6 x 6 tiles of 384 px
+      raw.clear();
+      for (int64_t r = 1; r <= 6; ++r)
+        for (int64_t col = 1; col <= 6; ++col) raw.push_back({384 * r, 384 * col});
+    }
     if (j.contains("image_grid_pinpoints") && !j.at("image_grid_pinpoints").is_null())
       raw = get<std::vector<std::vector<int64_t>>>(j, "image_grid_pinpoints", where, "");
     c.anyres.pinpoints = data::parse_pinpoints(raw, v.image_size, where);
   }
+  if (onevision)
+    c.anyres.max_num_patches =
+        parse_vision_aspect_ratio(j.value("vision_aspect_ratio", std::string("anyres_max_9")), where);
   try {
     c.validate(KeyNames::HuggingFace);
   } catch (const Error& e) {  // "[config] text_config.intermediate_size 0 ..." said of this file

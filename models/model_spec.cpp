@@ -181,6 +181,12 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
          HR_CHECK(s.config.anyres.on(), "[config] ", where,
                   ": model.image_grid_pinpoints is empty (leave it out for one image of the tower's size)");
        }},
+      // OneVision's: anyres_max_N pools each image's tile features above N base images' worth (anyres: never)
+      {"vision_aspect_ratio",
+       [&](const YAML::Node& n) {
+         s.config.anyres.max_num_patches =
+             parse_vision_aspect_ratio(as<std::string>(n, "vision_aspect_ratio", where), where + ": model");
+       }},
       {"mm_patch_merge_type",
        [&](const YAML::Node& n) {
          s.config.anyres.merge = parse_patch_merge(as<std::string>(n, "mm_patch_merge_type", where));

@@ -105,10 +105,12 @@ const std::map<std::string, Map>& flags() {
          if (v == "pad") return o.sets.push_back("data.image_aspect_ratio=pad");
          // LLaVA-NeXT's: AnyRes is on wherever model.image_grid_pinpoints is (this flag's list, or config.json's).
          if (v == "anyres") return o.not_acted_on.push_back("--image_aspect_ratio anyres");
+         // OneVision's: AnyRes whose tile features are pooled above N base images' worth.
+         if (v.rfind("anyres_max_", 0) == 0) return o.sets.push_back("model.vision_aspect_ratio=" + v);
          throw Error(str("[args] --image_aspect_ratio ", v,
-                         ": pad (LLaVA-1.5's) and anyres (LLaVA-NeXT's, with --image_grid_pinpoints) are supported; "
-                         "headroom's other mode, resize, is data.image_aspect_ratio: resize",
-                         v.rfind("anyres_max", 0) == 0 ? "; OneVision's pooling (anyres_max_N) is not built yet" : ""));
+                         ": pad (LLaVA-1.5's), anyres (LLaVA-NeXT's, with --image_grid_pinpoints) and anyres_max_N "
+                         "(OneVision's) are supported; headroom's other mode, resize, is data.image_aspect_ratio: "
+                         "resize"));
        }},
       {"image_grid_pinpoints", grid_pinpoints},
       {"mm_patch_merge_type", key("model.mm_patch_merge_type")},

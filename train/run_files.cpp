@@ -107,7 +107,10 @@ std::optional<std::string> llava_preprocessor_config(const RunConfig& c) {
   std::ifstream in(pre, std::ios::binary);
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   HR_CHECK(!j.is_discarded() && j.is_object(), "[image] ", pre.string(), " is not a JSON object");
-  j["processor_class"] = c.model.config.anyres.on() ? "LlavaNextProcessor" : "LlavaProcessor";
+  const models::AnyresConfig& a = c.model.config.anyres;
+  j["processor_class"] = a.max_num_patches > 0 ? "LlavaOnevisionProcessor"
+                         : a.on()              ? "LlavaNextProcessor"
+                                               : "LlavaProcessor";
   return j.dump(2) + "\n";
 }
 

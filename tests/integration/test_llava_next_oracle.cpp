@@ -1,7 +1,9 @@
-// LLaVA-NeXT's AnyRes model side against transformers: a tiny random LlavaNextForConditionalGeneration directory and a
-// batch of images of mixed sizes (written by tests/py/check_llava_next.py into $HR_LLAVA_NEXT_CASES) give headroom the
-// same configuration, parameter count, token counts per image, loss, logits and every gradient (image_newline's too),
-// in f32 within 1e-4 relative; on the meta device the same pass allocates what the CPU's does.
+// LLaVA-NeXT's and LLaVA-OneVision's AnyRes model side against transformers: a tiny random
+// LlavaNextForConditionalGeneration directory (CLIP, LLaMA) and a LlavaOnevisionForConditionalGeneration one (SigLIP,
+// Qwen2, anyres_max_1: the larger images' tile features pooled), each with a batch of images of mixed sizes (written
+// by tests/py/check_llava_next.py into $HR_LLAVA_NEXT_CASES and its onevision/), give headroom the same configuration,
+// parameter count, token counts per image, loss, logits and every gradient (image_newline's too), in f32 within 1e-4
+// relative.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -20,10 +22,15 @@ using namespace hr;
 using namespace hr::core;
 using namespace hr::models;
 
-std::string cases(const std::string& file) {
-  const char* d = std::getenv("HR_LLAVA_NEXT_CASES");
-  return std::string(d ? d : "") + "/" + file;
-}
+// The model family of a case directory: "" (LLaVA-NeXT) or "onevision/".
+class AnyresOracle : public testing::TestWithParam<std::string> {
+ protected:
+  std::string cases(const std::string& file) const {
+    const char* d = std::getenv("HR_LLAVA_NEXT_CASES");
+    return std::string(d ? d : "") + "/" + GetParam() + file;
+  }
+  bool onevision() const { return GetParam() == "onevision/"; }
+};
 
 struct Result {
   float loss = 0;
@@ -42,12 +49,15 @@ Result forward_backward(const Llava& model, const data::Batch& batch, int64_t ce
 
 }  // namespace
 
-TEST(LlavaNext, ConfigAndParameterCountAreTransformers) {
+TEST_P(AnyresOracle, ConfigAndParameterCountAreTransformers) {
   const LlavaConfig c = read_hf_config(cases("hf"));
   ASSERT_TRUE(c.anyres.on());
   EXPECT_EQ(c.anyres.merge, PatchMerge::SpatialUnpad);
-  EXPECT_EQ(c.anyres.pinpoints.size(), 5u);
-  EXPECT_EQ(c.anyres.pinpoints[3], (data::Resolution{36, 12}));
+  EXPECT_EQ(c.anyres.pinpoints.size(), onevision() ? 9u : 5u);
+  EXPECT_EQ(c.anyres.pinpoints[3], (onevision() ? data::Resolution{24, 12} : data::Resolution{36, 12}));
+  EXPECT_EQ(c.anyres.max_num_patches, onevision() ? 1 : 0);
+  EXPECT_EQ(c.vision.tower, onevision() ? Tower::Siglip : Tower::Clip);
+  EXPECT_EQ(c.llm.decoder, onevision() ? Decoder::Qwen2 : Decoder::Llama);
   EXPECT_TRUE(c.image_newline());
   const SafetensorsFile ref = SafetensorsFile::open(cases("ref.safetensors"));
   EXPECT_EQ(c.parameter_count(), ref.get("parameters").to_ints()[0]);
@@ -56,21 +66,36 @@ TEST(LlavaNext, ConfigAndParameterCountAreTransformers) {
   for (const auto& p : model.params().all()) n += p->count();
   EXPECT_EQ(n, c.parameter_count());
   // and back: the config.json headroom writes reads as the same model
-  const LlavaConfig back = from_hf_config(to_hf_config(c, DType::F32), "written");
+  const nlohmann::json written = to_hf_config(c, DType::F32);
+  EXPECT_EQ(written.at("architectures")[0],
+            onevision() ? "LlavaOnevisionForConditionalGeneration" : "LlavaNextForConditionalGeneration");
+  const LlavaConfig back = from_hf_config(written, "written");
   EXPECT_EQ(back.anyres.pinpoints, c.anyres.pinpoints);
+  EXPECT_EQ(back.anyres.max_num_patches, c.anyres.max_num_patches);
+  EXPECT_EQ(back.vision.select_layer, c.vision.select_layer);
+  EXPECT_EQ(back.vision.select_feature, c.vision.select_feature);
   EXPECT_EQ(back.parameter_count(), c.parameter_count());
 }
 
-TEST(LlavaNext, EachImageHasTheTokensTransformersGivesIt) {
+TEST_P(AnyresOracle, EachImageHasTheTokensTransformersGivesIt) {
   const LlavaConfig c = read_hf_config(cases("hf"));
   const data::Batch batch = test::load_batch(cases("batch.safetensors"));
   const ImagesMix m = anyres_images(batch.image_sizes, c.anyres, c.vision.image_size, c.vision.grid());
   const SafetensorsFile ref = SafetensorsFile::open(cases("ref.safetensors"));
   EXPECT_EQ(m.tokens, ref.get("tokens").to_ints());
   EXPECT_EQ(m.total_crops, batch.pixel_values.size(0));
+  // OneVision's case pools some images and not others; LLaVA-NeXT pools none.
+  int64_t pooled = 0;
+  for (int64_t p : ref.get("pooled").to_ints()) pooled += p;
+  if (onevision()) {
+    EXPECT_GT(pooled, 0);
+    EXPECT_LT(pooled, int64_t(batch.image_sizes.size()));
+  } else {
+    EXPECT_EQ(pooled, 0);
+  }
 }
 
-TEST(LlavaNext, LossLogitsAndEveryGradientMatchTransformers) {
+TEST_P(AnyresOracle, LossLogitsAndEveryGradientMatchTransformers) {
   const LlavaConfig c = read_hf_config(cases("hf"));
   Llava model(c, Device::cpu(), DType::F32);
   load_weights(model.params(), Checkpoint::open(cases("hf")));
@@ -107,7 +132,7 @@ TEST(LlavaNext, LossLogitsAndEveryGradientMatchTransformers) {
 }
 
 // A placeholder count that is not the image's layout is named with the image and the count it needs.
-TEST(LlavaNext, PlaceholdersThatDoNotFitAnImageAreNamed) {
+TEST_P(AnyresOracle, PlaceholdersThatDoNotFitAnImageAreNamed) {
   const LlavaConfig c = read_hf_config(cases("hf"));
   Llava model(c, Device::cpu(), DType::F32);
   data::Batch batch = test::load_batch(cases("batch.safetensors"));
@@ -128,3 +153,6 @@ TEST(LlavaNext, PlaceholdersThatDoNotFitAnImageAreNamed) {
     EXPECT_NE(std::string(e.what()).find("AnyRes crops but pixel_values has"), std::string::npos) << e.what();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(LlavaNext, AnyresOracle, testing::Values(std::string("")));
+INSTANTIATE_TEST_SUITE_P(LlavaOnevision, AnyresOracle, testing::Values(std::string("onevision/")));

@@ -89,3 +89,28 @@ PY
 "$bin" generate train.yaml --checkpoint consolidated --image "z3/data/$tall" --prompt "What color is the object?" \
   --max-new-tokens 6 --json > generated.json
 python3 "$here/check_llava_next.py" generate consolidated "z3/data/$tall" generated.json
+
+# LLaVA-OneVision (SigLIP, Qwen2, anyres_max_1: the larger images pooled): its directory trains, every step its dry run,
+# and transformers opens the checkpoint as LlavaOnevisionForConditionalGeneration with its LlavaOnevisionImageProcessor
+# (the same pixels, logits and greedy answer).
+sed "s|$work/hf|$work/onevision/hf|" train.yaml > onevision.yaml
+"$bin" train onevision.yaml --set run.output_dir="$work/ov" --set train.max_steps=2 > ov.log
+python3 - ov/memory.jsonl <<'PY'
+import json
+import sys
+steps = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+bad = [s for s in steps if s["peak_allocated"] != s["predicted_peak"] or s["peak_allocated"] > s["planned_peak"]]
+if len(steps) != 2 or bad:
+    sys.exit(f"llava_next: FAIL: OneVision's steps {[(s['peak_allocated'], s['predicted_peak']) for s in steps]}")
+print(f"llava_next: OneVision trained 2 steps, every peak its dry run's ({[s['peak_allocated'] for s in steps]})")
+PY
+"$bin" ckpt consolidate ov/checkpoint-2 --out "$work/ov_consolidated/" > /dev/null
+"$bin" debug batch onevision.yaml --set data.train_json="$work/ov/data/train.json" --set data.image_folder="$work/ov/data" \
+  --out ov_batch.safetensors --count 4 > /dev/null
+printf 'model: {name_or_path: %s/ov_consolidated}\n' "$work" > ov_consolidated.yaml
+"$bin" debug grads --config ov_consolidated.yaml --weights ov_consolidated --batch ov_batch.safetensors \
+  --out ov_ours.safetensors --logits > /dev/null
+python3 "$here/check_llava_next.py" load ov_consolidated ov_batch.safetensors ov_ours.safetensors ov/data/train.json ov/data
+"$bin" generate onevision.yaml --checkpoint ov_consolidated --image "ov/data/$tall" --prompt "What color is the object?" \
+  --max-new-tokens 6 --json > ov_generated.json
+python3 "$here/check_llava_next.py" generate ov_consolidated "ov/data/$tall" ov_generated.json

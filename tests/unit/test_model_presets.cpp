@@ -32,16 +32,19 @@ TEST(ModelPresets, ParameterCountsMatchLlavaHf) {
   EXPECT_EQ(preset("llava-v1.6-vicuna-7b").parameter_count(), 7063431168);
   Llava mistral(preset("llava-v1.6-mistral-7b"), Device::meta(), DType::BF16);
   EXPECT_EQ(mistral.params().count(), 7566747648);
-  // llava-hf/llava-onevision-qwen2-7b-ov-hf's config.json as a LlavaForConditionalGeneration (SigLIP so400m with
-  // 26 layers and no head, Qwen2-7B): 8,030,804,000 in transformers 4.45.2; its LlavaOnevision class adds
-  // image_newline (3,584) for 8,030,807,584.
+  // llava-hf/llava-onevision-qwen2-7b-ov-hf's config.json (SigLIP so400m with 26 layers and no head, Qwen2-7B,
+  // anyres_max_9 over 1 x 1 to 6 x 6 tiles): 8,030,804,000 in transformers 4.45.2 as a LlavaForConditionalGeneration,
+  // and LlavaOnevisionForConditionalGeneration adds only image_newline (text hidden size: checked on a small config
+  // of both classes, tied and not): 8,030,807,584.
   Llava onevision(preset("llava-onevision-qwen2-7b"), Device::meta(), DType::BF16);
-  EXPECT_EQ(onevision.params().count(), 8030804000);
+  EXPECT_EQ(onevision.params().count(), 8030807584);
   EXPECT_EQ(preset("llava-onevision-qwen2-7b").vision.tokens_per_image(), 729);  // 27 x 27 patches, all kept
+  EXPECT_EQ(preset("llava-onevision-qwen2-7b").anyres.pinpoints.size(), 36u);
+  EXPECT_EQ(preset("llava-onevision-qwen2-7b").anyres.max_num_patches, 9);
   // The same tower with Qwen/Qwen2-0.5B's dimensions and tied embeddings: 893,617,312 in transformers 4.45.2 (its
-  // LlavaForConditionalGeneration after tie_weights), as the published 0.5B OneVision's ~894M.
+  // LlavaForConditionalGeneration after tie_weights), as the published 0.5B OneVision's ~894M, and image_newline's 896.
   Llava small(preset("llava-onevision-qwen2-0.5b"), Device::meta(), DType::BF16);
-  EXPECT_EQ(small.params().count(), 893617312);
+  EXPECT_EQ(small.params().count(), 893618208);
 }
 
 // The closed-form count (validate's overflow check, the planner's capacity arithmetic) is the built model's.
