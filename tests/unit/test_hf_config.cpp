@@ -80,7 +80,18 @@ TEST(HfConfig, RefusesWhatHeadroomDoesNotImplementNamingTheKey) {
     (section.empty() ? j : j[section])[key] = value;
     return j;
   };
-  expect_error(with("", "model_type", "llava_onevision"), "model_type 'llava_onevision'");
+  expect_error(with("", "model_type", "llava_next_video"), "model_type 'llava_next_video'");
+  // LLaVA-OneVision: LlavaOnevisionConfig's default pinpoints (tiles of 384 px) do not fit the tiny tower either;
+  // vision_aspect_ratio is anyres_max_N (anyres_max_9 where absent)
+  expect_error(with("", "model_type", "llava_onevision"),
+               "image_grid_pinpoints[0] = [384, 384] makes 2304 tiles of 8 px");
+  json onevision = with("", "model_type", "llava_onevision");
+  onevision["image_grid_pinpoints"] = {{8, 16}, {16, 8}};
+  EXPECT_EQ(from_hf_config(onevision, "config.json").anyres.max_num_patches, 9);
+  onevision["vision_aspect_ratio"] = "anyres_max_4";
+  EXPECT_EQ(from_hf_config(onevision, "config.json").anyres.max_num_patches, 4);
+  onevision["vision_aspect_ratio"] = "anyres_max_x";
+  expect_error(onevision, "vision_aspect_ratio 'anyres_max_x' is not anyres_max_N");
   // LLaVA-NeXT: transformers' default pinpoints (336 px tiles) do not fit the tiny 8-px tower; its own are checked
   expect_error(with("", "model_type", "llava_next"), "image_grid_pinpoints[0] = [336, 672] makes 3528 tiles of 8 px");
   json next = with("", "model_type", "llava_next");
