@@ -172,9 +172,13 @@ LlavaDataset::LlavaDataset(const DataOptions& opt, const InputSpec& inputs, cons
     lengths_.push_back(entry_length(e, inputs.tokens_per_image));
     has_image_.push_back(e.is_object() && e.contains("image"));
   }
-  if (opt.image_lengths && inputs.anyres())
+  if (opt.image_lengths && inputs.anyres()) {  // one header read each, in parallel: a file system is slow to open
+    std::vector<int64_t> extra(entries_.size(), 0);
+#pragma omp parallel for schedule(dynamic, 64)
     for (int64_t i = 0; i < size(); ++i)
-      if (has_image_[std::size_t(i)]) lengths_[std::size_t(i)] += image_tokens_from_header(i) - inputs.tokens_per_image;
+      if (has_image_[std::size_t(i)]) extra[std::size_t(i)] = image_tokens_from_header(i) - inputs.tokens_per_image;
+    for (std::size_t i = 0; i < extra.size(); ++i) lengths_[i] += extra[i];
+  }
 }
 
 // An AnyRes image's tokens as its file's header says; a file that cannot be read counts as tokens_per_image (it is

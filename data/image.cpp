@@ -252,20 +252,27 @@ RgbImage decode_image(const std::string& path) {
 
 std::optional<Resolution> image_resolution(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  // A JPEG's frame header can come after its metadata segments: read what stb's probe may need, at most 1 MiB.
-  std::string head(std::size_t(1) << 20, '\0');
-  if (!in.read(head.data(), std::streamsize(head.size())) && in.gcount() <= 0) return std::nullopt;
-  head.resize(std::size_t(in.gcount()));
-  stb::DecodeScope scope;
-  try {
-    int w = 0, h = 0, c = 0;
-    if (!stbi_info_from_memory(reinterpret_cast<const uint8_t*>(head.data()), int(head.size()), &w, &h, &c))
+  if (!in) return std::nullopt;
+  // A PNG's size is in its first 24 bytes; a JPEG's frame header can come after its metadata segments (EXIF, a
+  // thumbnail): 4 KiB, then more, up to 1 MiB, until stb's probe finds it.
+  std::string head;
+  for (std::size_t want = 4096; want <= (std::size_t(1) << 20); want *= 16) {
+    const std::size_t had = head.size();
+    head.resize(want);
+    in.read(head.data() + had, std::streamsize(want - had));
+    head.resize(had + std::size_t(in.gcount()));
+    stb::DecodeScope scope;
+    try {
+      int w = 0, h = 0, c = 0;
+      if (stbi_info_from_memory(reinterpret_cast<const uint8_t*>(head.data()), int(head.size()), &w, &h, &c) && w > 0 &&
+          h > 0)
+        return Resolution{h, w};
+    } catch (const stb::StbAssertion&) {
       return std::nullopt;
-    if (w <= 0 || h <= 0) return std::nullopt;
-    return Resolution{h, w};
-  } catch (const stb::StbAssertion&) {
-    return std::nullopt;
+    }
+    if (!in) return std::nullopt;  // the whole file was read
   }
+  return std::nullopt;
 }
 
 void write_png(const std::string& path, const RgbImage& image) {

@@ -20,7 +20,7 @@ namespace {
 std::vector<std::vector<std::vector<MicroShape>>> steps_of_data(const RunConfig& c, int world, int64_t steps,
                                                                 DataSteps& d) {
   auto comm = parallel::make_single_process();
-  const DataPaths paths = resolve_data_paths(c, *comm);
+  const DataPaths paths = resolve_data_paths(c, *comm, stderr);  // stdout holds the plan (its JSON with --json)
   d.data = paths.train_json;
   const data::LlavaDataset set(data_options(c, paths.train_json, paths.image_folder),
                                models::input_spec(c.model.config));

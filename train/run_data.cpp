@@ -13,20 +13,21 @@ namespace hr::train {
 using namespace hr::core;
 using namespace hr::data;
 
-void ensure_synthetic_data(const RunConfig& c, const std::string& dir) {
+void ensure_synthetic_data(const RunConfig& c, const std::string& dir, std::FILE* out) {
   const std::string stamp =
       str("train=", c.synth_train, " eval=", c.synth_eval, " seed=", c.synth_seed, " size=", c.synth_image_size,
           c.synth_questions > 1 ? str(" questions=", c.synth_questions) : std::string(),
           c.synth_captions > 0 ? str(" captions=", c.synth_captions) : std::string(),
-          c.synth_mixed_aspect ? " aspect=mixed" : "", "\n");
+          c.synth_aspect != data::SynthAspect::Square ? str(" aspect=", data::synth_aspect_name(c.synth_aspect)) : "",
+          "\n");
   const std::string stamp_path = dir + "/synthetic.txt";
   std::ifstream in(stamp_path);
   std::string have((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (have == stamp) return;
-  std::printf("writing the synthetic VQA set to %s (%lld train, %lld eval)\n", dir.c_str(), (long long)c.synth_train,
-              (long long)c.synth_eval);
+  std::fprintf(out, "writing the synthetic VQA set to %s (%lld train, %lld eval)\n", dir.c_str(),
+               (long long)c.synth_train, (long long)c.synth_eval);
   write_synthetic_vqa({dir, c.synth_train, c.synth_eval, c.synth_seed, int(c.synth_image_size), int(c.synth_questions),
-                       c.synth_captions, c.synth_mixed_aspect});
+                       c.synth_captions, c.synth_aspect});
   AtomicFile f(stamp_path);
   f.write(stamp.data(), stamp.size());
   f.commit();
@@ -50,11 +51,11 @@ DataOptions data_options(const RunConfig& c, const std::string& json_path, const
   return d;
 }
 
-DataPaths resolve_data_paths(const RunConfig& c, parallel::Communicator& comm) {
+DataPaths resolve_data_paths(const RunConfig& c, parallel::Communicator& comm, std::FILE* out) {
   DataPaths p{c.train_json, c.eval_json, c.image_folder};
   if (!p.train_json.empty()) return p;
   const std::string dir = c.output_dir + "/data";
-  if (comm.rank() == 0) ensure_synthetic_data(c, dir);
+  if (comm.rank() == 0) ensure_synthetic_data(c, dir, out);
   comm.barrier();
   p.train_json = dir + "/train.json";
   if (p.eval_json.empty()) p.eval_json = dir + "/eval.json";
