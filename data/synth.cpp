@@ -170,6 +170,28 @@ json make_sample(std::mt19937_64& rng, const std::string& id, const std::string&
 
 }  // namespace
 
+SynthAspect parse_synth_aspect(const std::string& s, const std::string& what) {
+  if (s == "square") return SynthAspect::Square;
+  if (s == "mixed") return SynthAspect::Mixed;
+  if (s == "tall") return SynthAspect::Tall;
+  if (s == "wide") return SynthAspect::Wide;
+  throw Error(str(what, " '", s, "' is not one of: square, mixed, tall, wide"));
+}
+
+const char* synth_aspect_name(SynthAspect a) {
+  switch (a) {
+    case SynthAspect::Mixed:
+      return "mixed";
+    case SynthAspect::Tall:
+      return "tall";
+    case SynthAspect::Wide:
+      return "wide";
+    case SynthAspect::Square:
+      break;
+  }
+  return "square";
+}
+
 int64_t write_synthetic_vqa(const SynthOptions& o) {
   HR_CHECK(o.image_size >= 8, "[data synth] --image-size must be at least 8; got ", o.image_size);
   HR_CHECK(o.questions >= 1, "[data synth] --questions must be at least 1; got ", o.questions);
@@ -191,10 +213,14 @@ int64_t write_synthetic_vqa(const SynthOptions& o) {
               ? SampleKind::Caption
               : SampleKind::Questions;
       Canvas canvas{o.image_size, o.image_size};
-      if (o.mixed_aspect) {  // the ratio from the entry's own generator too
+      if (o.aspect != SynthAspect::Square) {  // the ratio from the entry's own generator too
         constexpr int kRatios[][2] = {{1, 1}, {2, 1}, {1, 2}, {3, 1}, {1, 3}, {3, 2}, {2, 3}};
+        constexpr int kWide[] = {1, 3, 5}, kTall[] = {2, 4, 6};
         std::mt19937_64 aspect_rng(turn_seed ^ 0x9E3779B97F4A7C15ull);
-        const auto& r = kRatios[std::uniform_int_distribution<int>(0, 6)(aspect_rng)];
+        const int pick = std::uniform_int_distribution<int>(0, o.aspect == SynthAspect::Mixed ? 6 : 2)(aspect_rng);
+        const auto& r = kRatios[o.aspect == SynthAspect::Mixed  ? pick
+                                : o.aspect == SynthAspect::Wide ? kWide[pick]
+                                                                : kTall[pick]];
         const int shorter = std::min(r[0], r[1]);
         canvas = {o.image_size * r[0] / shorter, o.image_size * r[1] / shorter};
       }

@@ -7,6 +7,11 @@
 
 namespace hr::data {
 
+enum class SynthAspect : uint8_t { Square, Mixed, Tall, Wide };
+// "square", "mixed", "tall" or "wide"; errors name `what` (the key or flag).
+SynthAspect parse_synth_aspect(const std::string& s, const std::string& what);
+const char* synth_aspect_name(SynthAspect a);
+
 struct SynthOptions {
   std::string out_dir;
   int64_t train = 2000, eval = 200;
@@ -16,9 +21,10 @@ struct SynthOptions {
   // Fraction of training entries that describe the scene instead ("Describe the shapes from left to right."
   // -> "red circle, blue square"): every object's colour and shape in one answer. Eval entries are questions.
   double captions = 0;
-  // Images of mixed aspect ratios (1:1, 2:1, 1:2, 3:1, 1:3, 3:2, 2:3; the short side image_size), as AnyRes meets
-  // them; each entry's ratio drawn from its own generator, so the scenes are those of a square set.
-  bool mixed_aspect = false;
+  // Square images, or of mixed aspect ratios (width:height 1:1, 2:1, 1:2, 3:1, 1:3, 3:2, 2:3; the short side
+  // image_size), as AnyRes meets them, or only the tall (1:2, 1:3, 2:3) or wide (2:1, 3:1, 3:2) ones; each entry's
+  // ratio drawn from its own generator, so the scenes are those of a square set.
+  SynthAspect aspect = SynthAspect::Square;
 };
 
 // Writes out_dir/train.json, out_dir/eval.json (LLaVA format, with a "question_type" per entry) and

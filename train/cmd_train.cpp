@@ -52,7 +52,7 @@ int cmd_train(const std::vector<std::string>& given) {
 int cmd_data(const std::vector<std::string>& args) {
   HR_CHECK(!args.empty() && args[0] == "synth",
            "[data] usage: headroom data synth --out DIR [--train N] [--eval M] [--seed S] [--image-size PX] "
-           "[--questions Q] [--captions F] [--aspect square|mixed]");
+           "[--questions Q] [--captions F] [--aspect square|mixed|tall|wide]");
   Parsed p =
       parse({args.begin() + 1, args.end()}, "data synth",
             {"--out", "--train", "--eval", "--seed", "--image-size", "--questions", "--captions", "--aspect"}, {});
@@ -67,11 +67,7 @@ int cmd_data(const std::vector<std::string>& args) {
   o.image_size = int(integer_option(p, "data synth", "--image-size", 32, 8, kMaxImage));
   o.questions = int(integer_option(p, "data synth", "--questions", 1, 1, 64));
   o.captions = number_option(p, "data synth", "--captions", 0, 0, 1);
-  if (p.options.count("--aspect")) {
-    const std::string a = p.options["--aspect"];
-    HR_CHECK(a == "square" || a == "mixed", "[data synth] --aspect is square or mixed; got '", a, "'");
-    o.mixed_aspect = a == "mixed";
-  }
+  if (p.options.count("--aspect")) o.aspect = data::parse_synth_aspect(p.options["--aspect"], "[data synth] --aspect");
   const int64_t n = data::write_synthetic_vqa(o);
   std::printf("wrote %lld samples to %s (train.json, eval.json, images/)\n", (long long)n, o.out_dir.c_str());
   return 0;

@@ -11,6 +11,7 @@
 #include "data/conversation.h"
 #include "data/image.h"
 #include "data/loader.h"
+#include "data/synth.h"
 #include "models/checkpoint_policy.h"
 #include "models/model_spec.h"
 #include "optim/optimizer.h"
@@ -51,7 +52,7 @@ struct RunConfig {
   int64_t synth_train = 4000, synth_eval = 200, synth_image_size = 32, synth_questions = 1;  // when train_json is empty
   uint64_t synth_seed = 0;
   double synth_captions = 0;
-  bool synth_mixed_aspect = false;  // data.synthetic.aspect: mixed
+  data::SynthAspect synth_aspect = data::SynthAspect::Square;  // data.synthetic.aspect
   // AnyRes: `headroom plan --image-size HxW` plans every image at this size instead of the largest layout.
   std::optional<data::Resolution> plan_image;
   data::Template chat_template = data::Template::VicunaV1;

@@ -155,12 +155,14 @@ std::vector<Key> data_keys() {
       {"data.synthetic.eval", "200", i64(&RunConfig::synth_eval, 1)},
       {"data.synthetic.image_size", "32", i64(&RunConfig::synth_image_size, 8)},
       {"data.synthetic.questions", "1", i64(&RunConfig::synth_questions, 1)},
-      // square: every image image_size x image_size; mixed: 1:1, 2:1, 1:2, 3:1, 1:3, 3:2 and 2:3 (AnyRes's inputs)
+      // square: every image image_size x image_size; mixed: 1:1, 2:1, 1:2, 3:1, 1:3, 3:2 and 2:3 (AnyRes's inputs);
+      // tall or wide: those of the mixed ratios
       {"data.synthetic.aspect", "square",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {
          const std::string s = get<std::string>(n, k, "a string");
-         if (s != "square" && s != "mixed") bad_value(k, n, "one of: square, mixed");
-         c.synth_mixed_aspect = s == "mixed";
+         if (s != "square" && s != "mixed" && s != "tall" && s != "wide")
+           bad_value(k, n, "one of: square, mixed, tall, wide");
+         c.synth_aspect = data::parse_synth_aspect(s, k);
        }},
       {"data.synthetic.captions", "0",
        [](RunConfig& c, const YAML::Node& n, const std::string& k) {

@@ -727,7 +727,7 @@ TEST(Loader, BatchesArePaddedToAMultipleButNeverPastTheMaximum) {
 TEST(Loader, AnyresLengthGroupingCountsEachImagesOwnTokens) {
   const std::string d = dir("anyres_lengths");
   SynthOptions s{d, 16, 1, 7, 8};
-  s.mixed_aspect = true;
+  s.aspect = SynthAspect::Mixed;
   write_synthetic_vqa(s);
   LlavaConfig m = small_model();
   m.anyres.pinpoints = {{8, 16}, {16, 8}, {16, 16}, {24, 8}, {8, 24}};
@@ -816,7 +816,7 @@ TEST(Dataset, MaxImageTokensShrinksEachImageToTheLargestSizeUnderTheBound) {
 
   const std::string d = dir("max_image_tokens");
   SynthOptions s{d, 12, 1, 5, 8};
-  s.mixed_aspect = true;
+  s.aspect = SynthAspect::Mixed;
   write_synthetic_vqa(s);
   LlavaConfig m = small_model();
   m.anyres.pinpoints = {{8, 16}, {16, 8}, {16, 16}, {24, 8}, {8, 24}};
@@ -854,4 +854,31 @@ TEST(Dataset, MaxImageTokensShrinksEachImageToTheLargestSizeUnderTheBound) {
   for (int64_t i = 0; i < bounded.size(); ++i)  // the grouping length counts the shrunk layout
     EXPECT_EQ(bounded.length(i) - unbounded.length(i), bounded.get(i).image_tokens[0] - spec.tokens_per_image);
   EXPECT_GE(shrunk, 3) << "the bound should shrink several of the mixed images";
+}
+
+// data.synthetic.aspect: tall and wide sets draw from the mixed set's ratios on their side only, each entry's ratio
+// from its own generator.
+TEST(Synthetic, TallAndWideSetsKeepToTheirSide) {
+  for (const SynthAspect a : {SynthAspect::Square, SynthAspect::Tall, SynthAspect::Wide}) {
+    const std::string d = dir(std::string("synth_") + synth_aspect_name(a));
+    SynthOptions s{d, 24, 1, 4, 8};
+    s.aspect = a;
+    write_synthetic_vqa(s);
+    std::set<std::pair<int, int>> ratios;
+    for (int64_t i = 0; i < 24; ++i) {
+      char id[32];
+      std::snprintf(id, sizeof id, "train-%06lld", (long long)i);
+      const RgbImage img = decode_image(d + "/images/" + id + ".png");
+      EXPECT_EQ(std::min(img.width, img.height), 8) << id;
+      if (a == SynthAspect::Tall) {
+        EXPECT_GT(img.height, img.width) << id;
+      } else if (a == SynthAspect::Wide) {
+        EXPECT_GT(img.width, img.height) << id;
+      }
+      ratios.insert({img.width, img.height});
+    }
+    EXPECT_EQ(ratios.size(), a == SynthAspect::Square ? 1u : 3u) << synth_aspect_name(a);
+  }
+  EXPECT_EQ(parse_synth_aspect("tall", "k"), SynthAspect::Tall);
+  EXPECT_THROW(parse_synth_aspect("portrait", "k"), Error);
 }
