@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -29,15 +30,49 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string cpu_name() {
+// The first processor's entries of /proc/cpuinfo: name, vendor, family, model, and the flags that decide what the
+// bf16 GEMMs run on.
+json cpu_json() {
   std::ifstream f("/proc/cpuinfo");
   std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 2);
+  std::map<std::string, std::string> first;
+  while (std::getline(f, line) && !line.empty()) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    first[key] = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+  }
+  auto number = [&](const char* k) -> json {
+    try {
+      return first.count(k) ? json(std::stoll(first[k])) : json(nullptr);
+    } catch (const std::exception&) {
+      return nullptr;
     }
-  return "unknown";
+  };
+  const std::string flags = " " + first["flags"] + " ";
+  auto has = [&](const char* flag) { return flags.find(str(" ", flag, " ")) != std::string::npos; };
+  return {{"name", first.count("model name") ? first["model name"] : "unknown"},
+          {"vendor", first.count("vendor_id") ? first["vendor_id"] : "unknown"},
+          {"family", number("cpu family")},
+          {"model", number("model")},
+          {"avx512_bf16", has("avx512_bf16")},
+          {"amx_bf16", has("amx_bf16")}};
+}
+
+// What oneDNN's bf16 GEMMs run on at `isa`.
+const char* bf16_path(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "AMX tiles";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "AVX512-BF16 dot products";
+    case dnnl::cpu_isa::avx512_core:
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "AVX-512, bf16 widened to f32 (no AVX512-BF16)";
+    default:
+      return "AVX2, bf16 widened to f32 (no AVX-512)";
+  }
 }
 
 const char* isa_name(dnnl::cpu_isa isa) {
@@ -159,11 +194,14 @@ BenchLog read_bench_log(const std::string& log, int64_t warmup) {
 
 // What ran: the config, the machine, and the strategies and batch of the plan.
 json setup_json(const std::string& config, const RunConfig& c, const Plan& plan, int world, int64_t warmup) {
+  const json cpu = cpu_json();
   return {
       {"config", config},
       {"model", c.model.config.name},
-      {"cpu", cpu_name()},
+      {"cpu", cpu.at("name")},
+      {"cpu_id", cpu},
       {"isa", isa_name(dnnl::get_effective_cpu_isa())},
+      {"bf16_gemm", bf16_path(dnnl::get_effective_cpu_isa())},
       {"device", run_device_of(c).name()},
       {"world_size", world},
       {"threads_per_rank", omp_get_max_threads()},

@@ -2,7 +2,8 @@
 # headroom against PyTorch on the same models and batches (the README's speed table): `headroom bench` per row,
 # then scripts/torch_twin.py on its JSON with Debian's torch 1.13 (TORCH1_PYTHON, default the oracle venv's
 # python3) and, when TORCH2_PYTHON names a python with PyTorch 2 and transformers, eager and compiled.
-# Prints a markdown table; each row's JSON stays in OUT_DIR. Run it on a quiet machine.
+# Prints a markdown table and the CPU it ran on (vendor, family, model, oneDNN ISA, what the bf16 rows run); each
+# row's JSON stays in OUT_DIR. Run it on a quiet machine.
 # BENCH_STEPS timed steps per run (default 10, after 2 warm-up steps).
 # Usage: tests/bench/speed_table.sh [BUILD_DIR] [OUT_DIR]   (from the repository root)
 set -euo pipefail
@@ -54,3 +55,12 @@ for prec in bf16 fp32; do
   row "5.2M, 64-px PNG from disk (32 a step)" tests/bench/configs/bench-5m-disk.yaml $prec none
   row "5.2M, fixed-shape synthetic (32 a step)" tests/bench/configs/bench-5m-synth.yaml $prec none
 done
+# The machine the rows ran on: the CPU by vendor, family and model, oneDNN's ISA and what the bf16 GEMMs run on.
+python3 - "$out"/*.headroom.json <<'PY'
+import json
+import sys
+b = json.load(open(sys.argv[1]))
+c = b.get("cpu_id", {})
+print(f"\nCPU: {c.get('name', b['cpu'])} ({c.get('vendor', '?')} family {c.get('family', '?')} model "
+      f"{c.get('model', '?')}), {b['threads_per_rank']} threads; oneDNN ISA {b['isa']}; bf16 GEMMs on {b.get('bf16_gemm', '?')}")
+PY
