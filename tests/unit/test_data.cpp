@@ -882,3 +882,28 @@ TEST(Synthetic, TallAndWideSetsKeepToTheirSide) {
   EXPECT_EQ(parse_synth_aspect("tall", "k"), SynthAspect::Tall);
   EXPECT_THROW(parse_synth_aspect("portrait", "k"), Error);
 }
+
+// The size grouping reads from a file's header: a PNG's from its first bytes, a JPEG's past metadata segments that
+// push its frame header beyond the first reads; nothing for what is not an image.
+TEST(Image, TheSizeIsReadFromTheHeaderPastLargeMetadata) {
+  const std::string d = dir("header_size");
+  RgbImage img{13, 7, std::vector<uint8_t>(13 * 7 * 3, 100)};
+  write_png(d + "/a.png", img);
+  EXPECT_EQ(image_resolution(d + "/a.png"), (Resolution{7, 13}));
+  ASSERT_TRUE(stbi_write_jpg((d + "/b.jpg").c_str(), 13, 7, 3, img.pixels.data(), 90));
+  std::string jpeg = bytes_of(d + "/b.jpg");
+  std::string app;  // three APP1 segments of 60,000 bytes after SOI: the frame header starts past 180 KB
+  for (int k = 0; k < 3; ++k) {
+    app += "\xFF\xE1";
+    app += char(60000 >> 8);
+    app += char(60000 & 0xFF);
+    app += std::string(60000 - 2, 'x');
+  }
+  jpeg.insert(2, app);
+  std::ofstream(d + "/big_exif.jpg", std::ios::binary) << jpeg;
+  EXPECT_EQ(image_resolution(d + "/big_exif.jpg"), (Resolution{7, 13}));
+  EXPECT_EQ(decode_image(d + "/big_exif.jpg").width, 13) << "the file stays a JPEG stb decodes";
+  std::ofstream(d + "/text.png") << "not an image";
+  EXPECT_FALSE(image_resolution(d + "/text.png").has_value());
+  EXPECT_FALSE(image_resolution(d + "/missing.png").has_value());
+}
