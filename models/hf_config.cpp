@@ -233,6 +233,40 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& token
   return out;
 }
 
+namespace {
+
+// vision_feature_layer and vision_feature_select_strategy, LlavaOnevisionConfig's defaults for OneVision (the last
+// layer, every patch: SigLIP's, as the published checkpoints), LlavaConfig's otherwise.
+void read_feature_selection(const json& j, bool onevision, VisionConfig& v, const std::string& where) {
+  const json layer = j.value("vision_feature_layer", json(onevision ? -1 : -2));
+  HR_CHECK(layer.is_number_integer(), "[hf] ", where, ": vision_feature_layer ", layer.dump(),
+           " must be one layer (a list of layers is not supported)");
+  v.select_layer = layer.get<int>();
+  const std::string strategy = j.value("vision_feature_select_strategy", onevision ? "full" : "default");
+  HR_CHECK(strategy == "default" || strategy == "full", "[hf] ", where, ": vision_feature_select_strategy '", strategy,
+           "' is not 'default' or 'full'");
+  v.select_feature = strategy == "default" ? FeatureSelect::Patch : FeatureSelect::ClsPatch;
+}
+
+// AnyRes with spatial_unpad and image_newline: the pinpoints (LlavaNextConfig's five of 336 px where absent, or
+// LlavaOnevisionConfig's 1 x 1 to 6 x 6 tiles of 384 px) and OneVision's vision_aspect_ratio (anyres_max_9).
+void read_anyres(const json& j, bool onevision, LlavaConfig& c, const std::string& where) {
+  std::vector<std::vector<int64_t>> raw = {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}};
+  if (onevision) {
+    raw.clear();
+    for (int64_t r = 1; r <= 6; ++r)
+      for (int64_t col = 1; col <= 6; ++col) raw.push_back({384 * r, 384 * col});
+  }
+  if (j.contains("image_grid_pinpoints") && !j.at("image_grid_pinpoints").is_null())
+    raw = get<std::vector<std::vector<int64_t>>>(j, "image_grid_pinpoints", where, "");
+  c.anyres.pinpoints = data::parse_pinpoints(raw, c.vision.image_size, where);
+  if (onevision)
+    c.anyres.max_num_patches =
+        parse_vision_aspect_ratio(j.value("vision_aspect_ratio", std::string("anyres_max_9")), where);
+}
+
+}  // namespace
+
 LlavaConfig from_hf_config(const json& j, const std::string& where) {
   HR_CHECK(j.is_object(), "[hf] ", where, ": not a JSON object");
   const std::string type = j.value("model_type", "");
@@ -261,32 +295,11 @@ LlavaConfig from_hf_config(const json& j, const std::string& where) {
   HR_CHECK(!j.contains("multimodal_projector_bias") || j.at("multimodal_projector_bias") == json(true), "[hf] ", where,
            ": multimodal_projector_bias false is not supported (the projector's linears have biases)");
   c.projector = ProjectorType::Mlp2xGelu;
-  // LlavaOnevisionConfig's defaults: the last layer, every patch (SigLIP's), as the published checkpoints.
-  const json layer = j.value("vision_feature_layer", json(onevision ? -1 : -2));
-  HR_CHECK(layer.is_number_integer(), "[hf] ", where, ": vision_feature_layer ", layer.dump(),
-           " must be one layer (a list of layers is not supported)");
-  v.select_layer = layer.get<int>();
-  const std::string strategy = j.value("vision_feature_select_strategy", onevision ? "full" : "default");
-  HR_CHECK(strategy == "default" || strategy == "full", "[hf] ", where, ": vision_feature_select_strategy '", strategy,
-           "' is not 'default' or 'full'");
-  v.select_feature = strategy == "default" ? FeatureSelect::Patch : FeatureSelect::ClsPatch;
+  read_feature_selection(j, onevision, v, where);
   c.image_token_id = j.contains("image_token_index") ? get<int64_t>(j, "image_token_index", where, "")
                                                      : get<int64_t>(j, "image_token_id", where, "");
   c.ignore_index = j.value("ignore_index", int64_t(-100));
-  if (type == "llava_next" || onevision) {  // AnyRes with spatial_unpad and image_newline
-    std::vector<std::vector<int64_t>> raw = {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}};
-    if (onevision) {  // LlavaOnevisionConfig's: every grid of 1 x 1 to 6 x 6 tiles of 384 px
-      raw.clear();
-      for (int64_t r = 1; r <= 6; ++r)
-        for (int64_t col = 1; col <= 6; ++col) raw.push_back({384 * r, 384 * col});
-    }
-    if (j.contains("image_grid_pinpoints") && !j.at("image_grid_pinpoints").is_null())
-      raw = get<std::vector<std::vector<int64_t>>>(j, "image_grid_pinpoints", where, "");
-    c.anyres.pinpoints = data::parse_pinpoints(raw, v.image_size, where);
-  }
-  if (onevision)
-    c.anyres.max_num_patches =
-        parse_vision_aspect_ratio(j.value("vision_aspect_ratio", std::string("anyres_max_9")), where);
+  if (type == "llava_next" || onevision) read_anyres(j, onevision, c, where);
   try {
     c.validate(KeyNames::HuggingFace);
   } catch (const Error& e) {  // "[config] text_config.intermediate_size 0 ..." said of this file

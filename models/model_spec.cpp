@@ -72,6 +72,21 @@ TileRange tile_range(const std::string& v, const std::string& where) {
   return {grids.front().first, grids.front().second, grids.back().first, grids.back().second};
 }
 
+// model.image_grid_pinpoints: [[height, width], ...] in pixels, set at once, or a tile range, returned for the caller
+// to set once the tower's size is known.
+std::optional<TileRange> set_pinpoints(const YAML::Node& n, AnyresConfig& a, const std::string& where) {
+  a.pinpoints.clear();
+  if (n.IsScalar()) return tile_range(as<std::string>(n, "image_grid_pinpoints", where), where);
+  for (const auto& p : as<std::vector<std::vector<int64_t>>>(n, "image_grid_pinpoints", where)) {
+    HR_CHECK(p.size() == 2, "[config] ", where, ": model.image_grid_pinpoints[", a.pinpoints.size(),
+             "] is not a [height, width] pair");
+    a.pinpoints.push_back({p[0], p[1]});
+  }
+  HR_CHECK(a.on(), "[config] ", where,
+           ": model.image_grid_pinpoints is empty (leave it out for one image of the tower's size)");
+  return std::nullopt;
+}
+
 // The range's grids in pixels of `tile` (the tower's image size), row by row as LLaVA-NeXT lists them.
 std::vector<data::Resolution> tile_pinpoints(const TileRange& t, int64_t tile) {
   std::vector<data::Resolution> out;
@@ -168,19 +183,7 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
        [&](const YAML::Node& n) { s.config.projector = parse_projector(as<std::string>(n, "projector", where)); }},
       {"image_token_index", i64(s.config.image_token_id, "image_token_index")},
       // LLaVA-NeXT's AnyRes: [[height, width], ...] in pixels, multiples of the tower's image size (validate checks)
-      {"image_grid_pinpoints",
-       [&](const YAML::Node& n) {
-         s.config.anyres.pinpoints.clear();
-         if (n.IsScalar()) return void(tiles = tile_range(as<std::string>(n, "image_grid_pinpoints", where), where));
-         tiles.reset();
-         for (const auto& p : as<std::vector<std::vector<int64_t>>>(n, "image_grid_pinpoints", where)) {
-           HR_CHECK(p.size() == 2, "[config] ", where, ": model.image_grid_pinpoints[",
-                    s.config.anyres.pinpoints.size(), "] is not a [height, width] pair");
-           s.config.anyres.pinpoints.push_back({p[0], p[1]});
-         }
-         HR_CHECK(s.config.anyres.on(), "[config] ", where,
-                  ": model.image_grid_pinpoints is empty (leave it out for one image of the tower's size)");
-       }},
+      {"image_grid_pinpoints", [&](const YAML::Node& n) { tiles = set_pinpoints(n, s.config.anyres, where); }},
       // OneVision's: anyres_max_N pools each image's tile features above N base images' worth (anyres: never)
       {"vision_aspect_ratio",
        [&](const YAML::Node& n) {
