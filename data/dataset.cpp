@@ -131,7 +131,7 @@ Resolution within_image_tokens(Resolution size, const InputSpec& inputs, int64_t
   auto tokens = [&](Resolution r) {
     try {
       return inputs.anyres_tokens(r);
-    } catch (const Error&) {  // thinner than a pinpoint keeps
+    } catch (const Error&) {  // so thin that un-padding keeps no row or column of its tiles
       return INT64_MAX;
     }
   };
@@ -143,7 +143,7 @@ Resolution within_image_tokens(Resolution size, const InputSpec& inputs, int64_t
     const Resolution r = tall ? Resolution{l, s} : Resolution{s, l};
     if (tokens(r) <= max_tokens) return r;
   }
-  throw Error(str("[data] ", name, ": no size of this ", size.height, " x ", size.width,
+  throw Error(str("[image] ", name, ": no size of this ", size.height, " x ", size.width,
                   " image makes at most data.max_image_tokens ", max_tokens, " tokens"));
 }
 
@@ -188,7 +188,7 @@ int64_t LlavaDataset::image_tokens_from_header(int64_t index) const {
     const std::string path = image_path(index, entries_[std::size_t(index)]["image"]);
     if (const auto size = image_resolution(path))
       return inputs_.anyres_tokens(within_image_tokens(*size, inputs_, opt_.max_image_tokens, path));
-  } catch (const Error&) {
+  } catch (const std::exception&) {  // nothing may leave the OpenMP loop this runs in
   }
   return inputs_.tokens_per_image;
 }

@@ -260,9 +260,12 @@ void read_anyres(const json& j, bool onevision, LlavaConfig& c, const std::strin
   if (j.contains("image_grid_pinpoints") && !j.at("image_grid_pinpoints").is_null())
     raw = get<std::vector<std::vector<int64_t>>>(j, "image_grid_pinpoints", where, "");
   c.anyres.pinpoints = data::parse_pinpoints(raw, c.vision.image_size, where);
-  if (onevision)
-    c.anyres.max_num_patches =
-        parse_vision_aspect_ratio(j.value("vision_aspect_ratio", std::string("anyres_max_9")), where);
+  if (!onevision) return;
+  const std::string ratio =
+      j.contains("vision_aspect_ratio") ? get<std::string>(j, "vision_aspect_ratio", where, "") : "anyres_max_9";
+  c.anyres.max_num_patches = parse_vision_aspect_ratio(ratio, where);
+  HR_CHECK(c.anyres.max_num_patches > 0, "[hf] ", where, ": vision_aspect_ratio '", ratio,
+           "': LlavaOnevisionForConditionalGeneration pools by anyres_max_N (LLaVA-NeXT's plain anyres is llava_next)");
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include "core/check.h"
 #include "core/io/text_file.h"
 #include "core/suggest.h"
+#include "data/anyres.h"
+#include "models/anyres.h"
 #include "train/config_keys.h"
 #include "train/deepspeed.h"
 
@@ -295,9 +297,15 @@ void check_and_derive(RunConfig& c) {
   const models::LlavaConfig& m = c.model.config;
   HR_CHECK(c.max_image_tokens == 0 || m.anyres.on(), "[config] data.max_image_tokens bounds AnyRes images; this model ",
            "gives every image ", m.vision.tokens_per_image(), " tokens (set model.image_grid_pinpoints)");
-  HR_CHECK(c.max_image_tokens == 0 || c.max_image_tokens >= m.vision.tokens_per_image(),
-           "[config] data.max_image_tokens ", c.max_image_tokens, " is below the ", m.vision.tokens_per_image(),
-           " tokens of an AnyRes image's base image alone");
+  // Every image shrinks at most to a tiny one, which takes the pinpoint of the least area (LLaVA's rule: no waste
+  // beats it) and un-pads to at most its full layout: the bound must hold that layout.
+  if (c.max_image_tokens > 0) {
+    const data::Resolution least = data::best_resolution({1, 1}, m.anyres.pinpoints);
+    const int64_t floor = models::anyres_tokens(least, m.anyres, m.vision.image_size, m.vision.grid());
+    HR_CHECK(c.max_image_tokens >= floor, "[config] data.max_image_tokens ", c.max_image_tokens, " is below the ",
+             floor, " tokens of the smallest layout (an image of ", least.height, " x ", least.width,
+             " px): images of that shape make that many at any size");
+  }
 }
 
 // A global batch given with at most one of micro-batch and accumulation: the other inferred; given with both,

@@ -37,9 +37,11 @@ Map only(const char* flag, const char* value, const char* why) {
     throw Error(str("[args] --", flag, " ", v, ": only ", value, " is supported (", why, ")"));
   };
 }
-// LLaVA-NeXT's --image_grid_pinpoints: a Python list of (height, width) pairs, "[(336, 672), (672, 336)]", as the
-// key's [[336, 672], [672, 336]]; or OneVision's tile range "(1x1),...,(6x6)", which the key takes as it is (its tiles
-// are the tower's size, which the model knows).
+// LLaVA-NeXT's --image_grid_pinpoints: a Python list of pairs, "[(336, 672), (672, 336)]", as the key's
+// [[336, 672], [672, 336]]; or OneVision's tile range "(1x1),...,(6x6)", which the key takes as it is (its tiles are
+// the tower's size, which the model knows). The numbers are kept in their order, as llava-hf's conversion copies them
+// into config.json, where transformers reads each pair as (height, width); LLaVA's own code reads (width, height),
+// which differs only for a set that is not symmetric and in ties (the published sets are symmetric).
 void grid_pinpoints(const std::string& v, LlavaArgs& o) {
   if (v.find('x') != std::string::npos) return o.sets.push_back(str("model.image_grid_pinpoints='", v, "'"));
   std::vector<std::string> numbers(1);

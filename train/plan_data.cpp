@@ -50,7 +50,7 @@ std::vector<std::vector<std::vector<MicroShape>>> steps_of_data(const RunConfig&
   return out;
 }
 
-// The k-th smallest (0-based) of `v`, sorted.
+// The nearest-rank percentile `fraction` of `sorted` (ascending): its ceil(fraction x n)-th smallest.
 int64_t ranked(const std::vector<int64_t>& sorted, double fraction) {
   const std::size_t k = std::size_t(std::ceil(fraction * double(sorted.size())));
   return sorted[std::min(sorted.size() - 1, k == 0 ? 0 : k - 1)];

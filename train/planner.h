@@ -39,8 +39,9 @@ struct MicroShape {
 MicroShape shape_of(const data::Batch& batch);
 
 // AnyRes: the size of each image of the plan's worst case: the largest layout (the most crops, then the most
-// tokens) a sequence of data.max_seq_len has room for beside its BOS, a token of text and its other images, or
-// c.plan_image (`headroom plan --image-size`).
+// tokens) a sequence of data.max_seq_len has room for beside its BOS, a token of text and its other images, at most
+// data.max_image_tokens; or c.plan_image (`headroom plan --image-size`), shrunk under data.max_image_tokens as the
+// loader would.
 data::Resolution planned_image(const RunConfig& c);
 
 // A batch of shape `s` for dry runs and tests: each row starts with BOS and its images' placeholders; every

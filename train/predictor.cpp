@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "core/memory/device_memory.h"
+#include "data/dataset.h"
 #include "data/tokenizer.h"
 #include "models/anyres.h"
 #include "train/engine.h"
@@ -278,7 +279,8 @@ MicroShape shape_of(const data::Batch& b) {
 
 data::Resolution planned_image(const RunConfig& c) {
   const LlavaConfig& m = c.model.config;
-  if (c.plan_image) return *c.plan_image;
+  if (c.plan_image)  // shrunk as the loader would shrink such an image
+    return data::within_image_tokens(*c.plan_image, models::input_spec(m), c.max_image_tokens, "--image-size");
   int64_t room = (c.max_seq_len - 2) / std::max<int64_t>(c.max_images_per_sample, 1);
   if (c.max_image_tokens > 0) room = std::min(room, c.max_image_tokens);
   return anyres_worst_image(m.anyres, m.vision.image_size, m.vision.grid(), room);

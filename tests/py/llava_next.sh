@@ -2,7 +2,7 @@
 # LLaVA-NeXT's AnyRes end to end, checked with transformers: headroom trains a tiny LlavaNextForConditionalGeneration
 # directory (save_pretrained's) on synthetic images of mixed aspect ratios, on one process and on two ranks at ZeRO-3:
 # every step's peaks equal its dry run's, the plan's worst case bounds every step, the two runs' losses agree, and
-# `headroom plan --data-steps` predicts each rank's step peaks before the run.
+# `headroom plan --data-steps` predicts each rank's step peaks before the run (grouped by each image's tokens).
 # transformers then opens the consolidated checkpoint as LlavaNextForConditionalGeneration with its
 # LlavaNextImageProcessor, whose pixels and logits equal headroom's, and whose greedy generation about an image equals
 # headroom's. Usage: llava_next.sh HEADROOM WORK_DIR MPIEXEC
@@ -55,10 +55,13 @@ if faults:
 print(f"llava_next: 4 steps on 1 and 2 ranks, every peak its dry run's (one process: {peaks}), under the plan's "
       f"worst case {runs[sys.argv[1]][0]['planned_peak']}, the same losses")
 PY
-# `plan --data-steps` dry-runs the run's own data before it starts: every rank's step peaks those the run measured.
-"$bin" plan train.yaml --set run.output_dir="$work/z3" --set memory.zero_stage=3 --world-size 2 --data-steps 4 \
-  --json > data_steps.json
-python3 - data_steps.json z3/memory.rank0.jsonl z3/memory.rank1.jsonl <<'PY'
+# `plan --data-steps` dry-runs the run's own data before it starts, here grouped by each image's tokens: every rank's
+# step peaks those a run then measures.
+grouped=(--set run.output_dir="$work/z3g" --set memory.zero_stage=3 --set data.group_by_modality_length=true)
+"$bin" plan train.yaml "${grouped[@]}" --world-size 2 --data-steps 4 --json > data_steps.json
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$mpiexec" --oversubscribe -np 2 \
+  "$bin" train train.yaml "${grouped[@]}" > z3g.log
+python3 - data_steps.json z3g/memory.rank0.jsonl z3g/memory.rank1.jsonl <<'PY'
 import json
 import sys
 steps = json.load(open(sys.argv[1]))["data_steps"]
@@ -67,7 +70,7 @@ if steps["peaks"] != measured:
     sys.exit(f"llava_next: FAIL: plan --data-steps dry-ran {steps['peaks']}, the run measured {measured}")
 if steps["max"] > steps["planned_peak"]:
     sys.exit(f"llava_next: FAIL: a step's dry run {steps['max']} is above the plan's worst case {steps['planned_peak']}")
-print(f"llava_next: plan --data-steps 4 on 2 ranks: {steps['peaks']}, what the run measured")
+print(f"llava_next: plan --data-steps 4 on 2 ranks, grouped by length: {steps['peaks']}, what the run then measured")
 PY
 "$bin" ckpt consolidate z3/checkpoint-4 --out "$work/consolidated/" > /dev/null
 "$bin" debug batch train.yaml --set data.train_json="$work/z3/data/train.json" --set data.image_folder="$work/z3/data" \

@@ -278,8 +278,9 @@ TEST(Config, MaxImageTokensBoundsAnyresImagesAndThePlannedLayout) {
             std::string::npos);
   const std::vector<std::string> next = {"model.image_grid_pinpoints=[[8, 16], [16, 8], [16, 16], [24, 8], [8, 24]]"};
   std::vector<std::string> low = next;
-  low.push_back("data.max_image_tokens=3");
-  EXPECT_NE(error_of(tiny, low).find("data.max_image_tokens 3 is below the 4 tokens of an AnyRes image's base image"),
+  low.push_back("data.max_image_tokens=13");  // an 8 x 16 image's layout: 4 + 2 x (4 + 1), at any size
+  EXPECT_NE(error_of(tiny, low).find(
+                "data.max_image_tokens 13 is below the 14 tokens of the smallest layout (an image of 8 x 16 px)"),
             std::string::npos)
       << error_of(tiny, low);
   const RunConfig unbounded = load_config(tiny, next);
@@ -287,7 +288,7 @@ TEST(Config, MaxImageTokensBoundsAnyresImagesAndThePlannedLayout) {
   auto tokens = [&](data::Resolution r) { return models::anyres_tokens(r, m.anyres, 8, 2); };
   EXPECT_EQ(tokens(planned_image(unbounded)), 24);  // 16 x 16: the base image and 2 x 2 crops, rows ended
   // The worst layout under the bound: the most crops (each goes through the tower), then the most tokens.
-  for (const int64_t bound : {8, 12, 16, 20, 24}) {
+  for (const int64_t bound : {14, 16, 20, 24}) {
     std::vector<std::string> sets = next;
     sets.push_back(str("data.max_image_tokens=", bound));
     const data::Resolution r = planned_image(load_config(tiny, sets));

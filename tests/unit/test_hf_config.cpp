@@ -92,6 +92,10 @@ TEST(HfConfig, RefusesWhatHeadroomDoesNotImplementNamingTheKey) {
   EXPECT_EQ(from_hf_config(onevision, "config.json").anyres.max_num_patches, 4);
   onevision["vision_aspect_ratio"] = "anyres_max_x";
   expect_error(onevision, "vision_aspect_ratio 'anyres_max_x' is not anyres_max_N");
+  onevision["vision_aspect_ratio"] = 9;
+  expect_error(onevision, "vision_aspect_ratio has value 9 of the wrong type");
+  onevision["vision_aspect_ratio"] = "anyres";
+  expect_error(onevision, "LlavaOnevisionForConditionalGeneration pools by anyres_max_N");
   // LLaVA-NeXT: transformers' default pinpoints (336 px tiles) do not fit the tiny 8-px tower; its own are checked
   expect_error(with("", "model_type", "llava_next"), "image_grid_pinpoints[0] = [336, 672] makes 3528 tiles of 8 px");
   json next = with("", "model_type", "llava_next");
