@@ -114,6 +114,32 @@ std::optional<std::string> llava_preprocessor_config(const RunConfig& c) {
   return j.dump(2) + "\n";
 }
 
+// processor_config.json: what the model's processor needs to expand "<image>" into the image's placeholders, which
+// transformers reads into LlavaProcessor / LlavaNextProcessor (patch_size, the feature selection, the class token's
+// extra position) or LlavaOnevisionProcessor (the tokens of one crop); the model directory's own file is kept with
+// these keys set from the model.
+std::string processor_config_json(const RunConfig& c) {
+  const models::LlavaConfig& m = c.model.config;
+  const fs::path own = fs::path(c.model.name_or_path) / "processor_config.json";
+  nlohmann::json j = nlohmann::json::object();
+  if (!c.model.name_or_path.empty() && fs::is_regular_file(own)) {
+    std::ifstream in(own, std::ios::binary);
+    j = nlohmann::json::parse(in, nullptr, false);
+    HR_CHECK(!j.is_discarded() && j.is_object(), "[hf] ", own.string(), " is not a JSON object");
+  }
+  const bool patch = m.vision.select_feature == models::FeatureSelect::Patch;
+  j["vision_feature_select_strategy"] = patch ? "default" : "full";
+  if (m.anyres.max_num_patches > 0) {
+    j["processor_class"] = "LlavaOnevisionProcessor";
+    j["num_image_tokens"] = m.vision.grid() * m.vision.grid();
+  } else {
+    j["processor_class"] = m.anyres.on() ? "LlavaNextProcessor" : "LlavaProcessor";
+    j["patch_size"] = m.vision.patch;
+    j["num_additional_image_tokens"] = m.vision.class_token() ? 1 : 0;
+  }
+  return j.dump(2) + "\n";
+}
+
 }  // namespace
 
 HfSidecar run_hf_sidecar(const RunConfig& c) {
@@ -130,6 +156,7 @@ HfSidecar run_hf_sidecar(const RunConfig& c) {
     s.written = stage1_tokenizer_files(dir, c.model.config.image_token_id, c.model.config.llm.vocab);
   if (std::optional<std::string> pre = llava_preprocessor_config(c))
     s.written.emplace_back("preprocessor_config.json", std::move(*pre));
+  s.written.emplace_back("processor_config.json", processor_config_json(c));
   s.preprocessor_json = run_preprocessor_json(c);
   s.max_shard_bytes = c.max_shard_bytes;
   return s;

@@ -17,7 +17,8 @@ and a CLIP image processor, LLaVA-format conversations and images of odd sizes.
         same bytes after padding and resampling); headroom's loss on its own batch (`debug grads`) equal to transformers' within 1e-4.
     check_llava_port.py load DIR BATCH OURS
         transformers opens DIR (a headroom checkpoint) with LlavaForConditionalGeneration and AutoProcessor; the
-        processor tokenizes as the one saved in OUT/hf did; the logits on BATCH equal headroom's (OURS) within 1e-4.
+        processor tokenizes as the one saved in OUT/hf did and expands "<image>" into the model's placeholders (its
+        processor_config.json); the logits on BATCH equal headroom's (OURS) within 1e-4.
 
     check_llava_port.py generate DIR IMAGE GENERATED
         transformers' LlavaForConditionalGeneration.generate (greedy) from DIR on the prompt headroom built
@@ -231,6 +232,14 @@ def load(model_dir, batch_path, ours_path):
         fail("the checkpoint's tokenizer does not tokenize as the one the run started from")
     if list(processor.image_processor.image_mean) != MEAN:
         fail(f"the checkpoint's image processor has mean {processor.image_processor.image_mean}, not {MEAN}")
+    # processor_config.json: the processor expands "<image>" into the image's placeholders, as many as the model takes
+    from PIL import Image
+    placeholders = processor(text="<image>\nDescribe it.", images=Image.new("RGB", (20, 13), (90, 30, 200)),
+                             return_tensors="pt").input_ids[0].tolist().count(model.config.image_token_index)
+    vision = model.config.vision_config
+    if placeholders != (vision.image_size // vision.patch_size) ** 2:
+        fail(f"AutoProcessor expands <image> into {placeholders} placeholders, not the model's "
+             f"{(vision.image_size // vision.patch_size) ** 2}")
     batch = load_file(batch_path)
     with torch.no_grad():
         o = model(**batch)
