@@ -6,10 +6,21 @@
 #include <vector>
 
 #include "core/check.h"
+#include "models/config.h"
 #include "parallel/comm.h"
 #include "train/commands.h"
 
 namespace {
+
+// The presets' names, wrapped under the help's description column.
+std::string presets() {
+  std::string out, line;
+  for (const std::string& name : hr::models::preset_names()) {
+    if (!line.empty() && line.size() + name.size() + 2 > 60) out += line + ",\n                       ", line.clear();
+    line += (line.empty() ? "" : ", ") + name;
+  }
+  return out + line;
+}
 
 void usage(std::FILE* to) {
   std::fprintf(
@@ -46,6 +57,7 @@ void usage(std::FILE* to) {
       "                       answer a question about an image (no --prompt: one question per line on\n"
       "                       stdin, the conversation kept, as LLaVA's CLI); temperature 0 is greedy\n"
       "  data synth --out DIR [--train N] [--eval M] [--seed S] [--image-size PX]\n"
+      "       [--questions Q] [--captions F] [--aspect square|mixed|tall|wide]\n"
       "                       write the synthetic VQA set (LLaVA JSON + PNG)\n"
       "  bench CONFIG [--steps N] [--warmup W] [--set key=value ...]\n"
       "                       W + N training steps (no evaluation, no checkpoint), then JSON: step time,\n"
@@ -56,14 +68,15 @@ void usage(std::FILE* to) {
       "                       run linear layers on a capped CPU device until it runs out, and show\n"
       "                       the out-of-memory report and the memory summary\n"
       "  model info PRESET|CONFIG.yaml\n"
-      "                       parameter counts by module (presets: tiny, small, llava-1.5-7b, llava-1.5-13b)\n"
+      "                       parameter counts by module (presets: %s)\n"
       "  debug grads --config CFG --weights W.safetensors --batch B.safetensors --out G.safetensors\n"
       "              [--dtype f32|bf16] [--logits]\n"
       "                       one forward and backward; writes loss, logits and every parameter gradient\n"
       "  debug batch CONFIG --out B.safetensors [--count N] [--eval] [--set key=value ...]\n"
       "                       the first samples of the config's data as its pipeline makes them, collated\n"
       "                       into the batch file debug grads reads\n"
-      "  help                 this text\n");
+      "  help                 this text\n",
+      presets().c_str());
 }
 
 // Each sub-command and the function that runs it (with the arguments after its name).
