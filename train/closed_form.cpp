@@ -52,16 +52,34 @@ void weight_rows(std::vector<ClosedFormRow>& rows, const Plan& p, const Llava& m
       lora.quantizes_base()
           ? str(" (the decoder's linear weights: ", lora.base_format().describe(), ", bits / 8 + constants per weight)")
           : "";
-  rows.push_back(
-      {"params", zs == 3 ? b.params / W + b.largest : b.params, p.rank.at_peak[std::size_t(Category::Params)],
-       (zs == 3 ? "parameter bytes / world + the largest group gathered" : "parameter count x bytes per parameter") +
-           quantized});
+  const int ahead = W > 1 ? c.zero.prefetch_groups : 0;  // groups gathered ahead of the one in use
+  rows.push_back({"params", zs == 3 ? b.params / W + (1 + ahead) * b.largest : b.params,
+                  p.rank.at_peak[std::size_t(Category::Params)],
+                  (zs == 3 ? str("parameter bytes / world + the largest group gathered",
+                                 ahead ? str(" (and ", ahead, " ahead)") : std::string())
+                           : std::string("parameter count x bytes per parameter")) +
+                      quantized});
   const int64_t ge = c.grad_accum == GradAccum::Fp32 ? 4 : e;  // gradient bytes per trainable parameter
   const char* in = c.grad_accum == GradAccum::Fp32 && e < 4 ? " (accumulated in f32)" : "";
   rows.push_back({"grads", zs >= 2 ? b.trainable * ge / W + b.largest_trainable : b.trainable * ge,
                   p.rank.at_peak[std::size_t(Category::Grads)],
                   zs >= 2 ? str("trainable x bytes", in, " / world + one group's full gradients while reduced")
                           : str("trainable x bytes", in)});
+}
+
+// comm: at stages 2-3 with overlap_comm, the previous group's reduce-scatter still runs under a group's backward (its
+// whole gradients and this rank's shard of them), and at stage 3 the next groups' all-gathers land in flat buffers.
+ClosedFormRow comm_row(const Plan& p, const ParamBytes& b) {
+  const RunConfig& c = p.config;
+  const int W = p.world, zs = c.zero.stage;
+  if (W == 1 || zs < 2)
+    return {"comm", 0, p.rank.at_peak[std::size_t(Category::Comm)],
+            W == 1 ? "none on one rank" : "gradient buckets, between compute"};
+  const int64_t reducing = c.zero.overlap_comm ? b.largest_trainable + b.largest_trainable / W : 0;
+  const int ahead = zs == 3 ? c.zero.prefetch_groups : 0;
+  return {"comm", reducing + ahead * b.largest, p.rank.at_peak[std::size_t(Category::Comm)],
+          str(c.zero.overlap_comm ? "a group's gradients and shard in a reduce-scatter" : "",
+              c.zero.overlap_comm && ahead ? " + " : "", ahead ? str(ahead, " group(s) all-gathered ahead") : "")};
 }
 
 // master_params and optimizer: f32 states of the trainable parameters, sharded from ZeRO-1 on, or on the host.
@@ -89,6 +107,28 @@ void optimizer_rows(std::vector<ClosedFormRow>& rows, const Plan& p, const Param
                   off ? "on the host" : str("trainable x ", states, " (f32 states) / ZeRO share")});
 }
 
+// The tower's kept activations while it trains (a frozen tower keeps nothing): each layer's by the vision policy over
+// every crop's positions, and the stem's patches and embeddings.
+int64_t tower_kept(const RunConfig& c, const Llava& model) {
+  bool trains = false;
+  for (const ParamGroup& g : model.groups())
+    if (is_encoder(g.kind))
+      for (const Param* q : g.params) trains |= q->trainable;
+  if (!trains) return 0;
+  const VisionConfig& v = c.model.config.vision;
+  const int64_t e = elem(param_dtype(c.precision)), images = int64_t(tower_images(c));
+  const int64_t n = images * v.num_positions(), C = v.hidden, F = v.intermediate, H = v.heads;
+  auto block = [&](CheckpointKind k) {
+    if (k == CheckpointKind::Full) return n * C * e;
+    if (k == CheckpointKind::Selective) return 3 * n * C * e + n * H * 4;
+    return 8 * n * C * e + 2 * n * F * e + n * H * 4 + 4 * n * 4;
+  };
+  int64_t kept = 0;
+  for (int64_t l = 0; l < v.layers_used(); ++l) kept += block(c.vision_ckpt.for_block(l));
+  const int64_t patches = images * v.num_patches() * v.channels * v.patch * v.patch * e;
+  return kept + patches + (v.class_token() ? n * C * e : 0);  // CLIP's pre-norm input
+}
+
 // Activations: what every block keeps by its policy, plus the loss inputs, plus one block's backward.
 ClosedFormRow activations_row(const Plan& p, const Llava& model) {
   const RunConfig& c = p.config;
@@ -112,6 +152,8 @@ ClosedFormRow activations_row(const Plan& p, const Llava& model) {
   // Offloaded blocks: one arriving or leaving beside the one in use.
   act += std::min<int64_t>(offloaded, 2) * llm_block(c.llm_ckpt.kind);
   act += 2 * n * C * e + n * 4;  // final norm input and the shifted hidden states
+  const int64_t tower = tower_kept(c, model);
+  act += tower;
   int64_t transient = llm_block(CheckpointKind::None) + 3 * n * C * e;
   // LoRA: the widest adapted layer's input with dropout applied and its input gradient.
   const LoraSpec& lora = model.config().llm.lora;
@@ -119,10 +161,13 @@ ClosedFormRow activations_row(const Plan& p, const Llava& model) {
     const bool wide = lora.adapts("down_proj");
     transient += n * (wide ? I : C) * e * (lora.dropout > 0.f ? 2 : 1);
   }
-  return {"activations", act + transient, p.rank.at_peak[std::size_t(Category::Activations)],
-          str("kept per block by policy (", checkpoint_name(c.llm_ckpt.kind),
-              offloaded > 0 ? str("; ", offloaded, " blocks' on the host, 2 on the device at a time") : "",
-              ") + one block's backward", lora.r > 0 ? " + LoRA's widest input and its gradient" : "")};
+  return {
+      "activations", act + transient, p.rank.at_peak[std::size_t(Category::Activations)],
+      str("kept per block by policy (", checkpoint_name(c.llm_ckpt.kind),
+          offloaded > 0 ? str("; ", offloaded, " blocks' on the host, 2 on the device at a time") : "", ")",
+          tower > 0 ? str(" + the tower's over ", tower_images(c), " crops (", checkpoint_name(c.vision_ckpt.kind), ")")
+                    : "",
+          " + one block's backward", lora.r > 0 ? " + LoRA's widest input and its gradient" : "")};
 }
 
 // The cross-entropy chunk, as the target back-end sizes it.
@@ -151,8 +196,7 @@ std::vector<ClosedFormRow> closed_form(const Plan& p, const Llava& model) {
   rows.push_back(activations_row(p, model));
   rows.push_back(workspace_row(p));
   const int64_t n = p.config.micro_batch_size * p.config.max_seq_len;
-  rows.push_back({"comm", 0, p.rank.at_peak[std::size_t(Category::Comm)],
-                  "gather/reduce buffers live between compute, not at the peak"});
+  rows.push_back(comm_row(p, b));
   rows.push_back({"io", 3 * n * 8, p.rank.at_peak[std::size_t(Category::IO)],
                   "token ids, shifted labels, positions (i64); pixels are freed by then"});
   return rows;

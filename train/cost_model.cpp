@@ -58,6 +58,14 @@ ParamCounts param_counts(const Llava& m) {
   return k;
 }
 
+// Images through the tower per micro-batch: with AnyRes, each image's largest layout's crops.
+double tower_images(const RunConfig& c) {
+  const LlavaConfig& m = c.model.config;
+  double crops = 1;
+  if (m.anyres.on()) crops = double(anyres_crops(planned_image(c), m.anyres, m.vision.image_size));
+  return double(c.micro_batch_size) * double(c.max_images_per_sample) * crops;
+}
+
 namespace {
 
 bool vision_used(const LlavaConfig& m) {
@@ -73,14 +81,6 @@ double recompute_fraction(CheckpointKind k) {
 struct MicroFlops {
   double forward = 0, backward = 0, recompute = 0;
 };
-
-// Images through the tower per micro-batch: with AnyRes, each image's largest layout's crops.
-double tower_images(const RunConfig& c) {
-  const LlavaConfig& m = c.model.config;
-  double crops = 1;
-  if (m.anyres.on()) crops = double(anyres_crops(planned_image(c), m.anyres, m.vision.image_size));
-  return double(c.micro_batch_size) * double(c.max_images_per_sample) * crops;
-}
 
 // Forward: 2 x parameters x tokens for the matmuls, plus attention scores and values; backward twice the forward of
 // what gradients reach; recompute the checkpointed share of the forward again.

@@ -25,5 +25,7 @@ StepTime step_time(const Plan& plan, const ParamCounts& counts);
 
 // The closed-form breakdown by category, beside the dry run's bytes at its peak.
 std::vector<ClosedFormRow> closed_form(const Plan& plan, const models::Llava& model);
+// Images through the tower per micro-batch at the worst case: with AnyRes, each image's planned layout's crops.
+double tower_images(const RunConfig& c);
 
 }  // namespace hr::train

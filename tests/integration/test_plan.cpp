@@ -465,6 +465,41 @@ TEST(Plan, The7bPresetPlansEveryZeroStageWithAndWithoutOffloadOnEightGpus) {
   EXPECT_GT(hidden[3], hidden[2]);  // the uploads too
 }
 
+// The closed form explains the dry run: at ZeRO-3 its parameters count the group gathered ahead and its comm row the
+// reduce-scatter and all-gather buffers overlap keeps alive at the peak, to the byte but for shard padding; a trained
+// tower's kept activations are counted by its checkpoint policy.
+TEST(Plan, TheClosedFormAccountsForPrefetchOverlapAndATrainedTower) {
+  auto rows = [](const json& p) {
+    std::map<std::string, std::pair<double, double>> r;  // item: formula, dry run
+    for (const json& row : p["closed_form"]) r[row["item"]] = {row["formula"], row["dry_run"]};
+    return r;
+  };
+  for (const std::string prefetch : {"1", "2"})
+    for (const std::string overlap : {"true", "false"}) {
+      const auto r = rows(plan_json(std::string(HR_SOURCE_DIR) + "/configs/llava-1.5-7b.yaml",
+                                    str("--world-size 8 --device a100-80g --set parallel.prefetch_groups=", prefetch,
+                                        " --set parallel.overlap_comm=", overlap)));
+      const std::string what = "prefetch " + prefetch + ", overlap " + overlap;
+      EXPECT_NEAR(r.at("params").first, r.at("params").second, 64 << 10) << what;
+      EXPECT_NEAR(r.at("comm").first, r.at("comm").second, 64 << 10) << what;
+      EXPECT_GT(r.at("comm").second, 0) << what;
+    }
+  // The tower's share: training it (stage full) moves the closed form's activations exactly as far as the dry run's.
+  auto activation_gap = [&](const std::string& stage, const char* vision) {
+    const auto r = rows(plan_json(
+        std::string(HR_SOURCE_DIR) + "/configs/llava-1.5-7b.yaml",
+        str("--world-size 8 --device a100-80g --set train.stage=", stage,
+            " --set memory.gradient_checkpointing.llm=full", " --set memory.gradient_checkpointing.vision=", vision)));
+    return std::make_pair(r.at("activations").first - r.at("activations").second, r.at("activations").second);
+  };
+  const auto frozen = activation_gap("finetune", "full");
+  for (const char* vision : {"none", "selective", "full"}) {
+    const auto trained = activation_gap("full", vision);
+    EXPECT_GT(trained.second, frozen.second + (64 << 20)) << vision << ": the tower's activations are not kept";
+    EXPECT_NEAR(trained.first, frozen.first, 1 << 20) << vision;
+  }
+}
+
 TEST(Plan, MaxMicroBatchAgreesWithRealRunsAndOnOomShrinksWithoutLosingASample) {
   const std::string base = fresh_dir("plan_max");
   const std::string cfg = config(base);
