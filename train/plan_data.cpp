@@ -24,17 +24,8 @@ std::vector<std::vector<std::vector<MicroShape>>> steps_of_data(const RunConfig&
   d.data = paths.train_json;
   const data::LlavaDataset set(data_options(c, paths.train_json, paths.image_folder),
                                models::input_spec(c.model.config));
-  data::LoaderOptions o;
-  o.micro_batch = c.micro_batch_size;
-  o.workers = c.num_workers;
-  o.prefetch = std::max<int>(c.prefetch, int(c.micro_batch_size) * world);
-  o.seed = c.seed;
-  o.group_by_modality_length = c.group_by_modality_length;
-  o.pad_to_max_seq_len = c.pad_to_max_length;
-  o.pad_to_multiple_of = c.pad_to_multiple_of;
-  o.max_seq_len = c.max_seq_len;
-  o.on_bad_sample = c.on_bad_sample;
-  o.world = world;
+  data::LoaderOptions o = loader_options(c, 0, world);  // the trainer's order; every rank's batches are drawn here
+  o.prefetch = std::max<int>(o.prefetch, int(c.micro_batch_size) * world);
   data::DataLoader loader(set, o);
   using Steps = std::vector<std::vector<MicroShape>>;
   std::vector<Steps> out(static_cast<std::size_t>(world), Steps(static_cast<std::size_t>(steps)));

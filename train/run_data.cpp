@@ -2,6 +2,7 @@
 // output_dir/data on first use.
 #include "train/run_data.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include "core/io/atomic_file.h"
@@ -31,6 +32,22 @@ void ensure_synthetic_data(const RunConfig& c, const std::string& dir, std::FILE
   AtomicFile f(stamp_path);
   f.write(stamp.data(), stamp.size());
   f.commit();
+}
+
+LoaderOptions loader_options(const RunConfig& c, int rank, int world) {
+  LoaderOptions o;
+  o.micro_batch = c.micro_batch_size;
+  o.workers = c.num_workers;
+  o.prefetch = std::max<int>(c.prefetch, int(c.micro_batch_size));
+  o.seed = c.seed;
+  o.group_by_modality_length = c.group_by_modality_length;
+  o.pad_to_max_seq_len = c.pad_to_max_length;
+  o.pad_to_multiple_of = c.pad_to_multiple_of;
+  o.max_seq_len = c.max_seq_len;
+  o.on_bad_sample = c.on_bad_sample;
+  o.rank = rank;
+  o.world = world;
+  return o;
 }
 
 DataOptions data_options(const RunConfig& c, const std::string& json_path, const std::string& image_folder) {

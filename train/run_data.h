@@ -6,6 +6,7 @@
 #include <string>
 
 #include "data/dataset.h"
+#include "data/loader.h"
 #include "parallel/comm.h"
 #include "train/config.h"
 
@@ -20,6 +21,8 @@ struct DataPaths {
   std::string train_json, eval_json, image_folder;
 };
 DataPaths resolve_data_paths(const RunConfig& config, parallel::Communicator& comm, std::FILE* out = stdout);
+// The loader options of `config` for `rank` of `world`: its order, batching and padding.
+data::LoaderOptions loader_options(const RunConfig& config, int rank, int world);
 // The dataset options of `config` for one of its files.
 data::DataOptions data_options(const RunConfig& config, const std::string& json_path, const std::string& image_folder);
 

@@ -193,19 +193,7 @@ void Trainer::start(const TrainOptions& options) {
 }
 
 void Trainer::make_loader() {
-  LoaderOptions lopt;
-  lopt.micro_batch = c().micro_batch_size;
-  lopt.workers = c().num_workers;
-  lopt.prefetch = std::max<int>(c().prefetch, int(c().micro_batch_size));
-  lopt.seed = c().seed;
-  lopt.group_by_modality_length = c().group_by_modality_length;
-  lopt.pad_to_max_seq_len = c().pad_to_max_length;
-  lopt.pad_to_multiple_of = c().pad_to_multiple_of;
-  lopt.max_seq_len = c().max_seq_len;
-  lopt.on_bad_sample = c().on_bad_sample;
-  lopt.rank = comm_.rank();
-  lopt.world = comm_.world();
-  loader_ = std::make_unique<DataLoader>(*train_set_, lopt, state_.loader);
+  loader_ = std::make_unique<DataLoader>(*train_set_, loader_options(c(), comm_.rank(), comm_.world()), state_.loader);
 }
 
 // The logs go back to the step this run starts from: the steps after it (a run killed after its last checkpoint,
