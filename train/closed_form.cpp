@@ -119,8 +119,7 @@ int64_t tower_kept(const RunConfig& c, const Llava& model) {
   const int64_t e = elem(param_dtype(c.precision)), images = int64_t(tower_images(c));
   const int64_t n = images * v.num_positions(), C = v.hidden, F = v.intermediate, H = v.heads;
   auto block = [&](CheckpointKind k) {
-    if (k == CheckpointKind::Full) return n * C * e;
-    if (k == CheckpointKind::Selective) return 3 * n * C * e + n * H * 4;
+    if (k != CheckpointKind::None) return checkpointed_kept(k, n, C, H, e);
     return 8 * n * C * e + 2 * n * F * e + n * H * 4 + 4 * n * 4;
   };
   int64_t kept = 0;
@@ -137,8 +136,7 @@ ClosedFormRow activations_row(const Plan& p, const Llava& model) {
   const int64_t B = c.micro_batch_size, L = c.max_seq_len, n = B * L, C = m.llm.hidden, H = m.llm.heads;
   const int64_t kv = m.llm.kv_heads * m.llm.head_dim(), I = m.llm.intermediate;
   auto llm_block = [&](CheckpointKind k) {
-    if (k == CheckpointKind::Full) return n * C * e;
-    if (k == CheckpointKind::Selective) return 3 * n * C * e + n * H * 4;
+    if (k != CheckpointKind::None) return checkpointed_kept(k, n, C, H, e);
     return 6 * n * C * e + 2 * n * kv * e + 3 * n * I * e + n * H * 4 + 2 * n * 4;
   };
   int64_t act = 0, offloaded = 0;

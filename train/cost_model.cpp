@@ -187,7 +187,7 @@ void add_activation_offload(StepTime& t, const Plan& p, const ParamCounts& k, do
     double blocks = 0;
     for (int64_t i = 0; i + 1 < layers; ++i) blocks += policy.for_block(i) != CheckpointKind::None;
     const double kept =
-        policy.kind == CheckpointKind::Full ? rows * hidden * e : 3 * rows * hidden * e + rows * heads * 4;
+        double(checkpointed_kept(policy.kind, int64_t(rows), int64_t(hidden), int64_t(heads), int64_t(e)));
     const double copy = kept / bus, fwd = block_fwd_flops / peak;
     const double back = 2 * fwd + recompute_fraction(policy.kind) * fwd;
     t.act_offload_s += A * blocks * 2 * copy;

@@ -25,6 +25,12 @@ StepTime step_time(const Plan& plan, const ParamCounts& counts);
 
 // The closed-form breakdown by category, beside the dry run's bytes at its peak.
 std::vector<ClosedFormRow> closed_form(const Plan& plan, const models::Llava& model);
+// What a checkpointed transformer block keeps over `rows` positions of width `hidden` with `heads` heads, `elem` bytes
+// an element: full its input; selective its attention's and MLP's inputs, the attention output and its f32
+// log-sum-exp. (Under `none` a block keeps everything, which differs between the tower and the decoder.)
+inline int64_t checkpointed_kept(models::CheckpointKind k, int64_t rows, int64_t hidden, int64_t heads, int64_t elem) {
+  return k == models::CheckpointKind::Full ? rows * hidden * elem : 3 * rows * hidden * elem + rows * heads * 4;
+}
 // Images through the tower per micro-batch at the worst case: with AnyRes, each image's planned layout's crops.
 double tower_images(const RunConfig& c);
 

@@ -72,14 +72,7 @@ if steps["max"] > steps["planned_peak"]:
     sys.exit(f"llava_next: FAIL: a step's dry run {steps['max']} is above the plan's worst case {steps['planned_peak']}")
 print(f"llava_next: plan --data-steps 4 on 2 ranks, grouped by length: {steps['peaks']}, what the run then measured")
 PY
-"$bin" ckpt consolidate z3/checkpoint-4 --out "$work/consolidated/" > /dev/null
-"$bin" debug batch train.yaml --set data.train_json="$work/z3/data/train.json" --set data.image_folder="$work/z3/data" \
-  --out batch.safetensors --count 4 > /dev/null
-printf 'model: {name_or_path: %s/consolidated}\n' "$work" > consolidated.yaml
-"$bin" debug grads --config consolidated.yaml --weights consolidated --batch batch.safetensors --out ours.safetensors \
-  --logits > /dev/null
-python3 "$here/check_llava_next.py" load consolidated batch.safetensors ours.safetensors z3/data/train.json z3/data
-# Generation about a tall image: its layout's placeholders in the prompt, the same greedy tokens as transformers'.
+# Generation is asked about a tall image: its layout's placeholders in the prompt.
 tall=$(python3 - z3/data <<'PY'
 import json, struct, sys
 for e in json.load(open(sys.argv[1] + "/eval.json")):
@@ -89,9 +82,23 @@ for e in json.load(open(sys.argv[1] + "/eval.json")):
         break
 PY
 )
-"$bin" generate train.yaml --checkpoint consolidated --image "z3/data/$tall" --prompt "What color is the object?" \
-  --max-new-tokens 6 --json > generated.json
-python3 "$here/check_llava_next.py" generate consolidated "z3/data/$tall" generated.json
+# Consolidates RUN/CHECKPOINT into OUT/ and checks it with transformers: its image processor's pixels and its logits on
+# the first samples of RUN's data as headroom's loader makes them, and the same greedy tokens about the tall image.
+check_with_transformers() {  # CONFIG RUN CHECKPOINT OUT
+  local config=$1 run=$2 ckpt=$3 out=$4
+  "$bin" ckpt consolidate "$run/$ckpt" --out "$work/$out/" > /dev/null
+  "$bin" debug batch "$config" --set data.train_json="$work/$run/data/train.json" \
+    --set data.image_folder="$work/$run/data" --out "$out.batch.safetensors" --count 4 > /dev/null
+  printf 'model: {name_or_path: %s/%s}\n' "$work" "$out" > "$out.yaml"
+  "$bin" debug grads --config "$out.yaml" --weights "$out" --batch "$out.batch.safetensors" \
+    --out "$out.ours.safetensors" --logits > /dev/null
+  python3 "$here/check_llava_next.py" load "$out" "$out.batch.safetensors" "$out.ours.safetensors" \
+    "$run/data/train.json" "$run/data"
+  "$bin" generate "$config" --checkpoint "$out" --image "$run/data/$tall" --prompt "What color is the object?" \
+    --max-new-tokens 6 --json > "$out.generated.json"
+  python3 "$here/check_llava_next.py" generate "$out" "$run/data/$tall" "$out.generated.json"
+}
+check_with_transformers train.yaml z3 checkpoint-4 consolidated
 
 # LLaVA-OneVision (SigLIP, Qwen2, anyres_max_1: the larger images pooled): its directory trains, every step its dry run,
 # and transformers opens the checkpoint as LlavaOnevisionForConditionalGeneration with its LlavaOnevisionImageProcessor
@@ -107,13 +114,4 @@ if len(steps) != 2 or bad:
     sys.exit(f"llava_next: FAIL: OneVision's steps {[(s['peak_allocated'], s['predicted_peak']) for s in steps]}")
 print(f"llava_next: OneVision trained 2 steps, every peak its dry run's ({[s['peak_allocated'] for s in steps]})")
 PY
-"$bin" ckpt consolidate ov/checkpoint-2 --out "$work/ov_consolidated/" > /dev/null
-"$bin" debug batch onevision.yaml --set data.train_json="$work/ov/data/train.json" --set data.image_folder="$work/ov/data" \
-  --out ov_batch.safetensors --count 4 > /dev/null
-printf 'model: {name_or_path: %s/ov_consolidated}\n' "$work" > ov_consolidated.yaml
-"$bin" debug grads --config ov_consolidated.yaml --weights ov_consolidated --batch ov_batch.safetensors \
-  --out ov_ours.safetensors --logits > /dev/null
-python3 "$here/check_llava_next.py" load ov_consolidated ov_batch.safetensors ov_ours.safetensors ov/data/train.json ov/data
-"$bin" generate onevision.yaml --checkpoint ov_consolidated --image "ov/data/$tall" --prompt "What color is the object?" \
-  --max-new-tokens 6 --json > ov_generated.json
-python3 "$here/check_llava_next.py" generate ov_consolidated "ov/data/$tall" ov_generated.json
+check_with_transformers onevision.yaml ov checkpoint-2 ov_consolidated

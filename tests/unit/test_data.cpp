@@ -722,16 +722,23 @@ TEST(Loader, BatchesArePaddedToAMultipleButNeverPastTheMaximum) {
   }
 }
 
-// AnyRes grouping by length counts each image's own tokens (its layout, read from the file's header when the data set
-// opens), and the loader groups by them: every batch of one megabatch holds a run of the length-sorted entries.
-TEST(Loader, AnyresLengthGroupingCountsEachImagesOwnTokens) {
-  const std::string d = dir("anyres_lengths");
-  SynthOptions s{d, 16, 1, 7, 8};
+namespace {
+// A synthetic set of `n` images of mixed aspect ratios in `name`, and the small model with AnyRes over 8-px tiles.
+std::pair<std::string, InputSpec> mixed_anyres_set(const std::string& name, int64_t n, uint64_t seed) {
+  const std::string d = dir(name);
+  SynthOptions s{d, n, 1, seed, 8};
   s.aspect = SynthAspect::Mixed;
   write_synthetic_vqa(s);
   LlavaConfig m = small_model();
   m.anyres.pinpoints = {{8, 16}, {16, 8}, {16, 16}, {24, 8}, {8, 24}};
-  const InputSpec spec = models::input_spec(m);
+  return {d, models::input_spec(m)};
+}
+}  // namespace
+
+// AnyRes grouping by length counts each image's own tokens (its layout, read from the file's header when the data set
+// opens), and the loader groups by them: every batch of one megabatch holds a run of the length-sorted entries.
+TEST(Loader, AnyresLengthGroupingCountsEachImagesOwnTokens) {
+  const auto [d, spec] = mixed_anyres_set("anyres_lengths", 16, 7);
   DataOptions o;
   o.json_path = d + "/train.json";
   o.image_folder = d;
@@ -814,13 +821,7 @@ TEST(Dataset, MaxImageTokensShrinksEachImageToTheLargestSizeUnderTheBound) {
         << e.what();
   }
 
-  const std::string d = dir("max_image_tokens");
-  SynthOptions s{d, 12, 1, 5, 8};
-  s.aspect = SynthAspect::Mixed;
-  write_synthetic_vqa(s);
-  LlavaConfig m = small_model();
-  m.anyres.pinpoints = {{8, 16}, {16, 8}, {16, 16}, {24, 8}, {8, 24}};
-  const InputSpec spec = models::input_spec(m);
+  const auto [d, spec] = mixed_anyres_set("max_image_tokens", 12, 5);
   DataOptions o;
   o.json_path = d + "/train.json";
   o.image_folder = d;
