@@ -208,6 +208,12 @@ PatchMerge parse_patch_merge(const std::string& s) {
   throw Error(str("[config] mm_patch_merge_type '", s, "' is not one of: spatial_unpad, flat"));
 }
 
+FusedKernels parse_fused_kernels(const std::string& s, const std::string& key) {
+  if (s == "auto") return FusedKernels::Auto;
+  if (s == "off") return FusedKernels::Off;
+  throw Error(str("[config] ", key, " '", s, "' is not one of: auto, off"));
+}
+
 int64_t parse_vision_aspect_ratio(const std::string& s, const std::string& where) {
   const std::string prefix = "anyres_max_";
   if (s == "anyres") return 0;

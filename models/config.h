@@ -20,6 +20,12 @@ enum class ProjectorType : uint8_t { Linear, Mlp2xGelu };  // LLaVA's mm_project
 // columns of pixels unused, as its "valid" conv), no pre-norm, tanh-approximated GELU MLPs.
 enum class Tower : uint8_t { Clip, Siglip };
 
+// model.fused_kernels, a kernel choice and not part of the architecture (config.json does not carry it). auto: the
+// layers run the fused kernels (RoPE rotating by a table computed once a step, the residual add inside the norm
+// after it) on every back-end, all of which have them; off: the unfused ops, the same values in more passes.
+enum class FusedKernels : uint8_t { Auto, Off };
+FusedKernels parse_fused_kernels(const std::string& s, const std::string& key);
+
 struct VisionConfig {
   int64_t hidden = 1024, layers = 24, heads = 16, intermediate = 4096;
   int64_t image_size = 336, patch = 14, channels = 3;
@@ -27,11 +33,13 @@ struct VisionConfig {
   int select_layer = -2;  // as hidden_states[select_layer]: 0 is the embeddings, -1 the last layer
   FeatureSelect select_feature = FeatureSelect::Patch;
   Tower tower = Tower::Clip;
+  FusedKernels kernels = FusedKernels::Auto;  // model.fused_kernels
 
   int64_t grid() const { return image_size / patch; }  // patches per side
   int64_t num_patches() const { return grid() * grid(); }
   bool class_token() const { return tower == Tower::Clip; }
   int64_t num_positions() const { return num_patches() + (class_token() ? 1 : 0); }
+  bool fused() const { return kernels == FusedKernels::Auto; }
   // How many encoder layers actually run (those after the selected one do not influence anything).
   int64_t layers_used() const;
   // Image features per image handed to the projector: `patch` (LLaVA's and llava-hf's "default") drops the first
@@ -80,6 +88,8 @@ struct LlmConfig {
   // tie_word_embeddings (Qwen2-0.5B's): lm_head multiplies by embed_tokens' table, one parameter in the embedding's
   // group that both ends of the model read and whose gradient both accumulate.
   bool tied_embeddings = false;
+  FusedKernels kernels = FusedKernels::Auto;  // model.fused_kernels
+  bool fused() const { return kernels == FusedKernels::Auto; }
   int64_t head_dim() const { return hidden / heads; }
   bool qkv_bias() const { return decoder == Decoder::Qwen2; }
   // Throws naming the key when `length` positions (a training sequence or a generation's cache) pass the

@@ -130,12 +130,13 @@ LayerNorm LayerNorm::make(ParamStore& store, const std::string& prefix, int64_t 
   return n;
 }
 
-NormOut LayerNorm::forward(const Tensor& x) const {
-  return layernorm_forward(x, weight->data, bias->data, eps);
+NormOut LayerNorm::forward(const Tensor& x, const Tensor& residual) const {
+  return layernorm_forward(x, weight->data, bias->data, eps, residual);
 }
 
-Tensor LayerNorm::backward(const Tensor& dy, const Tensor& x, const NormSaved& saved) const {
+Tensor LayerNorm::backward(const Tensor& dy, const Tensor& x, const NormSaved& saved, const Tensor& add_to_dx) const {
   NormBackwardOptions o;
+  o.add_to_dx = add_to_dx;
   o.weight_grads = weight->trainable;
   if (o.weight_grads) {
     o.accumulate = Accumulate::Yes;
@@ -152,12 +153,13 @@ RMSNorm RMSNorm::make(ParamStore& store, const std::string& prefix, int64_t dim,
   return n;
 }
 
-NormOut RMSNorm::forward(const Tensor& x) const {
-  return rmsnorm_forward(x, weight->data, eps);
+NormOut RMSNorm::forward(const Tensor& x, const Tensor& residual) const {
+  return rmsnorm_forward(x, weight->data, eps, residual);
 }
 
-Tensor RMSNorm::backward(const Tensor& dy, const Tensor& x, const NormSaved& saved) const {
+Tensor RMSNorm::backward(const Tensor& dy, const Tensor& x, const NormSaved& saved, const Tensor& add_to_dx) const {
   NormBackwardOptions o;
+  o.add_to_dx = add_to_dx;
   o.weight_grads = weight->trainable;
   if (o.weight_grads) {
     o.accumulate = Accumulate::Yes;

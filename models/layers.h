@@ -76,8 +76,11 @@ struct LayerNorm {
   float eps = 1e-5f;
 
   static LayerNorm make(ParamStore& store, const std::string& prefix, int64_t dim, float eps);
-  core::NormOut forward(const Tensor& x) const;
-  Tensor backward(const Tensor& dy, const Tensor& x, const core::NormSaved& saved) const;
+  // residual: the fused residual add (x += residual in place, core/ops/norm.h); add_to_dx: its gradient, added onto
+  // dx in the same pass.
+  core::NormOut forward(const Tensor& x, const Tensor& residual = Tensor()) const;
+  Tensor backward(const Tensor& dy, const Tensor& x, const core::NormSaved& saved,
+                  const Tensor& add_to_dx = Tensor()) const;
 };
 
 struct RMSNorm {
@@ -85,8 +88,9 @@ struct RMSNorm {
   float eps = 1e-6f;
 
   static RMSNorm make(ParamStore& store, const std::string& prefix, int64_t dim, float eps);
-  core::NormOut forward(const Tensor& x) const;
-  Tensor backward(const Tensor& dy, const Tensor& x, const core::NormSaved& saved) const;
+  core::NormOut forward(const Tensor& x, const Tensor& residual = Tensor()) const;  // as LayerNorm's
+  Tensor backward(const Tensor& dy, const Tensor& x, const core::NormSaved& saved,
+                  const Tensor& add_to_dx = Tensor()) const;
 };
 
 }  // namespace hr::models

@@ -51,7 +51,7 @@ LlamaLayer::LlamaLayer(ParamStore& store, const std::string& prefix, const LlmCo
   down_ = Linear::make(store, prefix + ".mlp.down_proj", i, c, Bias::No, lora);
 }
 
-void LlamaLayer::compute(S& s, const Tensor& positions) const {
+void LlamaLayer::compute(S& s, const Rotary& rot) const {
   const int64_t B = s.x.size(0), L = s.x.size(1), D = cfg_.head_dim();
   if (!s.xn1.defined()) {
     NormOut n = input_norm_.forward(s.x);
@@ -59,8 +59,8 @@ void LlamaLayer::compute(S& s, const Tensor& positions) const {
     s.rms1 = n.saved.rstd;
   }
   if (!s.q.defined() || !s.k.defined() || !s.v.defined()) {
-    s.q = rope_forward(q_.forward(s.xn1).view({B, L, cfg_.heads, D}), positions, cfg_.rope_theta);
-    s.k = rope_forward(k_.forward(s.xn1).view({B, L, cfg_.kv_heads, D}), positions, cfg_.rope_theta);
+    s.q = rot.rotate(q_.forward(s.xn1).view({B, L, cfg_.heads, D}));
+    s.k = rot.rotate(k_.forward(s.xn1).view({B, L, cfg_.kv_heads, D}));
     s.v = v_.forward(s.xn1).view({B, L, cfg_.kv_heads, D});
   }
   if (!s.attn.defined()) {
@@ -68,12 +68,16 @@ void LlamaLayer::compute(S& s, const Tensor& positions) const {
     s.attn = a.out;
     s.lse = a.lse;
   }
+  Tensor residual;  // with fused kernels, added by the norm below when both run here
   if (!s.h.defined()) {
     s.h = o_.forward(s.attn.view({B, L, cfg_.hidden}));
-    add_(s.h, s.x);
+    if (cfg_.fused() && !s.xn2.defined())
+      residual = s.x;
+    else
+      add_(s.h, s.x);
   }
   if (!s.xn2.defined()) {
-    NormOut n = post_norm_.forward(s.h);
+    NormOut n = post_norm_.forward(s.h, residual);
     s.xn2 = n.y;
     s.rms2 = n.saved.rstd;
   }
@@ -84,22 +88,22 @@ void LlamaLayer::compute(S& s, const Tensor& positions) const {
   }
 }
 
-Tensor LlamaLayer::forward(const Tensor& x, const Tensor& positions, S& s, CheckpointKind kind) const {
+Tensor LlamaLayer::forward(const Tensor& x, const Rotary& rot, S& s, CheckpointKind kind) const {
   MemoryScope scope(Category::Activations, prefix_);
   s = S{};
   s.x = x;
-  compute(s, positions);
+  compute(s, rot);
   Tensor y = down_.forward(s.act);
   add_(y, s.h);
   apply_policy(s, kFields, kind);
   return y;
 }
 
-Tensor LlamaLayer::backward(const Tensor& dy, const Tensor& positions, S& s) const {
+Tensor LlamaLayer::backward(const Tensor& dy, const Rotary& rot, S& s) const {
   MemoryScope scope(Category::Activations, prefix_);
   {
     TraceSpan span(TraceSpan::When{!all_kept(s, kFields)}, "recompute", "recompute ", prefix_);
-    compute(s, positions);
+    compute(s, rot);
   }
   const int64_t B = s.x.size(0), L = s.x.size(1), D = cfg_.head_dim();
   // MLP: y = h + down(silu(gate) * up)
@@ -111,8 +115,8 @@ Tensor LlamaLayer::backward(const Tensor& dy, const Tensor& positions, S& s) con
   add_(dxn2, up_.backward(sg.dup, s.xn2));
   s.gate = s.up = s.xn2 = Tensor();
   sg = {};
-  Tensor dh = post_norm_.backward(dxn2, s.h, {Tensor(), s.rms2});
-  add_(dh, dy);
+  Tensor dh = post_norm_.backward(dxn2, s.h, {Tensor(), s.rms2}, cfg_.fused() ? dy : Tensor());
+  if (!cfg_.fused()) add_(dh, dy);
   s.h = s.rms2 = Tensor();
   // Attention: h = x + o(attn(rope(q(xn1)), rope(k(xn1)), v(xn1)))
   Tensor dattn = o_.backward(dh, s.attn.view({B, L, cfg_.hidden}));
@@ -120,29 +124,29 @@ Tensor LlamaLayer::backward(const Tensor& dy, const Tensor& positions, S& s) con
                                          Mask::Causal, 1.f / std::sqrt(float(D)));
   dattn = Tensor();
   s.q = s.k = s.v = s.attn = s.lse = Tensor();
-  Tensor dq = rope_backward(ag.dq, positions, cfg_.rope_theta).view({B, L, cfg_.hidden});
-  Tensor dk = rope_backward(ag.dk, positions, cfg_.rope_theta).view({B, L, cfg_.kv_heads * D});
+  Tensor dq = rot.unrotate(ag.dq).view({B, L, cfg_.hidden});
+  Tensor dk = rot.unrotate(ag.dk).view({B, L, cfg_.kv_heads * D});
   Tensor dv = ag.dv.view({B, L, cfg_.kv_heads * D});
   ag = {};
   Tensor dxn1 = q_.backward(dq, s.xn1);
   add_(dxn1, k_.backward(dk, s.xn1));
   add_(dxn1, v_.backward(dv, s.xn1));
   s.xn1 = Tensor();
-  Tensor dx = input_norm_.backward(dxn1, s.x, {Tensor(), s.rms1});
-  add_(dx, dh);
+  Tensor dx = input_norm_.backward(dxn1, s.x, {Tensor(), s.rms1}, cfg_.fused() ? dh : Tensor());
+  if (!cfg_.fused()) add_(dx, dh);
   s = S{};
   return dx;
 }
 
-Tensor LlamaLayer::forward_cached(const Tensor& x, const Tensor& positions, const Tensor& past,
+Tensor LlamaLayer::forward_cached(const Tensor& x, const Rotary& rot, const Tensor& past,
                                   const std::vector<int64_t>& past_host, Tensor& k_cache, Tensor& v_cache) const {
   MemoryScope scope(Category::Activations, prefix_);
   const int64_t B = x.size(0), L = x.size(1), D = cfg_.head_dim();
   Tensor h;
   {
     Tensor xn1 = input_norm_.forward(x).y;
-    Tensor q = rope_forward(q_.forward(xn1).view({B, L, cfg_.heads, D}), positions, cfg_.rope_theta);
-    Tensor k = rope_forward(k_.forward(xn1).view({B, L, cfg_.kv_heads, D}), positions, cfg_.rope_theta);
+    Tensor q = rot.rotate(q_.forward(xn1).view({B, L, cfg_.heads, D}));
+    Tensor k = rot.rotate(k_.forward(xn1).view({B, L, cfg_.kv_heads, D}));
     Tensor v = v_.forward(xn1).view({B, L, cfg_.kv_heads, D});
     xn1 = Tensor();
     for (int64_t b = 0; b < B; ++b) {
@@ -155,10 +159,10 @@ Tensor LlamaLayer::forward_cached(const Tensor& x, const Tensor& positions, cons
     q = Tensor();
     h = o_.forward(attn.view({B, L, cfg_.hidden}));
   }
-  add_(h, x);
+  if (!cfg_.fused()) add_(h, x);
   Tensor act;
   {
-    Tensor xn2 = post_norm_.forward(h).y;
+    Tensor xn2 = post_norm_.forward(h, cfg_.fused() ? x : Tensor()).y;
     act = swiglu_forward(gate_.forward(xn2), up_.forward(xn2));
   }
   Tensor y = down_.forward(act);
@@ -211,18 +215,31 @@ void LlamaModel::embed_backward(const Tensor& ids, const Tensor& d_embeds) const
   hook_after(hooks_, embed_group_, Pass::Backward);
 }
 
-Tensor LlamaModel::positions_for(const Tensor& embeds) const {
+Rotary LlamaModel::rotary_at(const std::vector<int64_t>& positions, int64_t batch, int64_t seq, Device device) const {
+  Rotary r;
+  r.theta = cfg_.rope_theta;
+  {
+    MemoryScope scope(Category::IO, prefix_);
+    r.positions = Tensor::from_ints(positions, {batch, seq}, DType::I64, device);
+  }
+  if (cfg_.fused()) {
+    MemoryScope scope(Category::Activations, prefix_ + ".rotary");
+    r.table = rope_table(r.positions, cfg_.head_dim(), cfg_.rope_theta);
+  }
+  return r;
+}
+
+Rotary LlamaModel::rotary_for(const Tensor& embeds) const {
   const int64_t B = embeds.size(0), L = embeds.size(1);
   std::vector<int64_t> pos(std::size_t(B * L));
-  for (int64_t i = 0; i < B * L; ++i) pos[i] = i % L;
-  MemoryScope scope(Category::IO, prefix_);
-  return Tensor::from_ints(pos, {B, L}, DType::I64, embeds.device());
+  for (int64_t i = 0; i < B * L; ++i) pos[std::size_t(i)] = i % L;
+  return rotary_at(pos, B, L, embeds.device());
 }
 
 Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy,
                            Saving saving) const {
   cfg_.check_window(embeds.size(1), "a sequence of");
-  Tensor positions = positions_for(embeds);
+  const Rotary rot = rotary_for(embeds);
   saved = LlamaSaved{};
   saved.layers.resize(layers_.size());
   const int64_t blocks = int64_t(layers_.size());
@@ -230,7 +247,7 @@ Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const Checkp
   Tensor x = embeds;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     hook_before(hooks_, layer_group_ + int(i), Pass::Forward);
-    x = layers_[i].forward(x, positions, saved.layers[i], policy.for_block(int64_t(i)));
+    x = layers_[i].forward(x, rot, saved.layers[i], policy.for_block(int64_t(i)));
     watch_output(watch_, layer_group_ + int(i), Pass::Forward, x);
     if (saved.offload && offloads(policy, int64_t(i), blocks))
       saved.offload->send(i, kept_fields(saved.layers[i], kFields), layers_[i].name());
@@ -251,7 +268,7 @@ Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const Checkp
 }
 
 Tensor LlamaModel::backward(const Tensor& d_hidden, LlamaSaved& saved) const {
-  Tensor positions = positions_for(d_hidden);
+  const Rotary rot = rotary_for(d_hidden);
   Tensor dx;
   {
     MemoryScope scope(Category::Activations, prefix_ + ".norm");
@@ -263,7 +280,7 @@ Tensor LlamaModel::backward(const Tensor& d_hidden, LlamaSaved& saved) const {
   for (std::size_t i = layers_.size(); i-- > 0;) {
     if (saved.offload) saved.offload->before_backward(i, layers_[i].name(), i > 0 ? &layers_[i - 1].name() : nullptr);
     hook_before(hooks_, layer_group_ + int(i), Pass::Backward);
-    dx = layers_[i].backward(dx, positions, saved.layers[i]);
+    dx = layers_[i].backward(dx, rot, saved.layers[i]);
     watch_output(watch_, layer_group_ + int(i), Pass::Backward, dx);
     hook_after(hooks_, layer_group_ + int(i), Pass::Backward);
   }
@@ -306,16 +323,16 @@ Tensor LlamaModel::forward_cached(const Tensor& embeds, KvCache& cache) const {
              " but the KV cache holds ", cache.capacity);
     for (int64_t t = 0; t < L; ++t) pos[std::size_t(b * L + t)] = p + t;
   }
-  Tensor positions, past;
+  const Rotary rot = rotary_at(pos, B, L, embeds.device());
+  Tensor past;
   {
     MemoryScope scope(Category::IO, prefix_);
-    positions = Tensor::from_ints(pos, {B, L}, DType::I64, embeds.device());
     past = Tensor::from_ints(cache.length, {B}, DType::I64, embeds.device());
   }
   Tensor x = embeds;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     hook_before(hooks_, layer_group_ + int(i), Pass::Forward);
-    x = layers_[i].forward_cached(x, positions, past, cache.length, cache.k[i], cache.v[i]);
+    x = layers_[i].forward_cached(x, rot, past, cache.length, cache.k[i], cache.v[i]);
     hook_after(hooks_, layer_group_ + int(i), Pass::Forward);
   }
   for (int64_t& n : cache.length) n += L;

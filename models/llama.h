@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/ops/softmax.h"
 #include "models/activation_offload.h"
 #include "models/checkpoint_policy.h"
 #include "models/config.h"
@@ -29,18 +30,19 @@ class LlamaLayer {
  public:
   LlamaLayer(ParamStore& store, const std::string& prefix, const LlmConfig& cfg);
   // y = block(x); `saved` keeps what `kind` says (frozen_inputs: keep nothing, no backward will come).
-  Tensor forward(const Tensor& x, const Tensor& positions, LlamaLayerSaved& saved, CheckpointKind kind) const;
+  Tensor forward(const Tensor& x, const core::Rotary& rot, LlamaLayerSaved& saved, CheckpointKind kind) const;
   // Recomputes what the policy dropped, then returns dx and accumulates parameter gradients.
-  Tensor backward(const Tensor& dy, const Tensor& positions, LlamaLayerSaved& saved) const;
-  // Inference with a KV cache: x (B, Lq, C) are the tokens at positions (B, Lq) i64, row b's first at past_host[b]
+  Tensor backward(const Tensor& dy, const core::Rotary& rot, LlamaLayerSaved& saved) const;
+  // Inference with a KV cache: x (B, Lq, C) are the tokens at rot's positions (B, Lq) i64, row b's first at
+  // past_host[b]
   // (past, the same as an i64 (B) tensor on the device); their keys and values are written into k_cache and
   // v_cache (B, capacity, Hkv, D) at those positions, and each query attends to its row's cache up to itself.
-  Tensor forward_cached(const Tensor& x, const Tensor& positions, const Tensor& past,
+  Tensor forward_cached(const Tensor& x, const core::Rotary& rot, const Tensor& past,
                         const std::vector<int64_t>& past_host, Tensor& k_cache, Tensor& v_cache) const;
   const std::string& name() const { return prefix_; }
 
  private:
-  void compute(LlamaLayerSaved& s, const Tensor& positions) const;
+  void compute(LlamaLayerSaved& s, const core::Rotary& rot) const;
 
   std::string prefix_;
   LlmConfig cfg_;
@@ -84,7 +86,9 @@ class LlamaModel {
   GroupHooks* hooks_ = nullptr;
   OutputWatch* watch_ = nullptr;
   int embed_group_ = 0, layer_group_ = 0, norm_group_ = 0;
-  Tensor positions_for(const Tensor& embeds) const;
+  // The positions (b, t) -> t of a batch of embeds and, with fused kernels, their RoPE table.
+  core::Rotary rotary_for(const Tensor& embeds) const;
+  core::Rotary rotary_at(const std::vector<int64_t>& positions, int64_t batch, int64_t seq, Device device) const;
 
   LlmConfig cfg_;
   std::string prefix_;

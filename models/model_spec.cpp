@@ -195,6 +195,12 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
          s.config.anyres.merge = parse_patch_merge(as<std::string>(n, "mm_patch_merge_type", where));
        }},
       {"freeze", [&](const YAML::Node& n) { apply(n, "model.freeze", freeze_keys, where); }},
+      {"fused_kernels",
+       [&](const YAML::Node& n) {
+         const FusedKernels k =
+             parse_fused_kernels(as<std::string>(n, "fused_kernels", where), where + ": model.fused_kernels");
+         s.config.llm.kernels = s.config.vision.kernels = k;
+       }},
   };
   apply(model, "model", top, where);
   if (tiles) s.config.anyres.pinpoints = tile_pinpoints(*tiles, s.config.vision.image_size);

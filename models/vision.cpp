@@ -67,12 +67,16 @@ void VisionLayer::compute(S& s) const {
     s.attn = a.out;
     s.lse = a.lse;
   }
+  Tensor residual;  // with fused kernels, added by the norm below when both run here
   if (!s.h.defined()) {
     s.h = o_.forward(s.attn.view({I, N, cfg_.hidden}));
-    add_(s.h, s.x);
+    if (cfg_.fused() && !s.xn2.defined())
+      residual = s.x;
+    else
+      add_(s.h, s.x);
   }
   if (!s.xn2.defined()) {
-    NormOut n = ln2_.forward(s.h);
+    NormOut n = ln2_.forward(s.h, residual);
     s.xn2 = n.y;
     s.ln2_mean = n.saved.mean;
     s.ln2_rstd = n.saved.rstd;
@@ -107,8 +111,8 @@ Tensor VisionLayer::backward(const Tensor& dy, S& s) const {
   d_act = s.fc1 = Tensor();
   Tensor dxn2 = fc1_.backward(d_fc1, s.xn2);
   d_fc1 = s.xn2 = Tensor();
-  Tensor dh = ln2_.backward(dxn2, s.h, {s.ln2_mean, s.ln2_rstd});
-  add_(dh, dy);
+  Tensor dh = ln2_.backward(dxn2, s.h, {s.ln2_mean, s.ln2_rstd}, cfg_.fused() ? dy : Tensor());
+  if (!cfg_.fused()) add_(dh, dy);
   s.h = s.ln2_mean = s.ln2_rstd = Tensor();
   Tensor dattn = o_.backward(dh, s.attn.view({I, N, cfg_.hidden}));
   AttentionGrads ag = attention_backward(dattn.view({I, N, H, D}), s.q, s.k, s.v, {s.attn, s.lse}, Mask::None,
@@ -120,8 +124,8 @@ Tensor VisionLayer::backward(const Tensor& dy, S& s) const {
   add_(dxn1, v_.backward(ag.dv.view({I, N, cfg_.hidden}), s.xn1));
   ag = {};
   s.xn1 = Tensor();
-  Tensor dx = ln1_.backward(dxn1, s.x, {s.ln1_mean, s.ln1_rstd});
-  add_(dx, dh);
+  Tensor dx = ln1_.backward(dxn1, s.x, {s.ln1_mean, s.ln1_rstd}, cfg_.fused() ? dh : Tensor());
+  if (!cfg_.fused()) add_(dx, dh);
   s = S{};
   return dx;
 }

@@ -149,7 +149,8 @@ ClosedFormRow activations_row(const Plan& p, const Llava& model) {
     }
   // Offloaded blocks: one arriving or leaving beside the one in use.
   act += std::min<int64_t>(offloaded, 2) * llm_block(c.llm_ckpt.kind);
-  act += 2 * n * C * e + n * 4;  // final norm input and the shifted hidden states
+  act += 2 * n * C * e + n * 4;                        // final norm input and the shifted hidden states
+  if (m.llm.fused()) act += n * m.llm.head_dim() * 4;  // RoPE's table: each token's cos and sin (f32)
   const int64_t tower = tower_kept(c, model);
   act += tower;
   int64_t transient = llm_block(CheckpointKind::None) + 3 * n * C * e;
@@ -165,7 +166,8 @@ ClosedFormRow activations_row(const Plan& p, const Llava& model) {
           offloaded > 0 ? str("; ", offloaded, " blocks' on the host, 2 on the device at a time") : "", ")",
           tower > 0 ? str(" + the tower's over ", tower_images(c), " crops (", checkpoint_name(c.vision_ckpt.kind), ")")
                     : "",
-          " + one block's backward", lora.r > 0 ? " + LoRA's widest input and its gradient" : "")};
+          m.llm.fused() ? " + RoPE's table" : "", " + one block's backward",
+          lora.r > 0 ? " + LoRA's widest input and its gradient" : "")};
 }
 
 // The cross-entropy chunk, as the target back-end sizes it.

@@ -48,8 +48,10 @@
   X(norm_backward, void, (const NormArgs& args))                                                                    \
   X(softmax_forward, void, (const Tensor& x, const Tensor& y))                                                      \
   X(softmax_backward, void, (const Tensor& y, const Tensor& dy, const Tensor& dx))                                  \
-  /* Position and lookup; embedding_backward accumulates into dtable */                                             \
+  /* Position and lookup (rope_table: RoPE's cos and sin per token, once a step); embedding_backward                \
+     accumulates into dtable */                                                                                     \
   X(rope, void, (const RopeArgs& args))                                                                             \
+  X(rope_table, void, (const RopeArgs& args))                                                                       \
   X(embedding_forward, void, (const Tensor& ids, const Tensor& table, const Tensor& out))                           \
   X(embedding_backward, void, (const Tensor& ids, const Tensor& dy, const Tensor& dtable, const Tensor& workspace)) \
   X(patchify, void, (const Tensor& images, const Tensor& patches, int64_t patch, PatchDirection direction))         \

@@ -11,7 +11,8 @@ const char* norm_name(NormKind k) {
   return k == NormKind::LayerNorm ? "layernorm" : "rmsnorm";
 }
 
-NormOut norm_forward(NormKind kind, const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
+NormOut norm_forward(NormKind kind, const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                     const Tensor& residual) {
   const char* op = norm_name(kind);
   check_float(op, "x", x);
   check_same_device(op, x, weight);
@@ -19,6 +20,15 @@ NormOut norm_forward(NormKind kind, const Tensor& x, const Tensor& weight, const
   check_shape(op, "weight", weight, {cols});
   if (bias.defined()) check_shape(op, "bias", bias, {cols});
   NormArgs a;
+  if (residual.defined()) {
+    check_shape(op, "residual", residual, x.shape());
+    check_same_device(op, x, residual);
+    HR_CHECK(residual.dtype() == x.dtype(), "[", op, "] residual ", residual.describe(), " must have x's dtype ",
+             dtype_name(x.dtype()));
+    HR_CHECK(x.is_contiguous(), "[", op, "] x must be contiguous to take the residual add in place; got ",
+             x.describe());
+    a.residual = residual.contiguous().view({rows, cols});
+  }
   a.kind = kind;
   a.eps = eps;
   a.x = x.contiguous().view({rows, cols});
@@ -46,6 +56,12 @@ NormGrads norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const 
   a.mean = saved.mean;
   a.rstd = saved.rstd;
   a.dy = dy.contiguous().view({rows, cols});
+  if (o.add_to_dx.defined()) {
+    check_shape(op, "add_to_dx", o.add_to_dx, x.shape());
+    HR_CHECK(o.add_to_dx.dtype() == x.dtype(), "[", op, "] add_to_dx ", o.add_to_dx.describe(), " must have x's dtype ",
+             dtype_name(x.dtype()));
+    a.dresidual = o.add_to_dx.contiguous().view({rows, cols});
+  }
   NormGrads g;
   g.dx = Tensor::empty(x.shape(), x.dtype(), x.device());
   a.dx = g.dx.view({rows, cols});
@@ -67,11 +83,12 @@ NormGrads norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const 
 
 }  // namespace
 
-NormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps) {
-  return norm_forward(NormKind::LayerNorm, x, weight, bias, eps);
+NormOut layernorm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps,
+                          const Tensor& residual) {
+  return norm_forward(NormKind::LayerNorm, x, weight, bias, eps, residual);
 }
-NormOut rmsnorm_forward(const Tensor& x, const Tensor& weight, float eps) {
-  return norm_forward(NormKind::RMSNorm, x, weight, Tensor(), eps);
+NormOut rmsnorm_forward(const Tensor& x, const Tensor& weight, float eps, const Tensor& residual) {
+  return norm_forward(NormKind::RMSNorm, x, weight, Tensor(), eps, residual);
 }
 NormGrads layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight, Bias bias, const NormSaved& saved,
                              const NormBackwardOptions& o) {

@@ -43,12 +43,16 @@ struct GemmArgs {
 
 // Layer norm: y = (x - mean) * rstd * weight + bias. RMS norm: y = x * rstd * weight.
 // x, y, dy, dx are (rows, cols); mean and rstd are f32 (rows) saved for backward.
+// The pre-norm blocks' residual add, fused: in the forward, where `residual` (rows, cols) is defined, x += residual
+// first (x rounded to its dtype, as add_ leaves it) and y normalizes that sum; in the backward, where `dresidual`
+// is defined, dx = the norm's dx (rounded) + dresidual. The same values as the add beside the norm, in one pass.
 struct NormArgs {
   NormKind kind = NormKind::LayerNorm;
   float eps = 1e-5f;
   Tensor x, weight, bias, y, mean, rstd;
   Tensor dy, dx, dweight, dbias, workspace;
   Accumulate accumulate = Accumulate::No;  // add into dweight/dbias instead of overwriting
+  Tensor residual, dresidual;
 };
 
 // A linear mix of rows (an AnyRes image's tokens from its crops' features, models/anyres.h): out[t] is the sum over
@@ -60,10 +64,14 @@ struct MixArgs {
 };
 
 // Rotary embedding in the rotate-half layout of LLaMA: x is (batch, seq, heads, head_dim), positions (batch, seq).
+// With `table` defined (f32 (batch, seq, head_dim / 2, 2): each angle's cos and sin, rope_table's output) the
+// angles are read from it and positions and theta are not used. rope_table itself fills `out` with that table from
+// positions and theta (x unused).
 struct RopeArgs {
   Tensor x, positions, out;
   float theta = 10000.f;
   bool inverse = false;  // rotate by -angle: the backward pass
+  Tensor table;
 };
 
 // q is (batch, q_len, q_heads, head_dim), k and v (batch, kv_len, kv_heads, head_dim), q_heads % kv_heads == 0.

@@ -14,4 +14,20 @@ Tensor rope_forward(const Tensor& x, const Tensor& positions, float theta);
 // The inverse rotation applied to dy.
 Tensor rope_backward(const Tensor& dy, const Tensor& positions, float theta);
 
+// RoPE's angles once a step: f32 (batch, seq, head_dim / 2, 2), each angle's cos and sin for positions (batch, seq)
+// with base `theta`, the values rope_forward computes on every call (angles in double). Every layer's q and k,
+// forward and backward, then rotate by it: the same results, without a sine or cosine per call.
+Tensor rope_table(const Tensor& positions, int64_t head_dim, float theta);
+Tensor rope_forward(const Tensor& x, const Tensor& table);
+Tensor rope_backward(const Tensor& dy, const Tensor& table);
+
+// Where a batch's tokens sit, for the layers' RoPE: positions (batch, seq) and, where kernels are fused, their table
+// (rope_table), which rotate() and unrotate() then read instead of computing angles.
+struct Rotary {
+  Tensor positions, table;
+  float theta = 10000.f;
+  Tensor rotate(const Tensor& x) const;     // rope_forward
+  Tensor unrotate(const Tensor& dy) const;  // rope_backward
+};
+
 }  // namespace hr::core

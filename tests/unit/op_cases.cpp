@@ -96,6 +96,21 @@ std::vector<double> norm_ref(const std::vector<double>& x, const std::vector<dou
   return y;
 }
 
+// RoPE of x (2, 5, 3, 8) at positions (2, 5), base 10000.
+std::vector<double> rope_ref(const Values& v) {
+  std::vector<double> y(v[0].size());
+  for (int bs = 0; bs < 10; ++bs)
+    for (int h = 0; h < 3; ++h)
+      for (int i = 0; i < 4; ++i) {
+        double ang = v[1][bs] * std::pow(10000.0, -2.0 * i / 8.0);
+        int o = (bs * 3 + h) * 8;
+        double x1 = v[0][o + i], x2 = v[0][o + i + 4];
+        y[o + i] = x1 * std::cos(ang) - x2 * std::sin(ang);
+        y[o + i + 4] = x2 * std::cos(ang) + x1 * std::sin(ang);
+      }
+  return y;
+}
+
 // Naive attention with a full score matrix per (batch, head).
 std::vector<double> attention_ref(const Values& in, int64_t B, int64_t Lq, int64_t Lk, int64_t Hq, int64_t Hk,
                                   int64_t D, bool causal) {
@@ -621,6 +636,43 @@ std::vector<OpCase> row_cases() {
     c.reference = [](const Values& v) { return norm_ref(v[0], v[1], nullptr, 16, false, 1e-6); };
     cases.push_back(c);
   }
+  // The fused residual add (a pre-norm block's h = x + r feeding the norm): out = h + norm(h), so the backward's
+  // add_to_dx carries the residual stream's gradient. x is copied first: the forward adds into it in place.
+  for (const bool layer : {false, true}) {
+    OpCase c;
+    c.name = layer ? "layernorm_residual" : "rmsnorm_residual";
+    c.inputs = {rnd({6, 16}, -2, 2), rnd({6, 16}, -1, 1), rnd({16}, 0.5, 1.5)};
+    if (layer) c.inputs.push_back(rnd({16}));
+    auto norm = [layer](const std::vector<Tensor>& t, const Tensor& h) {
+      return layer ? layernorm_forward(h, t[2], t[3], 1e-5f, t[1]) : rmsnorm_forward(h, t[2], 1e-6f, t[1]);
+    };
+    c.forward = [norm](const std::vector<Tensor>& t) {
+      Tensor h = axpby(1.f, t[0], 0.f, t[0]);
+      Tensor y = norm(t, h).y;
+      add_(y, h);
+      return y;
+    };
+    c.backward = [norm, layer](const std::vector<Tensor>& t, const Tensor& dy) {
+      Tensor h = axpby(1.f, t[0], 0.f, t[0]);
+      NormOut o = norm(t, h);
+      NormBackwardOptions opt;
+      opt.add_to_dx = dy;
+      NormGrads g = layer ? layernorm_backward(dy, h, t[2], Bias::Yes, o.saved, opt)
+                          : rmsnorm_backward(dy, h, t[2], o.saved, opt);
+      std::vector<Tensor> grads{g.dx, g.dx, g.dweight};
+      if (layer) grads.push_back(g.dbias);
+      return grads;
+    };
+    c.reference = [layer](const Values& v) {
+      std::vector<double> h(v[0].size());
+      for (std::size_t i = 0; i < h.size(); ++i) h[i] = v[0][i] + v[1][i];
+      std::vector<double> y =
+          layer ? norm_ref(h, v[2], &v[3], 16, true, 1e-5) : norm_ref(h, v[2], nullptr, 16, false, 1e-6);
+      for (std::size_t i = 0; i < h.size(); ++i) y[i] += h[i];
+      return y;
+    };
+    cases.push_back(c);
+  }
   {
     OpCase c;
     c.name = "softmax";
@@ -728,19 +780,18 @@ std::vector<OpCase> layout_cases() {
     c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
       return std::vector<Tensor>{rope_backward(dy, t[1], 10000.f)};
     };
-    c.reference = [](const Values& v) {
-      std::vector<double> y(v[0].size());
-      for (int bs = 0; bs < 10; ++bs)
-        for (int h = 0; h < 3; ++h)
-          for (int i = 0; i < 4; ++i) {
-            double ang = v[1][bs] * std::pow(10000.0, -2.0 * i / 8.0);
-            int o = (bs * 3 + h) * 8;
-            double x1 = v[0][o + i], x2 = v[0][o + i + 4];
-            y[o + i] = x1 * std::cos(ang) - x2 * std::sin(ang);
-            y[o + i + 4] = x2 * std::cos(ang) + x1 * std::sin(ang);
-          }
-      return y;
+    c.reference = rope_ref;
+    cases.push_back(c);
+  }
+  {  // the same rotation from the table computed once a step (rope_table), positions differing per sample
+    OpCase c;
+    c.name = "rope_table";
+    c.inputs = {rnd({2, 5, 3, 8}), ints({2, 5}, {0, 1, 2, 3, 4, 7, 8, 9, 10, 11})};
+    c.forward = [](const std::vector<Tensor>& t) { return rope_forward(t[0], rope_table(t[1], 8, 10000.f)); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{rope_backward(dy, rope_table(t[1], 8, 10000.f))};
     };
+    c.reference = rope_ref;
     cases.push_back(c);
   }
   {  // repeated ids accumulate in the table gradient

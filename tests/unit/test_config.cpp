@@ -271,6 +271,18 @@ TEST(Config, AnyresPinpointsAreCheckedAgainstTheTower) {
   EXPECT_NE(pair.find("model.image_grid_pinpoints[0] is not a [height, width] pair"), std::string::npos) << pair;
 }
 
+// model.fused_kernels: auto by default, off for both parts of the model; anything else is named with its file.
+TEST(Config, FusedKernelsAreAutoOrOff) {
+  const std::string tiny = write("model:\n  preset: tiny\n");
+  const models::LlavaConfig fused = load_config(tiny, {}).model.config;
+  EXPECT_TRUE(fused.llm.fused() && fused.vision.fused());
+  const models::LlavaConfig off = load_config(tiny, {"model.fused_kernels=off"}).model.config;
+  EXPECT_FALSE(off.llm.fused() || off.vision.fused());
+  const std::string bad = error_of(tiny, {"model.fused_kernels=on"});
+  EXPECT_NE(bad.find(": model.fused_kernels 'on' is not one of: auto, off"), std::string::npos) << bad;
+  EXPECT_NE(bad.find(tiny), std::string::npos) << bad;
+}
+
 // data.max_image_tokens bounds AnyRes images (and the planner's worst case), never below the base image's tokens.
 TEST(Config, MaxImageTokensBoundsAnyresImagesAndThePlannedLayout) {
   const std::string tiny = write("model:\n  preset: tiny\n");

@@ -91,6 +91,40 @@ TEST_P(Golden, LossLogitsAndEveryGradientMatchPyTorch) {
   EXPECT_EQ(grads, want_grads);
 }
 
+// model.fused_kernels: auto (RoPE rotating by a table made once a step, the residual adds inside the norms after
+// them) computes exactly what off computes, with every checkpoint policy (what recompute finds kept differs): the
+// loss, the logits and every gradient agree bit for bit, in f32 and bf16.
+TEST_P(Golden, FusedKernelsChangeNoBit) {
+  const std::string cs = std::get<0>(GetParam());
+  const DType dt = std::get<1>(GetParam());
+  const ModelSpec spec = load_model_spec(golden(cs + ".yaml"));
+  const Batch batch = test::load_batch(golden(cs + "_batch.safetensors"));
+  const Checkpoint weights = Checkpoint::open(golden(test::first_line(golden(cs + ".weights"))));
+  auto run = [&](FusedKernels kernels, CheckpointKind kind) {
+    LlavaConfig cfg = spec.config;
+    cfg.llm.kernels = cfg.vision.kernels = kernels;
+    Llava model(cfg, Device::cpu(), dt);
+    model.set_trainable({.vision = !spec.freeze_vision, .projector = !spec.freeze_projector, .llm = !spec.freeze_llm});
+    load_weights(model.params(), weights);
+    ModelOptions opt;
+    opt.return_logits = true;
+    opt.vision_policy.kind = opt.llm_policy.kind = kind;
+    LlavaState st;
+    std::vector<std::vector<float>> out{{model.forward(batch, st, opt)}, st.logits.to_floats()};
+    model.backward(st);
+    for (const auto& p : model.params().all())
+      if (p->grad.defined()) out.push_back(p->grad.to_floats());
+    return out;
+  };
+  for (CheckpointKind kind : {CheckpointKind::None, CheckpointKind::Selective, CheckpointKind::Full}) {
+    const auto fused = run(FusedKernels::Auto, kind), unfused = run(FusedKernels::Off, kind);
+    ASSERT_EQ(fused.size(), unfused.size());
+    for (std::size_t i = 0; i < fused.size(); ++i)
+      EXPECT_TRUE(fused[i] == unfused[i])
+          << "policy " << int(kind) << ": output " << i << " (0 the loss, 1 the logits, then the gradients) differs";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, Golden,
                          testing::Combine(testing::Values("select_m2_gqa", "select_m1", "mha", "two_images_and_text",
                                                           "siglip_qwen2_tied", "stage1"),

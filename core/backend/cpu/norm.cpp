@@ -31,10 +31,15 @@ void norm_forward(const NormArgs& a) {
       T* y = a.y.data<T>();
       const W* w = a.weight.data<W>();
       const W* b = a.bias.defined() ? a.bias.data<W>() : nullptr;
+      T* sum = a.residual.defined() ? a.x.data<T>() : nullptr;
+      const T* res = a.residual.defined() ? a.residual.data<T>() : nullptr;
 #pragma omp parallel for schedule(static)
       for (int64_t r = 0; r < rows; ++r) {
         const T* xr = x + r * cols;
         T* yr = y + r * cols;
+        // The residual add first, into x as add_ leaves it: the row is then normalized from the cache.
+        if (sum)
+          for (int64_t c = 0; c < cols; ++c) store(sum + r * cols, c, load(xr, c) + load(res + r * cols, c));
         double m = 0.0;
         if (ln) {
           for (int64_t c = 0; c < cols; ++c) m += load(xr, c);
@@ -71,6 +76,7 @@ void backward_rows(const NormArgs& a, int64_t r0, int64_t r1, float* cw, float* 
   const T* x = a.x.data<T>();
   const T* dy = a.dy.data<T>();
   T* dx = a.dx.data<T>();
+  const T* dres = a.dresidual.defined() ? a.dresidual.data<T>() : nullptr;
   for (int64_t r = r0; r < r1; ++r) {
     const T* xr = x + r * cols;
     const T* dyr = dy + r * cols;
@@ -92,6 +98,9 @@ void backward_rows(const NormArgs& a, int64_t r0, int64_t r1, float* cw, float* 
       float xh = (load(xr, c) - m) * rs;
       store(dxr, c, rs * (load(dyr, c) * load(w, c) - m1 - xh * m2));
     }
+    // The residual stream's gradient added in the same pass, onto dx as stored (as add_ would).
+    if (dres)
+      for (int64_t c = 0; c < cols; ++c) store(dxr, c, load(dxr, c) + load(dres + r * cols, c));
   }
 }
 

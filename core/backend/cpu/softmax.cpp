@@ -1,6 +1,7 @@
 // CPU softmax over the last dim and rotary position embedding.
 #include <array>
 #include <cmath>
+#include <utility>
 
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
@@ -45,41 +46,94 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
   });
 }
 
+namespace {
+
+// The frequencies theta^(-2i/d), on the stack for every head size in use (d <= 2 kRopeTable); larger heads compute
+// each where it is needed (the same values).
+class RopeFreqs {
+ public:
+  RopeFreqs(float theta, int64_t hd) : theta_(theta), hd_(hd), tabled_(hd / 2 <= kRopeTable) {
+    if (tabled_)
+      for (int64_t i = 0; i < hd / 2; ++i) table_[std::size_t(i)] = compute(i);
+  }
+  double operator()(int64_t i) const { return tabled_ ? table_[std::size_t(i)] : compute(i); }
+
+ private:
+  static constexpr int64_t kRopeTable = 256;
+  double compute(int64_t i) const { return std::pow(double(theta_), -2.0 * double(i) / double(hd_)); }
+  float theta_;
+  int64_t hd_;
+  bool tabled_;
+  std::array<double, kRopeTable> table_;
+};
+
+// Rotates token bs's heads by the angles' cos c[i] and sin s[i] (sin negated for the inverse).
+template <typename T, typename CosSin>
+void rotate_token(const T* x, T* out, int64_t bs, int64_t heads, int64_t half, float sign, CosSin cos_sin) {
+  const int64_t hd = 2 * half;
+  for (int64_t i = 0; i < half; ++i) {
+    const auto [c, s0] = cos_sin(i);
+    const float s = sign * s0;
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t o = (bs * heads + h) * hd;
+      const float x1 = load(x, o + i), x2 = load(x, o + i + half);
+      store(out, o + i, x1 * c - x2 * s);
+      store(out, o + i + half, x2 * c + x1 * s);
+    }
+  }
+}
+
+}  // namespace
+
 // out[..., i] = x[..., i] * cos - x[..., i + half] * sin, out[..., i + half] = x[..., i + half] * cos + x[..., i] * sin
-// with angle = position * theta^(-2i / head_dim); inverse uses -angle.
+// with angle = position * theta^(-2i / head_dim), or the angle's cos and sin from the table; inverse uses -angle.
 void rope(const RopeArgs& a) {
   const int64_t batch = a.x.size(0), seq = a.x.size(1), heads = a.x.size(2), hd = a.x.size(3), half = hd / 2;
   const float sign = a.inverse ? -1.f : 1.f;
-  // The frequencies theta^(-2i/d), on the stack for every head size in use (d <= 2 kRopeTable); larger
-  // heads compute each where it is needed (the same values).
-  constexpr int64_t kRopeTable = 256;
-  std::array<double, kRopeTable> table;
-  const bool tabled = half <= kRopeTable;
-  auto freq = [&](int64_t i) { return std::pow(double(a.theta), -2.0 * double(i) / double(hd)); };
-  if (tabled)
-    for (int64_t i = 0; i < half; ++i) table[std::size_t(i)] = freq(i);
-  dispatch_index(a.positions.dtype(), "rope", [&](auto itag) {
-    using I = decltype(itag);
-    const I* pos = a.positions.data<I>();
-    dispatch_float(a.x.dtype(), "rope", [&](auto tag) {
-      using T = decltype(tag);
-      const T* x = a.x.data<T>();
-      T* out = a.out.data<T>();
+  dispatch_float(a.x.dtype(), "rope", [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = a.x.data<T>();
+    T* out = a.out.data<T>();
+    if (a.table.defined()) {
+      const float* t = a.table.data<float>();
+#pragma omp parallel for schedule(static)
+      for (int64_t bs = 0; bs < batch * seq; ++bs) {
+        const float* tr = t + bs * hd;
+        rotate_token(x, out, bs, heads, half, sign, [&](int64_t i) { return std::pair{tr[2 * i], tr[2 * i + 1]}; });
+      }
+      return;
+    }
+    const RopeFreqs freq(a.theta, hd);
+    dispatch_index(a.positions.dtype(), "rope", [&](auto itag) {
+      const auto* pos = a.positions.data<decltype(itag)>();
 #pragma omp parallel for schedule(static)
       for (int64_t bs = 0; bs < batch * seq; ++bs) {
         const double p = double(pos[bs]);
-        for (int64_t i = 0; i < half; ++i) {
-          const double ang = p * (tabled ? table[std::size_t(i)] : freq(i));
-          const float c = float(std::cos(ang)), s = sign * float(std::sin(ang));
-          for (int64_t h = 0; h < heads; ++h) {
-            const int64_t o = (bs * heads + h) * hd;
-            const float x1 = load(x, o + i), x2 = load(x, o + i + half);
-            store(out, o + i, x1 * c - x2 * s);
-            store(out, o + i + half, x2 * c + x1 * s);
-          }
-        }
+        rotate_token(x, out, bs, heads, half, sign, [&](int64_t i) {
+          const double ang = p * freq(i);
+          return std::pair{float(std::cos(ang)), float(std::sin(ang))};
+        });
       }
     });
+  });
+}
+
+// The table rope reads: out (batch, seq, half, 2) f32, each angle's cos and sin as rope computes them.
+void rope_table(const RopeArgs& a) {
+  const int64_t tokens = a.positions.numel(), half = a.out.size(-2);
+  const RopeFreqs freq(a.theta, 2 * half);
+  float* t = a.out.data<float>();
+  dispatch_index(a.positions.dtype(), "rope_table", [&](auto itag) {
+    const auto* pos = a.positions.data<decltype(itag)>();
+#pragma omp parallel for schedule(static)
+    for (int64_t bs = 0; bs < tokens; ++bs) {
+      const double p = double(pos[bs]);
+      for (int64_t i = 0; i < half; ++i) {
+        const double ang = p * freq(i);
+        t[(bs * half + i) * 2] = float(std::cos(ang));
+        t[(bs * half + i) * 2 + 1] = float(std::sin(ang));
+      }
+    }
   });
 }
 

@@ -1,7 +1,7 @@
 // CUDA layer norm and RMS norm, forward and backward: the twins of backend/cpu/norm.cpp. One block per row with
-// f32 statistics; the weight and bias gradients are column sums in a fixed order (column_sums.cuh: stretches of
-// rows into partials in the workspace, then each column's partials in order), so the result does not depend on
-// scheduling.
+// f32 statistics (and the fused residual add, forward and backward); the weight and bias gradients are column sums in a
+// fixed order (column_sums.cuh: stretches of rows into partials in the workspace, then each column's partials in
+// order), so the result does not depend on scheduling.
 #include "core/backend/cuda/column_sums.cuh"
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
@@ -18,13 +18,18 @@ using device::store;
 
 constexpr int kRowThreads = 256;
 
+// With `res`, x += res first (each thread its own columns, which it alone reads back): the fused residual add.
 template <typename T, typename W>
-__global__ void norm_forward_kernel(const T* x, const W* w, const W* b, T* y, float* mean, float* rstd, long long cols,
-                                    float eps, bool ln) {
+__global__ void norm_forward_kernel(const T* x, const T* res, const W* w, const W* b, T* y, float* mean, float* rstd,
+                                    long long cols, float eps, bool ln) {
   __shared__ float scratch[device::kWarp];
   const long long row = blockIdx.x;
   const T* xr = x + row * cols;
   T* yr = y + row * cols;
+  if (res) {
+    T* sum = const_cast<T*>(xr);
+    for (long long c = threadIdx.x; c < cols; c += blockDim.x) store(sum, c, load(xr, c) + load(res + row * cols, c));
+  }
   float m = 0.f;
   if (ln) {
     float s = 0.f;
@@ -45,10 +50,11 @@ __global__ void norm_forward_kernel(const T* x, const W* w, const W* b, T* y, fl
   }
 }
 
-// dx = rs * (dy w - mean(dy w) - xhat mean(dy w xhat)), the mean(dy w) term for layer norm only.
+// dx = rs * (dy w - mean(dy w) - xhat mean(dy w xhat)), the mean(dy w) term for layer norm only; plus dres, the
+// residual stream's gradient, onto dx as stored.
 template <typename T, typename W>
-__global__ void norm_dx_kernel(const T* x, const T* dy, const W* w, const float* mean, const float* rstd, T* dx,
-                               long long cols, bool ln) {
+__global__ void norm_dx_kernel(const T* x, const T* dy, const W* w, const float* mean, const float* rstd, const T* dres,
+                               T* dx, long long cols, bool ln) {
   __shared__ float scratch[device::kWarp];
   const long long row = blockIdx.x;
   const T* xr = x + row * cols;
@@ -65,6 +71,7 @@ __global__ void norm_dx_kernel(const T* x, const T* dy, const W* w, const float*
   for (long long c = threadIdx.x; c < cols; c += blockDim.x) {
     const float xh = (load(xr, c) - m) * rs;
     store(dx + row * cols, c, rs * (load(dyr, c) * load(w, c) - m1 - xh * m2));
+    if (dres) store(dx + row * cols, c, load(dx + row * cols, c) + load(dres + row * cols, c));
   }
 }
 
@@ -98,7 +105,8 @@ void norm_forward(const NormArgs& a) {
     using T = decltype(tag);
     dispatch_float(a.weight.dtype(), "norm", [&](auto wtag) {
       using W = decltype(wtag);
-      launch_rows("norm", rows, kRowThreads, norm_forward_kernel<T, W>, a.x.data<T>(), a.weight.data<W>(),
+      launch_rows("norm", rows, kRowThreads, norm_forward_kernel<T, W>, a.x.data<T>(),
+                  a.residual.defined() ? a.residual.data<T>() : nullptr, a.weight.data<W>(),
                   a.bias.defined() ? a.bias.data<W>() : nullptr, a.y.data<T>(), ln ? a.mean.data<float>() : nullptr,
                   a.rstd.data<float>(), cols, a.eps, ln);
     });
@@ -115,7 +123,8 @@ void norm_backward(const NormArgs& a) {
     dispatch_float(a.weight.dtype(), "norm_backward", [&](auto wtag) {
       using W = decltype(wtag);
       launch_rows("norm_backward", rows, kRowThreads, norm_dx_kernel<T, W>, a.x.data<T>(), a.dy.data<T>(),
-                  a.weight.data<W>(), mean, rstd, a.dx.data<T>(), cols, ln);
+                  a.weight.data<W>(), mean, rstd, a.dresidual.defined() ? a.dresidual.data<T>() : nullptr,
+                  a.dx.data<T>(), cols, ln);
     });
     if (!a.dweight.defined() || cols == 0) return;
     const ColumnSplit split = column_split(rows, cols);

@@ -43,19 +43,38 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, long lon
   for (long long c = threadIdx.x; c < cols; c += blockDim.x) store(dx, o + c, load(y, o + c) * (load(dy, o + c) - dot));
 }
 
-// Thread t rotates the pair (i, i + half) of one head of one position.
+// Thread t rotates the pair (i, i + half) of one head of one position, by angles computed here or read from the
+// table (cos, sin per token and pair: rope_table_kernel's output).
 template <typename T, typename I>
-__global__ void rope_kernel(const T* x, const I* pos, T* out, long long pairs, long long heads, long long hd,
-                            double theta, float sign) {
+__global__ void rope_kernel(const T* x, const I* pos, const float* table, T* out, long long pairs, long long heads,
+                            long long hd, double theta, float sign) {
   const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= pairs) return;
   const long long half = hd / 2, i = t % half, bsh = t / half, bs = bsh / heads;
-  const double ang = double(pos[bs]) * pow(theta, -2.0 * double(i) / double(hd));
-  const float c = float(cos(ang)), s = sign * float(sin(ang));
+  float c, s;
+  if (table) {
+    c = table[(bs * half + i) * 2];
+    s = sign * table[(bs * half + i) * 2 + 1];
+  } else {
+    const double ang = double(pos[bs]) * pow(theta, -2.0 * double(i) / double(hd));
+    c = float(cos(ang));
+    s = sign * float(sin(ang));
+  }
   const long long o = bsh * hd;
   const float x1 = load(x, o + i), x2 = load(x, o + i + half);
   store(out, o + i, x1 * c - x2 * s);
   store(out, o + i + half, x2 * c + x1 * s);
+}
+
+// Thread t writes pair i of token bs's table: the angle's cos and sin as rope_kernel computes them.
+template <typename I>
+__global__ void rope_table_kernel(const I* pos, float* table, long long entries, long long half, double theta) {
+  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= entries) return;
+  const long long i = t % half, bs = t / half;
+  const double ang = double(pos[bs]) * pow(theta, -2.0 * double(i) / double(2 * half));
+  table[2 * t] = float(cos(ang));
+  table[2 * t + 1] = float(sin(ang));
 }
 
 }  // namespace
@@ -82,13 +101,29 @@ void softmax_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) {
 void rope(const RopeArgs& a) {
   const int64_t heads = a.x.size(2), hd = a.x.size(3), pairs = a.x.numel() / 2;
   if (pairs == 0) return;
-  dispatch_index(a.positions.dtype(), "rope", [&](auto itag) {
-    using I = decltype(itag);
-    dispatch_float(a.x.dtype(), "rope", [&](auto tag) {
-      using T = decltype(tag);
-      launch_elements("rope", pairs, rope_kernel<T, I>, a.x.data<T>(), a.positions.data<I>(), a.out.data<T>(), pairs,
-                      heads, hd, double(a.theta), a.inverse ? -1.f : 1.f);
+  const float* table = a.table.defined() ? a.table.data<float>() : nullptr;
+  dispatch_float(a.x.dtype(), "rope", [&](auto tag) {
+    using T = decltype(tag);
+    if (table) {
+      launch_elements("rope", pairs, rope_kernel<T, int64_t>, a.x.data<T>(), nullptr, table, a.out.data<T>(), pairs,
+                      heads, hd, 0.0, a.inverse ? -1.f : 1.f);
+      return;
+    }
+    dispatch_index(a.positions.dtype(), "rope", [&](auto itag) {
+      using I = decltype(itag);
+      launch_elements("rope", pairs, rope_kernel<T, I>, a.x.data<T>(), a.positions.data<I>(), table, a.out.data<T>(),
+                      pairs, heads, hd, double(a.theta), a.inverse ? -1.f : 1.f);
     });
+  });
+}
+
+void rope_table(const RopeArgs& a) {
+  const int64_t half = a.out.size(-2), entries = a.positions.numel() * half;
+  if (entries == 0) return;
+  dispatch_index(a.positions.dtype(), "rope_table", [&](auto itag) {
+    using I = decltype(itag);
+    launch_elements("rope_table", entries, rope_table_kernel<I>, a.positions.data<I>(), a.out.data<float>(), entries,
+                    half, double(a.theta));
   });
 }
 
