@@ -43,6 +43,12 @@ const Kernels& cpu_kernels() {
       t.attention_forward = t.attention_backward = t.attention_cached = [](const AttentionArgs&) {
         throw Error("[attention] the CPU attention kernel needs AVX2 and FMA (x86-64-v3); this CPU has neither");
       };
+      t.swiglu_forward = [](const Tensor&, const Tensor&, const Tensor&) {
+        throw Error("[swiglu] the CPU SwiGLU kernel needs AVX2 and FMA (x86-64-v3); this CPU has neither");
+      };
+      t.swiglu_backward = [](const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
+        throw Error("[swiglu_backward] the CPU SwiGLU kernel needs AVX2 and FMA (x86-64-v3); this CPU has neither");
+      };
     }
     return t;
   }();

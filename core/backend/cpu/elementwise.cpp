@@ -1,4 +1,4 @@
-// CPU element-wise kernels: axpby, mul, activations and swiglu (f32 math on any float dtype).
+// CPU element-wise kernels: axpby, mul, dropout and activations (f32 math on any float dtype); SwiGLU is swiglu.cpp.
 #include <cmath>
 
 #include "core/backend/cpu/cpu_common.h"
@@ -132,37 +132,6 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor&
     const int64_t n = x.numel();
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
     for (int64_t i = 0; i < n; ++i) store(dxp, i, load(dyp, i) * unary_df(op, load(xp, i)));
-  });
-}
-
-void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& y) {
-  dispatch_float(gate.dtype(), "swiglu", [&](auto tag) {
-    using T = decltype(tag);
-    const T* g = gate.data<T>();
-    const T* u = up.data<T>();
-    T* yp = y.data<T>();
-    const int64_t n = gate.numel();
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) store(yp, i, unary_f(UnaryOp::Silu, load(g, i)) * load(u, i));
-  });
-}
-
-void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, const Tensor& dgate, const Tensor& dup) {
-  dispatch_float(gate.dtype(), "swiglu_backward", [&](auto tag) {
-    using T = decltype(tag);
-    const T* g = gate.data<T>();
-    const T* u = up.data<T>();
-    const T* d = dy.data<T>();
-    T* dg = dgate.data<T>();
-    T* du = dup.data<T>();
-    const int64_t n = gate.numel();
-#pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-      // One sigmoid for both: silu(g) = g s and silu'(g) = s (1 + g (1 - s)).
-      const float gv = load(g, i), dv = load(d, i), s = sigmoid(gv);
-      store(du, i, dv * gv * s);
-      store(dg, i, dv * load(u, i) * s * (1.f + gv * (1.f - s)));
-    }
   });
 }
 
