@@ -64,7 +64,7 @@ struct MixArgs {
 };
 
 // Rotary embedding in the rotate-half layout of LLaMA: x is (batch, seq, heads, head_dim), positions (batch, seq).
-// With `table` defined (f32 (batch, seq, head_dim / 2, 2): each angle's cos and sin, rope_table's output) the
+// With `table` defined (f32 (batch, seq, 2, head_dim / 2): each token's cosines, then its sines; rope_table's) the
 // angles are read from it and positions and theta are not used. rope_table itself fills `out` with that table from
 // positions and theta (x unused).
 struct RopeArgs {

@@ -52,7 +52,7 @@ Tensor rope(const char* op, const Tensor& x, const Tensor& positions, float thet
 Tensor rope_tabled(const char* op, const Tensor& x, const Tensor& table, bool inverse) {
   check_rotated(op, x);
   HR_CHECK(table.dtype() == DType::F32, "[", op, "] table must be f32 (rope_table's); got ", table.describe());
-  check_shape(op, "table", table, {x.size(0), x.size(1), x.size(3) / 2, 2});
+  check_shape(op, "table", table, {x.size(0), x.size(1), 2, x.size(3) / 2});
   check_same_device(op, x, table);
   RopeArgs a;
   a.x = x.contiguous();
@@ -78,7 +78,7 @@ Tensor rope_table(const Tensor& positions, int64_t head_dim, float theta) {
   RopeArgs a;
   a.positions = positions.contiguous();
   a.theta = theta;
-  a.out = Tensor::empty({positions.size(0), positions.size(1), head_dim / 2, 2}, DType::F32, positions.device());
+  a.out = Tensor::empty({positions.size(0), positions.size(1), 2, head_dim / 2}, DType::F32, positions.device());
   launch("rope_table", positions.device(), &Kernels::rope_table, a);
   return a.out;
 }

@@ -14,8 +14,8 @@ Tensor rope_forward(const Tensor& x, const Tensor& positions, float theta);
 // The inverse rotation applied to dy.
 Tensor rope_backward(const Tensor& dy, const Tensor& positions, float theta);
 
-// RoPE's angles once a step: f32 (batch, seq, head_dim / 2, 2), each angle's cos and sin for positions (batch, seq)
-// with base `theta`, the values rope_forward computes on every call (angles in double). Every layer's q and k,
+// RoPE's angles once a step: f32 (batch, seq, 2, head_dim / 2), each token's cosines then sines for positions (batch,
+// seq) with base `theta`, the values rope_forward computes on every call (angles in double). Every layer's q and k,
 // forward and backward, then rotate by it: the same results, without a sine or cosine per call.
 Tensor rope_table(const Tensor& positions, int64_t head_dim, float theta);
 Tensor rope_forward(const Tensor& x, const Tensor& table);

@@ -94,12 +94,20 @@ void rope(const RopeArgs& a) {
     using T = decltype(tag);
     const T* x = a.x.data<T>();
     T* out = a.out.data<T>();
-    if (a.table.defined()) {
+    if (a.table.defined()) {  // token bs's cos row then its sin row: each head's pairs in one vectorized sweep
       const float* t = a.table.data<float>();
 #pragma omp parallel for schedule(static)
       for (int64_t bs = 0; bs < batch * seq; ++bs) {
-        const float* tr = t + bs * hd;
-        rotate_token(x, out, bs, heads, half, sign, [&](int64_t i) { return std::pair{tr[2 * i], tr[2 * i + 1]}; });
+        const float* c = t + bs * hd;
+        const float* s = c + half;
+        for (int64_t h = 0; h < heads; ++h) {
+          const int64_t o = (bs * heads + h) * hd;
+          for (int64_t i = 0; i < half; ++i) {
+            const float x1 = load(x, o + i), x2 = load(x, o + i + half), si = sign * s[i];
+            store(out, o + i, x1 * c[i] - x2 * si);
+            store(out, o + i + half, x2 * c[i] + x1 * si);
+          }
+        }
       }
       return;
     }
@@ -118,9 +126,9 @@ void rope(const RopeArgs& a) {
   });
 }
 
-// The table rope reads: out (batch, seq, half, 2) f32, each angle's cos and sin as rope computes them.
+// The table rope reads: out (batch, seq, 2, half) f32, each token's cos row and sin row as rope computes them.
 void rope_table(const RopeArgs& a) {
-  const int64_t tokens = a.positions.numel(), half = a.out.size(-2);
+  const int64_t tokens = a.positions.numel(), half = a.out.size(-1);
   const RopeFreqs freq(a.theta, 2 * half);
   float* t = a.out.data<float>();
   dispatch_index(a.positions.dtype(), "rope_table", [&](auto itag) {
@@ -130,8 +138,8 @@ void rope_table(const RopeArgs& a) {
       const double p = double(pos[bs]);
       for (int64_t i = 0; i < half; ++i) {
         const double ang = p * freq(i);
-        t[(bs * half + i) * 2] = float(std::cos(ang));
-        t[(bs * half + i) * 2 + 1] = float(std::sin(ang));
+        t[bs * 2 * half + i] = float(std::cos(ang));
+        t[bs * 2 * half + half + i] = float(std::sin(ang));
       }
     }
   });

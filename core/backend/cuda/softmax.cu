@@ -44,7 +44,7 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, long lon
 }
 
 // Thread t rotates the pair (i, i + half) of one head of one position, by angles computed here or read from the
-// table (cos, sin per token and pair: rope_table_kernel's output).
+// table (per token a row of cosines, then one of sines: rope_table_kernel's output).
 template <typename T, typename I>
 __global__ void rope_kernel(const T* x, const I* pos, const float* table, T* out, long long pairs, long long heads,
                             long long hd, double theta, float sign) {
@@ -53,8 +53,8 @@ __global__ void rope_kernel(const T* x, const I* pos, const float* table, T* out
   const long long half = hd / 2, i = t % half, bsh = t / half, bs = bsh / heads;
   float c, s;
   if (table) {
-    c = table[(bs * half + i) * 2];
-    s = sign * table[(bs * half + i) * 2 + 1];
+    c = table[bs * hd + i];
+    s = sign * table[bs * hd + half + i];
   } else {
     const double ang = double(pos[bs]) * pow(theta, -2.0 * double(i) / double(hd));
     c = float(cos(ang));
@@ -73,8 +73,8 @@ __global__ void rope_table_kernel(const I* pos, float* table, long long entries,
   if (t >= entries) return;
   const long long i = t % half, bs = t / half;
   const double ang = double(pos[bs]) * pow(theta, -2.0 * double(i) / double(2 * half));
-  table[2 * t] = float(cos(ang));
-  table[2 * t + 1] = float(sin(ang));
+  table[bs * 2 * half + i] = float(cos(ang));
+  table[bs * 2 * half + half + i] = float(sin(ang));
 }
 
 }  // namespace
@@ -118,7 +118,7 @@ void rope(const RopeArgs& a) {
 }
 
 void rope_table(const RopeArgs& a) {
-  const int64_t half = a.out.size(-2), entries = a.positions.numel() * half;
+  const int64_t half = a.out.size(-1), entries = a.positions.numel() * half;
   if (entries == 0) return;
   dispatch_index(a.positions.dtype(), "rope_table", [&](auto itag) {
     using I = decltype(itag);
