@@ -2,6 +2,8 @@
 // back-end says of itself; cpu_kernels.cpp puts them in the table.
 #pragma once
 
+#include <cmath>
+
 #include "core/backend/kernel_list.h"
 
 namespace hr::cpu {
@@ -17,5 +19,18 @@ const char* gemm_path(const GemmDesc& d);
 std::size_t gemm_plans_cached();
 // Whether this CPU runs the attention kernels (compiled for AVX2 + FMA on x86-64).
 bool attention_isa_present();
+
+// out[i] = exp(in[i]) for n floats (out may be in): Eigen's vectorized exp, compiled for AVX2 + FMA
+// (vector_math.cpp), called only where attention_isa_present().
+void exp_floats_avx2(const float* in, float* out, int64_t n);
+// The same on any CPU: the vectorized exp where the CPU has it, else std::exp.
+inline void exp_floats(const float* in, float* out, int64_t n) {
+  static const bool vectorized = attention_isa_present();
+  if (vectorized) {
+    exp_floats_avx2(in, out, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = std::exp(in[i]);
+}
 
 }  // namespace hr::cpu

@@ -1,6 +1,7 @@
-// CPU SwiGLU, forward and backward: silu(gate) * up. The sigmoid's exponentials run in Eigen's vectorized exp over
-// stretches of kStretch elements converted to f32 on the stack; this file is compiled for AVX2 + FMA, as the
-// attention is (core/CMakeLists.txt), so a stretch goes 8 lanes at a time. One parallel loop over stretches each way.
+// CPU kernels around Eigen's vectorized exp; this file is compiled for AVX2 + FMA, as the attention is
+// (core/CMakeLists.txt), so it runs 8 lanes at a time. SwiGLU, forward and backward (silu(gate) * up): the sigmoid's
+// exponentials over stretches of kStretch elements converted to f32 on the stack, one parallel loop over stretches
+// each way. exp_floats_avx2: the exponentials other kernels take in bulk (the cross-entropy's).
 #include <Eigen/Core>
 
 #include "core/backend/cpu/cpu_common.h"
@@ -30,6 +31,10 @@ void load_sigmoid(const T* p, int64_t i0, int64_t m, float* g, float* s) {
 }
 
 }  // namespace
+
+void exp_floats_avx2(const float* in, float* out, int64_t n) {
+  if (n > 0) Eigen::Map<Eigen::ArrayXf>(out, n) = Eigen::Map<const Eigen::ArrayXf>(in, n).exp();
+}
 
 void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& y) {
   dispatch_float(gate.dtype(), "swiglu", [&](auto tag) {
