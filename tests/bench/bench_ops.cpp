@@ -4,14 +4,22 @@
 // its own scratchpad handling: under ONEDNN_MAX_CPU_ISA=avx2 that is gemm:jit (which mallocs its packing
 // buffers) against headroom's packed GEMM, on the same machine in the same run. BM_Optimizer: AdamW and 8-bit
 // AdamW updates of one f32 parameter (elements per second), each step's moments as a real run leaves them.
+// The fused kernels (model.fused_kernels) beside their unfused ops, on the 19.2M bench model's decoder shapes
+// (8 x 256 tokens, 6 heads of 64, hidden 384, intermediate 1024), bytes of activations read and written per second:
+// BM_Rope a layer's four rotations (q and k, forward and backward) from positions or from the step's table
+// (BM_RopeTable: making the table, once a step for every layer), BM_AddNorm a block's residual add and RMS norm,
+// forward and backward, as two ops or one, and BM_Swiglu SwiGLU forward and backward.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/ops/attention.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/linear.h"
+#include "core/ops/norm.h"
 #include "core/ops/optimizer.h"
+#include "core/ops/softmax.h"
 
 using namespace hr::core;
 
@@ -122,6 +130,67 @@ void BM_Attention(benchmark::State& state, DType dt, bool backward) {
   set_flops(state, matmuls * double(H) * double(L) * double(L) * double(D));
 }
 
+constexpr int64_t kTokensB = 8, kTokensL = 256, kHeads = 6, kHeadDim = 64, kHidden = 384, kInter = 1024;
+
+void set_bytes(benchmark::State& state, double bytes_per_iter) {
+  state.counters["bytes/s"] =
+      benchmark::Counter(bytes_per_iter, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1024);
+}
+
+Tensor positions() {
+  std::vector<int64_t> p(std::size_t(kTokensB * kTokensL));
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = int64_t(i) % kTokensL;
+  return Tensor::from_ints(p, {kTokensB, kTokensL}, DType::I64, Device::cpu());
+}
+
+void BM_Rope(benchmark::State& state, DType dt, bool table) {
+  Tensor x = Tensor::full({kTokensB, kTokensL, kHeads, kHeadDim}, 0.5f, dt, Device::cpu());
+  const Tensor pos = positions(), t = rope_table(pos, kHeadDim, 10000.f);
+  for (auto _ : state)
+    for (int i = 0; i < 2; ++i) {
+      benchmark::DoNotOptimize(table ? rope_forward(x, t) : rope_forward(x, pos, 10000.f));
+      benchmark::DoNotOptimize(table ? rope_backward(x, t) : rope_backward(x, pos, 10000.f));
+    }
+  set_bytes(state, 4.0 * 2.0 * double(x.nbytes()));
+}
+
+void BM_RopeTable(benchmark::State& state) {
+  const Tensor pos = positions();
+  for (auto _ : state) benchmark::DoNotOptimize(rope_table(pos, kHeadDim, 10000.f));
+  set_bytes(state, double(kTokensB * kTokensL * kHeadDim * 4));
+}
+
+// Each iteration first copies the branch's output (both ways: the fused forward adds into it in place).
+void BM_AddNorm(benchmark::State& state, DType dt, bool fused) {
+  const int64_t n = kTokensB * kTokensL;
+  Tensor x = Tensor::full({n, kHidden}, 0.5f, dt, Device::cpu()), w = Tensor::full({kHidden}, 1.f, dt, Device::cpu());
+  Tensor branch = Tensor::full({n, kHidden}, 0.25f, dt, Device::cpu());
+  Tensor dy = Tensor::full({n, kHidden}, 0.1f, dt, Device::cpu()), dw = Tensor::zeros({kHidden}, dt, Device::cpu());
+  NormBackwardOptions o;
+  o.accumulate = Accumulate::Yes;
+  o.dweight_into = dw;
+  for (auto _ : state) {
+    Tensor h = axpby(1.f, branch, 0.f, branch);
+    if (!fused) add_(h, x);
+    NormOut y = rmsnorm_forward(h, w, 1e-6f, fused ? x : Tensor());
+    o.add_to_dx = fused ? dy : Tensor();
+    NormGrads g = rmsnorm_backward(y.y, h, w, y.saved, o);
+    if (!fused) add_(g.dx, dy);
+    benchmark::DoNotOptimize(g.dx);
+  }
+}
+
+void BM_Swiglu(benchmark::State& state, DType dt) {
+  const int64_t n = kTokensB * kTokensL;
+  Tensor g = Tensor::full({n, kInter}, 0.5f, dt, Device::cpu()),
+         u = Tensor::full({n, kInter}, -0.25f, dt, Device::cpu());
+  for (auto _ : state) {
+    Tensor y = swiglu_forward(g, u);
+    benchmark::DoNotOptimize(swiglu_backward(g, u, y));
+  }
+  set_bytes(state, 8.0 * double(g.nbytes()));  // forward: 2 in, 1 out; backward: 3 in, 2 out
+}
+
 }  // namespace
 
 void BM_Optimizer(benchmark::State& state, bool eight_bit) {
@@ -176,6 +245,15 @@ BENCHMARK_CAPTURE(BM_Attention, bwd_f32, DType::F32, true)->Arg(512)->Arg(2048)-
 BENCHMARK_CAPTURE(BM_Attention, fwd_bf16, DType::BF16, false)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Attention, bwd_bf16, DType::BF16, true)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
 
+BENCHMARK_CAPTURE(BM_Rope, per_call_bf16, DType::BF16, false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Rope, table_bf16, DType::BF16, true)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RopeTable)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AddNorm, unfused_bf16, DType::BF16, false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AddNorm, fused_bf16, DType::BF16, true)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AddNorm, unfused_f32, DType::F32, false)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AddNorm, fused_f32, DType::F32, true)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Swiglu, bf16, DType::BF16)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Swiglu, f32, DType::F32)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Optimizer, adamw, false)->Arg(1 << 22)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Optimizer, adamw_8bit, true)->Arg(1 << 22)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();
