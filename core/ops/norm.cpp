@@ -58,6 +58,7 @@ NormGrads norm_backward(NormKind kind, const Tensor& dy, const Tensor& x, const 
   a.dy = dy.contiguous().view({rows, cols});
   if (o.add_to_dx.defined()) {
     check_shape(op, "add_to_dx", o.add_to_dx, x.shape());
+    check_same_device(op, x, o.add_to_dx);
     HR_CHECK(o.add_to_dx.dtype() == x.dtype(), "[", op, "] add_to_dx ", o.add_to_dx.describe(), " must have x's dtype ",
              dtype_name(x.dtype()));
     a.dresidual = o.add_to_dx.contiguous().view({rows, cols});

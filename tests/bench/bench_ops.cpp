@@ -5,10 +5,11 @@
 // buffers) against headroom's packed GEMM, on the same machine in the same run. BM_Optimizer: AdamW and 8-bit
 // AdamW updates of one f32 parameter (elements per second), each step's moments as a real run leaves them.
 // The fused kernels (model.fused_kernels) beside their unfused ops, on the 19.2M bench model's decoder shapes
-// (8 x 256 tokens, 6 heads of 64, hidden 384, intermediate 1024), bytes of activations read and written per second:
-// BM_Rope a layer's four rotations (q and k, forward and backward) from positions or from the step's table
-// (BM_RopeTable: making the table, once a step for every layer), BM_AddNorm a block's residual add and RMS norm,
-// forward and backward, as two ops or one, and BM_Swiglu SwiGLU forward and backward.
+// (8 x 256 tokens, 6 heads of 64, hidden 384, intermediate 1024), with bytes of activations read and written per
+// second where one kernel's traffic is clear: BM_Rope a layer's four rotations (q and k, forward and backward) from
+// positions or from the step's table (BM_RopeTable: making the table, once a step for every layer), BM_AddNorm a
+// block's residual add and RMS norm, forward and backward, as two ops or one, and BM_Swiglu SwiGLU forward and
+// backward.
 #include <benchmark/benchmark.h>
 
 #include <cmath>

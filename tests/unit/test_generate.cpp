@@ -163,6 +163,35 @@ TEST_F(Generate, CachedLogitsEqualTheFullSequenceForwardAtEveryPosition) {
                                model.config().llm.head_dim() * 4);
 }
 
+// model.fused_kernels with a KV cache: the prefill's and every decode step's logits are the unfused ops' bit for bit
+// (RoPE's table made per call for the new positions, the residual add inside post_attention_layernorm).
+TEST_F(Generate, FusedKernelsChangeNoBitOfTheCachedLogits) {
+  LlavaConfig off = gqa_model();
+  off.llm.kernels = off.vision.kernels = FusedKernels::Off;
+  Llava unfused(off, Device::cpu(), DType::F32);
+  init_weights(unfused.params(), 7);
+  const std::vector<Example> ps = prompts(model.config());
+  std::vector<int64_t> lengths;
+  std::vector<Example> batch;
+  for (const Example& e : ps) {
+    lengths.push_back(int64_t(e.prompt.size()));
+    Example p = e;
+    p.ids = e.prompt;
+    p.labels.assign(p.ids.size(), model.config().ignore_index);
+    batch.push_back(std::move(p));
+  }
+  const int64_t B = int64_t(ps.size()), longest = *std::max_element(lengths.begin(), lengths.end());
+  auto logits = [&](const Llava& m) {
+    KvCache cache = m.make_cache(B, longest + 3);
+    std::vector<std::vector<float>> out{
+        m.prefill(collate(batch, longest, m.config().ignore_index), lengths, cache).to_floats()};
+    for (int64_t s = 0; s < 3; ++s)
+      out.push_back(m.decode(std::vector<int64_t>(std::size_t(B), 70 + s), cache).to_floats());
+    return out;
+  };
+  EXPECT_TRUE(logits(model) == logits(unfused));
+}
+
 TEST_F(Generate, CachedGreedyEqualsUncachedTokenForToken) {
   const std::vector<Example> ps = prompts(model.config());
   GenerationOptions g;

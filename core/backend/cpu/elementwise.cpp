@@ -1,4 +1,5 @@
-// CPU element-wise kernels: axpby, mul, dropout and activations (f32 math on any float dtype); SwiGLU is swiglu.cpp.
+// CPU element-wise kernels: axpby, mul, dropout and activations (f32 math on any float dtype); SwiGLU is in
+// vector_math.cpp.
 #include <cmath>
 
 #include "core/backend/cpu/cpu_common.h"

@@ -71,7 +71,8 @@ __global__ void norm_dx_kernel(const T* x, const T* dy, const W* w, const float*
   for (long long c = threadIdx.x; c < cols; c += blockDim.x) {
     const float xh = (load(xr, c) - m) * rs;
     store(dx + row * cols, c, rs * (load(dyr, c) * load(w, c) - m1 - xh * m2));
-    if (dres) store(dx + row * cols, c, load(dx + row * cols, c) + load(dres + row * cols, c));
+    // __fadd_rn: never merged with the product above into one FMA, so f32 rounds twice, as the add_ beside it does
+    if (dres) store(dx + row * cols, c, __fadd_rn(load(dx + row * cols, c), load(dres + row * cols, c)));
   }
 }
 
