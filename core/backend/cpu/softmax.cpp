@@ -1,7 +1,6 @@
 // CPU softmax over the last dim and rotary position embedding.
 #include <array>
 #include <cmath>
-#include <utility>
 
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
@@ -67,22 +66,6 @@ class RopeFreqs {
   std::array<double, kRopeTable> table_;
 };
 
-// Rotates token bs's heads by the angles' cos c[i] and sin s[i] (sin negated for the inverse).
-template <typename T, typename CosSin>
-void rotate_token(const T* x, T* out, int64_t bs, int64_t heads, int64_t half, float sign, CosSin cos_sin) {
-  const int64_t hd = 2 * half;
-  for (int64_t i = 0; i < half; ++i) {
-    const auto [c, s0] = cos_sin(i);
-    const float s = sign * s0;
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t o = (bs * heads + h) * hd;
-      const float x1 = load(x, o + i), x2 = load(x, o + i + half);
-      store(out, o + i, x1 * c - x2 * s);
-      store(out, o + i + half, x2 * c + x1 * s);
-    }
-  }
-}
-
 }  // namespace
 
 // out[..., i] = x[..., i] * cos - x[..., i + half] * sin, out[..., i + half] = x[..., i + half] * cos + x[..., i] * sin
@@ -90,6 +73,7 @@ void rotate_token(const T* x, T* out, int64_t bs, int64_t heads, int64_t half, f
 void rope(const RopeArgs& a) {
   const int64_t batch = a.x.size(0), seq = a.x.size(1), heads = a.x.size(2), hd = a.x.size(3), half = hd / 2;
   const float sign = a.inverse ? -1.f : 1.f;
+  const RopeFreqs freq(a.theta, hd);  // here, not in the lambdas: clang's OpenMP cannot capture it from there
   dispatch_float(a.x.dtype(), "rope", [&](auto tag) {
     using T = decltype(tag);
     const T* x = a.x.data<T>();
@@ -111,16 +95,21 @@ void rope(const RopeArgs& a) {
       }
       return;
     }
-    const RopeFreqs freq(a.theta, hd);
     dispatch_index(a.positions.dtype(), "rope", [&](auto itag) {
       const auto* pos = a.positions.data<decltype(itag)>();
 #pragma omp parallel for schedule(static)
       for (int64_t bs = 0; bs < batch * seq; ++bs) {
         const double p = double(pos[bs]);
-        rotate_token(x, out, bs, heads, half, sign, [&](int64_t i) {
+        for (int64_t i = 0; i < half; ++i) {
           const double ang = p * freq(i);
-          return std::pair{float(std::cos(ang)), float(std::sin(ang))};
-        });
+          const float c = float(std::cos(ang)), s = sign * float(std::sin(ang));
+          for (int64_t h = 0; h < heads; ++h) {
+            const int64_t o = (bs * heads + h) * hd;
+            const float x1 = load(x, o + i), x2 = load(x, o + i + half);
+            store(out, o + i, x1 * c - x2 * s);
+            store(out, o + i + half, x2 * c + x1 * s);
+          }
+        }
       }
     });
   });
