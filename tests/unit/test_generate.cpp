@@ -63,6 +63,19 @@ std::vector<Example> prompts(const LlavaConfig& c) {
   return out;
 }
 
+// The prompts as a batch to prefill (ids the prompt, no labels), and each one's length.
+std::vector<Example> prompt_batch(const std::vector<Example>& ps, int64_t ignore_index, std::vector<int64_t>& lengths) {
+  std::vector<Example> batch;
+  for (const Example& e : ps) {
+    lengths.push_back(int64_t(e.prompt.size()));
+    Example p = e;
+    p.ids = e.prompt;
+    p.labels.assign(p.ids.size(), ignore_index);
+    batch.push_back(std::move(p));
+  }
+  return batch;
+}
+
 double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double d = 0;
   for (std::size_t i = 0; i < a.size(); ++i) d = std::max(d, double(std::fabs(a[i] - b[i])));
@@ -129,14 +142,7 @@ TEST_F(Generate, CachedLogitsEqualTheFullSequenceForwardAtEveryPosition) {
 
   // The same logits from the cache: prefill, then one decode step per generated token.
   std::vector<int64_t> lengths;
-  std::vector<Example> batch;
-  for (const Example& e : ps) {
-    lengths.push_back(int64_t(e.prompt.size()));
-    Example p = e;
-    p.ids = e.prompt;
-    p.labels.assign(p.ids.size(), model.config().ignore_index);
-    batch.push_back(std::move(p));
-  }
+  const std::vector<Example> batch = prompt_batch(ps, model.config().ignore_index, lengths);
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   KvCache cache = model.make_cache(B, longest + g.max_new_tokens - 1);
   EXPECT_EQ(cache.k.size(), std::size_t(model.config().llm.layers));
@@ -172,14 +178,7 @@ TEST_F(Generate, FusedKernelsChangeNoBitOfTheCachedLogits) {
   init_weights(unfused.params(), 7);
   const std::vector<Example> ps = prompts(model.config());
   std::vector<int64_t> lengths;
-  std::vector<Example> batch;
-  for (const Example& e : ps) {
-    lengths.push_back(int64_t(e.prompt.size()));
-    Example p = e;
-    p.ids = e.prompt;
-    p.labels.assign(p.ids.size(), model.config().ignore_index);
-    batch.push_back(std::move(p));
-  }
+  const std::vector<Example> batch = prompt_batch(ps, model.config().ignore_index, lengths);
   const int64_t B = int64_t(ps.size()), longest = *std::max_element(lengths.begin(), lengths.end());
   auto logits = [&](const Llava& m) {
     KvCache cache = m.make_cache(B, longest + 3);
