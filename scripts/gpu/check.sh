@@ -116,6 +116,9 @@ if ((!quick)); then
   gtest cuda_kernels 90 test_cuda_kernels
   gtest cuda_memory 60 test_cuda_memory
   gtest nccl 60 test_nccl
+  # The bench with the fused kernels off (model.fused_kernels=off: RoPE per call, the residual add apart from the
+  # norm), beside bench_gpu on the same GPU: what the fusion saves there.
+  step bench_gpu_unfused 150 bash -c "$(bench_script bench_gpu_unfused 8 "" "--set model.fused_kernels=off")"
   # Where the bench's GPU time goes: every kernel-table call timed with CUDA events (HR_OP_PROFILE), by op.
   step bench_gpu_profile 120 bash -c "$(bench_script bench_gpu_profile 1 "HR_OP_PROFILE='$work/op_profile.json'")"
   # The peer can checkpoint whole layers or nothing (transformers has no selective checkpointing): headroom

@@ -128,7 +128,7 @@ def summary(work, steps_path):
     out["gtests"] = {n: r for n in names if (r := gtest_result(work, n)) is not None}
     out["train_twenty"] = train_twenty(work)
     benches = ("bench_gpu", "bench_gpu_full_ckpt", "bench_gpu_no_ckpt", "bench_gpu_caching_no_ckpt",
-               "bench_gpu_own_attention", "bench_gpu_profile")
+               "bench_gpu_own_attention", "bench_gpu_profile", "bench_gpu_unfused")
     out["bench"] = {n: r for n in benches if (r := bench(work, n, gpu_name))}
     out["peer"] = {n: p for n in ("peer_gpu", "peer_gpu_full_ckpt", "peer_gpu_no_ckpt")
                    if (p := load(os.path.join(work, n + ".json")))}
