@@ -2,11 +2,14 @@
 // their CPU twins over several steps (f32, and bf16 parameters with f32 masters; 8-bit AdamW's codes and scales),
 // reductions over arrays larger than one pass of the fixed grid, bit-for-bit repeatability of the kernels that sum
 // (attention backward, norm weight gradients, embedding backward, global norm), bad ids and labels refused by position,
-// and cuDNN's fused attention against the own kernel in both directions. Skipped where no GPU is present.
+// cuDNN's fused attention against the own kernel in both directions, and the packed element-wise kernels against
+// their element-by-element path. Skipped where no GPU is present.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 
 #include "core/backend/cuda/attention_path.h"
@@ -14,10 +17,12 @@
 #include "core/backend/device_info.h"
 #include "core/ops/attention.h"
 #include "core/ops/copy.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/embedding.h"
 #include "core/ops/norm.h"
 #include "core/ops/optimizer.h"
 #include "core/ops/reduce.h"
+#include "core/ops/softmax.h"
 
 using namespace hr;
 using namespace hr::core;
@@ -199,6 +204,53 @@ TEST(CudaKernels, SummingKernelsGiveTheSameBitsEveryRun) {
   // And in the CPU's order: the same bits as the CPU twin, bf16 rounding of every addition included.
   const Tensor e_cpu = embedding_backward(ids.to(Device::cpu()), dyt.to(Device::cpu()), {13, 32}, DType::BF16);
   EXPECT_EQ(host(e1), host(e_cpu));
+}
+
+// The element-wise kernels over packs (one 16-byte access per 8 bf16 or 4 f32: SwiGLU, the activations, add_, RoPE
+// from a table) move a pack element by element where a tensor is not 16-byte aligned or ends inside the pack: the same
+// values one element into a larger buffer take that path, and give the same bits.
+TEST(CudaKernels, PackedKernelsGiveTheBitsOfTheirElementByElementPath) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  const Device g = Device::cuda();
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const std::string name(dtype_name(dt));
+    // values at an aligned start, and the same values one element into a buffer (not 16-byte aligned)
+    auto twins = [&](const Shape& shape, uint64_t seed) {
+      const int64_t n = shape_numel(shape);
+      const std::vector<float> v = randoms(std::size_t(n), seed);
+      std::vector<float> shifted(std::size_t(n) + 1, 0.f);
+      std::copy(v.begin(), v.end(), shifted.begin() + 1);
+      const Tensor aligned = on(v, shape, dt, g);
+      const Tensor unaligned = on(shifted, {n + 1}, dt, g).slice(0, 1, n + 1).view(shape);
+      EXPECT_NE(reinterpret_cast<std::uintptr_t>(unaligned.data_ptr()) % 16, 0u) << name;
+      return std::pair{aligned, unaligned};
+    };
+    const Shape flat{8 * 999 + 3};  // whole packs and a ragged end
+    const auto [gate, gate1] = twins(flat, 1);
+    const auto [up, up1] = twins(flat, 2);
+    const auto [dy, dy1] = twins(flat, 3);
+    EXPECT_EQ(host(swiglu_forward(gate, up)), host(swiglu_forward(gate1, up1))) << name << " swiglu";
+    const SwigluGrads s = swiglu_backward(gate, up, dy), s1 = swiglu_backward(gate1, up1, dy1);
+    EXPECT_EQ(host(s.dgate), host(s1.dgate)) << name << " swiglu dgate";
+    EXPECT_EQ(host(s.dup), host(s1.dup)) << name << " swiglu dup";
+    for (UnaryOp op : {UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::QuickGelu, UnaryOp::Silu}) {
+      EXPECT_EQ(host(unary_forward(op, gate)), host(unary_forward(op, gate1))) << name << " unary " << int(op);
+      EXPECT_EQ(host(unary_backward(op, gate, dy)), host(unary_backward(op, gate1, dy1)))
+          << name << " unary_backward " << int(op);
+    }
+    const auto [acc, acc1] = twins(flat, 4);
+    add_(acc, up, 0.5f);
+    add_(acc1, up1, 0.5f);
+    EXPECT_EQ(host(acc), host(acc1)) << name << " add_";
+
+    const Shape qs{2, 5, 3, 32};  // a half head dim of 16: two bf16 packs, four f32 ones
+    std::vector<int64_t> pos(10);
+    for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = int64_t(i * 37 % 11);
+    const Tensor table = rope_table(Tensor::from_ints(pos, {2, 5}, DType::I64, g), 32, 10000.f);
+    const auto [q, q1] = twins(qs, 5);
+    EXPECT_EQ(host(rope_forward(q, table)), host(rope_forward(q1, table))) << name << " rope";
+    EXPECT_EQ(host(rope_backward(q, table)), host(rope_backward(q1, table))) << name << " rope_backward";
+  }
 }
 
 TEST(CudaKernels, IdsOutsideTheVocabularyAreRefusedByPosition) {

@@ -2,6 +2,7 @@
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
 #include "core/backend/cuda/device/dtype.cuh"
+#include "core/backend/cuda/device/pack.cuh"
 #include "core/backend/cuda/launch.cuh"
 #include "core/ops/dropout_mask.h"
 
@@ -9,8 +10,12 @@ namespace hr::cuda {
 
 namespace {
 
+using device::kPack;
 using device::load;
+using device::load_pack;
+using device::pack_start;
 using device::store;
+using device::store_pack;
 
 __device__ __forceinline__ float sigmoid(float x) {
   return 1.f / (1.f + expf(-x));
@@ -59,6 +64,25 @@ __global__ void axpby_kernel(T* out, float alpha, const T* x, float beta, const 
   store(out, i, v);
 }
 
+// axpby over packs where y is not broadcast (or not read): the same expression per element as axpby_kernel.
+template <typename T>
+__global__ void axpby_packs(T* out, float alpha, const T* x, float beta, const T* y, long long n, bool aligned) {
+  constexpr int K = kPack<T>;
+  const long long i = pack_start<T>();
+  if (i >= n) return;
+  const bool whole = aligned && i + K <= n;
+  float xv[K], yv[K], o[K];
+  load_pack(x, i, n, whole, xv);
+  if (beta != 0.f) load_pack(y, i, n, whole, yv);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float v = alpha * xv[k];
+    if (beta != 0.f) v += beta * yv[k];
+    o[k] = v;
+  }
+  store_pack(out, i, n, whole, o);
+}
+
 template <typename T>
 __global__ void mul_kernel(T* out, const T* a, const T* b, long long n, long long nb) {
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -72,31 +96,65 @@ __global__ void dropout_kernel(T* out, const T* x, uint32_t threshold, float kee
   if (i < n) store(out, i, dropout_keep(key, (unsigned long long)i, threshold) ? load(x, i) * keep_scale : 0.f);
 }
 
+// The activations and SwiGLU, one pack a thread (device/pack.cuh).
 template <typename T>
-__global__ void unary_kernel(UnaryOp op, const T* x, T* y, long long n) {
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) store(y, i, unary_f(op, load(x, i)));
-}
-
-template <typename T>
-__global__ void unary_backward_kernel(UnaryOp op, const T* x, const T* dy, T* dx, long long n) {
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) store(dx, i, load(dy, i) * unary_df(op, load(x, i)));
-}
-
-template <typename T>
-__global__ void swiglu_kernel(const T* g, const T* u, T* y, long long n) {
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) store(y, i, unary_f(UnaryOp::Silu, load(g, i)) * load(u, i));
-}
-
-template <typename T>
-__global__ void swiglu_backward_kernel(const T* g, const T* u, const T* dy, T* dg, T* du, long long n) {
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+__global__ void unary_kernel(UnaryOp op, const T* x, T* y, long long n, bool aligned) {
+  constexpr int K = kPack<T>;
+  const long long i = pack_start<T>();
   if (i >= n) return;
-  float gv = load(g, i), d = load(dy, i);
-  store(du, i, d * unary_f(UnaryOp::Silu, gv));
-  store(dg, i, d * load(u, i) * unary_df(UnaryOp::Silu, gv));
+  const bool whole = aligned && i + K <= n;
+  float v[K];
+  load_pack(x, i, n, whole, v);
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = unary_f(op, v[k]);
+  store_pack(y, i, n, whole, v);
+}
+
+template <typename T>
+__global__ void unary_backward_kernel(UnaryOp op, const T* x, const T* dy, T* dx, long long n, bool aligned) {
+  constexpr int K = kPack<T>;
+  const long long i = pack_start<T>();
+  if (i >= n) return;
+  const bool whole = aligned && i + K <= n;
+  float xv[K], d[K];
+  load_pack(x, i, n, whole, xv);
+  load_pack(dy, i, n, whole, d);
+#pragma unroll
+  for (int k = 0; k < K; ++k) d[k] = d[k] * unary_df(op, xv[k]);
+  store_pack(dx, i, n, whole, d);
+}
+
+template <typename T>
+__global__ void swiglu_kernel(const T* g, const T* u, T* y, long long n, bool aligned) {
+  constexpr int K = kPack<T>;
+  const long long i = pack_start<T>();
+  if (i >= n) return;
+  const bool whole = aligned && i + K <= n;
+  float gv[K], uv[K];
+  load_pack(g, i, n, whole, gv);
+  load_pack(u, i, n, whole, uv);
+#pragma unroll
+  for (int k = 0; k < K; ++k) uv[k] = unary_f(UnaryOp::Silu, gv[k]) * uv[k];
+  store_pack(y, i, n, whole, uv);
+}
+
+template <typename T>
+__global__ void swiglu_backward_kernel(const T* g, const T* u, const T* dy, T* dg, T* du, long long n, bool aligned) {
+  constexpr int K = kPack<T>;
+  const long long i = pack_start<T>();
+  if (i >= n) return;
+  const bool whole = aligned && i + K <= n;
+  float gv[K], uv[K], d[K], dgv[K], duv[K];
+  load_pack(g, i, n, whole, gv);
+  load_pack(u, i, n, whole, uv);
+  load_pack(dy, i, n, whole, d);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    duv[k] = d[k] * unary_f(UnaryOp::Silu, gv[k]);
+    dgv[k] = d[k] * uv[k] * unary_df(UnaryOp::Silu, gv[k]);
+  }
+  store_pack(du, i, n, whole, duv);
+  store_pack(dg, i, n, whole, dgv);
 }
 
 template <typename T>
@@ -111,7 +169,12 @@ void axpby(const Tensor& out, float alpha, const Tensor& x, float beta, const Te
   const long long n = out.numel(), ny = y.numel() > 0 ? y.numel() : 1;
   dispatch_float(out.dtype(), "axpby", [&](auto tag) {
     using T = decltype(tag);
-    launch_elements("axpby", n, axpby_kernel<T>, out.data<T>(), alpha, x.data<T>(), beta, y.data<T>(), n, ny);
+    const T* yp = beta != 0.f ? y.data<T>() : nullptr;
+    if (beta == 0.f || ny == n)
+      launch_packs("axpby", n, kPack<T>, axpby_packs<T>, out.data<T>(), alpha, x.data<T>(), beta, yp, n,
+                   aligned16(out.data<T>(), x.data<T>(), yp));
+    else
+      launch_elements("axpby", n, axpby_kernel<T>, out.data<T>(), alpha, x.data<T>(), beta, yp, n, ny);
   });
 }
 
@@ -137,7 +200,8 @@ void unary_forward(UnaryOp op, const Tensor& x, const Tensor& y) {
   const long long n = x.numel();
   dispatch_float(x.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
-    launch_elements("unary", n, unary_kernel<T>, op, x.data<T>(), y.data<T>(), n);
+    launch_packs("unary", n, kPack<T>, unary_kernel<T>, op, x.data<T>(), y.data<T>(), n,
+                 aligned16(x.data<T>(), y.data<T>()));
   });
 }
 
@@ -145,7 +209,8 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor&
   const long long n = x.numel();
   dispatch_float(x.dtype(), "unary_backward", [&](auto tag) {
     using T = decltype(tag);
-    launch_elements("unary_backward", n, unary_backward_kernel<T>, op, x.data<T>(), dy.data<T>(), dx.data<T>(), n);
+    launch_packs("unary_backward", n, kPack<T>, unary_backward_kernel<T>, op, x.data<T>(), dy.data<T>(), dx.data<T>(),
+                 n, aligned16(x.data<T>(), dy.data<T>(), dx.data<T>()));
   });
 }
 
@@ -153,7 +218,8 @@ void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& y) {
   const long long n = gate.numel();
   dispatch_float(gate.dtype(), "swiglu", [&](auto tag) {
     using T = decltype(tag);
-    launch_elements("swiglu", n, swiglu_kernel<T>, gate.data<T>(), up.data<T>(), y.data<T>(), n);
+    launch_packs("swiglu", n, kPack<T>, swiglu_kernel<T>, gate.data<T>(), up.data<T>(), y.data<T>(), n,
+                 aligned16(gate.data<T>(), up.data<T>(), y.data<T>()));
   });
 }
 
@@ -161,8 +227,9 @@ void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dy, con
   const long long n = gate.numel();
   dispatch_float(gate.dtype(), "swiglu_backward", [&](auto tag) {
     using T = decltype(tag);
-    launch_elements("swiglu_backward", n, swiglu_backward_kernel<T>, gate.data<T>(), up.data<T>(), dy.data<T>(),
-                    dgate.data<T>(), dup.data<T>(), n);
+    launch_packs("swiglu_backward", n, kPack<T>, swiglu_backward_kernel<T>, gate.data<T>(), up.data<T>(), dy.data<T>(),
+                 dgate.data<T>(), dup.data<T>(), n,
+                 aligned16(gate.data<T>(), up.data<T>(), dy.data<T>(), dgate.data<T>(), dup.data<T>()));
   });
 }
 

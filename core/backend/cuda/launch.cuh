@@ -40,6 +40,21 @@ void launch_elements(const char* op, int64_t n, void (*kernel)(Params...), Args&
   launch_kernel(checked_grid(op, blocks_of(n, kThreads)), dim3(kThreads), 0, kernel, std::forward<Args>(args)...);
 }
 
+// Whether every pointer is 16-byte aligned (null counts as aligned): a kernel over packs (device/pack.cuh) then
+// moves each whole pack with one access.
+template <typename... P>
+bool aligned16(const P*... p) {
+  return ((reinterpret_cast<std::uintptr_t>(p) % 16 == 0) && ...);
+}
+
+// One thread per pack of `pack` elements of n (kThreads a block): nothing at all when n is 0.
+template <typename... Params, typename... Args>
+void launch_packs(const char* op, int64_t n, int pack, void (*kernel)(Params...), Args&&... args) {
+  if (n <= 0) return;
+  launch_kernel(checked_grid(op, blocks_of(blocks_of(n, pack), kThreads)), dim3(kThreads), 0, kernel,
+                std::forward<Args>(args)...);
+}
+
 // One block of `threads` per row: nothing at all when there are no rows.
 template <typename... Params, typename... Args>
 void launch_rows(const char* op, int64_t rows, int threads, void (*kernel)(Params...), Args&&... args) {

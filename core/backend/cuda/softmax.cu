@@ -1,9 +1,11 @@
 // CUDA softmax over the last dim (one block per row) and rotary position embedding (one thread per rotated
-// pair): the twins of backend/cpu/softmax.cpp. RoPE's angles are taken in double, as the CPU takes them, so long
-// positions rotate alike on both.
+// pair; with a table and a half head dim of whole packs, one thread per pack of pairs): the twins of
+// backend/cpu/softmax.cpp. RoPE's angles are taken in double, as the CPU takes them, so long positions rotate alike on
+// both.
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
 #include "core/backend/cuda/device/dtype.cuh"
+#include "core/backend/cuda/device/pack.cuh"
 #include "core/backend/cuda/device/reduce.cuh"
 #include "core/backend/cuda/first_index.cuh"
 #include "core/backend/cuda/launch.cuh"
@@ -14,8 +16,11 @@ namespace {
 
 using device::block_max;
 using device::block_sum;
+using device::kPack;
 using device::load;
+using device::load_pack;
 using device::store;
+using device::store_pack;
 
 constexpr int kRowThreads = 256;
 
@@ -66,6 +71,32 @@ __global__ void rope_kernel(const T* x, const I* pos, const float* table, T* out
   store(out, o + i + half, x2 * c + x1 * s);
 }
 
+// Thread t rotates kPack pairs (i .. i + kPack - 1, i + half ..) of one head of one position by the table: the
+// table path of rope_kernel, its expressions per pair unchanged, for a half head dim that is whole packs and x and
+// out 16-byte aligned (so every pack is).
+template <typename T>
+__global__ void rope_packs_kernel(const T* x, const float* table, T* out, long long packs, long long heads,
+                                  long long hd, float sign) {
+  constexpr int K = kPack<T>;
+  const long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= packs) return;
+  const long long half = hd / 2, per_head = half / K, i = (t % per_head) * K, bsh = t / per_head, bs = bsh / heads;
+  const long long o = bsh * hd;
+  const float* cos_row = table + bs * hd + i;
+  const float* sin_row = cos_row + half;
+  float x1[K], x2[K], y1[K], y2[K];
+  load_pack(x, o + i, 0, true, x1);
+  load_pack(x, o + i + half, 0, true, x2);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const float c = cos_row[k], s = sign * sin_row[k];
+    y1[k] = x1[k] * c - x2[k] * s;
+    y2[k] = x2[k] * c + x1[k] * s;
+  }
+  store_pack(out, o + i, 0, true, y1);
+  store_pack(out, o + i + half, 0, true, y2);
+}
+
 // Thread t writes pair i of token bs's table: the angle's cos and sin as rope_kernel computes them.
 template <typename I>
 __global__ void rope_table_kernel(const I* pos, float* table, long long entries, long long half, double theta) {
@@ -104,6 +135,13 @@ void rope(const RopeArgs& a) {
   const float* table = a.table.defined() ? a.table.data<float>() : nullptr;
   dispatch_float(a.x.dtype(), "rope", [&](auto tag) {
     using T = decltype(tag);
+    constexpr int K = kPack<T>;
+    if (table && (hd / 2) % K == 0 && aligned16(a.x.data<T>(), a.out.data<T>())) {
+      const int64_t packs = pairs / K;
+      launch_kernel(checked_grid("rope", blocks_of(packs, kThreads)), dim3(kThreads), 0, rope_packs_kernel<T>,
+                    a.x.data<T>(), table, a.out.data<T>(), packs, heads, hd, a.inverse ? -1.f : 1.f);
+      return;
+    }
     if (table) {
       launch_elements("rope", pairs, rope_kernel<T, int64_t>, a.x.data<T>(), nullptr, table, a.out.data<T>(), pairs,
                       heads, hd, 0.0, a.inverse ? -1.f : 1.f);
