@@ -250,6 +250,11 @@ TEST(CudaKernels, PackedKernelsGiveTheBitsOfTheirElementByElementPath) {
     const auto [q, q1] = twins(qs, 5);
     EXPECT_EQ(host(rope_forward(q, table)), host(rope_forward(q1, table))) << name << " rope";
     EXPECT_EQ(host(rope_backward(q, table)), host(rope_backward(q1, table))) << name << " rope_backward";
+    // and from the same table, the CPU twin's bits (its products and sums are rounded one by one too)
+    const Tensor table_cpu = table.to(Device::cpu());
+    EXPECT_EQ(host(rope_forward(q, table)), host(rope_forward(q.to(Device::cpu()), table_cpu))) << name << " rope, cpu";
+    EXPECT_EQ(host(rope_backward(q, table)), host(rope_backward(q.to(Device::cpu()), table_cpu)))
+        << name << " rope_backward, cpu";
   }
 }
 

@@ -48,6 +48,13 @@ __global__ void softmax_backward_kernel(const T* y, const T* dy, T* dx, long lon
   for (long long c = threadIdx.x; c < cols; c += blockDim.x) store(dx, o + c, load(y, o + c) * (load(dy, o + c) - dot));
 }
 
+// (x1 c - x2 s, x2 c + x1 s) with every product and sum rounded on its own (no FMA), as the CPU twin computes it:
+// the per-pair and the packed kernels give the same bits, and the same as the CPU's from the same table.
+__device__ __forceinline__ void rotate(float x1, float x2, float c, float s, float& y1, float& y2) {
+  y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+  y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+
 // Thread t rotates the pair (i, i + half) of one head of one position, by angles computed here or read from the
 // table (per token a row of cosines, then one of sines: rope_table_kernel's output).
 template <typename T, typename I>
@@ -66,13 +73,14 @@ __global__ void rope_kernel(const T* x, const I* pos, const float* table, T* out
     s = sign * float(sin(ang));
   }
   const long long o = bsh * hd;
-  const float x1 = load(x, o + i), x2 = load(x, o + i + half);
-  store(out, o + i, x1 * c - x2 * s);
-  store(out, o + i + half, x2 * c + x1 * s);
+  float y1, y2;
+  rotate(load(x, o + i), load(x, o + i + half), c, s, y1, y2);
+  store(out, o + i, y1);
+  store(out, o + i + half, y2);
 }
 
 // Thread t rotates kPack pairs (i .. i + kPack - 1, i + half ..) of one head of one position by the table: the
-// table path of rope_kernel, its expressions per pair unchanged, for a half head dim that is whole packs and x and
+// table path of rope_kernel, the same rotation per pair, for a half head dim that is whole packs and x and
 // out 16-byte aligned (so every pack is).
 template <typename T>
 __global__ void rope_packs_kernel(const T* x, const float* table, T* out, long long packs, long long heads,
@@ -88,11 +96,7 @@ __global__ void rope_packs_kernel(const T* x, const float* table, T* out, long l
   load_pack(x, o + i, 0, true, x1);
   load_pack(x, o + i + half, 0, true, x2);
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const float c = cos_row[k], s = sign * sin_row[k];
-    y1[k] = x1[k] * c - x2[k] * s;
-    y2[k] = x2[k] * c + x1[k] * s;
-  }
+  for (int k = 0; k < K; ++k) rotate(x1[k], x2[k], cos_row[k], sign * sin_row[k], y1[k], y2[k]);
   store_pack(out, o + i, 0, true, y1);
   store_pack(out, o + i + half, 0, true, y2);
 }
