@@ -9,8 +9,9 @@
 #   transformers' LlavaForConditionalGeneration on the same GPU (torch_twin.py --device cuda: bf16 autocast,
 #   SDPA attention, PyTorch's AdamW and caching allocator).
 # full (the default): the quick steps, then the rest of the gpu tests (the CUDA kernels, the allocators on the
-#   GPU, NCCL, the training matrix with two ranks on one GPU over MPI), the op table with the own attention
-#   kernels, compute-sanitizer over the op table and a short training run, and the microbenchmarks.
+#   GPU, NCCL, the training matrix with two ranks on one GPU over MPI), the bench with the fused kernels off, the
+#   op table with the own attention kernels, compute-sanitizer over the op table and a short training run, and the
+#   microbenchmarks.
 #
 # Every step runs under `timeout` with its own budget in seconds, cut to what is left of --deadline (seconds
 # from the start; a step with under 10 s left is skipped). --only NAME,NAME,... runs those steps alone (a rerun
