@@ -1,9 +1,9 @@
 // The table-driven op test, on every backend of the build (this binary: HR_OPS_BACKEND, "cpu" or "cuda"): for
 // every case, forward vs a naive double reference, backward vs central finite differences of that reference,
-// in f32 and bf16; on a backend other than the CPU also forward and backward vs the CPU twin; and the meta
-// device, mirroring the backend's workspace sizes, allocates exactly what the backend allocates. A kernel a
-// backend lacks is reported at the end, not failed: adding one is the kernel file, a registration line, and
-// this table.
+// in f32 and bf16 (and f16 for the fused kernels and their neighbours); on a backend other than the CPU also forward
+// and backward vs the CPU twin; and the meta device, mirroring the backend's workspace sizes, allocates exactly what
+// the backend allocates. A kernel a backend lacks is reported at the end, not failed: adding one is the kernel file, a
+// registration line, and this table.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -344,6 +344,20 @@ TEST_P(OpTest, MatchesTheCpuTwin) {
 INSTANTIATE_TEST_SUITE_P(Ops, OpTest,
                          testing::Combine(testing::ValuesIn(case_names()), testing::Values(DType::F32, DType::BF16)),
                          name_of);
+
+// f16 for the fused kernels and the element-wise passes beside them (RoPE from its table and per call, the residual
+// norms and the plain ones, SwiGLU and the activations, the fused cross-entropy), under the bf16 tolerances: f16's
+// wider mantissa meets them.
+namespace {
+std::vector<std::string> f16_case_names() {
+  return {"rope_table",    "rope",         "rmsnorm_residual", "layernorm_residual",
+          "rmsnorm",       "layernorm",    "swiglu",           "silu",
+          "gelu",          "gelu_tanh",    "quick_gelu",       "add_broadcast",
+          "mul_broadcast", "cross_entropy"};
+}
+}  // namespace
+INSTANTIATE_TEST_SUITE_P(OpsF16, OpTest,
+                         testing::Combine(testing::ValuesIn(f16_case_names()), testing::Values(DType::F16)), name_of);
 
 // Element-wise ops refuse tensors of different dtypes, naming them (every kernel reads all of them as the first's).
 TEST(Elementwise, MixedDtypesAreRefusedByName) {
