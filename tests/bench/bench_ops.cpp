@@ -8,8 +8,8 @@
 // (8 x 256 tokens, 6 heads of 64, hidden 384, intermediate 1024), with bytes of activations read and written per
 // second where one kernel's traffic is clear: BM_Rope a layer's four rotations (q and k, forward and backward) from
 // positions or from the step's table (BM_RopeTable: making the table, once a step for every layer), BM_AddNorm a
-// block's residual add and RMS norm, forward and backward, as two ops or one, and BM_Swiglu SwiGLU forward and
-// backward.
+// block's residual add and RMS norm, forward and backward, as two ops or one, BM_Swiglu SwiGLU forward and
+// backward, and BM_Unary an activation forward and backward on the tower's MLP.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -192,6 +192,17 @@ void BM_Swiglu(benchmark::State& state, DType dt) {
   set_bytes(state, 8.0 * double(g.nbytes()));  // forward: 2 in, 1 out; backward: 3 in, 2 out
 }
 
+// An activation forward and backward on the 19.2M model's tower MLP (8 images of 65 tokens, intermediate 1024):
+// quick GELU is CLIP's, tanh GELU SigLIP's, exact GELU the projector's.
+void BM_Unary(benchmark::State& state, UnaryOp op, DType dt) {
+  const Tensor x = Tensor::full({8 * 65, 1024}, 0.5f, dt, Device::cpu());
+  for (auto _ : state) {
+    Tensor y = unary_forward(op, x);
+    benchmark::DoNotOptimize(unary_backward(op, x, y));
+  }
+  set_bytes(state, 5.0 * double(x.nbytes()));  // forward: 1 in, 1 out; backward: 2 in, 1 out
+}
+
 }  // namespace
 
 void BM_Optimizer(benchmark::State& state, bool eight_bit) {
@@ -255,6 +266,10 @@ BENCHMARK_CAPTURE(BM_AddNorm, unfused_f32, DType::F32, false)->Unit(benchmark::k
 BENCHMARK_CAPTURE(BM_AddNorm, fused_f32, DType::F32, true)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Swiglu, bf16, DType::BF16)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Swiglu, f32, DType::F32)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Unary, quick_gelu_bf16, UnaryOp::QuickGelu, DType::BF16)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Unary, quick_gelu_f32, UnaryOp::QuickGelu, DType::F32)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Unary, gelu_tanh_bf16, UnaryOp::GeluTanh, DType::BF16)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Unary, gelu_bf16, UnaryOp::Gelu, DType::BF16)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Optimizer, adamw, false)->Arg(1 << 22)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Optimizer, adamw_8bit, true)->Arg(1 << 22)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

@@ -1,5 +1,5 @@
-// CPU element-wise kernels: axpby, mul, dropout and activations (f32 math on any float dtype); SwiGLU is in
-// vector_math.cpp.
+// CPU element-wise kernels: axpby, mul, dropout and activations (f32 math on any float dtype); SwiGLU, and the
+// activations where the CPU has AVX2 + FMA, are in vector_math.cpp.
 #include <cmath>
 
 #include "core/backend/cpu/cpu_common.h"
@@ -114,6 +114,11 @@ void dropout(const Tensor& out, const Tensor& x, float p, uint64_t key) {
 }
 
 void unary_forward(UnaryOp op, const Tensor& x, const Tensor& y) {
+  static const bool avx2 = attention_isa_present();
+  if (avx2) {
+    unary_forward_avx2(op, x, y);
+    return;
+  }
   dispatch_float(x.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
     const T* xp = x.data<T>();
@@ -125,6 +130,11 @@ void unary_forward(UnaryOp op, const Tensor& x, const Tensor& y) {
 }
 
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  static const bool avx2 = attention_isa_present();
+  if (avx2) {
+    unary_backward_avx2(op, x, dy, dx);
+    return;
+  }
   dispatch_float(x.dtype(), "unary_backward", [&](auto tag) {
     using T = decltype(tag);
     const T* xp = x.data<T>();

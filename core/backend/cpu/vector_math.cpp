@@ -1,8 +1,11 @@
 // CPU kernels around Eigen's vectorized exp; this file is compiled for AVX2 + FMA, as the attention is
 // (core/CMakeLists.txt), so it runs 8 lanes at a time. SwiGLU, forward and backward (silu(gate) * up): the sigmoid's
 // exponentials over stretches of kStretch elements converted to f32 on the stack, one parallel loop over stretches
-// each way. exp_floats_avx2: the exponentials other kernels take in bulk (the cross-entropy's).
+// each way. The activations (quick GELU and SiLU through the sigmoid's exp, tanh GELU through tanh, GELU through
+// Eigen's rational erf, accurate to a couple of ulp), forward and backward, the same way. exp_floats_avx2: the
+// exponentials other kernels take in bulk (the cross-entropy's).
 #include <Eigen/Core>
+#include <unsupported/Eigen/SpecialFunctions>
 
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
@@ -30,7 +33,82 @@ void load_sigmoid(const T* p, int64_t i0, int64_t m, float* g, float* s) {
   Stretch(s, m) = (1.f + (-Stretch(g, m)).exp()).inverse();
 }
 
+constexpr float kSqrt2Inv = 0.70710678118654752f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr float kGeluTanhCubic = 0.044715f;
+constexpr float kQuickGeluAlpha = 1.702f;
+
+// For a stretch of x (xv[0, m)), in t: the sigmoid of (alpha x) for quick GELU (alpha 1.702) and SiLU (1),
+// tanh(sqrt(2/pi) (x + 0.044715 x^3)) for tanh GELU, erf(x / sqrt(2)) for GELU; with `e`, also exp(-x^2 / 2) there
+// (GELU's derivative).
+void activation_core(UnaryOp op, float* xv, int64_t m, float* t, float* e = nullptr) {
+  const Stretch x(xv, m);
+  switch (op) {
+    case UnaryOp::QuickGelu:
+      Stretch(t, m) = (1.f + (-kQuickGeluAlpha * x).exp()).inverse();
+      return;
+    case UnaryOp::Silu:
+      Stretch(t, m) = (1.f + (-x).exp()).inverse();
+      return;
+    case UnaryOp::GeluTanh:
+      Stretch(t, m) = (kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x)).tanh();
+      return;
+    case UnaryOp::Gelu:
+      Stretch(t, m) = (kSqrt2Inv * x).erf();
+      if (e) Stretch(e, m) = (-0.5f * x * x).exp();
+      return;
+  }
+}
+
+// The activation from x and its core t (activation_core), and its derivative (e: GELU's exp(-x^2 / 2)).
+inline float activation(UnaryOp op, float x, float t) {
+  return op == UnaryOp::GeluTanh || op == UnaryOp::Gelu ? 0.5f * x * (1.f + t) : x * t;
+}
+inline float activation_df(UnaryOp op, float x, float t, float e) {
+  switch (op) {
+    case UnaryOp::QuickGelu:
+      return t + x * kQuickGeluAlpha * t * (1.f - t);
+    case UnaryOp::Silu:
+      return t * (1.f + x * (1.f - t));
+    case UnaryOp::GeluTanh:
+      return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kGeluTanhCubic * x * x);
+    case UnaryOp::Gelu:
+      return 0.5f * (1.f + t) + x * kInvSqrt2Pi * e;
+  }
+  return 0.f;
+}
+
 }  // namespace
+
+void unary_forward_avx2(UnaryOp op, const Tensor& x, const Tensor& y) {
+  dispatch_float(x.dtype(), "unary", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    T* yp = y.data<T>();
+    for_stretches(x.numel(), [&](int64_t i0, int64_t m) {
+      alignas(32) float xv[kStretch], t[kStretch];
+      for (int64_t k = 0; k < m; ++k) xv[k] = load(xp, i0 + k);
+      activation_core(op, xv, m, t);
+      for (int64_t k = 0; k < m; ++k) store(yp, i0 + k, activation(op, xv[k], t[k]));
+    });
+  });
+}
+
+void unary_backward_avx2(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  dispatch_float(x.dtype(), "unary_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data<T>();
+    const T* d = dy.data<T>();
+    T* dxp = dx.data<T>();
+    for_stretches(x.numel(), [&](int64_t i0, int64_t m) {
+      alignas(32) float xv[kStretch], t[kStretch], e[kStretch];
+      for (int64_t k = 0; k < m; ++k) xv[k] = load(xp, i0 + k);
+      activation_core(op, xv, m, t, e);
+      for (int64_t k = 0; k < m; ++k) store(dxp, i0 + k, load(d, i0 + k) * activation_df(op, xv[k], t[k], e[k]));
+    });
+  });
+}
 
 void exp_floats_avx2(const float* in, float* out, int64_t n) {
   if (n > 0) Eigen::Map<Eigen::ArrayXf>(out, n) = Eigen::Map<const Eigen::ArrayXf>(in, n).exp();
