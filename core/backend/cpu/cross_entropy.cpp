@@ -1,5 +1,7 @@
 // CPU kernel for one chunk of the fused cross-entropy (the logits chunk comes from a GEMM). The exponentials go in
-// stretches of kStretch through exp_floats (vectorized where the CPU has AVX2 + FMA); the row sums add them in double.
+// stretches of kStretch through exp_floats (vectorized where the CPU has AVX2 + FMA); the row sums add them in double,
+// in eight lanes.
+#include <algorithm>
 #include <cmath>
 
 #include "core/backend/cpu/cpu_common.h"
@@ -9,6 +11,7 @@ namespace hr::cpu {
 
 namespace {
 constexpr int64_t kStretch = 512;  // logits per exp_floats call: 2 KiB on the stack
+constexpr int kLanes = 8;          // running sums of a row's exponentials (kStretch is a multiple)
 }  // namespace
 
 void cross_entropy_forward(const CrossEntropyArgs& a) {
@@ -27,16 +30,28 @@ void cross_entropy_forward(const CrossEntropyArgs& a) {
         rows, partial,
         [&](int64_t r) {
           const float* x = lg + r * vocab;
-          float mx = -INFINITY;
-          for (int64_t c = 0; c < vocab; ++c) mx = std::max(mx, x[c]);
-          double s = 0.0;
+          float lane_max[kLanes];
+          std::fill(lane_max, lane_max + kLanes, -INFINITY);
+          int64_t c = 0;
+          for (; c + kLanes <= vocab; c += kLanes)
+            for (int j = 0; j < kLanes; ++j) lane_max[j] = std::max(lane_max[j], x[c + j]);
+          for (; c < vocab; ++c) lane_max[c % kLanes] = std::max(lane_max[c % kLanes], x[c]);
+          const float mx = *std::max_element(lane_max, lane_max + kLanes);
+          // kLanes running sums, column c into lane c % kLanes, then added pairwise: independent chains the
+          // compiler vectorizes, where one running sum waited on each add; the order is fixed, so every run and
+          // thread count gives the same bits.
+          double lane[kLanes] = {};
           alignas(32) float e[kStretch];
           for (int64_t c0 = 0; c0 < vocab; c0 += kStretch) {
             const int64_t m = std::min(kStretch, vocab - c0);
             for (int64_t k = 0; k < m; ++k) e[k] = x[c0 + k] - mx;
             exp_floats(e, e, m);
-            for (int64_t k = 0; k < m; ++k) s += e[k];
+            int64_t k = 0;
+            for (; k + kLanes <= m; k += kLanes)
+              for (int j = 0; j < kLanes; ++j) lane[j] += e[k + j];
+            for (; k < m; ++k) lane[k % kLanes] += e[k];
           }
+          const double s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
           const double l = double(mx) + std::log(s);
           lse[r] = float(l);
           return lab[r] == a.ignore_index ? 0.0 : l - double(x[lab[r]]);
