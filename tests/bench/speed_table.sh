@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # headroom against PyTorch on the same models and batches (the README's speed table): `headroom bench` per row,
 # then scripts/torch_twin.py on its JSON with Debian's torch 1.13 (TORCH1_PYTHON, default the oracle venv's
-# python3) and, when TORCH2_PYTHON names a python with PyTorch 2 and transformers, eager and compiled.
+# python3; `none` skips it: on a CPU without AVX512-BF16 its bf16 rows take many minutes a step) and, when TORCH2_PYTHON names a python with PyTorch 2 and transformers, eager and compiled.
 # Prints a markdown table and the CPU it ran on (vendor, family, model, oneDNN ISA, what the bf16 rows run); each
 # row's JSON stays in OUT_DIR. Run it on a quiet machine.
-# BENCH_STEPS timed steps per run (default 10, after 2 warm-up steps).
+# BENCH_STEPS timed steps per run (default 10, after 2 warm-up steps); SPEED_ROWS, a regular expression, runs only
+# the rows whose tag (name-precision-checkpointing, e.g. "19.2M (8 × 256)-bf16-none") it matches.
 # Usage: tests/bench/speed_table.sh [BUILD_DIR] [OUT_DIR]   (from the repository root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,6 +20,7 @@ t1env="${TORCH1_ENV:-}"
 steps="${BENCH_STEPS:-10}"
 [ -f runs/bench-disk-data/train.json ] ||
   "$HR" data synth --out runs/bench-disk-data --train 2048 --eval 8 --image-size 64 > /dev/null
+cell() { if [ "$1" = — ]; then echo —; else echo "$1 ms"; fi; }
 ms() { python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['step_ms']['median']))" "$1"; }
 echo "| model | precision | checkpointing | headroom | torch 1.13 | torch 2 eager | torch 2 compiled | fastest peer ÷ headroom |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
@@ -26,24 +28,29 @@ row() {  # name config precision checkpointing [extra --set ...]
   local name=$1 cfg=$2 prec=$3 ck=$4
   shift 4
   local tag="$name-$prec-$ck"
+  [[ -z ${SPEED_ROWS:-} || $tag =~ $SPEED_ROWS ]] || return 0
   "$HR" bench "$cfg" --steps "$steps" --warmup 2 --set memory.precision="$prec" \
     --set memory.gradient_checkpointing="$ck" "$@" > "$out/$tag.headroom.json" 2> "$out/$tag.headroom.log"
-  local h e1 e2="—" c2="—" best
+  local h e1="—" e2="—" c2="—" best=""
   h=$(ms "$out/$tag.headroom.json")
-  env $t1env "$t1" scripts/torch_twin.py "$out/$tag.headroom.json" > "$out/$tag.torch1.json" 2> /dev/null
-  e1=$(ms "$out/$tag.torch1.json")
-  best=$e1
+  if [ "$t1" != none ]; then
+    env $t1env "$t1" scripts/torch_twin.py "$out/$tag.headroom.json" > "$out/$tag.torch1.json" 2> /dev/null
+    e1=$(ms "$out/$tag.torch1.json")
+    best=$e1
+  fi
   if [ -n "$t2" ]; then
     "$t2" scripts/torch_twin.py "$out/$tag.headroom.json" > "$out/$tag.torch2.json" 2> /dev/null
     "$t2" scripts/torch_twin.py "$out/$tag.headroom.json" --compile > "$out/$tag.torch2c.json" 2> "$out/$tag.torch2c.log" || true
     e2=$(ms "$out/$tag.torch2.json")
-    best=$(( e2 < best ? e2 : best ))
+    if [ -z "$best" ] || [ "$e2" -lt "$best" ]; then best=$e2; fi
     if [ -s "$out/$tag.torch2c.json" ]; then
       c2=$(ms "$out/$tag.torch2c.json")
       best=$(( c2 < best ? c2 : best ))
     fi
   fi
-  echo "| $name | $prec | $ck | $h ms | $e1 ms | $e2 ms | $c2 ms | $(python3 -c "print(f'{$best/$h:.2f}')") |"
+  local ratio="—"
+  [ -n "$best" ] && ratio=$(python3 -c "print(f'{$best/$h:.2f}')")
+  echo "| $name | $prec | $ck | $h ms | $(cell "$e1") | $(cell "$e2") | $(cell "$c2") | $ratio |"
 }
 for prec in fp32 bf16; do
   for ck in none full; do row "2.0M (4 × 128)" tests/bench/configs/bench-2m.yaml $prec $ck; done
