@@ -38,8 +38,11 @@ const Kernels& cpu_kernels() {
     HR_SIZING_FUNCTIONS(HR_REGISTER)
     HR_KERNELS(HR_REGISTER)
 #undef HR_REGISTER
-    if (!cpu::attention_isa_present()) {  // compiled for AVX2 + FMA (core/CMakeLists.txt): a named error instead of
-                                          // an illegal instruction
+    if (cpu::attention_isa_present()) {  // the activations over Eigen's vectorized exp, tanh and erf
+      t.unary_forward = cpu::unary_forward_avx2;
+      t.unary_backward = cpu::unary_backward_avx2;
+    } else {  // attention and SwiGLU are compiled for AVX2 + FMA only (core/CMakeLists.txt): a named error
+              // instead of an illegal instruction
       t.attention_forward = t.attention_backward = t.attention_cached = [](const AttentionArgs&) {
         throw Error("[attention] the CPU attention kernel needs AVX2 and FMA (x86-64-v3); this CPU has neither");
       };

@@ -12,6 +12,7 @@ namespace hr::cpu {
 namespace {
 constexpr int64_t kStretch = 512;  // logits per exp_floats call: 2 KiB on the stack
 constexpr int kLanes = 8;          // running sums of a row's exponentials (kStretch is a multiple)
+static_assert(kLanes == 8 && kStretch % kLanes == 0, "the row sum adds eight lanes pairwise");
 }  // namespace
 
 void cross_entropy_forward(const CrossEntropyArgs& a) {

@@ -1,7 +1,8 @@
 // CPU element-wise kernels: axpby, mul, dropout and activations (f32 math on any float dtype); SwiGLU, and the
-// activations where the CPU has AVX2 + FMA, are in vector_math.cpp.
+// activations where the CPU has AVX2 + FMA (the kernel table picks them there), are in vector_math.cpp.
 #include <cmath>
 
+#include "core/backend/cpu/activation_constants.h"
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
 #include "core/ops/dropout_mask.h"
@@ -11,11 +12,6 @@ namespace hr::cpu {
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which threads cost more than they give
-constexpr float kSqrt2Inv = 0.70710678118654752f;
-constexpr float kSqrt2OverPi = 0.79788456080286536f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-constexpr float kGeluTanhCubic = 0.044715f;
-constexpr float kQuickGeluAlpha = 1.702f;
 
 inline float sigmoid(float x) {
   return 1.f / (1.f + std::exp(-x));
@@ -114,11 +110,6 @@ void dropout(const Tensor& out, const Tensor& x, float p, uint64_t key) {
 }
 
 void unary_forward(UnaryOp op, const Tensor& x, const Tensor& y) {
-  static const bool avx2 = attention_isa_present();
-  if (avx2) {
-    unary_forward_avx2(op, x, y);
-    return;
-  }
   dispatch_float(x.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
     const T* xp = x.data<T>();
@@ -130,11 +121,6 @@ void unary_forward(UnaryOp op, const Tensor& x, const Tensor& y) {
 }
 
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  static const bool avx2 = attention_isa_present();
-  if (avx2) {
-    unary_backward_avx2(op, x, dy, dx);
-    return;
-  }
   dispatch_float(x.dtype(), "unary_backward", [&](auto tag) {
     using T = decltype(tag);
     const T* xp = x.data<T>();

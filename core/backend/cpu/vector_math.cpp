@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>
 
+#include "core/backend/cpu/activation_constants.h"
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
 
@@ -32,12 +33,6 @@ void load_sigmoid(const T* p, int64_t i0, int64_t m, float* g, float* s) {
   for (int64_t k = 0; k < m; ++k) g[k] = load(p, i0 + k);
   Stretch(s, m) = (1.f + (-Stretch(g, m)).exp()).inverse();
 }
-
-constexpr float kSqrt2Inv = 0.70710678118654752f;
-constexpr float kSqrt2OverPi = 0.79788456080286536f;
-constexpr float kInvSqrt2Pi = 0.39894228040143268f;
-constexpr float kGeluTanhCubic = 0.044715f;
-constexpr float kQuickGeluAlpha = 1.702f;
 
 // For a stretch of x (xv[0, m)), in t: the sigmoid of (alpha x) for quick GELU (alpha 1.702) and SiLU (1),
 // tanh(sqrt(2/pi) (x + 0.044715 x^3)) for tanh GELU, erf(x / sqrt(2)) for GELU; with `e`, also exp(-x^2 / 2) there
