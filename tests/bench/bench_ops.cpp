@@ -9,7 +9,8 @@
 // second where one kernel's traffic is clear: BM_Rope a layer's four rotations (q and k, forward and backward) from
 // positions or from the step's table (BM_RopeTable: making the table, once a step for every layer), BM_AddNorm a
 // block's residual add and RMS norm, forward and backward, as two ops or one, BM_Swiglu SwiGLU forward and
-// backward, and BM_Unary an activation forward and backward on the tower's MLP.
+// backward, BM_Unary an activation forward and backward on the tower's MLP, and BM_SumLeading the gradient of its
+// bias.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "core/ops/linear.h"
 #include "core/ops/norm.h"
 #include "core/ops/optimizer.h"
+#include "core/ops/reduce.h"
 #include "core/ops/softmax.h"
 
 using namespace hr::core;
@@ -203,6 +205,15 @@ void BM_Unary(benchmark::State& state, UnaryOp op, DType dt) {
   set_bytes(state, 5.0 * double(x.nbytes()));  // forward: 1 in, 1 out; backward: 2 in, 1 out
 }
 
+// A bias's gradient: the sum over the leading dims of the tower MLP's fc1 output gradient (8 images of 65 tokens,
+// intermediate 1024), into an f32 gradient.
+void BM_SumLeading(benchmark::State& state, DType dt) {
+  const Tensor dy = Tensor::full({8 * 65, 1024}, 0.5f, dt, Device::cpu());
+  const Tensor db = Tensor::full({1024}, 0.f, DType::F32, Device::cpu());
+  for (auto _ : state) sum_leading(dy, db, Accumulate::Yes);
+  set_bytes(state, double(dy.nbytes()));
+}
+
 }  // namespace
 
 void BM_Optimizer(benchmark::State& state, bool eight_bit) {
@@ -270,6 +281,8 @@ BENCHMARK_CAPTURE(BM_Unary, quick_gelu_bf16, UnaryOp::QuickGelu, DType::BF16)->U
 BENCHMARK_CAPTURE(BM_Unary, quick_gelu_f32, UnaryOp::QuickGelu, DType::F32)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Unary, gelu_tanh_bf16, UnaryOp::GeluTanh, DType::BF16)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Unary, gelu_bf16, UnaryOp::Gelu, DType::BF16)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_SumLeading, bf16, DType::BF16)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_SumLeading, f32, DType::F32)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Optimizer, adamw, false)->Arg(1 << 22)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Optimizer, adamw_8bit, true)->Arg(1 << 22)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

@@ -17,6 +17,7 @@
 #include "core/memory/device_memory.h"
 #include "core/ops/attention.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/reduce.h"
 #include "op_cases.h"
 
 using namespace hr;
@@ -376,6 +377,33 @@ TEST(Elementwise, MixedDtypesAreRefusedByName) {
   EXPECT_NE(error([&] { swiglu_forward(a, b); }).find("[swiglu] dtypes differ"), std::string::npos);
   EXPECT_NE(error([&] { unary_backward(UnaryOp::Silu, a, b); }).find("[silu] dtypes differ"), std::string::npos);
   EXPECT_EQ(mul(a, a).dtype(), DType::F32);
+}
+
+// The CPU's sum over leading dims (a bias's gradient) sums each column down its rows in order, in double, then
+// rounds once: the bits of a reference that does exactly that, on values whose magnitudes make the order show, over
+// a width that is not whole blocks of the kernel's columns, from f32 and bf16, fresh and accumulated.
+TEST(SumLeading, EachColumnSumsItsRowsInOrderInDouble) {
+  const int64_t rows = 37, cols = 150;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> v(static_cast<std::size_t>(rows * cols)), start(static_cast<std::size_t>(cols));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = nd(rng) * std::pow(10.f, float(int(i % 9) - 4));
+  for (float& x : start) x = nd(rng);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor x = Tensor::from_floats(v, {rows, cols}, dt, Device::cpu());
+    const std::vector<float> xv = x.to_floats();
+    for (Accumulate acc : {Accumulate::No, Accumulate::Yes}) {
+      const Tensor out = Tensor::from_floats(start, {cols}, DType::F32, Device::cpu());
+      sum_leading(x, out, acc);
+      const std::vector<float> got = out.to_floats();
+      for (int64_t c = 0; c < cols; ++c) {
+        double s = 0.0;
+        for (int64_t r = 0; r < rows; ++r) s += xv[std::size_t(r * cols + c)];
+        const float want = (acc == Accumulate::Yes ? start[std::size_t(c)] : 0.f) + float(s);
+        ASSERT_EQ(got[std::size_t(c)], want) << dtype_name(dt) << " column " << c;
+      }
+    }
+  }
 }
 
 // The kernel list exists once (core/backend/kernel_list.h) and each back-end's table is generated from it: every
