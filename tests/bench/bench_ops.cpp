@@ -243,6 +243,8 @@ BENCHMARK_CAPTURE(BM_Gemm, f32, DType::F32)->Arg(256)->Arg(512)->Arg(1024)->Arg(
 BENCHMARK_CAPTURE(BM_Gemm, bf16, DType::BF16)->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_LinearWeightGrad, f32, DType::F32)
     ->Args({768, 192, 512})
+    ->Args({2048, 384, 384})   // the 19.2M model's attention projections: 384 columns, two column tiles
+    ->Args({2048, 384, 1024})  // and its MLP's up projection
     ->Args({2048, 1024, 1024})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_OneDnnWeightGrad, f32, DType::F32)

@@ -203,18 +203,21 @@ TEST(Plan, ADryRunRecordsLaterMicroBatchesAsRepetitionsAtAnyAccumulation) {
 TEST(Plan, PreflightRefusesWhatDoesNotFitAndNamesTheCheapestFixes) {
   const std::string base = fresh_dir("plan_refuse");
   const std::string cfg = config(base);
+  // The planned allocator throughout: its reserved bytes are its allocated ones, so the gap below is the
+  // checkpointing's, not a caching allocator's rounding (which moves with every kernel's scratch sizes).
+  const std::string sets = "--set memory.budget=1.0 --set memory.allocator=planned";
   // The least a decoder without checkpointing needs: the tower fully checkpointed (the search may choose that).
-  const json none = plan_json(cfg,
-                              "--set memory.budget=1.0 --set memory.gradient_checkpointing.llm=none "
-                              "--set memory.gradient_checkpointing.vision=full");
-  const json full = plan_json(cfg, "--set memory.budget=1.0 --set memory.gradient_checkpointing=full");
+  const json none = plan_json(cfg, sets +
+                                       " --set memory.gradient_checkpointing.llm=none "
+                                       "--set memory.gradient_checkpointing.vision=full");
+  const json full = plan_json(cfg, sets + " --set memory.gradient_checkpointing=full");
   // Between what full checkpointing reserves and what no checkpointing needs allocated (even with every
   // cached block released, it cannot fit).
   const int64_t a = full["ranks"][0]["peak_reserved"], b = none["ranks"][0]["peak_allocated"];
   ASSERT_LT(a, b);
   const int64_t cap = (a + b) / 2;
-  CmdResult r = headroom(str("train ", cfg, " --set run.output_dir=", base,
-                             "/run --set memory.budget=1.0 --set device.memory_limit=", cap));
+  CmdResult r =
+      headroom(str("train ", cfg, " --set run.output_dir=", base, "/run ", sets, " --set device.memory_limit=", cap));
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.output.find("does not fit"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--set memory.gradient_checkpointing"), std::string::npos) << r.output;
@@ -223,7 +226,7 @@ TEST(Plan, PreflightRefusesWhatDoesNotFitAndNamesTheCheapestFixes) {
       << r.output;
   EXPECT_NE(r.output.find("--set train.optimizer=adamw_8bit"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(base + "/run/memory.jsonl")) << "the run must not start";
-  CmdResult p = headroom(str("plan ", cfg, " --set memory.budget=1.0 --capacity ", cap));
+  CmdResult p = headroom(str("plan ", cfg, " ", sets, " --capacity ", cap));
   EXPECT_EQ(WEXITSTATUS(p.status), 3) << p.output;
   EXPECT_NE(p.output.find("DOES NOT FIT"), std::string::npos) << p.output;
 }

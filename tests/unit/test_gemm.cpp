@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <atomic>
 #include <cmath>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -199,6 +200,63 @@ TEST(Gemm, PackedGemmMatchesAReferenceOnEveryEdgeWithTheSameBitsOnAnyThreadsAndK
         EXPECT_EQ(got, first) << pc.m << "x" << pc.n << "x" << pc.k << ": bits differ at " << threads << " threads";
       }
   }
+}
+
+// A tile's width follows from how many tiles the column count needs, not from the largest block: 384
+// columns that need two tiles are two of 192, not 256 and 128 (whose second thread would wait half the GEMM).
+TEST(Gemm, PackedTilesAreCutEvenly) {
+  for (int64_t n = 16; n <= 2048; n += 16) {
+    GemmDesc d = linear_desc(DType::F32);
+    d.m = 1024, d.n = n, d.k = 2048;  // k = 2048: B blocks of at most 256 columns (2 MiB of f32)
+    const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(d, 2);
+    const int64_t tiles = (n + 255) / 256, last = n - (tiles - 1) * bl.nc;
+    EXPECT_EQ((n + bl.nc - 1) / bl.nc, tiles) << n << " columns";
+    EXPECT_GT(last, 0) << n << " columns";
+    EXPECT_LE(bl.nc - last, 16 * tiles) << n << " columns: tiles of " << bl.nc << " and a last of " << last;
+  }
+}
+
+// Every tile is taken exactly once: first each thread's own range from its front, then, once a thread's range is
+// done, the others' from their backs, the one with the most left first.
+TEST(Gemm, TileQueuesHandOutEveryTileOnceAndStealFromTheBack) {
+  hr::cpu::TileQueues q(10, 3);  // ranges [0, 3), [3, 6), [6, 10)
+  std::vector<int64_t> got;
+  for (int64_t t = q.next(2); t >= 0; t = q.next(2)) got.push_back(t);
+  EXPECT_EQ(got, (std::vector<int64_t>{6, 7, 8, 9, 2, 5, 1, 4, 0, 3}));
+  EXPECT_EQ(q.next(0), -1);
+  EXPECT_EQ(q.next(1), -1);
+  hr::cpu::TileQueues one(5, 1), none(0, 4);
+  for (int64_t t = 0; t < 5; ++t) EXPECT_EQ(one.next(0), t);
+  EXPECT_EQ(one.next(0), -1);
+  EXPECT_EQ(none.next(3), -1);
+}
+
+TEST(Gemm, TileQueuesUnderContentionTakeEachTileOnce) {
+  constexpr int64_t kTiles = 200000;
+  constexpr int kThreads = 6;
+  hr::cpu::TileQueues q(kTiles, kThreads);
+  std::vector<std::atomic<int>> taken(kTiles);
+  int64_t by_zero = 0;
+  int team = 0;
+  ThreadCount t(kThreads);
+#pragma omp parallel num_threads(kThreads)
+  {
+    const int me = omp_get_thread_num();
+    // Thread 0 starts only when the others have found nothing left: its whole range goes to them.
+    if (me != 0)
+      for (int64_t tile = q.next(me); tile >= 0; tile = q.next(me)) taken[std::size_t(tile)].fetch_add(1);
+#pragma omp barrier
+    if (me == 0) {
+      team = omp_get_num_threads();  // the ranges of threads OpenMP did not start are stolen all the same
+      for (int64_t tile = q.next(0); tile >= 0; tile = q.next(0)) ++by_zero, taken[std::size_t(tile)].fetch_add(1);
+    }
+  }
+  if (team < 2) GTEST_SKIP() << "OpenMP gave one thread";
+  int64_t twice = 0, never = 0;
+  for (const auto& n : taken) twice += n.load() > 1, never += n.load() == 0;
+  EXPECT_EQ(twice, 0);
+  EXPECT_EQ(never, 0);
+  EXPECT_EQ(by_zero, 0) << "thread 0's range is the others' to steal";
 }
 
 // Sequence lengths that change from batch to batch make new GEMM shapes: the plans (each a JIT-compiled oneDNN

@@ -3,6 +3,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/backend/cpu/cpu_common.h"
@@ -31,6 +32,13 @@ std::size_t aligned_bytes(std::size_t floats) {
 int64_t fit(std::size_t budget, int64_t k, int64_t step, int64_t cap) {
   const int64_t n = int64_t(budget / (sizeof(float) * std::size_t(k))) / step * step;
   return std::clamp<int64_t>(n, step, cap);
+}
+
+// The tile size for `n` lanes in tiles of at most `most`: as many tiles as that needs, of equal size up to a
+// multiple of `step` (at least `step`).
+int64_t even_cut(int64_t n, int64_t most, int64_t step) {
+  const int64_t tiles = ceil_div(std::max<int64_t>(n, 1), most);
+  return std::min(most, round_up(ceil_div(std::max<int64_t>(n, 1), tiles), step));
 }
 
 // acc (6 x 16, row-major) = A panel (k x 6) times B panel (k x 16).
@@ -122,14 +130,15 @@ void run(const GemmArgs& g, const PackedGemmBlocking& bl, MicrokernelFn kernel) 
   char* scratch = g.scratchpad.defined() ? static_cast<char*>(g.scratchpad.data_ptr()) : nullptr;
   const std::size_t a_slot = aligned_bytes(bl.a_floats), slot = a_slot + aligned_bytes(bl.b_floats);
   const int64_t row_tiles = ceil_div(d.m, bl.mc), col_tiles = ceil_div(d.n, bl.nc);
+  TileQueues queues(bl.tiles, bl.threads);
 #pragma omp parallel num_threads(bl.threads)
   {
-    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int t = omp_get_thread_num();
     float* ap = reinterpret_cast<float*>(scratch + std::size_t(t) * slot);
     float* bp = reinterpret_cast<float*>(scratch + std::size_t(t) * slot + a_slot);
     alignas(64) float acc[kMR * kNR];
     int64_t packed_b = -1;  // which (batch, column tile) bp holds
-    for (int64_t tile = bl.tiles * t / nt; tile < bl.tiles * (t + 1) / nt; ++tile) {
+    for (int64_t tile = queues.next(t); tile >= 0; tile = queues.next(t)) {
       const int64_t batch = tile / (row_tiles * col_tiles), jt = tile / row_tiles % col_tiles, it = tile % row_tiles;
       const int64_t i0 = it * bl.mc, j0 = jt * bl.nc;
       const int64_t rows = std::min(bl.mc, d.m - i0), cols = std::min(bl.nc, d.n - j0);
@@ -151,6 +160,39 @@ void run(const GemmArgs& g, const PackedGemmBlocking& bl, MicrokernelFn kernel) 
 
 }  // namespace
 
+TileQueues::TileQueues(int64_t tiles, int threads) : threads_(threads) {
+  HR_ASSERT(threads >= 1 && threads <= kMaxGemmThreads && tiles >= 0 && tiles < (int64_t(1) << 32),
+            "tile queues: ", tiles, " tiles over ", threads, " threads");
+  for (int t = 0; t < threads; ++t)
+    ranges_[t].v.store(uint64_t(tiles * t / threads) << 32 | uint64_t(tiles * (t + 1) / threads),
+                       std::memory_order_relaxed);
+}
+
+int64_t TileQueues::next(int thread) {
+  if (int64_t tile = take(ranges_[thread], true); tile >= 0) return tile;
+  for (;;) {  // its own range is done: the back of whichever range has the most left
+    int victim = -1;
+    uint64_t most = 0;
+    for (int t = 0; t < threads_; ++t) {
+      const uint64_t v = ranges_[t].v.load(std::memory_order_relaxed),
+                     left = (v & 0xffffffffu) - std::min(v >> 32, v & 0xffffffffu);
+      if (left > most) most = left, victim = t;
+    }
+    if (victim < 0) return -1;
+    if (int64_t tile = take(ranges_[victim], false); tile >= 0) return tile;
+  }
+}
+
+int64_t TileQueues::take(Range& r, bool front) {
+  uint64_t v = r.v.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t f = v >> 32, b = v & 0xffffffffu;
+    if (f >= b) return -1;
+    const uint64_t taken = front ? v + (uint64_t(1) << 32) : v - 1;
+    if (r.v.compare_exchange_weak(v, taken, std::memory_order_relaxed)) return int64_t(front ? f : b - 1);
+  }
+}
+
 std::size_t PackedGemmBlocking::scratchpad_bytes() const {
   return std::size_t(threads) * (aligned_bytes(a_floats) + aligned_bytes(b_floats));
 }
@@ -158,14 +200,18 @@ std::size_t PackedGemmBlocking::scratchpad_bytes() const {
 PackedGemmBlocking packed_gemm_blocking(const GemmDesc& d, int threads) {
   PackedGemmBlocking bl;
   const int64_t k = std::max<int64_t>(d.k, 1);
-  bl.nc = std::min(fit(kBBlockBytes, k, kNR, kMaxNc), round_up(d.n, kNR));
-  bl.mc = std::min(fit(kABlockBytes, k, kMR, kMaxMc), round_up(d.m, kMR));
+  // As few tiles as the blocks allow, cut evenly: 384 columns in blocks of at most 256 are two tiles of
+  // 192, not 256 and 128 (whose threads would otherwise wait on the wider one's).
+  bl.nc = even_cut(d.n, fit(kBBlockBytes, k, kNR, kMaxNc), kNR);
+  bl.mc = even_cut(d.m, fit(kABlockBytes, k, kMR, kMaxMc), kMR);
   const int64_t col_tiles = ceil_div(d.n, bl.nc);
   // Too few tiles for the threads: cut the rows finer (down to one microkernel panel).
   const int64_t wanted_row_tiles = ceil_div(threads, d.batch * col_tiles);
   if (ceil_div(d.m, bl.mc) < wanted_row_tiles) bl.mc = std::max(kMR, round_up(ceil_div(d.m, wanted_row_tiles), kMR));
   bl.tiles = d.batch * ceil_div(d.m, bl.mc) * col_tiles;
-  bl.threads = int(std::max<int64_t>(1, std::min<int64_t>(threads, bl.tiles)));
+  bl.threads = int(std::clamp<int64_t>(std::min<int64_t>(threads, bl.tiles), 1, kMaxGemmThreads));
+  HR_CHECK(bl.tiles < (int64_t(1) << 32), "[gemm] ", d.batch, " x ", d.m, " x ", d.n, " cuts into ", bl.tiles,
+           " tiles: more than the tile queues count");
   bl.a_floats = std::size_t(bl.mc * d.k);
   bl.b_floats = std::size_t(d.k * bl.nc);
   return bl;

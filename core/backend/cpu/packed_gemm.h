@@ -4,6 +4,7 @@
 // the kernel runs with.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -28,6 +29,28 @@ struct PackedGemmBlocking {
 };
 
 PackedGemmBlocking packed_gemm_blocking(const GemmDesc& d, int threads);
+
+constexpr int kMaxGemmThreads = 64;  // threads one GEMM spreads over (each needs its own scratchpad slot)
+
+// Which thread computes which tile. Tiles start in one contiguous range per thread, in order (a thread's
+// tiles share column blocks, so it packs each B block once); a thread that has finished its own takes tiles
+// one at a time from the back of whichever range has the most left. Tiles differ in size at the edges and
+// threads in speed (one has just left serial work, another shares its core), so a static split alone left
+// one thread waiting on the other. Every tile is computed whole by one thread, so the bits never depend on
+// who takes it.
+class TileQueues {
+ public:
+  TileQueues(int64_t tiles, int threads);
+  int64_t next(int thread);  // the next tile for `thread`; -1 when none is left
+
+ private:
+  struct alignas(64) Range {
+    std::atomic<uint64_t> v{0};  // front << 32 | back: the tiles [front, back) not taken yet
+  };
+  static int64_t take(Range& r, bool front);
+  Range ranges_[kMaxGemmThreads];
+  int threads_;
+};
 
 // C = alpha A B + beta C with `blocking` (from packed_gemm_blocking for the same desc); the scratchpad must
 // hold blocking.scratchpad_bytes().
