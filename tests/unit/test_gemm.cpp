@@ -133,6 +133,7 @@ struct PackedCase {
   bool a_transposed, b_transposed, a_broadcast, b_broadcast;
   float alpha, beta;
   DType c_dtype;
+  DType ab_dtype = DType::F32;  // both operands' (their values are exact in bf16 and f16)
 };
 
 // The case's descriptor and operands (small integers over powers of two: exact in every dtype).
@@ -144,6 +145,7 @@ PackedInputs inputs_of(const PackedCase& pc) {
   PackedInputs in;
   GemmDesc& d = in.desc;
   d.batch = pc.batch, d.m = pc.m, d.n = pc.n, d.k = pc.k, d.alpha = pc.alpha, d.beta = pc.beta, d.c_dtype = pc.c_dtype;
+  d.a_dtype = d.b_dtype = pc.ab_dtype;
   d.a_strides[0] = pc.a_broadcast ? 0 : pc.m * pc.k;
   d.a_strides[1] = pc.a_transposed ? 1 : pc.k, d.a_strides[2] = pc.a_transposed ? pc.m : 1;
   d.b_strides[0] = pc.b_broadcast ? 0 : pc.k * pc.n;
@@ -163,8 +165,8 @@ std::vector<float> packed_run(const PackedCase& pc, const PackedInputs& in, int 
   const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(in.desc, threads);
   GemmArgs g;
   g.desc = in.desc;
-  g.a = Tensor::from_floats(in.a, {int64_t(in.a.size())}, DType::F32, Device::cpu());
-  g.b = Tensor::from_floats(in.b, {int64_t(in.b.size())}, DType::F32, Device::cpu());
+  g.a = Tensor::from_floats(in.a, {int64_t(in.a.size())}, pc.ab_dtype, Device::cpu());
+  g.b = Tensor::from_floats(in.b, {int64_t(in.b.size())}, pc.ab_dtype, Device::cpu());
   g.c = Tensor::from_floats(in.c, {pc.batch, pc.m, pc.n}, pc.c_dtype, Device::cpu());
   if (bl.scratchpad_bytes()) g.scratchpad = Tensor::empty({int64_t(bl.scratchpad_bytes())}, DType::U8, Device::cpu());
   ThreadCount t(threads);
@@ -183,6 +185,10 @@ TEST(Gemm, PackedGemmMatchesAReferenceOnEveryEdgeWithTheSameBitsOnAnyThreadsAndK
       {1, 9, 9, 0, false, false, false, false, 1.f, 0.5f, DType::F32},    // k = 0: C = beta C
       {1, 33, 50, 70, false, true, false, false, 1.f, 0.f, DType::BF16},  // bf16 output, rounded once
       {2, 8, 24, 16, true, true, false, false, 2.f, 0.f, DType::F16},
+      // bf16 and f16 operands, packed into f32 panels (rows of A contiguous along k, as in x W^T and dy W)
+      {1, 40, 20, 45, false, false, false, false, 1.f, 0.f, DType::F32},
+      {2, 19, 33, 70, false, true, false, false, 1.f, 1.f, DType::BF16, DType::BF16},
+      {1, 12, 16, 8, false, false, false, false, 1.f, 0.f, DType::F32, DType::F16},
   };
   for (const PackedCase& pc : cases) {
     const PackedInputs in = inputs_of(pc);
