@@ -185,7 +185,8 @@ TEST(Gemm, PackedGemmMatchesAReferenceOnEveryEdgeWithTheSameBitsOnAnyThreadsAndK
       {1, 9, 9, 0, false, false, false, false, 1.f, 0.5f, DType::F32},    // k = 0: C = beta C
       {1, 33, 50, 70, false, true, false, false, 1.f, 0.f, DType::BF16},  // bf16 output, rounded once
       {2, 8, 24, 16, true, true, false, false, 2.f, 0.f, DType::F16},
-      // bf16 and f16 operands, packed into f32 panels (rows of A contiguous along k, as in x W^T and dy W)
+      // Rows of A contiguous along k (as in x W^T and dy W), a ragged k; f32, bf16 and f16 operands, all
+      // packed into f32 panels.
       {1, 40, 20, 45, false, false, false, false, 1.f, 0.f, DType::F32},
       {2, 19, 33, 70, false, true, false, false, 1.f, 1.f, DType::BF16, DType::BF16},
       {1, 12, 16, 8, false, false, false, false, 1.f, 0.f, DType::F32, DType::F16},

@@ -35,9 +35,8 @@ constexpr int kMaxGemmThreads = 64;  // threads one GEMM spreads over (each need
 // Which thread computes which tile. Tiles start in one contiguous range per thread, in order (a thread's
 // tiles share column blocks, so it packs each B block once); a thread that has finished its own takes tiles
 // one at a time from the back of whichever range has the most left. Tiles differ in size at the edges and
-// threads in speed (one has just left serial work, another shares its core), so a static split alone left
-// one thread waiting on the other. Every tile is computed whole by one thread, so the bits never depend on
-// who takes it.
+// threads in speed, so a static split alone left one thread waiting on the other. Every tile is computed
+// whole by one thread, so the bits never depend on who takes it.
 class TileQueues {
  public:
   TileQueues(int64_t tiles, int threads);
