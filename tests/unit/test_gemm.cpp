@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <thread>
 
 #include "core/backend/cpu/cpu_kernels.h"
 #include "core/backend/cpu/packed_gemm.h"
@@ -243,22 +244,16 @@ TEST(Gemm, TileQueuesUnderContentionTakeEachTileOnce) {
   constexpr int kThreads = 6;
   hr::cpu::TileQueues q(kTiles, kThreads);
   std::vector<std::atomic<int>> taken(kTiles);
-  int64_t by_zero = 0;
-  int team = 0;
-  ThreadCount t(kThreads);
-#pragma omp parallel num_threads(kThreads)
-  {
-    const int me = omp_get_thread_num();
-    // Thread 0 starts only when the others have found nothing left: its whole range goes to them.
-    if (me != 0)
+  // Threads 1-5 run together until they find nothing left; thread 0 starts only then, so its whole range
+  // goes to them.
+  std::vector<std::thread> others;
+  for (int me = 1; me < kThreads; ++me)
+    others.emplace_back([&, me] {
       for (int64_t tile = q.next(me); tile >= 0; tile = q.next(me)) taken[std::size_t(tile)].fetch_add(1);
-#pragma omp barrier
-    if (me == 0) {
-      team = omp_get_num_threads();  // the ranges of threads OpenMP did not start are stolen all the same
-      for (int64_t tile = q.next(0); tile >= 0; tile = q.next(0)) ++by_zero, taken[std::size_t(tile)].fetch_add(1);
-    }
-  }
-  if (team < 2) GTEST_SKIP() << "OpenMP gave one thread";
+    });
+  for (std::thread& th : others) th.join();
+  int64_t by_zero = 0;
+  for (int64_t tile = q.next(0); tile >= 0; tile = q.next(0)) ++by_zero, taken[std::size_t(tile)].fetch_add(1);
   int64_t twice = 0, never = 0;
   for (const auto& n : taken) twice += n.load() > 1, never += n.load() == 0;
   EXPECT_EQ(twice, 0);
