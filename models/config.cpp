@@ -178,9 +178,15 @@ void LlavaConfig::validate(KeyNames names) const {
            " must divide num_attention_heads ", l.heads);
   HR_CHECK(l.sliding_window >= 0, "[config] ", key("model.llm.sliding_window", "text_config.sliding_window"), " ",
            l.sliding_window, " must be positive (or 0 / null: no window)");
-  HR_CHECK(l.sliding_window == 0 || l.decoder == Decoder::Mistral, "[config] ",
+  HR_CHECK(l.sliding_window == 0 || l.decoder != Decoder::Llama, "[config] ",
            key("model.llm.sliding_window", "text_config.sliding_window"), " ", l.sliding_window,
-           ": a sliding window belongs to the mistral decoder, not ", decoder_name(l.decoder));
+           ": a sliding window belongs to the mistral and qwen2 decoders, not ", decoder_name(l.decoder));
+  HR_CHECK(l.max_window_layers >= 0, "[config] ", key("model.llm.max_window_layers", "text_config.max_window_layers"),
+           " ", l.max_window_layers, " must not be negative");
+  HR_CHECK(l.max_window_layers == 0 || l.decoder == Decoder::Qwen2, "[config] ",
+           key("model.llm.max_window_layers", "text_config.max_window_layers"), " ", l.max_window_layers,
+           ": the layers without a window are the qwen2 decoder's setting; ", decoder_name(l.decoder),
+           "'s window, if any, is every layer's");
   check_anyres(*this, hf);
   HR_CHECK(image_token_id >= 0 && image_token_id < l.vocab, "[config] ",
            key("model.image_token_index", "image_token_index"), " ", image_token_id, " is outside the vocabulary of ",
@@ -316,9 +322,11 @@ std::vector<std::string> preset_names() {
 }
 
 void LlmConfig::check_window(int64_t length, const std::string& what) const {
-  HR_CHECK(sliding_window == 0 || length <= sliding_window, "[config] ", what, " ", length,
-           " passes the mistral decoder's sliding window of ", sliding_window,
-           " tokens (model.llm.sliding_window, text_config.sliding_window); headroom's attention is causal over the "
+  const std::string layers_note =
+      max_window_layers > 0 ? str(" in its layers from ", max_window_layers, " on (max_window_layers)") : "";
+  HR_CHECK(!windowed() || length <= sliding_window, "[config] ", what, " ", length, " passes the ",
+           decoder_name(decoder), " decoder's sliding window of ", sliding_window, " tokens", layers_note,
+           " (model.llm.sliding_window, text_config.sliding_window); headroom's attention is causal over the "
            "whole sequence, which equals the windowed attention only up to the window: shorten the sequences or set "
            "the window to null where the checkpoint allows it, as Mistral-7B-Instruct-v0.2 does");
 }

@@ -73,9 +73,9 @@ struct LoraSpec {
 };
 
 // The decoder's family, transformers' text_config.model_type. All three are LLaMA's blocks (RMSNorm, RoPE,
-// grouped-query attention, SwiGLU); Qwen2 adds biases to q_proj, k_proj and v_proj; Mistral may set a sliding
-// attention window, which headroom runs where no sequence is longer than the window (there it is causal
-// attention) and refuses by name elsewhere.
+// grouped-query attention, SwiGLU); Qwen2 adds biases to q_proj, k_proj and v_proj. Mistral (every layer) and
+// Qwen2 (the layers from max_window_layers on) may set a sliding attention window, which headroom runs where no
+// sequence is longer than the window (there it is causal attention) and refuses by name elsewhere.
 enum class Decoder : uint8_t { Llama, Qwen2, Mistral };
 
 struct LlmConfig {
@@ -84,7 +84,10 @@ struct LlmConfig {
   float rope_theta = 10000.f;
   LoraSpec lora;  // adapters on the decoder layers' linear layers (lora.*), none by default
   Decoder decoder = Decoder::Llama;
-  int64_t sliding_window = 0;  // Mistral's attention window in tokens; 0: none (causal attention over everything)
+  int64_t sliding_window = 0;  // attention window in tokens; 0: none (causal attention over everything)
+  // Qwen2's max_window_layers: layers [0, max_window_layers) attend over everything, the rest through the window
+  // (transformers' Qwen2); Mistral's window is every layer's (0).
+  int64_t max_window_layers = 0;
   // tie_word_embeddings (Qwen2-0.5B's): lm_head multiplies by embed_tokens' table, one parameter in the embedding's
   // group that both ends of the model read and whose gradient both accumulate.
   bool tied_embeddings = false;
@@ -92,6 +95,7 @@ struct LlmConfig {
   bool fused() const { return kernels == FusedKernels::Auto; }
   int64_t head_dim() const { return hidden / heads; }
   bool qkv_bias() const { return decoder == Decoder::Qwen2; }
+  bool windowed() const { return sliding_window > 0 && max_window_layers < layers; }  // some layer has a window
   // Throws naming the key when `length` positions (a training sequence or a generation's cache) pass the
   // sliding window; `what` says whose length it is.
   void check_window(int64_t length, const std::string& what) const;

@@ -106,6 +106,47 @@ VisionConfig vision_from_hf(const json& vj, const std::string& where, const std:
   return v;
 }
 
+namespace {
+
+// text_config.sliding_window as MistralConfig and Qwen2Config read it: absent, their 4096; null, no window (0).
+int64_t window_tokens(const json& t, const std::string& where, const std::string& tp) {
+  if (t.contains("sliding_window") && t.at("sliding_window").is_null()) return 0;
+  return get_or<int64_t>(t, "sliding_window", 4096, where, tp);
+}
+
+// Qwen2Config's window holds only with use_sliding_window (absent or null: false), and only in the layers from
+// max_window_layers (absent: 28) on.
+void read_qwen2_window(const json& t, const std::string& where, const std::string& tp, LlmConfig& l) {
+  const json use = t.contains("use_sliding_window") ? t.at("use_sliding_window") : json(false);
+  HR_CHECK(use.is_boolean() || use.is_null(), "[hf] ", where, ": ", tp, "use_sliding_window has value ", use.dump(),
+           " of the wrong type");
+  if (use != json(true)) return;
+  l.sliding_window = window_tokens(t, where, tp);
+  l.max_window_layers = l.sliding_window > 0 ? get_or<int64_t>(t, "max_window_layers", 28, where, tp) : 0;
+}
+
+// The keys only one decoder's config class has.
+void write_decoder_keys(const LlmConfig& l, json& text) {
+  switch (l.decoder) {
+    case Decoder::Llama:
+      text["attention_bias"] = false;
+      text["mlp_bias"] = false;
+      break;
+    case Decoder::Qwen2:
+      text["use_sliding_window"] = l.sliding_window > 0;
+      if (l.sliding_window > 0) {
+        text["sliding_window"] = l.sliding_window;
+        text["max_window_layers"] = l.max_window_layers;
+      }
+      break;
+    case Decoder::Mistral:
+      text["sliding_window"] = l.sliding_window > 0 ? json(l.sliding_window) : json(nullptr);
+      break;
+  }
+}
+
+}  // namespace
+
 LlmConfig llm_from_hf(const json& t, const std::string& where, const std::string& tp) {
   const std::string type = t.value("model_type", "llama");
   HR_CHECK(type == "llama" || type == "qwen2" || type == "mistral", "[hf] ", where, ": ", tp, "model_type '", type,
@@ -133,12 +174,8 @@ LlmConfig llm_from_hf(const json& t, const std::string& where, const std::string
     require(t, "attention_bias", false, where, tp, "LLaMA's projections have no bias");
     require(t, "mlp_bias", false, where, tp, "LLaMA's projections have no bias");
   }
-  if (qwen2)  // Qwen2's window applies to the layers from max_window_layers on: not implemented
-    require(t, "use_sliding_window", false, where, tp, "Qwen2's attention over the whole sequence");
-  if (mistral)  // absent: MistralConfig's 4096; null (Mistral-7B-Instruct-v0.2's): no window
-    l.sliding_window = t.contains("sliding_window") && t.at("sliding_window").is_null()
-                           ? 0
-                           : get_or<int64_t>(t, "sliding_window", 4096, where, tp);
+  if (qwen2) read_qwen2_window(t, where, tp, l);
+  if (mistral) l.sliding_window = window_tokens(t, where, tp);  // Mistral-7B-Instruct-v0.2's null: no window
   if (t.contains("head_dim") && !t.at("head_dim").is_null() && l.heads > 0)  // 0 heads: validate() names them
     HR_CHECK(t.at("head_dim") == json(l.hidden / l.heads), "[hf] ", where, ": ", tp, "head_dim ",
              t.at("head_dim").dump(), " is not hidden_size / num_attention_heads");
@@ -178,18 +215,7 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& token
                {"eos_token_id", tokens.eos},
                {"pad_token_id", tokens.pad},
                {"torch_dtype", torch_dtype(dtype)}};
-  switch (l.decoder) {
-    case Decoder::Llama:
-      text["attention_bias"] = false;
-      text["mlp_bias"] = false;
-      break;
-    case Decoder::Qwen2:
-      text["use_sliding_window"] = false;
-      break;
-    case Decoder::Mistral:
-      text["sliding_window"] = l.sliding_window > 0 ? json(l.sliding_window) : json(nullptr);
-      break;
-  }
+  write_decoder_keys(l, text);
   json vision = {{"model_type", tower_name(v.tower)},
                  {"hidden_size", v.hidden},
                  {"intermediate_size", v.intermediate},

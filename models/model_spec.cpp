@@ -164,6 +164,7 @@ ModelSpec parse_model_spec(const YAML::Node& model, const std::string& where) {
          l.decoder = parse_decoder(as<std::string>(n, "llm.model_type", where), "model.llm.model_type");
        }},
       {"sliding_window", i64(l.sliding_window, "llm.sliding_window")},
+      {"max_window_layers", i64(l.max_window_layers, "llm.max_window_layers")},
       {"tie_word_embeddings", flag(l.tied_embeddings, "llm.tie_word_embeddings")},
   };
   std::map<std::string, Setter> freeze_keys = {

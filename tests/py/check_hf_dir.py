@@ -19,9 +19,11 @@
         transformers opens DIR and its preprocessor_config.json; on IMAGE (squared as LLaVA's `pad` does) and
         GENERATED's prompt_ids (`headroom generate --json`'s last line), its greedy generate gives GENERATED's
         tokens exactly.
-    check_hf_dir.py load DIR BATCH OURS
+    check_hf_dir.py load DIR BATCH OURS [MADE]
         transformers opens DIR (a headroom checkpoint) with LlavaForConditionalGeneration.from_pretrained, and its
-        loss and logits on BATCH must equal headroom's (OURS, from `debug grads --logits` on DIR) within 1e-4.
+        loss and logits on BATCH must equal headroom's (OURS, from `debug grads --logits` on DIR) within 1e-4;
+        with MADE (the directory `make` wrote), its text config's attention window (use_sliding_window,
+        sliding_window, max_window_layers, as transformers reads them) must be MADE's.
 
 The forward is float32 and eager attention (torch 1.13 has no SDPA); no attention_mask is passed, so every
 position counts, as in headroom's loss (mean cross-entropy over the labels that are not -100, shifted by one).
@@ -39,8 +41,8 @@ _oracle_env.require("torch", "transformers", "safetensors")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-from transformers import (CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration,  # noqa: E402
-                          MistralConfig, Qwen2Config, SiglipVisionConfig)
+from transformers import (AutoConfig, CLIPVisionConfig, LlamaConfig, LlavaConfig,  # noqa: E402
+                          LlavaForConditionalGeneration, MistralConfig, Qwen2Config, SiglipVisionConfig)
 
 transformers.logging.set_verbosity_error()
 
@@ -78,6 +80,9 @@ def text_config(decoder):
         return LlamaConfig(rope_theta=10000.0, **common)
     if decoder in ("qwen2", "qwen2_tied"):  # qwen2_tied: Qwen2-0.5B's lm_head, embed_tokens' table
         common["tie_word_embeddings"] = decoder == "qwen2_tied"
+        if decoder == "qwen2":  # a window in the second layer, longer than every sequence here: causal attention
+            return Qwen2Config(rope_theta=1000000.0, use_sliding_window=True, sliding_window=4096, max_window_layers=1,
+                               **common)
         return Qwen2Config(rope_theta=1000000.0, use_sliding_window=False, **common)
     if decoder == "mistral":  # Mistral-7B-v0.1's window, longer than every sequence here: causal attention
         return MistralConfig(rope_theta=1000000.0, sliding_window=4096, **common)
@@ -164,7 +169,10 @@ def compare(ref_path, ours_path):
           f"gradients agree, worst {worst:.2g}")
 
 
-def load(model_dir, batch_path, ours_path):
+WINDOW_KEYS = ("use_sliding_window", "sliding_window", "max_window_layers")
+
+
+def load(model_dir, batch_path, ours_path, made=None):
     for f in ("config.json", "generation_config.json", "model.safetensors"):
         if not os.path.exists(os.path.join(model_dir, f)):
             fail(f"{model_dir} has no {f}")
@@ -174,6 +182,12 @@ def load(model_dir, batch_path, ours_path):
     ours = load_file(ours_path)
     worst = max(close("loss", ours["loss"].reshape(()), o.loss.reshape(())), close("logits", ours["logits"], o.logits))
     gen = json.load(open(os.path.join(model_dir, "generation_config.json")))
+    if made is not None:
+        want, got = AutoConfig.from_pretrained(made).text_config, model.config.text_config
+        for key in WINDOW_KEYS:
+            if getattr(want, key, None) != getattr(got, key, None):
+                fail(f"{model_dir}: text_config.{key} reads {getattr(got, key, None)}, {made}'s "
+                     f"{getattr(want, key, None)}")
     print(f"{PROG}: OK: transformers {transformers.__version__} opened {model_dir} "
           f"(eos {gen.get('eos_token_id')}); loss {o.loss.item():.6f} and logits equal headroom's, worst {worst:.2g}")
 
@@ -215,12 +229,12 @@ def main(argv):
         make(*argv[1:])
     elif len(argv) == 3 and argv[0] == "compare":
         compare(argv[1], argv[2])
-    elif len(argv) == 4 and argv[0] == "load":
-        load(argv[1], argv[2], argv[3])
+    elif len(argv) in (4, 5) and argv[0] == "load":
+        load(*argv[1:])
     elif len(argv) == 4 and argv[0] == "generate":
         generate(argv[1], argv[2], argv[3])
     else:
-        fail("usage: check_hf_dir.py make OUT [DECODER [TOWER]] | compare REF OURS | generate DIR IMAGE GENERATED | load DIR BATCH OURS", 2)
+        fail("usage: check_hf_dir.py make OUT [DECODER [TOWER]] | compare REF OURS | generate DIR IMAGE GENERATED | load DIR BATCH OURS [MADE]", 2)
 
 
 if __name__ == "__main__":

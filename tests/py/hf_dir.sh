@@ -46,7 +46,7 @@ PY
   printf 'model: {name_or_path: %s/consolidated}\n' "$work" > consolidated.yaml
   "$bin" debug grads --config consolidated.yaml --weights consolidated --batch batch.safetensors --out out.safetensors \
     --logits
-  python3 "$here/check_hf_dir.py" load consolidated batch.safetensors out.safetensors
+  python3 "$here/check_hf_dir.py" load consolidated batch.safetensors out.safetensors hf
   "$bin" generate train.yaml --checkpoint consolidated --image run/data/images/eval-000000.png \
     --prompt "What color is the object?" --max-new-tokens 6 --json > generated.json
   python3 "$here/check_hf_dir.py" generate consolidated run/data/images/eval-000000.png generated.json
@@ -55,7 +55,7 @@ fi
 "$bin" train train.yaml > train.log
 printf 'model: {name_or_path: %s/run/checkpoint-3}\n' "$work" > checkpoint.yaml
 "$bin" debug grads --config checkpoint.yaml --weights run/checkpoint-3 --batch batch.safetensors --out out.safetensors --logits
-python3 "$here/check_hf_dir.py" load run/checkpoint-3 batch.safetensors out.safetensors
+python3 "$here/check_hf_dir.py" load run/checkpoint-3 batch.safetensors out.safetensors hf
 # `ckpt consolidate --out DIR/` writes the same as a Hugging Face directory of its own.
 "$bin" ckpt consolidate run/checkpoint-3 --out "$work/consolidated/" > /dev/null
-python3 "$here/check_hf_dir.py" load consolidated batch.safetensors out.safetensors
+python3 "$here/check_hf_dir.py" load consolidated batch.safetensors out.safetensors hf

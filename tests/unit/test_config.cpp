@@ -325,7 +325,25 @@ TEST(Config, DecoderTypeAndSlidingWindow) {
   long_seq.back() = "data.max_seq_len=1024";
   EXPECT_EQ(load_config(tiny, long_seq).model.config.llm.sliding_window, 1024);
   const std::string llama = error_of(tiny, {"model.llm.sliding_window=1024"});
-  EXPECT_NE(llama.find("a sliding window belongs to the mistral decoder, not llama"), std::string::npos) << llama;
+  EXPECT_NE(llama.find("a sliding window belongs to the mistral and qwen2 decoders, not llama"), std::string::npos)
+      << llama;
+  // Qwen2: the window from max_window_layers on; a max_window_layers at or past the last layer leaves none.
+  const std::vector<std::string> qwen2 = {"model.llm.model_type=qwen2", "model.llm.sliding_window=64",
+                                          "model.llm.max_window_layers=1", "data.max_seq_len=128"};
+  const std::string q = error_of(tiny, qwen2);
+  EXPECT_NE(q.find("data.max_seq_len 128 passes the qwen2 decoder's sliding window of 64 tokens in its layers from 1 "
+                   "on (max_window_layers)"),
+            std::string::npos)
+      << q;
+  std::vector<std::string> unwindowed = qwen2;
+  unwindowed[2] = "model.llm.max_window_layers=" + std::to_string(load_config(tiny, {}).model.config.llm.layers);
+  EXPECT_EQ(load_config(tiny, unwindowed).model.config.llm.sliding_window, 64);
+  std::vector<std::string> on_mistral = mistral;
+  on_mistral.push_back("model.llm.max_window_layers=1");
+  const std::string m = error_of(tiny, on_mistral);
+  EXPECT_NE(m.find("max_window_layers 1: the layers without a window are the qwen2 decoder's setting"),
+            std::string::npos)
+      << m;
   models::LlmConfig l;
   l.decoder = models::Decoder::Mistral;
   l.sliding_window = 16;

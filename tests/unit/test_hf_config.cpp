@@ -271,8 +271,11 @@ TEST(HfConfig, Qwen2AndMistralDecodersRoundTripWithTheirDefaults) {
   j["text_config"]["model_type"] = "qwen2";
   j["text_config"].erase("attention_bias");
   j["text_config"].erase("mlp_bias");
-  j["text_config"]["use_sliding_window"] = true;
-  expect_error(j, "text_config.use_sliding_window is true; headroom supports false only");
+  j["text_config"]["use_sliding_window"] = "yes";
+  expect_error(j, "text_config.use_sliding_window has value \"yes\" of the wrong type");
+  j["text_config"]["use_sliding_window"] = true;  // Qwen2Config's window (4096) in its layers from 28 on
+  EXPECT_EQ(from_hf_config(j, "config.json").llm.sliding_window, 4096);
+  EXPECT_EQ(from_hf_config(j, "config.json").llm.max_window_layers, 28);
   j["text_config"]["use_sliding_window"] = false;
   j["text_config"]["tie_word_embeddings"] = true;  // Qwen2-0.5B's, with the top level saying otherwise
   expect_error(j, "tie_word_embeddings false disagrees with text_config.tie_word_embeddings true");
@@ -282,8 +285,57 @@ TEST(HfConfig, Qwen2AndMistralDecodersRoundTripWithTheirDefaults) {
   expect_error(j, "text_config.tie_word_embeddings has value \"yes\" of the wrong type");
   j["text_config"]["tie_word_embeddings"] = false;
   j["tie_word_embeddings"] = false;
-  j["text_config"]["sliding_window"] = 64;  // read for mistral only: a Qwen2 file's window is use_sliding_window's
+  j["text_config"]["sliding_window"] = 64;  // Qwen2Config: no window unless use_sliding_window says so
   EXPECT_EQ(from_hf_config(j, "config.json").llm.sliding_window, 0);
+}
+
+// Qwen2's window: use_sliding_window turns it on, max_window_layers says from which layer; read as transformers'
+// Qwen2Config reads it, written back so that it reads the same, and checked against the lengths of every layer that
+// has it.
+TEST(HfConfig, Qwen2SlidingWindowAppliesFromMaxWindowLayers) {
+  const json t = {{"model_type", "qwen2"},
+                  {"num_hidden_layers", 4},
+                  {"use_sliding_window", true},
+                  {"sliding_window", 64},
+                  {"max_window_layers", 2}};
+  LlmConfig l = llm_from_hf(t, "c", "text_config.");
+  EXPECT_EQ(l.sliding_window, 64);
+  EXPECT_EQ(l.max_window_layers, 2);
+  EXPECT_TRUE(l.windowed());
+  EXPECT_NO_THROW(l.check_window(64, "data.max_seq_len"));
+  try {
+    l.check_window(65, "data.max_seq_len");
+    ADD_FAILURE() << "65 positions passed a window of 64";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data.max_seq_len 65 passes the qwen2 decoder's sliding window of 64 tokens "
+                                         "in its layers from 2 on (max_window_layers)"),
+              std::string::npos)
+        << e.what();
+  }
+  l.max_window_layers = 4;  // no layer from 4 on: every layer attends over everything, at any length
+  EXPECT_FALSE(l.windowed());
+  EXPECT_NO_THROW(l.check_window(1 << 20, "data.max_seq_len"));
+
+  json off = t;  // null window: none, whatever max_window_layers says
+  off["sliding_window"] = nullptr;
+  EXPECT_EQ(llm_from_hf(off, "c", "").sliding_window, 0);
+  EXPECT_EQ(llm_from_hf(off, "c", "").max_window_layers, 0);
+  off["use_sliding_window"] = nullptr;  // null: Qwen2Config's false
+  EXPECT_EQ(llm_from_hf(off, "c", "").sliding_window, 0);
+
+  LlavaConfig c = preset("tiny");
+  c.llm.decoder = Decoder::Qwen2;
+  c.llm.sliding_window = 64;
+  c.llm.max_window_layers = 1;
+  const json j = to_hf_config(c, core::DType::F32);
+  EXPECT_EQ(j.at("text_config").at("use_sliding_window"), json(true));
+  EXPECT_EQ(j.at("text_config").at("max_window_layers"), json(1));
+  const LlmConfig back = from_hf_config(j, "config.json").llm;
+  EXPECT_EQ(back.sliding_window, 64);
+  EXPECT_EQ(back.max_window_layers, 1);
+  c.llm.sliding_window = 0;
+  c.llm.max_window_layers = 0;
+  EXPECT_EQ(to_hf_config(c, core::DType::F32).at("text_config").at("use_sliding_window"), json(false));
 }
 
 TEST(HfConfig, LlavaNextMistralPresetIsThePublishedShape) {
