@@ -70,7 +70,8 @@ RgbImage pad_black(const RgbImage& img, Resolution target) {
   return out;
 }
 
-// CLIPImageProcessor's resize (the shortest edge to `size`, the other int(size x long / short)) and centre crop.
+}  // namespace
+
 RgbImage shortest_edge_and_crop(const RgbImage& img, int size) {
   const bool portrait = img.width <= img.height;
   const int shorter = portrait ? img.width : img.height, longer = portrait ? img.height : img.width;
@@ -79,8 +80,6 @@ RgbImage shortest_edge_and_crop(const RgbImage& img, int size) {
   const RgbImage r = resize_bicubic(img, w, h);
   return crop(r, (w - size) / 2, (h - size) / 2, size, size);
 }
-
-}  // namespace
 
 AnyresImage anyres_image(const RgbImage& image, const std::vector<Resolution>& pinpoints, int64_t size,
                          ImageProcessor kind, const ImageNorm& norm, const std::string& name) {

@@ -149,7 +149,8 @@ Resolution within_image_tokens(Resolution size, const InputSpec& inputs, int64_t
 
 ModelImage load_model_image(const std::string& path, const InputSpec& inputs, AspectMode aspect,
                             ImageProcessor processor, const ImageNorm& norm, int64_t max_tokens) {
-  if (!inputs.anyres()) return {load_clip_image(path, inputs.image_size, aspect, norm), {}, inputs.tokens_per_image};
+  if (!inputs.anyres())
+    return {load_clip_image(path, inputs.image_size, aspect, norm, processor), {}, inputs.tokens_per_image};
   RgbImage decoded = decode_image(path);
   const Resolution fits = within_image_tokens({decoded.height, decoded.width}, inputs, max_tokens, path);
   if (fits.height != decoded.height || fits.width != decoded.width)

@@ -72,8 +72,9 @@ uint8_t clip8(int64_t v) {  // PIL's clip8: the accumulator back to a byte
 
 AspectMode parse_aspect(const std::string& s) {
   if (s == "pad") return AspectMode::Pad;
-  if (s == "resize" || s == "square") return AspectMode::Resize;
-  throw Error(str("[config] data.image_aspect_ratio '", s, "' is not one of: pad, resize"));
+  if (s == "resize") return AspectMode::Resize;
+  if (s == "square") return AspectMode::Square;
+  throw Error(str("[config] data.image_aspect_ratio '", s, "' is not one of: pad, resize, square"));
 }
 
 namespace {
@@ -335,7 +336,16 @@ Tensor clip_tensor(const RgbImage& sq, int64_t size, const ImageNorm& norm) {
   return t;
 }
 
-Tensor clip_image(RgbImage img, const std::string& name, int64_t size, AspectMode mode, const ImageNorm& norm) {
+Tensor clip_image(RgbImage img, const std::string& name, int64_t size, AspectMode mode, const ImageNorm& norm,
+                  ImageProcessor processor) {
+  HR_CHECK(img.width > 0 && img.height > 0, "[image] ", name, " has no pixels");
+  if (mode == AspectMode::Square && processor == ImageProcessor::Clip) {
+    const int64_t shorter = std::min(img.width, img.height), longer = std::max(img.width, img.height);
+    HR_CHECK(size * (size * longer / shorter) <= kMaxImagePixels, "[image] ", name, ": ", img.width, " x ", img.height,
+             " resizes to ", size, " x ", size * longer / shorter, " before its centre crop, above the limit of ",
+             kMaxImagePixels, " pixels");
+    return clip_tensor(shortest_edge_and_crop(img, int(size)), size, norm);
+  }
   if (mode == AspectMode::Pad) {
     const int64_t side = std::max(img.width, img.height);
     HR_CHECK(side * side <= kMaxImagePixels, "[image] ", name, ": ", img.width, " x ", img.height, " pads to a ", side,
@@ -348,8 +358,9 @@ Tensor clip_image(RgbImage img, const std::string& name, int64_t size, AspectMod
   return clip_tensor(img, size, norm);
 }
 
-Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode, const ImageNorm& norm) {
-  return clip_image(decode_image(path), path, size, mode, norm);
+Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode, const ImageNorm& norm,
+                       ImageProcessor processor) {
+  return clip_image(decode_image(path), path, size, mode, norm, processor);
 }
 
 namespace {

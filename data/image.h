@@ -12,7 +12,10 @@
 
 namespace hr::data {
 
-enum class AspectMode : uint8_t { Pad, Resize };  // LLaVA's image_aspect_ratio: pad | resize
+// data.image_aspect_ratio. pad: LLaVA's expand2square, then the tower's size; resize: the whole image resized to
+// the tower's size; square: the tower's own processor on the image as it is, as LLaVA does for every value but
+// pad and anyres (CLIPImageProcessor: the shortest edge to the size and a centre crop; SiglipImageProcessor: resize).
+enum class AspectMode : uint8_t { Pad, Resize, Square };
 AspectMode parse_aspect(const std::string& s);
 
 struct RgbImage {
@@ -39,6 +42,8 @@ std::optional<Resolution> image_resolution(const std::string& path);
 RgbImage expand_to_square(const RgbImage& image, const uint8_t fill[3]);
 // Bicubic resampling (a = -0.5, antialiased when shrinking, as PIL's BICUBIC).
 RgbImage resize_bicubic(const RgbImage& image, int width, int height);
+// CLIPImageProcessor's resize (the shortest edge to `size`, the other int(size x long / short)) and centre crop.
+RgbImage shortest_edge_and_crop(const RgbImage& image, int size);
 
 // The image processor's normalisation: CLIP's mean and std unless a preprocessor_config.json says otherwise.
 struct ImageNorm {
@@ -65,12 +70,13 @@ enum class ImageProcessor : uint8_t { Clip, Siglip };
 std::string preprocessor_config_json(int64_t size, const ImageNorm& norm, ImageProcessor kind = ImageProcessor::Clip,
                                      const std::vector<Resolution>& pinpoints = {});
 
-// decode + pad/resize + normalise: a (3, size, size) f32 tensor on the host, tagged io. The padding colour is
-// LLaVA's tuple(int(x * 255) for x in image_mean).
-core::Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode, const ImageNorm& norm = {});
-// pad/resize + normalise of a decoded image; `name` stands for its file in errors.
+// decode + pad/resize/crop + normalise: a (3, size, size) f32 tensor on the host, tagged io. The padding colour is
+// LLaVA's tuple(int(x * 255) for x in image_mean); `processor` is what `square` runs.
+core::Tensor load_clip_image(const std::string& path, int64_t size, AspectMode mode, const ImageNorm& norm = {},
+                             ImageProcessor processor = ImageProcessor::Clip);
+// pad/resize/crop + normalise of a decoded image; `name` stands for its file in errors.
 core::Tensor clip_image(RgbImage image, const std::string& name, int64_t size, AspectMode mode,
-                        const ImageNorm& norm = {});
+                        const ImageNorm& norm = {}, ImageProcessor processor = ImageProcessor::Clip);
 core::Tensor clip_tensor(const RgbImage& square, int64_t size, const ImageNorm& norm = {});
 
 }  // namespace hr::data

@@ -105,14 +105,16 @@ const std::map<std::string, Map>& flags() {
       {"image_aspect_ratio",
        [](const std::string& v, LlavaArgs& o) {
          if (v == "pad") return o.sets.push_back("data.image_aspect_ratio=pad");
+         // LLaVA's default: the image processor on the image as it is (CLIP's shortest edge and centre crop).
+         if (v == "square") return o.sets.push_back("data.image_aspect_ratio=square");
          // LLaVA-NeXT's: AnyRes is on wherever model.image_grid_pinpoints is (this flag's list, or config.json's).
          if (v == "anyres") return o.not_acted_on.push_back("--image_aspect_ratio anyres");
          // OneVision's: AnyRes whose tile features are pooled above N base images' worth.
          if (v.rfind("anyres_max_", 0) == 0) return o.sets.push_back("model.vision_aspect_ratio=" + v);
          throw Error(str("[args] --image_aspect_ratio ", v,
-                         ": pad (LLaVA-1.5's), anyres (LLaVA-NeXT's, with --image_grid_pinpoints) and anyres_max_N "
-                         "(OneVision's) are supported; headroom's other mode, resize, is data.image_aspect_ratio: "
-                         "resize"));
+                         ": pad (LLaVA-1.5's), square (LLaVA's default: the image processor alone), anyres "
+                         "(LLaVA-NeXT's, with --image_grid_pinpoints) and anyres_max_N (OneVision's) are supported; "
+                         "headroom's other mode, resize, is data.image_aspect_ratio: resize"));
        }},
       {"image_grid_pinpoints", grid_pinpoints},
       {"mm_patch_merge_type", key("model.mm_patch_merge_type")},

@@ -1,6 +1,6 @@
 // Image processors against transformers: the pixel values of CLIPImageProcessor and SiglipImageProcessor on
 // images of odd sizes (written by tests/py/check_image_processor.py into $HR_IMAGE_CASES) equal headroom's
-// loader's, in both of data.image_aspect_ratio's modes; LlavaNextImageProcessor's and
+// loader's, in each of data.image_aspect_ratio's modes; LlavaNextImageProcessor's and
 // LlavaOnevisionImageProcessor's AnyRes crops equal data/anyres.h's; pack_image_features' tokens equal
 // models/anyres.h's mixes of the same features.
 #include <gtest/gtest.h>
@@ -39,7 +39,8 @@ float max_difference(const core::Tensor& ours, const core::Tensor& theirs) {
 }
 
 // The largest difference from transformers' pixels over every image of the cases, for one mode and processor.
-float worst(const std::string& suffix, AspectMode mode, const ImageNorm& norm) {
+float worst(const std::string& suffix, AspectMode mode, const ImageNorm& norm,
+            ImageProcessor processor = ImageProcessor::Clip) {
   const std::string dir = cases_dir();
   const auto cases = ::cases();
   const auto expected = core::SafetensorsFile::open(dir + "/expected.safetensors");
@@ -47,7 +48,7 @@ float worst(const std::string& suffix, AspectMode mode, const ImageNorm& norm) {
   float most = 0;
   for (const auto& name : cases.at("images")) {
     const std::string n = name.get<std::string>();
-    const core::Tensor ours = load_clip_image(dir + "/images/" + n + ".png", size, mode, norm);
+    const core::Tensor ours = load_clip_image(dir + "/images/" + n + ".png", size, mode, norm, processor);
     const core::Tensor theirs = expected.get(n + "." + suffix);
     EXPECT_EQ(ours.shape(), theirs.shape()) << n;
     if (ours.shape() != theirs.shape()) continue;
@@ -72,6 +73,14 @@ TEST(ImageOracle, SiglipResizeEqualsSiglipImageProcessor) {
   EXPECT_EQ(norm.std[2], 0.5f);
   const float w = worst("siglip_resize", AspectMode::Resize, norm);
   std::printf("SiglipImageProcessor, resize: worst difference %g\n", double(w));
+}
+
+// LLaVA's default (any image_aspect_ratio but pad and anyres): the processor on the image as it is. CLIP's is the
+// shortest edge to the size and a centre crop; SigLIP's, the resize above.
+TEST(ImageOracle, SquareEqualsEachTowersImageProcessor) {
+  const float c = worst("clip_square", AspectMode::Square, ImageNorm{});
+  const float s = worst("siglip_resize", AspectMode::Square, ImageNorm::siglip(), ImageProcessor::Siglip);
+  std::printf("square: worst difference CLIP %g, SigLIP %g\n", double(c), double(s));
 }
 
 // LLaVA's pad: expand2square with int(mean x 255), then the processor (which on a square is a plain resize).

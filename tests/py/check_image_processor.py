@@ -8,7 +8,8 @@ give for images of odd sizes, which headroom's loader must reproduce.
         image, "<name>.siglip_resize" (SiglipImageProcessor on the image itself: a resize of the whole image to
         SIZE x SIZE, as data.image_aspect_ratio: resize), "<name>.siglip_pad" and "<name>.clip_pad" (LLaVA's
         expand2square with int(mean x 255), then SiglipImageProcessor / CLIPImageProcessor, as
-        data.image_aspect_ratio: pad), each (3, SIZE, SIZE) f32. OUT/siglip/preprocessor_config.json is what
+        data.image_aspect_ratio: pad) and "<name>.clip_square" (CLIPImageProcessor on the image itself: the
+        shortest edge to SIZE and a centre crop, as data.image_aspect_ratio: square), each (3, SIZE, SIZE) f32. OUT/siglip/preprocessor_config.json is what
         SiglipImageProcessor.save_pretrained writes (headroom must read it), OUT/cases.json names the images and
         the size. AnyRes: "<name>.next" (LlavaNextImageProcessor: CLIP's steps, LLaVA-NeXT's five pinpoints
         scaled to SIZE) and "<name>.onevision" (LlavaOnevisionImageProcessor: SigLIP's steps, anyres_max_9's
@@ -133,6 +134,7 @@ def make(out):
         tensors[name + ".siglip_resize"] = pixels(siglip, img)
         tensors[name + ".siglip_pad"] = pixels(siglip, expand2square(img, tuple(int(x * 255) for x in siglip.image_mean)))
         tensors[name + ".clip_pad"] = pixels(clip, expand2square(img, tuple(int(x * 255) for x in CLIP_MEAN)))
+        tensors[name + ".clip_square"] = pixels(clip, img)
         for key, proc, pins in (("next", nxt, NEXT_PINPOINTS), ("onevision", ov, ONEVISION_PINPOINTS)):
             best = select_best_resolution((h, w), pins)
             cut = pixels(proc, img)

@@ -253,6 +253,44 @@ TEST(Image, DecompressionBombsAreRefusedBeforeDecoding) {
         << e.what();
   }
   EXPECT_EQ(clip_image(tall, "tall.png", 8, AspectMode::Resize).numel(), 3 * 8 * 8);
+  // CLIPImageProcessor's shortest edge to 336 makes it 336 x 6720000 before the crop.
+  try {
+    clip_image(tall, "tall.png", 336, AspectMode::Square);
+    FAIL() << "expected the resize before the centre crop to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tall.png: 1 x 20000 resizes to 336 x 6720000 before its centre crop, above "
+                                         "the limit"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(clip_image(tall, "tall.png", 8, AspectMode::Square).numel(), 3 * 8 * 8);
+}
+
+// data.image_aspect_ratio: square is the tower's processor on the image as it is: CLIP's shortest edge to the size
+// and a centre crop (a tall image loses its top and bottom), SigLIP's resize of the whole image.
+TEST(Dataset, SquareIsTheTowersOwnProcessor) {
+  EXPECT_EQ(parse_aspect("square"), AspectMode::Square);
+  EXPECT_EQ(parse_aspect("resize"), AspectMode::Resize);
+  try {
+    parse_aspect("crop");
+    FAIL() << "expected 'crop' to be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'crop' is not one of: pad, resize, square"), std::string::npos) << e.what();
+  }
+  RgbImage bands{8, 24, std::vector<uint8_t>(8 * 24 * 3)};  // red, green, blue thirds from the top
+  for (int y = 0; y < 24; ++y)
+    for (int x = 0; x < 8; ++x) bands.pixels[std::size_t(y * 8 + x) * 3 + std::size_t(y / 8)] = 255;
+  RgbImage green{8, 8, std::vector<uint8_t>(8 * 8 * 3)};
+  for (int i = 0; i < 64; ++i) green.pixels[std::size_t(i) * 3 + 1] = 255;
+  const core::Tensor crop = clip_image(bands, "bands.png", 8, AspectMode::Square);
+  const core::Tensor want = clip_tensor(green, 8);
+  ASSERT_EQ(crop.shape(), want.shape());
+  for (int64_t i = 0; i < want.numel(); ++i) ASSERT_EQ(crop.data<float>()[i], want.data<float>()[i]) << i;
+  const core::Tensor siglip =
+      clip_image(bands, "bands.png", 8, AspectMode::Square, ImageNorm{}, ImageProcessor::Siglip);
+  const core::Tensor resized = clip_image(bands, "bands.png", 8, AspectMode::Resize);
+  for (int64_t i = 0; i < resized.numel(); ++i) ASSERT_EQ(siglip.data<float>()[i], resized.data<float>()[i]) << i;
+  EXPECT_NE(crop.data<float>()[0], resized.data<float>()[0]);  // the squashed image keeps its red top
 }
 
 TEST(Dataset, EntriesCannotForgeTheMalformedLineMarker) {

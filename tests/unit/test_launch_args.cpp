@@ -441,7 +441,10 @@ TEST(LlavaArgs, LlavaNextAnyresFlagsSetThePinpointsAndTheMerge) {
   auto err = [](std::vector<std::string> args) { return error_of([&] { translate_llava_args(args); }); };
   EXPECT_EQ(translate_llava_args({"--image_aspect_ratio", "anyres_max_9"}).sets,
             std::vector<std::string>{"model.vision_aspect_ratio=anyres_max_9"});
-  EXPECT_NE(err({"--image_aspect_ratio", "square"}).find("pad (LLaVA-1.5's), anyres (LLaVA-NeXT's"), std::string::npos);
+  EXPECT_EQ(translate_llava_args({"--image_aspect_ratio", "square"}).sets,
+            std::vector<std::string>{"data.image_aspect_ratio=square"});
+  EXPECT_NE(err({"--image_aspect_ratio", "crop"}).find("pad (LLaVA-1.5's), square (LLaVA's default"),
+            std::string::npos);
   EXPECT_NE(err({"--image_grid_pinpoints", "[(336, 672), (672)]"}).find("expected (height, width) pairs"),
             std::string::npos);
   EXPECT_NE(err({"--image_grid_pinpoints", "[[336; 672]]"}).find("--image_grid_pinpoints [[336; 672]]: expected"),
