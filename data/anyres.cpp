@@ -46,17 +46,6 @@ Resolution fitted_size(Resolution image, Resolution target) {
 
 namespace {
 
-// The rectangle at (x, y) of `img`, `w` x `h` (clipped to the image).
-RgbImage crop(const RgbImage& img, int x, int y, int w, int h) {
-  w = std::min(w, img.width - x);
-  h = std::min(h, img.height - y);
-  RgbImage out{w, h, std::vector<uint8_t>(std::size_t(w) * std::size_t(h) * 3)};
-  for (int r = 0; r < h; ++r)
-    std::memcpy(&out.pixels[std::size_t(r) * std::size_t(w) * 3],
-                &img.pixels[(std::size_t(y + r) * std::size_t(img.width) + std::size_t(x)) * 3], std::size_t(w) * 3);
-  return out;
-}
-
 // `img` pasted into a black `target` with floor((target - fitted) / 2) above and to the left, the rest below and to
 // the right (LLaVA-NeXT's resize_and_pad_image, and transformers' _pad_for_patching since 4.52; before, it padded
 // both sides by the floor and left the image one pixel short on an odd difference).
@@ -71,15 +60,6 @@ RgbImage pad_black(const RgbImage& img, Resolution target) {
 }
 
 }  // namespace
-
-RgbImage shortest_edge_and_crop(const RgbImage& img, int size) {
-  const bool portrait = img.width <= img.height;
-  const int shorter = portrait ? img.width : img.height, longer = portrait ? img.height : img.width;
-  const auto scaled = int(int64_t(size) * longer / shorter);  // Python's int(size * long / short), both positive
-  const int w = portrait ? size : scaled, h = portrait ? scaled : size;
-  const RgbImage r = resize_bicubic(img, w, h);
-  return crop(r, (w - size) / 2, (h - size) / 2, size, size);
-}
 
 AnyresImage anyres_image(const RgbImage& image, const std::vector<Resolution>& pinpoints, int64_t size,
                          ImageProcessor kind, const ImageNorm& norm, const std::string& name) {

@@ -325,6 +325,25 @@ RgbImage resize_bicubic(const RgbImage& img, int width, int height) {
   return out;
 }
 
+RgbImage crop(const RgbImage& img, int x, int y, int w, int h) {
+  w = std::min(w, img.width - x);
+  h = std::min(h, img.height - y);
+  RgbImage out{w, h, std::vector<uint8_t>(std::size_t(w) * std::size_t(h) * 3)};
+  for (int r = 0; r < h; ++r)
+    std::memcpy(&out.pixels[std::size_t(r) * std::size_t(w) * 3],
+                &img.pixels[(std::size_t(y + r) * std::size_t(img.width) + std::size_t(x)) * 3], std::size_t(w) * 3);
+  return out;
+}
+
+RgbImage shortest_edge_and_crop(const RgbImage& img, int size) {
+  const bool portrait = img.width <= img.height;
+  const int shorter = portrait ? img.width : img.height, longer = portrait ? img.height : img.width;
+  const auto scaled = int(int64_t(size) * longer / shorter);  // Python's int(size * long / short), both positive
+  const int w = portrait ? size : scaled, h = portrait ? scaled : size;
+  const RgbImage r = resize_bicubic(img, w, h);
+  return crop(r, (w - size) / 2, (h - size) / 2, size, size);
+}
+
 Tensor clip_tensor(const RgbImage& sq, int64_t size, const ImageNorm& norm) {
   RgbImage img = resize_bicubic(sq, int(size), int(size));
   MemoryScope scope(Category::IO, "loader");
@@ -340,10 +359,9 @@ Tensor clip_image(RgbImage img, const std::string& name, int64_t size, AspectMod
                   ImageProcessor processor) {
   HR_CHECK(img.width > 0 && img.height > 0, "[image] ", name, " has no pixels");
   if (mode == AspectMode::Square && processor == ImageProcessor::Clip) {
-    const int64_t shorter = std::min(img.width, img.height), longer = std::max(img.width, img.height);
-    HR_CHECK(size * (size * longer / shorter) <= kMaxImagePixels, "[image] ", name, ": ", img.width, " x ", img.height,
-             " resizes to ", size, " x ", size * longer / shorter, " before its centre crop, above the limit of ",
-             kMaxImagePixels, " pixels");
+    const int64_t longer = size * std::max(img.width, img.height) / std::min(img.width, img.height);
+    HR_CHECK(size * longer <= kMaxImagePixels, "[image] ", name, ": ", img.width, " x ", img.height, " resizes to ",
+             size, " x ", longer, " before its centre crop, above the limit of ", kMaxImagePixels, " pixels");
     return clip_tensor(shortest_edge_and_crop(img, int(size)), size, norm);
   }
   if (mode == AspectMode::Pad) {

@@ -42,6 +42,8 @@ std::optional<Resolution> image_resolution(const std::string& path);
 RgbImage expand_to_square(const RgbImage& image, const uint8_t fill[3]);
 // Bicubic resampling (a = -0.5, antialiased when shrinking, as PIL's BICUBIC).
 RgbImage resize_bicubic(const RgbImage& image, int width, int height);
+// The rectangle at (x, y) of `image`, `w` x `h` (clipped to the image).
+RgbImage crop(const RgbImage& image, int x, int y, int w, int h);
 // CLIPImageProcessor's resize (the shortest edge to `size`, the other int(size x long / short)) and centre crop.
 RgbImage shortest_edge_and_crop(const RgbImage& image, int size);
 
