@@ -321,16 +321,6 @@ std::vector<std::string> preset_names() {
           "llava-onevision-qwen2-0.5b"};
 }
 
-void LlmConfig::check_window(int64_t length, const std::string& what) const {
-  const std::string layers_note =
-      max_window_layers > 0 ? str(" in its layers from ", max_window_layers, " on (max_window_layers)") : "";
-  HR_CHECK(!windowed() || length <= sliding_window, "[config] ", what, " ", length, " passes the ",
-           decoder_name(decoder), " decoder's sliding window of ", sliding_window, " tokens", layers_note,
-           " (model.llm.sliding_window, text_config.sliding_window); headroom's attention is causal over the "
-           "whole sequence, which equals the windowed attention only up to the window: shorten the sequences or set "
-           "the window to null where the checkpoint allows it, as Mistral-7B-Instruct-v0.2 does");
-}
-
 const char* tower_name(Tower t) {
   return t == Tower::Siglip ? "siglip_vision_model" : "clip_vision_model";
 }

@@ -96,9 +96,11 @@ struct LlmConfig {
   int64_t head_dim() const { return hidden / heads; }
   bool qkv_bias() const { return decoder == Decoder::Qwen2; }
   bool windowed() const { return sliding_window > 0 && max_window_layers < layers; }  // some layer has a window
-  // Throws naming the key when `length` positions (a training sequence or a generation's cache) pass the
-  // sliding window; `what` says whose length it is.
-  void check_window(int64_t length, const std::string& what) const;
+  // Decoder layer `layer`'s attention window in tokens (0: causal over everything): sliding_window in the layers
+  // from max_window_layers on.
+  int64_t window_of(int64_t layer) const {
+    return sliding_window > 0 && layer >= max_window_layers ? sliding_window : 0;
+  }
 };
 
 // LLaVA-NeXT's AnyRes (models/anyres.h): each image is cut for the best of `pinpoints` and encoded as its base image

@@ -35,8 +35,8 @@ constexpr std::array<std::pair<Tensor S::*, Keep>, 14> kFields = {{
 }};
 }  // namespace
 
-LlamaLayer::LlamaLayer(ParamStore& store, const std::string& prefix, const LlmConfig& cfg)
-    : prefix_(prefix), cfg_(cfg) {
+LlamaLayer::LlamaLayer(ParamStore& store, const std::string& prefix, const LlmConfig& cfg, int64_t window)
+    : prefix_(prefix), cfg_(cfg), window_(window) {
   const int64_t c = cfg.hidden, kv = cfg.kv_heads * cfg.head_dim(), i = cfg.intermediate;
   input_norm_ = RMSNorm::make(store, prefix + ".input_layernorm", c, cfg.rms_norm_eps);
   const LoraSpec* lora = &cfg.lora;
@@ -64,7 +64,7 @@ void LlamaLayer::compute(S& s, const Rotary& rot) const {
     s.v = v_.forward(s.xn1).view({B, L, cfg_.kv_heads, D});
   }
   if (!s.attn.defined()) {
-    AttentionOut a = attention_forward(s.q, s.k, s.v, Mask::Causal, 1.f / std::sqrt(float(D)));
+    AttentionOut a = attention_forward(s.q, s.k, s.v, Mask::Causal, 1.f / std::sqrt(float(D)), window_);
     s.attn = a.out;
     s.lse = a.lse;
   }
@@ -121,7 +121,7 @@ Tensor LlamaLayer::backward(const Tensor& dy, const Rotary& rot, S& s) const {
   // Attention: h = x + o(attn(rope(q(xn1)), rope(k(xn1)), v(xn1)))
   Tensor dattn = o_.backward(dh, s.attn.view({B, L, cfg_.hidden}));
   AttentionGrads ag = attention_backward(dattn.view({B, L, cfg_.heads, D}), s.q, s.k, s.v, {s.attn, s.lse},
-                                         Mask::Causal, 1.f / std::sqrt(float(D)));
+                                         Mask::Causal, 1.f / std::sqrt(float(D)), window_);
   dattn = Tensor();
   s.q = s.k = s.v = s.attn = s.lse = Tensor();
   Tensor dq = rot.unrotate(ag.dq).view({B, L, cfg_.hidden});
@@ -155,7 +155,7 @@ Tensor LlamaLayer::forward_cached(const Tensor& x, const Rotary& rot, const Tens
       copy_(v_cache.select(0, b).slice(0, p, p + L), v.select(0, b));
     }
     k = v = Tensor();
-    Tensor attn = attention_cached(q, k_cache, v_cache, past, 1.f / std::sqrt(float(D))).out;
+    Tensor attn = attention_cached(q, k_cache, v_cache, past, 1.f / std::sqrt(float(D)), window_).out;
     q = Tensor();
     h = o_.forward(attn.view({B, L, cfg_.hidden}));
   }
@@ -184,7 +184,7 @@ LlamaModel::LlamaModel(ParamStore& store, const std::string& prefix, const std::
   }
   for (int64_t i = 0; i < cfg.layers; ++i) {
     ParamStore::GroupScope in(store, groups.first_layer + int(i));
-    layers_.emplace_back(store, str(prefix, ".layers.", i), cfg);
+    layers_.emplace_back(store, str(prefix, ".layers.", i), cfg, cfg.window_of(i));
   }
   {
     ParamStore::GroupScope in(store, groups.norm);
@@ -238,7 +238,6 @@ Rotary LlamaModel::rotary_for(const Tensor& embeds) const {
 
 Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy,
                            Saving saving) const {
-  cfg_.check_window(embeds.size(1), "a sequence of");
   const Rotary rot = rotary_for(embeds);
   saved = LlamaSaved{};
   saved.layers.resize(layers_.size());
@@ -299,7 +298,6 @@ KvCache make_kv_cache(const LlmConfig& cfg, const std::string& prefix, int64_t b
                       Device device) {
   HR_CHECK(batch > 0 && capacity > 0, "[kv_cache] needs at least one row and one position; got ", batch, " x ",
            capacity);
-  cfg.check_window(capacity, "a generation's prompt and new tokens,");
   KvCache c;
   c.capacity = capacity;
   c.length.assign(std::size_t(batch), 0);

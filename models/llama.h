@@ -28,7 +28,8 @@ struct LlamaLayerSaved {
 
 class LlamaLayer {
  public:
-  LlamaLayer(ParamStore& store, const std::string& prefix, const LlmConfig& cfg);
+  // window: the layer's sliding attention window in tokens (0: causal over everything; LlmConfig::window_of).
+  LlamaLayer(ParamStore& store, const std::string& prefix, const LlmConfig& cfg, int64_t window);
   // y = block(x); `saved` keeps what `kind` says (frozen_inputs: keep nothing, no backward will come).
   Tensor forward(const Tensor& x, const core::Rotary& rot, LlamaLayerSaved& saved, CheckpointKind kind) const;
   // Recomputes what the policy dropped, then returns dx and accumulates parameter gradients.
@@ -46,6 +47,7 @@ class LlamaLayer {
 
   std::string prefix_;
   LlmConfig cfg_;
+  int64_t window_ = 0;
   RMSNorm input_norm_, post_norm_;
   Linear q_, k_, v_, o_, gate_, up_, down_;
 };

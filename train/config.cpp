@@ -35,7 +35,6 @@ using namespace key_schema;
 // one micro-batch's inputs (token ids and labels, pixel values) must fit in this machine's memory.
 void check_batch_bounds(const RunConfig& c, int world) {
   const auto& m = c.model.config;
-  m.llm.check_window(c.max_seq_len, "data.max_seq_len");
   int64_t tokens = 0, per_step = 0, pixels = 0, images = 0, bytes = 0;
   const bool overflow =
       __builtin_mul_overflow(c.micro_batch_size, c.max_seq_len, &tokens) ||

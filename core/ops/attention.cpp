@@ -6,7 +6,7 @@
 namespace hr::core {
 
 namespace {
-AttentionDesc describe(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, Mask mask) {
+AttentionDesc describe(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, Mask mask, int64_t window) {
   check_float(op, "q", q);
   HR_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "[", op,
            "] q, k, v must be (batch, seq, heads, head_dim); got ", q.describe(), ", ", k.describe(), ", ",
@@ -30,13 +30,17 @@ AttentionDesc describe(const char* op, const Tensor& q, const Tensor& k, const T
            " is not a multiple of kv_heads ", d.kv_heads);
   HR_CHECK(mask == Mask::None || d.kv_len >= d.q_len, "[", op, "] causal mask needs kv_len >= q_len; got ", d.kv_len,
            " < ", d.q_len);
+  HR_CHECK(window >= 0 && (window == 0 || mask == Mask::Causal), "[", op, "] a sliding window (", window,
+           ") needs the causal mask and at least one token");
+  d.window = window;
   return d;
 }
 }  // namespace
 
-AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Mask mask, float scale) {
+AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Mask mask, float scale,
+                               int64_t window) {
   AttentionArgs a;
-  a.desc = describe("attention", q, k, v, mask);
+  a.desc = describe("attention", q, k, v, mask, window);
   a.scale = scale;
   a.q = q.contiguous();
   a.k = k.contiguous();
@@ -51,9 +55,9 @@ AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v
 }
 
 AttentionOut attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
-                              float scale) {
+                              float scale, int64_t window) {
   AttentionArgs a;
-  a.desc = describe("attention_cached", q, k_cache, v_cache, Mask::Causal);
+  a.desc = describe("attention_cached", q, k_cache, v_cache, Mask::Causal, window);
   HR_CHECK(past.dtype() == DType::I64 && past.dim() == 1 && past.size(0) == a.desc.batch,
            "[attention_cached] past must be i64 (", a.desc.batch, "); got ", past.describe());
   check_same_device("attention_cached", q, past);
@@ -72,9 +76,9 @@ AttentionOut attention_cached(const Tensor& q, const Tensor& k_cache, const Tens
 }
 
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const AttentionOut& saved, Mask mask, float scale) {
+                                  const AttentionOut& saved, Mask mask, float scale, int64_t window) {
   AttentionArgs a;
-  a.desc = describe("attention_backward", q, k, v, mask);
+  a.desc = describe("attention_backward", q, k, v, mask, window);
   check_shape("attention_backward", "dout", dout, q.shape());
   check_shape("attention_backward", "out", saved.out, q.shape());
   check_shape("attention_backward", "lse", saved.lse, {a.desc.batch, a.desc.q_heads, a.desc.q_len});

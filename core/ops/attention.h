@@ -11,19 +11,22 @@ struct AttentionOut {
 };
 
 // q (batch, q_len, q_heads, head_dim); k, v (batch, kv_len, kv_heads, head_dim); q_heads a multiple of
-// kv_heads (grouped-query attention). scale is usually 1/sqrt(head_dim).
-AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Mask mask, float scale);
+// kv_heads (grouped-query attention). scale is usually 1/sqrt(head_dim). window > 0 (Mask::Causal only): query i,
+// at key position p = i + kv_len - q_len, sees only the keys p - window < j <= p (a sliding window).
+AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Mask mask, float scale,
+                               int64_t window = 0);
 
 // Attention of new queries against a KV cache (generation; forward only, causal): q (batch, q_len, q_heads,
 // head_dim); k_cache, v_cache (batch, capacity, kv_heads, head_dim); past i64 (batch) on q's device. Row b's
-// query i sits at position past[b] + i and sees the cache entries j <= past[b] + i, which must be written.
+// query i sits at position p = past[b] + i and sees the cache entries j <= p, which must be written (with a window,
+// only p - window < j <= p).
 AttentionOut attention_cached(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& past,
-                              float scale);
+                              float scale, int64_t window = 0);
 
 struct AttentionGrads {
   Tensor dq, dk, dv;
 };
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const AttentionOut& saved, Mask mask, float scale);
+                                  const AttentionOut& saved, Mask mask, float scale, int64_t window = 0);
 
 }  // namespace hr::core

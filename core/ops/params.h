@@ -75,11 +75,16 @@ struct RopeArgs {
 };
 
 // q is (batch, q_len, q_heads, head_dim), k and v (batch, kv_len, kv_heads, head_dim), q_heads % kv_heads == 0.
-// lse is f32 (batch, q_heads, q_len). With Mask::Causal query i sees keys j <= i + kv_len - q_len.
+// lse is f32 (batch, q_heads, q_len). With Mask::Causal query i sits at key position p = i + kv_len - q_len and sees
+// keys j <= p; with a sliding window (causal only; 0: none) only p - window < j <= p, the `window` keys up to its
+// own (Mistral's and Qwen2's sliding_window, as transformers masks it).
 struct AttentionDesc {
   int64_t batch = 0, q_len = 0, kv_len = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
   DType dtype = DType::F32;
   Mask mask = Mask::None;
+  int64_t window = 0;
+  // Whether the window hides any key from any query: a window of at least kv_len is plain causal attention.
+  bool windowed() const { return window > 0 && window < kv_len; }
 };
 
 struct AttentionArgs {
@@ -87,7 +92,8 @@ struct AttentionArgs {
   float scale = 1.f;
   Tensor q, k, v, out, lse;
   // Optional, forward only (a KV cache): i64 (batch) on q's device. Row b's query i sits at position
-  // past[b] + i and sees keys j <= past[b] + i; k and v are the cache, kv_len its capacity.
+  // p = past[b] + i and sees keys j <= p (p - window < j <= p with a window); k and v are the cache, kv_len its
+  // capacity.
   Tensor past;
   Tensor dout, dq, dk, dv;
   Tensor workspace;

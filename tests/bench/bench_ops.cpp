@@ -13,6 +13,7 @@
 // bias.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -115,22 +116,25 @@ void BM_OneDnnWeightGrad(benchmark::State& state, DType dt) {
   set_flops(state, 2.0 * double(tokens) * double(in) * double(out));
 }
 
+// Causal attention over L positions (range 0), through a sliding window of W keys when range 1 is W > 0.
 void BM_Attention(benchmark::State& state, DType dt, bool backward) {
-  const int64_t L = state.range(0), H = 8, D = 64;
+  const int64_t L = state.range(0), W = state.range(1), H = 8, D = 64;
   Tensor q = Tensor::full({1, L, H, D}, 0.01f, dt, Device::cpu());
   Tensor k = Tensor::full({1, L, H, D}, 0.02f, dt, Device::cpu());
   Tensor v = Tensor::full({1, L, H, D}, 0.03f, dt, Device::cpu());
   const float scale = 1.f / std::sqrt(float(D));
-  AttentionOut o = attention_forward(q, k, v, Mask::Causal, scale);
+  AttentionOut o = attention_forward(q, k, v, Mask::Causal, scale, W);
   for (auto _ : state) {
     if (backward)
-      benchmark::DoNotOptimize(attention_backward(q, q, k, v, o, Mask::Causal, scale));
+      benchmark::DoNotOptimize(attention_backward(q, q, k, v, o, Mask::Causal, scale, W));
     else
-      benchmark::DoNotOptimize(attention_forward(q, k, v, Mask::Causal, scale));
+      benchmark::DoNotOptimize(attention_forward(q, k, v, Mask::Causal, scale, W));
   }
-  // Causal: half of the 2 (fwd) or 5 (bwd, with recompute) L x L x D matmuls.
+  // The 2 (fwd) or 5 (bwd, with recompute) matmuls over the visible scores: L (L + 1) / 2 causal, fewer in a window.
   const double matmuls = backward ? 5.0 : 2.0;
-  set_flops(state, matmuls * double(H) * double(L) * double(L) * double(D));
+  const int64_t w = W > 0 ? std::min(W, L) : L;
+  const double scores = double(w) * double(w + 1) / 2 + double(L - w) * double(w);
+  set_flops(state, matmuls * double(H) * scores * double(D));
 }
 
 constexpr int64_t kTokensB = 8, kTokensL = 256, kHeads = 6, kHeadDim = 64, kHidden = 384, kInter = 1024;
@@ -265,10 +269,26 @@ BENCHMARK_CAPTURE(BM_Linear, f32, DType::F32)->HR_LINEAR_SHAPES->Unit(benchmark:
 BENCHMARK_CAPTURE(BM_OneDnnLinear, f32, DType::F32)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Linear, bf16, DType::BF16)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_OneDnnLinear, bf16, DType::BF16)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Attention, fwd_f32, DType::F32, false)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Attention, bwd_f32, DType::F32, true)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Attention, fwd_bf16, DType::BF16, false)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Attention, bwd_bf16, DType::BF16, true)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Attention, fwd_f32, DType::F32, false)
+    ->Args({512, 0})
+    ->Args({2048, 0})
+    ->Args({2048, 256})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Attention, bwd_f32, DType::F32, true)
+    ->Args({512, 0})
+    ->Args({2048, 0})
+    ->Args({2048, 256})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Attention, fwd_bf16, DType::BF16, false)
+    ->Args({512, 0})
+    ->Args({2048, 0})
+    ->Args({2048, 256})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Attention, bwd_bf16, DType::BF16, true)
+    ->Args({512, 0})
+    ->Args({2048, 0})
+    ->Args({2048, 256})
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_Rope, per_call_bf16, DType::BF16, false)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Rope, table_bf16, DType::BF16, true)->Unit(benchmark::kMillisecond);

@@ -6,7 +6,7 @@
         SigLIP's with tanh GELU, no class token, a biased patch embedding over 10-px images in 4-px patches, so
         that 2 pixel rows and columns stay unread, and every patch as a feature; mlp2x_gelu projector; a decoder
         with grouped-query heads: LLaMA's by default, or Qwen2's with q/k/v biases and rope_theta 1e6, or
-        Mistral's with a sliding window longer than every sequence of the check), saved with save_pretrained to OUT/hf (config.json,
+        Mistral's with a sliding window of 6 tokens, shorter than the sequences), saved with save_pretrained to OUT/hf (config.json,
         generation_config.json, model.safetensors), a batch OUT/batch.safetensors (input_ids with the image
         placeholders expanded, labels with -100 on the prompts, pixel_values), OUT/model.yaml (a headroom config
         whose model.name_or_path is OUT/hf) and transformers' loss, logits and gradients on that batch in
@@ -84,8 +84,8 @@ def text_config(decoder):
             return Qwen2Config(rope_theta=1000000.0, use_sliding_window=True, sliding_window=4096, max_window_layers=1,
                                **common)
         return Qwen2Config(rope_theta=1000000.0, use_sliding_window=False, **common)
-    if decoder == "mistral":  # Mistral-7B-v0.1's window, longer than every sequence here: causal attention
-        return MistralConfig(rope_theta=1000000.0, sliding_window=4096, **common)
+    if decoder == "mistral":  # a window of 6 in 16-token sequences: every labelled position attends to 6 keys
+        return MistralConfig(rope_theta=1000000.0, sliding_window=6, **common)
     fail(f"unknown decoder '{decoder}' (llama, qwen2, qwen2_tied, mistral)", 2)
 
 

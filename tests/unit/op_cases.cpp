@@ -111,9 +111,10 @@ std::vector<double> rope_ref(const Values& v) {
   return y;
 }
 
-// Naive attention with a full score matrix per (batch, head).
+// Naive attention with a full score matrix per (batch, head); with a window (causal only) query i, at key position
+// p = i + Lk - Lq, sees the keys p - window < j <= p, as transformers' Mistral masks them.
 std::vector<double> attention_ref(const Values& in, int64_t B, int64_t Lq, int64_t Lk, int64_t Hq, int64_t Hk,
-                                  int64_t D, bool causal) {
+                                  int64_t D, bool causal, int64_t window = 0) {
   const auto &q = in[0], &k = in[1], &v = in[2];
   const double scale = 1.0 / std::sqrt(double(D));
   std::vector<double> out(std::size_t(B * Lq * Hq * D), 0.0);
@@ -125,6 +126,7 @@ std::vector<double> attention_ref(const Values& in, int64_t B, int64_t Lq, int64
         double mx = -INFINITY;
         for (int64_t j = 0; j < Lk; ++j) {
           if (causal && j > i + Lk - Lq) continue;
+          if (causal && window > 0 && j <= i + Lk - Lq - window) continue;
           double acc = 0.0;
           for (int64_t d = 0; d < D; ++d)
             acc += q[((b * Lq + i) * Hq + h) * D + d] * k[((b * Lk + j) * Hk + kh) * D + d];
@@ -145,46 +147,49 @@ std::vector<double> attention_ref(const Values& in, int64_t B, int64_t Lq, int64
 }
 
 OpCase attention_case(const std::string& name, int64_t B, int64_t Lq, int64_t Lk, int64_t Hq, int64_t Hk, int64_t D,
-                      bool causal) {
+                      bool causal, int64_t window = 0) {
   const Mask mask = causal ? Mask::Causal : Mask::None;
   const float scale = 1.f / std::sqrt(float(D));
   OpCase c;
   c.name = name;
   c.inputs = {rnd({B, Lq, Hq, D}, -2, 2), rnd({B, Lk, Hk, D}, -2, 2), rnd({B, Lk, Hk, D})};
-  c.forward = [=](const std::vector<Tensor>& t) { return attention_forward(t[0], t[1], t[2], mask, scale).out; };
+  c.forward = [=](const std::vector<Tensor>& t) {
+    return attention_forward(t[0], t[1], t[2], mask, scale, window).out;
+  };
   c.backward = [=](const std::vector<Tensor>& t, const Tensor& dy) {
-    AttentionOut saved = attention_forward(t[0], t[1], t[2], mask, scale);
-    AttentionGrads g = attention_backward(dy, t[0], t[1], t[2], saved, mask, scale);
+    AttentionOut saved = attention_forward(t[0], t[1], t[2], mask, scale, window);
+    AttentionGrads g = attention_backward(dy, t[0], t[1], t[2], saved, mask, scale, window);
     return std::vector<Tensor>{g.dq, g.dk, g.dv};
   };
-  c.reference = [=](const Values& v) { return attention_ref(v, B, Lq, Lk, Hq, Hk, D, causal); };
-  c.attention = AttentionDesc{B, Lq, Lk, Hq, Hk, D, DType::F32, mask};
+  c.reference = [=](const Values& v) { return attention_ref(v, B, Lq, Lk, Hq, Hk, D, causal, window); };
+  c.attention = AttentionDesc{B, Lq, Lk, Hq, Hk, D, DType::F32, mask, window};
   return c;
 }
 
 // Queries against a KV cache (generation; forward only): row b's query i at position past[b] + i sees the cache
-// entries j <= past[b] + i, nothing beyond (those rows hold values that must not leak in).
-OpCase attention_cached_case() {
+// entries j <= past[b] + i, nothing beyond (those rows hold values that must not leak in); with a window only the
+// last `window` of them.
+OpCase attention_cached_case(const std::string& name, int64_t window) {
   const int64_t B = 2, Lq = 2, cap = 9, Hq = 4, Hk = 2, D = 8;
   const std::vector<double> past = {3, 6};
   const float scale = 1.f / std::sqrt(float(D));
   OpCase c;
-  c.name = "attention_cached";
+  c.name = name;
   c.inputs = {rnd({B, Lq, Hq, D}, -2, 2), rnd({B, cap, Hk, D}, -2, 2), rnd({B, cap, Hk, D}), ints({B}, past)};
-  c.forward = [=](const std::vector<Tensor>& t) { return attention_cached(t[0], t[1], t[2], t[3], scale).out; };
-  c.attention = AttentionDesc{B, Lq, cap, Hq, Hk, D, DType::F32, Mask::Causal};
+  c.forward = [=](const std::vector<Tensor>& t) { return attention_cached(t[0], t[1], t[2], t[3], scale, window).out; };
+  c.attention = AttentionDesc{B, Lq, cap, Hq, Hk, D, DType::F32, Mask::Causal, window};
   c.kv_cache = true;
   c.reference = [=](const Values& v) {
     std::vector<double> out;
     for (int64_t b = 0; b < B; ++b) {
-      // Row b alone, its cache cut after its last query's position: plain causal attention.
+      // Row b alone, its cache cut after its last query's position: plain causal (or windowed) attention.
       const int64_t kv = int64_t(past[std::size_t(b)]) + Lq;
       Values row(3);
       row[0].assign(v[0].begin() + b * Lq * Hq * D, v[0].begin() + (b + 1) * Lq * Hq * D);
       for (int i : {1, 2})
         row[std::size_t(i)].assign(v[std::size_t(i)].begin() + b * cap * Hk * D,
                                    v[std::size_t(i)].begin() + (b * cap + kv) * Hk * D);
-      const std::vector<double> o = attention_ref(row, 1, Lq, kv, Hq, Hk, D, true);
+      const std::vector<double> o = attention_ref(row, 1, Lq, kv, Hq, Hk, D, true, window);
       out.insert(out.end(), o.begin(), o.end());
     }
     return out;
@@ -947,14 +952,22 @@ std::vector<OpCase> layout_cases() {
   return cases;
 }
 
-// Attention: heads grouped or not, causal or not, KV caches, key lengths past the queries, every head width.
+// Attention: heads grouped or not, causal or not, sliding windows, KV caches, key lengths past the queries, every
+// head width.
 std::vector<OpCase> attention_cases() {
   std::vector<OpCase> cases;
   // Longer than one 64-row tile, so the online softmax crosses tiles.
   cases.push_back(attention_case("attention_mha", 2, 70, 70, 2, 2, 8, false));
   cases.push_back(attention_case("attention_causal_gqa", 1, 70, 70, 4, 2, 8, true));
-  cases.push_back(attention_cached_case());
+  cases.push_back(attention_cached_case("attention_cached", 0));
   cases.push_back(attention_case("attention_causal_kv_longer", 1, 5, 70, 2, 1, 8, true));
+  // Sliding windows (Mistral's, Qwen2's): one that starts and ends inside tiles of both the CPU's 64 rows and the
+  // GPU's 32, two keys (a query and the one before it; with one, the output is v and the q and k gradients are
+  // rounding noise that finite differences cannot check), queries at the end of longer keys, and a KV cache's rows.
+  cases.push_back(attention_case("attention_window_gqa", 2, 150, 150, 4, 2, 8, true, 45));
+  cases.push_back(attention_case("attention_window_two", 1, 70, 70, 2, 2, 8, true, 2));
+  cases.push_back(attention_case("attention_window_kv_longer", 1, 5, 70, 2, 1, 16, true, 7));
+  cases.push_back(attention_cached_case("attention_cached_window", 3));
   // Head dims of every width the GPU's tiled kernels take (8 dims a lane at most), with edges inside their tiles:
   // 40 and 96 cuDNN also takes in bf16, 200 (over its 128) only the own kernels.
   cases.push_back(attention_case("attention_d40_gqa", 1, 37, 37, 4, 2, 40, true));

@@ -309,8 +309,8 @@ TEST(Config, MaxImageTokensBoundsAnyresImagesAndThePlannedLayout) {
   }
 }
 
-// model.llm.model_type picks the decoder; Mistral's window is honoured where sequences fit in it and refused by name
-// where they do not (headroom's attention is causal over the whole sequence).
+// model.llm.model_type picks the decoder; Mistral's window applies to every layer, Qwen2's from max_window_layers on,
+// at any sequence length (the attention kernels apply it).
 TEST(Config, DecoderTypeAndSlidingWindow) {
   const std::string tiny = write("model:\n  preset: tiny\n");
   EXPECT_EQ(load_config(tiny, {"model.llm.model_type=qwen2"}).model.config.llm.decoder, models::Decoder::Qwen2);
@@ -318,37 +318,32 @@ TEST(Config, DecoderTypeAndSlidingWindow) {
             std::string::npos);
   const std::vector<std::string> mistral = {"model.llm.model_type=mistral", "model.llm.sliding_window=1024"};
   std::vector<std::string> long_seq = mistral;
-  long_seq.push_back("data.max_seq_len=4096");
-  const std::string e = error_of(tiny, long_seq);
-  EXPECT_NE(e.find("data.max_seq_len 4096 passes the mistral decoder's sliding window of 1024"), std::string::npos)
-      << e;
-  long_seq.back() = "data.max_seq_len=1024";
-  EXPECT_EQ(load_config(tiny, long_seq).model.config.llm.sliding_window, 1024);
+  long_seq.push_back("data.max_seq_len=4096");  // sequences longer than the window
+  const models::LlmConfig ml = load_config(tiny, long_seq).model.config.llm;
+  EXPECT_EQ(ml.sliding_window, 1024);
+  for (int64_t i = 0; i < ml.layers; ++i) EXPECT_EQ(ml.window_of(i), 1024) << "Mistral layer " << i;
   const std::string llama = error_of(tiny, {"model.llm.sliding_window=1024"});
   EXPECT_NE(llama.find("a sliding window belongs to the mistral and qwen2 decoders, not llama"), std::string::npos)
       << llama;
   // Qwen2: the window from max_window_layers on; a max_window_layers at or past the last layer leaves none.
   const std::vector<std::string> qwen2 = {"model.llm.model_type=qwen2", "model.llm.sliding_window=64",
                                           "model.llm.max_window_layers=1", "data.max_seq_len=128"};
-  const std::string q = error_of(tiny, qwen2);
-  EXPECT_NE(q.find("data.max_seq_len 128 passes the qwen2 decoder's sliding window of 64 tokens in its layers from 1 "
-                   "on (max_window_layers)"),
-            std::string::npos)
-      << q;
+  const models::LlmConfig ql = load_config(tiny, qwen2).model.config.llm;
+  ASSERT_GE(ql.layers, 2);
+  EXPECT_EQ(ql.window_of(0), 0);
+  for (int64_t i = 1; i < ql.layers; ++i) EXPECT_EQ(ql.window_of(i), 64) << "Qwen2 layer " << i;
   std::vector<std::string> unwindowed = qwen2;
-  unwindowed[2] = "model.llm.max_window_layers=" + std::to_string(load_config(tiny, {}).model.config.llm.layers);
-  EXPECT_EQ(load_config(tiny, unwindowed).model.config.llm.sliding_window, 64);
+  unwindowed[2] = "model.llm.max_window_layers=" + std::to_string(ql.layers);
+  const models::LlmConfig none = load_config(tiny, unwindowed).model.config.llm;
+  EXPECT_EQ(none.sliding_window, 64);
+  EXPECT_FALSE(none.windowed());
+  for (int64_t i = 0; i < none.layers; ++i) EXPECT_EQ(none.window_of(i), 0);
   std::vector<std::string> on_mistral = mistral;
   on_mistral.push_back("model.llm.max_window_layers=1");
   const std::string m = error_of(tiny, on_mistral);
   EXPECT_NE(m.find("max_window_layers 1: the layers without a window are the qwen2 decoder's setting"),
             std::string::npos)
       << m;
-  models::LlmConfig l;
-  l.decoder = models::Decoder::Mistral;
-  l.sliding_window = 16;
-  EXPECT_NO_THROW(l.check_window(16, "x"));
-  EXPECT_THROW(l.check_window(17, "a generation's prompt and new tokens,"), Error);
 }
 
 // `headroom info`'s GPU query never throws: on a machine without a driver or a GPU it says why; with GPUs each

@@ -157,5 +157,16 @@ TEST(CudaRules, AKvCacheAttentionNeverAsksCuDnnForAGraph) {
     attention_forward(q, kv, kv, Mask::Causal, 0.125f);
   });
   EXPECT_EQ(asked, 1) << "a training shape cuDNN admits is sized by its graph";
+  // A sliding window that hides keys takes the own kernels; one that covers every key is plain causal attention.
+  workspaces_on_meta({Backend::CUDA, 90}, [] {
+    Tensor q = Tensor::empty({2, 16, 8, 64}, DType::BF16, Device::meta());
+    Tensor kv = Tensor::empty({2, 16, 2, 64}, DType::BF16, Device::meta());
+    attention_forward(q, kv, kv, Mask::Causal, 0.125f, 15);
+  });
+  EXPECT_EQ(asked, 1) << "a windowed attention asked cuDNN for a graph";
+  AttentionDesc d{2, 16, 16, 8, 2, 64, DType::BF16, Mask::Causal, 15};
+  EXPECT_FALSE(cudnn_attention_admits(d, AttentionPass::Forward));
+  d.window = 16;
+  EXPECT_TRUE(cudnn_attention_admits(d, AttentionPass::Forward));
   set_cudnn_attention_query(saved);
 }

@@ -111,7 +111,9 @@ class Generate : public testing::Test {
   Llava model;
 };
 
-TEST_F(Generate, CachedLogitsEqualTheFullSequenceForwardAtEveryPosition) {
+// Each row's prompt and generated tokens fed whole through `model`: the logits at the prompt's last position and every
+// generated one must be the logits the cache produced them from.
+void expect_cached_logits_equal_the_full_forward(const Llava& model) {
   const std::vector<Example> ps = prompts(model.config());
   GenerationOptions g;
   g.max_new_tokens = 6;
@@ -167,6 +169,41 @@ TEST_F(Generate, CachedLogitsEqualTheFullSequenceForwardAtEveryPosition) {
   EXPECT_EQ(r.cache_bytes, KvCache::bytes(model.config().llm, B, longest + g.max_new_tokens - 1, DType::F32));
   EXPECT_EQ(r.cache_bytes, 2 * model.config().llm.layers * B * (longest + 5) * model.config().llm.kv_heads *
                                model.config().llm.head_dim() * 4);
+}
+
+TEST_F(Generate, CachedLogitsEqualTheFullSequenceForwardAtEveryPosition) {
+  expect_cached_logits_equal_the_full_forward(model);
+}
+
+// Qwen2 with a sliding window of 5 tokens from its second layer on (max_window_layers 1), shorter than the prompts
+// with an image (8 and 14 tokens):
+// the cache keeps every position, and each query attends to the last 5 of them in those layers, as the full forward
+// does. The same prompts without the window give other logits (the window is applied, not ignored).
+TEST_F(Generate, ASlidingWindowShorterThanThePromptsHoldsInTheCache) {
+  LlavaConfig c = gqa_model();
+  c.llm.decoder = Decoder::Qwen2;
+  c.llm.sliding_window = 5;
+  c.llm.max_window_layers = 1;
+  ASSERT_GE(c.llm.layers, 2);
+  Llava windowed(c, Device::cpu(), DType::F32);
+  init_weights(windowed.params(), 7);
+  expect_cached_logits_equal_the_full_forward(windowed);
+  c.llm.sliding_window = 0;
+  c.llm.max_window_layers = 0;
+  Llava whole(c, Device::cpu(), DType::F32);
+  init_weights(whole.params(), 7);
+  GenerationOptions g;
+  g.max_new_tokens = 1;
+  const std::vector<Example> ps = prompts(c);
+  std::vector<int64_t> lengths;
+  const std::vector<Example> batch = prompt_batch(ps, c.ignore_index, lengths);
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  ASSERT_GT(longest, 5);
+  auto prefill = [&](const Llava& m) {
+    KvCache cache = m.make_cache(int64_t(ps.size()), longest);
+    return m.prefill(collate(batch, longest, c.ignore_index), lengths, cache).to_floats();
+  };
+  EXPECT_GT(max_diff(prefill(windowed), prefill(whole)), 1e-3);
 }
 
 // model.fused_kernels with a KV cache: the prefill's and every decode step's logits are the unfused ops' bit for bit

@@ -464,3 +464,38 @@ TEST(Attention, NanScoresPropagateLikeTheReference) {
   const std::vector<float> dk = g.dk.to(Device::cpu()).to_floats();
   EXPECT_TRUE(std::isnan(dk[std::size_t((0 * H + 0) * D)])) << "key 0 is seen by the NaN row 3 of head 0";
 }
+
+// A sliding window of W keys: the query at position p sees p - W < j <= p (transformers' Mistral mask; its flash
+// path once kept W + 1). So a window of L over L keys is plain causal attention, bit for bit, and one of L - 1 changes
+// the last row alone, which loses key 0. A window needs the causal mask.
+TEST(Attention, AWindowOfWKeysEndsAtTheQuerysOwnPosition) {
+  const int64_t L = 70, H = 2, D = 8;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto random = [&] {
+    std::vector<float> v(std::size_t(L * H * D));
+    for (float& x : v) x = nd(rng);
+    return Tensor::from_floats(v, {1, L, H, D}, DType::F32, kBackend);
+  };
+  const Tensor q = random(), k = random(), v = random();
+  auto out = [&](int64_t window) {
+    return attention_forward(q, k, v, Mask::Causal, 0.35f, window).out.to(Device::cpu()).to_floats();
+  };
+  const std::vector<float> causal = out(0), full = out(L), cut = out(L - 1);
+  EXPECT_EQ(full, causal) << "a window as long as the sequence";
+  for (int64_t i = 0; i < L; ++i)
+    for (int64_t c = 0; c < H * D; ++c) {
+      const std::size_t at = std::size_t(i * H * D + c);
+      if (i < L - 1)
+        ASSERT_EQ(cut[at], causal[at]) << "row " << i << " sees all its keys in a window of " << L - 1;
+      else
+        EXPECT_NE(cut[at], causal[at]) << "the last row's element " << c << " still sees key 0";
+    }
+  try {
+    attention_forward(q, k, v, Mask::None, 0.35f, 4);
+    ADD_FAILURE() << "a window without the causal mask";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[attention] a sliding window (4) needs the causal mask"), std::string::npos)
+        << e.what();
+  }
+}

@@ -1,6 +1,7 @@
 // CPU fused attention: FlashAttention-2 tiling with an online softmax. Memory is O(L): only per-thread tiles,
 // the saved log-sum-exp and (backward) one f32 row statistic per query live beside the inputs and outputs.
 #include <Eigen/Core>
+#include <algorithm>
 #include <cmath>
 
 #include "core/backend/cpu/cpu_common.h"
@@ -45,6 +46,18 @@ void store_tile(T* base, int64_t batch_off, int64_t start, int64_t rows, int64_t
   }
 }
 
+// The keys [first, last) of a tile starting at key j0 that the query at key position `pos` sees (first == last:
+// none): all of them without a mask, those up to its own position under the causal one, and with a sliding window
+// (window > 0) only the `window` positions up to its own.
+struct Seen {
+  int64_t first, last;
+};
+inline Seen seen_keys(bool causal, int64_t window, int64_t pos, int64_t j0, int64_t bk) {
+  if (!causal) return {0, bk};
+  const int64_t last = std::clamp<int64_t>(pos - j0 + 1, 0, bk);
+  return {window > 0 ? std::clamp<int64_t>(pos - window - j0 + 1, 0, last) : 0, last};
+}
+
 // The larger of two scores, NaN if either is NaN.
 inline float nan_max(float a, float b) {
   return std::isnan(a) || a > b ? a : b;
@@ -67,6 +80,7 @@ void attention_forward(const AttentionArgs& a) {
   const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, uniform_off = s.kv_len - s.q_len;
   const int64_t qblocks = (s.q_len + kBlockQ - 1) / kBlockQ;
   const bool causal = s.mask == Mask::Causal;
+  const int64_t window = s.windowed() ? s.window : 0;
   const int64_t* past = a.past.defined() ? a.past.data<int64_t>() : nullptr;
   char* ws = static_cast<char*>(a.workspace.data_ptr());
   float* lse = a.lse.data<float>();
@@ -94,7 +108,8 @@ void attention_forward(const AttentionArgs& a) {
       std::fill(m, m + bq, -INFINITY);
       std::fill(l, l + bq, 0.f);
       const int64_t kend = causal ? std::min(s.kv_len, i0 + bq + off) : s.kv_len;
-      for (int64_t j0 = 0; j0 < kend; j0 += kBlockK) {
+      const int64_t kbegin = window > 0 ? std::max<int64_t>(0, i0 + off - window + 1) : 0;  // the first row's first
+      for (int64_t j0 = kbegin; j0 < kend; j0 += kBlockK) {
         const int64_t bk = std::min(kBlockK, kend - j0);
         load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
         load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
@@ -102,11 +117,11 @@ void attention_forward(const AttentionArgs& a) {
         Sm.noalias() = MapM(Q, bq, d) * MapM(K, bk, d).transpose();
         for (int64_t r = 0; r < bq; ++r) {
           float* sr = S + r * bk;
-          const int64_t last = causal ? std::min(bk, i0 + r + off - j0 + 1) : bk;  // keys [0, last) visible
-          MapRow row(sr, std::max<int64_t>(last, 0));
+          const Seen seen = seen_keys(causal, window, i0 + r + off, j0, bk);
+          MapRow row(sr + seen.first, seen.last - seen.first);
           // NaN propagates, as in the reference softmax: std::max(-inf, NaN) is -inf, which would take a row of
           // NaN scores for a fully masked one (zeros) and hide the fault from the non-finite check.
-          const float mx = last > 0 ? nan_max(m[r], row.maxCoeff<Eigen::PropagateNaN>()) : m[r];
+          const float mx = seen.last > seen.first ? nan_max(m[r], row.maxCoeff<Eigen::PropagateNaN>()) : m[r];
           if (mx == -INFINITY) {
             std::fill(sr, sr + bk, 0.f);
             continue;
@@ -114,7 +129,8 @@ void attention_forward(const AttentionArgs& a) {
           const float alpha = std::exp(m[r] - mx);
           row = (row - mx).exp();
           const float sum = row.sum();
-          std::fill(sr + std::max<int64_t>(last, 0), sr + bk, 0.f);
+          std::fill(sr, sr + seen.first, 0.f);
+          std::fill(sr + seen.last, sr + bk, 0.f);
           l[r] = l[r] * alpha + sum;
           m[r] = mx;
           for (int64_t c = 0; c < d; ++c) O[r * d + c] *= alpha;
@@ -177,6 +193,7 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
   const AttentionDesc& s = a.desc;
   const int64_t d = s.head_dim, off = s.kv_len - s.q_len, bq = std::min(kBlockQ, s.q_len - i0);
   const bool causal = s.mask == Mask::Causal;
+  const int64_t window = s.windowed() ? s.window : 0;
   load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
   load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
   MapM Pm(t.P, bq, bk), dPm(t.dP, bq, bk);
@@ -185,15 +202,17 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
   const float* drow = in.delta + (b * s.q_heads + h) * s.q_len + i0;
   dPm.noalias() = MapM(t.dO, bq, d) * MapM(t.V, bk, d).transpose();
   for (int64_t r = 0; r < bq; ++r) {
-    const int64_t last = causal ? std::clamp<int64_t>(i0 + r + off - j0 + 1, 0, bk) : bk;
+    Seen seen = seen_keys(causal, window, i0 + r + off, j0, bk);
+    if (lrow[r] == -INFINITY) seen.last = seen.first;  // a row that saw nothing
     float* pr = t.P + r * bk;
     float* dpr = t.dP + r * bk;
-    const int64_t seen = lrow[r] == -INFINITY ? 0 : last;
-    MapRow p(pr, seen), dp(dpr, seen);
+    MapRow p(pr + seen.first, seen.last - seen.first), dp(dpr + seen.first, seen.last - seen.first);
     p = (p * a.scale - lrow[r]).exp();
     dp = p * (dp - drow[r]) * a.scale;  // dS, with the softmax scale folded in
-    std::fill(pr + seen, pr + bk, 0.f);
-    std::fill(dpr + seen, dpr + bk, 0.f);
+    for (float* row : {pr, dpr}) {
+      std::fill(row, row + seen.first, 0.f);
+      std::fill(row + seen.last, row + bk, 0.f);
+    }
   }
   MapM(t.dV, bk, d).noalias() += Pm.transpose() * MapM(t.dO, bq, d);
   MapM(t.dK, bk, d).noalias() += dPm.transpose() * MapM(t.Q, bq, d);
@@ -210,6 +229,7 @@ void attention_backward(const AttentionArgs& a) {
   const AttentionDesc& s = a.desc;
   const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, off = s.kv_len - s.q_len;
   const bool causal = s.mask == Mask::Causal;
+  const int64_t window = s.windowed() ? s.window : 0;
   const int64_t slots = num_threads();
   char* ws = static_cast<char*>(a.workspace.data_ptr());
   WorkspaceCarver shared(ws + std::size_t(slots) * bwd_slot_bytes(d));
@@ -235,10 +255,12 @@ void attention_backward(const AttentionArgs& a) {
         load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.V);
         std::fill(t.dK, t.dK + bk * d, 0.f);
         std::fill(t.dV, t.dV + bk * d, 0.f);
-        // With the causal mask, query rows before j0 - off see none of these keys.
+        // With the causal mask, query rows before j0 - off see none of these keys; with a window, neither do the
+        // rows from j0 + bk - 1 + window - off on.
         const int64_t ifirst = causal ? std::max<int64_t>(0, j0 - off) / kBlockQ * kBlockQ : 0;
+        const int64_t iend = window > 0 ? std::clamp<int64_t>(j0 + bk - 1 + window - off, 0, s.q_len) : s.q_len;
         for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-          for (int64_t i0 = ifirst; i0 < s.q_len; i0 += kBlockQ) backward_tile(a, in, t, b, h, i0, j0, bk);
+          for (int64_t i0 = ifirst; i0 < iend; i0 += kBlockQ) backward_tile(a, in, t, b, h, i0, j0, bk);
         store_tile(a.dk.data<T>(), b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.dK);
         store_tile(a.dv.data<T>(), b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.dV);
       }

@@ -47,19 +47,32 @@ constexpr int kMaxHeadDim = 256;  // head_dim the per-lane accumulators cover (8
 
 struct AttnShape {
   int q_len, kv_len, q_heads, kv_heads, d;
-  long long off;  // kv_len - q_len: query i sees keys j <= i + off under the causal mask
+  long long off;     // kv_len - q_len: query i sees keys j <= i + off under the causal mask
+  long long window;  // and with a sliding window (> 0) only keys j > i + off - window
   float scale;
   bool causal;
 };
 
 AttnShape shape_of(const AttentionArgs& a) {
   const AttentionDesc& s = a.desc;
-  return {int(s.q_len),    int(s.kv_len),      int(s.q_heads), int(s.kv_heads),
-          int(s.head_dim), s.kv_len - s.q_len, a.scale,        s.mask == Mask::Causal};
+  return {int(s.q_len),
+          int(s.kv_len),
+          int(s.q_heads),
+          int(s.kv_heads),
+          int(s.head_dim),
+          s.kv_len - s.q_len,
+          s.windowed() ? s.window : 0,
+          a.scale,
+          s.mask == Mask::Causal};
 }
 
 __device__ __forceinline__ bool visible(const AttnShape& s, long long i, long long j) {
-  return i < s.q_len && j < s.kv_len && (!s.causal || j <= i + s.off);
+  return i < s.q_len && j < s.kv_len && (!s.causal || (j <= i + s.off && (s.window == 0 || j > i + s.off - s.window)));
+}
+
+// The first key tile (a multiple of kTile) that query row i0, the first of a block, sees under a sliding window.
+__device__ __forceinline__ long long first_key_tile(const AttnShape& s, long long i0, int tile) {
+  return s.window > 0 ? max(0LL, i0 + s.off - s.window + 1) / tile * tile : 0;
 }
 
 // ---- Tiled kernels (training) ----
@@ -132,7 +145,7 @@ __global__ void tiled_forward_kernel(const T* q, const T* k, const T* v, T* out,
   const long long kend = s.causal ? min((long long)s.kv_len, i0 + nq - 1 + s.off + 1) : s.kv_len;
   const float* qw = qs + warp * R * d;  // the warp's rows
   float* pw = ps + warp * R * kTile;
-  for (long long j0 = 0; j0 < kend; j0 += kTile) {
+  for (long long j0 = first_key_tile(s, i0, kTile); j0 < kend; j0 += kTile) {
     __syncthreads();  // the queries are in; the last tile's readers are done
     const int nk = int(min((long long)kTile, s.kv_len - j0));
     auto key_row = [&](int r) { return (((long long)b * s.kv_len + j0 + r) * s.kv_heads + kvh) * d; };
@@ -239,11 +252,13 @@ __global__ void tiled_dkv_kernel(const T* q, const T* k, const T* v, const T* do
   const float* vw = vs + warp * R * d;
   float* pwarp = pw + warp * R * kTile;
   float* gwarp = gw + warp * R * kTile;
-  // Query i sees key j when j <= i + off: the block's first key is seen from query j0 - off on.
+  // Query i sees key j when j <= i + off: the block's first key is seen from query j0 - off on; with a window its
+  // last key is seen up to query j0 + nk - 1 + window - off (exclusive).
   const long long first = s.causal ? max(0LL, j0 - s.off) / kTile * kTile : 0;
+  const long long qend = s.window > 0 ? min((long long)s.q_len, max(0LL, j0 + nk - 1 + s.window - s.off)) : s.q_len;
   for (int g = 0; g < group; ++g) {
     const int h = kvh * group + g;
-    for (long long i0 = first; i0 < s.q_len; i0 += kTile) {
+    for (long long i0 = first; i0 < qend; i0 += kTile) {
       __syncthreads();  // the keys are in; the last tile's readers are done
       const int nq = int(min((long long)kTile, s.q_len - i0));
       auto query_row = [&](int r) { return (((long long)b * s.q_len + i0 + r) * s.q_heads + h) * d; };
@@ -337,7 +352,7 @@ __global__ void tiled_dq_kernel(const T* q, const T* k, const T* v, const T* dou
   const float* qw = qs + warp * R * d;  // the warp's rows
   const float* dw = dos + warp * R * d;
   float* gwarp = gw + warp * R * kTile;
-  for (long long j0 = 0; j0 < kend; j0 += kTile) {
+  for (long long j0 = first_key_tile(s, i0, kTile); j0 < kend; j0 += kTile) {
     __syncthreads();  // the queries are in; the last tile's readers are done
     const int nk = int(min((long long)kTile, s.kv_len - j0));
     auto key_row = [&](int r) { return (((long long)b * s.kv_len + j0 + r) * s.kv_heads + kvh) * d; };
@@ -412,18 +427,19 @@ __device__ float block_reduce(float v, float* scratch, int op) {
 
 template <typename T>
 __global__ void cached_kernel(const T* q, const T* k, const T* v, T* out, float* lse, const long long* past, int q_len,
-                              int kv_len, int q_heads, int kv_heads, int d, float scale) {
+                              int kv_len, int q_heads, int kv_heads, int d, float scale, long long window) {
   __shared__ float qs[kMaxHeadDim];
   __shared__ float sc[kKeyTile];
   __shared__ float scratch[kRowThreads];
   const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kvh = h / (q_heads / kv_heads);
   const int kend = int(min((long long)kv_len, past[b] + i + 1));
+  const int kbegin = window > 0 ? int(max(0LL, past[b] + i + 1 - window)) : 0;  // a sliding window's first key
   const long long q_row = (((long long)b * q_len + i) * q_heads + h) * d;
   for (int c = threadIdx.x; c < d; c += blockDim.x) qs[c] = load(q, q_row + c) * scale;
   __syncthreads();
   float m = -INFINITY, l = 0.f, acc[kDimsPerThread];
   for (int a = 0; a < kDimsPerThread; ++a) acc[a] = 0.f;
-  for (int j0 = 0; j0 < kend; j0 += kKeyTile) {
+  for (int j0 = kbegin; j0 < kend; j0 += kKeyTile) {
     const int n = min(kKeyTile, kend - j0);
     float mt = -INFINITY;
     int nan = 0;
@@ -525,7 +541,7 @@ void cached_forward(const AttentionArgs& a) {
     launch_kernel(checked_grid("attention_cached", s.q_len, s.q_heads, s.batch), dim3(kRowThreads), 0, cached_kernel<T>,
                   a.q.data<T>(), a.k.data<T>(), a.v.data<T>(), a.out.data<T>(), a.lse.data<float>(),
                   a.past.data<long long>(), int(s.q_len), int(s.kv_len), int(s.q_heads), int(s.kv_heads),
-                  int(s.head_dim), a.scale);
+                  int(s.head_dim), a.scale, s.windowed() ? s.window : 0LL);
   });
   note_attention_kernel(AttentionKernel::Rows);
 }

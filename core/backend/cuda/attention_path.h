@@ -10,8 +10,9 @@
 namespace hr::core {
 
 // cuDNN 9's rule for its fused (flash) attention: bf16 or f16, head_dim a multiple of 8 up to 128, no KV
-// cache (AttentionPass::Cached). A shape it admits may still fail to build on a given GPU; the query below then
-// says no.
+// cache (AttentionPass::Cached), and no sliding window that hides a key (the own kernels apply the window; cuDNN's
+// diagonal band has never run here on a GPU, so it is not used). A shape it admits may still fail to build on a given
+// GPU; the query below then says no.
 bool cudnn_attention_admits(const AttentionDesc& d, AttentionPass pass);
 
 // What cuDNN reports as the graph's workspace, from the sizes its flash backward keeps in f32 (dQ's accumulator

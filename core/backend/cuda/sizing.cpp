@@ -83,7 +83,7 @@ std::size_t embedding_workspace_bytes(int64_t ids) {
 
 bool cudnn_attention_admits(const AttentionDesc& d, AttentionPass pass) {
   return pass != AttentionPass::Cached && (d.dtype == DType::BF16 || d.dtype == DType::F16) && d.head_dim % 8 == 0 &&
-         d.head_dim > 0 && d.head_dim <= 128 && d.batch > 0 && d.q_len > 0 && d.kv_len > 0;
+         d.head_dim > 0 && d.head_dim <= 128 && d.batch > 0 && d.q_len > 0 && d.kv_len > 0 && !d.windowed();
 }
 
 std::size_t cudnn_attention_rule_workspace(const AttentionDesc& d, AttentionPass pass) {
