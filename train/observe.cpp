@@ -39,11 +39,13 @@ std::vector<std::pair<std::string, float>> eval_scalars(const EvalResult& r) {
 }
 
 RunObservers::RunObservers(const RunConfig& c, parallel::Communicator& comm, CachingAllocator& device,
-                           CachingAllocator& host)
+                           CachingAllocator& host, int64_t first_step)
     : c_(c), comm_(comm), device_(device), host_(host) {
-  if (c.tensorboard && comm.rank() == 0)
+  if (c.tensorboard && comm.rank() == 0) {
     tensorboard_ =
         std::make_unique<EventWriter>(c.tensorboard_dir.empty() ? c.output_dir + "/runs" : c.tensorboard_dir);
+    tensorboard_->session_start(first_step);
+  }
   traced_ = !c.trace_steps.empty() || c.snapshot_on_oom;
   if (!traced_) return;
   device_.set_trace([this](const TraceEvent& e) { on_event(true, e); });

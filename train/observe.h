@@ -25,9 +25,11 @@ std::vector<std::pair<std::string, float>> eval_scalars(const EvalResult& r);
 class RunObservers {
  public:
   // Installs itself on the run's device and host allocators (their trace and out-of-memory observer) where
-  // the config asks for timelines or snapshots; the TensorBoard writer lives on rank 0.
+  // the config asks for timelines or snapshots; the TensorBoard writer lives on rank 0. `first_step` is the first
+  // step this run logs: the event file starts with a SessionLog START there, so that TensorBoard drops what an
+  // earlier run in the directory logged from that step on, as the JSON-lines logs are cut (a resumed run).
   RunObservers(const RunConfig& c, parallel::Communicator& comm, core::CachingAllocator& device,
-               core::CachingAllocator& host);
+               core::CachingAllocator& host, int64_t first_step);
   ~RunObservers();
   RunObservers(const RunObservers&) = delete;
   RunObservers& operator=(const RunObservers&) = delete;

@@ -141,7 +141,8 @@ Trainer::Trainer(PlannedRun planned, const TrainOptions& options, parallel::Comm
   const Llava& model = engine_->model();
   console_.training(c(), model.params().count(), model.params().count(core::ParamStore::Counting::Trainable), total_);
   open_logs();
-  observers_ = std::make_unique<RunObservers>(c(), comm, *alloc_, *host_alloc_);
+  // The logs keep the steps up to state_.step (open_logs); TensorBoard drops the earlier runs' steps after it.
+  observers_ = std::make_unique<RunObservers>(c(), comm, *alloc_, *host_alloc_, state_.step + 1);
   meter_ = std::make_unique<StepMeter>(c(), *alloc_, *host_alloc_, *predictions_, *mlog_, *observers_,
                                        plan_.rank.peak_allocated, StepMeter::Where{rank, world, gpu_});
   runner_ = std::make_unique<StepRunner>(

@@ -61,8 +61,9 @@ uint32_t masked_crc32c(const void* data, std::size_t size) {
   return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
 }
 
-// Event: 1 wall_time (double), 2 step (int64), 3 file_version (string), 5 summary (Summary).
-// Summary: 1 value (repeated Value). Value: 1 tag (string), 2 simple_value (float).
+// Event: 1 wall_time (double), 2 step (int64), 3 file_version (string), 5 summary (Summary), 7 session_log
+// (SessionLog). Summary: 1 value (repeated Value). Value: 1 tag (string), 2 simple_value (float). SessionLog:
+// 1 status (enum; START = 1).
 std::string encode_scalar_event(double wall_time, int64_t step,
                                 const std::vector<std::pair<std::string, float>>& values) {
   std::string summary;
@@ -87,6 +88,19 @@ std::string encode_version_event(double wall_time, const std::string& file_versi
   key(e, 1, 1);
   fixed(e, wall_time);
   bytes_field(e, 3, file_version);
+  return e;
+}
+
+std::string encode_session_start_event(double wall_time, int64_t step) {
+  std::string log;
+  key(log, 1, 0);
+  varint(log, 1);  // SessionLog.START
+  std::string e;
+  key(e, 1, 1);
+  fixed(e, wall_time);
+  key(e, 2, 0);
+  varint(e, uint64_t(step));
+  bytes_field(e, 7, log);
   return e;
 }
 
@@ -125,6 +139,10 @@ EventWriter::~EventWriter() {
 
 void EventWriter::scalars(int64_t step, const std::vector<std::pair<std::string, float>>& values) {
   write(encode_scalar_event(now_seconds(), step, values));
+}
+
+void EventWriter::session_start(int64_t step) {
+  write(encode_session_start_event(now_seconds(), step));
 }
 
 void EventWriter::write(const std::string& event) {

@@ -20,6 +20,9 @@ uint32_t masked_crc32c(const void* data, std::size_t size);
 std::string encode_scalar_event(double wall_time, int64_t step,
                                 const std::vector<std::pair<std::string, float>>& values);
 std::string encode_version_event(double wall_time, const std::string& file_version);
+// A SessionLog START event at `step`: TensorBoard's loaders drop every event of the run's earlier files from that
+// step on (PyTorch's SummaryWriter(purge_step=step) writes the same).
+std::string encode_session_start_event(double wall_time, int64_t step);
 // `data` framed as one TFRecord.
 std::string tfrecord(const std::string& data);
 
@@ -32,6 +35,8 @@ class EventWriter {
   EventWriter(const EventWriter&) = delete;
   EventWriter& operator=(const EventWriter&) = delete;
   void scalars(int64_t step, const std::vector<std::pair<std::string, float>>& values);
+  // This run writes from `step` on: what earlier runs in the directory wrote from there is to be dropped.
+  void session_start(int64_t step);
   const std::string& path() const { return path_; }
 
  private:

@@ -8,7 +8,10 @@ tensorboard's own code:
   - record by record with its TFRecord reader (tensorboard.compat.tensorflow_stub PyRecordReader_New), which checks
     every length and data CRC: EventAccumulator swallows a CRC or truncation error and silently stops reading, so
     a corrupt record would otherwise look like missing steps. The first event of each file must be the
-    file_version "brain.Event:2" event, and every summary value must be a simple_value (float32).
+    file_version "brain.Event:2" event, and one SessionLog START must come before every summary, at a step no
+    later than theirs (the first step the file logs: TensorBoard drops what earlier files logged from that step
+    on, as the JSON lines of a resumed run were cut; PyTorch's SummaryWriter(purge_step=...) writes it after a
+    second file_version event, which is accepted there); every summary value must be a simple_value (float32).
   - with EventAccumulator (size_guidance 0: keep every scalar), which is what TensorBoard's UI shows.
 
 The expected scalars come from RUN_DIR/memory.jsonl (one process) or RUN_DIR/memory.rank{r}.jsonl (several
@@ -208,9 +211,12 @@ def check_records(path, faults):
     if first.WhichOneof("what") != "file_version" or first.file_version != "brain.Event:2":
         faults.add(path, f"first event is not file_version 'brain.Event:2' "
                          f"(it has {first.WhichOneof('what')!r}: {getattr(first, 'file_version', '')!r})")
+    start = None  # the SessionLog START's record
     for i, ev in enumerate(events):
         kind = ev.WhichOneof("what")
-        if i > 0 and kind == "file_version":
+        if i == 1 and kind == "file_version":
+            pass  # PyTorch's purge_step form: file_version again, then the START
+        elif i > 0 and kind == "file_version":
             faults.add(path, f"record {i}: a second file_version event")
         if not (ev.wall_time > 0):
             faults.add(path, f"record {i}: wall_time {ev.wall_time} is not positive")
@@ -219,8 +225,17 @@ def check_records(path, faults):
                 if v.WhichOneof("value") != "simple_value":
                     faults.add(path, f"record {i} tag {v.tag} step {ev.step}: value is "
                                      f"{v.WhichOneof('value')!r}, not simple_value")
-        elif kind != "file_version":
+        if kind == "session_log":
+            if start is not None or ev.session_log.status != event_pb2.SessionLog.START or any(
+                    e.WhichOneof("what") == "summary" for e in events[:i]):
+                faults.add(path, f"record {i}: a session_log other than one START before the summaries")
+            elif any(e.step < ev.step for e in events[i + 1:]):
+                faults.add(path, f"record {i}: START at step {ev.step}, but the file logs steps before it")
+            start = i
+        elif kind not in ("file_version", "summary"):
             faults.add(path, f"record {i} step {ev.step}: unexpected event kind {kind!r}")
+    if start is None:
+        faults.add(path, "no SessionLog START before the summaries")
     return events
 
 

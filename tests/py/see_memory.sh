@@ -54,5 +54,20 @@ if [[ -z $mpiexec ]]; then
   fi
   grep -q "open it in pytorch.org/memory_viz" "$work/oom.log"
   python3 "$here/check_snapshot.py" "$oom/oom_snapshot.rank0.step1.pickle" --expect-owner language_model.model.layers.0
+  # A resumed run: the first logs steps 1 to 4 with evaluations at 2 and 4; resumed from checkpoint-2 with
+  # max_steps 3, the second logs step 3 only. TensorBoard must show steps 1 to 3 and the evaluation at 2 alone, as
+  # the cut JSON lines do: the second event file's SessionLog START at step 3 drops the first file's steps from 3
+  # on (without it, EventAccumulator drops only the tags the second file logs again out of order).
+  again="$work/resumed"
+  resumed=(--set run.output_dir="$again" --set log.logging_steps=1 --set train.eval_steps=2 --set train.eval_samples=16
+           --set data.synthetic.train=200 --set data.synthetic.eval=32 --set data.num_workers=1
+           --set log.report_to=tensorboard --set train.save_steps=2)
+  "$bin" train "$root/configs/quickstart.yaml" "${resumed[@]}" --set train.max_steps=4 > "$work/first.log"
+  grep -q '"step": *4' "$again/eval.jsonl"
+  rm -rf "$again/checkpoint-4"
+  sleep 1  # event files are named by the second they start in: the resumed run's sorts after the first's
+  "$bin" train "$root/configs/quickstart.yaml" "${resumed[@]}" --set train.max_steps=3 --resume > "$work/resumed.log"
+  [[ $(ls "$again"/runs/events.out.tfevents.* | wc -l) == 2 ]]
+  python3 "$here/check_tfevents.py" "$again"
 fi
 echo "see_memory: OK ($work)"

@@ -59,8 +59,9 @@ EVAL = [{"step": 5, "loss": 0.5, "accuracy": 0.9, "samples": 300,
          "accuracy_by_type": {"color": 0.87, "count": 1.0}}]
 
 
-def write_run(d, ranks=2, steps=(1, 2, 3, 4, 5), skip_tag=None, extra_tag=None, eval_rows=EVAL):
-    """A run directory as headroom would leave it, the event file written by torch's SummaryWriter."""
+def write_run(d, ranks=2, steps=(1, 2, 3, 4, 5), skip_tag=None, extra_tag=None, eval_rows=EVAL, start=True):
+    """A run directory as headroom would leave it, the event file written by torch's SummaryWriter (with start, its
+    purge_step at the first step: the SessionLog START every headroom run writes)."""
     from torch.utils.tensorboard import SummaryWriter
     os.makedirs(d, exist_ok=True)
     rows = {r: memory_rows(r, list(steps)) for r in range(ranks)}
@@ -71,7 +72,7 @@ def write_run(d, ranks=2, steps=(1, 2, 3, 4, 5), skip_tag=None, extra_tag=None, 
     if eval_rows is not None:
         with open(os.path.join(d, "eval.jsonl"), "w") as f:
             f.writelines(json.dumps(o) + "\n" for o in eval_rows)
-    w = SummaryWriter(os.path.join(d, "runs"))
+    w = SummaryWriter(os.path.join(d, "runs"), purge_step=steps[0] if start else None)
 
     def put(tag, v, step):
         if v is not None and tag != skip_tag:
@@ -117,13 +118,18 @@ def tfevents_cases(root):
     open(p, "wb").write(b)
     cases.append(("tfevents: a flipped byte", ["check_tfevents.py", d], 1, "crc32"))
 
-    d = os.path.join(root, "run_nofv")  # drop the first record (file_version)
+    d = os.path.join(root, "run_nofv")  # drop the first two records (file_version, and purge_step's again)
     shutil.copytree(good, d)
     p = event_file(d)
     b = open(p, "rb").read()
-    n = int.from_bytes(b[:8], "little")
-    open(p, "wb").write(b[8 + 4 + n + 4:])
+    for _ in range(2):
+        n = int.from_bytes(b[:8], "little")
+        b = b[8 + 4 + n + 4:]
+    open(p, "wb").write(b)
     cases.append(("tfevents: no file_version event", ["check_tfevents.py", d], 1, "brain.Event:2"))
+    cases.append(("tfevents: no SessionLog START",
+                  ["check_tfevents.py", write_run(os.path.join(root, "run_nostart"), start=False)], 1,
+                  "no SessionLog START before the summaries"))
 
     cases.append(("tfevents: a tag missing",
                   ["check_tfevents.py", write_run(os.path.join(root, "run_missing"),

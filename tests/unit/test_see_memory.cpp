@@ -125,6 +125,22 @@ TEST(TfEvents, AFileIsAVersionEventThenScalarEventsInTfRecords) {
   EXPECT_EQ(got[1], std::make_pair(std::string("memory/peak_allocated"), 123456789.f));
 }
 
+// A run that starts at step 251 (resumed) says so: Event{wall_time, step 251, session_log {status: START}}, the
+// bytes PyTorch's SummaryWriter(purge_step=251) writes (tensorboard's event_pb2 gives 10 fb 01 3a 02 08 01 after
+// the wall time).
+TEST(TfEvents, ASessionStartEventCarriesItsStep) {
+  const std::string e = encode_session_start_event(1.5, 251);
+  EXPECT_EQ(e.substr(9), std::string("\x10\xfb\x01\x3a\x02\x08\x01", 7));
+  const auto f = fields(e);
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f[1].varint, 251u);
+  EXPECT_EQ(f[2].number, 7);  // session_log
+  const auto log = fields(f[2].bytes);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log[0].number, 1);
+  EXPECT_EQ(log[0].varint, 1u);  // START
+}
+
 TEST(Allocator, KnowsEachCategorysBytesAtItsPeak) {
   CachingAllocator a(make_meta_allocator(0), "meta");
   Block *p, *x, *y;
