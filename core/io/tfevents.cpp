@@ -47,6 +47,16 @@ void bytes_field(std::string& out, int field, const std::string& v) {
   out += v;
 }
 
+// An Event's wall_time and step, the fields before its payload.
+std::string event_at(double wall_time, int64_t step) {
+  std::string e;
+  key(e, 1, 1);
+  fixed(e, wall_time);
+  key(e, 2, 0);
+  varint(e, uint64_t(step));
+  return e;
+}
+
 }  // namespace
 
 uint32_t crc32c(const void* data, std::size_t size) {
@@ -74,11 +84,7 @@ std::string encode_scalar_event(double wall_time, int64_t step,
     fixed(value, v);
     bytes_field(summary, 1, value);
   }
-  std::string e;
-  key(e, 1, 1);
-  fixed(e, wall_time);
-  key(e, 2, 0);
-  varint(e, uint64_t(step));
+  std::string e = event_at(wall_time, step);
   bytes_field(e, 5, summary);
   return e;
 }
@@ -95,11 +101,7 @@ std::string encode_session_start_event(double wall_time, int64_t step) {
   std::string log;
   key(log, 1, 0);
   varint(log, 1);  // SessionLog.START
-  std::string e;
-  key(e, 1, 1);
-  fixed(e, wall_time);
-  key(e, 2, 0);
-  varint(e, uint64_t(step));
+  std::string e = event_at(wall_time, step);
   bytes_field(e, 7, log);
   return e;
 }

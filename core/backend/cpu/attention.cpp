@@ -63,6 +63,28 @@ inline float nan_max(float a, float b) {
   return std::isnan(a) || a > b ? a : b;
 }
 
+// One query's score row of a tile (bk keys, the `seen` ones visible) through the online softmax: the row becomes
+// its exponentials (zeros outside `seen`), the running max m and sum l take the tile in, and the output row o
+// (d values) is rescaled to the new max.
+void online_softmax_row(float* sr, int64_t bk, Seen seen, float& m, float& l, float* o, int64_t d) {
+  MapRow row(sr + seen.first, seen.last - seen.first);
+  // NaN propagates, as in the reference softmax: std::max(-inf, NaN) is -inf, which would take a row of NaN
+  // scores for a fully masked one (zeros) and hide the fault from the non-finite check.
+  const float mx = seen.last > seen.first ? nan_max(m, row.maxCoeff<Eigen::PropagateNaN>()) : m;
+  if (mx == -INFINITY) {
+    std::fill(sr, sr + bk, 0.f);
+    return;
+  }
+  const float alpha = std::exp(m - mx);
+  row = (row - mx).exp();
+  const float sum = row.sum();
+  std::fill(sr, sr + seen.first, 0.f);
+  std::fill(sr + seen.last, sr + bk, 0.f);
+  l = l * alpha + sum;
+  m = mx;
+  for (int64_t c = 0; c < d; ++c) o[c] *= alpha;
+}
+
 }  // namespace
 
 std::size_t attention_workspace_bytes(const AttentionDesc& a, AttentionPass pass) {
@@ -115,26 +137,8 @@ void attention_forward(const AttentionArgs& a) {
         load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
         MapM Sm(S, bq, bk);
         Sm.noalias() = MapM(Q, bq, d) * MapM(K, bk, d).transpose();
-        for (int64_t r = 0; r < bq; ++r) {
-          float* sr = S + r * bk;
-          const Seen seen = seen_keys(causal, window, i0 + r + off, j0, bk);
-          MapRow row(sr + seen.first, seen.last - seen.first);
-          // NaN propagates, as in the reference softmax: std::max(-inf, NaN) is -inf, which would take a row of
-          // NaN scores for a fully masked one (zeros) and hide the fault from the non-finite check.
-          const float mx = seen.last > seen.first ? nan_max(m[r], row.maxCoeff<Eigen::PropagateNaN>()) : m[r];
-          if (mx == -INFINITY) {
-            std::fill(sr, sr + bk, 0.f);
-            continue;
-          }
-          const float alpha = std::exp(m[r] - mx);
-          row = (row - mx).exp();
-          const float sum = row.sum();
-          std::fill(sr, sr + seen.first, 0.f);
-          std::fill(sr + seen.last, sr + bk, 0.f);
-          l[r] = l[r] * alpha + sum;
-          m[r] = mx;
-          for (int64_t c = 0; c < d; ++c) O[r * d + c] *= alpha;
-        }
+        for (int64_t r = 0; r < bq; ++r)
+          online_softmax_row(S + r * bk, bk, seen_keys(causal, window, i0 + r + off, j0, bk), m[r], l[r], O + r * d, d);
         MapM(O, bq, d).noalias() += Sm * MapM(V, bk, d);
       }
       for (int64_t r = 0; r < bq; ++r) {  // l is 0 for a fully masked row only; NaN stays NaN
