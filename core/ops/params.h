@@ -83,8 +83,9 @@ struct AttentionDesc {
   DType dtype = DType::F32;
   Mask mask = Mask::None;
   int64_t window = 0;
-  // Whether the window hides any key from any query: a window of at least kv_len is plain causal attention.
-  bool windowed() const { return window > 0 && window < kv_len; }
+  // Whether the window hides any key from any query: a window of at least kv_len is plain causal attention, and
+  // a window is the causal mask's only (every kernel's loop bounds read this, not `window` itself).
+  bool windowed() const { return mask == Mask::Causal && window > 0 && window < kv_len; }
 };
 
 struct AttentionArgs {

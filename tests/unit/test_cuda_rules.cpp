@@ -168,5 +168,8 @@ TEST(CudaRules, AKvCacheAttentionNeverAsksCuDnnForAGraph) {
   EXPECT_FALSE(cudnn_attention_admits(d, AttentionPass::Forward));
   d.window = 16;
   EXPECT_TRUE(cudnn_attention_admits(d, AttentionPass::Forward));
+  d.window = 15;
+  d.mask = Mask::None;  // a window belongs to the causal mask: the kernels' bounds ignore it elsewhere
+  EXPECT_FALSE(d.windowed());
   set_cudnn_attention_query(saved);
 }

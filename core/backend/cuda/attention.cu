@@ -433,7 +433,8 @@ __global__ void cached_kernel(const T* q, const T* k, const T* v, T* out, float*
   __shared__ float scratch[kRowThreads];
   const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kvh = h / (q_heads / kv_heads);
   const int kend = int(min((long long)kv_len, past[b] + i + 1));
-  const int kbegin = window > 0 ? int(max(0LL, past[b] + i + 1 - window)) : 0;  // a sliding window's first key
+  // A sliding window's first key, never past kend (so never wrapped below 0 by the narrowing, whatever `past` holds).
+  const int kbegin = window > 0 ? int(min((long long)kend, max(0LL, past[b] + i + 1 - window))) : 0;
   const long long q_row = (((long long)b * q_len + i) * q_heads + h) * d;
   for (int c = threadIdx.x; c < d; c += blockDim.x) qs[c] = load(q, q_row + c) * scale;
   __syncthreads();
