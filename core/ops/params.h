@@ -86,6 +86,8 @@ struct AttentionDesc {
   // Whether the window hides any key from any query: a window of at least kv_len is plain causal attention, and
   // a window is the causal mask's only (every kernel's loop bounds read this, not `window` itself).
   bool windowed() const { return mask == Mask::Causal && window > 0 && window < kv_len; }
+  // The window the kernels apply: `window` where it hides keys, else 0 (none).
+  int64_t applied_window() const { return windowed() ? window : 0; }
 };
 
 struct AttentionArgs {

@@ -102,7 +102,7 @@ void attention_forward(const AttentionArgs& a) {
   const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, uniform_off = s.kv_len - s.q_len;
   const int64_t qblocks = (s.q_len + kBlockQ - 1) / kBlockQ;
   const bool causal = s.mask == Mask::Causal;
-  const int64_t window = s.windowed() ? s.window : 0;
+  const int64_t window = s.applied_window();
   const int64_t* past = a.past.defined() ? a.past.data<int64_t>() : nullptr;
   char* ws = static_cast<char*>(a.workspace.data_ptr());
   float* lse = a.lse.data<float>();
@@ -197,7 +197,7 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
   const AttentionDesc& s = a.desc;
   const int64_t d = s.head_dim, off = s.kv_len - s.q_len, bq = std::min(kBlockQ, s.q_len - i0);
   const bool causal = s.mask == Mask::Causal;
-  const int64_t window = s.windowed() ? s.window : 0;
+  const int64_t window = s.applied_window();
   load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
   load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
   MapM Pm(t.P, bq, bk), dPm(t.dP, bq, bk);
@@ -233,7 +233,7 @@ void attention_backward(const AttentionArgs& a) {
   const AttentionDesc& s = a.desc;
   const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, off = s.kv_len - s.q_len;
   const bool causal = s.mask == Mask::Causal;
-  const int64_t window = s.windowed() ? s.window : 0;
+  const int64_t window = s.applied_window();
   const int64_t slots = num_threads();
   char* ws = static_cast<char*>(a.workspace.data_ptr());
   WorkspaceCarver shared(ws + std::size_t(slots) * bwd_slot_bytes(d));

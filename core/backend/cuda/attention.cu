@@ -55,15 +55,8 @@ struct AttnShape {
 
 AttnShape shape_of(const AttentionArgs& a) {
   const AttentionDesc& s = a.desc;
-  return {int(s.q_len),
-          int(s.kv_len),
-          int(s.q_heads),
-          int(s.kv_heads),
-          int(s.head_dim),
-          s.kv_len - s.q_len,
-          s.windowed() ? s.window : 0,
-          a.scale,
-          s.mask == Mask::Causal};
+  return {int(s.q_len),       int(s.kv_len),      int(s.q_heads), int(s.kv_heads),       int(s.head_dim),
+          s.kv_len - s.q_len, s.applied_window(), a.scale,        s.mask == Mask::Causal};
 }
 
 __device__ __forceinline__ bool visible(const AttnShape& s, long long i, long long j) {
@@ -542,7 +535,7 @@ void cached_forward(const AttentionArgs& a) {
     launch_kernel(checked_grid("attention_cached", s.q_len, s.q_heads, s.batch), dim3(kRowThreads), 0, cached_kernel<T>,
                   a.q.data<T>(), a.k.data<T>(), a.v.data<T>(), a.out.data<T>(), a.lse.data<float>(),
                   a.past.data<long long>(), int(s.q_len), int(s.kv_len), int(s.q_heads), int(s.kv_heads),
-                  int(s.head_dim), a.scale, s.windowed() ? s.window : 0LL);
+                  int(s.head_dim), a.scale, (long long)s.applied_window());
   });
   note_attention_kernel(AttentionKernel::Rows);
 }
