@@ -22,7 +22,8 @@ enum class Tower : uint8_t { Clip, Siglip };
 
 // model.fused_kernels, a kernel choice and not part of the architecture (config.json does not carry it). auto: the
 // layers run the fused kernels (RoPE rotating by a table computed once a step, the residual add inside the norm
-// after it) on every back-end, all of which have them; off: the unfused ops, the same values in more passes.
+// after it, a linear layer's bias add inside the activation after it: the tower's fc1 and the projector's linear_1)
+// on every back-end, all of which have them; off: the unfused ops, the same values in more passes.
 enum class FusedKernels : uint8_t { Auto, Off };
 FusedKernels parse_fused_kernels(const std::string& s, const std::string& key);
 

@@ -65,6 +65,15 @@ Tensor Linear::forward(const Tensor& x) const {
   return y;
 }
 
+Linear::Activated Linear::forward_activated(const Tensor& x, UnaryOp op, bool fuse) const {
+  if (!fuse || !bias || lora_a || quantized()) {
+    Tensor pre = forward(x);
+    return {pre, unary_forward(op, pre)};
+  }
+  Tensor pre = linear_forward(x, w2d(), Tensor());
+  return {pre, unary_forward(op, pre, bias->data)};
+}
+
 namespace {
 
 // Options that add a trainable weight's gradient into its buffer; a frozen weight gets none, only dx flows.

@@ -60,6 +60,13 @@ struct Linear {
   static Linear make(ParamStore& store, const std::string& prefix, int64_t in, int64_t out, core::Bias bias,
                      const LoraSpec* lora = nullptr);
   Tensor forward(const Tensor& x) const;
+  // The layer, then the activation `op`: pre is the layer's output (what the activation's backward reads), act the
+  // activation. With `fuse` the bias add runs inside the activation's pass, where that gives the same values: a
+  // bias, no adapters (they add onto the biased output) and an unquantized weight.
+  struct Activated {
+    Tensor pre, act;
+  };
+  Activated forward_activated(const Tensor& x, core::UnaryOp op, bool fuse) const;
   // Adds dW (and db) into the gradient buffers when trainable, and dA, dB for adapters; returns dx unless `input`
   // says to skip it (a first layer, whose input nothing upstream needs the gradient of).
   Tensor backward(const Tensor& dy, const Tensor& x, InputGrad input = InputGrad::Compute) const;

@@ -42,8 +42,8 @@ Llava::Llava(const LlavaConfig& cfg, Device device, DType dtype, std::optional<D
   vision_ = std::make_unique<VisionTower>(*store_, kVisionPrefix, cfg_.vision, stem_group_);
   {
     ParamStore::GroupScope in(*store_, projector_group_);
-    projector_ =
-        std::make_unique<Projector>(*store_, kProjectorPrefix, cfg_.projector, cfg_.vision.hidden, cfg_.llm.hidden);
+    projector_ = std::make_unique<Projector>(*store_, kProjectorPrefix, cfg_.projector, cfg_.vision.hidden,
+                                             cfg_.llm.hidden, cfg_.vision.kernels);
     if (cfg_.image_newline()) image_newline_ = &store_->add(kImageNewline, {cfg_.llm.hidden});
   }
   llm_ = std::make_unique<LlamaModel>(*store_, kLlmPrefix, kHeadName, cfg_.llm, llm);

@@ -8,8 +8,9 @@ namespace hr::models {
 
 using namespace hr::core;
 
-Projector::Projector(ParamStore& store, const std::string& prefix, ProjectorType type, int64_t in, int64_t out)
-    : prefix_(prefix), type_(type) {
+Projector::Projector(ParamStore& store, const std::string& prefix, ProjectorType type, int64_t in, int64_t out,
+                     FusedKernels kernels)
+    : prefix_(prefix), type_(type), fused_(kernels == FusedKernels::Auto) {
   l1_ = Linear::make(store, prefix + ".linear_1", in, out, Bias::Yes);
   if (type == ProjectorType::Mlp2xGelu) l2_ = Linear::make(store, prefix + ".linear_2", out, out, Bias::Yes);
 }
@@ -17,14 +18,13 @@ Projector::Projector(ParamStore& store, const std::string& prefix, ProjectorType
 Tensor Projector::forward(const Tensor& x, ProjectorSaved& s, Saving saving) const {
   MemoryScope scope(Category::Activations, prefix_);
   s = ProjectorSaved{};
-  Tensor h1 = l1_.forward(x);
   if (type_ == ProjectorType::Linear) {
     if (saving == Saving::ForBackward) s.x = x;
-    return h1;
+    return l1_.forward(x);
   }
-  Tensor act = gelu(h1);
-  Tensor y = l2_.forward(act);
-  if (saving == Saving::ForBackward) s = {x, h1, act};
+  Linear::Activated h = l1_.forward_activated(x, UnaryOp::Gelu, fused_);
+  Tensor y = l2_.forward(h.act);
+  if (saving == Saving::ForBackward) s = {x, h.pre, h.act};
   return y;
 }
 

@@ -14,7 +14,9 @@ struct ProjectorSaved {
 
 class Projector {
  public:
-  Projector(ParamStore& store, const std::string& prefix, ProjectorType type, int64_t in, int64_t out);
+  // kernels: model.fused_kernels (auto: linear_1's bias add inside the GELU's pass).
+  Projector(ParamStore& store, const std::string& prefix, ProjectorType type, int64_t in, int64_t out,
+            FusedKernels kernels);
   Tensor forward(const Tensor& x, ProjectorSaved& saved, Saving saving) const;
   // Returns d(x) unless `input` skips it (the vision tower is frozen), accumulating parameter gradients.
   Tensor backward(const Tensor& dy, ProjectorSaved& saved, InputGrad input) const;
@@ -22,6 +24,7 @@ class Projector {
  private:
   std::string prefix_;
   ProjectorType type_;
+  bool fused_;
   Linear l1_, l2_;
 };
 

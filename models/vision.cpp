@@ -82,8 +82,9 @@ void VisionLayer::compute(S& s) const {
     s.ln2_rstd = n.saved.rstd;
   }
   if (!s.act.defined()) {
-    s.fc1 = fc1_.forward(s.xn2);
-    s.act = unary_forward(act_, s.fc1);
+    Linear::Activated a = fc1_.forward_activated(s.xn2, act_, cfg_.fused());
+    s.fc1 = a.pre;
+    s.act = a.act;
   }
 }
 

@@ -34,11 +34,12 @@
   /* Linear algebra */                                                                                              \
   X(gemm, void, (const GemmArgs& args))                                                                             \
   X(dequantize, void, (const DequantArgs& args))                                                                    \
-  /* Element-wise: b of mul repeats over a's leading dims; dropout keeps core/ops/dropout_mask.h's mask */          \
+  /* Element-wise: b of mul repeats over a's leading dims; dropout keeps core/ops/dropout_mask.h's mask; a defined  \
+     bias of unary_forward is added into x in place first (x = x + bias over x's rows, then y = op(x)) */           \
   X(axpby, void, (const Tensor& out, float alpha, const Tensor& x, float beta, const Tensor& y))                    \
   X(mul, void, (const Tensor& out, const Tensor& a, const Tensor& b))                                               \
   X(dropout, void, (const Tensor& out, const Tensor& x, float p, uint64_t key))                                     \
-  X(unary_forward, void, (UnaryOp op, const Tensor& x, const Tensor& y))                                            \
+  X(unary_forward, void, (UnaryOp op, const Tensor& x, const Tensor& bias, const Tensor& y))                        \
   X(unary_backward, void, (UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx))                        \
   X(swiglu_forward, void, (const Tensor& gate, const Tensor& up, const Tensor& y))                                  \
   X(swiglu_backward, void,                                                                                          \

@@ -109,11 +109,19 @@ MulGrads mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b) {
   return g;
 }
 
-Tensor unary_forward(UnaryOp op, const Tensor& x) {
-  check_float(unary_name(op), "x", x);
+Tensor unary_forward(UnaryOp op, const Tensor& x, const Tensor& bias) {
+  const char* name = unary_name(op);
+  check_float(name, "x", x);
+  if (bias.defined()) {
+    HR_CHECK(x.dim() >= 1, "[", name, "] a bias needs x with a last dim; got ", x.describe());
+    check_shape(name, "bias", bias, {x.size(-1)});
+    check_same_device(name, x, bias);
+    check_same_dtype(name, x, bias);
+    HR_CHECK(x.is_contiguous(), "[", name, "] x must be contiguous to take the bias add in place; got ", x.describe());
+  }
   Tensor xc = x.contiguous();
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
-  launch(unary_name(op), x.device(), &Kernels::unary_forward, op, xc, y);
+  launch(name, x.device(), &Kernels::unary_forward, op, xc, bias.defined() ? bias.contiguous() : Tensor(), y);
   return y;
 }
 

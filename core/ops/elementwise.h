@@ -37,7 +37,10 @@ MulGrads mul_backward(const Tensor& dy, const Tensor& a, const Tensor& b);
 // Its backward is the same call on the gradient with the same key.
 Tensor dropout(const Tensor& x, float p, uint64_t key);
 
-Tensor unary_forward(UnaryOp op, const Tensor& x);
+// bias (x's last dim) or undefined: the bias add of the linear layer before the activation, fused into its pass:
+// x += bias over x's rows in place (x contiguous: the GEMM's output, which the backward reads as the
+// pre-activation), then y = op(x). The same values as add_rows_(x, bias) and then the activation.
+Tensor unary_forward(UnaryOp op, const Tensor& x, const Tensor& bias = Tensor());
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& dy);
 inline Tensor gelu(const Tensor& x) {
   return unary_forward(UnaryOp::Gelu, x);

@@ -209,6 +209,40 @@ OpCase unary_case(UnaryOp op) {
   return c;
 }
 
+// A linear layer's bias add fused into the activation after it (x + bias, then op): out = op(h) + h with h = x + bias,
+// so the pre-activation the forward leaves in h carries a gradient of its own; the bias's gradient is dh summed over
+// the rows. x is copied first: the forward adds into it in place. 97 columns: the packs and stretches of the
+// kernels cross the rows' ends, and a 582-element x takes two of the CPU's 512-element stretches.
+OpCase bias_activation_case(UnaryOp op, Shape shape) {
+  OpCase c;
+  c.name = std::string(unary_name(op)) + "_bias";
+  const int64_t cols = shape.back();
+  c.inputs = {rnd(shape, -3, 3), rnd({cols})};
+  c.forward = [=](const std::vector<Tensor>& t) {
+    Tensor h = axpby(1.f, t[0], 0.f, t[0]);
+    Tensor y = unary_forward(op, h, t[1]);
+    add_(y, h);
+    return y;
+  };
+  c.backward = [=](const std::vector<Tensor>& t, const Tensor& dy) {
+    Tensor h = axpby(1.f, t[0], 0.f, t[0]);
+    unary_forward(op, h, t[1]);
+    Tensor dh = unary_backward(op, h, dy);
+    add_(dh, dy);
+    Tensor db = Tensor::empty({cols}, t[1].dtype(), t[1].device());
+    sum_leading(dh, db, Accumulate::No);
+    return std::vector<Tensor>{dh, db};
+  };
+  c.reference = [=](const Values& v) {
+    std::vector<double> h(v[0].size());
+    for (std::size_t i = 0; i < h.size(); ++i) h[i] = v[0][i] + v[1][i % std::size_t(cols)];
+    std::vector<double> y = unary_ref(op, h);
+    for (std::size_t i = 0; i < h.size(); ++i) y[i] += h[i];
+    return y;
+  };
+  return c;
+}
+
 // The same op on empty inputs: the reference of an empty output is empty (or a zero loss).
 std::vector<OpCase> empty_cases() {
   std::vector<OpCase> v;
@@ -241,6 +275,12 @@ std::vector<OpCase> empty_cases() {
     OpCase c = unary_case(UnaryOp::Silu);
     c.name = "silu_empty";
     c.inputs = {rnd({0, 9})};
+    c.reference = none;
+    v.push_back(c);
+  }
+  {
+    OpCase c = bias_activation_case(UnaryOp::QuickGelu, {0, 9});
+    c.name = "quick_gelu_bias_empty";
     c.reference = none;
     v.push_back(c);
   }
@@ -592,7 +632,7 @@ std::vector<OpCase> elementwise_cases() {
     cases.push_back(c);
   }
   for (UnaryOp op : {UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::QuickGelu, UnaryOp::Silu})
-    cases.push_back(unary_case(op));
+    cases.push_back(unary_case(op)), cases.push_back(bias_activation_case(op, {6, 97}));
   {
     OpCase c;
     c.name = "swiglu";

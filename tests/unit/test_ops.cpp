@@ -347,14 +347,28 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpTest,
                          name_of);
 
 // f16 for the fused kernels and the element-wise passes beside them (RoPE from its table and per call, the residual
-// norms and the plain ones, SwiGLU and the activations, the fused cross-entropy), under the bf16 tolerances: f16's
-// wider mantissa meets them.
+// norms and the plain ones, SwiGLU, the activations with and without the bias add, the fused cross-entropy), under the
+// bf16 tolerances: f16's wider mantissa meets them.
 namespace {
 std::vector<std::string> f16_case_names() {
-  return {"rope_table",    "rope",         "rmsnorm_residual", "layernorm_residual",
-          "rmsnorm",       "layernorm",    "swiglu",           "silu",
-          "gelu",          "gelu_tanh",    "quick_gelu",       "add_broadcast",
-          "mul_broadcast", "cross_entropy"};
+  return {"rope_table",
+          "rope",
+          "rmsnorm_residual",
+          "layernorm_residual",
+          "rmsnorm",
+          "layernorm",
+          "swiglu",
+          "silu",
+          "gelu",
+          "gelu_tanh",
+          "quick_gelu",
+          "gelu_bias",
+          "gelu_tanh_bias",
+          "quick_gelu_bias",
+          "silu_bias",
+          "add_broadcast",
+          "mul_broadcast",
+          "cross_entropy"};
 }
 }  // namespace
 INSTANTIATE_TEST_SUITE_P(OpsF16, OpTest,
@@ -377,6 +391,50 @@ TEST(Elementwise, MixedDtypesAreRefusedByName) {
   EXPECT_NE(error([&] { swiglu_forward(a, b); }).find("[swiglu] dtypes differ"), std::string::npos);
   EXPECT_NE(error([&] { unary_backward(UnaryOp::Silu, a, b); }).find("[silu] dtypes differ"), std::string::npos);
   EXPECT_EQ(mul(a, a).dtype(), DType::F32);
+}
+
+// The bias add fused into the activation's pass gives the unfused ops' bits: the pre-activation it leaves in x is
+// add_rows_'s, and y the activation of that, in every dtype, on the back-end under test. 37 rows of 1,001: the
+// CPU's stretches and the GPU's packs cross the rows' ends, and 37,037 elements run on every thread. A bias of
+// another length, dtype or a strided x is refused by name.
+TEST(Elementwise, BiasInTheActivationsPassGivesTheUnfusedBits) {
+  const int64_t rows = 37, cols = 1001;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  std::vector<float> xv(static_cast<std::size_t>(rows * cols)), bv(static_cast<std::size_t>(cols));
+  for (float& v : xv) v = nd(rng);
+  for (float& v : bv) v = nd(rng);
+  for (DType dt : {DType::F32, DType::BF16, DType::F16})
+    for (UnaryOp op : {UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::QuickGelu, UnaryOp::Silu}) {
+      const Tensor b = Tensor::from_floats(bv, {cols}, dt, Device::cpu()).to(kBackend);
+      const Tensor h1 = Tensor::from_floats(xv, {rows, cols}, dt, Device::cpu()).to(kBackend);
+      const Tensor h2 = Tensor::from_floats(xv, {rows, cols}, dt, Device::cpu()).to(kBackend);
+      add_rows_(h1, b);
+      const Tensor y1 = unary_forward(op, h1), y2 = unary_forward(op, h2, b);
+      const std::string what = str(unary_name(op), " ", dtype_name(dt));
+      ASSERT_EQ(host_floats(h1), host_floats(h2)) << what << " pre-activation";
+      ASSERT_EQ(host_floats(y1), host_floats(y2)) << what;
+    }
+  const Tensor x = Tensor::full({4, 6}, 1.f, DType::F32, kBackend);
+  auto error = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(
+      error([&] { unary_forward(UnaryOp::Gelu, x, Tensor::full({4}, 1.f, DType::F32, kBackend)); }).find("[gelu] bias"),
+      std::string::npos);
+  EXPECT_NE(error([&] {
+              unary_forward(UnaryOp::Gelu, x, Tensor::full({6}, 1.f, DType::BF16, kBackend));
+            }).find("[gelu] dtypes differ"),
+            std::string::npos);
+  EXPECT_NE(error([&] {
+              unary_forward(UnaryOp::Gelu, x.transpose(0, 1), Tensor::full({4}, 1.f, DType::F32, kBackend));
+            }).find("must be contiguous"),
+            std::string::npos);
 }
 
 // The CPU's sum over leading dims (a bias's gradient) sums each column down its rows in order, in double, then

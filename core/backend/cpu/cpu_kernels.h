@@ -25,7 +25,7 @@ bool attention_isa_present();
 void exp_floats_avx2(const float* in, float* out, int64_t n);
 // The activations over Eigen's vectorized exp, tanh and erf (vector_math.cpp, AVX2 + FMA): the kernel table's
 // unary entries where attention_isa_present(), elementwise.cpp's scalar kernels elsewhere.
-void unary_forward_avx2(UnaryOp op, const Tensor& x, const Tensor& y);
+void unary_forward_avx2(UnaryOp op, const Tensor& x, const Tensor& bias, const Tensor& y);
 void unary_backward_avx2(UnaryOp op, const Tensor& x, const Tensor& dy, const Tensor& dx);
 // The same on any CPU: the vectorized exp where the CPU has it, else std::exp.
 inline void exp_floats(const float* in, float* out, int64_t n) {

@@ -109,14 +109,26 @@ void dropout(const Tensor& out, const Tensor& x, float p, uint64_t key) {
   });
 }
 
-void unary_forward(UnaryOp op, const Tensor& x, const Tensor& y) {
+void unary_forward(UnaryOp op, const Tensor& x, const Tensor& bias, const Tensor& y) {
   dispatch_float(x.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
-    const T* xp = x.data<T>();
+    T* xp = x.data<T>();
     T* yp = y.data<T>();
     const int64_t n = x.numel();
+    if (!bias.defined()) {
 #pragma omp parallel for schedule(static) if (n > kParallelMin)
-    for (int64_t i = 0; i < n; ++i) store(yp, i, unary_f(op, load(xp, i)));
+      for (int64_t i = 0; i < n; ++i) store(yp, i, unary_f(op, load(xp, i)));
+      return;
+    }
+    // The bias add first, rounded to T as add_ leaves it, and the activation of that rounded sum.
+    const T* b = bias.data<T>();
+    const int64_t cols = bias.numel(), rows = cols ? n / cols : 0;
+#pragma omp parallel for schedule(static) if (n > kParallelMin)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0, i = r * cols; j < cols; ++j, ++i) {
+        store(xp, i, load(xp, i) + load(b, j));
+        store(yp, i, unary_f(op, load(xp, i)));
+      }
   });
 }
 

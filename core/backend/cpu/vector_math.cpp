@@ -2,7 +2,8 @@
 // (core/CMakeLists.txt), so it runs 8 lanes at a time. SwiGLU, forward and backward (silu(gate) * up): the sigmoid's
 // exponentials over stretches of kStretch elements converted to f32 on the stack, one parallel loop over stretches
 // each way. The activations (quick GELU and SiLU through the sigmoid's exp, tanh GELU through tanh, GELU through
-// Eigen's rational erf, accurate to a couple of ulp), forward and backward, the same way. exp_floats_avx2: the
+// Eigen's rational erf, accurate to a couple of ulp), forward (with the linear's bias added in the same pass when
+// given) and backward, the same way. exp_floats_avx2: the
 // exponentials other kernels take in bulk (the cross-entropy's).
 #include <Eigen/Core>
 #include <unsupported/Eigen/SpecialFunctions>
@@ -32,6 +33,26 @@ template <typename T>
 void load_sigmoid(const T* p, int64_t i0, int64_t m, float* g, float* s) {
   for (int64_t k = 0; k < m; ++k) g[k] = load(p, i0 + k);
   Stretch(s, m) = (1.f + (-Stretch(g, m)).exp()).inverse();
+}
+
+// xv[0, m) = x[i0, i0 + m) plus the bias over x's rows of `cols`, each sum rounded to T as add_ leaves it and
+// written back into x (the pre-activation the backward reads).
+// Row by row, so that each inner loop runs over contiguous x and bias and vectorizes.
+template <typename T>
+void load_biased(T* x, const T* bias, int64_t cols, int64_t i0, int64_t m, float* xv) {
+  for (int64_t k = 0, j = i0 % cols; k < m; j = 0) {
+    const int64_t len = std::min(m - k, cols - j);
+    T* __restrict xs = x + i0 + k;
+    const T* __restrict bs = bias + j;
+    float* __restrict v = xv + k;
+    for (int64_t t = 0; t < len; ++t) {
+      T sum;
+      store(&sum, 0, load(xs, t) + load(bs, t));
+      xs[t] = sum;
+      v[t] = load(&sum, 0);
+    }
+    k += len;
+  }
 }
 
 // For a stretch of x (xv[0, m)), in t: the sigmoid of (alpha x) for quick GELU (alpha 1.702) and SiLU (1),
@@ -76,14 +97,19 @@ inline float activation_df(UnaryOp op, float x, float t, float e) {
 
 }  // namespace
 
-void unary_forward_avx2(UnaryOp op, const Tensor& x, const Tensor& y) {
+void unary_forward_avx2(UnaryOp op, const Tensor& x, const Tensor& bias, const Tensor& y) {
   dispatch_float(x.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
-    const T* xp = x.data<T>();
+    T* xp = x.data<T>();
     T* yp = y.data<T>();
+    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    const int64_t cols = bias.numel();
     for_stretches(x.numel(), [&](int64_t i0, int64_t m) {
       alignas(32) float xv[kStretch], t[kStretch];
-      for (int64_t k = 0; k < m; ++k) xv[k] = load(xp, i0 + k);
+      if (b)
+        load_biased(xp, b, cols, i0, m, xv);
+      else
+        for (int64_t k = 0; k < m; ++k) xv[k] = load(xp, i0 + k);
       activation_core(op, xv, m, t);
       for (int64_t k = 0; k < m; ++k) store(yp, i0 + k, activation(op, xv[k], t[k]));
     });

@@ -14,6 +14,7 @@ using device::kPack;
 using device::load;
 using device::load_pack;
 using device::pack_start;
+using device::round_as;
 using device::store;
 using device::store_pack;
 
@@ -97,14 +98,25 @@ __global__ void dropout_kernel(T* out, const T* x, uint32_t threshold, float kee
 }
 
 // The activations and SwiGLU, one pack a thread (device/pack.cuh).
+// With a bias (cols of it, repeating over x's rows): x = x + bias first, rounded as add_ leaves it and stored
+// back into x (the pre-activation the backward reads), and y the activation of that rounded sum.
 template <typename T>
-__global__ void unary_kernel(UnaryOp op, const T* x, T* y, long long n, bool aligned) {
+__global__ void unary_kernel(UnaryOp op, T* x, const T* bias, long long cols, T* y, long long n, bool aligned) {
   constexpr int K = kPack<T>;
   const long long i = pack_start<T>();
   if (i >= n) return;
   const bool whole = aligned && i + K <= n;
   float v[K];
   load_pack(x, i, n, whole, v);
+  if (bias) {
+    long long j = i % cols;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      v[k] = round_as<T>(v[k] + load(bias, j));
+      j = j + 1 == cols ? 0 : j + 1;
+    }
+    store_pack(x, i, n, whole, v);
+  }
 #pragma unroll
   for (int k = 0; k < K; ++k) v[k] = unary_f(op, v[k]);
   store_pack(y, i, n, whole, v);
@@ -196,11 +208,12 @@ void mul(const Tensor& out, const Tensor& a, const Tensor& b) {
   });
 }
 
-void unary_forward(UnaryOp op, const Tensor& x, const Tensor& y) {
-  const long long n = x.numel();
+void unary_forward(UnaryOp op, const Tensor& x, const Tensor& bias, const Tensor& y) {
+  const long long n = x.numel(), cols = bias.numel();
   dispatch_float(x.dtype(), "unary", [&](auto tag) {
     using T = decltype(tag);
-    launch_packs("unary", n, kPack<T>, unary_kernel<T>, op, x.data<T>(), y.data<T>(), n,
+    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    launch_packs("unary", n, kPack<T>, unary_kernel<T>, op, x.data<T>(), b, cols, y.data<T>(), n,
                  aligned16(x.data<T>(), y.data<T>()));
   });
 }
