@@ -374,18 +374,23 @@ std::vector<std::string> f16_case_names() {
 INSTANTIATE_TEST_SUITE_P(OpsF16, OpTest,
                          testing::Combine(testing::ValuesIn(f16_case_names()), testing::Values(DType::F16)), name_of);
 
+namespace {
+// What f throws, or "no error".
+template <typename F>
+std::string error(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return "no error";
+}
+}  // namespace
+
 // Element-wise ops refuse tensors of different dtypes, naming them (every kernel reads all of them as the first's).
 TEST(Elementwise, MixedDtypesAreRefusedByName) {
   const Tensor a = Tensor::full({4, 3}, 1.f, DType::F32, Device::cpu());
   const Tensor b = Tensor::full({4, 3}, 1.f, DType::BF16, Device::cpu());
-  auto error = [](auto&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(error([&] { mul(a, b); }).find("[mul] dtypes differ"), std::string::npos);
   EXPECT_NE(error([&] { add_(a, b, 1.f); }).find("[add_] dtypes differ"), std::string::npos);
   EXPECT_NE(error([&] { swiglu_forward(a, b); }).find("[swiglu] dtypes differ"), std::string::npos);
@@ -416,14 +421,6 @@ TEST(Elementwise, BiasInTheActivationsPassGivesTheUnfusedBits) {
       ASSERT_EQ(host_floats(y1), host_floats(y2)) << what;
     }
   const Tensor x = Tensor::full({4, 6}, 1.f, DType::F32, kBackend);
-  auto error = [](auto&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_NE(
       error([&] { unary_forward(UnaryOp::Gelu, x, Tensor::full({4}, 1.f, DType::F32, kBackend)); }).find("[gelu] bias"),
       std::string::npos);
