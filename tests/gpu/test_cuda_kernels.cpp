@@ -206,9 +206,9 @@ TEST(CudaKernels, SummingKernelsGiveTheSameBitsEveryRun) {
   EXPECT_EQ(host(e1), host(e_cpu));
 }
 
-// The element-wise kernels over packs (one 16-byte access per 8 bf16 or 4 f32: SwiGLU, the activations, add_, RoPE
-// from a table) move a pack element by element where a tensor is not 16-byte aligned or ends inside the pack: the same
-// values one element into a larger buffer take that path, and give the same bits.
+// The element-wise kernels over packs (one 16-byte access per 8 bf16 or 4 f32: SwiGLU, the activations with and
+// without a bias, add_, RoPE from a table) move a pack element by element where a tensor is not 16-byte aligned or ends
+// inside the pack: the same values one element into a larger buffer take that path, and give the same bits.
 TEST(CudaKernels, PackedKernelsGiveTheBitsOfTheirElementByElementPath) {
   if (!have_gpu()) GTEST_SKIP() << "no GPU";
   const Device g = Device::cuda();
@@ -238,6 +238,14 @@ TEST(CudaKernels, PackedKernelsGiveTheBitsOfTheirElementByElementPath) {
       EXPECT_EQ(host(unary_backward(op, gate, dy)), host(unary_backward(op, gate1, dy1)))
           << name << " unary_backward " << int(op);
     }
+    // The bias add inside the activation, 999 columns: packs cross the rows' ends.
+    const Shape rows{8, 999};
+    const auto [pre, pre1] = twins(rows, 6);
+    const auto [bias, bias1] = twins({999}, 7);
+    const Tensor biased = unary_forward(UnaryOp::QuickGelu, pre, bias),
+                 biased1 = unary_forward(UnaryOp::QuickGelu, pre1, bias1);
+    EXPECT_EQ(host(biased), host(biased1)) << name << " unary with a bias";
+    EXPECT_EQ(host(pre), host(pre1)) << name << " the bias add's pre-activation";
     const auto [acc, acc1] = twins(flat, 4);
     add_(acc, up, 0.5f);
     add_(acc1, up1, 0.5f);
