@@ -220,7 +220,8 @@ void BM_BiasUnary(benchmark::State& state, DType dt, bool fused) {
     if (!fused) add_rows_(x, b);
     benchmark::DoNotOptimize(unary_forward(UnaryOp::QuickGelu, x, fused ? b : Tensor()));
   }
-  set_bytes(state, 3.0 * double(x.nbytes()));  // x in and out, y out (the unfused add reads and writes x once more)
+  // fused: x in and out, y out; unfused: the add reads and writes x, the activation reads x and writes y
+  set_bytes(state, (fused ? 3.0 : 4.0) * double(x.nbytes()));
 }
 
 // A bias's gradient: the sum over the leading dims of the tower MLP's fc1 output gradient (8 images of 65 tokens,

@@ -92,8 +92,9 @@ TEST_P(Golden, LossLogitsAndEveryGradientMatchPyTorch) {
 }
 
 // model.fused_kernels: auto (RoPE rotating by a table made once a step, the residual adds inside the norms after
-// them) computes exactly what off computes, with every checkpoint policy (what recompute finds kept differs): the
-// loss, the logits and every gradient agree bit for bit, in f32 and bf16.
+// them, the tower's and the projector's bias adds inside their activations) computes exactly what off computes, with
+// every checkpoint policy (what recompute finds kept differs): the loss, the logits and every gradient agree bit for
+// bit, in f32 and bf16.
 TEST_P(Golden, FusedKernelsChangeNoBit) {
   const std::string cs = std::get<0>(GetParam());
   const DType dt = std::get<1>(GetParam());

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/backend/cpu/cpu_kernels.h"
 #include "core/backend/cuda/attention_path.h"
 #include "core/backend/device_info.h"
 #include "core/backend/kernels.h"
@@ -432,6 +433,39 @@ TEST(Elementwise, BiasInTheActivationsPassGivesTheUnfusedBits) {
               unary_forward(UnaryOp::Gelu, x.transpose(0, 1), Tensor::full({4}, 1.f, DType::F32, kBackend));
             }).find("must be contiguous"),
             std::string::npos);
+}
+
+// The CPU's scalar activations (elementwise.cpp, for a CPU without AVX2 + FMA, where the kernel table does not pick
+// vector_math.cpp's) take the bias the same way: the pre-activation is add_rows_'s and the output the scalar
+// activation of it, bit for bit; the vector kernels leave the same pre-activation and an output as close as their
+// exp, tanh and erf are (GELU far below zero cancels: within 1e-5 (1 + |y|) in f32).
+TEST(Elementwise, TheScalarActivationsTakeTheBiasAsTheVectorOnesDo) {
+  if (kBackend.type != DeviceType::CPU) GTEST_SKIP() << "CPU kernels";
+  const int64_t rows = 5, cols = 999;
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  std::vector<float> xv(static_cast<std::size_t>(rows * cols)), bv(static_cast<std::size_t>(cols));
+  for (float& v : xv) v = nd(rng);
+  for (float& v : bv) v = nd(rng);
+  for (DType dt : {DType::F32, DType::BF16})
+    for (UnaryOp op : {UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::QuickGelu, UnaryOp::Silu}) {
+      const Tensor b = Tensor::from_floats(bv, {cols}, dt, Device::cpu());
+      auto fresh = [&] { return Tensor::from_floats(xv, {rows, cols}, dt, Device::cpu()); };
+      const Tensor h0 = fresh(), h1 = fresh(), h2 = fresh();
+      const Tensor y0 = Tensor::empty({rows, cols}, dt, Device::cpu()), y1 = y0.clone(), y2 = y0.clone();
+      add_rows_(h0, b);
+      cpu::unary_forward(op, h0, Tensor(), y0);
+      cpu::unary_forward(op, h1, b, y1);
+      const std::string what = str(unary_name(op), " ", dtype_name(dt));
+      ASSERT_EQ(h0.to_floats(), h1.to_floats()) << what << " pre-activation";
+      ASSERT_EQ(y0.to_floats(), y1.to_floats()) << what;
+      if (!cpu::attention_isa_present()) continue;
+      cpu::unary_forward_avx2(op, h2, b, y2);
+      ASSERT_EQ(h0.to_floats(), h2.to_floats()) << what << " pre-activation (vector kernel)";
+      const std::vector<float> want = y0.to_floats(), got = y2.to_floats();
+      for (std::size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], (dt == DType::F32 ? 1e-5 : 1e-2) * (std::fabs(want[i]) + 1.0)) << what << " " << i;
+    }
 }
 
 // The CPU's sum over leading dims (a bias's gradient) sums each column down its rows in order, in double, then
