@@ -386,6 +386,15 @@ std::string error(F&& f) {
   }
   return "no error";
 }
+
+// n values of a normal distribution (mean 0, deviation 2) drawn from `seed`.
+std::vector<float> normals(int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 2.f);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& e : v) e = nd(rng);
+  return v;
+}
 }  // namespace
 
 // Element-wise ops refuse tensors of different dtypes, naming them (every kernel reads all of them as the first's).
@@ -405,11 +414,7 @@ TEST(Elementwise, MixedDtypesAreRefusedByName) {
 // another length, dtype or a strided x is refused by name.
 TEST(Elementwise, BiasInTheActivationsPassGivesTheUnfusedBits) {
   const int64_t rows = 37, cols = 1001;
-  std::mt19937 rng(5);
-  std::normal_distribution<float> nd(0.f, 2.f);
-  std::vector<float> xv(static_cast<std::size_t>(rows * cols)), bv(static_cast<std::size_t>(cols));
-  for (float& v : xv) v = nd(rng);
-  for (float& v : bv) v = nd(rng);
+  const std::vector<float> xv = normals(rows * cols, 5), bv = normals(cols, 15);
   for (DType dt : {DType::F32, DType::BF16, DType::F16})
     for (UnaryOp op : {UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::QuickGelu, UnaryOp::Silu}) {
       const Tensor b = Tensor::from_floats(bv, {cols}, dt, Device::cpu()).to(kBackend);
@@ -442,11 +447,7 @@ TEST(Elementwise, BiasInTheActivationsPassGivesTheUnfusedBits) {
 TEST(Elementwise, TheScalarActivationsTakeTheBiasAsTheVectorOnesDo) {
   if (kBackend.type != DeviceType::CPU) GTEST_SKIP() << "CPU kernels";
   const int64_t rows = 5, cols = 999;
-  std::mt19937 rng(6);
-  std::normal_distribution<float> nd(0.f, 2.f);
-  std::vector<float> xv(static_cast<std::size_t>(rows * cols)), bv(static_cast<std::size_t>(cols));
-  for (float& v : xv) v = nd(rng);
-  for (float& v : bv) v = nd(rng);
+  const std::vector<float> xv = normals(rows * cols, 6), bv = normals(cols, 16);
   for (DType dt : {DType::F32, DType::BF16})
     for (UnaryOp op : {UnaryOp::Gelu, UnaryOp::GeluTanh, UnaryOp::QuickGelu, UnaryOp::Silu}) {
       const Tensor b = Tensor::from_floats(bv, {cols}, dt, Device::cpu());
