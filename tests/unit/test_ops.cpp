@@ -443,9 +443,9 @@ TEST(Elementwise, BiasInTheActivationsPassGivesTheUnfusedBits) {
 // The CPU's scalar activations (elementwise.cpp, for a CPU without AVX2 + FMA, where the kernel table does not pick
 // vector_math.cpp's) take the bias the same way: the pre-activation is add_rows_'s and the output the scalar
 // activation of it, bit for bit; the vector kernels leave the same pre-activation and an output as close as their
-// exp, tanh and erf are (GELU far below zero cancels: within 1e-5 (1 + |y|) in f32).
+// exp, tanh and erf are (GELU far below zero cancels: within 1e-5 (1 + |y|) in f32). The CPU kernels on host
+// tensors, whichever back-end this binary tests.
 TEST(Elementwise, TheScalarActivationsTakeTheBiasAsTheVectorOnesDo) {
-  if (kBackend.type != DeviceType::CPU) GTEST_SKIP() << "CPU kernels";
   const int64_t rows = 5, cols = 999;
   const std::vector<float> xv = normals(rows * cols, 6), bv = normals(cols, 16);
   for (DType dt : {DType::F32, DType::BF16})
