@@ -66,6 +66,12 @@ void require(const json& j, const char* key, const T& want, const std::string& w
            json(want).dump(), " only (", why, ")");
 }
 
+// bos_token_id, eos_token_id and pad_token_id, null for a token the tokenizer lacks.
+json token_keys(const TokenIds& t) {
+  const auto id = [](int64_t v) { return v < 0 ? json(nullptr) : json(v); };
+  return {{"bos_token_id", id(t.bos)}, {"eos_token_id", id(t.eos)}, {"pad_token_id", id(t.pad)}};
+}
+
 const char* causal_lm_class(Decoder d) {
   switch (d) {
     case Decoder::Qwen2:
@@ -211,10 +217,8 @@ json to_hf_config(const LlavaConfig& c, core::DType dtype, const TokenIds& token
                {"rope_scaling", nullptr},
                {"max_position_embeddings", kMaxPositions},
                {"tie_word_embeddings", l.tied_embeddings},
-               {"bos_token_id", tokens.bos},
-               {"eos_token_id", tokens.eos},
-               {"pad_token_id", tokens.pad},
                {"torch_dtype", torch_dtype(dtype)}};
+  text.update(token_keys(tokens));
   write_decoder_keys(l, text);
   json vision = {{"model_type", tower_name(v.tower)},
                  {"hidden_size", v.hidden},
@@ -338,6 +342,13 @@ LlavaConfig from_hf_config(const json& j, const std::string& where) {
   return c;
 }
 
+TokenIds token_ids_from_hf(const json& text, const std::string& where, const std::string& path) {
+  TokenIds t;
+  for (auto [key, id] : {std::pair{"bos_token_id", &t.bos}, {"eos_token_id", &t.eos}, {"pad_token_id", &t.pad}})
+    if (text.contains(key)) *id = text.at(key).is_null() ? -1 : get<int64_t>(text, key, where, path);
+  return t;
+}
+
 LlavaConfig read_hf_config(const std::string& dir) {
   const std::string path = dir + "/config.json";
   std::ifstream in(path, std::ios::binary);
@@ -352,7 +363,7 @@ LlavaConfig read_hf_config(const std::string& dir) {
 }
 
 void write_hf_config(const std::string& dir, const LlavaConfig& c, core::DType dtype, const TokenIds& tokens) {
-  const json gen = {{"bos_token_id", tokens.bos}, {"eos_token_id", tokens.eos}, {"pad_token_id", tokens.pad}};
+  const json gen = token_keys(tokens);
   for (const auto& [name, j] : {std::pair<const char*, json>{"config.json", to_hf_config(c, dtype, tokens)},
                                 std::pair<const char*, json>{"generation_config.json", gen}}) {
     const std::string text = j.dump(2) + "\n";

@@ -13,6 +13,8 @@ namespace hr::models {
 
 // The special token ids config.json and generation_config.json name (the byte tokenizer's by default; a real
 // tokenizer's bos/eos, and its <unk> as pad, which is what LLaVA pads with).
+// A tokenizer without one of them (Qwen2's has no BOS) gives -1, written as null, as transformers writes a
+// token a tokenizer lacks.
 struct TokenIds {
   int64_t bos = 1, eos = 2, pad = 0;
 };
@@ -33,6 +35,9 @@ LlavaConfig from_hf_config(const nlohmann::json& config, const std::string& wher
 LlmConfig llm_from_hf(const nlohmann::json& text, const std::string& where, const std::string& path);
 // The tower of a CLIPVisionConfig or SiglipVisionConfig (a LLaVA's vision_config, or a tower's own config.json).
 VisionConfig vision_from_hf(const nlohmann::json& vision, const std::string& where, const std::string& path);
+// The ids `text` (a text_config, or generation_config.json) names: null is -1, an absent key keeps TokenIds'
+// default. A value other than a whole number or null is an error naming `where` and the key.
+TokenIds token_ids_from_hf(const nlohmann::json& text, const std::string& where, const std::string& path);
 // DIR/config.json read and converted.
 LlavaConfig read_hf_config(const std::string& dir);
 // Writes DIR/config.json and DIR/generation_config.json.

@@ -90,9 +90,7 @@ HfSidecar sidecar_of(const std::string& dir, const RunConfig& c) {
   if (std::filesystem::is_regular_file(cfg)) {
     const auto j = nlohmann::json::parse(std::ifstream(cfg), nullptr, false);
     if (j.is_object() && j.contains("text_config"))
-      side.tokens = {j["text_config"].value("bos_token_id", int64_t(1)),
-                     j["text_config"].value("eos_token_id", int64_t(2)),
-                     j["text_config"].value("pad_token_id", int64_t(0))};
+      side.tokens = models::token_ids_from_hf(j["text_config"], cfg, "text_config.");
   }
   return side;
 }

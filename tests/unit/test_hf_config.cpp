@@ -175,6 +175,38 @@ TEST(HfConfig, ModelNameOrPathReadsTheDirectory) {
   }
 }
 
+// Qwen2's tokenizer has no BOS (-1 here): config.json and generation_config.json say null, as transformers writes
+// a token the tokenizer lacks, and the ids read back as they were written.
+TEST(HfConfig, ATokenTheTokenizerLacksIsNullAndReadsBack) {
+  const TokenIds qwen{-1, 151643, 151643};
+  const json j = to_hf_config(preset("tiny"), core::DType::BF16, qwen);
+  EXPECT_TRUE(j["text_config"]["bos_token_id"].is_null()) << j["text_config"].dump();
+  EXPECT_EQ(j["text_config"]["eos_token_id"], 151643);
+  const TokenIds back = token_ids_from_hf(j["text_config"], "config.json", "text_config.");
+  EXPECT_EQ(back.bos, -1);
+  EXPECT_EQ(back.eos, 151643);
+  EXPECT_EQ(back.pad, 151643);
+
+  const std::string dir = testing::TempDir() + "/hf_config_tokens";
+  std::filesystem::create_directories(dir);
+  write_hf_config(dir, preset("tiny"), core::DType::F32, qwen);
+  const json gen = json::parse(std::ifstream(dir + "/generation_config.json"));
+  EXPECT_TRUE(gen["bos_token_id"].is_null()) << gen.dump();
+  EXPECT_EQ(gen["pad_token_id"], 151643);
+
+  // Absent keys keep the byte tokenizer's ids; a value that is no id is refused by its key.
+  const TokenIds none = token_ids_from_hf(json::object(), "config.json", "text_config.");
+  EXPECT_EQ(none.bos, 1);
+  EXPECT_EQ(none.eos, 2);
+  EXPECT_EQ(none.pad, 0);
+  try {
+    token_ids_from_hf(json{{"eos_token_id", "</s>"}}, "ckpt/config.json", "text_config.");
+    ADD_FAILURE() << "a string eos_token_id was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ckpt/config.json: text_config.eos_token_id"), std::string::npos) << e.what();
+  }
+}
+
 // LLaVA's stage-1 start: model.vision_tower (a CLIP or CLIPVisionModel directory) + model.language_model.
 TEST(HfConfig, VisionTowerAndLanguageModelJoinAsLlavaHfDoes) {
   namespace fs = std::filesystem;
