@@ -111,7 +111,11 @@ class Predictor {
   core::MemoryContext memory_;  // the meta device and the meta host; outlives the engine
   std::unique_ptr<parallel::Communicator> comm_;
   std::unique_ptr<Engine> engine_;
-  Prediction inference(const std::function<void()>& pass);
+  // A dry run of `pass` on the meta device: the allocators' peaks and the device's requests. `rec` (a step that
+  // records) gets the starting snapshot and the timeline; with `stretch` a planned allocator runs the pass as one
+  // stretch and lays its arena out from the requests.
+  Prediction dry_run(const std::function<void(core::RequestTrace&)>& pass, StepRecording* rec = nullptr,
+                     bool stretch = false);
 };
 
 struct Decisions {

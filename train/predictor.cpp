@@ -65,29 +65,26 @@ void record_peaks(Prediction& p, const MemoryStats& s, const MemoryStats& h, con
   p.host_at_peak = h.at_peak;
 }
 
-// The traces a dry run sets on its allocators, cleared however it ends: the peak watch, and for a training step
-// its request trace and (headroom plan --trace) a timeline of both allocators and the step's spans.
+// The traces a dry run sets on its allocators, cleared however it ends: the peak watch, its request trace, and
+// for a training step (headroom plan --trace) a timeline of both allocators and the step's spans.
 class DryRunTraces {
  public:
-  DryRunTraces(CachingAllocator& dev, CachingAllocator& host, PeakWatch& watch, RequestTrace* requests = nullptr,
-               Timeline* timeline = nullptr)
+  DryRunTraces(CachingAllocator& dev, CachingAllocator& host, PeakWatch& watch, RequestTrace& requests,
+               Timeline* timeline)
       : dev_(dev), host_(host), spans_before_(span_timeline_slot().load()) {
     // The dry run's spans go to its own timeline or nowhere: a dry run inside a traced training step (the plan
     // of a planned step's shapes) must not write its phases into that step's timeline.
     set_span_timeline(timeline);
     const int dev_track = timeline ? timeline->add_allocator("device", dev.stats()) : -1;
     const int host_track = timeline ? timeline->add_allocator("host", host.stats(), Timeline::Advance::No) : -1;
-    dev.set_trace([&watch, requests, timeline, dev_track](const TraceEvent& e) {
+    dev.set_trace([&watch, &requests, timeline, dev_track](const TraceEvent& e) {
       watch(e);
-      if (requests) requests->record(e);
+      requests.record(e);
       if (timeline) timeline->allocator_event(dev_track, e);
     });
     if (!timeline) return;
     host.set_trace([timeline, host_track](const TraceEvent& e) { timeline->allocator_event(host_track, e); });
   }
-  DryRunTraces(CachingAllocator& dev, CachingAllocator& host, PeakWatch& watch, RequestTrace& requests,
-               Timeline* timeline)
-      : DryRunTraces(dev, host, watch, &requests, timeline) {}
   ~DryRunTraces() {
     dev_.set_trace(nullptr);
     host_.set_trace(nullptr);
@@ -232,34 +229,19 @@ const Llava& Predictor::model() const {
 }
 
 Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* rec) {
-  MemoryContext::Use use(memory_);
-  auto dev = allocator_for(Device::meta()), host = allocator_for(kMetaHost);
-  dev->reset_peak_stats();
-  host->reset_peak_stats();
-  Prediction p;
-  p.persistent = dev->stats().allocated_bytes.current;
-  PeakWatch dw(dev->stats());
-  auto requests = std::make_shared<RequestTrace>();
-  if (rec) rec->start = dev->snapshot();
-  // memory.allocator: planned: the step is a stretch that records; its layout is worked out from its requests.
-  const bool planned = dev->kind() == AllocatorKind::Planned;
-  {
-    const DryRunTraces traces(*dev, *host, dw, *requests, rec ? rec->timeline : nullptr);
-    if (planned) dev->begin_stretch(nullptr);
-    const bool last_differs = engine_->zero().last_backward_differs();
-    MicroBatches batches(micro, last_differs, rec != nullptr, *dev, *host, *requests);
-    engine_->step([&] { return synthetic_batch(config_.model.config, batches.next(), kMetaHost); },
-                  int64_t(micro.size()), 1.f, [&](int64_t k) { return batches.after(k); });
-    engine_->update(1e-3f, 1.f);
-    p.micro_batches_repeated = batches.repeated();
-  }
-  requests->check();
-  if (planned) {
-    p.layout = std::make_shared<const ArenaLayout>(layout_arena(*requests));
-    dev->end_stretch(p.layout);
-  }
-  record_peaks(p, dev->stats(), host->stats(), dw);
-  p.requests = std::move(requests);
+  int64_t repeated = 0;
+  Prediction p = dry_run(
+      [&](RequestTrace& requests) {
+        auto dev = allocator_for(Device::meta()), host = allocator_for(kMetaHost);
+        const bool last_differs = engine_->zero().last_backward_differs();
+        MicroBatches batches(micro, last_differs, rec != nullptr, *dev, *host, requests);
+        engine_->step([&] { return synthetic_batch(config_.model.config, batches.next(), kMetaHost); },
+                      int64_t(micro.size()), 1.f, [&](int64_t k) { return batches.after(k); });
+        engine_->update(1e-3f, 1.f);
+        repeated = batches.repeated();
+      },
+      rec, true);
+  p.micro_batches_repeated = repeated;
   return p;
 }
 
@@ -303,7 +285,7 @@ GenerationShape Predictor::generation_worst_case() const {
           worst_image_sizes(images)};
 }
 
-Prediction Predictor::inference(const std::function<void()>& pass) {
+Prediction Predictor::dry_run(const std::function<void(RequestTrace&)>& pass, StepRecording* rec, bool stretch) {
   MemoryContext::Use use(memory_);
   auto dev = allocator_for(Device::meta()), host = allocator_for(kMetaHost);
   dev->reset_peak_stats();
@@ -312,11 +294,19 @@ Prediction Predictor::inference(const std::function<void()>& pass) {
   p.persistent = dev->stats().allocated_bytes.current;
   PeakWatch dw(dev->stats());
   auto requests = std::make_shared<RequestTrace>();
+  if (rec) rec->start = dev->snapshot();
+  // memory.allocator: planned: a step is a stretch that records; its layout is worked out from its requests.
+  const bool planned = stretch && dev->kind() == AllocatorKind::Planned;
   {
-    const DryRunTraces traces(*dev, *host, dw, requests.get());
-    pass();
+    const DryRunTraces traces(*dev, *host, dw, *requests, rec ? rec->timeline : nullptr);
+    if (planned) dev->begin_stretch(nullptr);
+    pass(*requests);
   }
   requests->check();
+  if (planned) {
+    p.layout = std::make_shared<const ArenaLayout>(layout_arena(*requests));
+    dev->end_stretch(p.layout);
+  }
   record_peaks(p, dev->stats(), host->stats(), dw);
   p.requests = std::move(requests);
   return p;
@@ -328,7 +318,7 @@ void Predictor::begin_evaluation() {
 }
 
 Prediction Predictor::evaluation(const EvalShape& e) {
-  return inference([&] {
+  return dry_run([&](RequestTrace&) {
     const LoadedBatch lb = synthetic_batch(config_.model.config, {e.batch, e.seq, e.images, e.image_sizes}, kMetaHost);
     ModelOptions o;
     o.inference = true;
@@ -342,7 +332,7 @@ Prediction Predictor::evaluation(const EvalShape& e) {
 Prediction Predictor::generation(const GenerationShape& g) {
   HR_CHECK(!g.prompt_lengths.empty() && g.max_new_tokens >= 1,
            "[plan] generation needs prompts and max_new_tokens >= 1");
-  return inference([&] {
+  return dry_run([&](RequestTrace&) {
     const Llava& model = engine_->model();
     const int64_t B = int64_t(g.prompt_lengths.size());
     const int64_t longest = *std::max_element(g.prompt_lengths.begin(), g.prompt_lengths.end());
