@@ -4,6 +4,8 @@
 #include <cctype>
 #include <functional>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "core/check.h"
 
@@ -64,6 +66,19 @@ void grid_pinpoints(const std::string& v, LlavaArgs& o) {
   o.sets.push_back(str("model.image_grid_pinpoints=[", list, "]"));
 }
 
+// A flag of named values, each setting a key ("" sets nothing: the value another flag completes); any other value
+// is refused with `accepted`.
+Map choice(const char* flag, std::vector<std::pair<const char*, const char*>> values, const char* accepted) {
+  return [flag, values = std::move(values), accepted](const std::string& v, LlavaArgs& o) {
+    for (const auto& [name, set] : values)
+      if (v == name) {
+        if (*set) o.sets.emplace_back(set);
+        return;
+      }
+    throw Error(str("[args] --", flag, " ", v, ": ", accepted));
+  };
+}
+
 Map nothing(const char* flag) {
   return [flag](const std::string& v, LlavaArgs& o) { o.not_acted_on.push_back(str("--", flag, " ", v)); };
 }
@@ -72,19 +87,18 @@ const std::map<std::string, Map>& flags() {
   static const std::map<std::string, Map> m = {
       // LLaVA's ModelArguments
       {"model_name_or_path", key("model.name_or_path")},
-      {"version",
-       [](const std::string& v, LlavaArgs& o) {
-         if (v == "v1" || v == "vicuna_v1") return o.sets.push_back("data.template=vicuna_v1");
-         if (v == "plain") return o.sets.push_back("data.template=plain");
-         if (v == "llava_llama_2") return o.sets.push_back("data.template=llava_llama_2");
-         // LLaVA-NeXT's names (its conv_templates: qwen_2 is the same conversation as qwen_1_5).
-         if (v == "qwen_1_5" || v == "qwen_2") return o.sets.push_back("data.template=qwen_1_5");
-         if (v == "mistral_instruct" || v == "llava_mistral_instruct")
-           return o.sets.push_back("data.template=mistral_instruct");
-         throw Error(str("[args] --version ", v,
-                         ": the conversation templates are plain, v1 (vicuna_v1), llava_llama_2, qwen_1_5 (qwen_2) "
-                         "and mistral_instruct (llava_mistral_instruct)"));
-       }},
+      // LLaVA-NeXT's names too (its conv_templates: qwen_2 is the same conversation as qwen_1_5).
+      {"version", choice("version",
+                         {{"v1", "data.template=vicuna_v1"},
+                          {"vicuna_v1", "data.template=vicuna_v1"},
+                          {"plain", "data.template=plain"},
+                          {"llava_llama_2", "data.template=llava_llama_2"},
+                          {"qwen_1_5", "data.template=qwen_1_5"},
+                          {"qwen_2", "data.template=qwen_1_5"},
+                          {"mistral_instruct", "data.template=mistral_instruct"},
+                          {"llava_mistral_instruct", "data.template=mistral_instruct"}},
+                         "the conversation templates are plain, v1 (vicuna_v1), llava_llama_2, qwen_1_5 (qwen_2) and "
+                         "mistral_instruct (llava_mistral_instruct)")},
       // With --vision_tower, --model_name_or_path is the language model (LLaVA's stage-1 start; see below).
       {"vision_tower", key("model.vision_tower")},
       {"pretrain_mm_mlp_adapter", key("model.pretrain_mm_mlp_adapter")},
@@ -136,17 +150,17 @@ const std::map<std::string, Map>& flags() {
       {"quant_type", key("lora.quant_type")},
       {"remove_unused_columns", nothing("remove_unused_columns")},
       {"cache_dir", nothing("cache_dir")},
-      {"optim",
-       [](const std::string& v, LlavaArgs& o) {
-         if (v == "adamw_torch" || v == "adamw_hf" || v == "adamw_torch_fused")
-           return o.sets.push_back("train.optimizer=adamw");
-         if (v == "sgd") return o.sets.push_back("train.optimizer=sgd");
-         if (v == "adafactor") return o.sets.push_back("train.optimizer=adafactor");
-         // bitsandbytes' 8-bit AdamW; the paged variant's unified memory has nothing to page here: the plan fits.
-         if (v == "adamw_bnb_8bit" || v == "adamw_8bit" || v == "paged_adamw_8bit")
-           return o.sets.push_back("train.optimizer=adamw_8bit");
-         throw Error(str("[args] --optim ", v, ": adamw_torch, adamw_bnb_8bit, sgd and adafactor are supported"));
-       }},
+      // bitsandbytes' 8-bit AdamW; the paged variant's unified memory has nothing to page here: the plan fits.
+      {"optim", choice("optim",
+                       {{"adamw_torch", "train.optimizer=adamw"},
+                        {"adamw_hf", "train.optimizer=adamw"},
+                        {"adamw_torch_fused", "train.optimizer=adamw"},
+                        {"sgd", "train.optimizer=sgd"},
+                        {"adafactor", "train.optimizer=adafactor"},
+                        {"adamw_bnb_8bit", "train.optimizer=adamw_8bit"},
+                        {"adamw_8bit", "train.optimizer=adamw_8bit"},
+                        {"paged_adamw_8bit", "train.optimizer=adamw_8bit"}},
+                       "adamw_torch, adamw_bnb_8bit, sgd and adafactor are supported")},
       // Hugging Face TrainingArguments
       {"output_dir", key("run.output_dir")},
       {"seed", key("run.seed")},
@@ -166,10 +180,10 @@ const std::map<std::string, Map>& flags() {
       {"lr_scheduler_type", key("train.lr_scheduler_type")},
       {"logging_steps", key("log.logging_steps")},
       {"report_to",
-       [](const std::string& v, LlavaArgs& o) {
-         if (v == "none" || v == "tensorboard" || v == "all") return o.sets.push_back(str("log.report_to=", v));
-         throw Error(str("[args] --report_to ", v, ": none and tensorboard are supported"));
-       }},
+       choice(
+           "report_to",
+           {{"none", "log.report_to=none"}, {"tensorboard", "log.report_to=tensorboard"}, {"all", "log.report_to=all"}},
+           "none and tensorboard are supported")},
       {"bf16",
        [](const std::string& v, LlavaArgs& o) {
          if (truth("bf16", v)) o.sets.push_back("memory.precision=bf16");
@@ -184,20 +198,12 @@ const std::map<std::string, Map>& flags() {
          o.sets.push_back(str("memory.gradient_checkpointing=", truth("gradient_checkpointing", v) ? "full" : "none"));
        }},
       {"dataloader_num_workers", key("data.num_workers")},
-      {"save_strategy",
-       [](const std::string& v, LlavaArgs& o) {
-         if (v == "no") return o.sets.push_back("train.save_steps=0");
-         if (v == "steps") return;  // with --save_steps
-         throw Error(str("[args] --save_strategy ", v, ": steps and no are supported"));
-       }},
+      {"save_strategy",  // steps: with --save_steps
+       choice("save_strategy", {{"no", "train.save_steps=0"}, {"steps", ""}}, "steps and no are supported")},
       {"save_steps", key("train.save_steps")},
       {"save_total_limit", key("train.save_total_limit")},
-      {"evaluation_strategy",
-       [](const std::string& v, LlavaArgs& o) {
-         if (v == "no") return o.sets.push_back("train.eval_steps=0");
-         if (v == "steps") return;  // with --eval_steps
-         throw Error(str("[args] --evaluation_strategy ", v, ": steps and no are supported"));
-       }},
+      {"evaluation_strategy",  // steps: with --eval_steps
+       choice("evaluation_strategy", {{"no", "train.eval_steps=0"}, {"steps", ""}}, "steps and no are supported")},
       {"eval_steps", key("train.eval_steps")},
       {"deepspeed", key("deepspeed")},
       {"ddp_timeout", key("parallel.timeout")},  // TrainingArguments' collective timeout, in seconds

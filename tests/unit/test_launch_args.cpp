@@ -346,6 +346,10 @@ TEST(LlavaArgs, FlagsHeadroomCannotHonourSayWhy) {
       err({"--version", "mpt"}).find("plain, v1 (vicuna_v1), llava_llama_2, qwen_1_5 (qwen_2) and mistral_instruct"),
       std::string::npos);
   EXPECT_NE(err({"--report_to", "wandb"}).find("none and tensorboard"), std::string::npos);
+  EXPECT_NE(err({"--optim", "lion_32bit"}).find("[args] --optim lion_32bit: adamw_torch, adamw_bnb_8bit"),
+            std::string::npos);
+  EXPECT_NE(err({"--save_strategy", "epoch"}).find("--save_strategy epoch: steps and no"), std::string::npos);
+  EXPECT_NE(err({"--eval_strategy", "epoch"}).find("--evaluation_strategy epoch: steps and no"), std::string::npos);
   EXPECT_NE(err({"--bf16", "maybe"}).find("expects True or False"), std::string::npos);
   EXPECT_NE(err({"--output_dir"}).find("needs a value"), std::string::npos);
   // finetune.sh's own --model_name_or_path is a Vicuna (LlamaForCausalLM) directory: named, not guessed.
