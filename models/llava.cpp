@@ -154,22 +154,50 @@ std::vector<int64_t> logit_rows(const ModelOptions& opt, int64_t B, int64_t L) {
   return rows;
 }
 
-// The labels shifted by one, (B * (L - 1)) on `dev`: position t predicts token t+1; counts the valid ones. They
-// are checked here, on the host, once per batch: the loss kernels then need not (on a GPU, checking there waits
-// for the device at every chunk).
-Tensor shift_labels(const Batch& b, const LlavaConfig& cfg, Device dev, int64_t& valid_labels) {
+// The labels shifted by one, (B * (L - 1)) on `dev`: position t predicts token t+1. The labelled positions come
+// first, in order, then ignore_index for the rest; `runs` says which (B * L) positions they are (the loss's GEMMs
+// then skip the chunks without labels). Counts the labelled ones. The labels are checked here, on the host, once
+// per batch: the loss kernels then need not (on a GPU, checking there waits for the device at every chunk).
+Tensor shift_labels(const Batch& b, const LlavaConfig& cfg, Device dev, std::vector<RowRun>& runs,
+                    int64_t& valid_labels) {
   const int64_t B = b.batch, L = b.seq, vocab = cfg.llm.vocab;
-  std::vector<int64_t> shifted(std::size_t(B * (L - 1)));
+  std::vector<int64_t> shifted(std::size_t(B * (L - 1)), cfg.ignore_index);
+  runs.clear();
+  int64_t n = 0;
   for (int64_t r = 0; r < B; ++r)
     for (int64_t t = 0; t + 1 < L; ++t) {
       const int64_t lab = b.labels[r * L + t + 1];
       HR_CHECK(lab == cfg.ignore_index || (lab >= 0 && lab < vocab), "[llava] label ", lab, " of sequence ", r,
                " at position ", t + 1, " is outside the vocabulary [0, ", vocab, ") and is not ignore_index ",
                cfg.ignore_index);
-      shifted[r * (L - 1) + t] = lab;
-      if (lab != cfg.ignore_index) ++valid_labels;
+      if (lab == cfg.ignore_index) continue;
+      if (runs.empty() || runs.back().from + runs.back().count != r * L + t) runs.push_back({r * L + t, n, 0});
+      ++runs.back().count;
+      shifted[std::size_t(n++)] = lab;
     }
+  valid_labels = n;
   return Tensor::from_ints(shifted, {B * (L - 1)}, DType::I64, dev);
+}
+
+// The rows of `hidden` (B * L, C) that `runs` name, packed at the front of a (rows, C) tensor; the rest are zeros.
+Tensor pack_rows(const Tensor& hidden, const std::vector<RowRun>& runs, int64_t rows) {
+  Tensor out = Tensor::empty({rows, hidden.size(1)}, hidden.dtype(), hidden.device());
+  int64_t packed = 0;
+  for (const RowRun& run : runs) {
+    copy_(out.slice(0, run.to, run.to + run.count), hidden.slice(0, run.from, run.from + run.count));
+    packed = run.to + run.count;
+  }
+  fill_(out.slice(0, packed, rows), 0.f);
+  return out;
+}
+
+// pack_rows' backward: the packed rows' gradient back at their positions of a (B, L, C) zero gradient.
+Tensor unpack_rows(const Tensor& packed, const std::vector<RowRun>& runs, const Shape& shape) {
+  Tensor out = Tensor::zeros(shape, packed.dtype(), packed.device());
+  Tensor flat = out.view({-1, packed.size(1)});
+  for (const RowRun& run : runs)
+    copy_(flat.slice(0, run.from, run.from + run.count), packed.slice(0, run.to, run.to + run.count));
+  return out;
 }
 
 }  // namespace
@@ -288,12 +316,13 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   MemoryScope scope(Category::Activations, "language_model.loss");
   hook_before(hooks_, head_group_, Pass::Forward);
   keep_logits(hidden, b, st, opt);
-  st.labels_shift = shift_labels(b, cfg_, dev, st.valid_labels);
-  st.hidden_shift = slice_copy(hidden, 1, 0, L - 1).view({B * (L - 1), C});
+  st.labels_shift = shift_labels(b, cfg_, dev, st.label_runs, st.valid_labels);
+  st.hidden_shift = pack_rows(hidden.view({B * L, C}), st.label_runs, B * (L - 1));
   hidden = Tensor();
   st.ce_options.ignore_index = cfg_.ignore_index;
   st.ce_options.normalizer = float(std::max<int64_t>(st.valid_labels, 1));
   st.ce_options.chunk_rows = opt.ce_chunk_rows;
+  st.ce_options.labelled_rows = st.valid_labels;
   st.ce_options.labels = LabelCheck::Done;
   st.backward_ready = need_llm_grad;
   return head_loss(st, opt);
@@ -349,7 +378,7 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
     st.ce = {};
     watch_output(watch_, head_group_, Pass::Backward, g.dhidden);
     hook_after(hooks_, head_group_, Pass::Backward);
-    d_hidden = slice_backward(g.dhidden.view({B, L - 1, C}), {B, L, C}, 1, 0);
+    d_hidden = unpack_rows(g.dhidden, st.label_runs, {B, L, C});
   }
   Tensor d_embeds = llm_->backward(d_hidden, st.llm);
   d_hidden = Tensor();

@@ -30,6 +30,11 @@ struct ModelOptions {
   bool inference = false;     // no backward will follow: keep no activations (evaluation, generation)
 };
 
+// Rows [from, from + count) of one row layout are rows [to, to + count) of another.
+struct RowRun {
+  int64_t from = 0, to = 0, count = 0;
+};
+
 // What forward leaves for backward.
 struct LlavaState {
   Tensor ids;                          // (B, L) i64 on the device
@@ -40,7 +45,10 @@ struct LlavaState {
   VisionSaved vision;
   ProjectorSaved projector;
   LlamaSaved llm;
-  Tensor hidden_shift, labels_shift;  // (B*(L-1), C) and (B*(L-1)): position t predicts token t+1
+  // (B*(L-1), C) and (B*(L-1)): the positions whose next token has a label, in order, then zeros and ignore_index.
+  // Position t predicts token t+1.
+  Tensor hidden_shift, labels_shift;
+  std::vector<RowRun> label_runs;  // where those positions are in the (B*L) batch, and where they went
   core::CrossEntropyOut ce;
   core::CrossEntropyOptions ce_options;
   int64_t batch = 0, seq = 0;

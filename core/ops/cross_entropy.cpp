@@ -21,6 +21,7 @@ namespace {
 
 struct Checked {
   int64_t tokens, d, vocab, chunk;
+  int64_t labelled;  // the chunks that run cover rows [0, labelled): every chunk a labelled row is in
 };
 
 Checked check(const char* op, const Tensor& hidden, const Tensor& weight, const Tensor& labels,
@@ -34,9 +35,12 @@ Checked check(const char* op, const Tensor& hidden, const Tensor& weight, const 
   check_same_device(op, hidden, weight);
   check_same_device(op, hidden, labels);
   HR_CHECK(o.normalizer > 0.f, "[", op, "] normalizer must be positive; got ", o.normalizer);
-  Checked c{hidden.size(0), hidden.size(1), weight.size(0), o.chunk_rows};
+  HR_CHECK(o.labelled_rows >= -1 && o.labelled_rows <= hidden.size(0), "[", op, "] labelled_rows ", o.labelled_rows,
+           " is outside [-1, ", hidden.size(0), "]");
+  Checked c{hidden.size(0), hidden.size(1), weight.size(0), o.chunk_rows, hidden.size(0)};
   if (c.chunk <= 0)
     c.chunk = default_chunk_rows(c.tokens, c.vocab, sizing_kernels(hidden.device()).cross_entropy_chunk_bytes);
+  if (o.labelled_rows >= 0) c.labelled = std::min(c.tokens, (o.labelled_rows + c.chunk - 1) / c.chunk * c.chunk);
   return c;
 }
 
@@ -70,7 +74,10 @@ CrossEntropyOut cross_entropy_forward(const Tensor& hidden, const Tensor& weight
   for (int64_t r0 = 0; r0 < c.tokens; r0 += c.chunk) {
     const int64_t rows = std::min(c.chunk, c.tokens - r0);
     Tensor lg = logits.slice(0, 0, rows);
-    gemm(hidden.slice(0, r0, r0 + rows).view({1, rows, c.d}), wt, lg.view({1, rows, c.vocab}));
+    const bool labelled = r0 < c.labelled;  // a chunk wholly past the labelled rows: no loss, no product
+    (labelled ? gemm : gemm_allocations)(hidden.slice(0, r0, r0 + rows).view({1, rows, c.d}), wt,
+                                         lg.view({1, rows, c.vocab}), 1.f, 0.f);
+    if (!labelled) continue;
     CrossEntropyArgs a = chunk_args(lg, labels.slice(0, r0, r0 + rows), out.lse.slice(0, r0, r0 + rows), o);
     a.loss = out.loss;
     launch("cross_entropy", dev, &Kernels::cross_entropy_forward, a);
@@ -81,28 +88,35 @@ CrossEntropyOut cross_entropy_forward(const Tensor& hidden, const Tensor& weight
 namespace {
 
 // One chunk of the backward, rows [r0, r0 + rows): its logits again, their gradient (in `grads` as well, cast, when
-// the GEMMs would narrow it), then dhidden and the weight gradient (overwritten on the first chunk with `first`).
+// the GEMMs would narrow it), then dhidden and the weight gradient (overwritten by the first chunk, `first`).
 struct BackwardChunks {
   const Checked& c;
   const Tensor &dloss, &hidden, &weight, &labels, &lse;
   const CrossEntropyOptions& o;
   Tensor logits, grads, wt;
-  void run(int64_t r0, CrossEntropyGrads& g, bool weight_grads, bool first) const {
+  // A chunk wholly past the labelled rows runs no product (its loss and gradients are zero) but makes the same
+  // allocations. Returns whether it wrote the weight gradient.
+  bool run(int64_t r0, CrossEntropyGrads& g, bool weight_grads, bool first) const {
     const int64_t rows = std::min(c.chunk, c.tokens - r0);
+    const bool labelled = r0 < c.labelled;
+    const auto product = labelled ? gemm : gemm_allocations;
     const Device dev = hidden.device();
     Tensor lg = logits.slice(0, 0, rows);
     Tensor h = hidden.slice(0, r0, r0 + rows).view({1, rows, c.d});
-    gemm(h, wt, lg.view({1, rows, c.vocab}));
+    Tensor dh = g.dhidden.slice(0, r0, r0 + rows);
+    product(h, wt, lg.view({1, rows, c.vocab}), 1.f, 0.f);
     CrossEntropyArgs a = chunk_args(lg, labels.slice(0, r0, r0 + rows), lse.slice(0, r0, r0 + rows), o);
     a.dloss = dloss;
     if (grads.defined()) a.dlogits = grads.slice(0, 0, rows);
-    launch("cross_entropy_backward", dev, &Kernels::cross_entropy_backward, a);
+    if (labelled) launch("cross_entropy_backward", dev, &Kernels::cross_entropy_backward, a);
     Tensor dlg = (grads.defined() ? a.dlogits : lg).view({1, rows, c.vocab});
-    gemm(dlg, weight.view({1, c.vocab, c.d}), g.dhidden.slice(0, r0, r0 + rows).view({1, rows, c.d}));
-    if (!weight_grads) return;
+    product(dlg, weight.view({1, c.vocab, c.d}), dh.view({1, rows, c.d}), 1.f, 0.f);
+    if (!labelled) fill_(dh, 0.f);
+    if (!weight_grads) return false;
     // An f32 weight gradient (grad_accum_dtype fp32) takes the f32 logit gradient: no rounding before its sum.
     const Tensor dw_in = g.dweight.dtype() == DType::F32 ? lg.view({1, rows, c.vocab}) : dlg;
-    gemm(dw_in.transpose(1, 2), h, g.dweight.view({1, c.vocab, c.d}), 1.f, first ? 0.f : 1.f);
+    product(dw_in.transpose(1, 2), h, g.dweight.view({1, c.vocab, c.d}), 1.f, first ? 0.f : 1.f);
+    return labelled;
   }
 };
 
@@ -138,9 +152,11 @@ CrossEntropyGrads cross_entropy_backward(const Tensor& dloss, const Tensor& hidd
                               std::move(logits),
                               std::move(grads),
                               weight.view({1, c.vocab, c.d}).transpose(1, 2)};
-  bool first = !(into && b.accumulate == Accumulate::Yes);
-  for (int64_t r0 = 0; r0 < c.tokens; r0 += c.chunk, first = false) chunks.run(r0, g, b.weight_grads, first);
-  if (b.weight_grads && c.tokens == 0 && first) fill_(g.dweight, 0.f);
+  const bool overwrite = !(into && b.accumulate == Accumulate::Yes);
+  bool written = false;
+  for (int64_t r0 = 0; r0 < c.tokens; r0 += c.chunk)
+    written = chunks.run(r0, g, b.weight_grads, overwrite && r0 == 0) || written;
+  if (b.weight_grads && overwrite && !written) fill_(g.dweight, 0.f);  // no chunk wrote it
   return g;
 }
 

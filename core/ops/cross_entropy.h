@@ -15,6 +15,12 @@ struct CrossEntropyOptions {
   // (the data pipeline knows it on the host); a micro-batch of an accumulation may pass the global count.
   float normalizer = 1.f;
   int64_t chunk_rows = 0;  // 0: default_chunk_rows with the back-end's chunk size
+  // Rows from `labelled_rows` on carry no label (ignore_index): the caller has moved its labelled rows to the
+  // front. The chunks wholly past them run no product, since their loss and gradients are zero, but make the same
+  // allocations (gemm_allocations), so that a step's allocations do not depend on how many tokens its labels
+  // cover. The rest of the last chunk that runs goes through its GEMMs, so those rows must be finite. Their lse
+  // and those of the chunks skipped are not written. -1: any row may carry a label.
+  int64_t labelled_rows = -1;
   // Done: the caller has checked every label (llava.forward does, on the host): no kernel checks them again.
   LabelCheck labels = LabelCheck::InKernel;
 };

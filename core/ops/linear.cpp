@@ -17,9 +17,8 @@ Tensor as_3d(const char* op, const Tensor& t) {
   return c.view({-1, t.size(-2), t.size(-1)});
 }
 
-}  // namespace
-
-void gemm(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float beta) {
+// The GEMM of a @ b -> c, checked.
+GemmDesc gemm_desc(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float beta) {
   HR_CHECK(a.dim() == 3 && b.dim() == 3 && c.dim() == 3, "[gemm] expects 3-D views; got ", a.describe(), ", ",
            b.describe(), ", ", c.describe());
   check_float("gemm", "a", a);
@@ -48,6 +47,13 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float 
   if (b.size(0) == 1) d.b_strides[0] = 0;
   d.alpha = alpha;
   d.beta = beta;
+  return d;
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float beta) {
+  const GemmDesc d = gemm_desc(a, b, c, alpha, beta);
   if (c.numel() == 0) return;
   const Kernels& sizing = sizing_kernels(c.device());
   GemmArgs args{d,
@@ -57,6 +63,15 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float 
                 allocate_workspace(sizing.gemm_workspace_bytes(d), c.device()),
                 allocate_workspace(sizing.gemm_scratchpad_bytes(d), c.device())};
   launch("gemm", c.device(), &Kernels::gemm, args);
+}
+
+void gemm_allocations(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float beta) {
+  const GemmDesc d = gemm_desc(a, b, c, alpha, beta);
+  if (c.numel() == 0) return;
+  const Kernels& sizing = sizing_kernels(c.device());
+  // Made, then freed, in gemm's order (GemmArgs' members).
+  const Tensor workspace = allocate_workspace(sizing.gemm_workspace_bytes(d), c.device());
+  const Tensor scratchpad = allocate_workspace(sizing.gemm_scratchpad_bytes(d), c.device());
 }
 
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {

@@ -7,6 +7,10 @@ namespace hr::core {
 
 // c = alpha * a @ b + beta * c for 3-D views a (batch, m, k), b (batch, k, n) and contiguous c (batch, m, n).
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, float alpha = 1.f, float beta = 0.f);
+// The allocations gemm(a, b, c, alpha, beta) makes (its workspace and scratchpad), without the product: a loop that
+// skips a product whose result it knows keeps the allocator's requests those of the loop that runs it, so that a
+// step's requests, which the planner records, do not depend on the data.
+void gemm_allocations(const Tensor& a, const Tensor& b, const Tensor& c, float alpha = 1.f, float beta = 0.f);
 
 // y = x @ w^T + bias. x (..., in), w (out, in), bias (out) or undefined. y has x's dtype.
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias);

@@ -765,6 +765,33 @@ std::vector<OpCase> row_cases() {
     };
     cases.push_back(c);
   }
+  {  // the same loss with its labelled rows first and the chunks past them skipped (CrossEntropyOptions::labelled_rows)
+    OpCase c;
+    c.name = "cross_entropy_labelled_first";
+    c.inputs = {rnd({11, 8}, -2, 2), rnd({13, 8}), ints({11}, {3, 0, 12, 5, -100, -100, -100, -100, -100, -100, -100})};
+    CrossEntropyOptions o;
+    o.normalizer = 4.f;
+    o.chunk_rows = 3;
+    o.labelled_rows = 4;
+    c.forward = [=](const std::vector<Tensor>& t) { return cross_entropy_forward(t[0], t[1], t[2], o).loss; };
+    c.backward = [=](const std::vector<Tensor>& t, const Tensor& dy) {
+      CrossEntropyOut saved = cross_entropy_forward(t[0], t[1], t[2], o);
+      CrossEntropyGrads g = cross_entropy_backward(dy, t[0], t[1], t[2], saved, o);
+      return std::vector<Tensor>{g.dhidden, g.dweight};
+    };
+    c.reference = [](const Values& v) {
+      std::vector<double> logits = linear_ref(v[0], v[1], nullptr, 11, 8, 13);
+      double loss = 0.0;
+      for (int r = 0; r < 4; ++r) {
+        double mx = -INFINITY, z = 0.0;
+        for (int j = 0; j < 13; ++j) mx = std::max(mx, logits[r * 13 + j]);
+        for (int j = 0; j < 13; ++j) z += std::exp(logits[r * 13 + j] - mx);
+        loss += mx + std::log(z) - logits[r * 13 + int(v[2][r])];
+      }
+      return std::vector<double>{loss / 4.0};
+    };
+    cases.push_back(c);
+  }
   {
     OpCase c;
     c.name = "sum";

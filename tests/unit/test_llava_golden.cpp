@@ -4,6 +4,7 @@
 // biases and tied embeddings).
 #include <gtest/gtest.h>
 
+#include "core/memory/device_memory.h"
 #include "golden_util.h"
 #include "models/model_spec.h"
 #include "models/weights.h"
@@ -153,4 +154,54 @@ TEST(Llava, ALabelOutsideTheVocabularyIsNamedByItsPosition) {
               std::string::npos)
         << m;
   }
+}
+
+// Only positions whose next token has a label reach the loss: forward packs them, in order, to the front of the
+// loss's rows (zeros and ignore_index after them), so the loss's chunks past them run no GEMM. The golden batch
+// (answers between prompts, images and padding; chunks of 7 rows) and the same batch with every position labelled
+// and with none make the same allocations, in the same order: a step's memory does not depend on its labels.
+TEST(Llava, TheLossTakesTheLabelledPositionsFirstAndItsAllocationsDoNotDependOnThem) {
+  const ModelSpec spec = load_model_spec(golden("two_images_and_text.yaml"));
+  Llava model(spec.config, Device::cpu(), DType::F32);
+  load_weights(model.params(), Checkpoint::open(golden(test::first_line(golden("two_images_and_text.weights")))));
+  const Batch batch = test::load_batch(golden("two_images_and_text_batch.safetensors"));
+  const int64_t B = batch.batch, L = batch.seq, C = spec.config.llm.hidden;
+  auto traced = [&](const Batch& b, LlavaState& st) {
+    std::vector<std::pair<int, std::size_t>> requests;
+    allocator_for(Device::cpu())->set_trace([&](const TraceEvent& e) { requests.emplace_back(int(e.kind), e.size); });
+    ModelOptions opt;
+    opt.ce_chunk_rows = 7;
+    model.forward(b, st, opt);
+    const std::vector<int64_t> labels = st.labels_shift.to_ints();
+    const std::vector<float> rows = st.hidden_shift.to_floats();
+    model.backward(st);
+    allocator_for(Device::cpu())->set_trace({});
+    return std::tuple{requests, labels, rows};
+  };
+  {
+    LlavaState warm;
+    traced(batch, warm);  // the gradients' buffers and the allocator's cache as every later step finds them
+  }
+  LlavaState st;
+  const auto [requests, labels, rows] = traced(batch, st);
+  std::vector<int64_t> want;
+  for (int64_t r = 0; r < B; ++r)
+    for (int64_t t = 1; t < L; ++t)
+      if (batch.labels[std::size_t(r * L + t)] != -100) want.push_back(batch.labels[std::size_t(r * L + t)]);
+  const int64_t n = int64_t(want.size());
+  ASSERT_GT(n, 0);
+  ASSERT_LT(n + 14, B * (L - 1)) << "the batch should leave whole chunks without labels";
+  EXPECT_EQ(st.valid_labels, n);
+  want.resize(std::size_t(B * (L - 1)), -100);
+  EXPECT_EQ(labels, want);
+  for (std::size_t i = std::size_t(n * C); i < rows.size(); ++i) ASSERT_EQ(rows[i], 0.f) << "row " << i / C;
+
+  Batch every = batch, none = batch;
+  for (int64_t& l : every.labels) l = 1;
+  for (int64_t& l : none.labels) l = -100;
+  LlavaState se, sn;
+  EXPECT_EQ(std::get<0>(traced(every, se)), requests) << "every position labelled";
+  EXPECT_EQ(std::get<0>(traced(none, sn)), requests) << "no position labelled";
+  EXPECT_EQ(se.valid_labels, B * (L - 1));
+  EXPECT_EQ(sn.valid_labels, 0);
 }

@@ -17,6 +17,7 @@
 #include "core/backend/kernels.h"
 #include "core/memory/device_memory.h"
 #include "core/ops/attention.h"
+#include "core/ops/cross_entropy.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduce.h"
 #include "op_cases.h"
@@ -348,8 +349,8 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpTest,
                          name_of);
 
 // f16 for the fused kernels and the element-wise passes beside them (RoPE from its table and per call, the residual
-// norms and the plain ones, SwiGLU, the activations with and without the bias add, the fused cross-entropy), under the
-// bf16 tolerances: f16's wider mantissa meets them.
+// norms and the plain ones, SwiGLU, the activations with and without the bias add, the fused cross-entropy with and
+// without skipped chunks), under the bf16 tolerances: f16's wider mantissa meets them.
 namespace {
 std::vector<std::string> f16_case_names() {
   return {"rope_table",
@@ -369,7 +370,8 @@ std::vector<std::string> f16_case_names() {
           "silu_bias",
           "add_broadcast",
           "mul_broadcast",
-          "cross_entropy"};
+          "cross_entropy",
+          "cross_entropy_labelled_first"};
 }
 }  // namespace
 INSTANTIATE_TEST_SUITE_P(OpsF16, OpTest,
@@ -472,6 +474,75 @@ TEST(Elementwise, TheScalarActivationsTakeTheBiasAsTheVectorOnesDo) {
 // The CPU's sum over leading dims (a bias's gradient) sums each column down its rows in order, in double, then
 // rounds once: the bits of a reference that does exactly that, on values whose magnitudes make the order show, over
 // a width that is not whole blocks of the kernel's columns, from f32 and bf16, fresh and accumulated.
+// The fused loss's chunks past the labelled rows (CrossEntropyOptions::labelled_rows) run no product: the loss and
+// both gradients are those of running every chunk, bit for bit, and the allocator sees the same requests, so that
+// a planned step's layout holds whatever its labels cover. 9 of 40 rows labelled, chunks of 4: three chunks run
+// (the third in part), seven are skipped; a weight gradient written fresh and one added into; f32 and bf16, on
+// the back-end under test. With no row labelled, a fresh weight gradient is zeros and an added-into one stays.
+TEST(CrossEntropy, ChunksWithoutLabelsRunNoProductAndChangeNoBitNorAllocation) {
+  const int64_t tokens = 40, d = 16, vocab = 29, labelled = 9;
+  std::vector<int64_t> lv(std::size_t(tokens), -100);
+  for (int64_t r = 0; r < labelled; ++r) lv[std::size_t(r)] = (r * 7 + 3) % vocab;
+  const std::vector<float> hv = normals(tokens * d, 7), wv = normals(vocab * d, 17), gv = normals(vocab * d, 27);
+  struct Out {
+    std::vector<float> loss, dhidden, dweight;
+    std::vector<std::pair<std::size_t, std::size_t>> requests;  // (kind, size) in order
+  };
+  auto run = [&](DType dt, int64_t rows, bool into, const std::vector<int64_t>& labels_v) {
+    const Tensor h = Tensor::from_floats(hv, {tokens, d}, dt, Device::cpu()).to(kBackend);
+    const Tensor w = Tensor::from_floats(wv, {vocab, d}, dt, Device::cpu()).to(kBackend);
+    const Tensor labels = Tensor::from_ints(labels_v, {tokens}, DType::I64, kBackend);
+    CrossEntropyOptions o;
+    o.normalizer = float(labelled);
+    o.chunk_rows = 4;
+    o.labelled_rows = rows;
+    CrossEntropyBackwardOptions bo;
+    if (into) {
+      bo.accumulate = Accumulate::Yes;
+      bo.dweight_into = Tensor::from_floats(gv, {vocab, d}, dt, Device::cpu()).to(kBackend);
+    }
+    Out out;
+    auto alloc = allocator_for(kBackend);
+    alloc->set_trace([&](const TraceEvent& e) { out.requests.emplace_back(std::size_t(e.kind), e.size); });
+    {
+      const CrossEntropyOut saved = cross_entropy_forward(h, w, labels, o);
+      const CrossEntropyGrads g =
+          cross_entropy_backward(Tensor::full({}, 1.f, DType::F32, kBackend), h, w, labels, saved, o, bo);
+      out.loss = host_floats(saved.loss);
+      out.dhidden = host_floats(g.dhidden);
+      out.dweight = host_floats(g.dweight);
+    }
+    alloc->set_trace({});
+    return out;
+  };
+  for (DType dt : {DType::F32, DType::BF16})
+    for (bool into : {false, true}) {
+      const std::string what = str(dtype_name(dt), into ? ", added into a gradient" : ", a fresh gradient");
+      const Out all = run(dt, -1, into, lv), skipped = run(dt, labelled, into, lv);
+      EXPECT_EQ(all.loss, skipped.loss) << what;
+      EXPECT_EQ(all.dhidden, skipped.dhidden) << what;
+      EXPECT_EQ(all.dweight, skipped.dweight) << what;
+      EXPECT_EQ(all.requests, skipped.requests) << what;
+      EXPECT_NE(all.loss.at(0), 0.f) << what;
+
+      const std::vector<int64_t> none(std::size_t(tokens), -100);
+      const Out nothing = run(dt, 0, into, none), every = run(dt, -1, into, none);
+      EXPECT_EQ(nothing.loss, std::vector<float>{0.f}) << what;
+      EXPECT_EQ(nothing.dhidden, std::vector<float>(std::size_t(tokens * d), 0.f)) << what;
+      const Tensor g0 = Tensor::from_floats(gv, {vocab, d}, dt, Device::cpu());
+      EXPECT_EQ(nothing.dweight, into ? host_floats(g0) : std::vector<float>(std::size_t(vocab * d), 0.f)) << what;
+      EXPECT_EQ(nothing.dweight, every.dweight) << what;
+      EXPECT_EQ(nothing.requests, every.requests) << what;
+    }
+  const Tensor h = Tensor::full({4, 3}, 1.f, DType::F32, kBackend), w = Tensor::full({5, 3}, 1.f, DType::F32, kBackend);
+  CrossEntropyOptions o;
+  o.labelled_rows = 5;
+  EXPECT_NE(error([&] {
+              cross_entropy_forward(h, w, Tensor::from_ints({0, 1, 2, 3}, {4}, DType::I64, kBackend), o);
+            }).find("[cross_entropy] labelled_rows 5 is outside [-1, 4]"),
+            std::string::npos);
+}
+
 TEST(SumLeading, EachColumnSumsItsRowsInOrderInDouble) {
   const int64_t rows = 37, cols = 150;
   std::mt19937 rng(11);
