@@ -1,6 +1,7 @@
 // Op cases: every op of the core library with a naive double-precision reference.
 #include "op_cases.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -144,6 +145,39 @@ std::vector<double> attention_ref(const Values& in, int64_t B, int64_t Lq, int64
       }
     }
   return out;
+}
+
+// The fused cross-entropy of `labels.size()` rows of 8 over a vocabulary of 13, in 3-row chunks, normalized by the
+// labelled count; `labelled_rows` as CrossEntropyOptions takes it.
+OpCase cross_entropy_case(const std::string& name, const std::vector<double>& labels, int64_t labelled_rows) {
+  const int64_t rows = int64_t(labels.size());
+  const double valid = double(std::count_if(labels.begin(), labels.end(), [](double l) { return l != -100; }));
+  OpCase c;
+  c.name = name;
+  c.inputs = {rnd({rows, 8}, -2, 2), rnd({13, 8}), ints({rows}, labels)};
+  CrossEntropyOptions o;
+  o.normalizer = float(valid);
+  o.chunk_rows = 3;
+  o.labelled_rows = labelled_rows;
+  c.forward = [=](const std::vector<Tensor>& t) { return cross_entropy_forward(t[0], t[1], t[2], o).loss; };
+  c.backward = [=](const std::vector<Tensor>& t, const Tensor& dy) {
+    CrossEntropyOut saved = cross_entropy_forward(t[0], t[1], t[2], o);
+    CrossEntropyGrads g = cross_entropy_backward(dy, t[0], t[1], t[2], saved, o);
+    return std::vector<Tensor>{g.dhidden, g.dweight};
+  };
+  c.reference = [rows, valid](const Values& v) {
+    std::vector<double> logits = linear_ref(v[0], v[1], nullptr, rows, 8, 13);
+    double loss = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      if (v[2][r] == -100) continue;
+      double mx = -INFINITY, z = 0.0;
+      for (int j = 0; j < 13; ++j) mx = std::max(mx, logits[r * 13 + j]);
+      for (int j = 0; j < 13; ++j) z += std::exp(logits[r * 13 + j] - mx);
+      loss += mx + std::log(z) - logits[r * 13 + int(v[2][r])];
+    }
+    return std::vector<double>{loss / valid};
+  };
+  return c;
 }
 
 OpCase attention_case(const std::string& name, int64_t B, int64_t Lq, int64_t Lk, int64_t Hq, int64_t Hk, int64_t D,
@@ -738,60 +772,11 @@ std::vector<OpCase> row_cases() {
     };
     cases.push_back(c);
   }
-  {  // fused cross-entropy in 3-row chunks with ignored labels
-    OpCase c;
-    c.name = "cross_entropy";
-    c.inputs = {rnd({10, 8}, -2, 2), rnd({13, 8}), ints({10}, {3, -100, 0, 12, 5, -100, 7, 7, 1, 11})};
-    CrossEntropyOptions o;
-    o.normalizer = 8.f;
-    o.chunk_rows = 3;
-    c.forward = [=](const std::vector<Tensor>& t) { return cross_entropy_forward(t[0], t[1], t[2], o).loss; };
-    c.backward = [=](const std::vector<Tensor>& t, const Tensor& dy) {
-      CrossEntropyOut saved = cross_entropy_forward(t[0], t[1], t[2], o);
-      CrossEntropyGrads g = cross_entropy_backward(dy, t[0], t[1], t[2], saved, o);
-      return std::vector<Tensor>{g.dhidden, g.dweight};
-    };
-    c.reference = [](const Values& v) {
-      std::vector<double> logits = linear_ref(v[0], v[1], nullptr, 10, 8, 13);
-      double loss = 0.0;
-      for (int r = 0; r < 10; ++r) {
-        if (v[2][r] == -100) continue;
-        double mx = -INFINITY, z = 0.0;
-        for (int j = 0; j < 13; ++j) mx = std::max(mx, logits[r * 13 + j]);
-        for (int j = 0; j < 13; ++j) z += std::exp(logits[r * 13 + j] - mx);
-        loss += mx + std::log(z) - logits[r * 13 + int(v[2][r])];
-      }
-      return std::vector<double>{loss / 8.0};
-    };
-    cases.push_back(c);
-  }
-  {  // the same loss with its labelled rows first and the chunks past them skipped (CrossEntropyOptions::labelled_rows)
-    OpCase c;
-    c.name = "cross_entropy_labelled_first";
-    c.inputs = {rnd({11, 8}, -2, 2), rnd({13, 8}), ints({11}, {3, 0, 12, 5, -100, -100, -100, -100, -100, -100, -100})};
-    CrossEntropyOptions o;
-    o.normalizer = 4.f;
-    o.chunk_rows = 3;
-    o.labelled_rows = 4;
-    c.forward = [=](const std::vector<Tensor>& t) { return cross_entropy_forward(t[0], t[1], t[2], o).loss; };
-    c.backward = [=](const std::vector<Tensor>& t, const Tensor& dy) {
-      CrossEntropyOut saved = cross_entropy_forward(t[0], t[1], t[2], o);
-      CrossEntropyGrads g = cross_entropy_backward(dy, t[0], t[1], t[2], saved, o);
-      return std::vector<Tensor>{g.dhidden, g.dweight};
-    };
-    c.reference = [](const Values& v) {
-      std::vector<double> logits = linear_ref(v[0], v[1], nullptr, 11, 8, 13);
-      double loss = 0.0;
-      for (int r = 0; r < 4; ++r) {
-        double mx = -INFINITY, z = 0.0;
-        for (int j = 0; j < 13; ++j) mx = std::max(mx, logits[r * 13 + j]);
-        for (int j = 0; j < 13; ++j) z += std::exp(logits[r * 13 + j] - mx);
-        loss += mx + std::log(z) - logits[r * 13 + int(v[2][r])];
-      }
-      return std::vector<double>{loss / 4.0};
-    };
-    cases.push_back(c);
-  }
+  // fused cross-entropy in 3-row chunks with ignored labels
+  cases.push_back(cross_entropy_case("cross_entropy", {3, -100, 0, 12, 5, -100, 7, 7, 1, 11}, -1));
+  // the same loss with its labelled rows first and the chunks past them skipped (CrossEntropyOptions::labelled_rows)
+  cases.push_back(
+      cross_entropy_case("cross_entropy_labelled_first", {3, 0, 12, 5, -100, -100, -100, -100, -100, -100, -100}, 4));
   {
     OpCase c;
     c.name = "sum";
