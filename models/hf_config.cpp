@@ -343,6 +343,8 @@ LlavaConfig from_hf_config(const json& j, const std::string& where) {
 }
 
 TokenIds token_ids_from_hf(const json& text, const std::string& where, const std::string& path) {
+  HR_CHECK(text.is_object(), "[hf] ", where, ": ", path.empty() ? "the file" : path.substr(0, path.size() - 1),
+           " is not a JSON object");
   TokenIds t;
   for (auto [key, id] : {std::pair{"bos_token_id", &t.bos}, {"eos_token_id", &t.eos}, {"pad_token_id", &t.pad}})
     if (text.contains(key)) *id = text.at(key).is_null() ? -1 : get<int64_t>(text, key, where, path);

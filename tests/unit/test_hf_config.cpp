@@ -205,6 +205,13 @@ TEST(HfConfig, ATokenTheTokenizerLacksIsNullAndReadsBack) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("ckpt/config.json: text_config.eos_token_id"), std::string::npos) << e.what();
   }
+  try {
+    token_ids_from_hf(json::array(), "ckpt/config.json", "text_config.");
+    ADD_FAILURE() << "a text_config that is no object was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ckpt/config.json: text_config is not a JSON object"), std::string::npos)
+        << e.what();
+  }
 }
 
 // LLaVA's stage-1 start: model.vision_tower (a CLIP or CLIPVisionModel directory) + model.language_model.

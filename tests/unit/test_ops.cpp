@@ -471,9 +471,6 @@ TEST(Elementwise, TheScalarActivationsTakeTheBiasAsTheVectorOnesDo) {
     }
 }
 
-// The CPU's sum over leading dims (a bias's gradient) sums each column down its rows in order, in double, then
-// rounds once: the bits of a reference that does exactly that, on values whose magnitudes make the order show, over
-// a width that is not whole blocks of the kernel's columns, from f32 and bf16, fresh and accumulated.
 // The fused loss's chunks past the labelled rows (CrossEntropyOptions::labelled_rows) run no product: the loss and
 // both gradients are those of running every chunk, bit for bit, and the allocator sees the same requests, so that
 // a planned step's layout holds whatever its labels cover. 9 of 40 rows labelled, chunks of 4: three chunks run
@@ -543,6 +540,9 @@ TEST(CrossEntropy, ChunksWithoutLabelsRunNoProductAndChangeNoBitNorAllocation) {
             std::string::npos);
 }
 
+// The CPU's sum over leading dims (a bias's gradient) sums each column down its rows in order, in double, then
+// rounds once: the bits of a reference that does exactly that, on values whose magnitudes make the order show, over
+// a width that is not whole blocks of the kernel's columns, from f32 and bf16, fresh and accumulated.
 TEST(SumLeading, EachColumnSumsItsRowsInOrderInDouble) {
   const int64_t rows = 37, cols = 150;
   std::mt19937 rng(11);
