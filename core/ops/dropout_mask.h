@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/host_device.h"
+#include "hr_host_device.h"
 
 namespace hr::core {
 

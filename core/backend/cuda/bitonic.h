@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/host_device.h"
+#include "hr_host_device.h"
 
 namespace hr::cuda {
 
@@ -39,9 +39,8 @@ HR_HOST_DEVICE inline BitonicPair bitonic_pair(int64_t t, int64_t size, int64_t 
 
 // The steps of a shared-memory pass over one chunk, in order: sizes first_size .. last_size, each with its strides
 // below the chunk (the larger ones are global steps). `step(size, stride)` runs one of them.
-#if defined(__CUDACC__)
-#pragma nv_exec_check_disable  // the kernel's step (a device lambda with its barrier) runs on the device only
-#endif
+// The kernel's step (a device lambda with its barrier) runs on the device only.
+HR_EXEC_CHECK_DISABLE
 template <typename Step>
 HR_HOST_DEVICE inline void bitonic_chunk_steps(int64_t first_size, int64_t last_size, int64_t chunk, Step step) {
   for (int64_t size = first_size; size <= last_size; size *= 2)
