@@ -6,14 +6,17 @@
 
 The model is transformers' LlavaForConditionalGeneration built from the bench JSON's `hf_config` (the
 architecture headroom's parity tests check against), with random weights. Every step takes
-global_batch_size samples of max_seq_len tokens, one image each, in micro-batches of micro_batch_size, with the
-same trainable parts as headroom's stage, gradient checkpointing where headroom checkpoints, AdamW and gradient
-clipping at 1. bf16 and fp16 run under torch.autocast over f32 weights, PyTorch's usual mixed precision.
+global_batch_size samples of max_seq_len tokens, one image each, in micro-batches of micro_batch_size. Each
+sequence labels its last loss_tokens_per_step / global_batch_size positions, as many as headroom's step labelled
+(every text position for a bench JSON without that figure); transformers still runs lm_head over every position.
+It trains the same parts as headroom's stage, with gradient checkpointing where headroom checkpoints, AdamW and
+gradient clipping at 1. bf16 and fp16 run under torch.autocast over f32 weights, PyTorch's usual mixed precision.
 `--compile` wraps the forward and loss in torch.compile (PyTorch 2). `--device cuda` is the GPU peer: the model
 on the GPU with SDPA attention, autocast on CUDA, PyTorch's caching allocator, whose
 max_memory_allocated / max_memory_reserved are reported beside headroom's peaks (the bench JSON of a
 `device.type: cuda` run). Prints one JSON object, with the step time ratio to headroom's (PyTorch / headroom:
-above 1, headroom is faster).
+above 1, headroom is faster); its tokens_per_s is headroom's tokens a step (not padding) over this step time, and
+positions_per_s every position of the batch.
 """
 import argparse
 import json
@@ -87,14 +90,18 @@ def main():
     accumulation = b["global_batch_size"] // micro
     vocab, image_token = cfg.text_config.vocab_size, cfg.image_token_index
     per_image = b["hf_config"]["image_seq_length"]
+    text = seq - 1 - per_image
+    labelled = text
+    if b.get("loss_tokens_per_step"):
+        labelled = min(text, max(1, round(b["loss_tokens_per_step"] / b["global_batch_size"])))
     size = cfg.vision_config.image_size
     g = torch.Generator().manual_seed(1)
 
     def batch():
         ids = torch.randint(0, image_token, (micro, seq), generator=g)
         ids[:, 1:1 + per_image] = image_token
-        labels = ids.clone()
-        labels[:, :1 + per_image] = -100
+        labels = torch.full_like(ids, -100)
+        labels[:, seq - labelled:] = ids[:, seq - labelled:]
         pixels = torch.randn(micro, 3, size, size, generator=g)
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": pixels, "labels": labels}
         return {k: v.to(device) for k, v in inputs.items()}
@@ -147,7 +154,9 @@ def main():
         "steps": steps,
         "step_ms": {"median": 1e3 * t, "mean": 1e3 * statistics.mean(times), "min": 1e3 * min(times),
                     "max": 1e3 * max(times)},
-        "tokens_per_s": b["global_batch_size"] * seq / t,
+        "tokens_per_s": b.get("tokens_per_step", b["global_batch_size"] * seq) / t,
+        "positions_per_s": b["global_batch_size"] * seq / t,
+        "labelled_per_sequence": labelled,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "headroom_step_ms": b["step_ms"]["median"],
         "ratio_torch_over_headroom": t / headroom,

@@ -164,9 +164,9 @@ int run_quietly(const RunConfig& c, parallel::Communicator& comm) {
 // What rank 0's memory log says (ranks step together): the device's memory over the whole run (the caching
 // allocator's peaks) and the steps the plan predicted byte for byte, which the GPU peer's
 // torch.cuda.max_memory_allocated / max_memory_reserved are set beside; the time, exposed communication and
-// tokens of each step after the warm-up.
+// tokens (and labelled tokens) of each step after the warm-up.
 struct BenchLog {
-  std::vector<double> step_s, exposed_s, tokens;
+  std::vector<double> step_s, exposed_s, tokens, loss_tokens;
   int64_t peak_allocated = 0, peak_reserved = 0, exact_steps = 0, logged_steps = 0;
 };
 
@@ -187,6 +187,7 @@ BenchLog read_bench_log(const std::string& log, int64_t warmup) {
     b.step_s.push_back(j.at("step_s").get<double>());
     b.exposed_s.push_back(j.value("comm_exposed_s", 0.0));
     b.tokens.push_back(double(j.at("tokens").get<int64_t>()));
+    b.loss_tokens.push_back(double(j.at("loss_tokens").get<int64_t>()));
   }
   HR_CHECK(!b.step_s.empty(), "[bench] ", log, " has no step after the ", warmup, " warm-up steps");
   return b;
@@ -237,6 +238,8 @@ json speed_json(const BenchLog& b, const Plan& plan, int world) {
        {{"median", 1e3 * median(b.exposed_s)},
         {"max", 1e3 * *std::max_element(b.exposed_s.begin(), b.exposed_s.end())}}},
       {"tokens_per_step", median(b.tokens)},
+      // Of them, the labelled ones: the twin labels as many (only they go through lm_head here).
+      {"loss_tokens_per_step", median(b.loss_tokens)},
       {"tokens_per_s", median(b.tokens) / t},
       {"model_gflop_per_step", model_flops / 1e9},
       {"achieved_gflops", model_flops / 1e9 / t},

@@ -101,6 +101,7 @@ Engine::StepStats Engine::step(const std::function<LoadedBatch()>& next, int64_t
       out.tokens += lb.tokens;
       LlavaState st;
       loss_sum += model_->forward(lb.batch, st, options_);
+      out.loss_tokens += st.valid_labels;
       model_->backward(st, loss_scale / float(micro_batches * comm_.world()));
     }  // the micro-batch's tensors are gone before it counts as done
     if (after_micro) micro += after_micro(micro);
@@ -110,6 +111,7 @@ Engine::StepStats Engine::step(const std::function<LoadedBatch()>& next, int64_t
   if (comm_.world() > 1) {
     loss_sum = comm_.sum(loss_sum) / comm_.world();
     out.tokens = int64_t(comm_.sum(double(out.tokens)));
+    out.loss_tokens = int64_t(comm_.sum(double(out.loss_tokens)));
   }
   out.loss = loss_sum / double(micro_batches);
   return out;

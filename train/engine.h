@@ -40,10 +40,11 @@ class Engine {
   void shard();
 
   struct StepStats {
-    double loss = 0;        // mean over the micro-batches and the ranks
-    int64_t tokens = 0;     // over all ranks
-    float scaled_norm = 0;  // global gradient norm, still multiplied by the loss scale (inf/NaN: overflow)
-    float loss_scale = 1;   // the scale the backward ran with
+    double loss = 0;          // mean over the micro-batches and the ranks
+    int64_t tokens = 0;       // over all ranks
+    int64_t loss_tokens = 0;  // the labelled ones the loss averages over, over all ranks
+    float scaled_norm = 0;    // global gradient norm, still multiplied by the loss scale (inf/NaN: overflow)
+    float loss_scale = 1;     // the scale the backward ran with
   };
   // Forward and backward of `micro_batches` batches from `next`, then the gradient reductions and the global
   // norm. This is what can run out of memory and be redone with smaller micro-batches. `after_micro`, when

@@ -42,6 +42,7 @@ StepRecord StepMeter::record_of(const StepOutcome& s) const {
   rec.step_s = s.seconds;
   rec.comm_exposed_s = s.comm_exposed_s;
   rec.tokens = s.stats.tokens;
+  rec.loss_tokens = s.stats.loss_tokens;
   rec.tokens_per_s = double(s.stats.tokens) / std::max(s.seconds, 1e-9);
   rec.samples_per_s = double(c_.global_batch_size) / std::max(s.seconds, 1e-9);
   rec.allocator = allocator_kind_name(c_.allocator);

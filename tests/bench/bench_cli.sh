@@ -20,6 +20,7 @@ b = json.load(open("hr.json"))
 assert b["steps"] == 2 and b["warmup_steps"] == 1, b
 assert b["step_ms"]["median"] > 0 and b["tokens_per_s"] > 0 and b["achieved_gflops"] > 0, b
 assert 0 < b["tokens_per_step"] <= 4 * 128, b  # the tokens of 4 conversations padded to 128 positions
+assert 0 < b["loss_tokens_per_step"] < b["tokens_per_step"], b  # the answers' tokens
 # 2 x parameters x tokens for the matmuls alone, forward and backward, is a floor for the model's FLOPs.
 assert b["model_gflop_per_step"] * 1e9 > 6 * 1.5e6 * 4 * 128, b
 assert b["hf_config"]["model_type"] == "llava", b
@@ -32,7 +33,11 @@ test ! -e run/bench/checkpoint-3
 "$py" "$root/scripts/torch_twin.py" hr.json --steps 1 --warmup 0 > twin.json
 python3 - <<'PY'
 import json
-t = json.load(open("twin.json"))
+t, b = json.load(open("twin.json")), json.load(open("hr.json"))
 assert t["steps"] == 1 and t["step_ms"]["median"] > 0 and t["ratio_torch_over_headroom"] > 0, t
+# As many labels per sequence as headroom's step had (4 sequences a step), over headroom's tokens a step.
+assert t["labelled_per_sequence"] == max(1, round(b["loss_tokens_per_step"] / 4)), (t, b["loss_tokens_per_step"])
+assert abs(t["tokens_per_s"] * t["step_ms"]["median"] / 1e3 - b["tokens_per_step"]) < 1e-6 * b["tokens_per_step"], t
+assert t["positions_per_s"] >= t["tokens_per_s"], t
 PY
 echo "bench and twin: ok"

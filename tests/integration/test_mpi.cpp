@@ -97,6 +97,7 @@ TEST(Mpi, ZeroStagesMatchASingleProcessAndShrinkMemoryAsTheFormulasSay) {
   const auto ref = losses(base + "/single/memory.jsonl");
   ASSERT_EQ(ref.size(), 20u);
   EXPECT_LT(ref.back(), 0.8 * ref.front());
+  const auto one = jsonl(base + "/single/memory.jsonl");
   std::map<std::string, json> mem;
   for (int stage = 0; stage <= 3; ++stage)
     for (const char* offload : {"none", "cpu"}) {
@@ -114,6 +115,12 @@ TEST(Mpi, ZeroStagesMatchASingleProcessAndShrinkMemoryAsTheFormulasSay) {
         ASSERT_EQ(got.size(), ref.size()) << name;
         for (std::size_t i = 0; i < ref.size(); ++i)
           EXPECT_NEAR(got[i], ref[i], kLossTolerance) << name << " rank " << rank << " step " << i + 1;
+        // Every rank logs the step's tokens and labelled tokens over both ranks: the single process's.
+        const auto lines = jsonl(str(out, "/memory.rank", rank, ".jsonl"));
+        for (std::size_t i = 0; i < lines.size(); ++i) {
+          EXPECT_EQ(lines[i]["tokens"], one[i]["tokens"]) << name << " rank " << rank << " step " << i + 1;
+          EXPECT_EQ(lines[i]["loss_tokens"], one[i]["loss_tokens"]) << name << " rank " << rank << " step " << i + 1;
+        }
       }
       mem[name] = last_line(out + "/memory.rank0.jsonl");
     }

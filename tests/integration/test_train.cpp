@@ -69,9 +69,11 @@ TEST(Train, MemoryLogHasEveryFieldOnEveryStep) {
   auto lines = jsonl(d + "/memory.jsonl");
   ASSERT_EQ(lines.size(), 8u);
   for (const json& l : lines) {
-    for (const char* f : {"step", "loss", "lr", "tokens_per_s", "allocated", "reserved", "active", "peak_allocated",
-                          "peak_reserved", "predicted_peak", "fragmentation", "alloc_retries", "ooms", "by_category",
-                          "host_rss", "grad_norm", "loss_scale", "skipped", "nonfinite"})
+    for (const char* f :
+         {"step",          "loss",          "lr",       "tokens",         "loss_tokens",   "tokens_per_s",
+          "allocated",     "reserved",      "active",   "peak_allocated", "peak_reserved", "predicted_peak",
+          "fragmentation", "alloc_retries", "ooms",     "by_category",    "host_rss",      "grad_norm",
+          "loss_scale",    "skipped",       "nonfinite"})
       EXPECT_TRUE(l.contains(f)) << f << " missing in " << l.dump();
     for (const char* c : {"params", "master_params", "grads", "optimizer", "activations", "workspace", "comm", "io"})
       EXPECT_TRUE(l["by_category"].contains(c)) << c;
@@ -88,6 +90,9 @@ TEST(Train, MemoryLogHasEveryFieldOnEveryStep) {
     }
     EXPECT_EQ(at_peak, l["peak_allocated"].get<int64_t>()) << l.dump();
     EXPECT_GT(l["samples_per_s"].get<double>(), 0);
+    // The labelled tokens the loss averages over: the answers, a part of the step's tokens.
+    EXPECT_GT(l["loss_tokens"].get<int64_t>(), 0);
+    EXPECT_LT(l["loss_tokens"].get<int64_t>(), l["tokens"].get<int64_t>());
     EXPECT_EQ(l["comm_exposed_s"].get<double>(), 0.0);  // one process: no collective to wait for
     EXPECT_TRUE(l["warnings"].is_array() && l["warnings"].empty()) << l.dump();
   }
