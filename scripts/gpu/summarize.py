@@ -94,7 +94,8 @@ def bench(work, name, gpu_name):
     if not b:
         return None
     keep = ("device", "precision", "stage", "checkpointing", "micro_batch_size", "gradient_accumulation_steps",
-            "global_batch_size", "max_seq_len", "steps", "step_ms", "tokens_per_s", "model_gflop_per_step",
+            "global_batch_size", "max_seq_len", "steps", "step_ms", "tokens_per_step", "loss_tokens_per_step",
+            "tokens_per_s", "model_gflop_per_step",
             "achieved_gflops", "peak_allocated_mib", "peak_reserved_mib", "steps_predicted_exactly", "peak_rss_mib")
     out = {k: b.get(k) for k in keep}
     peak = next((v for k, v in BF16_PEAK_TFLOPS.items() if gpu_name and k in gpu_name), None)

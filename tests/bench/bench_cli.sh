@@ -35,8 +35,9 @@ python3 - <<'PY'
 import json
 t, b = json.load(open("twin.json")), json.load(open("hr.json"))
 assert t["steps"] == 1 and t["step_ms"]["median"] > 0 and t["ratio_torch_over_headroom"] > 0, t
-# As many labels per sequence as headroom's step had (4 sequences a step), over headroom's tokens a step.
-assert t["labelled_per_sequence"] == max(1, round(b["loss_tokens_per_step"] / 4)), (t, b["loss_tokens_per_step"])
+# As many labels per sequence as headroom's step had, over headroom's tokens a step.
+want = max(1, round(b["loss_tokens_per_step"] / b["global_batch_size"]))
+assert t["labelled_per_sequence"] == want, (t, b["loss_tokens_per_step"])
 assert abs(t["tokens_per_s"] * t["step_ms"]["median"] / 1e3 - b["tokens_per_step"]) < 1e-6 * b["tokens_per_step"], t
 assert t["positions_per_s"] >= t["tokens_per_s"], t
 PY

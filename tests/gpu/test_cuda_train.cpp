@@ -370,7 +370,8 @@ TEST(CudaTrain, AnyresSiglipAndASlidingWindowTrainLikeTheCpuAndEveryPeakItsDryRu
     ASSERT_EQ(a.size(), 6u);
     ASSERT_EQ(b.size(), 6u);
     for (std::size_t i = 0; i < a.size(); ++i) {
-      EXPECT_GT(a[i]["tokens"].get<int64_t>(), 8 * 8 * 2) << "sequences longer than twice the window";
+      // 8 sequences a step, on average longer than twice the window
+      EXPECT_GT(a[i]["tokens"].get<int64_t>(), 8 * 8 * 2) << "step " << i + 1;
       EXPECT_NEAR(b[i]["loss"].get<double>(), a[i]["loss"].get<double>(), precision == "fp32" ? 1e-3 : 5e-2)
           << "step " << i + 1;
       EXPECT_EQ(b[i]["peak_allocated"], b[i]["predicted_peak"]) << "step " << i + 1;
