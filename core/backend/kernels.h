@@ -20,6 +20,8 @@ struct Kernels {
   // Facts of the back-end that ops plan by (the meta device mirrors them like the sizing functions).
   GemmMixing gemm_mixing = GemmMixing::WidenToF32;
   std::size_t cross_entropy_chunk_bytes = std::size_t(32) << 20;  // f32 logits per chunk of the fused loss
+  // The grain, in rows, that the loss's chunk where the labelled rows end cuts its products to (0: whole chunks).
+  int64_t cross_entropy_row_grain = 64;
   // Every sizing function and kernel of core/backend/kernel_list.h, null where a back-end does not have it.
   HR_SIZING_FUNCTIONS(HR_TABLE_FIELD)
   HR_KERNELS(HR_TABLE_FIELD)

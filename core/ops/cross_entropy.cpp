@@ -5,6 +5,7 @@
 #include "core/ops/cross_entropy.h"
 
 #include <algorithm>
+#include <array>
 
 #include "core/ops/copy.h"
 #include "core/ops/dispatch.h"
@@ -21,7 +22,19 @@ namespace {
 
 struct Checked {
   int64_t tokens, d, vocab, chunk;
-  int64_t labelled;  // the chunks that run cover rows [0, labelled): every chunk a labelled row is in
+  int64_t labelled;  // rows [0, labelled) may carry a label
+  int64_t grain;     // 0: a chunk with a labelled row runs its products over all its rows
+
+  // The rows of the chunk at r0 (`rows` of them) its products run over: none past the labelled rows, and in the chunk
+  // they end in, those rounded up to the grain. `fits` whether the back-end's kernels run that part of the products
+  // inside the whole's allocations.
+  template <class Fits>
+  int64_t live(int64_t r0, int64_t rows, const Fits& fits) const {
+    if (r0 >= labelled) return 0;
+    if (grain <= 0 || labelled >= r0 + rows) return rows;
+    const int64_t part = std::min(rows, (labelled - r0 + grain - 1) / grain * grain);
+    return part < rows && fits(part) ? part : rows;
+  }
 };
 
 Checked check(const char* op, const Tensor& hidden, const Tensor& weight, const Tensor& labels,
@@ -37,10 +50,12 @@ Checked check(const char* op, const Tensor& hidden, const Tensor& weight, const 
   HR_CHECK(o.normalizer > 0.f, "[", op, "] normalizer must be positive; got ", o.normalizer);
   HR_CHECK(o.labelled_rows >= -1 && o.labelled_rows <= hidden.size(0), "[", op, "] labelled_rows ", o.labelled_rows,
            " is outside [-1, ", hidden.size(0), "]");
-  Checked c{hidden.size(0), hidden.size(1), weight.size(0), o.chunk_rows, hidden.size(0)};
-  if (c.chunk <= 0)
-    c.chunk = default_chunk_rows(c.tokens, c.vocab, sizing_kernels(hidden.device()).cross_entropy_chunk_bytes);
-  if (o.labelled_rows >= 0) c.labelled = std::min(c.tokens, (o.labelled_rows + c.chunk - 1) / c.chunk * c.chunk);
+  HR_CHECK(o.row_grain >= 0, "[", op, "] row_grain must be 0 or positive; got ", o.row_grain);
+  const Kernels& sizing = sizing_kernels(hidden.device());
+  Checked c{hidden.size(0), hidden.size(1), weight.size(0),
+            o.chunk_rows,   hidden.size(0), o.row_grain > 0 ? o.row_grain : sizing.cross_entropy_row_grain};
+  if (c.chunk <= 0) c.chunk = default_chunk_rows(c.tokens, c.vocab, sizing.cross_entropy_chunk_bytes);
+  if (o.labelled_rows >= 0) c.labelled = o.labelled_rows;
   return c;
 }
 
@@ -73,12 +88,19 @@ CrossEntropyOut cross_entropy_forward(const Tensor& hidden, const Tensor& weight
   Tensor wt = weight.view({1, c.vocab, c.d}).transpose(1, 2);
   for (int64_t r0 = 0; r0 < c.tokens; r0 += c.chunk) {
     const int64_t rows = std::min(c.chunk, c.tokens - r0);
-    Tensor lg = logits.slice(0, 0, rows);
-    const bool labelled = r0 < c.labelled;  // a chunk wholly past the labelled rows: no loss, no product
-    (labelled ? gemm : gemm_allocations)(hidden.slice(0, r0, r0 + rows).view({1, rows, c.d}), wt,
-                                         lg.view({1, rows, c.vocab}), 1.f, 0.f);
-    if (!labelled) continue;
-    CrossEntropyArgs a = chunk_args(lg, labels.slice(0, r0, r0 + rows), out.lse.slice(0, r0, r0 + rows), o);
+    const Tensor lg = logits.slice(0, 0, rows);
+    auto product = [&](int64_t n) -> GemmOperands {
+      return {hidden.slice(0, r0, r0 + n).view({1, n, c.d}), wt, lg.slice(0, 0, n).view({1, n, c.vocab})};
+    };
+    const GemmOperands whole = product(rows);
+    const int64_t live = c.live(r0, rows, [&](int64_t n) { return gemm_fits_within(product(n), whole); });
+    if (live == 0) {  // a chunk wholly past the labelled rows: no loss, no product
+      gemm_allocations(whole.a, whole.b, whole.c);
+      continue;
+    }
+    gemm_within(product(live), whole);
+    CrossEntropyArgs a =
+        chunk_args(lg.slice(0, 0, live), labels.slice(0, r0, r0 + live), out.lse.slice(0, r0, r0 + live), o);
     a.loss = out.loss;
     launch("cross_entropy", dev, &Kernels::cross_entropy_forward, a);
   }
@@ -94,29 +116,53 @@ struct BackwardChunks {
   const Tensor &dloss, &hidden, &weight, &labels, &lse;
   const CrossEntropyOptions& o;
   Tensor logits, grads, wt;
-  // A chunk wholly past the labelled rows runs no product (its loss and gradients are zero) but makes the same
-  // allocations. Returns whether it wrote the weight gradient.
+  // A chunk wholly past the labelled rows runs no product (its loss and gradients are zero), and the one they end
+  // in runs its products over the part Checked::live names (the gradient of the rows past it is zero); both make the
+  // allocations of the whole products. Returns whether it wrote the weight gradient.
   bool run(int64_t r0, CrossEntropyGrads& g, bool weight_grads, bool first) const {
     const int64_t rows = std::min(c.chunk, c.tokens - r0);
-    const bool labelled = r0 < c.labelled;
-    const auto product = labelled ? gemm : gemm_allocations;
     const Device dev = hidden.device();
-    Tensor lg = logits.slice(0, 0, rows);
-    Tensor h = hidden.slice(0, r0, r0 + rows).view({1, rows, c.d});
-    Tensor dh = g.dhidden.slice(0, r0, r0 + rows);
-    product(h, wt, lg.view({1, rows, c.vocab}), 1.f, 0.f);
-    CrossEntropyArgs a = chunk_args(lg, labels.slice(0, r0, r0 + rows), lse.slice(0, r0, r0 + rows), o);
-    a.dloss = dloss;
-    if (grads.defined()) a.dlogits = grads.slice(0, 0, rows);
-    if (labelled) launch("cross_entropy_backward", dev, &Kernels::cross_entropy_backward, a);
-    Tensor dlg = (grads.defined() ? a.dlogits : lg).view({1, rows, c.vocab});
-    product(dlg, weight.view({1, c.vocab, c.d}), dh.view({1, rows, c.d}), 1.f, 0.f);
-    if (!labelled) fill_(dh, 0.f);
-    if (!weight_grads) return false;
+    const Tensor lg = logits.slice(0, 0, rows), dh = g.dhidden.slice(0, r0, r0 + rows);
+    const Tensor dlg = grads.defined() ? grads.slice(0, 0, rows) : lg;
     // An f32 weight gradient (grad_accum_dtype fp32) takes the f32 logit gradient: no rounding before its sum.
-    const Tensor dw_in = g.dweight.dtype() == DType::F32 ? lg.view({1, rows, c.vocab}) : dlg;
-    product(dw_in.transpose(1, 2), h, g.dweight.view({1, c.vocab, c.d}), 1.f, first ? 0.f : 1.f);
-    return labelled;
+    const Tensor dw_in = weight_grads && g.dweight.dtype() == DType::F32 ? lg : dlg;
+    // The chunk's three products over its first n rows: its logits again, dhidden, the weight gradient.
+    auto products = [&](int64_t n) -> std::array<GemmOperands, 3> {
+      const Tensor h = hidden.slice(0, r0, r0 + n).view({1, n, c.d});
+      return {GemmOperands{h, wt, lg.slice(0, 0, n).view({1, n, c.vocab})},
+              GemmOperands{dlg.slice(0, 0, n).view({1, n, c.vocab}), weight.view({1, c.vocab, c.d}),
+                           dh.slice(0, 0, n).view({1, n, c.d})},
+              GemmOperands{dw_in.slice(0, 0, n).view({1, n, c.vocab}).transpose(1, 2), h,
+                           weight_grads ? g.dweight.view({1, c.vocab, c.d}) : Tensor()}};
+    };
+    const std::array<GemmOperands, 3> whole = products(rows);
+    const int products_run = weight_grads ? 3 : 2;
+    const int64_t live = c.live(r0, rows, [&](int64_t n) {
+      const std::array<GemmOperands, 3> part = products(n);
+      for (int i = 0; i < products_run; ++i)
+        if (!gemm_fits_within(part[std::size_t(i)], whole[std::size_t(i)])) return false;
+      return true;
+    });
+    const float beta = first ? 0.f : 1.f;
+    if (live == 0) {  // wholly past the labelled rows: no product (its loss and gradients are zero), the allocations
+      gemm_allocations(whole[0].a, whole[0].b, whole[0].c);
+      gemm_allocations(whole[1].a, whole[1].b, whole[1].c);
+      fill_(dh, 0.f);
+      if (weight_grads) gemm_allocations(whole[2].a, whole[2].b, whole[2].c, 1.f, beta);
+      return false;
+    }
+    const std::array<GemmOperands, 3> part = products(live);
+    gemm_within(part[0], whole[0]);
+    CrossEntropyArgs a =
+        chunk_args(lg.slice(0, 0, live), labels.slice(0, r0, r0 + live), lse.slice(0, r0, r0 + live), o);
+    a.dloss = dloss;
+    if (grads.defined()) a.dlogits = dlg.slice(0, 0, live);
+    launch("cross_entropy_backward", dev, &Kernels::cross_entropy_backward, a);
+    gemm_within(part[1], whole[1]);
+    if (live < rows) fill_(dh.slice(0, live, rows), 0.f);
+    if (!weight_grads) return false;
+    gemm_within(part[2], whole[2], 1.f, beta);
+    return true;
   }
 };
 

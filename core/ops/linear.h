@@ -12,6 +12,19 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, float alpha = 1.f, 
 // step's requests, which the planner records, do not depend on the data.
 void gemm_allocations(const Tensor& a, const Tensor& b, const Tensor& c, float alpha = 1.f, float beta = 0.f);
 
+// A product's three operands.
+struct GemmOperands {
+  Tensor a, b, c;
+};
+// gemm over `part`, a part of the product `whole` (views of fewer rows of its a and c, or of a shorter inner
+// dimension of its a and b), making the allocations gemm(whole) would make: a loop that runs only the rows whose
+// result it needs keeps the allocator's requests those of the loop that runs them all. The part must fit the
+// whole's allocations (gemm_fits_within); the whole for the part runs gemm(whole).
+void gemm_within(const GemmOperands& part, const GemmOperands& whole, float alpha = 1.f, float beta = 0.f);
+// Whether the part's kernel needs no more workspace and scratchpad than the whole's (a back-end may pick another
+// kernel for another shape).
+bool gemm_fits_within(const GemmOperands& part, const GemmOperands& whole);
+
 // y = x @ w^T + bias. x (..., in), w (out, in), bias (out) or undefined. y has x's dtype.
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias);
 

@@ -10,7 +10,10 @@
 // positions or from the step's table (BM_RopeTable: making the table, once a step for every layer), BM_AddNorm a
 // block's residual add and RMS norm, forward and backward, as two ops or one, BM_Swiglu SwiGLU forward and
 // backward, BM_Unary an activation forward and backward on the tower's MLP, and BM_SumLeading the gradient of its
-// bias.
+// bias. BM_CrossEntropy: the fused lm_head + loss, forward and backward, on the same model's 2,040 positions (vocab
+// 8,000) in chunks of range(0) rows (0: the back-end's default), with range(1) of them labelled (at the front, as
+// llava.forward packs them): the chunks past them run no GEMM, and the one they end in runs its rows up to the next
+// multiple of 64.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "core/ops/attention.h"
+#include "core/ops/cross_entropy.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/linear.h"
 #include "core/ops/norm.h"
@@ -135,6 +139,28 @@ void BM_Attention(benchmark::State& state, DType dt, bool backward) {
   const int64_t w = W > 0 ? std::min(W, L) : L;
   const double scores = double(w) * double(w + 1) / 2 + double(L - w) * double(w);
   set_flops(state, matmuls * double(H) * scores * double(D));
+}
+
+void BM_CrossEntropy(benchmark::State& state, DType dt) {
+  const int64_t tokens = 8 * 255, d = 384, vocab = 8000, labelled = state.range(1);
+  std::vector<float> hv(std::size_t(tokens * d)), wv(std::size_t(vocab * d));
+  for (std::size_t i = 0; i < hv.size(); ++i) hv[i] = std::sin(0.1f * float(i));
+  for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = 0.05f * std::cos(0.3f * float(i));
+  std::vector<int64_t> lv(std::size_t(tokens), -100);
+  for (int64_t i = 0; i < labelled; ++i) lv[std::size_t(i)] = (i * 37) % vocab;
+  const Tensor h = Tensor::from_floats(hv, {tokens, d}, dt, Device::cpu());
+  const Tensor w = Tensor::from_floats(wv, {vocab, d}, dt, Device::cpu());
+  const Tensor labels = Tensor::from_ints(lv, {tokens}, DType::I64, Device::cpu());
+  const Tensor dloss = Tensor::full({}, 1.f, DType::F32, Device::cpu());
+  CrossEntropyOptions o;
+  o.chunk_rows = state.range(0);
+  o.labelled_rows = labelled;
+  o.normalizer = float(std::max<int64_t>(labelled, 1));
+  for (auto _ : state) {
+    const CrossEntropyOut out = cross_entropy_forward(h, w, labels, o);
+    benchmark::DoNotOptimize(cross_entropy_backward(dloss, h, w, labels, out, o));
+  }
+  state.SetLabel(hr::str(labelled, " of ", tokens, " rows labelled"));
 }
 
 constexpr int64_t kTokensB = 8, kTokensL = 256, kHeads = 6, kHeadDim = 64, kHidden = 384, kInter = 1024;
@@ -325,6 +351,10 @@ BENCHMARK_CAPTURE(BM_Unary, gelu_tanh_bf16, UnaryOp::GeluTanh, DType::BF16)->Uni
 BENCHMARK_CAPTURE(BM_Unary, gelu_bf16, UnaryOp::Gelu, DType::BF16)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_SumLeading, bf16, DType::BF16)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_SumLeading, f32, DType::F32)->Unit(benchmark::kMillisecond);
+// The bench's labels (~6 a sequence) and every position labelled, at the default chunk and at 128-1024 rows.
+#define HR_CE_SHAPES ArgsProduct({{0, 128, 256, 512, 1024}, {48, 8 * 255}})
+BENCHMARK_CAPTURE(BM_CrossEntropy, f32, DType::F32)->HR_CE_SHAPES->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_CrossEntropy, bf16, DType::BF16)->HR_CE_SHAPES->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Optimizer, adamw, false)->Arg(1 << 22)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Optimizer, adamw_8bit, true)->Arg(1 << 22)->Unit(benchmark::kMillisecond);
 BENCHMARK_MAIN();

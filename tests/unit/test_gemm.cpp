@@ -13,6 +13,7 @@
 #include "core/backend/cpu/cpu_kernels.h"
 #include "core/backend/cpu/packed_gemm.h"
 #include "core/backend/kernels.h"
+#include "core/memory/device_memory.h"
 #include "core/ops/linear.h"
 
 using namespace hr::core;
@@ -278,4 +279,58 @@ TEST(Gemm, PlansForShapesThatComeAndGoStayBounded) {
   EXPECT_LE(hr::cpu::gemm_plans_cached(), 256u);
   EXPECT_GE(hr::cpu::gemm_plans_cached(), 200u);
   EXPECT_EQ(run(3), first);
+}
+
+// gemm_within runs a part of a product (fewer rows, or a shorter inner dimension) with the bits gemm gives that part,
+// writes nothing else, and makes exactly the allocations of the whole product; a part that is not within is refused.
+TEST(Gemm, WithinRunsThePartInTheWholeProductsAllocations) {
+  const int64_t m = 40, k = 24, n = 29;
+  std::vector<float> av(std::size_t(m * k)), bv(std::size_t(k * n));
+  for (std::size_t i = 0; i < av.size(); ++i) av[i] = std::sin(0.7f * float(i));
+  for (std::size_t i = 0; i < bv.size(); ++i) bv[i] = std::cos(0.3f * float(i));
+  for (DType dt : {DType::F32, DType::BF16}) {
+    const Tensor a = Tensor::from_floats(av, {1, m, k}, dt, Device::cpu());
+    const Tensor b = Tensor::from_floats(bv, {1, k, n}, dt, Device::cpu());
+    struct Part {
+      int64_t rows, inner;
+    };
+    for (Part p : {Part{9, k}, Part{m, 5}, Part{1, 1}, Part{m, k}}) {
+      const std::string what = hr::str(dtype_name(dt), ", ", p.rows, " rows, inner ", p.inner);
+      const Tensor c = Tensor::full({1, m, n}, 7.f, dt, Device::cpu());
+      const GemmOperands whole{a, b, c};
+      const GemmOperands part{a.slice(1, 0, p.rows).slice(2, 0, p.inner), b.slice(1, 0, p.inner),
+                              c.slice(1, 0, p.rows)};
+      ASSERT_TRUE(gemm_fits_within(part, whole)) << what;
+      std::vector<std::pair<int, std::size_t>> made, asked;
+      auto alloc = allocator_for(Device::cpu());
+      auto trace = [&](std::vector<std::pair<int, std::size_t>>& into) {
+        alloc->set_trace([&into](const TraceEvent& e) {
+          if (e.kind == TraceEvent::Kind::Alloc || e.kind == TraceEvent::Kind::Free)
+            into.emplace_back(int(e.kind), e.size);
+        });
+      };
+      trace(made);
+      gemm_within(part, whole, 1.f, 0.f);
+      trace(asked);
+      gemm_allocations(whole.a, whole.b, whole.c);
+      alloc->set_trace({});
+      EXPECT_EQ(made, asked) << what;
+
+      const Tensor alone = Tensor::empty({1, p.rows, n}, dt, Device::cpu());
+      gemm(part.a.contiguous(), part.b.contiguous(), alone);
+      const std::vector<float> got = c.to_floats(), want = alone.to_floats();
+      for (int64_t i = 0; i < m * n; ++i)
+        ASSERT_EQ(got[std::size_t(i)], i < p.rows * n ? want[std::size_t(i)] : 7.f) << what << " at " << i;
+    }
+    const Tensor c = Tensor::empty({1, 9, n}, dt, Device::cpu());
+    try {
+      gemm_within({a, b, Tensor::empty({1, m, n}, dt, Device::cpu())}, {a.slice(1, 0, 9), b, c});
+      ADD_FAILURE() << "a part larger than its whole ran";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("[gemm_within] the part (1, 40, 24) @ (1, 24, 29) is not within the product "
+                                           "(1, 9, 24) @ (1, 24, 29)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }

@@ -545,6 +545,85 @@ TEST(CrossEntropy, ChunksWithoutLabelsRunNoProductAndChangeNoBitNorAllocation) {
             std::string::npos);
 }
 
+// The chunk the labelled rows end in runs its three products over those rows rounded up to the grain, in the whole
+// chunk's allocations: the loss and gradients are those of every row run (to the GEMMs' rounding), and the rows past
+// the part are never read. They are NaN here, which any product over them would carry into the weight gradient.
+TEST(CrossEntropy, TheChunkTheLabelsEndInRunsItsProductsOverThemAlone) {
+  const int64_t tokens = 40, d = 16, vocab = 29, chunk = 16;
+  const std::vector<float> hv = normals(tokens * d, 5), wv = normals(vocab * d, 15), gv = normals(vocab * d, 25);
+  struct Out {
+    std::vector<float> loss, dhidden, dweight;
+    std::vector<std::pair<std::size_t, std::size_t>> requests;
+  };
+  auto run = [&](DType dt, int64_t labelled, int64_t grain, int64_t nan_from, bool into, bool weight_grads) {
+    std::vector<int64_t> lv(std::size_t(tokens), -100);
+    for (int64_t r = 0; r < labelled; ++r) lv[std::size_t(r)] = (r * 5 + 2) % vocab;
+    std::vector<float> h = hv;
+    for (int64_t i = nan_from * d; i < tokens * d; ++i) h[std::size_t(i)] = std::nanf("");
+    const Tensor ht = Tensor::from_floats(h, {tokens, d}, dt, Device::cpu()).to(kBackend);
+    const Tensor w = Tensor::from_floats(wv, {vocab, d}, dt, Device::cpu()).to(kBackend);
+    const Tensor labels = Tensor::from_ints(lv, {tokens}, DType::I64, kBackend);
+    CrossEntropyOptions o;
+    o.normalizer = float(labelled);
+    o.chunk_rows = chunk;
+    o.labelled_rows = nan_from < tokens ? labelled : -1;
+    o.row_grain = grain;
+    CrossEntropyBackwardOptions bo;
+    bo.weight_grads = weight_grads;
+    if (into) {
+      bo.accumulate = Accumulate::Yes;
+      bo.dweight_into = Tensor::from_floats(gv, {vocab, d}, dt, Device::cpu()).to(kBackend);
+    }
+    Out out;
+    auto alloc = allocator_for(kBackend);
+    alloc->set_trace([&](const TraceEvent& e) {
+      if (e.kind == TraceEvent::Kind::Alloc || e.kind == TraceEvent::Kind::Free)
+        out.requests.emplace_back(std::size_t(e.kind), e.size);
+    });
+    {
+      const CrossEntropyOut saved = cross_entropy_forward(ht, w, labels, o);
+      const CrossEntropyGrads g =
+          cross_entropy_backward(Tensor::full({}, 1.f, DType::F32, kBackend), ht, w, labels, saved, o, bo);
+      out.loss = host_floats(saved.loss);
+      out.dhidden = host_floats(g.dhidden);
+      if (weight_grads) out.dweight = host_floats(g.dweight);
+    }
+    alloc->set_trace({});
+    return out;
+  };
+  auto expect_near = [](const std::vector<float>& got, const std::vector<float>& want, float tol,
+                        const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    float scale = 0.f;
+    for (float v : want) scale = std::max(scale, std::fabs(v));
+    for (std::size_t i = 0; i < got.size(); ++i)
+      ASSERT_LE(std::fabs(got[i] - want[i]), tol * scale) << what << " at " << i << ": " << got[i] << " vs " << want[i];
+  };
+  for (DType dt : {DType::F32, DType::BF16})
+    for (bool into : {false, true})
+      for (bool weight_grads : {true, false})
+        for (int64_t labelled : {9, 16, 21})
+          for (int64_t grain : {1, 4, 5, 64}) {
+            if (into && !weight_grads) continue;
+            // The part of the chunk the labels end in: whole chunks before it, then the labels rounded up to the
+            // grain (the whole chunk where that reaches its end).
+            const int64_t last = (labelled - 1) / chunk * chunk;
+            const int64_t part = last + std::min(chunk, (labelled - last + grain - 1) / grain * grain);
+            const std::string what =
+                str(dtype_name(dt), into ? ", added into a gradient" : "", weight_grads ? "" : ", no weight gradient",
+                    ", ", labelled, " labelled, grain ", grain, ": products over ", part, " rows");
+            const Out all = run(dt, labelled, grain, tokens, into, weight_grads);
+            const Out cut = run(dt, labelled, grain, part, into, weight_grads);
+            const float tol = dt == DType::F32 ? 1e-5f : 1e-2f;
+            expect_near(cut.loss, all.loss, 1e-6f, what);
+            expect_near(cut.dhidden, all.dhidden, tol, what);
+            expect_near(cut.dweight, all.dweight, tol, what);
+            EXPECT_EQ(cut.requests, all.requests) << what;
+            for (int64_t i = labelled * d; i < tokens * d; ++i)
+              ASSERT_EQ(cut.dhidden[std::size_t(i)], 0.f) << what << " at " << i;
+          }
+}
+
 // The CPU's sum over leading dims (a bias's gradient) sums each column down its rows in order, in double, then
 // rounds once: the bits of a reference that does exactly that, on values whose magnitudes make the order show, over
 // a width that is not whole blocks of the kernel's columns, from f32 and bf16, fresh and accumulated.

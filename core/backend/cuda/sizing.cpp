@@ -129,6 +129,8 @@ const Kernels& cuda_sizing_kernels() {
     t.backend = "CUDA";
     t.gemm_mixing = GemmMixing::NarrowToOutput;
     t.cross_entropy_chunk_bytes = cuda::kCrossEntropyChunkBytes;
+    // Whole chunks: the cut products have not run on a GPU.
+    t.cross_entropy_row_grain = 0;
 #define HR_REGISTER(name, ret, params) t.name = sizing::name;
     HR_SIZING_FUNCTIONS(HR_REGISTER)
 #undef HR_REGISTER
