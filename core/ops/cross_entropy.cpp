@@ -99,6 +99,9 @@ CrossEntropyOut cross_entropy_forward(const Tensor& hidden, const Tensor& weight
       continue;
     }
     gemm_within(product(live), whole);
+    // The rows past the part carry no label. Their lse is written all the same: the backward runs them where its own
+    // products do not fit the part, and its kernel reads every row's lse (to drop it on a row without a label).
+    if (live < rows) fill_(out.lse.slice(0, r0 + live, r0 + rows), 0.f);
     CrossEntropyArgs a =
         chunk_args(lg.slice(0, 0, live), labels.slice(0, r0, r0 + live), out.lse.slice(0, r0, r0 + live), o);
     a.loss = out.loss;
@@ -136,14 +139,12 @@ struct BackwardChunks {
                            weight_grads ? g.dweight.view({1, c.vocab, c.d}) : Tensor()}};
     };
     const std::array<GemmOperands, 3> whole = products(rows);
-    const int products_run = weight_grads ? 3 : 2;
+    const float beta = first ? 0.f : 1.f;  // the weight gradient's
     const int64_t live = c.live(r0, rows, [&](int64_t n) {
       const std::array<GemmOperands, 3> part = products(n);
-      for (int i = 0; i < products_run; ++i)
-        if (!gemm_fits_within(part[std::size_t(i)], whole[std::size_t(i)])) return false;
-      return true;
+      return gemm_fits_within(part[0], whole[0]) && gemm_fits_within(part[1], whole[1]) &&
+             (!weight_grads || gemm_fits_within(part[2], whole[2], 1.f, beta));
     });
-    const float beta = first ? 0.f : 1.f;
     if (live == 0) {  // wholly past the labelled rows: no product (its loss and gradients are zero), the allocations
       gemm_allocations(whole[0].a, whole[0].b, whole[0].c);
       gemm_allocations(whole[1].a, whole[1].b, whole[1].c);

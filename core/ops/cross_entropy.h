@@ -17,13 +17,14 @@ struct CrossEntropyOptions {
   int64_t chunk_rows = 0;  // 0: default_chunk_rows with the back-end's chunk size
   // Rows from `labelled_rows` on carry no label (ignore_index): the caller has moved its labelled rows to the
   // front. The chunks wholly past them run no product, since their loss and gradients are zero, and the chunk they
-  // end in runs its products over its labelled rows rounded up to a multiple of `row_grain` (all its rows when that is
-  // 0, or where the back-end's kernel for the fewer rows would need more scratch). Every chunk still makes the
-  // allocations of its whole products (gemm_allocations, gemm_within), so that a step's allocations do not depend on
-  // how many tokens its labels cover. The rows a product runs over must be finite. The lse of the rows no product
-  // runs over is not written, and their gradients are zero. -1: any row may carry a label.
+  // end in runs its products over its labelled rows rounded up to a multiple of the row grain (all its rows where
+  // the grain is 0, or where the back-end's kernel for the fewer rows would need more scratch). Every chunk still
+  // makes the allocations of its whole products (gemm_allocations, gemm_within), so that a step's allocations do not
+  // depend on how many tokens its labels cover. The rows a product runs over must be finite. The gradients of the
+  // rows no product runs over are zero; the lse of the chunks wholly past the labelled rows is not written.
+  // -1: any row may carry a label.
   int64_t labelled_rows = -1;
-  int64_t row_grain = 0;  // 0: the back-end's (Kernels::cross_entropy_row_grain)
+  int64_t row_grain = 0;  // 0: the back-end's (Kernels::cross_entropy_row_grain, where 0 means whole chunks)
   // Done: the caller has checked every label (llava.forward does, on the host): no kernel checks them again.
   LabelCheck labels = LabelCheck::InKernel;
 };

@@ -76,8 +76,9 @@ void gemm_allocations(const Tensor& a, const Tensor& b, const Tensor& c, float a
   const Tensor scratchpad = allocate_workspace(sizing.gemm_scratchpad_bytes(d), c.device());
 }
 
-bool gemm_fits_within(const GemmOperands& part, const GemmOperands& whole) {
-  const GemmDesc d = gemm_desc(part.a, part.b, part.c, 1.f, 0.f), w = gemm_desc(whole.a, whole.b, whole.c, 1.f, 0.f);
+bool gemm_fits_within(const GemmOperands& part, const GemmOperands& whole, float alpha, float beta) {
+  const GemmDesc d = gemm_desc(part.a, part.b, part.c, alpha, beta),
+                 w = gemm_desc(whole.a, whole.b, whole.c, alpha, beta);
   const Kernels& sizing = sizing_kernels(whole.c.device());
   return sizing.gemm_workspace_bytes(d) <= sizing.gemm_workspace_bytes(w) &&
          sizing.gemm_scratchpad_bytes(d) <= sizing.gemm_scratchpad_bytes(w);
@@ -93,9 +94,9 @@ void gemm_within(const GemmOperands& part, const GemmOperands& whole, float alph
   const Kernels& sizing = sizing_kernels(whole.c.device());
   const bool same = d.m == w.m && d.n == w.n && d.k == w.k && std::equal(d.a_strides, d.a_strides + 3, w.a_strides) &&
                     std::equal(d.b_strides, d.b_strides + 3, w.b_strides);  // the whole itself: gemm
-  HR_CHECK(same || gemm_fits_within(part, whole), "[gemm_within] the part ", shape_str(part.a.shape()), " @ ",
-           shape_str(part.b.shape()), " needs more workspace than the product ", shape_str(whole.a.shape()), " @ ",
-           shape_str(whole.b.shape()));
+  HR_CHECK(same || gemm_fits_within(part, whole, alpha, beta), "[gemm_within] the part ", shape_str(part.a.shape()),
+           " @ ", shape_str(part.b.shape()), " needs more workspace than the product ", shape_str(whole.a.shape()),
+           " @ ", shape_str(whole.b.shape()));
   // The whole's allocations in gemm's order; the part's kernel runs in them.
   GemmArgs args{d,
                 part.a,

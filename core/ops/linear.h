@@ -21,9 +21,9 @@ struct GemmOperands {
 // result it needs keeps the allocator's requests those of the loop that runs them all. The part must fit the
 // whole's allocations (gemm_fits_within); the whole for the part runs gemm(whole).
 void gemm_within(const GemmOperands& part, const GemmOperands& whole, float alpha = 1.f, float beta = 0.f);
-// Whether the part's kernel needs no more workspace and scratchpad than the whole's (a back-end may pick another
-// kernel for another shape).
-bool gemm_fits_within(const GemmOperands& part, const GemmOperands& whole);
+// Whether the part's kernel needs no more workspace and scratchpad than the whole's, run with the same alpha and
+// beta (a back-end may pick another kernel for another shape).
+bool gemm_fits_within(const GemmOperands& part, const GemmOperands& whole, float alpha = 1.f, float beta = 0.f);
 
 // y = x @ w^T + bias. x (..., in), w (out, in), bias (out) or undefined. y has x's dtype.
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias);

@@ -12,8 +12,8 @@
 // backward, BM_Unary an activation forward and backward on the tower's MLP, and BM_SumLeading the gradient of its
 // bias. BM_CrossEntropy: the fused lm_head + loss, forward and backward, on the same model's 2,040 positions (vocab
 // 8,000) in chunks of range(0) rows (0: the back-end's default), with range(1) of them labelled (at the front, as
-// llava.forward packs them): the chunks past them run no GEMM, and the one they end in runs its rows up to the next
-// multiple of 64.
+// llava.forward packs them): the chunks past them run no GEMM, and the one they end in runs its labelled rows, their
+// count rounded up to a multiple of 64.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>

@@ -582,8 +582,10 @@ TEST(CrossEntropy, TheChunkTheLabelsEndInRunsItsProductsOverThemAlone) {
     });
     {
       const CrossEntropyOut saved = cross_entropy_forward(ht, w, labels, o);
-      const CrossEntropyGrads g =
-          cross_entropy_backward(Tensor::full({}, 1.f, DType::F32, kBackend), ht, w, labels, saved, o, bo);
+      const Tensor dloss = Tensor::full({}, 1.f, DType::F32, kBackend);
+      // NaN in the block dhidden will take from the cache: its rows past the part must be written zero.
+      Tensor::full({tokens, d}, std::nanf(""), dt, kBackend);
+      const CrossEntropyGrads g = cross_entropy_backward(dloss, ht, w, labels, saved, o, bo);
       out.loss = host_floats(saved.loss);
       out.dhidden = host_floats(g.dhidden);
       if (weight_grads) out.dweight = host_floats(g.dweight);
@@ -615,7 +617,7 @@ TEST(CrossEntropy, TheChunkTheLabelsEndInRunsItsProductsOverThemAlone) {
             const Out all = run(dt, labelled, grain, tokens, into, weight_grads);
             const Out cut = run(dt, labelled, grain, part, into, weight_grads);
             const float tol = dt == DType::F32 ? 1e-5f : 1e-2f;
-            expect_near(cut.loss, all.loss, 1e-6f, what);
+            expect_near(cut.loss, all.loss, 1e-5f, what);
             expect_near(cut.dhidden, all.dhidden, tol, what);
             expect_near(cut.dweight, all.dweight, tol, what);
             EXPECT_EQ(cut.requests, all.requests) << what;
