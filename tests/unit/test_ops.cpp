@@ -471,6 +471,35 @@ TEST(Elementwise, TheScalarActivationsTakeTheBiasAsTheVectorOnesDo) {
     }
 }
 
+// The fused cross-entropy's forward and backward on the back-end under test, with the allocator's requests (alloc
+// or free, size) in order. Requests only: a segment is reserved by whichever call first needs it (on a GPU, the
+// first of a pair), as the cache left it, which no plan depends on. The block dhidden will take from the cache holds
+// NaN, so rows the backward does not write show.
+struct CrossEntropyRun {
+  std::vector<float> loss, dhidden, dweight;
+  std::vector<std::pair<std::size_t, std::size_t>> requests;
+};
+CrossEntropyRun run_cross_entropy(const Tensor& h, const Tensor& w, const Tensor& labels, const CrossEntropyOptions& o,
+                                  const CrossEntropyBackwardOptions& bo) {
+  CrossEntropyRun out;
+  auto alloc = allocator_for(kBackend);
+  alloc->set_trace([&](const TraceEvent& e) {
+    if (e.kind == TraceEvent::Kind::Alloc || e.kind == TraceEvent::Kind::Free)
+      out.requests.emplace_back(std::size_t(e.kind), e.size);
+  });
+  {
+    const CrossEntropyOut saved = cross_entropy_forward(h, w, labels, o);
+    const Tensor dloss = Tensor::full({}, 1.f, DType::F32, kBackend);
+    Tensor::full(h.shape(), std::nanf(""), h.dtype(), kBackend);
+    const CrossEntropyGrads g = cross_entropy_backward(dloss, h, w, labels, saved, o, bo);
+    out.loss = host_floats(saved.loss);
+    out.dhidden = host_floats(g.dhidden);
+    if (bo.weight_grads) out.dweight = host_floats(g.dweight);
+  }
+  alloc->set_trace({});
+  return out;
+}
+
 // The fused loss's chunks past the labelled rows (CrossEntropyOptions::labelled_rows) run no product: the loss and
 // both gradients are those of running every chunk, bit for bit, and the allocator sees the same requests, so that
 // a planned step's layout holds whatever its labels cover. 9 of 40 rows labelled, chunks of 4: three chunks run
@@ -481,10 +510,7 @@ TEST(CrossEntropy, ChunksWithoutLabelsRunNoProductAndChangeNoBitNorAllocation) {
   std::vector<int64_t> lv(std::size_t(tokens), -100);
   for (int64_t r = 0; r < labelled; ++r) lv[std::size_t(r)] = (r * 7 + 3) % vocab;
   const std::vector<float> hv = normals(tokens * d, 7), wv = normals(vocab * d, 17), gv = normals(vocab * d, 27);
-  struct Out {
-    std::vector<float> loss, dhidden, dweight;
-    std::vector<std::pair<std::size_t, std::size_t>> requests;  // (alloc or free, size) in order
-  };
+  using Out = CrossEntropyRun;
   auto run = [&](DType dt, int64_t rows, bool into, const std::vector<int64_t>& labels_v) {
     const Tensor h = Tensor::from_floats(hv, {tokens, d}, dt, Device::cpu()).to(kBackend);
     const Tensor w = Tensor::from_floats(wv, {vocab, d}, dt, Device::cpu()).to(kBackend);
@@ -498,24 +524,7 @@ TEST(CrossEntropy, ChunksWithoutLabelsRunNoProductAndChangeNoBitNorAllocation) {
       bo.accumulate = Accumulate::Yes;
       bo.dweight_into = Tensor::from_floats(gv, {vocab, d}, dt, Device::cpu()).to(kBackend);
     }
-    Out out;
-    auto alloc = allocator_for(kBackend);
-    // Requests only: a segment is reserved by whichever call first needs it (on a GPU, the first of the pair), as
-    // the cache left it, which no plan depends on.
-    alloc->set_trace([&](const TraceEvent& e) {
-      if (e.kind == TraceEvent::Kind::Alloc || e.kind == TraceEvent::Kind::Free)
-        out.requests.emplace_back(std::size_t(e.kind), e.size);
-    });
-    {
-      const CrossEntropyOut saved = cross_entropy_forward(h, w, labels, o);
-      const CrossEntropyGrads g =
-          cross_entropy_backward(Tensor::full({}, 1.f, DType::F32, kBackend), h, w, labels, saved, o, bo);
-      out.loss = host_floats(saved.loss);
-      out.dhidden = host_floats(g.dhidden);
-      out.dweight = host_floats(g.dweight);
-    }
-    alloc->set_trace({});
-    return out;
+    return run_cross_entropy(h, w, labels, o, bo);
   };
   for (DType dt : {DType::F32, DType::BF16})
     for (bool into : {false, true}) {
@@ -551,10 +560,7 @@ TEST(CrossEntropy, ChunksWithoutLabelsRunNoProductAndChangeNoBitNorAllocation) {
 TEST(CrossEntropy, TheChunkTheLabelsEndInRunsItsProductsOverThemAlone) {
   const int64_t tokens = 40, d = 16, vocab = 29, chunk = 16;
   const std::vector<float> hv = normals(tokens * d, 5), wv = normals(vocab * d, 15), gv = normals(vocab * d, 25);
-  struct Out {
-    std::vector<float> loss, dhidden, dweight;
-    std::vector<std::pair<std::size_t, std::size_t>> requests;
-  };
+  using Out = CrossEntropyRun;
   auto run = [&](DType dt, int64_t labelled, int64_t grain, int64_t nan_from, bool into, bool weight_grads) {
     std::vector<int64_t> lv(std::size_t(tokens), -100);
     for (int64_t r = 0; r < labelled; ++r) lv[std::size_t(r)] = (r * 5 + 2) % vocab;
@@ -574,24 +580,7 @@ TEST(CrossEntropy, TheChunkTheLabelsEndInRunsItsProductsOverThemAlone) {
       bo.accumulate = Accumulate::Yes;
       bo.dweight_into = Tensor::from_floats(gv, {vocab, d}, dt, Device::cpu()).to(kBackend);
     }
-    Out out;
-    auto alloc = allocator_for(kBackend);
-    alloc->set_trace([&](const TraceEvent& e) {
-      if (e.kind == TraceEvent::Kind::Alloc || e.kind == TraceEvent::Kind::Free)
-        out.requests.emplace_back(std::size_t(e.kind), e.size);
-    });
-    {
-      const CrossEntropyOut saved = cross_entropy_forward(ht, w, labels, o);
-      const Tensor dloss = Tensor::full({}, 1.f, DType::F32, kBackend);
-      // NaN in the block dhidden will take from the cache: its rows past the part must be written zero.
-      Tensor::full({tokens, d}, std::nanf(""), dt, kBackend);
-      const CrossEntropyGrads g = cross_entropy_backward(dloss, ht, w, labels, saved, o, bo);
-      out.loss = host_floats(saved.loss);
-      out.dhidden = host_floats(g.dhidden);
-      if (weight_grads) out.dweight = host_floats(g.dweight);
-    }
-    alloc->set_trace({});
-    return out;
+    return run_cross_entropy(ht, w, labels, o, bo);
   };
   auto expect_near = [](const std::vector<float>& got, const std::vector<float>& want, float tol,
                         const std::string& what) {
