@@ -52,28 +52,31 @@ GemmDesc gemm_desc(const Tensor& a, const Tensor& b, const Tensor& c, float alph
   return d;
 }
 
+// The kernel's arguments for the product `d` over a, b, c, with the workspace and scratchpad the product `sized`
+// asks for (d itself, or the whole that d is a part of): made in this order, freed in the reverse (GemmArgs'
+// members), by every GEMM and by gemm_allocations alike.
+GemmArgs gemm_args(const GemmDesc& d, const Tensor& a, const Tensor& b, const Tensor& c, const GemmDesc& sized) {
+  const Kernels& sizing = sizing_kernels(c.device());
+  return GemmArgs{d,
+                  a,
+                  b,
+                  c,
+                  allocate_workspace(sizing.gemm_workspace_bytes(sized), c.device()),
+                  allocate_workspace(sizing.gemm_scratchpad_bytes(sized), c.device())};
+}
+
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float beta) {
   const GemmDesc d = gemm_desc(a, b, c, alpha, beta);
   if (c.numel() == 0) return;
-  const Kernels& sizing = sizing_kernels(c.device());
-  GemmArgs args{d,
-                a,
-                b,
-                c,
-                allocate_workspace(sizing.gemm_workspace_bytes(d), c.device()),
-                allocate_workspace(sizing.gemm_scratchpad_bytes(d), c.device())};
-  launch("gemm", c.device(), &Kernels::gemm, args);
+  launch("gemm", c.device(), &Kernels::gemm, gemm_args(d, a, b, c, d));
 }
 
 void gemm_allocations(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float beta) {
   const GemmDesc d = gemm_desc(a, b, c, alpha, beta);
   if (c.numel() == 0) return;
-  const Kernels& sizing = sizing_kernels(c.device());
-  // Made, then freed, in gemm's order (GemmArgs' members).
-  const Tensor workspace = allocate_workspace(sizing.gemm_workspace_bytes(d), c.device());
-  const Tensor scratchpad = allocate_workspace(sizing.gemm_scratchpad_bytes(d), c.device());
+  gemm_args(d, a, b, c, d);
 }
 
 bool gemm_fits_within(const GemmOperands& part, const GemmOperands& whole, float alpha, float beta) {
@@ -91,19 +94,12 @@ void gemm_within(const GemmOperands& part, const GemmOperands& whole, float alph
            "[gemm_within] the part ", shape_str(part.a.shape()), " @ ", shape_str(part.b.shape()),
            " is not within the product ", shape_str(whole.a.shape()), " @ ", shape_str(whole.b.shape()));
   if (whole.c.numel() == 0) return;
-  const Kernels& sizing = sizing_kernels(whole.c.device());
   const bool same = d.m == w.m && d.n == w.n && d.k == w.k && std::equal(d.a_strides, d.a_strides + 3, w.a_strides) &&
                     std::equal(d.b_strides, d.b_strides + 3, w.b_strides);  // the whole itself: gemm
   HR_CHECK(same || gemm_fits_within(part, whole, alpha, beta), "[gemm_within] the part ", shape_str(part.a.shape()),
            " @ ", shape_str(part.b.shape()), " needs more workspace than the product ", shape_str(whole.a.shape()),
            " @ ", shape_str(whole.b.shape()));
-  // The whole's allocations in gemm's order; the part's kernel runs in them.
-  GemmArgs args{d,
-                part.a,
-                part.b,
-                part.c,
-                allocate_workspace(sizing.gemm_workspace_bytes(w), whole.c.device()),
-                allocate_workspace(sizing.gemm_scratchpad_bytes(w), whole.c.device())};
+  const GemmArgs args = gemm_args(d, part.a, part.b, part.c, w);  // the whole's allocations; the part's kernel
   if (part.c.numel() == 0) return;
   launch("gemm", part.c.device(), &Kernels::gemm, args);
 }
