@@ -282,7 +282,8 @@ TEST(Gemm, PlansForShapesThatComeAndGoStayBounded) {
 }
 
 // gemm_within runs a part of a product (fewer rows, or a shorter inner dimension) with the bits gemm gives that part,
-// writes nothing else, and makes exactly the allocations of the whole product; a part that is not within is refused.
+// writes nothing else, and makes exactly the allocations of the whole product; a part that is not within, or whose
+// kernel here needs more scratch than the whole's, is refused.
 TEST(Gemm, WithinRunsThePartInTheWholeProductsAllocations) {
   const int64_t m = 40, k = 24, n = 29;
   std::vector<float> av(std::size_t(m * k)), bv(std::size_t(k * n));
@@ -300,7 +301,19 @@ TEST(Gemm, WithinRunsThePartInTheWholeProductsAllocations) {
       const GemmOperands whole{a, b, c};
       const GemmOperands part{a.slice(1, 0, p.rows).slice(2, 0, p.inner), b.slice(1, 0, p.inner),
                               c.slice(1, 0, p.rows)};
-      ASSERT_TRUE(gemm_fits_within(part, whole)) << what;
+      if (!gemm_fits_within(part, whole)) {
+        // oneDNN picks its kernel by shape, and a part's may need more scratchpad than the whole's (on AVX-512, f32
+        // with an inner dimension of 5 does): refused by name, nothing written, and the caller runs the whole.
+        ASSERT_FALSE(p.rows == m && p.inner == k) << what << ": the whole always fits itself";
+        try {
+          gemm_within(part, whole, 1.f, 0.f);
+          ADD_FAILURE() << what << ": a part that needs more workspace than its whole ran";
+        } catch (const hr::Error& e) {
+          EXPECT_NE(std::string(e.what()).find("needs more workspace than the product"), std::string::npos) << e.what();
+        }
+        for (float x : c.to_floats()) ASSERT_EQ(x, 7.f) << what << ": written by a refused part";
+        continue;
+      }
       std::vector<std::pair<int, std::size_t>> made, asked;
       auto alloc = allocator_for(Device::cpu());
       auto trace = [&](std::vector<std::pair<int, std::size_t>>& into) {
