@@ -701,6 +701,69 @@ TEST(Attention, NanScoresPropagateLikeTheReference) {
   EXPECT_TRUE(std::isnan(dk[std::size_t((0 * H + 0) * D)])) << "key 0 is seen by the NaN row 3 of head 0";
 }
 
+// On a CPU with AVX512-BF16, a bf16 attention's tile products run in bf16 (attention_bf16.h): P and dS are rounded
+// to bf16 for the products that take them, everything else stays f32. Against the f32 kernel on the same values
+// (bf16 inputs widened), the output and the three gradients stay within bf16's rounding: odd tile edges (69 keys:
+// a last tile of 5), grouped heads, windows, key lengths past the queries and head sizes that are not a multiple of
+// 16. Elsewhere the f32 tiles run for bf16 too, and the op table covers them.
+TEST(Attention, Bf16TileProductsStayWithinBf16OfTheF32Kernel) {
+  if (kBackend.type != DeviceType::CPU) GTEST_SKIP() << "the CPU kernel's bf16 tiles";
+  if (!cpu::bf16_tiles_present())
+    GTEST_SKIP() << "no AVX512-BF16 here (or ONEDNN_MAX_CPU_ISA below avx512_core_bf16): the f32 tiles run for bf16";
+  struct Shape {
+    int64_t B, Lq, Lk, Hq, Hk, D;
+    Mask mask;
+    int64_t window;
+  };
+  const Shape shapes[] = {{2, 69, 69, 4, 2, 64, Mask::Causal, 0},
+                          {1, 70, 133, 2, 2, 40, Mask::None, 0},
+                          {1, 150, 150, 2, 1, 96, Mask::Causal, 45},
+                          {1, 5, 70, 2, 1, 8, Mask::Causal, 0},
+                          {1, 130, 130, 1, 1, 128, Mask::Causal, 0}};
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (const Shape& sh : shapes) {
+    auto pair = [&](int64_t L, int64_t H) {  // the same values in bf16 and in f32
+      std::vector<float> v(std::size_t(sh.B * L * H * sh.D));
+      for (float& x : v) x = to_f32(to_bf16(nd(rng)));
+      return std::pair{Tensor::from_floats(v, {sh.B, L, H, sh.D}, DType::BF16, kBackend),
+                       Tensor::from_floats(v, {sh.B, L, H, sh.D}, DType::F32, kBackend)};
+    };
+    const auto q = pair(sh.Lq, sh.Hq), k = pair(sh.Lk, sh.Hk), v = pair(sh.Lk, sh.Hk), dout = pair(sh.Lq, sh.Hq);
+    const float scale = 1.f / std::sqrt(float(sh.D));
+    const AttentionOut o16 = attention_forward(q.first, k.first, v.first, sh.mask, scale, sh.window);
+    const AttentionOut o32 = attention_forward(q.second, k.second, v.second, sh.mask, scale, sh.window);
+    const AttentionGrads g16 =
+        attention_backward(dout.first, q.first, k.first, v.first, o16, sh.mask, scale, sh.window);
+    const AttentionGrads g32 =
+        attention_backward(dout.second, q.second, k.second, v.second, o32, sh.mask, scale, sh.window);
+    const std::string at = "shape " + std::to_string(sh.Lq) + "x" + std::to_string(sh.Lk) + " d" + std::to_string(sh.D);
+    // Within 2% of the largest value, and not the f32 kernel's values rounded (what the f32 tiles give for bf16).
+    auto near = [&](const Tensor& got, const Tensor& want, const char* what) {
+      const std::vector<float> a = got.to_floats(), b = want.to_floats();
+      ASSERT_EQ(a.size(), b.size());
+      float largest = 0.f, worst = 0.f;
+      int64_t unrounded = 0;
+      for (float x : b) largest = std::max(largest, std::fabs(x));
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(a[i])) << at << " " << what << "[" << i << "]";
+        worst = std::max(worst, std::fabs(a[i] - b[i]));
+        unrounded += a[i] != to_f32(to_bf16(b[i]));
+      }
+      EXPECT_LE(worst, 2e-2f * largest) << at << " " << what << ": largest " << largest;
+      EXPECT_GT(unrounded, 0) << at << " " << what << ": the f32 kernel's values rounded (the f32 tiles ran)";
+    };
+    near(o16.out, o32.out, "out");
+    near(g16.dq, g32.dq, "dq");
+    near(g16.dk, g32.dk, "dk");
+    near(g16.dv, g32.dv, "dv");
+    const std::vector<float> l16 = o16.lse.to_floats(), l32 = o32.lse.to_floats();
+    ASSERT_EQ(l16.size(), l32.size());
+    for (std::size_t i = 0; i < l32.size(); ++i)
+      ASSERT_NEAR(l16[i], l32[i], 1e-3f * std::max(1.f, std::fabs(l32[i]))) << at << " lse[" << i << "]";
+  }
+}
+
 // A sliding window of W keys: the query at position p sees p - W < j <= p (transformers' Mistral mask; its flash
 // path once kept W + 1). So a window of L over L keys is plain causal attention, bit for bit, and one of L - 1 changes
 // the last row alone, which loses key 0. A window needs the causal mask.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/backend/cpu/attention_bf16.h"
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
 
@@ -97,7 +98,26 @@ std::size_t attention_workspace_bytes(const AttentionDesc& a, AttentionPass pass
   return bytes;
 }
 
-void attention_forward(const AttentionArgs& a) {
+namespace {
+
+// The rows of head `head` from sequence position `start` of the batch row at `batch_off`, as bf16 bits (their stride
+// is heads * d).
+template <typename T>
+const uint16_t* bf16_rows(const T* base, int64_t batch_off, int64_t start, int64_t heads, int64_t head, int64_t d) {
+  static_assert(std::is_same_v<T, bf16>);
+  return reinterpret_cast<const uint16_t*>(base + ((batch_off + start) * heads + head) * d);
+}
+
+// Whether a bf16 attention of this shape runs its tile products in bf16 (attention_bf16.h): on a CPU with
+// AVX512-BF16 that oneDNN may use too, for an even head size (the products reduce over pairs).
+bool bf16_tiles_for(const AttentionDesc& s) {
+  return s.dtype == DType::BF16 && s.head_dim % 2 == 0 && bf16_tiles_present();
+}
+
+// The forward over every (batch, head, query tile); kBf16: the tile products in bf16, reading q, k and v in place
+// and packing k and v into the f32 tiles' slots (half their size), the scores rounded to bf16 in place for P V.
+template <typename T, bool kBf16>
+void forward_tiles(const AttentionArgs& a) {
   const AttentionDesc& s = a.desc;
   const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, uniform_off = s.kv_len - s.q_len;
   const int64_t qblocks = (s.q_len + kBlockQ - 1) / kBlockQ;
@@ -106,48 +126,71 @@ void attention_forward(const AttentionArgs& a) {
   const int64_t* past = a.past.defined() ? a.past.data<int64_t>() : nullptr;
   char* ws = static_cast<char*>(a.workspace.data_ptr());
   float* lse = a.lse.data<float>();
-  dispatch_float(s.dtype, "attention", [&](auto tag) {
-    using T = decltype(tag);
-    const T* q = a.q.data<T>();
-    const T* k = a.k.data<T>();
-    const T* v = a.v.data<T>();
-    T* out = a.out.data<T>();
+  const T* q = a.q.data<T>();
+  const T* k = a.k.data<T>();
+  const T* v = a.v.data<T>();
+  T* out = a.out.data<T>();
 #pragma omp parallel for schedule(dynamic)
-    for (int64_t task = 0; task < s.batch * s.q_heads * qblocks; ++task) {
-      const int64_t b = task / (s.q_heads * qblocks), h = (task / qblocks) % s.q_heads, qb = task % qblocks;
-      const int64_t kvh = h / group, i0 = qb * kBlockQ, bq = std::min(kBlockQ, s.q_len - i0);
-      const int64_t off = past ? past[b] : uniform_off;  // query i sits at key position i + off
-      WorkspaceCarver wc(ws + std::size_t(omp_get_thread_num()) * fwd_slot_bytes(d));
-      float* Q = wc.floats(kBlockQ * d);
-      float* O = wc.floats(kBlockQ * d);
-      float* K = wc.floats(kBlockK * d);
-      float* V = wc.floats(kBlockK * d);
-      float* S = wc.floats(kBlockQ * kBlockK);
-      float* m = wc.floats(kBlockQ);
-      float* l = wc.floats(kBlockQ);
-      load_tile(q, b * s.q_len, i0, bq, s.q_heads, h, d, Q, a.scale);
-      std::fill(O, O + bq * d, 0.f);
-      std::fill(m, m + bq, -INFINITY);
-      std::fill(l, l + bq, 0.f);
-      const int64_t kend = causal ? std::min(s.kv_len, i0 + bq + off) : s.kv_len;
-      const int64_t kbegin = window > 0 ? std::max<int64_t>(0, i0 + off - window + 1) : 0;  // the first row's first
-      for (int64_t j0 = kbegin; j0 < kend; j0 += kBlockK) {
-        const int64_t bk = std::min(kBlockK, kend - j0);
+  for (int64_t task = 0; task < s.batch * s.q_heads * qblocks; ++task) {
+    const int64_t b = task / (s.q_heads * qblocks), h = (task / qblocks) % s.q_heads, qb = task % qblocks;
+    const int64_t kvh = h / group, i0 = qb * kBlockQ, bq = std::min(kBlockQ, s.q_len - i0);
+    const int64_t off = past ? past[b] : uniform_off;  // query i sits at key position i + off
+    WorkspaceCarver wc(ws + std::size_t(omp_get_thread_num()) * fwd_slot_bytes(d));
+    float* Q = wc.floats(kBlockQ * d);
+    float* O = wc.floats(kBlockQ * d);
+    float* K = wc.floats(kBlockK * d);
+    float* V = wc.floats(kBlockK * d);
+    float* S = wc.floats(kBlockQ * kBlockK);
+    float* m = wc.floats(kBlockQ);
+    float* l = wc.floats(kBlockQ);
+    if constexpr (!kBf16) load_tile(q, b * s.q_len, i0, bq, s.q_heads, h, d, Q, a.scale);
+    std::fill(O, O + bq * d, 0.f);
+    std::fill(m, m + bq, -INFINITY);
+    std::fill(l, l + bq, 0.f);
+    const int64_t kend = causal ? std::min(s.kv_len, i0 + bq + off) : s.kv_len;
+    const int64_t kbegin = window > 0 ? std::max<int64_t>(0, i0 + off - window + 1) : 0;  // the first row's first
+    for (int64_t j0 = kbegin; j0 < kend; j0 += kBlockK) {
+      const int64_t bk = std::min(kBlockK, kend - j0);
+      if constexpr (kBf16) {
+        auto* Kt = reinterpret_cast<uint32_t*>(K);
+        auto* Vp = reinterpret_cast<uint32_t*>(V);
+        bf16_tiles::pack_transposed(bf16_rows(k, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, Kt);
+        bf16_tiles::pack_rows(bf16_rows(v, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, Vp);
+        bf16_tiles::dot(bq, bk, d / 2, bf16_rows(q, b * s.q_len, i0, s.q_heads, h, d), s.q_heads * d, Kt, S, bk,
+                        a.scale, false);
+      } else {
         load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
         load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
-        MapM Sm(S, bq, bk);
-        Sm.noalias() = MapM(Q, bq, d) * MapM(K, bk, d).transpose();
-        for (int64_t r = 0; r < bq; ++r)
-          online_softmax_row(S + r * bk, bk, seen_keys(causal, window, i0 + r + off, j0, bk), m[r], l[r], O + r * d, d);
-        MapM(O, bq, d).noalias() += Sm * MapM(V, bk, d);
+        MapM(S, bq, bk).noalias() = MapM(Q, bq, d) * MapM(K, bk, d).transpose();
       }
-      for (int64_t r = 0; r < bq; ++r) {  // l is 0 for a fully masked row only; NaN stays NaN
-        const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
-        for (int64_t c = 0; c < d; ++c) O[r * d + c] *= inv;
-        lse[(b * s.q_heads + h) * s.q_len + i0 + r] = l[r] == 0.f ? -INFINITY : m[r] + std::log(l[r]);
+      for (int64_t r = 0; r < bq; ++r)
+        online_softmax_row(S + r * bk, bk, seen_keys(causal, window, i0 + r + off, j0, bk), m[r], l[r], O + r * d, d);
+      if constexpr (kBf16) {
+        const int64_t bke = bk + (bk & 1);  // P's rows padded to whole pairs
+        auto* P = reinterpret_cast<uint16_t*>(S);
+        bf16_tiles::round_rows(S, bk, bq, bk, P, bke);
+        bf16_tiles::dot(bq, d, bke / 2, P, bke, reinterpret_cast<const uint32_t*>(V), O, d, 1.f, true);
+      } else {
+        MapM(O, bq, d).noalias() += MapM(S, bq, bk) * MapM(V, bk, d);
       }
-      store_tile(out, b * s.q_len, i0, bq, s.q_heads, h, d, O);
     }
+    for (int64_t r = 0; r < bq; ++r) {  // l is 0 for a fully masked row only; NaN stays NaN
+      const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
+      for (int64_t c = 0; c < d; ++c) O[r * d + c] *= inv;
+      lse[(b * s.q_heads + h) * s.q_len + i0 + r] = l[r] == 0.f ? -INFINITY : m[r] + std::log(l[r]);
+    }
+    store_tile(out, b * s.q_len, i0, bq, s.q_heads, h, d, O);
+  }
+}
+
+}  // namespace
+
+void attention_forward(const AttentionArgs& a) {
+  dispatch_float(a.desc.dtype, "attention", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, bf16>)
+      if (bf16_tiles_for(a.desc)) return forward_tiles<T, true>(a);
+    forward_tiles<T, false>(a);
   });
 }
 
@@ -189,22 +232,41 @@ struct BackwardInputs {
   float* dq32;  // dQ accumulated in f32
 };
 
+// The pairs layouts of a bf16 backward's key tile, in the f32 tiles' slots (each half their size or less): K^T and
+// V^T for the products with Q and dO, and K by key pairs for dQ = dS K.
+struct Bf16KeyTile {
+  uint32_t *Kt, *Kp, *Vt;
+  Bf16KeyTile(BackwardTiles& t, int64_t d)
+      : Kt(reinterpret_cast<uint32_t*>(t.K)), Kp(Kt + d / 2 * kBlockK), Vt(reinterpret_cast<uint32_t*>(t.V)) {}
+};
+
 // One query tile (rows i0.. of head h, batch b) against the key tile loaded at j0 (bk keys): P and dS recomputed
-// from the forward's log-sum-exp, then this tile's share of dV and dK (accumulated in the tiles) and of dQ.
-template <typename T>
+// from the forward's log-sum-exp, then this tile's share of dV and dK (accumulated in the tiles) and of dQ. kBf16:
+// the products in bf16 (q and dO read in place and packed by row pairs into their f32 tiles' slots; P and dS rounded
+// to bf16 in place, their transposes in the second half of the same slots).
+template <typename T, bool kBf16>
 void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, BackwardTiles& t, int64_t b, int64_t h,
                    int64_t i0, int64_t j0, int64_t bk) {
   const AttentionDesc& s = a.desc;
   const int64_t d = s.head_dim, off = s.kv_len - s.q_len, bq = std::min(kBlockQ, s.q_len - i0);
   const bool causal = s.mask == Mask::Causal;
   const int64_t window = s.applied_window();
-  load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
-  load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
   MapM Pm(t.P, bq, bk), dPm(t.dP, bq, bk);
-  Pm.noalias() = MapM(t.Q, bq, d) * MapM(t.K, bk, d).transpose();
+  if constexpr (kBf16) {
+    const Bf16KeyTile kt(t, d);
+    const int64_t ld = s.q_heads * d;
+    const uint16_t* q = bf16_rows(in.q, b * s.q_len, i0, s.q_heads, h, d);
+    const uint16_t* dout = bf16_rows(in.dout, b * s.q_len, i0, s.q_heads, h, d);
+    bf16_tiles::dot(bq, bk, d / 2, q, ld, kt.Kt, t.P, bk, 1.f, false);
+    bf16_tiles::dot(bq, bk, d / 2, dout, ld, kt.Vt, t.dP, bk, 1.f, false);
+  } else {
+    load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
+    load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
+    Pm.noalias() = MapM(t.Q, bq, d) * MapM(t.K, bk, d).transpose();
+    dPm.noalias() = MapM(t.dO, bq, d) * MapM(t.V, bk, d).transpose();
+  }
   const float* lrow = in.lse + (b * s.q_heads + h) * s.q_len + i0;
   const float* drow = in.delta + (b * s.q_heads + h) * s.q_len + i0;
-  dPm.noalias() = MapM(t.dO, bq, d) * MapM(t.V, bk, d).transpose();
   for (int64_t r = 0; r < bq; ++r) {
     Seen seen = seen_keys(causal, window, i0 + r + off, j0, bk);
     if (lrow[r] == -INFINITY) seen.last = seen.first;  // a row that saw nothing
@@ -218,12 +280,72 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
       std::fill(row + seen.last, row + bk, 0.f);
     }
   }
-  MapM(t.dV, bk, d).noalias() += Pm.transpose() * MapM(t.dO, bq, d);
-  MapM(t.dK, bk, d).noalias() += dPm.transpose() * MapM(t.Q, bq, d);
-  MapM(t.dQt, bq, d).noalias() = dPm * MapM(t.K, bk, d);
+  if constexpr (kBf16) {
+    const Bf16KeyTile kt(t, d);
+    const int64_t ld = s.q_heads * d, bke = bk + (bk & 1), bqe = bq + (bq & 1);  // pairs: odd lengths padded
+    auto* Qp = reinterpret_cast<uint32_t*>(t.Q);
+    auto* dOp = reinterpret_cast<uint32_t*>(t.dO);
+    bf16_tiles::pack_rows(bf16_rows(in.q, b * s.q_len, i0, s.q_heads, h, d), ld, bq, d, Qp);
+    bf16_tiles::pack_rows(bf16_rows(in.dout, b * s.q_len, i0, s.q_heads, h, d), ld, bq, d, dOp);
+    auto* P = reinterpret_cast<uint16_t*>(t.P);
+    auto* dS = reinterpret_cast<uint16_t*>(t.dP);
+    uint16_t* Pt = P + kBlockQ * kBlockK;  // the slot's second half
+    uint16_t* dSt = dS + kBlockQ * kBlockK;
+    bf16_tiles::round_rows(t.P, bk, bq, bk, P, bke);
+    bf16_tiles::round_rows(t.dP, bk, bq, bk, dS, bke);
+    bf16_tiles::transpose(P, bke, bq, bk, Pt, bqe);
+    bf16_tiles::transpose(dS, bke, bq, bk, dSt, bqe);
+    bf16_tiles::dot(bk, d, bqe / 2, Pt, bqe, dOp, t.dV, d, 1.f, true);
+    bf16_tiles::dot(bk, d, bqe / 2, dSt, bqe, Qp, t.dK, d, 1.f, true);
+    bf16_tiles::dot(bq, d, bke / 2, dS, bke, kt.Kp, t.dQt, d, 1.f, false);
+  } else {
+    MapM(t.dV, bk, d).noalias() += Pm.transpose() * MapM(t.dO, bq, d);
+    MapM(t.dK, bk, d).noalias() += dPm.transpose() * MapM(t.Q, bq, d);
+    MapM(t.dQt, bq, d).noalias() = dPm * MapM(t.K, bk, d);
+  }
   for (int64_t r = 0; r < bq; ++r) {
     float* dst = in.dq32 + ((b * s.q_len + i0 + r) * s.q_heads + h) * d;
     for (int64_t c = 0; c < d; ++c) dst[c] += t.dQt[r * d + c];
+  }
+}
+
+// The backward over every (batch, kv head) and its key tiles, accumulating dQ in f32 into `in.dq32`.
+template <typename T, bool kBf16>
+void backward_tiles(const AttentionArgs& a, const BackwardInputs<T>& in, char* ws) {
+  const AttentionDesc& s = a.desc;
+  const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, off = s.kv_len - s.q_len;
+  const bool causal = s.mask == Mask::Causal;
+  const int64_t window = s.applied_window();
+  const T* k = a.k.data<T>();
+  const T* v = a.v.data<T>();
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t unit = 0; unit < s.batch * s.kv_heads; ++unit) {
+    const int64_t b = unit / s.kv_heads, kvh = unit % s.kv_heads;
+    WorkspaceCarver wc(ws + std::size_t(omp_get_thread_num()) * bwd_slot_bytes(d));
+    BackwardTiles t(wc, d);
+    for (int64_t j0 = 0; j0 < s.kv_len; j0 += kBlockK) {
+      const int64_t bk = std::min(kBlockK, s.kv_len - j0);
+      if constexpr (kBf16) {
+        const Bf16KeyTile kt(t, d);
+        const uint16_t* krows = bf16_rows(k, b * s.kv_len, j0, s.kv_heads, kvh, d);
+        bf16_tiles::pack_transposed(krows, s.kv_heads * d, bk, d, kt.Kt);
+        bf16_tiles::pack_rows(krows, s.kv_heads * d, bk, d, kt.Kp);
+        bf16_tiles::pack_transposed(bf16_rows(v, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, kt.Vt);
+      } else {
+        load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.K);
+        load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.V);
+      }
+      std::fill(t.dK, t.dK + bk * d, 0.f);
+      std::fill(t.dV, t.dV + bk * d, 0.f);
+      // With the causal mask, query rows before j0 - off see none of these keys; with a window, neither do the
+      // rows from j0 + bk - 1 + window - off on.
+      const int64_t ifirst = causal ? std::max<int64_t>(0, j0 - off) / kBlockQ * kBlockQ : 0;
+      const int64_t iend = window > 0 ? std::clamp<int64_t>(j0 + bk - 1 + window - off, 0, s.q_len) : s.q_len;
+      for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+        for (int64_t i0 = ifirst; i0 < iend; i0 += kBlockQ) backward_tile<T, kBf16>(a, in, t, b, h, i0, j0, bk);
+      store_tile(a.dk.data<T>(), b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.dK);
+      store_tile(a.dv.data<T>(), b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.dV);
+    }
   }
 }
 
@@ -231,43 +353,25 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
 
 void attention_backward(const AttentionArgs& a) {
   const AttentionDesc& s = a.desc;
-  const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, off = s.kv_len - s.q_len;
-  const bool causal = s.mask == Mask::Causal;
-  const int64_t window = s.applied_window();
+  const int64_t d = s.head_dim;
   const int64_t slots = num_threads();
   char* ws = static_cast<char*>(a.workspace.data_ptr());
   WorkspaceCarver shared(ws + std::size_t(slots) * bwd_slot_bytes(d));
   float* delta = shared.floats(std::size_t(s.batch * s.q_heads * s.q_len));
   dispatch_float(s.dtype, "attention_backward", [&](auto tag) {
     using T = decltype(tag);
-    const T* k = a.k.data<T>();
-    const T* v = a.v.data<T>();
     const int64_t dq_n = s.batch * s.q_len * s.q_heads * d;
     float* dq32 =
         std::is_same_v<T, float> ? reinterpret_cast<float*>(a.dq.data_ptr()) : shared.floats(std::size_t(dq_n));
     std::fill(dq32, dq32 + dq_n, 0.f);
     row_deltas(s, a.dout.data<T>(), a.out.data<T>(), delta);
     const BackwardInputs<T> in{a.q.data<T>(), a.dout.data<T>(), a.lse.data<float>(), delta, dq32};
-#pragma omp parallel for schedule(dynamic)
-    for (int64_t unit = 0; unit < s.batch * s.kv_heads; ++unit) {
-      const int64_t b = unit / s.kv_heads, kvh = unit % s.kv_heads;
-      WorkspaceCarver wc(ws + std::size_t(omp_get_thread_num()) * bwd_slot_bytes(d));
-      BackwardTiles t(wc, d);
-      for (int64_t j0 = 0; j0 < s.kv_len; j0 += kBlockK) {
-        const int64_t bk = std::min(kBlockK, s.kv_len - j0);
-        load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.K);
-        load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.V);
-        std::fill(t.dK, t.dK + bk * d, 0.f);
-        std::fill(t.dV, t.dV + bk * d, 0.f);
-        // With the causal mask, query rows before j0 - off see none of these keys; with a window, neither do the
-        // rows from j0 + bk - 1 + window - off on.
-        const int64_t ifirst = causal ? std::max<int64_t>(0, j0 - off) / kBlockQ * kBlockQ : 0;
-        const int64_t iend = window > 0 ? std::clamp<int64_t>(j0 + bk - 1 + window - off, 0, s.q_len) : s.q_len;
-        for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-          for (int64_t i0 = ifirst; i0 < iend; i0 += kBlockQ) backward_tile(a, in, t, b, h, i0, j0, bk);
-        store_tile(a.dk.data<T>(), b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.dK);
-        store_tile(a.dv.data<T>(), b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.dV);
-      }
+    bool bf16_products = false;
+    if constexpr (std::is_same_v<T, bf16>) bf16_products = bf16_tiles_for(s);
+    if (bf16_products) {
+      if constexpr (std::is_same_v<T, bf16>) backward_tiles<T, true>(a, in, ws);
+    } else {
+      backward_tiles<T, false>(a, in, ws);
     }
     if constexpr (!std::is_same_v<T, float>) {
       T* dq = a.dq.data<T>();

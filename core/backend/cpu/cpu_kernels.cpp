@@ -2,6 +2,14 @@
 // kernel on the CPU (one stream: asynchronous and side copies are copies; a KV cache's attention is the forward).
 #include "core/backend/cpu/cpu_kernels.h"
 
+#include <oneapi/dnnl/dnnl.hpp>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/kernels.h"
 
@@ -12,6 +20,33 @@ bool attention_isa_present() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
   return true;
+#endif
+}
+
+bool bf16_tiles_present() {
+#if defined(__x86_64__) && defined(HR_HAVE_BF16_TILES)
+  static const bool present = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+                              __builtin_cpu_supports("avx512vl") &&
+                              dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16;
+  return present;
+#else
+  return false;
+#endif
+}
+
+bool amx_tiles_present() {
+#if defined(__x86_64__) && defined(HR_HAVE_BF16_TILES)
+  static const bool present = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!bf16_tiles_present() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    const bool amx_bf16 = edx & (1u << 22), amx_tile = edx & (1u << 24);
+    if (!amx_bf16 || !amx_tile || dnnl::get_effective_cpu_isa() < dnnl::cpu_isa::avx512_core_amx) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;  // <asm/prctl.h>, XFEATURE_XTILEDATA
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+  }();
+  return present;
+#else
+  return false;
 #endif
 }
 

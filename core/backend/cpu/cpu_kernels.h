@@ -19,6 +19,14 @@ const char* gemm_path(const GemmDesc& d);
 std::size_t gemm_plans_cached();
 // Whether this CPU runs the attention kernels (compiled for AVX2 + FMA on x86-64).
 bool attention_isa_present();
+// Whether a bf16 attention runs its tile products as AVX512-BF16 dot products (attention_bf16.h): the CPU has
+// AVX512-BF16 and oneDNN may use it (ONEDNN_MAX_CPU_ISA below avx512_core_bf16 turns both off, so that one
+// machine runs the paths the others take). Decided once per process.
+bool bf16_tiles_present();
+// Whether those products run on AMX tiles where their shapes are whole tiles: bf16_tiles_present(), the CPU has
+// AMX-BF16, oneDNN may use it (ONEDNN_MAX_CPU_ISA at least avx512_core_amx) and the kernel grants this process the
+// tile data (Linux's arch_prctl(ARCH_REQ_XCOMP_PERM), which oneDNN asks for too). Decided once per process.
+bool amx_tiles_present();
 
 // out[i] = exp(in[i]) for n floats (out may be in): Eigen's vectorized exp, compiled for AVX2 + FMA
 // (vector_math.cpp), called only where attention_isa_present().
