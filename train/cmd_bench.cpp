@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "core/backend/cpu/cpu_kernels.h"
 #include "models/hf_config.h"
 #include "train/cli_args.h"
 #include "train/commands.h"
@@ -73,6 +74,13 @@ const char* bf16_path(dnnl::cpu_isa isa) {
     default:
       return "AVX2, bf16 widened to f32 (no AVX-512)";
   }
+}
+
+// What a bf16 attention's tile products run on here (core/backend/cpu/attention_bf16.h).
+const char* bf16_attention_path() {
+  if (cpu::amx_tiles_present()) return "AMX tiles (AVX512-BF16 dot products at tile edges)";
+  if (cpu::bf16_tiles_present()) return "AVX512-BF16 dot products";
+  return "f32 tiles, bf16 widened (no AVX512-BF16)";
 }
 
 const char* isa_name(dnnl::cpu_isa isa) {
@@ -203,6 +211,7 @@ json setup_json(const std::string& config, const RunConfig& c, const Plan& plan,
       {"cpu_id", cpu},
       {"isa", isa_name(dnnl::get_effective_cpu_isa())},
       {"bf16_gemm", bf16_path(dnnl::get_effective_cpu_isa())},
+      {"bf16_attention", bf16_attention_path()},
       {"device", run_device_of(c).name()},
       {"world_size", world},
       {"threads_per_rank", omp_get_max_threads()},

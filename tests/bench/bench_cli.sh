@@ -24,7 +24,7 @@ assert 0 < b["loss_tokens_per_step"] < b["tokens_per_step"], b  # the answers' t
 # 2 x parameters x tokens for the matmuls alone, forward and backward, is a floor for the model's FLOPs.
 assert b["model_gflop_per_step"] * 1e9 > 6 * 1.5e6 * 4 * 128, b
 assert b["hf_config"]["model_type"] == "llava", b
-assert b["peak_rss_mib"] > 0 and b["isa"] and b["cpu"] and b["bf16_gemm"], b
+assert b["peak_rss_mib"] > 0 and b["isa"] and b["cpu"] and b["bf16_gemm"] and b["bf16_attention"], b
 assert b["cpu_id"]["vendor"] and b["cpu_id"]["family"] is not None and b["cpu_id"]["model"] is not None, b["cpu_id"]
 PY
 # The run's own lines went to stderr; no checkpoint, no evaluation.

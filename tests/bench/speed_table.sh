@@ -62,12 +62,14 @@ for prec in bf16 fp32; do
   row "5.2M, 64-px PNG from disk (32 a step)" tests/bench/configs/bench-5m-disk.yaml $prec none
   row "5.2M, fixed-shape synthetic (32 a step)" tests/bench/configs/bench-5m-synth.yaml $prec none
 done
-# The machine the rows ran on: the CPU by vendor, family and model, oneDNN's ISA and what the bf16 GEMMs run on.
+# The machine the rows ran on: the CPU by vendor, family and model, oneDNN's ISA and what the bf16 GEMMs and attention
+# tiles run on.
 python3 - "$out"/*.headroom.json <<'PY'
 import json
 import sys
 b = json.load(open(sys.argv[1]))
 c = b.get("cpu_id", {})
 print(f"\nCPU: {c.get('name', b['cpu'])} ({c.get('vendor', '?')} family {c.get('family', '?')} model "
-      f"{c.get('model', '?')}), {b['threads_per_rank']} threads; oneDNN ISA {b['isa']}; bf16 GEMMs on {b.get('bf16_gemm', '?')}")
+      f"{c.get('model', '?')}), {b['threads_per_rank']} threads; oneDNN ISA {b['isa']}; bf16 GEMMs on {b.get('bf16_gemm', '?')}; "
+      f"bf16 attention tiles on {b.get('bf16_attention', '?')}")
 PY
