@@ -5,9 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/check.h"
-
 #include "core/backend/cpu/cpu_kernels.h"
+#include "core/check.h"
 
 #if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>

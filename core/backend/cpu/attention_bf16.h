@@ -1,10 +1,10 @@
 // The CPU attention's bf16 tile products: AMX tiles (tdpbf16ps) where the CPU has them and the product is whole
 // 32 x 32 blocks over 32-element steps, AVX512-BF16 dot products (vdpbf16ps) for the rest, so that a bf16 attention's
-// products are not widened to f32 first. On Intel cores vdpbf16ps does as many multiply-adds a cycle as two f32 FMA
-// ports, so there the gain is AMX's; Zen 4 and Zen 5 run it at twice their f32 FMA rate. The softmax and every accumulation stay in f32 (as SDPA's and
+// products are not widened to f32 first. On the Intel Xeon measured (README), vdpbf16ps alone ran the attention no
+// faster than the f32 tiles: the gain there is AMX's. The softmax and every accumulation stay in f32 (as SDPA's and
 // FlashAttention's bf16 kernels keep them); the probabilities and the score gradients are rounded to bf16 for the
 // products that take them, as theirs are. attention.cpp calls these where bf16_tiles_present(); the file is built
-// with AVX-512 flags (core/CMakeLists.txt), so nothing here may run on a CPU without them.
+// with AVX-512 and AMX flags (core/CMakeLists.txt), so nothing here may run on a CPU without them.
 //
 // Layouts, in bf16 elements (uint16_t) or bf16 pairs (uint32_t, two bf16 of one reduction step, low half first):
 //   A: row-major, rows of `lda` elements whose reduction runs over consecutive pairs (an odd length padded with 0);
