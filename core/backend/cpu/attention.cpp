@@ -28,12 +28,19 @@ std::size_t bwd_slot_bytes(int64_t d) {
          WorkspaceCarver::bytes(kBlockQ * kBlockK) * 2;
 }
 
+// The row of head `head` at sequence position `pos` of the batch row starting at `batch_off` ([batch, seq, heads, d]:
+// the next position's row is heads * d further on).
+template <typename T>
+T* head_row(T* base, int64_t batch_off, int64_t pos, int64_t heads, int64_t head, int64_t d) {
+  return base + ((batch_off + pos) * heads + head) * d;
+}
+
 // Copies `rows` rows of head `head` starting at sequence position `start` into a dense f32 tile.
 template <typename T>
 void load_tile(const T* base, int64_t batch_off, int64_t start, int64_t rows, int64_t heads, int64_t head, int64_t d,
                float* tile, float mul = 1.f) {
   for (int64_t r = 0; r < rows; ++r) {
-    const T* src = base + ((batch_off + start + r) * heads + head) * d;
+    const T* src = head_row(base, batch_off, start + r, heads, head, d);
     for (int64_t c = 0; c < d; ++c) tile[r * d + c] = load(src, c) * mul;
   }
 }
@@ -42,7 +49,7 @@ template <typename T>
 void store_tile(T* base, int64_t batch_off, int64_t start, int64_t rows, int64_t heads, int64_t head, int64_t d,
                 const float* tile) {
   for (int64_t r = 0; r < rows; ++r) {
-    T* dst = base + ((batch_off + start + r) * heads + head) * d;
+    T* dst = head_row(base, batch_off, start + r, heads, head, d);
     for (int64_t c = 0; c < d; ++c) store(dst, c, tile[r * d + c]);
   }
 }
@@ -100,12 +107,10 @@ std::size_t attention_workspace_bytes(const AttentionDesc& a, AttentionPass pass
 
 namespace {
 
-// The rows of head `head` from sequence position `start` of the batch row at `batch_off`, as bf16 bits (their stride
-// is heads * d).
-template <typename T>
-const uint16_t* bf16_rows(const T* base, int64_t batch_off, int64_t start, int64_t heads, int64_t head, int64_t d) {
-  static_assert(std::is_same_v<T, bf16>);
-  return reinterpret_cast<const uint16_t*>(base + ((batch_off + start) * heads + head) * d);
+// head_row's rows as bf16 bits, for the bf16 tile products.
+inline const uint16_t* bf16_rows(const bf16* base, int64_t batch_off, int64_t start, int64_t heads, int64_t head,
+                                 int64_t d) {
+  return reinterpret_cast<const uint16_t*>(head_row(base, batch_off, start, heads, head, d));
 }
 
 // Whether a bf16 attention of this shape runs its tile products in bf16 (attention_bf16.h): on a CPU with
@@ -366,10 +371,11 @@ void attention_backward(const AttentionArgs& a) {
     std::fill(dq32, dq32 + dq_n, 0.f);
     row_deltas(s, a.dout.data<T>(), a.out.data<T>(), delta);
     const BackwardInputs<T> in{a.q.data<T>(), a.dout.data<T>(), a.lse.data<float>(), delta, dq32};
-    bool bf16_products = false;
-    if constexpr (std::is_same_v<T, bf16>) bf16_products = bf16_tiles_for(s);
-    if (bf16_products) {
-      if constexpr (std::is_same_v<T, bf16>) backward_tiles<T, true>(a, in, ws);
+    if constexpr (std::is_same_v<T, bf16>) {
+      if (bf16_tiles_for(s))
+        backward_tiles<T, true>(a, in, ws);
+      else
+        backward_tiles<T, false>(a, in, ws);
     } else {
       backward_tiles<T, false>(a, in, ws);
     }
