@@ -715,6 +715,33 @@ std::vector<OpCase> row_cases() {
     c.reference = [](const Values& v) { return norm_ref(v[0], v[1], nullptr, 16, false, 1e-6); };
     cases.push_back(c);
   }
+  // Rows of 21 (two blocks of the row sums' 8 lanes and a tail of 5), over more rows than threads.
+  {
+    OpCase c;
+    c.name = "layernorm_cols21";
+    c.inputs = {rnd({9, 21}, -2, 2), rnd({21}, 0.5, 1.5), rnd({21})};
+    c.forward = [](const std::vector<Tensor>& t) { return layernorm_forward(t[0], t[1], t[2], 1e-5f).y; };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      NormOut o = layernorm_forward(t[0], t[1], t[2], 1e-5f);
+      NormGrads g = layernorm_backward(dy, t[0], t[1], Bias::Yes, o.saved);
+      return std::vector<Tensor>{g.dx, g.dweight, g.dbias};
+    };
+    c.reference = [](const Values& v) { return norm_ref(v[0], v[1], &v[2], 21, true, 1e-5); };
+    cases.push_back(c);
+  }
+  {
+    OpCase c;
+    c.name = "rmsnorm_cols21";
+    c.inputs = {rnd({9, 21}, -2, 2), rnd({21}, 0.5, 1.5)};
+    c.forward = [](const std::vector<Tensor>& t) { return rmsnorm_forward(t[0], t[1], 1e-6f).y; };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      NormOut o = rmsnorm_forward(t[0], t[1], 1e-6f);
+      NormGrads g = rmsnorm_backward(dy, t[0], t[1], o.saved);
+      return std::vector<Tensor>{g.dx, g.dweight};
+    };
+    c.reference = [](const Values& v) { return norm_ref(v[0], v[1], nullptr, 21, false, 1e-6); };
+    cases.push_back(c);
+  }
   // The fused residual add (a pre-norm block's h = x + r feeding the norm): out = h + norm(h), so the backward's
   // add_to_dx carries the residual stream's gradient. x is copied first: the forward adds into it in place.
   for (const bool layer : {false, true}) {
@@ -792,6 +819,21 @@ std::vector<OpCase> row_cases() {
     };
     cases.push_back(c);
   }
+  {  // 21,007 elements: 64 chunks of ~328 over both threads, each in the sum's 8 lanes with a tail
+    OpCase c;
+    c.name = "sum_long";
+    c.inputs = {rnd({3001, 7})};
+    c.forward = [](const std::vector<Tensor>& t) { return sum(t[0]); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return std::vector<Tensor>{sum_backward(dy, t[0])};
+    };
+    c.reference = [](const Values& v) {
+      double s = 0;
+      for (double e : v[0]) s += e;
+      return std::vector<double>{s};
+    };
+    cases.push_back(c);
+  }
   {
     OpCase c;
     c.name = "mean";
@@ -811,6 +853,22 @@ std::vector<OpCase> row_cases() {
     OpCase c;
     c.name = "global_norm";
     c.inputs = {rnd({3, 4}), rnd({5})};
+    c.forward = [](const std::vector<Tensor>& t) { return global_norm({t[0], t[1]}); };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      return global_norm_backward(dy, {t[0], t[1]}, global_norm({t[0], t[1]}));
+    };
+    c.reference = [](const Values& v) {
+      double s = 0;
+      for (const auto& x : v)
+        for (double e : x) s += e * e;
+      return std::vector<double>{std::sqrt(s)};
+    };
+    cases.push_back(c);
+  }
+  {  // the same over tensors of 14,995 and 1,001 elements (the sums of squares in lanes, with tails)
+    OpCase c;
+    c.name = "global_norm_long";
+    c.inputs = {rnd({2999, 5}), rnd({1001})};
     c.forward = [](const std::vector<Tensor>& t) { return global_norm({t[0], t[1]}); };
     c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
       return global_norm_backward(dy, {t[0], t[1]}, global_norm({t[0], t[1]}));

@@ -77,6 +77,116 @@ TEST(Sgd, MomentumWithAndWithoutNesterovFollowsTorchsAlgorithm) {
   EXPECT_NE(a.to_floats()[0], b.to_floats()[0]);
 }
 
+namespace {
+
+// Values in [-1, 1) from a fixed seed, as f32 (and exactly representable in bf16 where `bf16_exact`).
+std::vector<float> spread(int64_t n, unsigned seed, bool bf16_exact = false) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  uint32_t x = seed * 2654435761u + 1u;
+  for (auto& e : v) {
+    x = x * 1664525u + 1013904223u;
+    e = float(int32_t(x >> 8) - (1 << 23)) / float(1 << 23);
+    if (bf16_exact) e = to_f32(to_bf16(e));
+  }
+  return v;
+}
+
+// Longer than one thread's share and one span of the updates (4,096 elements), and not a multiple of any vector
+// width: every element's update runs in the vector loops or their tails, on both threads.
+constexpr int64_t kLong = 5 * 4096 + 37;
+
+}  // namespace
+
+// Each element of a long tensor takes torch.optim.AdamW's two steps: f32 without master weights; bf16 parameters
+// and gradients with an f32 master and a gradient scale, the parameter then the master rounded.
+TEST(AdamW, EveryElementOfALongTensorTakesTheReferenceSteps) {
+  for (const bool bf16 : {false, true}) {
+    const DType dt = bf16 ? DType::BF16 : DType::F32;
+    const std::vector<float> w0 = spread(kLong, 1, bf16);
+    Tensor p = Tensor::from_floats(w0, {kLong}, dt, Device::cpu());
+    Tensor master = bf16 ? Tensor::from_floats(w0, {kLong}, DType::F32, Device::cpu()) : Tensor();
+    Tensor m = Tensor::zeros({kLong}, DType::F32, Device::cpu()), v = Tensor::zeros({kLong}, DType::F32, Device::cpu());
+    std::vector<double> rp(w0.begin(), w0.end()), rm(w0.size(), 0), rv(w0.size(), 0);
+    const double lr = 0.01, b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1, scale = bf16 ? 0.5 : 1.0;
+    for (int s = 1; s <= 2; ++s) {
+      const std::vector<float> g = spread(kLong, 10 + s, bf16);
+      adamw_update(p, Tensor::from_floats(g, {kLong}, dt, Device::cpu()), master, m, v,
+                   {float(lr), float(b1), float(b2), float(eps), float(wd), s, float(scale)});
+      for (std::size_t i = 0; i < rp.size(); ++i) {
+        const double gi = g[i] * scale;
+        rp[i] *= 1 - lr * wd;
+        rm[i] = b1 * rm[i] + (1 - b1) * gi;
+        rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
+        rp[i] -= lr * (rm[i] / (1 - std::pow(b1, s))) / (std::sqrt(rv[i] / (1 - std::pow(b2, s))) + eps);
+      }
+    }
+    const std::vector<float> got = (bf16 ? master : p).to_floats(), rounded = p.to_floats();
+    for (std::size_t i = 0; i < rp.size(); ++i) {
+      ASSERT_NEAR(got[i], rp[i], 1e-6) << (bf16 ? "bf16 master " : "f32 ") << i;
+      if (bf16) {
+        ASSERT_EQ(rounded[i], to_f32(to_bf16(got[i]))) << "bf16 parameter " << i;
+      }
+    }
+  }
+}
+
+// The same for SGD with momentum (heavy ball and Nesterov) and coupled weight decay, over a long tensor.
+TEST(Sgd, EveryElementOfALongTensorTakesTheReferenceSteps) {
+  for (const bool nesterov : {false, true}) {
+    const std::vector<float> w0 = spread(kLong, 2);
+    Tensor p = Tensor::from_floats(w0, {kLong}, DType::F32, Device::cpu());
+    Tensor buf = Tensor::zeros({kLong}, DType::F32, Device::cpu());
+    std::vector<double> rp(w0.begin(), w0.end()), rb(w0.size(), 0);
+    for (int s = 1; s <= 2; ++s) {
+      const std::vector<float> g = spread(kLong, 20 + s);
+      sgd_update(p, Tensor::from_floats(g, {kLong}, DType::F32, Device::cpu()), Tensor(), buf,
+                 {0.1f, 0.9f, 0.01f, 1.f, nesterov});
+      for (std::size_t i = 0; i < rp.size(); ++i) {
+        const double gi = g[i] + 0.01 * rp[i];
+        rb[i] = 0.9 * rb[i] + gi;
+        rp[i] -= 0.1 * (nesterov ? gi + 0.9 * rb[i] : rb[i]);
+      }
+    }
+    const std::vector<float> got = p.to_floats();
+    for (std::size_t i = 0; i < rp.size(); ++i)
+      ASSERT_NEAR(got[i], rp[i], 1e-6) << (nesterov ? "nesterov " : "heavy ball ") << i;
+  }
+}
+
+// Adafactor's factored step (Shazeer & Stern: row and column means of g^2 + eps1, v = r c / mean(r), u = g /
+// sqrt(v) clipped by its RMS) on a long matrix, element by element against the formula in double.
+TEST(Adafactor, EveryElementOfALongMatrixTakesTheReferenceStep) {
+  const int64_t rows = 161, cols = 131;
+  const std::vector<float> w0 = spread(rows * cols, 3), g = spread(rows * cols, 30);
+  Tensor w = Tensor::from_floats(w0, {rows, cols}, DType::F32, Device::cpu());
+  Tensor r = Tensor::zeros({rows}, DType::F32, Device::cpu()), c = Tensor::zeros({cols}, DType::F32, Device::cpu());
+  AdafactorHyper h;
+  h.lr = 0.01f, h.weight_decay = 0.1f, h.clip_threshold = 0.5f;
+  adafactor_update(w, Tensor::from_floats(g, {rows, cols}, DType::F32, Device::cpu()), Tensor(), r, c, h);
+  const double one_minus = 1.0 - h.beta2, eps1 = h.eps1;
+  std::vector<double> rr(std::size_t(rows), 0), rc(std::size_t(cols), 0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const double sq = double(g[std::size_t(i * cols + j)]) * g[std::size_t(i * cols + j)] + eps1;
+      rr[std::size_t(i)] += one_minus * sq / double(cols);
+      rc[std::size_t(j)] += one_minus * sq / double(rows);
+    }
+  double rmean = 0, usq = 0;
+  for (double x : rr) rmean += x / double(rows);
+  std::vector<double> u(g.size());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      const std::size_t k = std::size_t(i * cols + j);
+      u[k] = g[k] / std::sqrt(rr[std::size_t(i)] * rc[std::size_t(j)] / rmean);
+      usq += u[k] * u[k];
+    }
+  const double clip = std::max(1.0, std::sqrt(usq / double(u.size())) / h.clip_threshold);
+  ASSERT_GT(clip, 1.0) << "the test should clip";
+  const std::vector<float> got = w.to_floats();
+  for (std::size_t k = 0; k < got.size(); ++k)
+    ASSERT_NEAR(got[k], w0[k] * (1 - 0.01 * 0.1) - 0.01 * u[k] / clip, 1e-6) << k;
+}
+
 TEST(Adafactor, FactoredUpdateDescendsAQuadratic) {
   // Minimise 0.5 * |W|^2 (gradient W): the norm must shrink steadily.
   std::vector<float> w0(12);

@@ -80,6 +80,29 @@ void sum_fixed_chunks(int64_t n, ChunkSums& partial, F&& term, int64_t work_per_
   }
 }
 
+// The sum of term(i) over [begin, end) in double, as kSumLanes interleaved partial sums (element i in lane
+// (i - begin) % kSumLanes) added in a fixed order at the end: the same bits on every thread count, and independent
+// additions that run in vector registers, where one chain of dependent additions waited out each one's latency
+// (a sum of squares ran at one element per four cycles).
+constexpr int kSumLanes = 8;
+template <typename F>
+double sum_in_lanes(int64_t begin, int64_t end, F&& term) {
+  double lane[kSumLanes] = {};
+  int64_t i = begin;
+  for (; i + kSumLanes <= end; i += kSumLanes)
+    for (int j = 0; j < kSumLanes; ++j) lane[j] += term(i + j);
+  for (int j = 0; i < end; ++i, ++j) lane[j] += term(i);
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+// sum_fixed_chunks for a cheap term per element (a load and a product): each chunk summed in lanes.
+template <typename F>
+void sum_fixed_chunks_in_lanes(int64_t n, ChunkSums& partial, F&& term) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMinWork)
+  for (int64_t c = 0; c < kFixedChunks; ++c)
+    partial[std::size_t(c)] = sum_in_lanes(n * c / kFixedChunks, n * (c + 1) / kFixedChunks, term);
+}
+
 inline double total(const ChunkSums& partial) {
   double t = 0.0;
   for (double s : partial) t += s;

@@ -40,17 +40,14 @@ void norm_forward(const NormArgs& a) {
         // The residual add first, into x as add_ leaves it: the row is then normalized from the cache.
         if (sum)
           for (int64_t c = 0; c < cols; ++c) store(sum + r * cols, c, load(xr, c) + load(res + r * cols, c));
-        double m = 0.0;
-        if (ln) {
-          for (int64_t c = 0; c < cols; ++c) m += load(xr, c);
-          m /= double(cols);
-        }
-        double var = 0.0;
-        for (int64_t c = 0; c < cols; ++c) {
-          double d = load(xr, c) - m;
-          var += d * d;
-        }
-        var /= double(cols);
+        const double m =
+            ln ? sum_in_lanes(0, cols, [&](int64_t c) { return double(load(xr, c)); }) / double(cols) : 0.0;
+        const double var = sum_in_lanes(0, cols,
+                                        [&](int64_t c) {
+                                          const double d = load(xr, c) - m;
+                                          return d * d;
+                                        }) /
+                           double(cols);
         const float rs = float(1.0 / std::sqrt(var + a.eps));
         const float mf = float(m);
         for (int64_t c = 0; c < cols; ++c) store(yr, c, (load(xr, c) - mf) * rs * load(w, c) + (b ? load(b, c) : 0.f));
@@ -82,17 +79,19 @@ void backward_rows(const NormArgs& a, int64_t r0, int64_t r1, float* cw, float* 
     const T* dyr = dy + r * cols;
     T* dxr = dx + r * cols;
     const float m = ln ? mean[r] : 0.f, rs = rstd[r];
-    double s1 = 0.0, s2 = 0.0;
-    for (int64_t c = 0; c < cols; ++c) {
-      float xh = (load(xr, c) - m) * rs, g = load(dyr, c);
-      float dxh = g * load(w, c);
-      s1 += dxh;
-      s2 += double(dxh) * xh;
-      if (cw) {
+    // The two row sums in lanes, one pass each over the row (in L1 after the first), then the chunk's
+    // weight and bias gradient partials.
+    const double s1 = ln ? sum_in_lanes(0, cols, [&](int64_t c) { return double(load(dyr, c) * load(w, c)); }) : 0.0;
+    const double s2 = sum_in_lanes(0, cols, [&](int64_t c) {
+      const float xh = (load(xr, c) - m) * rs, dxh = load(dyr, c) * load(w, c);
+      return double(dxh) * xh;
+    });
+    if (cw)
+      for (int64_t c = 0; c < cols; ++c) {
+        const float xh = (load(xr, c) - m) * rs, g = load(dyr, c);
         cw[c] += g * xh;
         cb[c] += g;
       }
-    }
     const float m1 = ln ? float(s1 / double(cols)) : 0.f, m2 = float(s2 / double(cols));
     for (int64_t c = 0; c < cols; ++c) {
       float xh = (load(xr, c) - m) * rs;

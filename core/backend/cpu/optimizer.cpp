@@ -11,8 +11,6 @@ namespace hr::cpu {
 
 namespace {
 
-// Runs f(i, g) for every element with g the scaled f32 gradient, then writes the result through `out`
-// into the master (if any) and the parameter.
 // Runs f(P* param, const G* grad) with the parameter's and the gradient's element types.
 template <typename F>
 void dispatch_update(const Tensor& param, const Tensor& grad, const char* op, F&& f) {
@@ -25,20 +23,37 @@ void dispatch_update(const Tensor& param, const Tensor& grad, const char* op, F&
   });
 }
 
-// Runs f(i, g) for every element with g the scaled f32 gradient, then writes the result through `out`
-// into the master (if any) and the parameter.
+// Elements [begin, end) of for_each_update, as a plain loop: each element is independent (f reads and writes only
+// index i of its own buffers), which `ivdep` tells the compiler, so that it runs in vector registers with its
+// loads, square roots (-fno-math-errno) and bf16 rounding. Inside an OpenMP region's own loop, reading f's
+// captures through the region's shared data, it stayed scalar.
+template <typename P, typename G, typename F>
+void update_span(P* p, const G* g, float* mp, int64_t begin, int64_t end, float grad_scale, F f) {
+  if (mp) {
+#pragma GCC ivdep
+    for (int64_t i = begin; i < end; ++i) {
+      const float updated = f(i, load(g, i) * grad_scale, mp[i]);
+      mp[i] = updated;
+      store(p, i, updated);
+    }
+  } else {
+#pragma GCC ivdep
+    for (int64_t i = begin; i < end; ++i) store(p, i, f(i, load(g, i) * grad_scale, load(p, i)));
+  }
+}
+
+// Runs f(i, g, w) for every element, with g the scaled f32 gradient and w the f32 weight (the master's, else the
+// parameter's), and writes the result into the master (if any) and the parameter; spans of kUpdateSpan
+// elements across the threads.
 template <typename F>
 void for_each_update(const Tensor& param, const Tensor& grad, const Tensor& master, float grad_scale, F&& f) {
-  const int64_t n = param.numel();
+  constexpr int64_t kUpdateSpan = 4096;
+  const int64_t n = param.numel(), spans = (n + kUpdateSpan - 1) / kUpdateSpan;
   float* mp = master.defined() ? master.data<float>() : nullptr;
   dispatch_update(param, grad, "optimizer", [&](auto* p, const auto* g) {
 #pragma omp parallel for schedule(static) if (n > (1 << 14))
-    for (int64_t i = 0; i < n; ++i) {
-      const float w = mp ? mp[i] : load(p, i);
-      const float updated = f(i, load(g, i) * grad_scale, w);
-      if (mp) mp[i] = updated;
-      store(p, i, updated);
-    }
+    for (int64_t s = 0; s < spans; ++s)
+      update_span(p, g, mp, s * kUpdateSpan, std::min(n, (s + 1) * kUpdateSpan), grad_scale, f);
   });
 }
 
@@ -50,10 +65,12 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& master,
   float* vp = v.data<float>();
   const float bc1 = 1.f - std::pow(h.beta1, float(h.step)), bc2 = 1.f - std::pow(h.beta2, float(h.step));
   const float step_size = h.lr / bc1, bc2_sqrt = std::sqrt(bc2), decay = 1.f - h.lr * h.weight_decay;
-  for_each_update(param, grad, master, h.grad_scale, [&](int64_t i, float g, float w) {
-    mp[i] = h.beta1 * mp[i] + (1.f - h.beta1) * g;
-    vp[i] = h.beta2 * vp[i] + (1.f - h.beta2) * g * g;
-    return w * decay - step_size * mp[i] / (std::sqrt(vp[i]) / bc2_sqrt + h.eps);
+  // The hyperparameters by value: the loop's stores cannot then be taken to change them.
+  const float b1 = h.beta1, b2 = h.beta2, a1 = 1.f - h.beta1, a2 = 1.f - h.beta2, eps = h.eps;
+  for_each_update(param, grad, master, h.grad_scale, [=](int64_t i, float g, float w) {
+    const float mi = b1 * mp[i] + a1 * g, vi = b2 * vp[i] + a2 * g * g;
+    mp[i] = mi, vp[i] = vi;
+    return w * decay - step_size * mi / (std::sqrt(vi) / bc2_sqrt + eps);
   });
 }
 

@@ -13,10 +13,13 @@ void reduce_all(ReduceOp op, const Tensor& x, const Tensor& out) {
   dispatch_float(x.dtype(), "reduce", [&](auto tag) {
     using T = decltype(tag);
     const T* p = x.data<T>();
-    sum_fixed_chunks(n, partial, [&](int64_t i) {
-      const double v = load(p, i);
-      return op == ReduceOp::SumSquares ? v * v : v;
-    });
+    if (op == ReduceOp::SumSquares)
+      sum_fixed_chunks_in_lanes(n, partial, [&](int64_t i) {
+        const double v = load(p, i);
+        return v * v;
+      });
+    else
+      sum_fixed_chunks_in_lanes(n, partial, [&](int64_t i) { return double(load(p, i)); });
   });
   out.data<float>()[0] = float(total(partial));
 }
