@@ -350,7 +350,8 @@ INSTANTIATE_TEST_SUITE_P(Ops, OpTest,
 
 // f16 for the fused kernels and the element-wise passes beside them (RoPE from its table and per call, the residual
 // norms and the plain ones, SwiGLU, the activations with and without the bias add, the fused cross-entropy with and
-// without skipped chunks), under the bf16 tolerances: f16's wider mantissa meets them.
+// without skipped chunks, the attention with its masks, grouped heads and KV cache), under the bf16 tolerances:
+// f16's wider mantissa meets them.
 namespace {
 std::vector<std::string> f16_case_names() {
   return {"rope_table",
@@ -359,6 +360,13 @@ std::vector<std::string> f16_case_names() {
           "layernorm_residual",
           "rmsnorm",
           "layernorm",
+          "rmsnorm_cols21",
+          "layernorm_cols21",
+          "attention_mha",
+          "attention_causal_gqa",
+          "attention_window_gqa",
+          "attention_cached",
+          "attention_d40_gqa",
           "swiglu",
           "silu",
           "gelu",
