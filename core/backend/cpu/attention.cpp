@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/backend/cpu/attention_bf16.h"
+#include "core/backend/cpu/attention_f32.h"
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
 
@@ -42,6 +43,18 @@ void load_tile(const T* base, int64_t batch_off, int64_t start, int64_t rows, in
   for (int64_t r = 0; r < rows; ++r) {
     const T* src = head_row(base, batch_off, start + r, heads, head, d);
     for (int64_t c = 0; c < d; ++c) tile[r * d + c] = load(src, c) * mul;
+  }
+}
+
+// The same rows transposed: tile[c * rows + r] (a d x rows tile), the B of a product A X^T.
+template <typename T>
+void load_tile_transposed(const T* base, int64_t batch_off, int64_t start, int64_t rows, int64_t heads, int64_t head,
+                          int64_t d, float* tile) {
+  if constexpr (std::is_same_v<T, float>)
+    return f32_tiles::transpose(head_row(base, batch_off, start, heads, head, d), heads * d, rows, d, tile);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* src = head_row(base, batch_off, start + r, heads, head, d);
+    for (int64_t c = 0; c < d; ++c) tile[c * rows + r] = load(src, c);
   }
 }
 
@@ -119,6 +132,12 @@ bool bf16_tiles_for(const AttentionDesc& s) {
   return s.dtype == DType::BF16 && s.head_dim % 2 == 0 && bf16_tiles_present();
 }
 
+// Whether the f32 tiles' products run 16 floats wide (attention_f32.h) rather than in Eigen's 8-wide products: the
+// same tiles and workspace either way, with K (and in the backward V) held transposed.
+bool avx512_tiles() {
+  return avx512_tiles_present();
+}
+
 // The forward over every (batch, head, query tile); kBf16: the tile products in bf16, reading q, k and v in place
 // and packing k and v into the f32 tiles' slots (half their size), the scores rounded to bf16 in place for P V.
 template <typename T, bool kBf16>
@@ -163,6 +182,10 @@ void forward_tiles(const AttentionArgs& a) {
         bf16_tiles::pack_rows(bf16_rows(v, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, Vp);
         bf16_tiles::dot(bq, bk, d / 2, bf16_rows(q, b * s.q_len, i0, s.q_heads, h, d), s.q_heads * d, Kt, S, bk,
                         a.scale, false);
+      } else if (avx512_tiles()) {
+        load_tile_transposed(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);  // K^T: d x bk
+        load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
+        f32_tiles::dot(bq, bk, d, Q, d, 1, K, bk, S, bk, 1.f, false);
       } else {
         load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
         load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
@@ -175,6 +198,8 @@ void forward_tiles(const AttentionArgs& a) {
         auto* P = reinterpret_cast<uint16_t*>(S);
         bf16_tiles::round_rows(S, bk, bq, bk, P, bke);
         bf16_tiles::dot(bq, d, bke / 2, P, bke, reinterpret_cast<const uint32_t*>(V), O, d, 1.f, true);
+      } else if (avx512_tiles()) {
+        f32_tiles::dot(bq, d, bk, S, bk, 1, V, d, O, d, 1.f, true);
       } else {
         MapM(O, bq, d).noalias() += MapM(S, bq, bk) * MapM(V, bk, d);
       }
@@ -264,6 +289,13 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
     const uint16_t* dout = bf16_rows(in.dout, b * s.q_len, i0, s.q_heads, h, d);
     bf16_tiles::dot(bq, bk, d / 2, q, ld, kt.Kt, t.P, bk, 1.f, false);
     bf16_tiles::dot(bq, bk, d / 2, dout, ld, kt.Vt, t.dP, bk, 1.f, false);
+  } else if (avx512_tiles()) {  // V is held as V^T (d x bk); K^T goes in dQt's tile until dQ = dS K overwrites it
+    load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
+    load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
+    float* Kt = t.dQt;
+    f32_tiles::transpose(t.K, d, bk, d, Kt);
+    f32_tiles::dot(bq, bk, d, t.Q, d, 1, Kt, bk, t.P, bk, 1.f, false);
+    f32_tiles::dot(bq, bk, d, t.dO, d, 1, t.V, bk, t.dP, bk, 1.f, false);
   } else {
     load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
     load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
@@ -303,6 +335,10 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
     bf16_tiles::dot(bk, d, bqe / 2, Pt, bqe, dOp, t.dV, d, 1.f, true);
     bf16_tiles::dot(bk, d, bqe / 2, dSt, bqe, Qp, t.dK, d, 1.f, true);
     bf16_tiles::dot(bq, d, bke / 2, dS, bke, kt.Kp, t.dQt, d, 1.f, false);
+  } else if (avx512_tiles()) {  // P^T and dS^T read in place: element (j, r) at r * bk + j
+    f32_tiles::dot(bk, d, bq, t.P, 1, bk, t.dO, d, t.dV, d, 1.f, true);
+    f32_tiles::dot(bk, d, bq, t.dP, 1, bk, t.Q, d, t.dK, d, 1.f, true);
+    f32_tiles::dot(bq, d, bk, t.dP, bk, 1, t.K, d, t.dQt, d, 1.f, false);
   } else {
     MapM(t.dV, bk, d).noalias() += Pm.transpose() * MapM(t.dO, bq, d);
     MapM(t.dK, bk, d).noalias() += dPm.transpose() * MapM(t.Q, bq, d);
@@ -336,6 +372,9 @@ void backward_tiles(const AttentionArgs& a, const BackwardInputs<T>& in, char* w
         bf16_tiles::pack_transposed(krows, s.kv_heads * d, bk, d, kt.Kt);
         bf16_tiles::pack_rows(krows, s.kv_heads * d, bk, d, kt.Kp);
         bf16_tiles::pack_transposed(bf16_rows(v, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, kt.Vt);
+      } else if (avx512_tiles()) {
+        load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.K);
+        load_tile_transposed(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.V);  // V^T: d x bk
       } else {
         load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.K);
         load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.V);

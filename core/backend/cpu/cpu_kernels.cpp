@@ -34,6 +34,16 @@ bool bf16_tiles_present() {
 #endif
 }
 
+bool avx512_tiles_present() {
+#if defined(__x86_64__) && defined(HR_HAVE_BF16_TILES)
+  static const bool present =
+      __builtin_cpu_supports("avx512f") && dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core;
+  return present;
+#else
+  return false;
+#endif
+}
+
 bool amx_tiles_present() {
 #if defined(__x86_64__) && defined(HR_HAVE_BF16_TILES)
   static const bool present = [] {
