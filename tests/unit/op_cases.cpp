@@ -686,62 +686,40 @@ std::vector<OpCase> elementwise_cases() {
   return cases;
 }
 
+// A layer norm (weight and bias) or an RMS norm (weight) over `rows` x `cols`, forward and backward.
+OpCase norm_case(const std::string& name, bool layer, int64_t rows, int64_t cols) {
+  OpCase c;
+  c.name = name;
+  if (layer) {
+    c.inputs = {rnd({rows, cols}, -2, 2), rnd({cols}, 0.5, 1.5), rnd({cols})};
+    c.forward = [](const std::vector<Tensor>& t) { return layernorm_forward(t[0], t[1], t[2], 1e-5f).y; };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      NormOut o = layernorm_forward(t[0], t[1], t[2], 1e-5f);
+      NormGrads g = layernorm_backward(dy, t[0], t[1], Bias::Yes, o.saved);
+      return std::vector<Tensor>{g.dx, g.dweight, g.dbias};
+    };
+    c.reference = [cols](const Values& v) { return norm_ref(v[0], v[1], &v[2], cols, true, 1e-5); };
+  } else {
+    c.inputs = {rnd({rows, cols}, -2, 2), rnd({cols}, 0.5, 1.5)};
+    c.forward = [](const std::vector<Tensor>& t) { return rmsnorm_forward(t[0], t[1], 1e-6f).y; };
+    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+      NormOut o = rmsnorm_forward(t[0], t[1], 1e-6f);
+      NormGrads g = rmsnorm_backward(dy, t[0], t[1], o.saved);
+      return std::vector<Tensor>{g.dx, g.dweight};
+    };
+    c.reference = [cols](const Values& v) { return norm_ref(v[0], v[1], nullptr, cols, false, 1e-6); };
+  }
+  return c;
+}
+
 // Ops over rows: the norms, softmax, the fused cross-entropy, whole-tensor sums.
 std::vector<OpCase> row_cases() {
   std::vector<OpCase> cases;
-  {
-    OpCase c;
-    c.name = "layernorm";
-    c.inputs = {rnd({6, 16}, -2, 2), rnd({16}, 0.5, 1.5), rnd({16})};
-    c.forward = [](const std::vector<Tensor>& t) { return layernorm_forward(t[0], t[1], t[2], 1e-5f).y; };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      NormOut o = layernorm_forward(t[0], t[1], t[2], 1e-5f);
-      NormGrads g = layernorm_backward(dy, t[0], t[1], Bias::Yes, o.saved);
-      return std::vector<Tensor>{g.dx, g.dweight, g.dbias};
-    };
-    c.reference = [](const Values& v) { return norm_ref(v[0], v[1], &v[2], 16, true, 1e-5); };
-    cases.push_back(c);
-  }
-  {
-    OpCase c;
-    c.name = "rmsnorm";
-    c.inputs = {rnd({6, 16}, -2, 2), rnd({16}, 0.5, 1.5)};
-    c.forward = [](const std::vector<Tensor>& t) { return rmsnorm_forward(t[0], t[1], 1e-6f).y; };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      NormOut o = rmsnorm_forward(t[0], t[1], 1e-6f);
-      NormGrads g = rmsnorm_backward(dy, t[0], t[1], o.saved);
-      return std::vector<Tensor>{g.dx, g.dweight};
-    };
-    c.reference = [](const Values& v) { return norm_ref(v[0], v[1], nullptr, 16, false, 1e-6); };
-    cases.push_back(c);
-  }
+  cases.push_back(norm_case("layernorm", true, 6, 16));
+  cases.push_back(norm_case("rmsnorm", false, 6, 16));
   // Rows of 21 (two blocks of the row sums' 8 lanes and a tail of 5), over more rows than threads.
-  {
-    OpCase c;
-    c.name = "layernorm_cols21";
-    c.inputs = {rnd({9, 21}, -2, 2), rnd({21}, 0.5, 1.5), rnd({21})};
-    c.forward = [](const std::vector<Tensor>& t) { return layernorm_forward(t[0], t[1], t[2], 1e-5f).y; };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      NormOut o = layernorm_forward(t[0], t[1], t[2], 1e-5f);
-      NormGrads g = layernorm_backward(dy, t[0], t[1], Bias::Yes, o.saved);
-      return std::vector<Tensor>{g.dx, g.dweight, g.dbias};
-    };
-    c.reference = [](const Values& v) { return norm_ref(v[0], v[1], &v[2], 21, true, 1e-5); };
-    cases.push_back(c);
-  }
-  {
-    OpCase c;
-    c.name = "rmsnorm_cols21";
-    c.inputs = {rnd({9, 21}, -2, 2), rnd({21}, 0.5, 1.5)};
-    c.forward = [](const std::vector<Tensor>& t) { return rmsnorm_forward(t[0], t[1], 1e-6f).y; };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      NormOut o = rmsnorm_forward(t[0], t[1], 1e-6f);
-      NormGrads g = rmsnorm_backward(dy, t[0], t[1], o.saved);
-      return std::vector<Tensor>{g.dx, g.dweight};
-    };
-    c.reference = [](const Values& v) { return norm_ref(v[0], v[1], nullptr, 21, false, 1e-6); };
-    cases.push_back(c);
-  }
+  cases.push_back(norm_case("layernorm_cols21", true, 9, 21));
+  cases.push_back(norm_case("rmsnorm_cols21", false, 9, 21));
   // The fused residual add (a pre-norm block's h = x + r feeding the norm): out = h + norm(h), so the backward's
   // add_to_dx carries the residual stream's gradient. x is copied first: the forward adds into it in place.
   for (const bool layer : {false, true}) {
