@@ -712,6 +712,41 @@ OpCase norm_case(const std::string& name, bool layer, int64_t rows, int64_t cols
   return c;
 }
 
+// The sum of one tensor's elements, forward and backward.
+OpCase sum_case(const std::string& name, const Input& x) {
+  OpCase c;
+  c.name = name;
+  c.inputs = {x};
+  c.forward = [](const std::vector<Tensor>& t) { return sum(t[0]); };
+  c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+    return std::vector<Tensor>{sum_backward(dy, t[0])};
+  };
+  c.reference = [](const Values& v) {
+    double s = 0;
+    for (double e : v[0]) s += e;
+    return std::vector<double>{s};
+  };
+  return c;
+}
+
+// The global norm of two tensors, forward and backward.
+OpCase global_norm_case(const std::string& name, const Input& a, const Input& b) {
+  OpCase c;
+  c.name = name;
+  c.inputs = {a, b};
+  c.forward = [](const std::vector<Tensor>& t) { return global_norm({t[0], t[1]}); };
+  c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
+    return global_norm_backward(dy, {t[0], t[1]}, global_norm({t[0], t[1]}));
+  };
+  c.reference = [](const Values& v) {
+    double s = 0;
+    for (const auto& x : v)
+      for (double e : x) s += e * e;
+    return std::vector<double>{std::sqrt(s)};
+  };
+  return c;
+}
+
 // Ops over rows: the norms, softmax, the fused cross-entropy, whole-tensor sums.
 std::vector<OpCase> row_cases() {
   std::vector<OpCase> cases;
@@ -782,36 +817,9 @@ std::vector<OpCase> row_cases() {
   // the same loss with its labelled rows first and the chunks past them skipped (CrossEntropyOptions::labelled_rows)
   cases.push_back(
       cross_entropy_case("cross_entropy_labelled_first", {3, 0, 12, 5, -100, -100, -100, -100, -100, -100, -100}, 4));
-  {
-    OpCase c;
-    c.name = "sum";
-    c.inputs = {rnd({5, 7})};
-    c.forward = [](const std::vector<Tensor>& t) { return sum(t[0]); };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      return std::vector<Tensor>{sum_backward(dy, t[0])};
-    };
-    c.reference = [](const Values& v) {
-      double s = 0;
-      for (double e : v[0]) s += e;
-      return std::vector<double>{s};
-    };
-    cases.push_back(c);
-  }
-  {  // 21,007 elements: 64 chunks of ~328 over both threads, each in the sum's 8 lanes with a tail
-    OpCase c;
-    c.name = "sum_long";
-    c.inputs = {rnd({3001, 7})};
-    c.forward = [](const std::vector<Tensor>& t) { return sum(t[0]); };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      return std::vector<Tensor>{sum_backward(dy, t[0])};
-    };
-    c.reference = [](const Values& v) {
-      double s = 0;
-      for (double e : v[0]) s += e;
-      return std::vector<double>{s};
-    };
-    cases.push_back(c);
-  }
+  cases.push_back(sum_case("sum", rnd({5, 7})));
+  // 21,007 elements: 64 chunks of ~328 over both threads, each in the sum's 8 lanes with a tail
+  cases.push_back(sum_case("sum_long", rnd({3001, 7})));
   {
     OpCase c;
     c.name = "mean";
@@ -827,37 +835,13 @@ std::vector<OpCase> row_cases() {
     };
     cases.push_back(c);
   }
-  {
-    OpCase c;
-    c.name = "global_norm";
-    c.inputs = {rnd({3, 4}), rnd({5})};
-    c.forward = [](const std::vector<Tensor>& t) { return global_norm({t[0], t[1]}); };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      return global_norm_backward(dy, {t[0], t[1]}, global_norm({t[0], t[1]}));
-    };
-    c.reference = [](const Values& v) {
-      double s = 0;
-      for (const auto& x : v)
-        for (double e : x) s += e * e;
-      return std::vector<double>{std::sqrt(s)};
-    };
-    cases.push_back(c);
+  {  // the inputs drawn in order (a call's arguments are evaluated in no set order)
+    const Input a = rnd({3, 4}), b = rnd({5});
+    cases.push_back(global_norm_case("global_norm", a, b));
   }
   {  // the same over tensors of 14,995 and 1,001 elements (the sums of squares in lanes, with tails)
-    OpCase c;
-    c.name = "global_norm_long";
-    c.inputs = {rnd({2999, 5}), rnd({1001})};
-    c.forward = [](const std::vector<Tensor>& t) { return global_norm({t[0], t[1]}); };
-    c.backward = [](const std::vector<Tensor>& t, const Tensor& dy) {
-      return global_norm_backward(dy, {t[0], t[1]}, global_norm({t[0], t[1]}));
-    };
-    c.reference = [](const Values& v) {
-      double s = 0;
-      for (const auto& x : v)
-        for (double e : x) s += e * e;
-      return std::vector<double>{std::sqrt(s)};
-    };
-    cases.push_back(c);
+    const Input a = rnd({2999, 5}), b = rnd({1001});
+    cases.push_back(global_norm_case("global_norm_long", a, b));
   }
   return cases;
 }
