@@ -132,14 +132,9 @@ bool bf16_tiles_for(const AttentionDesc& s) {
   return s.dtype == DType::BF16 && s.head_dim % 2 == 0 && bf16_tiles_present();
 }
 
-// Whether the f32 tiles' products run 16 floats wide (attention_f32.h) rather than in Eigen's 8-wide products: the
-// same tiles and workspace either way, with K (and in the backward V) held transposed.
-bool avx512_tiles() {
-  return avx512_tiles_present();
-}
-
-// The forward over every (batch, head, query tile); kBf16: the tile products in bf16, reading q, k and v in place
-// and packing k and v into the f32 tiles' slots (half their size), the scores rounded to bf16 in place for P V.
+// The forward over every (batch, head, query tile), a row of scores per query; kBf16: the tile products in bf16,
+// reading q, k and v in place and packing k and v into the f32 tiles' slots (half their size), the scores rounded
+// to bf16 in place for P V; otherwise Eigen's f32 products (CPUs without AVX-512: forward_columns below has them).
 template <typename T, bool kBf16>
 void forward_tiles(const AttentionArgs& a) {
   const AttentionDesc& s = a.desc;
@@ -182,10 +177,6 @@ void forward_tiles(const AttentionArgs& a) {
         bf16_tiles::pack_rows(bf16_rows(v, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, Vp);
         bf16_tiles::dot(bq, bk, d / 2, bf16_rows(q, b * s.q_len, i0, s.q_heads, h, d), s.q_heads * d, Kt, S, bk,
                         a.scale, false);
-      } else if (avx512_tiles()) {
-        load_tile_transposed(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);  // K^T: d x bk
-        load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
-        f32_tiles::dot(bq, bk, d, Q, d, 1, K, bk, S, bk, 1.f, false);
       } else {
         load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
         load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
@@ -198,8 +189,6 @@ void forward_tiles(const AttentionArgs& a) {
         auto* P = reinterpret_cast<uint16_t*>(S);
         bf16_tiles::round_rows(S, bk, bq, bk, P, bke);
         bf16_tiles::dot(bq, d, bke / 2, P, bke, reinterpret_cast<const uint32_t*>(V), O, d, 1.f, true);
-      } else if (avx512_tiles()) {
-        f32_tiles::dot(bq, d, bk, S, bk, 1, V, d, O, d, 1.f, true);
       } else {
         MapM(O, bq, d).noalias() += MapM(S, bq, bk) * MapM(V, bk, d);
       }
@@ -213,6 +202,78 @@ void forward_tiles(const AttentionArgs& a) {
   }
 }
 
+// The forward on AVX-512 with the tiles held column-wise, in the same workspace: S^T = K Q^T per key tile, so that
+// each query's softmax statistics run down a column, 16 queries to a vector (f32_tiles::softmax_columns), and
+// O^T += V^T P^T takes P^T as S^T stands. Q^T is made once per query tile; f32 K and V are read in place, other
+// dtypes convert them into the K and V tiles first.
+template <typename T>
+void forward_columns(const AttentionArgs& a) {
+  const AttentionDesc& s = a.desc;
+  const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, uniform_off = s.kv_len - s.q_len;
+  const int64_t qblocks = (s.q_len + kBlockQ - 1) / kBlockQ;
+  const bool causal = s.mask == Mask::Causal;
+  const int64_t window = causal ? s.applied_window() : 0;
+  const int64_t* past = a.past.defined() ? a.past.data<int64_t>() : nullptr;
+  char* ws = static_cast<char*>(a.workspace.data_ptr());
+  float* lse = a.lse.data<float>();
+  const T* q = a.q.data<T>();
+  const T* k = a.k.data<T>();
+  const T* v = a.v.data<T>();
+  T* out = a.out.data<T>();
+  constexpr bool kInPlace = std::is_same_v<T, float>;
+  const int64_t kv_ld = kInPlace ? s.kv_heads * d : d;  // the row stride of the K and V rows the products read
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t task = 0; task < s.batch * s.q_heads * qblocks; ++task) {
+    const int64_t b = task / (s.q_heads * qblocks), h = (task / qblocks) % s.q_heads, qb = task % qblocks;
+    const int64_t kvh = h / group, i0 = qb * kBlockQ, bq = std::min(kBlockQ, s.q_len - i0);
+    const int64_t off = past ? past[b] : uniform_off;  // query i sits at key position i + off
+    WorkspaceCarver wc(ws + std::size_t(omp_get_thread_num()) * fwd_slot_bytes(d));
+    float* Qt = wc.floats(kBlockQ * d);  // d x bq
+    float* Ot = wc.floats(kBlockQ * d);  // d x bq
+    float* K = wc.floats(kBlockK * d);
+    float* V = wc.floats(kBlockK * d);
+    float* St = wc.floats(kBlockQ * kBlockK);  // bk x bq
+    float* m = wc.floats(kBlockQ);
+    float* l = wc.floats(kBlockQ);
+    if constexpr (kInPlace) {
+      f32_tiles::transpose(head_row(q, b * s.q_len, i0, s.q_heads, h, d), s.q_heads * d, bq, d, Qt, a.scale);
+    } else {
+      load_tile(q, b * s.q_len, i0, bq, s.q_heads, h, d, K, a.scale);
+      f32_tiles::transpose(K, d, bq, d, Qt);
+    }
+    std::fill(Ot, Ot + d * bq, 0.f);
+    std::fill(m, m + bq, -INFINITY);
+    std::fill(l, l + bq, 0.f);
+    const int64_t kend = causal ? std::min(s.kv_len, i0 + bq + off) : s.kv_len;
+    const int64_t kbegin = window > 0 ? std::max<int64_t>(0, i0 + off - window + 1) : 0;  // the first row's first
+    for (int64_t j0 = kbegin; j0 < kend; j0 += kBlockK) {
+      const int64_t bk = std::min(kBlockK, kend - j0);
+      const float* kr = K;
+      const float* vr = V;
+      if constexpr (kInPlace) {
+        kr = head_row(k, b * s.kv_len, j0, s.kv_heads, kvh, d);
+        vr = head_row(v, b * s.kv_len, j0, s.kv_heads, kvh, d);
+      } else {
+        load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
+        load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
+      }
+      f32_tiles::dot(bk, bq, d, kr, kv_ld, 1, Qt, bq, St, bq, 1.f, false);
+      // Key j0 + jj is visible to query r from r = j0 - i0 - off + jj on under the causal mask, to all without.
+      const int64_t first_query = causal ? j0 - i0 - off : -kBlockK;
+      f32_tiles::softmax_columns(St, bk, bq, first_query, window, m, l, Ot, d);
+      f32_tiles::dot(d, bq, bk, vr, 1, kv_ld, St, bq, Ot, bq, 1.f, true);
+    }
+    float* row_lse = lse + (b * s.q_heads + h) * s.q_len + i0;
+    for (int64_t r = 0; r < bq; ++r) {  // l is 0 for a fully masked row only; NaN stays NaN
+      row_lse[r] = l[r] == 0.f ? -INFINITY : m[r] + std::log(l[r]);
+      l[r] = l[r] == 0.f ? 0.f : 1.f / l[r];
+    }
+    f32_tiles::scale_columns(Ot, d, bq, bq, l);
+    f32_tiles::transpose(Ot, bq, d, bq, K);  // O: bq x d
+    store_tile(out, b * s.q_len, i0, bq, s.q_heads, h, d, K);
+  }
+}
+
 }  // namespace
 
 void attention_forward(const AttentionArgs& a) {
@@ -220,6 +281,7 @@ void attention_forward(const AttentionArgs& a) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, bf16>)
       if (bf16_tiles_for(a.desc)) return forward_tiles<T, true>(a);
+    if (avx512_tiles_present()) return forward_columns<T>(a);
     forward_tiles<T, false>(a);
   });
 }
@@ -282,6 +344,20 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
   const bool causal = s.mask == Mask::Causal;
   const int64_t window = s.applied_window();
   MapM Pm(t.P, bq, bk), dPm(t.dP, bq, bk);
+  // The 16-wide products read f32 q and dO in place (row stride q_ld) and accumulate dQ straight into dq32; other
+  // dtypes convert q and dO into their tiles.
+  const bool wide = !kBf16 && avx512_tiles_present();
+  const float* Q = t.Q;
+  const float* dO = t.dO;
+  int64_t q_ld = d;
+  if constexpr (std::is_same_v<T, float>) {
+    if (wide) {
+      Q = head_row(in.q, b * s.q_len, i0, s.q_heads, h, d);
+      dO = head_row(in.dout, b * s.q_len, i0, s.q_heads, h, d);
+      q_ld = s.q_heads * d;
+    }
+  }
+  float* dq = in.dq32 + ((b * s.q_len + i0) * s.q_heads + h) * d;  // row r at r * q_heads * d
   if constexpr (kBf16) {
     const Bf16KeyTile kt(t, d);
     const int64_t ld = s.q_heads * d;
@@ -289,13 +365,15 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
     const uint16_t* dout = bf16_rows(in.dout, b * s.q_len, i0, s.q_heads, h, d);
     bf16_tiles::dot(bq, bk, d / 2, q, ld, kt.Kt, t.P, bk, 1.f, false);
     bf16_tiles::dot(bq, bk, d / 2, dout, ld, kt.Vt, t.dP, bk, 1.f, false);
-  } else if (avx512_tiles()) {  // V is held as V^T (d x bk); K^T goes in dQt's tile until dQ = dS K overwrites it
-    load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
-    load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
+  } else if (wide) {  // V is held as V^T (d x bk); K^T goes in dQt's tile
+    if constexpr (!std::is_same_v<T, float>) {
+      load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
+      load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
+    }
     float* Kt = t.dQt;
     f32_tiles::transpose(t.K, d, bk, d, Kt);
-    f32_tiles::dot(bq, bk, d, t.Q, d, 1, Kt, bk, t.P, bk, 1.f, false);
-    f32_tiles::dot(bq, bk, d, t.dO, d, 1, t.V, bk, t.dP, bk, 1.f, false);
+    f32_tiles::dot(bq, bk, d, Q, q_ld, 1, Kt, bk, t.P, bk, 1.f, false);
+    f32_tiles::dot(bq, bk, d, dO, q_ld, 1, t.V, bk, t.dP, bk, 1.f, false);
   } else {
     load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
     load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
@@ -307,6 +385,10 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
   for (int64_t r = 0; r < bq; ++r) {
     Seen seen = seen_keys(causal, window, i0 + r + off, j0, bk);
     if (lrow[r] == -INFINITY) seen.last = seen.first;  // a row that saw nothing
+    if (wide) {
+      f32_tiles::probs_and_grads_row(t.P + r * bk, t.dP + r * bk, bk, seen.first, seen.last, a.scale, lrow[r], drow[r]);
+      continue;
+    }
     float* pr = t.P + r * bk;
     float* dpr = t.dP + r * bk;
     MapRow p(pr + seen.first, seen.last - seen.first), dp(dpr + seen.first, seen.last - seen.first);
@@ -335,19 +417,18 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
     bf16_tiles::dot(bk, d, bqe / 2, Pt, bqe, dOp, t.dV, d, 1.f, true);
     bf16_tiles::dot(bk, d, bqe / 2, dSt, bqe, Qp, t.dK, d, 1.f, true);
     bf16_tiles::dot(bq, d, bke / 2, dS, bke, kt.Kp, t.dQt, d, 1.f, false);
-  } else if (avx512_tiles()) {  // P^T and dS^T read in place: element (j, r) at r * bk + j
-    f32_tiles::dot(bk, d, bq, t.P, 1, bk, t.dO, d, t.dV, d, 1.f, true);
-    f32_tiles::dot(bk, d, bq, t.dP, 1, bk, t.Q, d, t.dK, d, 1.f, true);
-    f32_tiles::dot(bq, d, bk, t.dP, bk, 1, t.K, d, t.dQt, d, 1.f, false);
+  } else if (wide) {  // P^T and dS^T read in place: element (j, r) at r * bk + j
+    f32_tiles::dot(bk, d, bq, t.P, 1, bk, dO, q_ld, t.dV, d, 1.f, true);
+    f32_tiles::dot(bk, d, bq, t.dP, 1, bk, Q, q_ld, t.dK, d, 1.f, true);
+    f32_tiles::dot(bq, d, bk, t.dP, bk, 1, t.K, d, dq, s.q_heads * d, 1.f, true);
+    return;
   } else {
     MapM(t.dV, bk, d).noalias() += Pm.transpose() * MapM(t.dO, bq, d);
     MapM(t.dK, bk, d).noalias() += dPm.transpose() * MapM(t.Q, bq, d);
     MapM(t.dQt, bq, d).noalias() = dPm * MapM(t.K, bk, d);
   }
-  for (int64_t r = 0; r < bq; ++r) {
-    float* dst = in.dq32 + ((b * s.q_len + i0 + r) * s.q_heads + h) * d;
-    for (int64_t c = 0; c < d; ++c) dst[c] += t.dQt[r * d + c];
-  }
+  for (int64_t r = 0; r < bq; ++r)
+    for (int64_t c = 0; c < d; ++c) dq[r * s.q_heads * d + c] += t.dQt[r * d + c];
 }
 
 // The backward over every (batch, kv head) and its key tiles, accumulating dQ in f32 into `in.dq32`.
@@ -372,7 +453,7 @@ void backward_tiles(const AttentionArgs& a, const BackwardInputs<T>& in, char* w
         bf16_tiles::pack_transposed(krows, s.kv_heads * d, bk, d, kt.Kt);
         bf16_tiles::pack_rows(krows, s.kv_heads * d, bk, d, kt.Kp);
         bf16_tiles::pack_transposed(bf16_rows(v, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, kt.Vt);
-      } else if (avx512_tiles()) {
+      } else if (avx512_tiles_present()) {
         load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.K);
         load_tile_transposed(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.V);  // V^T: d x bk
       } else {

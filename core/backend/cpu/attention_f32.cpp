@@ -17,19 +17,55 @@ namespace {
 
 constexpr int kRows = 6;     // output rows per block: 6 x 4 accumulators, 4 B vectors and a broadcast in 32 zmm
 constexpr int kVectors = 4;  // 16-float output vectors per block
+constexpr __mmask16 kAll = 0xffff;
 
 inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u);
 }
 
+inline int64_t clamp(int64_t x, int64_t lo, int64_t hi) {  // std::clamp is another header's inline function
+  return x < lo ? lo : x > hi ? hi : x;
+}
+
+inline __m512i lanes() {  // 0, 1, ..., 15
+  return _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+}
+
+// exp on 16 lanes: n = round(x / ln 2), r = x - n ln 2 in two parts (Cody and Waite), Cephes' degree-6 polynomial
+// for exp(r), scaled by 2^n. x is clamped first, so -inf gives 0 and large x inf; max and min return their second
+// operand when either is NaN, so NaN stays NaN.
+// (The all-lanes maskz forms: GCC 12 warns that the plain ones' _mm512_undefined_ps() may be used uninitialized.)
+inline __m512 exp16(__m512 x) {
+  x = _mm512_maskz_min_ps(kAll, _mm512_set1_ps(88.8f), _mm512_maskz_max_ps(kAll, _mm512_set1_ps(-104.f), x));
+  const __m512 n = _mm512_maskz_roundscale_ps(kAll, _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return _mm512_maskz_scalef_ps(kAll, p, n);
+}
+
+// The larger of a and b per lane, NaN where either is NaN (a NaN in a wins).
+inline __m512 nan_max(__m512 a, __m512 b) {
+  const __m512 mx = _mm512_maskz_max_ps(kAll, a, b);  // b where either is NaN
+  return _mm512_mask_mov_ps(mx, _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), a);
+}
+
 // Rows [0, R) and the columns [n0, n0 + 16 V) (masked at n) of C. Every loop over r and v unrolled, so that the
 // accumulators live in registers.
-template <int R, int V>
+// kFull: all 16 V columns lie below n, so the loads of B need no mask.
+template <int R, int V, bool kFull = false>
 void block(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb, float* c,
            int64_t ldc, int64_t n0, float alpha, bool accumulate) {
   __mmask16 mask[V];
 #pragma GCC unroll 4
-  for (int v = 0; v < V; ++v) mask[v] = tail_mask(n - n0 - 16 * v);
+  for (int v = 0; v < V; ++v) mask[v] = kFull ? kAll : tail_mask(n - n0 - 16 * v);
   __m512 acc[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -39,7 +75,8 @@ void block(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, c
     const float* row = b + p * ldb + n0;
     __m512 bv[V];
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) bv[v] = _mm512_maskz_loadu_ps(mask[v], row + 16 * v);
+    for (int v = 0; v < V; ++v)
+      bv[v] = kFull ? _mm512_loadu_ps(row + 16 * v) : _mm512_maskz_loadu_ps(mask[v], row + 16 * v);
     const float* ap = a + p * a_col;
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -76,7 +113,10 @@ void row_block(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_co
         block<R, 3>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
         break;
       default:
-        block<R, kVectors>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
+        if (n - n0 >= 16 * kVectors)
+          block<R, kVectors, true>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
+        else
+          block<R, kVectors>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
     }
   }
 }
@@ -106,15 +146,88 @@ void dot(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t
   }
 }
 
-void transpose(const float* x, int64_t stride, int64_t rows, int64_t cols, float* dst) {
-  const __m512i index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32(int(stride)));
+void transpose(const float* x, int64_t stride, int64_t rows, int64_t cols, float* dst, float mul) {
+  const __m512i index = _mm512_mullo_epi32(lanes(), _mm512_set1_epi32(int(stride)));
+  const __m512 by = _mm512_set1_ps(mul);
   for (int64_t r0 = 0; r0 < rows; r0 += 16) {
     const __mmask16 mask = tail_mask(rows - r0);
     const float* base = x + r0 * stride;
-    for (int64_t c = 0; c < cols; ++c)
-      _mm512_mask_storeu_ps(dst + c * rows + r0, mask,
-                            _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, index, base + c, 4));
+    for (int64_t c = 0; c < cols; ++c) {
+      __m512 col = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, index, base + c, 4);
+      if (mul != 1.f) col = _mm512_mul_ps(col, by);
+      _mm512_mask_storeu_ps(dst + c * rows + r0, mask, col);
+    }
+  }
+}
+
+void exp_floats(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 mask = tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, mask, exp16(_mm512_maskz_loadu_ps(mask, x + i)));
+  }
+}
+
+void softmax_columns(float* st, int64_t bk, int64_t bq, int64_t first_query, int64_t window, float* m, float* l,
+                     float* ot, int64_t d) {
+  const __m512 one = _mm512_set1_ps(1.f);
+  for (int64_t c0 = 0; c0 < bq; c0 += 16) {
+    const __mmask16 cols = tail_mask(bq - c0);
+    const __m512i r = _mm512_add_epi32(lanes(), _mm512_set1_epi32(int(c0)));
+    // The queries that see key jj: r >= first_query + jj, and below first_query + jj + window with a window.
+    const auto visible = [&](int64_t jj) {
+      const int64_t lo = first_query + jj;
+      __mmask16 v = cols & _mm512_cmpge_epi32_mask(r, _mm512_set1_epi32(int(clamp(lo, -1, bq))));
+      if (window > 0) v &= _mm512_cmplt_epi32_mask(r, _mm512_set1_epi32(int(clamp(lo + window, -1, bq))));
+      return v;
+    };
+    const __m512 m_old = _mm512_maskz_loadu_ps(cols, m + c0);
+    __m512 mx = m_old;
+    for (int64_t jj = 0; jj < bk; ++jj)
+      mx = _mm512_mask_mov_ps(mx, visible(jj), nan_max(mx, _mm512_maskz_loadu_ps(cols, st + jj * bq + c0)));
+    // A query whose max is still -inf has seen nothing (or only -inf): its exponentials are 0 and alpha 1.
+    const __mmask16 live = cols & _mm512_cmp_ps_mask(mx, _mm512_set1_ps(-__builtin_inff()), _CMP_NEQ_UQ);
+    const __m512 alpha = _mm512_mask_mov_ps(one, live, exp16(_mm512_sub_ps(m_old, mx)));
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t jj = 0; jj < bk; ++jj) {
+      float* row = st + jj * bq + c0;
+      const __m512 p =
+          _mm512_maskz_mov_ps(visible(jj) & live, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(cols, row), mx)));
+      _mm512_mask_storeu_ps(row, cols, p);
+      sum = _mm512_add_ps(sum, p);
+    }
+    _mm512_mask_storeu_ps(l + c0, cols, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(cols, l + c0), alpha, sum));
+    _mm512_mask_storeu_ps(m + c0, cols, mx);
+    if ((_mm512_cmp_ps_mask(alpha, one, _CMP_NEQ_UQ) & cols) == 0) continue;  // O^T keeps its scale
+    for (int64_t c = 0; c < d; ++c) {
+      float* o = ot + c * bq + c0;
+      _mm512_mask_storeu_ps(o, cols, _mm512_mul_ps(_mm512_maskz_loadu_ps(cols, o), alpha));
+    }
+  }
+}
+
+void scale_columns(float* x, int64_t rows, int64_t cols, int64_t ld, const float* s) {
+  for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+    const __mmask16 mask = tail_mask(cols - c0);
+    const __m512 by = _mm512_maskz_loadu_ps(mask, s + c0);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = x + r * ld + c0;
+      _mm512_mask_storeu_ps(row, mask, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row), by));
+    }
+  }
+}
+
+void probs_and_grads_row(float* p, float* dp, int64_t bk, int64_t first, int64_t last, float scale, float lse,
+                         float delta) {
+  const __m512 sc = _mm512_set1_ps(scale), ls = _mm512_set1_ps(lse), de = _mm512_set1_ps(delta);
+  for (int64_t c0 = 0; c0 < bk; c0 += 16) {
+    const __mmask16 cols = tail_mask(bk - c0);
+    const __m512i c = _mm512_add_epi32(lanes(), _mm512_set1_epi32(int(c0)));
+    const __mmask16 seen = cols & _mm512_cmpge_epi32_mask(c, _mm512_set1_epi32(int(first))) &
+                           _mm512_cmplt_epi32_mask(c, _mm512_set1_epi32(int(last)));
+    const __m512 pr = _mm512_maskz_mov_ps(seen, exp16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(cols, p + c0), sc, ls)));
+    const __m512 g = _mm512_mul_ps(_mm512_mul_ps(pr, _mm512_sub_ps(_mm512_maskz_loadu_ps(cols, dp + c0), de)), sc);
+    _mm512_mask_storeu_ps(p + c0, cols, pr);
+    _mm512_mask_storeu_ps(dp + c0, cols, g);
   }
 }
 
@@ -124,7 +237,19 @@ void dot(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*
          bool) {
   throw Error("[attention] AVX-512 f32 tile products are not built for this CPU");
 }
-void transpose(const float*, int64_t, int64_t, int64_t, float*) {
+void transpose(const float*, int64_t, int64_t, int64_t, float*, float) {
+  throw Error("[attention] AVX-512 f32 tile products are not built for this CPU");
+}
+void exp_floats(const float*, float*, int64_t) {
+  throw Error("[attention] AVX-512 f32 tile products are not built for this CPU");
+}
+void softmax_columns(float*, int64_t, int64_t, int64_t, int64_t, float*, float*, float*, int64_t) {
+  throw Error("[attention] AVX-512 f32 tile products are not built for this CPU");
+}
+void scale_columns(float*, int64_t, int64_t, int64_t, const float*) {
+  throw Error("[attention] AVX-512 f32 tile products are not built for this CPU");
+}
+void probs_and_grads_row(float*, float*, int64_t, int64_t, int64_t, float, float, float) {
   throw Error("[attention] AVX-512 f32 tile products are not built for this CPU");
 }
 

@@ -15,8 +15,28 @@ namespace hr::cpu::f32_tiles {
 void dot(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
          float* c, int64_t ldc, float alpha, bool accumulate);
 
-// dst[c * rows + r] = x[r * stride + c] for `rows` x `cols` floats: the transpose that a product A X^T takes as its B.
-// Gathers of 16 rows at a time; stride * 16 must fit in 32 bits.
-void transpose(const float* x, int64_t stride, int64_t rows, int64_t cols, float* dst);
+// dst[c * rows + r] = mul * x[r * stride + c] for `rows` x `cols` floats: the transpose that a product A X^T takes as
+// its B. Gathers of 16 rows at a time; stride * 16 must fit in 32 bits.
+void transpose(const float* x, int64_t stride, int64_t rows, int64_t cols, float* dst, float mul = 1.f);
+
+// y[i] = exp(x[i]) for n floats (x and y may be the same): the kernels' exponential, Cephes' polynomial on 16 lanes,
+// within a few ulp of std::exp; NaN stays NaN, -inf gives 0, overflow inf.
+void exp_floats(const float* x, float* y, int64_t n);
+
+// The column-wise forward's online softmax over one key tile. st is S^T (bk x bq, row stride bq): row jj holds key
+// jj's scores against the tile's bq <= 64 queries. Key jj is visible to the queries r with first_query + jj <= r
+// and, when window > 0, r < first_query + jj + window. Each query's column becomes its exponentials (zero where
+// not visible), its running max m[r] and sum l[r] take the tile in, and column r of O^T (d x bq, row stride bq) is
+// rescaled to the new max. NaN propagates; a query that has seen nothing keeps m = -inf, l and its column.
+void softmax_columns(float* st, int64_t bk, int64_t bq, int64_t first_query, int64_t window, float* m, float* l,
+                     float* ot, int64_t d);
+
+// x[r * ld + c] *= s[c] for the rows x cols floats of x.
+void scale_columns(float* x, int64_t rows, int64_t cols, int64_t ld, const float* s);
+
+// The backward's row of one query against a key tile (bk keys, [first, last) visible): the scores p become the
+// probabilities exp(scale p - lse), and dp (dO V^T) the score gradients p (dp - delta) scale; zeros elsewhere.
+void probs_and_grads_row(float* p, float* dp, int64_t bk, int64_t first, int64_t last, float scale, float lse,
+                         float delta);
 
 }  // namespace hr::cpu::f32_tiles

@@ -1,0 +1,239 @@
+// The CPU attention's AVX-512 f32 tile primitives (core/backend/cpu/attention_f32.h) against plain scalar loops in
+// double: the exponential, the products over every block shape and stride, the column-wise online softmax with its
+// masks, NaN and -inf, and the backward's probability and gradient rows. The op table checks the attention these
+// make up; here each primitive is pinned on its own, tails included. Skipped on CPUs without AVX-512.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/backend/cpu/attention_f32.h"
+#include "core/backend/cpu/cpu_kernels.h"
+
+namespace ft = hr::cpu::f32_tiles;
+
+namespace {
+
+#define HR_NEED_AVX512_TILES() \
+  if (!hr::cpu::avx512_tiles_present()) GTEST_SKIP() << "no AVX-512 f32 tiles on this CPU (or ONEDNN_MAX_CPU_ISA)"
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<float> random_floats(std::size_t n, float lo, float hi, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(gen);
+  return v;
+}
+
+TEST(F32Tiles, ExpIsWithinFourUlpOfStdExpAndKeepsTheSpecialValues) {
+  HR_NEED_AVX512_TILES();
+  std::vector<float> x = random_floats(10007, -110.f, 90.f, 1);
+  for (float v : {0.f, -0.f, 1.f, -1.f, 88.7f, 88.72f, 88.8f, 100.f, -87.f, -103.f, -104.f, -200.f, kInf, -kInf,
+                  std::numeric_limits<float>::quiet_NaN()})
+    x.push_back(v);
+  std::vector<float> y(x.size());
+  ft::exp_floats(x.data(), y.data(), int64_t(x.size()));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp(double(x[i]));
+    if (std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(y[i]));
+    } else if (want > std::numeric_limits<float>::max()) {
+      EXPECT_EQ(y[i], kInf) << "exp(" << x[i] << ")";
+    } else if (want < std::numeric_limits<float>::min()) {  // subnormal or zero: absolute error
+      EXPECT_NEAR(y[i], want, 2e-45) << "exp(" << x[i] << ")";
+    } else {
+      EXPECT_NEAR(y[i] / want, 1.0, 4 * std::numeric_limits<float>::epsilon()) << "exp(" << x[i] << ")";
+    }
+  }
+  // In place, with a length that is no multiple of 16: the tail lanes past n stay untouched.
+  std::vector<float> z = {0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f, 8.f, 9.f, 10.f, 11.f, 12.f, 13.f, 14.f, 15.f, 16.f, 42.f};
+  ft::exp_floats(z.data(), z.data(), 17);
+  EXPECT_NEAR(z[16] / std::exp(16.0), 1.0, 4 * std::numeric_limits<float>::epsilon());
+  EXPECT_EQ(z[17], 42.f);
+}
+
+// C = alpha A B (+ C) in double, A read through (a_row, a_col), B row-major with row stride ldb.
+void reference_dot(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b,
+                   int64_t ldb, std::vector<double>& c, int64_t ldc, float alpha, bool accumulate) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) s += double(a[i * a_row + p * a_col]) * b[p * ldb + j];
+      c[std::size_t(i * ldc + j)] = alpha * s + (accumulate ? c[std::size_t(i * ldc + j)] : 0.0);
+    }
+}
+
+TEST(F32Tiles, DotMatchesTheReferenceForEveryBlockShapeStrideAndTail) {
+  HR_NEED_AVX512_TILES();
+  struct Shape {
+    int64_t m, n, k;
+  };
+  // Row counts 1..8, 13 and 64 (six-row blocks and every remainder); columns on and off whole 64-column blocks,
+  // with 1 to 4 vectors left over (60 and 185: a last block of four with a masked tail).
+  const std::vector<Shape> shapes = {{64, 64, 64}, {7, 64, 64}, {5, 65, 33}, {6, 128, 8}, {1, 21, 64},
+                                     {2, 16, 1},   {3, 48, 17}, {4, 80, 64}, {64, 1, 64}, {13, 100, 40},
+                                     {5, 60, 9},   {8, 185, 12}};
+  unsigned seed = 10;
+  for (const Shape& s : shapes)
+    for (bool transposed_a : {false, true})
+      for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(testing::Message() << s.m << "x" << s.n << "x" << s.k << (transposed_a ? " A^T" : "")
+                                        << (accumulate ? " +=" : ""));
+        const int64_t lda = (transposed_a ? s.m : s.k) + 3, ldb = s.n + 5, ldc = s.n + 2;
+        const int64_t a_row = transposed_a ? 1 : lda, a_col = transposed_a ? lda : 1;
+        const std::vector<float> a = random_floats(std::size_t((transposed_a ? s.k : s.m) * lda), -1, 1, ++seed);
+        const std::vector<float> b = random_floats(std::size_t(s.k * ldb), -1, 1, ++seed);
+        std::vector<float> c = random_floats(std::size_t(s.m * ldc), -1, 1, ++seed);
+        std::vector<double> want(c.begin(), c.end());
+        reference_dot(s.m, s.n, s.k, a.data(), a_row, a_col, b.data(), ldb, want, ldc, 0.5f, accumulate);
+        ft::dot(s.m, s.n, s.k, a.data(), a_row, a_col, b.data(), ldb, c.data(), ldc, 0.5f, accumulate);
+        for (int64_t i = 0; i < s.m; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const std::size_t at = std::size_t(i * ldc + j);
+            if (j < s.n)
+              ASSERT_NEAR(c[at], want[at], 1e-5 * (1 + double(s.k))) << "C(" << i << ", " << j << ")";
+            else
+              ASSERT_EQ(double(c[at]), want[at]) << "padding C(" << i << ", " << j << ") was written";
+          }
+      }
+}
+
+// The row online softmax over a tile, in double, for query r's column: the reference for softmax_columns.
+struct ColumnState {
+  double m = -INFINITY, l = 0;
+};
+
+TEST(F32Tiles, SoftmaxColumnsMatchesTheRowOnlineSoftmaxUnderEveryMask) {
+  HR_NEED_AVX512_TILES();
+  struct Case {
+    int64_t bk, bq, first_query, window;
+  };
+  const std::vector<Case> cases = {
+      {64, 64, 0, 0},    // the causal diagonal tile
+      {64, 64, -64, 0},  // no mask (every key visible)
+      {64, 64, -40, 0},  // causal, keys partly behind the queries
+      {37, 21, 3, 0},    // tails on both sides
+      {64, 64, -10, 16}, // a sliding window
+      {5, 64, 60, 8},    // keys seen by none of the first queries
+      {64, 17, 30, 0},   // keys seen by no query of the tile
+  };
+  const int64_t d = 24;
+  unsigned seed = 100;
+  for (const Case& c : cases)
+    for (int tiles = 1; tiles <= 2; ++tiles) {  // a second tile rescales what the first left
+      SCOPED_TRACE(testing::Message() << "bk " << c.bk << " bq " << c.bq << " first " << c.first_query << " window "
+                                      << c.window << " tiles " << tiles);
+      std::vector<float> m(std::size_t(c.bq), -kInf), l(std::size_t(c.bq), 0.f);
+      std::vector<float> ot = random_floats(std::size_t(d * c.bq), -1, 1, ++seed);
+      std::vector<ColumnState> ref(std::size_t(c.bq));
+      std::vector<double> ref_ot(ot.begin(), ot.end());
+      for (int t = 0; t < tiles; ++t) {
+        std::vector<float> st = random_floats(std::size_t(c.bk * c.bq), -6, 6, ++seed);
+        if (c.bq > 2) st[std::size_t(c.bq + 2)] = -kInf;  // a visible -inf score gives a zero
+        const std::vector<float> scores = st;
+        const int64_t first = c.first_query + (t == 1 ? -c.bk : 0);  // the second tile holds earlier keys
+        ft::softmax_columns(st.data(), c.bk, c.bq, first, c.window, m.data(), l.data(), ot.data(), d);
+        for (int64_t r = 0; r < c.bq; ++r) {
+          const auto visible = [&](int64_t jj) {
+            return r >= first + jj && (c.window <= 0 || r < first + jj + c.window);
+          };
+          ColumnState& s = ref[std::size_t(r)];
+          double mx = s.m;
+          for (int64_t jj = 0; jj < c.bk; ++jj)
+            if (visible(jj)) mx = std::max(mx, double(scores[std::size_t(jj * c.bq + r)]));
+          double sum = 0;
+          for (int64_t jj = 0; jj < c.bk; ++jj) {
+            const double p = visible(jj) && mx != -INFINITY ? std::exp(scores[std::size_t(jj * c.bq + r)] - mx) : 0;
+            EXPECT_NEAR(st[std::size_t(jj * c.bq + r)], p, 6e-7 * (1 + p)) << "P(" << jj << ", " << r << ")";
+            sum += p;
+          }
+          const double alpha = mx == -INFINITY ? 1.0 : std::exp(s.m - mx);
+          s.l = s.l * alpha + sum;
+          s.m = mx;
+          for (int64_t i = 0; i < d; ++i) ref_ot[std::size_t(i * c.bq + r)] *= alpha;
+          EXPECT_EQ(double(m[std::size_t(r)]), s.m) << "m(" << r << ")";
+          EXPECT_NEAR(l[std::size_t(r)], s.l, 1e-5 * (1 + s.l)) << "l(" << r << ")";
+        }
+      }
+      for (std::size_t i = 0; i < ot.size(); ++i) ASSERT_NEAR(ot[i], ref_ot[i], 1e-6) << "O^T at " << i;
+    }
+}
+
+TEST(F32Tiles, SoftmaxColumnsPropagatesNaNAndLeavesQueriesThatSawNothing) {
+  HR_NEED_AVX512_TILES();
+  const int64_t bk = 8, bq = 20, d = 3;
+  std::vector<float> st = random_floats(std::size_t(bk * bq), -1, 1, 7);
+  st[std::size_t(2 * bq + 5)] = std::numeric_limits<float>::quiet_NaN();  // key 2, query 5: visible (5 >= 2)
+  st[std::size_t(6 * bq + 1)] = std::numeric_limits<float>::quiet_NaN();  // key 6, query 1: masked (1 < 6)
+  std::vector<float> m(bq, -kInf), l(bq, 0.f), ot(std::size_t(d * bq), 1.f);
+  ft::softmax_columns(st.data(), bk, bq, /*first_query=*/0, 0, m.data(), l.data(), ot.data(), d);
+  EXPECT_TRUE(std::isnan(m[5]) && std::isnan(l[5]) && std::isnan(ot[5]));
+  EXPECT_FALSE(std::isnan(m[1]) || std::isnan(l[1]));  // its NaN sat behind the mask
+  for (int64_t r = 0; r < bq; ++r) {
+    if (r == 5) continue;
+    EXPECT_FALSE(std::isnan(ot[std::size_t(r)])) << r;
+  }
+  // Keys 0..7 from query 8 on only: queries 0..7 see nothing, keep m = -inf, l = 0 and their O^T column.
+  std::vector<float> st2 = random_floats(std::size_t(bk * bq), -1, 1, 8);
+  std::vector<float> m2(bq, -kInf), l2(bq, 0.f), ot2(std::size_t(d * bq), 2.f);
+  ft::softmax_columns(st2.data(), bk, bq, /*first_query=*/8, 0, m2.data(), l2.data(), ot2.data(), d);
+  for (int64_t r = 0; r < 8; ++r) {
+    EXPECT_EQ(m2[std::size_t(r)], -kInf);
+    EXPECT_EQ(l2[std::size_t(r)], 0.f);
+    for (int64_t jj = 0; jj < bk; ++jj) EXPECT_EQ(st2[std::size_t(jj * bq + r)], 0.f);
+    for (int64_t i = 0; i < d; ++i) EXPECT_EQ(ot2[std::size_t(i * bq + r)], 2.f);
+  }
+  EXPECT_GT(l2[8], 0.f);
+}
+
+TEST(F32Tiles, ProbsAndGradsRowMatchTheFormulaInsideTheSeenKeysAndZeroOutside) {
+  HR_NEED_AVX512_TILES();
+  for (int64_t bk : {64, 37, 5})
+    for (int64_t first : {int64_t(0), int64_t(3)})
+      for (int64_t last : {bk, bk - 2, int64_t(3)}) {
+        SCOPED_TRACE(testing::Message() << "bk " << bk << " seen [" << first << ", " << last << ")");
+        std::vector<float> p = random_floats(std::size_t(bk) + 16, -3, 3, unsigned(bk + first * 7 + last));
+        std::vector<float> dp = random_floats(std::size_t(bk) + 16, -1, 1, unsigned(bk * 3 + first + last));
+        const std::vector<float> p0 = p, dp0 = dp;
+        const float scale = 0.125f, lse = 1.75f, delta = 0.3f;
+        ft::probs_and_grads_row(p.data(), dp.data(), bk, first, last, scale, lse, delta);
+        for (int64_t j = 0; j < bk + 16; ++j) {
+          const std::size_t at = std::size_t(j);
+          if (j >= bk) {  // past the row: untouched
+            EXPECT_EQ(p[at], p0[at]);
+            EXPECT_EQ(dp[at], dp0[at]);
+          } else if (j < first || j >= last) {
+            EXPECT_EQ(p[at], 0.f) << j;
+            EXPECT_EQ(dp[at], 0.f) << j;
+          } else {
+            const double want_p = std::exp(double(p0[at]) * scale - lse);
+            EXPECT_NEAR(p[at], want_p, 6e-7 * want_p) << j;
+            EXPECT_NEAR(dp[at], want_p * (double(dp0[at]) - delta) * scale, 1e-7) << j;
+          }
+        }
+      }
+}
+
+TEST(F32Tiles, ScaledTransposeAndColumnScaling) {
+  HR_NEED_AVX512_TILES();
+  const int64_t rows = 21, cols = 7, stride = 9;
+  const std::vector<float> x = random_floats(std::size_t(rows * stride), -1, 1, 3);
+  std::vector<float> t(std::size_t(rows * cols));
+  ft::transpose(x.data(), stride, rows, cols, t.data(), 0.5f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) EXPECT_EQ(t[std::size_t(c * rows + r)], 0.5f * x[std::size_t(r * stride + c)]);
+  std::vector<float> y = random_floats(std::size_t(4 * 40), -1, 1, 4), y0 = y;
+  const std::vector<float> s = random_floats(37, -2, 2, 5);
+  ft::scale_columns(y.data(), 4, 37, 40, s.data());
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t c = 0; c < 40; ++c) {
+      const std::size_t at = std::size_t(r * 40 + c);
+      EXPECT_EQ(y[at], c < 37 ? y0[at] * s[std::size_t(c)] : y0[at]);
+    }
+}
+
+}  // namespace
