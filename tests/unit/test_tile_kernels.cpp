@@ -50,7 +50,8 @@ TEST(F32Tiles, ExpIsWithinFourUlpOfStdExpAndKeepsTheSpecialValues) {
     }
   }
   // In place, with a length that is no multiple of 16: the tail lanes past n stay untouched.
-  std::vector<float> z = {0.f, 1.f, 2.f, 3.f, 4.f, 5.f, 6.f, 7.f, 8.f, 9.f, 10.f, 11.f, 12.f, 13.f, 14.f, 15.f, 16.f, 42.f};
+  std::vector<float> z = {0.f, 1.f,  2.f,  3.f,  4.f,  5.f,  6.f,  7.f,  8.f,
+                          9.f, 10.f, 11.f, 12.f, 13.f, 14.f, 15.f, 16.f, 42.f};
   ft::exp_floats(z.data(), z.data(), 17);
   EXPECT_NEAR(z[16] / std::exp(16.0), 1.0, 4 * std::numeric_limits<float>::epsilon());
   EXPECT_EQ(z[17], 42.f);
@@ -74,9 +75,8 @@ TEST(F32Tiles, DotMatchesTheReferenceForEveryBlockShapeStrideAndTail) {
   };
   // Row counts 1..8, 13 and 64 (six-row blocks and every remainder); columns on and off whole 64-column blocks,
   // with 1 to 4 vectors left over (60 and 185: a last block of four with a masked tail).
-  const std::vector<Shape> shapes = {{64, 64, 64}, {7, 64, 64}, {5, 65, 33}, {6, 128, 8}, {1, 21, 64},
-                                     {2, 16, 1},   {3, 48, 17}, {4, 80, 64}, {64, 1, 64}, {13, 100, 40},
-                                     {5, 60, 9},   {8, 185, 12}};
+  const std::vector<Shape> shapes = {{64, 64, 64}, {7, 64, 64}, {5, 65, 33}, {6, 128, 8},   {1, 21, 64}, {2, 16, 1},
+                                     {3, 48, 17},  {4, 80, 64}, {64, 1, 64}, {13, 100, 40}, {5, 60, 9},  {8, 185, 12}};
   unsigned seed = 10;
   for (const Shape& s : shapes)
     for (bool transposed_a : {false, true})
@@ -113,13 +113,13 @@ TEST(F32Tiles, SoftmaxColumnsMatchesTheRowOnlineSoftmaxUnderEveryMask) {
     int64_t bk, bq, first_query, window;
   };
   const std::vector<Case> cases = {
-      {64, 64, 0, 0},    // the causal diagonal tile
-      {64, 64, -64, 0},  // no mask (every key visible)
-      {64, 64, -40, 0},  // causal, keys partly behind the queries
-      {37, 21, 3, 0},    // tails on both sides
-      {64, 64, -10, 16}, // a sliding window
-      {5, 64, 60, 8},    // keys seen by none of the first queries
-      {64, 17, 30, 0},   // keys seen by no query of the tile
+      {64, 64, 0, 0},     // the causal diagonal tile
+      {64, 64, -64, 0},   // no mask (every key visible)
+      {64, 64, -40, 0},   // causal, keys partly behind the queries
+      {37, 21, 3, 0},     // tails on both sides
+      {64, 64, -10, 16},  // a sliding window
+      {5, 64, 60, 8},     // keys seen by none of the first queries
+      {64, 17, 30, 0},    // keys seen by no query of the tile
   };
   const int64_t d = 24;
   unsigned seed = 100;
@@ -188,6 +188,66 @@ TEST(F32Tiles, SoftmaxColumnsPropagatesNaNAndLeavesQueriesThatSawNothing) {
     for (int64_t i = 0; i < d; ++i) EXPECT_EQ(ot2[std::size_t(i * bq + r)], 2.f);
   }
   EXPECT_GT(l2[8], 0.f);
+}
+
+TEST(F32Tiles, SoftmaxRowMatchesTheOnlineSoftmaxOfOneRow) {
+  HR_NEED_AVX512_TILES();
+  const int64_t d = 40;
+  unsigned seed = 300;
+  for (int64_t bk : {64, 37, 9})
+    for (int64_t first : {int64_t(0), int64_t(5)})
+      for (int64_t last : {bk, bk - 3, int64_t(5)})
+        for (float m0 : {-kInf, 0.5f, 9.f}) {  // nothing seen yet; a max below the row's; one above it
+          SCOPED_TRACE(testing::Message() << "bk " << bk << " seen [" << first << ", " << last << ") m " << m0);
+          std::vector<float> s = random_floats(std::size_t(bk) + 16, -4, 4, ++seed);
+          std::vector<float> o = random_floats(std::size_t(d) + 16, -1, 1, ++seed);
+          const std::vector<float> s0 = s, o0 = o;
+          float m = m0, l = m0 == -kInf ? 0.f : 2.5f;
+          const float l0 = l;
+          ft::softmax_row(s.data(), bk, first, last, m, l, o.data(), d);
+          double mx = m0;
+          for (int64_t j = first; j < last; ++j) mx = std::max(mx, double(s0[std::size_t(j)]));
+          if (mx == -INFINITY) {  // only when nothing is visible and nothing was seen
+            EXPECT_EQ(m, -kInf);
+            EXPECT_EQ(l, l0);
+            for (int64_t j = 0; j < bk; ++j) EXPECT_EQ(s[std::size_t(j)], 0.f);
+            continue;
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < bk + 16; ++j) {
+            const std::size_t at = std::size_t(j);
+            const double p = j >= first && j < last ? std::exp(s0[at] - mx) : 0.0;
+            if (j < bk) {
+              EXPECT_NEAR(s[at], p, 6e-7 * (1 + p)) << j;
+              sum += p;
+            } else {
+              EXPECT_EQ(s[at], s0[at]) << "past the row: " << j;
+            }
+          }
+          const double alpha = std::exp(double(m0) - mx);
+          EXPECT_EQ(double(m), mx);
+          EXPECT_NEAR(l, l0 * alpha + sum, 1e-5 * (1 + l0 * alpha + sum));
+          for (int64_t c = 0; c < d + 16; ++c) {
+            const std::size_t at = std::size_t(c);
+            if (c < d)
+              EXPECT_NEAR(o[at], o0[at] * alpha, 1e-6) << c;
+            else
+              EXPECT_EQ(o[at], o0[at]) << "past the output row: " << c;
+          }
+        }
+  // NaN in a visible score makes the row NaN; behind the mask it is ignored.
+  std::vector<float> s(20, 0.5f), o(8, 1.f);
+  s[3] = std::numeric_limits<float>::quiet_NaN();
+  float m = -kInf, l = 0.f;
+  ft::softmax_row(s.data(), 20, 4, 20, m, l, o.data(), 8);
+  EXPECT_EQ(m, 0.5f);
+  EXPECT_NEAR(l, 16.0, 1e-5);
+  s.assign(20, 0.5f);
+  s[3] = std::numeric_limits<float>::quiet_NaN();
+  m = -kInf;
+  l = 0.f;
+  ft::softmax_row(s.data(), 20, 0, 20, m, l, o.data(), 8);
+  EXPECT_TRUE(std::isnan(m) && std::isnan(l) && std::isnan(s[0]) && std::isnan(o[0]));
 }
 
 TEST(F32Tiles, ProbsAndGradsRowMatchTheFormulaInsideTheSeenKeysAndZeroOutside) {

@@ -182,8 +182,13 @@ void forward_tiles(const AttentionArgs& a) {
         load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
         MapM(S, bq, bk).noalias() = MapM(Q, bq, d) * MapM(K, bk, d).transpose();
       }
-      for (int64_t r = 0; r < bq; ++r)
-        online_softmax_row(S + r * bk, bk, seen_keys(causal, window, i0 + r + off, j0, bk), m[r], l[r], O + r * d, d);
+      for (int64_t r = 0; r < bq; ++r) {
+        const Seen seen = seen_keys(causal, window, i0 + r + off, j0, bk);
+        if (kBf16)  // the bf16 tiles imply AVX-512
+          f32_tiles::softmax_row(S + r * bk, bk, seen.first, seen.last, m[r], l[r], O + r * d, d);
+        else
+          online_softmax_row(S + r * bk, bk, seen, m[r], l[r], O + r * d, d);
+      }
       if constexpr (kBf16) {
         const int64_t bke = bk + (bk & 1);  // P's rows padded to whole pairs
         auto* P = reinterpret_cast<uint16_t*>(S);
@@ -347,6 +352,7 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
   // The 16-wide products read f32 q and dO in place (row stride q_ld) and accumulate dQ straight into dq32; other
   // dtypes convert q and dO into their tiles.
   const bool wide = !kBf16 && avx512_tiles_present();
+  const bool wide_rows = kBf16 || wide;  // the bf16 tiles imply AVX-512: probs_and_grads_row for both
   const float* Q = t.Q;
   const float* dO = t.dO;
   int64_t q_ld = d;
@@ -385,7 +391,7 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
   for (int64_t r = 0; r < bq; ++r) {
     Seen seen = seen_keys(causal, window, i0 + r + off, j0, bk);
     if (lrow[r] == -INFINITY) seen.last = seen.first;  // a row that saw nothing
-    if (wide) {
+    if (wide_rows) {
       f32_tiles::probs_and_grads_row(t.P + r * bk, t.dP + r * bk, bk, seen.first, seen.last, a.scale, lrow[r], drow[r]);
       continue;
     }

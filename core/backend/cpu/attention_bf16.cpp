@@ -217,6 +217,29 @@ void round_rows(const float*, int64_t, int64_t, int64_t, uint16_t*, int64_t) {
 #endif
 
 void transpose(const uint16_t* src, int64_t src_ld, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld) {
+#if HR_BF16_TILES
+  // Columns c and c + 1 of 16 rows at a time: one 32-bit gather at src + r src_ld + c (scale 2), its low halves
+  // column c and its high halves column c + 1. A last odd column reads the element after it only where the rows
+  // are padded (src_ld > cols); otherwise it goes one element at a time below.
+  const __m512i index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32(int(src_ld)));
+  const int64_t paired = src_ld > cols ? cols : cols & ~int64_t(1);
+  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+    const __mmask16 mask = tail_mask(rows - r0);
+    const uint16_t* base = src + r0 * src_ld;
+    for (int64_t c = 0; c < paired; c += 2) {
+      const __m512i g = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, index, base + c, 2);
+      _mm512_mask_cvtepi32_storeu_epi16(dst + c * dst_ld + r0, mask, g);
+      if (c + 1 < cols)
+        _mm512_mask_cvtepi32_storeu_epi16(dst + (c + 1) * dst_ld + r0, mask,
+                                          _mm512_maskz_srli_epi32(__mmask16(0xffff), g, 16));
+    }
+  }
+  for (int64_t c = paired; c < cols; ++c)
+    for (int64_t r = 0; r < rows; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
+  for (int64_t c = 0; c < cols; ++c) std::fill(dst + c * dst_ld + rows, dst + (c + 1) * dst_ld, uint16_t(0));
+  return;
+#endif
   for (int64_t c = 0; c < cols; ++c) {
     uint16_t* d = dst + c * dst_ld;
     for (int64_t r = 0; r < rows; ++r) d[r] = src[r * src_ld + c];
@@ -225,6 +248,19 @@ void transpose(const uint16_t* src, int64_t src_ld, int64_t rows, int64_t cols, 
 }
 
 void pack_transposed(const uint16_t* x, int64_t stride, int64_t rows, int64_t cols, uint32_t* dst) {
+#if HR_BF16_TILES
+  // 16 rows' pair p at a time: 32-bit gathers at x + j stride + 2p (in bf16 elements, scale 2; no alignment needed).
+  const __m512i index = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32(int(stride)));
+  for (int64_t j0 = 0; j0 < rows; j0 += 16) {
+    const __mmask16 mask = tail_mask(rows - j0);
+    const uint16_t* base = x + j0 * stride;
+    for (int64_t p = 0; p < cols / 2; ++p)
+      _mm512_mask_storeu_epi32(dst + p * rows + j0, mask,
+                               _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), mask, index, base + 2 * p, 2));
+  }
+  return;
+#endif
   for (int64_t j = 0; j < rows; ++j) {
     const uint16_t* row = x + j * stride;
     for (int64_t p = 0; p < cols / 2; ++p) dst[p * rows + j] = uint32_t(row[2 * p]) | uint32_t(row[2 * p + 1]) << 16;

@@ -51,6 +51,22 @@ inline __m512 exp16(__m512 x) {
   return _mm512_maskz_scalef_ps(kAll, p, n);
 }
 
+// The largest lane and the sum of the lanes, in every lane: halves, quarters, pairs and neighbours swapped in
+// turn (no scalar chain; GCC 12's _mm512_reduce_*_ps trip the uninitialized warning above). No NaN in x for the
+// max.
+inline __m512 lanes_max(__m512 x) {
+  x = _mm512_maskz_max_ps(kAll, x, _mm512_maskz_shuffle_f32x4(kAll, x, x, 0x4e));
+  x = _mm512_maskz_max_ps(kAll, x, _mm512_maskz_shuffle_f32x4(kAll, x, x, 0xb1));
+  x = _mm512_maskz_max_ps(kAll, x, _mm512_maskz_permute_ps(kAll, x, 0x4e));
+  return _mm512_maskz_max_ps(kAll, x, _mm512_maskz_permute_ps(kAll, x, 0xb1));
+}
+inline __m512 lanes_sum(__m512 x) {
+  x = _mm512_add_ps(x, _mm512_maskz_shuffle_f32x4(kAll, x, x, 0x4e));
+  x = _mm512_add_ps(x, _mm512_maskz_shuffle_f32x4(kAll, x, x, 0xb1));
+  x = _mm512_add_ps(x, _mm512_maskz_permute_ps(kAll, x, 0x4e));
+  return _mm512_add_ps(x, _mm512_maskz_permute_ps(kAll, x, 0xb1));
+}
+
 // The larger of a and b per lane, NaN where either is NaN (a NaN in a wins).
 inline __m512 nan_max(__m512 a, __m512 b) {
   const __m512 mx = _mm512_maskz_max_ps(kAll, a, b);  // b where either is NaN
@@ -205,6 +221,38 @@ void softmax_columns(float* st, int64_t bk, int64_t bq, int64_t first_query, int
   }
 }
 
+void softmax_row(float* s, int64_t bk, int64_t first, int64_t last, float& m, float& l, float* o, int64_t d) {
+  const __m512i first_v = _mm512_set1_epi32(int(first)), last_v = _mm512_set1_epi32(int(last));
+  const auto seen = [&](int64_t c0) {
+    const __m512i c = _mm512_add_epi32(lanes(), _mm512_set1_epi32(int(c0)));
+    return tail_mask(bk - c0) & _mm512_cmpge_epi32_mask(c, first_v) & _mm512_cmplt_epi32_mask(c, last_v);
+  };
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+  __m512 vmax = _mm512_set1_ps(m);
+  for (int64_t c0 = 0; c0 < bk; c0 += 16) vmax = nan_max(vmax, _mm512_mask_loadu_ps(neg_inf, seen(c0), s + c0));
+  const __m512 mxv =
+      _mm512_cmp_ps_mask(vmax, vmax, _CMP_UNORD_Q) ? _mm512_set1_ps(__builtin_nanf("")) : lanes_max(vmax);
+  const float mx = _mm512_cvtss_f32(mxv);
+  if (mx == -__builtin_inff()) {
+    for (int64_t c0 = 0; c0 < bk; c0 += 16) _mm512_mask_storeu_ps(s + c0, tail_mask(bk - c0), _mm512_setzero_ps());
+    return;
+  }
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t c0 = 0; c0 < bk; c0 += 16) {
+    const __mmask16 cols = tail_mask(bk - c0);
+    const __m512 p = _mm512_maskz_mov_ps(seen(c0), exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(cols, s + c0), mxv)));
+    _mm512_mask_storeu_ps(s + c0, cols, p);
+    sum = _mm512_add_ps(sum, p);
+  }
+  const __m512 alpha = exp16(_mm512_set1_ps(m - mx));
+  l = l * _mm512_cvtss_f32(alpha) + _mm512_cvtss_f32(lanes_sum(sum));
+  m = mx;
+  for (int64_t c0 = 0; c0 < d; c0 += 16) {
+    const __mmask16 cols = tail_mask(d - c0);
+    _mm512_mask_storeu_ps(o + c0, cols, _mm512_mul_ps(_mm512_maskz_loadu_ps(cols, o + c0), alpha));
+  }
+}
+
 void scale_columns(float* x, int64_t rows, int64_t cols, int64_t ld, const float* s) {
   for (int64_t c0 = 0; c0 < cols; c0 += 16) {
     const __mmask16 mask = tail_mask(cols - c0);
@@ -244,6 +292,9 @@ void exp_floats(const float*, float*, int64_t) {
   throw Error("[attention] AVX-512 f32 tile products are not built for this CPU");
 }
 void softmax_columns(float*, int64_t, int64_t, int64_t, int64_t, float*, float*, float*, int64_t) {
+  throw Error("[attention] AVX-512 f32 tile products are not built for this CPU");
+}
+void softmax_row(float*, int64_t, int64_t, int64_t, float&, float&, float*, int64_t) {
   throw Error("[attention] AVX-512 f32 tile products are not built for this CPU");
 }
 void scale_columns(float*, int64_t, int64_t, int64_t, const float*) {

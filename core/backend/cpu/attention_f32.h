@@ -31,6 +31,12 @@ void exp_floats(const float* x, float* y, int64_t n);
 void softmax_columns(float* st, int64_t bk, int64_t bq, int64_t first_query, int64_t window, float* m, float* l,
                      float* ot, int64_t d);
 
+// The row-wise forward's online softmax (the bf16 tiles') for one query's row of a tile: bk scores, keys [first,
+// last) visible. The row becomes its exponentials (zeros elsewhere), m and l take it in, and the output row o (d
+// floats) is rescaled to the new max. NaN propagates; a row that has seen nothing (or only -inf) becomes zeros and
+// leaves m, l and o as they were.
+void softmax_row(float* s, int64_t bk, int64_t first, int64_t last, float& m, float& l, float* o, int64_t d);
+
 // x[r * ld + c] *= s[c] for the rows x cols floats of x.
 void scale_columns(float* x, int64_t rows, int64_t cols, int64_t ld, const float* s);
 
