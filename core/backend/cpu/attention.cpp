@@ -132,11 +132,27 @@ bool bf16_tiles_for(const AttentionDesc& s) {
   return s.dtype == DType::BF16 && s.head_dim % 2 == 0 && bf16_tiles_present();
 }
 
-// The forward over every (batch, head, query tile), a row of scores per query; kBf16: the tile products in bf16,
-// reading q, k and v in place and packing k and v into the f32 tiles' slots (half their size), the scores rounded
-// to bf16 in place for P V; otherwise Eigen's f32 products (CPUs without AVX-512: forward_columns below has them).
-template <typename T, bool kBf16>
-void forward_tiles(const AttentionArgs& a) {
+// What a forward reads and writes.
+template <typename T>
+struct ForwardIo {
+  const T *q, *k, *v;
+  T* out;
+  float* lse;
+  explicit ForwardIo(const AttentionArgs& a)
+      : q(a.q.data<T>()), k(a.k.data<T>()), v(a.v.data<T>()), out(a.out.data<T>()), lse(a.lse.data<float>()) {}
+};
+
+// One (batch, head, query tile) task of a forward: its queries i0 .. i0 + bq of head h (kv head kvh), query i at
+// key position i + off, the keys [kbegin, kend) that any of them sees, and the thread's tiles (the slot's layout,
+// fwd_slot_bytes; each forward decides what the Q, O and S tiles hold).
+struct ForwardTask {
+  int64_t b, h, kvh, i0, bq, off, kbegin, kend;
+  float *Q, *O, *K, *V, *S, *m, *l;
+};
+
+// Runs fn(task) for every (batch, head, query tile), in parallel, each on its thread's slot of the workspace.
+template <typename Fn>
+void for_each_query_tile(const AttentionArgs& a, Fn&& fn) {
   const AttentionDesc& s = a.desc;
   const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, uniform_off = s.kv_len - s.q_len;
   const int64_t qblocks = (s.q_len + kBlockQ - 1) / kBlockQ;
@@ -144,42 +160,57 @@ void forward_tiles(const AttentionArgs& a) {
   const int64_t window = s.applied_window();
   const int64_t* past = a.past.defined() ? a.past.data<int64_t>() : nullptr;
   char* ws = static_cast<char*>(a.workspace.data_ptr());
-  float* lse = a.lse.data<float>();
-  const T* q = a.q.data<T>();
-  const T* k = a.k.data<T>();
-  const T* v = a.v.data<T>();
-  T* out = a.out.data<T>();
 #pragma omp parallel for schedule(dynamic)
   for (int64_t task = 0; task < s.batch * s.q_heads * qblocks; ++task) {
-    const int64_t b = task / (s.q_heads * qblocks), h = (task / qblocks) % s.q_heads, qb = task % qblocks;
-    const int64_t kvh = h / group, i0 = qb * kBlockQ, bq = std::min(kBlockQ, s.q_len - i0);
-    const int64_t off = past ? past[b] : uniform_off;  // query i sits at key position i + off
+    ForwardTask t;
+    t.b = task / (s.q_heads * qblocks);
+    t.h = (task / qblocks) % s.q_heads;
+    t.kvh = t.h / group;
+    t.i0 = (task % qblocks) * kBlockQ;
+    t.bq = std::min(kBlockQ, s.q_len - t.i0);
+    t.off = past ? past[t.b] : uniform_off;
+    t.kend = causal ? std::min(s.kv_len, t.i0 + t.bq + t.off) : s.kv_len;
+    t.kbegin = window > 0 ? std::max<int64_t>(0, t.i0 + t.off - window + 1) : 0;  // the first query's first key
     WorkspaceCarver wc(ws + std::size_t(omp_get_thread_num()) * fwd_slot_bytes(d));
-    float* Q = wc.floats(kBlockQ * d);
-    float* O = wc.floats(kBlockQ * d);
-    float* K = wc.floats(kBlockK * d);
-    float* V = wc.floats(kBlockK * d);
-    float* S = wc.floats(kBlockQ * kBlockK);
-    float* m = wc.floats(kBlockQ);
-    float* l = wc.floats(kBlockQ);
-    if constexpr (!kBf16) load_tile(q, b * s.q_len, i0, bq, s.q_heads, h, d, Q, a.scale);
+    t.Q = wc.floats(kBlockQ * d);
+    t.O = wc.floats(kBlockQ * d);
+    t.K = wc.floats(kBlockK * d);
+    t.V = wc.floats(kBlockK * d);
+    t.S = wc.floats(kBlockQ * kBlockK);
+    t.m = wc.floats(kBlockQ);
+    t.l = wc.floats(kBlockQ);
+    fn(t);
+  }
+}
+
+// The forward over every (batch, head, query tile), a row of scores per query; kBf16: the tile products in bf16,
+// reading q, k and v in place and packing k and v into the f32 tiles' slots (half their size), the scores rounded
+// to bf16 in place for P V; otherwise Eigen's f32 products (CPUs without AVX-512: forward_columns below has them).
+template <typename T, bool kBf16>
+void forward_tiles(const AttentionArgs& a) {
+  const AttentionDesc& s = a.desc;
+  const int64_t d = s.head_dim, window = s.applied_window();
+  const bool causal = s.mask == Mask::Causal;
+  const ForwardIo<T> io(a);
+  for_each_query_tile(a, [&](const ForwardTask& t) {
+    const int64_t b = t.b, h = t.h, kvh = t.kvh, i0 = t.i0, bq = t.bq, off = t.off;
+    float *Q = t.Q, *O = t.O, *K = t.K, *V = t.V, *S = t.S, *m = t.m, *l = t.l;
+    if constexpr (!kBf16) load_tile(io.q, b * s.q_len, i0, bq, s.q_heads, h, d, Q, a.scale);
     std::fill(O, O + bq * d, 0.f);
     std::fill(m, m + bq, -INFINITY);
     std::fill(l, l + bq, 0.f);
-    const int64_t kend = causal ? std::min(s.kv_len, i0 + bq + off) : s.kv_len;
-    const int64_t kbegin = window > 0 ? std::max<int64_t>(0, i0 + off - window + 1) : 0;  // the first row's first
-    for (int64_t j0 = kbegin; j0 < kend; j0 += kBlockK) {
-      const int64_t bk = std::min(kBlockK, kend - j0);
+    for (int64_t j0 = t.kbegin; j0 < t.kend; j0 += kBlockK) {
+      const int64_t bk = std::min(kBlockK, t.kend - j0);
       if constexpr (kBf16) {
         auto* Kt = reinterpret_cast<uint32_t*>(K);
         auto* Vp = reinterpret_cast<uint32_t*>(V);
-        bf16_tiles::pack_transposed(bf16_rows(k, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, Kt);
-        bf16_tiles::pack_rows(bf16_rows(v, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, Vp);
-        bf16_tiles::dot(bq, bk, d / 2, bf16_rows(q, b * s.q_len, i0, s.q_heads, h, d), s.q_heads * d, Kt, S, bk,
+        bf16_tiles::pack_transposed(bf16_rows(io.k, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, Kt);
+        bf16_tiles::pack_rows(bf16_rows(io.v, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, Vp);
+        bf16_tiles::dot(bq, bk, d / 2, bf16_rows(io.q, b * s.q_len, i0, s.q_heads, h, d), s.q_heads * d, Kt, S, bk,
                         a.scale, false);
       } else {
-        load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
-        load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
+        load_tile(io.k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
+        load_tile(io.v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
         MapM(S, bq, bk).noalias() = MapM(Q, bq, d) * MapM(K, bk, d).transpose();
       }
       for (int64_t r = 0; r < bq; ++r) {
@@ -201,10 +232,10 @@ void forward_tiles(const AttentionArgs& a) {
     for (int64_t r = 0; r < bq; ++r) {  // l is 0 for a fully masked row only; NaN stays NaN
       const float inv = l[r] == 0.f ? 0.f : 1.f / l[r];
       for (int64_t c = 0; c < d; ++c) O[r * d + c] *= inv;
-      lse[(b * s.q_heads + h) * s.q_len + i0 + r] = l[r] == 0.f ? -INFINITY : m[r] + std::log(l[r]);
+      io.lse[(b * s.q_heads + h) * s.q_len + i0 + r] = l[r] == 0.f ? -INFINITY : m[r] + std::log(l[r]);
     }
-    store_tile(out, b * s.q_len, i0, bq, s.q_heads, h, d, O);
-  }
+    store_tile(io.out, b * s.q_len, i0, bq, s.q_heads, h, d, O);
+  });
 }
 
 // The forward on AVX-512 with the tiles held column-wise, in the same workspace: S^T = K Q^T per key tile, so that
@@ -214,53 +245,33 @@ void forward_tiles(const AttentionArgs& a) {
 template <typename T>
 void forward_columns(const AttentionArgs& a) {
   const AttentionDesc& s = a.desc;
-  const int64_t d = s.head_dim, group = s.q_heads / s.kv_heads, uniform_off = s.kv_len - s.q_len;
-  const int64_t qblocks = (s.q_len + kBlockQ - 1) / kBlockQ;
+  const int64_t d = s.head_dim, window = s.applied_window();
   const bool causal = s.mask == Mask::Causal;
-  const int64_t window = causal ? s.applied_window() : 0;
-  const int64_t* past = a.past.defined() ? a.past.data<int64_t>() : nullptr;
-  char* ws = static_cast<char*>(a.workspace.data_ptr());
-  float* lse = a.lse.data<float>();
-  const T* q = a.q.data<T>();
-  const T* k = a.k.data<T>();
-  const T* v = a.v.data<T>();
-  T* out = a.out.data<T>();
+  const ForwardIo<T> io(a);
   constexpr bool kInPlace = std::is_same_v<T, float>;
   const int64_t kv_ld = kInPlace ? s.kv_heads * d : d;  // the row stride of the K and V rows the products read
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t task = 0; task < s.batch * s.q_heads * qblocks; ++task) {
-    const int64_t b = task / (s.q_heads * qblocks), h = (task / qblocks) % s.q_heads, qb = task % qblocks;
-    const int64_t kvh = h / group, i0 = qb * kBlockQ, bq = std::min(kBlockQ, s.q_len - i0);
-    const int64_t off = past ? past[b] : uniform_off;  // query i sits at key position i + off
-    WorkspaceCarver wc(ws + std::size_t(omp_get_thread_num()) * fwd_slot_bytes(d));
-    float* Qt = wc.floats(kBlockQ * d);  // d x bq
-    float* Ot = wc.floats(kBlockQ * d);  // d x bq
-    float* K = wc.floats(kBlockK * d);
-    float* V = wc.floats(kBlockK * d);
-    float* St = wc.floats(kBlockQ * kBlockK);  // bk x bq
-    float* m = wc.floats(kBlockQ);
-    float* l = wc.floats(kBlockQ);
+  for_each_query_tile(a, [&](const ForwardTask& t) {
+    const int64_t b = t.b, h = t.h, kvh = t.kvh, i0 = t.i0, bq = t.bq, off = t.off;
+    float *Qt = t.Q, *Ot = t.O, *K = t.K, *V = t.V, *St = t.S, *m = t.m, *l = t.l;  // Q^T, O^T: d x bq; S^T: bk x bq
     if constexpr (kInPlace) {
-      f32_tiles::transpose(head_row(q, b * s.q_len, i0, s.q_heads, h, d), s.q_heads * d, bq, d, Qt, a.scale);
+      f32_tiles::transpose(head_row(io.q, b * s.q_len, i0, s.q_heads, h, d), s.q_heads * d, bq, d, Qt, a.scale);
     } else {
-      load_tile(q, b * s.q_len, i0, bq, s.q_heads, h, d, K, a.scale);
+      load_tile(io.q, b * s.q_len, i0, bq, s.q_heads, h, d, K, a.scale);
       f32_tiles::transpose(K, d, bq, d, Qt);
     }
     std::fill(Ot, Ot + d * bq, 0.f);
     std::fill(m, m + bq, -INFINITY);
     std::fill(l, l + bq, 0.f);
-    const int64_t kend = causal ? std::min(s.kv_len, i0 + bq + off) : s.kv_len;
-    const int64_t kbegin = window > 0 ? std::max<int64_t>(0, i0 + off - window + 1) : 0;  // the first row's first
-    for (int64_t j0 = kbegin; j0 < kend; j0 += kBlockK) {
-      const int64_t bk = std::min(kBlockK, kend - j0);
+    for (int64_t j0 = t.kbegin; j0 < t.kend; j0 += kBlockK) {
+      const int64_t bk = std::min(kBlockK, t.kend - j0);
       const float* kr = K;
       const float* vr = V;
       if constexpr (kInPlace) {
-        kr = head_row(k, b * s.kv_len, j0, s.kv_heads, kvh, d);
-        vr = head_row(v, b * s.kv_len, j0, s.kv_heads, kvh, d);
+        kr = head_row(io.k, b * s.kv_len, j0, s.kv_heads, kvh, d);
+        vr = head_row(io.v, b * s.kv_len, j0, s.kv_heads, kvh, d);
       } else {
-        load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
-        load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
+        load_tile(io.k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
+        load_tile(io.v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
       }
       f32_tiles::dot(bk, bq, d, kr, kv_ld, 1, Qt, bq, St, bq, 1.f, false);
       // Key j0 + jj is visible to query r from r = j0 - i0 - off + jj on under the causal mask, to all without.
@@ -268,15 +279,15 @@ void forward_columns(const AttentionArgs& a) {
       f32_tiles::softmax_columns(St, bk, bq, first_query, window, m, l, Ot, d);
       f32_tiles::dot(d, bq, bk, vr, 1, kv_ld, St, bq, Ot, bq, 1.f, true);
     }
-    float* row_lse = lse + (b * s.q_heads + h) * s.q_len + i0;
+    float* row_lse = io.lse + (b * s.q_heads + h) * s.q_len + i0;
     for (int64_t r = 0; r < bq; ++r) {  // l is 0 for a fully masked row only; NaN stays NaN
       row_lse[r] = l[r] == 0.f ? -INFINITY : m[r] + std::log(l[r]);
       l[r] = l[r] == 0.f ? 0.f : 1.f / l[r];
     }
     f32_tiles::scale_columns(Ot, d, bq, bq, l);
     f32_tiles::transpose(Ot, bq, d, bq, K);  // O: bq x d
-    store_tile(out, b * s.q_len, i0, bq, s.q_heads, h, d, K);
-  }
+    store_tile(io.out, b * s.q_len, i0, bq, s.q_heads, h, d, K);
+  });
 }
 
 }  // namespace
