@@ -73,10 +73,11 @@ TEST(F32Tiles, DotMatchesTheReferenceForEveryBlockShapeStrideAndTail) {
   struct Shape {
     int64_t m, n, k;
   };
-  // Row counts 1..8, 13 and 64 (six-row blocks and every remainder); columns on and off whole 64-column blocks,
-  // with 1 to 4 vectors left over (60 and 185: a last block of four with a masked tail).
-  const std::vector<Shape> shapes = {{64, 64, 64}, {7, 64, 64}, {5, 65, 33}, {6, 128, 8},   {1, 21, 64}, {2, 16, 1},
-                                     {3, 48, 17},  {4, 80, 64}, {64, 1, 64}, {13, 100, 40}, {5, 60, 9},  {8, 185, 12}};
+  // Row counts 1..9, 13 and 64 (six-row blocks and every remainder); columns on and off whole 64-column blocks,
+  // with 1 to 4 vectors left over, whole (16, 32, 48, 96) or with a masked tail (60, 100, 185).
+  const std::vector<Shape> shapes = {{64, 64, 64}, {7, 64, 64},  {5, 65, 33}, {6, 128, 8}, {1, 21, 64},
+                                     {2, 16, 1},   {3, 48, 17},  {4, 80, 64}, {64, 1, 64}, {13, 100, 40},
+                                     {5, 60, 9},   {8, 185, 12}, {9, 32, 20}, {6, 96, 7}};
   unsigned seed = 10;
   for (const Shape& s : shapes)
     for (bool transposed_a : {false, true})

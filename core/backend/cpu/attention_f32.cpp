@@ -75,7 +75,7 @@ inline __m512 nan_max(__m512 a, __m512 b) {
 
 // Rows [0, R) and the columns [n0, n0 + 16 V) (masked at n) of C. Every loop over r and v unrolled, so that the
 // accumulators live in registers.
-// kFull: all 16 V columns lie below n, so the loads of B need no mask.
+// kFull: all 16 V columns lie below n, so the loads of B need no mask (masks held across the k loop spill).
 template <int R, int V, bool kFull = false>
 void block(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb, float* c,
            int64_t ldc, int64_t n0, float alpha, bool accumulate) {
@@ -113,6 +113,16 @@ void block(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, c
     }
 }
 
+// Columns [n0, n0 + 16 V) of rows [0, R), unmasked where all 16 V of them lie below n.
+template <int R, int V>
+void vectors(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb, float* c,
+             int64_t ldc, int64_t n0, float alpha, bool accumulate) {
+  if (n - n0 >= 16 * V)
+    block<R, V, true>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
+  else
+    block<R, V>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
+}
+
 template <int R>
 void row_block(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
                float* c, int64_t ldc, float alpha, bool accumulate) {
@@ -120,19 +130,16 @@ void row_block(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_co
     const int64_t left = (n - n0 + 15) / 16;
     switch (left < kVectors ? left : kVectors) {
       case 1:
-        block<R, 1>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
+        vectors<R, 1>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
         break;
       case 2:
-        block<R, 2>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
+        vectors<R, 2>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
         break;
       case 3:
-        block<R, 3>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
+        vectors<R, 3>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
         break;
       default:
-        if (n - n0 >= 16 * kVectors)
-          block<R, kVectors, true>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
-        else
-          block<R, kVectors>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
+        vectors<R, kVectors>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
     }
   }
 }
