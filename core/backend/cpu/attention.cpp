@@ -382,14 +382,12 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
     const uint16_t* dout = bf16_rows(in.dout, b * s.q_len, i0, s.q_heads, h, d);
     bf16_tiles::dot(bq, bk, d / 2, q, ld, kt.Kt, t.P, bk, 1.f, false);
     bf16_tiles::dot(bq, bk, d / 2, dout, ld, kt.Vt, t.dP, bk, 1.f, false);
-  } else if (wide) {  // V is held as V^T (d x bk); K^T goes in dQt's tile
+  } else if (wide) {  // V is held as V^T (d x bk), and K^T in dQt's tile (dQ goes straight to dq32)
     if constexpr (!std::is_same_v<T, float>) {
       load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
       load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
     }
-    float* Kt = t.dQt;
-    f32_tiles::transpose(t.K, d, bk, d, Kt);
-    f32_tiles::dot(bq, bk, d, Q, q_ld, 1, Kt, bk, t.P, bk, 1.f, false);
+    f32_tiles::dot(bq, bk, d, Q, q_ld, 1, t.dQt, bk, t.P, bk, 1.f, false);
     f32_tiles::dot(bq, bk, d, dO, q_ld, 1, t.V, bk, t.dP, bk, 1.f, false);
   } else {
     load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
@@ -473,6 +471,7 @@ void backward_tiles(const AttentionArgs& a, const BackwardInputs<T>& in, char* w
       } else if (avx512_tiles_present()) {
         load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.K);
         load_tile_transposed(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.V);  // V^T: d x bk
+        f32_tiles::transpose(t.K, d, bk, d, t.dQt);                              // K^T, once per key tile
       } else {
         load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.K);
         load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.V);
