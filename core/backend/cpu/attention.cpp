@@ -215,7 +215,7 @@ void forward_tiles(const AttentionArgs& a) {
       }
       for (int64_t r = 0; r < bq; ++r) {
         const Seen seen = seen_keys(causal, window, i0 + r + off, j0, bk);
-        if (kBf16)  // the bf16 tiles imply AVX-512
+        if constexpr (kBf16)  // the bf16 tiles imply AVX-512
           f32_tiles::softmax_row(S + r * bk, bk, seen.first, seen.last, m[r], l[r], O + r * d, d);
         else
           online_softmax_row(S + r * bk, bk, seen, m[r], l[r], O + r * d, d);
