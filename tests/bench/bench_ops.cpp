@@ -1,11 +1,11 @@
 // Kernel throughput: GEMM (f32, bf16) and fused attention on the CPU back-end, in FLOP/s. The largest
 // square f32 GEMM is the machine's ceiling; compare the other rows to it. BM_Linear runs headroom's linear
-// layer and BM_OneDnnLinear the same product as a plain oneDNN matmul with whatever kernel oneDNN picks and
-// its own scratchpad handling: under ONEDNN_MAX_CPU_ISA=avx2 that is gemm:jit (which mallocs its packing
-// buffers) against headroom's packed GEMM, on the same machine in the same run. BM_Optimizer: AdamW and 8-bit
-// AdamW updates of one f32 parameter (elements per second), each step's moments as a real run leaves them.
-// The fused kernels (model.fused_kernels) beside their unfused ops, on the 19.2M bench model's decoder shapes
-// (8 x 256 tokens, 6 heads of 64, hidden 384, intermediate 1024), with bytes of activations read and written per
+// layer (on the 19.2M and 5.2M bench models' shapes among others) and BM_OneDnnLinear the same product as a plain
+// oneDNN matmul with whatever kernel oneDNN picks and its own scratchpad handling: under ONEDNN_MAX_CPU_ISA=avx2 that
+// is gemm:jit (which mallocs its packing buffers) against headroom's packed GEMM, on the same machine in the same run.
+// BM_Optimizer: AdamW and 8-bit AdamW updates of one f32 parameter (elements per second), each step's moments as a real
+// run leaves them. The fused kernels (model.fused_kernels) beside their unfused ops, on the 19.2M bench model's decoder
+// shapes (8 x 256 tokens, 6 heads of 64, hidden 384, intermediate 1024), with bytes of activations read and written per
 // second where one kernel's traffic is clear: BM_Rope a layer's four rotations (q and k, forward and backward) from
 // positions or from the step's table (BM_RopeTable: making the table, once a step for every layer), BM_AddNorm a
 // block's residual add and RMS norm, forward and backward, as two ops or one, BM_Swiglu SwiGLU forward and
@@ -291,21 +291,26 @@ BENCHMARK_CAPTURE(BM_LinearWeightGrad, f32, DType::F32)
     ->Args({2048, 384, 384})   // the 19.2M model's attention projections: 384 columns, two column tiles
     ->Args({2048, 384, 1024})  // and its MLP's up projection
     ->Args({2048, 1024, 1024})
+    ->Args({2048, 256, 688})  // the 5.2M model's MLP
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_OneDnnWeightGrad, f32, DType::F32)
     ->Args({768, 192, 512})
     ->Args({2048, 1024, 1024})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_LinearWeightGrad, bf16, DType::BF16)->Args({2048, 1024, 1024})->Unit(benchmark::kMillisecond);
-#define HR_LINEAR_SHAPES        \
-  Args({768, 192, 192})         \
-      ->Args({768, 192, 512})   \
-      ->Args({768, 512, 192})   \
-      ->Args({512, 128, 128})   \
-      ->Args({2048, 384, 384})  \
-      ->Args({2048, 384, 1024}) \
-      ->Args({2048, 1024, 384}) \
-      ->Args({4096, 1024, 1024})
+#define HR_LINEAR_SHAPES         \
+  Args({768, 192, 192})          \
+      ->Args({768, 192, 512})    \
+      ->Args({768, 512, 192})    \
+      ->Args({512, 128, 128})    \
+      ->Args({2048, 384, 384})   \
+      ->Args({2048, 384, 1024})  \
+      ->Args({2048, 1024, 384})  \
+      ->Args({4096, 1024, 1024}) \
+      ->Args({2048, 256, 688})   \
+      ->Args({2048, 688, 256})   \
+      ->Args({2048, 256, 256})   \
+      ->Args({1040, 192, 192})
 BENCHMARK_CAPTURE(BM_Linear, f32, DType::F32)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_OneDnnLinear, f32, DType::F32)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Linear, bf16, DType::BF16)->HR_LINEAR_SHAPES->Unit(benchmark::kMillisecond);
