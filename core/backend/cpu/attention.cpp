@@ -11,6 +11,11 @@
 
 namespace hr::cpu {
 
+void bf16_tiles::rows_do_not_fit(int64_t cols, int64_t dst_ld) {
+  assert_fail("cols <= 64 && dst_ld >= cols", __FILE__, __LINE__,
+              str("bf16 rows of ", cols, " into a stride of ", dst_ld));
+}
+
 namespace {
 
 constexpr int64_t kBlockQ = 64;  // query rows per tile

@@ -2,7 +2,6 @@
 // x86-64; elsewhere the functions exist but are never called (bf16_tiles_present() is false there).
 #include "core/backend/cpu/attention_bf16.h"
 
-#include <algorithm>
 #include <cstring>
 
 #include "core/backend/cpu/cpu_kernels.h"
@@ -17,6 +16,15 @@
 #endif
 
 namespace hr::cpu::bf16_tiles {
+
+namespace {
+
+// n zeros from p. memset, not std::fill: this file may use no inline function of another header (the header says why).
+void zero(uint16_t* p, int64_t n) {
+  if (n > 0) std::memset(p, 0, std::size_t(n) * sizeof(uint16_t));
+}
+
+}  // namespace
 
 #if HR_BF16_TILES
 
@@ -73,7 +81,8 @@ template <int R>
 void row_block(int64_t n, int64_t kp, const uint16_t* a, int64_t lda, const uint32_t* b, float* c, int64_t ldc,
                float alpha, bool accumulate) {
   for (int64_t n0 = 0; n0 < n; n0 += 16 * kVectors) {
-    switch (std::min<int64_t>(kVectors, (n - n0 + 15) / 16)) {
+    const int64_t vectors = (n - n0 + 15) / 16;
+    switch (vectors < kVectors ? vectors : kVectors) {
       case 1:
         block<R, 1>(n, kp, a, lda, b, c, ldc, n0, alpha, accumulate);
         break;
@@ -191,7 +200,7 @@ void dot(int64_t m, int64_t n, int64_t kp, const uint16_t* a, int64_t lda, const
 }
 
 void round_rows(const float* src, int64_t src_ld, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld) {
-  HR_ASSERT(cols <= 64 && dst_ld >= cols, "bf16 rows of ", cols, " into a stride of ", dst_ld);
+  if (cols > 64 || dst_ld < cols) rows_do_not_fit(cols, dst_ld);
   alignas(64) uint16_t row[64];
   for (int64_t r = 0; r < rows; ++r) {
     const float* s = src + r * src_ld;
@@ -201,7 +210,7 @@ void round_rows(const float* src, int64_t src_ld, int64_t rows, int64_t cols, ui
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + c0), (__m256i)h);
     }
     std::memcpy(dst + r * dst_ld, row, std::size_t(cols) * sizeof(uint16_t));
-    std::fill(dst + r * dst_ld + cols, dst + (r + 1) * dst_ld, uint16_t(0));
+    zero(dst + r * dst_ld + cols, dst_ld - cols);
   }
 }
 
@@ -237,13 +246,13 @@ void transpose(const uint16_t* src, int64_t src_ld, int64_t rows, int64_t cols, 
   }
   for (int64_t c = paired; c < cols; ++c)
     for (int64_t r = 0; r < rows; ++r) dst[c * dst_ld + r] = src[r * src_ld + c];
-  for (int64_t c = 0; c < cols; ++c) std::fill(dst + c * dst_ld + rows, dst + (c + 1) * dst_ld, uint16_t(0));
+  for (int64_t c = 0; c < cols; ++c) zero(dst + c * dst_ld + rows, dst_ld - rows);
   return;
 #endif
   for (int64_t c = 0; c < cols; ++c) {
     uint16_t* d = dst + c * dst_ld;
     for (int64_t r = 0; r < rows; ++r) d[r] = src[r * src_ld + c];
-    std::fill(d + rows, d + dst_ld, uint16_t(0));
+    zero(d + rows, dst_ld - rows);
   }
 }
 

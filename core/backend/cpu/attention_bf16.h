@@ -4,7 +4,8 @@
 // faster than the f32 tiles: the gain there is AMX's. The softmax and every accumulation stay in f32 (as SDPA's and
 // FlashAttention's bf16 kernels keep them); the probabilities and the score gradients are rounded to bf16 for the
 // products that take them, as theirs are. attention.cpp calls these where bf16_tiles_present(); the file is built
-// with AVX-512 and AMX flags (core/CMakeLists.txt), so nothing here may run on a CPU without them.
+// with AVX-512 and AMX flags (core/CMakeLists.txt), so nothing here may run on a CPU without them, and it uses no
+// inline function of another header (the linker would be free to keep this file's AVX-512 copy for every caller).
 //
 // Layouts, in bf16 elements (uint16_t) or bf16 pairs (uint32_t, two bf16 of one reduction step, low half first):
 //   A: row-major, rows of `lda` elements whose reduction runs over consecutive pairs (an odd length padded with 0);
@@ -24,6 +25,9 @@ void dot(int64_t m, int64_t n, int64_t kp, const uint16_t* a, int64_t lda, const
 // columns from `cols` on written as 0). dst may alias src when dst_ld <= 2 * src_ld: each row is read whole before
 // it is written.
 void round_rows(const float* src, int64_t src_ld, int64_t rows, int64_t cols, uint16_t* dst, int64_t dst_ld);
+// round_rows' error for rows that do not fit (cols > 64 or dst_ld < cols); defined in attention.cpp, outside the
+// AVX-512 file, since building the message takes inline functions.
+[[noreturn]] void rows_do_not_fit(int64_t cols, int64_t dst_ld);
 
 // dst[c][r] = src[r][c] for `rows` x `cols` bf16 (src stride src_ld); dst's rows have stride dst_ld >= rows, the
 // elements from `rows` on are 0.
