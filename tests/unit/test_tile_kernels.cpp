@@ -1,8 +1,8 @@
 // The CPU attention's AVX-512 f32 tile primitives (core/backend/cpu/attention_f32.h) against plain scalar loops in
-// double: the exponential, the products over every block shape and stride, the column-wise online softmax with its
-// masks, NaN and -inf, and the backward's probability and gradient rows. The op table checks the attention these
-// make up; here each primitive is pinned on its own, tails included. On a CPU without AVX-512 each test checks
-// that the attention never chooses them.
+// double: the exponential and the sigmoid, the products over every block shape and stride, the column-wise online
+// softmax with its masks, NaN and -inf, and the backward's probability and gradient rows. The op table checks the
+// attention these make up; here each primitive is pinned on its own, tails included. On a CPU without AVX-512 each test
+// checks that the attention never chooses them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,6 +69,40 @@ TEST(F32Tiles, ExpIsWithinFourUlpOfStdExpAndKeepsTheSpecialValues) {
                           9.f, 10.f, 11.f, 12.f, 13.f, 14.f, 15.f, 16.f, 42.f};
   ft::exp_floats(z.data(), z.data(), 17);
   EXPECT_NEAR(z[16] / std::exp(16.0), 1.0, 4 * std::numeric_limits<float>::epsilon());
+  EXPECT_EQ(z[17], 42.f);
+}
+
+TEST(F32Tiles, SigmoidIsWithinFiveUlpOfTheDoubleSigmoidAndKeepsTheSpecialValues) {
+  HR_NEED_AVX512_TILES();
+  for (float alpha : {1.f, 1.702f}) {
+    std::vector<float> x = random_floats(10007, -60.f, 60.f, 2);
+    for (float v : {0.f, -0.f, 1e-30f, 15.f, -15.f, 52.f, -52.f, 60.f, -60.f, 100.f, -100.f, 1e30f, -1e30f, kInf, -kInf,
+                    std::numeric_limits<float>::quiet_NaN()})
+      x.push_back(v);
+    std::vector<float> y = x;
+    ft::sigmoid_floats(y.data(), int64_t(y.size()), alpha);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      // The argument rounded to float first, as the kernel (and any f32 sigmoid) has it: at |alpha x| ~ 60 that
+      // rounding alone moves exp by ~30 ulp.
+      const float arg = -alpha * x[i];
+      const double want = 1.0 / (1.0 + std::exp(double(arg)));
+      if (std::isnan(x[i])) {
+        EXPECT_TRUE(std::isnan(y[i]));
+      } else if (want < std::numeric_limits<float>::min()) {  // below float's normal range (0 once exp overflows)
+        EXPECT_NEAR(y[i], want, 4e-39) << "sigmoid(" << x[i] << ")";
+      } else {
+        EXPECT_NEAR(y[i] / want, 1.0, 5 * std::numeric_limits<float>::epsilon())
+            << "sigmoid(" << alpha << " * " << x[i] << ")";
+      }
+    }
+    EXPECT_EQ(y[y.size() - 3], 1.f);  // +inf
+    EXPECT_EQ(y[y.size() - 2], 0.f);  // -inf
+  }
+  // A length that is no multiple of 16: the lanes past n stay untouched.
+  std::vector<float> z(18, 0.f);
+  z[17] = 42.f;
+  ft::sigmoid_floats(z.data(), 17, 1.f);
+  EXPECT_EQ(z[16], 0.5f);
   EXPECT_EQ(z[17], 42.f);
 }
 

@@ -9,6 +9,7 @@
 #include <unsupported/Eigen/SpecialFunctions>
 
 #include "core/backend/cpu/activation_constants.h"
+#include "core/backend/cpu/attention_f32.h"
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
 
@@ -19,6 +20,7 @@ namespace {
 constexpr int64_t kStretch = 512;          // elements per step of a thread: 2 KiB of f32 per buffer
 constexpr int64_t kParallelMin = 1 << 14;  // elements below which threads cost more than they give
 using Stretch = Eigen::Map<Eigen::ArrayXf, Eigen::Aligned32>;
+using ConstStretch = Eigen::Map<const Eigen::ArrayXf, Eigen::Aligned32>;
 
 // Calls f(i0, m) for each stretch [i0, i0 + m) of n elements, across the threads.
 template <typename F>
@@ -28,11 +30,26 @@ void for_stretches(int64_t n, F&& f) {
   for (int64_t b = 0; b < stretches; ++b) f(b * kStretch, std::min(kStretch, n - b * kStretch));
 }
 
+// s[0, m) = 1 / (1 + exp(-alpha x)) for a stretch. On AVX-512 (avx512_tiles_present(), capped by ONEDNN_MAX_CPU_ISA
+// like the attention tiles) 16 lanes wide in the attention's exponential (f32_tiles::sigmoid_floats); elsewhere in
+// Eigen's, 8 lanes. x is only read; it is not a const pointer because a stretch filled only up to m passed as one
+// sets off GCC's -Wmaybe-uninitialized.
+void sigmoid(float* x, float* s, int64_t m, float alpha) {
+  if (avx512_tiles_present()) {
+    std::copy(x, x + m, s);
+    return f32_tiles::sigmoid_floats(s, m, alpha);
+  }
+  if (alpha == 1.f)
+    Stretch(s, m) = (1.f + (-ConstStretch(x, m)).exp()).inverse();
+  else
+    Stretch(s, m) = (1.f + (-alpha * ConstStretch(x, m)).exp()).inverse();
+}
+
 // g[0, m) from p + i0 in f32, and s = sigmoid(g) = 1 / (1 + exp(-g)).
 template <typename T>
 void load_sigmoid(const T* p, int64_t i0, int64_t m, float* g, float* s) {
   for (int64_t k = 0; k < m; ++k) g[k] = load(p, i0 + k);
-  Stretch(s, m) = (1.f + (-Stretch(g, m)).exp()).inverse();
+  sigmoid(g, s, m, 1.f);
 }
 
 // xv[0, m) = x[i0, i0 + m) plus the bias over x's rows of `cols`, each sum rounded to T as add_ leaves it and
@@ -62,11 +79,9 @@ void activation_core(UnaryOp op, float* xv, int64_t m, float* t, float* e = null
   const Stretch x(xv, m);
   switch (op) {
     case UnaryOp::QuickGelu:
-      Stretch(t, m) = (1.f + (-kQuickGeluAlpha * x).exp()).inverse();
-      return;
+      return sigmoid(xv, t, m, kQuickGeluAlpha);
     case UnaryOp::Silu:
-      Stretch(t, m) = (1.f + (-x).exp()).inverse();
-      return;
+      return sigmoid(xv, t, m, 1.f);
     case UnaryOp::GeluTanh:
       Stretch(t, m) = (kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x)).tanh();
       return;
