@@ -1,7 +1,6 @@
 // CPU layer norm and RMS norm, forward and backward. Weight/bias gradients are summed per fixed row chunk
 // and then in chunk order, so results do not depend on the thread count.
 #include <cmath>
-#include <type_traits>
 
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
@@ -38,35 +37,17 @@ void norm_forward(const NormArgs& a) {
       for (int64_t r = 0; r < rows; ++r) {
         const T* xr = x + r * cols;
         T* yr = y + r * cols;
-        // The residual add into x as add_ leaves it, in the same pass as the row's first sum (layer norm's mean,
-        // RMS norm's sum of squares) over the sums as stored; the row is then normalized from the cache.
-        const T* rr = sum ? res + r * cols : nullptr;
-        T* sr = sum ? sum + r * cols : nullptr;
-        auto first_sum = [&](auto added, auto square) {
-          return sum_in_lanes(0, cols, [&](int64_t c) {
-            double v;
-            if constexpr (decltype(added)::value) {
-              store(sr, c, load(xr, c) + load(rr, c));
-              v = load(sr, c);
-            } else {
-              v = load(xr, c);
-            }
-            if constexpr (decltype(square)::value) v *= v;
-            return v;
-          });
-        };
-        double m = 0.0, var = 0.0;
-        if (ln) {
-          m = (sum ? first_sum(std::true_type{}, std::false_type{}) : first_sum(std::false_type{}, std::false_type{})) /
-              double(cols);
-          var = sum_in_lanes(0, cols, [&](int64_t c) {
-            const double d = load(xr, c) - m;
-            return d * d;
-          });
-        } else {
-          var = sum ? first_sum(std::true_type{}, std::true_type{}) : first_sum(std::false_type{}, std::true_type{});
-        }
-        var /= double(cols);
+        // The residual add first, into x as add_ leaves it: the row is then normalized from the cache.
+        if (sum)
+          for (int64_t c = 0; c < cols; ++c) store(sum + r * cols, c, load(xr, c) + load(res + r * cols, c));
+        const double m =
+            ln ? sum_in_lanes(0, cols, [&](int64_t c) { return double(load(xr, c)); }) / double(cols) : 0.0;
+        const double var = sum_in_lanes(0, cols,
+                                        [&](int64_t c) {
+                                          const double d = load(xr, c) - m;
+                                          return d * d;
+                                        }) /
+                           double(cols);
         const float rs = float(1.0 / std::sqrt(var + a.eps));
         const float mf = float(m);
         for (int64_t c = 0; c < cols; ++c) store(yr, c, (load(xr, c) - mf) * rs * load(w, c) + (b ? load(b, c) : 0.f));
@@ -78,29 +59,6 @@ void norm_forward(const NormArgs& a) {
 }
 
 namespace {
-
-// Two sums at once in sum_in_lanes' order (the same bits as two calls): term(i, t1, t2) gives both terms of i.
-static_assert(kSumLanes == 8, "sums_in_lanes adds its eight lanes as sum_in_lanes does");
-template <typename F>
-void sums_in_lanes(int64_t n, double& sum1, double& sum2, F&& term) {
-  double a[kSumLanes] = {}, b[kSumLanes] = {};
-  int64_t i = 0;
-  for (; i + kSumLanes <= n; i += kSumLanes)
-    for (int j = 0; j < kSumLanes; ++j) {
-      double t1, t2;
-      term(i + j, t1, t2);
-      a[j] += t1;
-      b[j] += t2;
-    }
-  for (int j = 0; i < n; ++i, ++j) {
-    double t1, t2;
-    term(i, t1, t2);
-    a[j] += t1;
-    b[j] += t2;
-  }
-  sum1 = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-  sum2 = ((b[0] + b[1]) + (b[2] + b[3])) + ((b[4] + b[5]) + (b[6] + b[7]));
-}
 
 // Rows [r0, r1) of the backward: dx, and where cw/cb are given the chunk's weight and bias gradient partials.
 // xhat = (x - m) rs; dxhat = dy w; dx = rs (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), mean(dxhat) for layer
@@ -121,32 +79,27 @@ void backward_rows(const NormArgs& a, int64_t r0, int64_t r1, float* cw, float* 
     const T* dyr = dy + r * cols;
     T* dxr = dx + r * cols;
     const float m = ln ? mean[r] : 0.f, rs = rstd[r];
-    // The row sums in lanes in one pass, with the chunk's weight and bias gradient partials, then dx in a second
-    // (the row in L1 by then).
-    double s1 = 0.0, s2 = 0.0;
-    auto sums = [&](auto with_partials) {
-      sums_in_lanes(cols, s1, s2, [&](int64_t c, double& t1, double& t2) {
-        const float g = load(dyr, c), xh = (load(xr, c) - m) * rs, dxh = g * load(w, c);
-        if constexpr (decltype(with_partials)::value) {
-          cw[c] += g * xh;
-          cb[c] += g;
-        }
-        t1 = dxh;
-        t2 = double(dxh) * xh;
-      });
-    };
+    // The two row sums in lanes, one pass each over the row (in L1 after the first), then the chunk's
+    // weight and bias gradient partials.
+    const double s1 = ln ? sum_in_lanes(0, cols, [&](int64_t c) { return double(load(dyr, c) * load(w, c)); }) : 0.0;
+    const double s2 = sum_in_lanes(0, cols, [&](int64_t c) {
+      const float xh = (load(xr, c) - m) * rs, dxh = load(dyr, c) * load(w, c);
+      return double(dxh) * xh;
+    });
     if (cw)
-      sums(std::true_type{});
-    else
-      sums(std::false_type{});
+      for (int64_t c = 0; c < cols; ++c) {
+        const float xh = (load(xr, c) - m) * rs, g = load(dyr, c);
+        cw[c] += g * xh;
+        cb[c] += g;
+      }
     const float m1 = ln ? float(s1 / double(cols)) : 0.f, m2 = float(s2 / double(cols));
-    // The residual stream's gradient added in the same pass, onto dx as stored (as add_ would).
-    const T* dr = dres ? dres + r * cols : nullptr;
     for (int64_t c = 0; c < cols; ++c) {
-      const float xh = (load(xr, c) - m) * rs;
+      float xh = (load(xr, c) - m) * rs;
       store(dxr, c, rs * (load(dyr, c) * load(w, c) - m1 - xh * m2));
-      if (dr) store(dxr, c, load(dxr, c) + load(dr, c));
     }
+    // The residual stream's gradient added in the same pass, onto dx as stored (as add_ would).
+    if (dres)
+      for (int64_t c = 0; c < cols; ++c) store(dxr, c, load(dxr, c) + load(dres + r * cols, c));
   }
 }
 
