@@ -80,7 +80,7 @@ TEST(F32Tiles, SigmoidIsWithinFiveUlpOfTheDoubleSigmoidAndKeepsTheSpecialValues)
                     std::numeric_limits<float>::quiet_NaN()})
       x.push_back(v);
     std::vector<float> y = x;
-    ft::sigmoid_floats(y.data(), int64_t(y.size()), alpha);
+    ft::sigmoid_floats(y.data(), y.data(), int64_t(y.size()), alpha);
     for (std::size_t i = 0; i < x.size(); ++i) {
       // The argument rounded to float first, as the kernel (and any f32 sigmoid) has it: at |alpha x| ~ 60 that
       // rounding alone moves exp by ~30 ulp.
@@ -101,7 +101,7 @@ TEST(F32Tiles, SigmoidIsWithinFiveUlpOfTheDoubleSigmoidAndKeepsTheSpecialValues)
   // A length that is no multiple of 16: the lanes past n stay untouched.
   std::vector<float> z(18, 0.f);
   z[17] = 42.f;
-  ft::sigmoid_floats(z.data(), 17, 1.f);
+  ft::sigmoid_floats(z.data(), z.data(), 17, 1.f);
   EXPECT_EQ(z[16], 0.5f);
   EXPECT_EQ(z[17], 42.f);
 }

@@ -190,11 +190,11 @@ void exp_floats(const float* x, float* y, int64_t n) {
   }
 }
 
-void sigmoid_floats(float* y, int64_t n, float alpha) {
+void sigmoid_floats(const float* x, float* y, int64_t n, float alpha) {
   const __m512 one = _mm512_set1_ps(1.f), minus_alpha = _mm512_set1_ps(-alpha);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 mask = tail_mask(n - i);
-    const __m512 e = exp16(_mm512_mul_ps(minus_alpha, _mm512_maskz_loadu_ps(mask, y + i)));
+    const __m512 e = exp16(_mm512_mul_ps(minus_alpha, _mm512_maskz_loadu_ps(mask, x + i)));
     _mm512_mask_storeu_ps(y + i, mask, _mm512_div_ps(one, _mm512_add_ps(one, e)));
   }
 }

@@ -23,9 +23,9 @@ void transpose(const float* x, int64_t stride, int64_t rows, int64_t cols, float
 // within a few ulp of std::exp; NaN stays NaN, -inf gives 0, overflow inf.
 void exp_floats(const float* x, float* y, int64_t n);
 
-// y[i] = 1 / (1 + exp(-alpha y[i])) for n floats, in place, through exp_floats' exponential and an IEEE division: the
-// sigmoid of SiLU (alpha 1), SwiGLU and quick GELU (1.702). NaN stays NaN; 1 and 0 at the ends.
-void sigmoid_floats(float* y, int64_t n, float alpha);
+// y[i] = 1 / (1 + exp(-alpha x[i])) for n floats (x and y may be the same), through exp_floats' exponential and an
+// IEEE division: the sigmoid of SiLU (alpha 1), SwiGLU and quick GELU (1.702). NaN stays NaN; 1 and 0 at the ends.
+void sigmoid_floats(const float* x, float* y, int64_t n, float alpha);
 
 // The column-wise forward's online softmax over one key tile. st is S^T (bk x bq, row stride bq): row jj holds key
 // jj's scores against the tile's bq <= 64 queries. Key jj is visible to the queries r with first_query + jj <= r

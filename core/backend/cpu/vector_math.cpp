@@ -35,14 +35,8 @@ void for_stretches(int64_t n, F&& f) {
 // Eigen's, 8 lanes. x is only read; it is not a const pointer because a stretch filled only up to m passed as one
 // sets off GCC's -Wmaybe-uninitialized.
 void sigmoid(float* x, float* s, int64_t m, float alpha) {
-  if (avx512_tiles_present()) {
-    std::copy(x, x + m, s);
-    return f32_tiles::sigmoid_floats(s, m, alpha);
-  }
-  if (alpha == 1.f)
-    Stretch(s, m) = (1.f + (-ConstStretch(x, m)).exp()).inverse();
-  else
-    Stretch(s, m) = (1.f + (-alpha * ConstStretch(x, m)).exp()).inverse();
+  if (avx512_tiles_present()) return f32_tiles::sigmoid_floats(x, s, m, alpha);
+  Stretch(s, m) = (1.f + (-alpha * ConstStretch(x, m)).exp()).inverse();
 }
 
 // g[0, m) from p + i0 in f32, and s = sigmoid(g) = 1 / (1 + exp(-g)).
