@@ -13,7 +13,10 @@
 // bias. BM_CrossEntropy: the fused lm_head + loss, forward and backward, on the same model's 2,040 positions (vocab
 // 8,000) in chunks of range(0) rows (0: the back-end's default), with range(1) of them labelled (at the front, as
 // llava.forward packs them): the chunks past them run no GEMM, and the one they end in runs its labelled rows, their
-// count rounded up to a multiple of 64.
+// count rounded up to a multiple of 64. BM_AttentionBatch: one micro-batch's attention forward and backward on the
+// 5.2M model's decoder and tower shapes (compare torch.nn.functional.scaled_dot_product_attention on the same shapes).
+// BM_GradNorm: the gradient norm's sum of squares over one f32 gradient, in bytes read per second: from the caches
+// (16 MiB) and from memory (128 MiB).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -141,6 +144,27 @@ void BM_Attention(benchmark::State& state, DType dt, bool backward) {
   set_flops(state, matmuls * double(H) * scores * double(D));
 }
 
+// One attention forward and backward of a whole micro-batch, as a training step runs it: batch x length, query and
+// key/value heads, head size, causal or not. The 5.2M model's (16 sequences of 128 tokens, 8 heads over 4 of
+// size 32, causal) and its tower's (16 images of 65 tokens, 4 heads of 48).
+void BM_AttentionBatch(benchmark::State& state, DType dt) {
+  const int64_t B = state.range(0), L = state.range(1), H = state.range(2), Hk = state.range(3), D = state.range(4);
+  const Mask mask = state.range(5) ? Mask::Causal : Mask::None;
+  auto random = [&](int64_t heads, float s) {
+    std::vector<float> v(std::size_t(B * L * heads * D));
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = s * std::sin(0.37f * float(i));
+    return Tensor::from_floats(v, {B, L, heads, D}, dt, Device::cpu());
+  };
+  const Tensor q = random(H, 1.f), k = random(Hk, 0.7f), v = random(Hk, 0.5f), dout = random(H, 0.1f);
+  const float scale = 1.f / std::sqrt(float(D));
+  for (auto _ : state) {
+    AttentionOut o = attention_forward(q, k, v, mask, scale);
+    benchmark::DoNotOptimize(attention_backward(dout, q, k, v, o, mask, scale));
+  }
+  const double scores = mask == Mask::Causal ? double(L) * double(L + 1) / 2 : double(L) * double(L);
+  set_flops(state, 7.0 * 2.0 * double(B) * double(H) * scores * double(D));  // 2 matmuls forward, 5 backward
+}
+
 void BM_CrossEntropy(benchmark::State& state, DType dt) {
   const int64_t tokens = 8 * 255, d = 384, vocab = 8000, labelled = state.range(1);
   std::vector<float> hv(std::size_t(tokens * d)), wv(std::size_t(vocab * d));
@@ -259,6 +283,17 @@ void BM_SumLeading(benchmark::State& state, DType dt) {
   set_bytes(state, double(dy.nbytes()));
 }
 
+// The gradient norm's sum of squares over one f32 gradient of n elements (global_norm over one tensor), in the
+// fixed chunks and lanes that keep its bits on every thread count.
+void BM_GradNorm(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> gv(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) gv[std::size_t(i)] = std::sin(0.37f * float(i)) * 1e-2f;
+  const Tensor g = Tensor::from_floats(gv, {n}, DType::F32, Device::cpu());
+  for (auto _ : state) benchmark::DoNotOptimize(global_norm({g}));
+  set_bytes(state, double(g.nbytes()));
+}
+
 }  // namespace
 
 void BM_Optimizer(benchmark::State& state, bool eight_bit) {
@@ -335,6 +370,17 @@ BENCHMARK_CAPTURE(BM_Attention, bwd_bf16, DType::BF16, true)
     ->Args({2048, 0})
     ->Args({2048, 256})
     ->Unit(benchmark::kMillisecond);
+
+BENCHMARK_CAPTURE(BM_AttentionBatch, f32, DType::F32)
+    ->Args({16, 128, 8, 4, 32, 1})
+    ->Args({16, 65, 4, 4, 48, 0})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionBatch, bf16, DType::BF16)
+    ->Args({16, 128, 8, 4, 32, 1})
+    ->Args({16, 65, 4, 4, 48, 0})
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK(BM_GradNorm)->Arg(1 << 16)->Arg(1 << 22)->Arg(1 << 25)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_Rope, per_call_bf16, DType::BF16, false)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Rope, table_bf16, DType::BF16, true)->Unit(benchmark::kMillisecond);
