@@ -95,12 +95,45 @@ double sum_in_lanes(int64_t begin, int64_t end, F&& term) {
   return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
 }
 
-// sum_fixed_chunks for a cheap term per element (a load and a product): each chunk summed in lanes.
+// G sums in lanes taken together: out[g] = sum_in_lanes(begin[g], end[g], term(g, .)), bit for bit. Each sum is one
+// chain of dependent additions per lane, so a single sum waits out the addition's latency at every step; G of them
+// in lockstep keep G times as many additions in flight (a norm's rows, a reduction's chunks).
+template <int G, typename F>
+void sums_in_lanes(const int64_t (&begin)[G], const int64_t (&end)[G], F&& term, double (&out)[G]) {
+  double lane[G][kSumLanes] = {};
+  int64_t common = end[0] - begin[0];
+  for (int g = 1; g < G; ++g) common = std::min(common, end[g] - begin[g]);
+  common -= common % kSumLanes;  // so that every element keeps its lane, (i - begin) % kSumLanes
+  for (int64_t k = 0; k < common; k += kSumLanes)
+    for (int g = 0; g < G; ++g)
+      for (int j = 0; j < kSumLanes; ++j) lane[g][j] += term(g, begin[g] + k + j);
+  for (int g = 0; g < G; ++g) {
+    double* l = lane[g];
+    int64_t i = begin[g] + common;
+    for (; i + kSumLanes <= end[g]; i += kSumLanes)
+      for (int j = 0; j < kSumLanes; ++j) l[j] += term(g, i + j);
+    for (int j = 0; i < end[g]; ++i, ++j) l[j] += term(g, i);
+    out[g] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  }
+}
+
+// sum_fixed_chunks for a cheap term per element (a load and a product): each chunk summed in lanes, four chunks at
+// a time (sums_in_lanes; from memory, a 128 MiB gradient's sum of squares on 2 AMX Xeon threads took 9.3 ms one chunk
+// at a time).
 template <typename F>
 void sum_fixed_chunks_in_lanes(int64_t n, ChunkSums& partial, F&& term) {
+  constexpr int kTogether = 4;
+  static_assert(kFixedChunks % kTogether == 0);
 #pragma omp parallel for schedule(static) if (n >= kParallelMinWork)
-  for (int64_t c = 0; c < kFixedChunks; ++c)
-    partial[std::size_t(c)] = sum_in_lanes(n * c / kFixedChunks, n * (c + 1) / kFixedChunks, term);
+  for (int64_t c0 = 0; c0 < kFixedChunks; c0 += kTogether) {
+    int64_t begin[kTogether], end[kTogether];
+    for (int g = 0; g < kTogether; ++g)
+      begin[g] = n * (c0 + g) / kFixedChunks, end[g] = n * (c0 + g + 1) / kFixedChunks;
+    double sums[kTogether];
+    sums_in_lanes(
+        begin, end, [&](int, int64_t i) { return term(i); }, sums);
+    for (int g = 0; g < kTogether; ++g) partial[std::size_t(c0 + g)] = sums[g];
+  }
 }
 
 inline double total(const ChunkSums& partial) {
