@@ -51,8 +51,8 @@ TEST(FixedSums, SumsTakenTogetherKeepEachSumsBits) {
     const int64_t(&begin)[4] = c[0];
     const int64_t(&end)[4] = c[1];
     double together[4];
-    hr::cpu::sums_in_lanes(begin, end, [&](int g, int64_t i) { return double(v[std::size_t(i)]) * (g + 1); },
-                           together);
+    hr::cpu::sums_in_lanes(
+        begin, end, [&](int g, int64_t i) { return double(v[std::size_t(i)]) * (g + 1); }, together);
     for (int g = 0; g < 4; ++g) {
       const double alone =
           hr::cpu::sum_in_lanes(begin[g], end[g], [&](int64_t i) { return double(v[std::size_t(i)]) * (g + 1); });
@@ -61,8 +61,8 @@ TEST(FixedSums, SumsTakenTogetherKeepEachSumsBits) {
   }
 }
 
-// The gradient norm of a tensor is the root of the fixed order's sum of squares, computed here with plain loops, whatever the thread count; the plain sum
-// is the fixed order's sum.
+// The gradient norm of a tensor is the root of the fixed order's sum of squares, computed here with plain loops,
+// whatever the thread count; the plain sum is the fixed order's sum.
 TEST(FixedSums, WholeTensorSumsFollowTheFixedOrderOnAnyThreadCount) {
   const int saved = omp_get_max_threads();
   for (const int64_t n : {int64_t(7), int64_t(4095), int64_t(70001)}) {
@@ -76,8 +76,8 @@ TEST(FixedSums, WholeTensorSumsFollowTheFixedOrderOnAnyThreadCount) {
         omp_set_num_threads(threads);
         // global_norm adds each tensor's f32 sum of squares onto zero, then takes the root
         const float got = (squares ? hr::core::global_norm({t}) : hr::core::sum(t)).to_floats()[0];
-        EXPECT_EQ(got, squares ? std::sqrt(float(want)) : float(want)) << n << " elements, " << (squares ? "sum of squares" : "sum") << ", " << threads
-                                    << " threads";
+        EXPECT_EQ(got, squares ? std::sqrt(float(want)) : float(want))
+            << n << " elements, " << (squares ? "sum of squares" : "sum") << ", " << threads << " threads";
       }
     }
   }
