@@ -45,6 +45,14 @@ Tensor& Param::ensure_grad() {
   return grad;
 }
 
+Param::GradTarget Param::grad_target() {
+  HR_ASSERT(trainable, "gradient requested for frozen parameter ", name);
+  if (grad.defined()) return {grad, Accumulate::Yes};
+  MemoryScope scope(Category::Grads, owner_of(name));
+  grad = Tensor::empty(shape, grad_dtype, data.device());
+  return {grad, Accumulate::No};
+}
+
 int ParamStore::add_group(const std::string& name, GroupKind kind) {
   groups_.push_back({name, kind, {}});
   return int(groups_.size()) - 1;

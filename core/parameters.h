@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ops/params.h"
 #include "core/quant.h"
 #include "core/tensor.h"
 
@@ -37,8 +38,17 @@ struct Param {
   int group = -1;  // index of its group in the store
   ParamRole role = ParamRole::Weight;
 
-  // The gradient buffer, zero-filled on first use (tagged `grads`, owned by the parameter's module).
+  // The gradient buffer, zero-filled on first use (tagged `grads`, owned by the parameter's module): for a kernel
+  // that adds onto some of its elements (an embedding's rows).
   Tensor& ensure_grad();
+  // The gradient buffer for a kernel that writes or adds onto every element, and which of the two it must do: with
+  // no gradient yet, a new buffer left unfilled and Accumulate::No (PyTorch's zero_grad(set_to_none=True): the first
+  // backward writes the gradient, without a pass of zeros or reading them back); else the buffer, Accumulate::Yes.
+  struct GradTarget {
+    Tensor grad;
+    Accumulate accumulate = Accumulate::Yes;
+  };
+  GradTarget grad_target();
   int64_t numel() const { return shape_numel(shape); }  // stored elements (a quantized weight's bytes)
   bool quantized() const { return quant.bytes > 0; }
   int64_t count() const { return quantized() ? quant.numel() : numel(); }  // the parameters it stands for

@@ -76,12 +76,28 @@ Linear::Activated Linear::forward_activated(const Tensor& x, UnaryOp op, bool fu
 
 namespace {
 
+// A weight's gradient buffer and its bias's (when `bias`), and whether the kernel that computes both adds onto them
+// or writes them: it writes them only when neither exists yet (the first backward of a step). Where one exists and
+// the other not, the new one gets zeros to add onto.
+Param::GradTarget weights_grads(Param& weight, Param* bias) {
+  if (bias && weight.grad.defined() != bias->grad.defined()) {
+    bias->ensure_grad();
+    return {weight.ensure_grad(), Accumulate::Yes};
+  }
+  const Param::GradTarget w = weight.grad_target();
+  if (bias) bias->grad_target();  // in the same state as the weight's
+  return w;
+}
+
 // Options that add a trainable weight's gradient into its buffer; a frozen weight gets none, only dx flows.
 LinearBackwardOptions grads_into(Param& w, bool need_dx) {
   LinearBackwardOptions o;
   o.need_dx = need_dx;
   o.weight_grads = w.trainable;
-  if (o.weight_grads) o.accumulate = Accumulate::Yes, o.dw_into = w.ensure_grad();
+  if (o.weight_grads) {
+    const Param::GradTarget t = w.grad_target();
+    o.dw_into = t.grad, o.accumulate = t.accumulate;
+  }
   return o;
 }
 
@@ -121,9 +137,10 @@ Tensor Linear::backward(const Tensor& dy, const Tensor& x, InputGrad input) cons
   o.need_dx = need_dx;
   o.weight_grads = weight->trainable;
   if (o.weight_grads) {
-    o.accumulate = Accumulate::Yes;
-    o.dw_into = weight->ensure_grad().view({out(), in()});
-    if (bias) o.dbias_into = bias->ensure_grad();
+    const auto [dw, accumulate] = weights_grads(*weight, bias);
+    o.accumulate = accumulate;
+    o.dw_into = dw.view({out(), in()});
+    if (bias) o.dbias_into = bias->grad;
   }
   if (!o.need_dx && !o.weight_grads) return dx_lora;
   Tensor dx = linear_backward(dy, x, w2d(), bias ? Bias::Yes : Bias::No, o).dx;
@@ -148,9 +165,10 @@ Tensor LayerNorm::backward(const Tensor& dy, const Tensor& x, const NormSaved& s
   o.add_to_dx = add_to_dx;
   o.weight_grads = weight->trainable;
   if (o.weight_grads) {
-    o.accumulate = Accumulate::Yes;
-    o.dweight_into = weight->ensure_grad();
-    o.dbias_into = bias->ensure_grad();
+    const auto [dw, accumulate] = weights_grads(*weight, bias);
+    o.accumulate = accumulate;
+    o.dweight_into = dw;
+    o.dbias_into = bias->grad;
   }
   return layernorm_backward(dy, x, weight->data, Bias::Yes, saved, o).dx;
 }
@@ -171,8 +189,9 @@ Tensor RMSNorm::backward(const Tensor& dy, const Tensor& x, const NormSaved& sav
   o.add_to_dx = add_to_dx;
   o.weight_grads = weight->trainable;
   if (o.weight_grads) {
-    o.accumulate = Accumulate::Yes;
-    o.dweight_into = weight->ensure_grad();
+    const auto [dw, accumulate] = weights_grads(*weight, nullptr);
+    o.accumulate = accumulate;
+    o.dweight_into = dw;
   }
   return rmsnorm_backward(dy, x, weight->data, saved, o).dx;
 }
