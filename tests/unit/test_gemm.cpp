@@ -347,3 +347,19 @@ TEST(Gemm, WithinRunsThePartInTheWholeProductsAllocations) {
     }
   }
 }
+
+// A product over k = 0 is C = beta C: with beta 0 every element of C is written as zero, whatever C held (a step's
+// first weight gradient over no rows lands in a buffer that was never filled), through whichever path the CPU takes
+// (oneDNN's brgemm natively, the packed GEMM under the avx2 ISA rerun), in f32 and bf16; with beta 1, C stays.
+TEST(Gemm, AProductOverNoRowsWritesZerosOverWhateverCHeld) {
+  const Device cpu = Device::cpu();
+  for (const DType dt : {DType::F32, DType::BF16}) {
+    const Tensor dy = Tensor::zeros({1, 0, 24}, dt, cpu), x = Tensor::zeros({1, 0, 40}, dt, cpu);
+    const Tensor c = Tensor::full({1, 24, 40}, std::nanf(""), DType::F32, cpu);
+    gemm(dy.transpose(1, 2), x, c, 1.f, 0.f);
+    for (float v : c.to_floats()) ASSERT_EQ(v, 0.f) << dtype_name(dt);
+    const Tensor kept = Tensor::full({1, 24, 40}, 3.f, DType::F32, cpu);
+    gemm(dy.transpose(1, 2), x, kept, 1.f, 1.f);
+    for (float v : kept.to_floats()) ASSERT_EQ(v, 3.f) << dtype_name(dt);
+  }
+}
