@@ -1,12 +1,12 @@
 // The CPU baseline check. headroom is compiled for HR_CPU_BASELINE (x86-64-v3 by default: AVX2, FMA, BMI2), so on
 // an older CPU its first vector instruction would end it with SIGILL and no word why. This file alone is compiled
 // for plain x86-64 (train/CMakeLists.txt) and runs before any other constructor or main.
+#if defined(HR_CHECK_X86_64_V3)
 #include <cpuid.h>
 
 #include <cstdio>
 #include <cstdlib>
 
-#if defined(HR_CHECK_X86_64_V3)
 namespace {
 
 // The first of x86-64-v3's features (beside the older levels') that this CPU, its hypervisor or its OS does not
@@ -24,8 +24,8 @@ const char* missing_x86_64_v3_feature() {
                        {ecx1, 29, "F16C"},   {ecx1, 22, "MOVBE"},  {ecx1, 27, "OSXSAVE"}};
   for (const Bit& f : leaf1)
     if (!(f.reg >> f.bit & 1u)) return f.name;
-  unsigned lo, hi;  // XCR0: the OS saves the SSE and AVX registers
-  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  unsigned lo, hi;                                           // XCR0: the OS saves the SSE and AVX registers
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));  // only now that OSXSAVE says it exists
   if ((lo & 6u) != 6u) return "the OS's support for the AVX registers (XCR0)";
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return "CPUID leaf 7";
   const Bit leaf7[] = {{b, 5, "AVX2"}, {b, 3, "BMI1"}, {b, 8, "BMI2"}};
