@@ -24,10 +24,19 @@ struct CheckpointPolicy {
   CheckpointKind kind = CheckpointKind::None;
   int every = 1;         // apply to blocks 0, every, 2*every, ...; the others keep everything
   bool offload = false;  // memory.offload_activations: what checkpointed blocks keep waits on the host
+  // The planner's choice (make_plan), not a key: the last of the blocks keeps everything. Its backward follows the
+  // loss at once, so recomputing it would redo the forward just run; keeping it is chosen where it raises no peak.
+  bool keep_last = false;
 
   CheckpointKind for_block(int64_t index) const {
     return every > 0 && index % every == 0 ? kind : CheckpointKind::None;
   }
+  // Block `index` of `blocks`: the same, but under keep_last the last block keeps everything.
+  CheckpointKind for_block(int64_t index, int64_t blocks) const {
+    return keep_last && index + 1 == blocks ? CheckpointKind::None : for_block(index);
+  }
+  // Whether some block of `blocks` recomputes and the last is among them: keep_last would change something.
+  bool recomputes_last(int64_t blocks) const { return blocks > 0 && for_block(blocks - 1) != CheckpointKind::None; }
 };
 
 inline bool survives(Keep keep, CheckpointKind kind) {

@@ -246,7 +246,7 @@ Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const Checkp
   Tensor x = embeds;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     hook_before(hooks_, layer_group_ + int(i), Pass::Forward);
-    x = layers_[i].forward(x, rot, saved.layers[i], policy.for_block(int64_t(i)));
+    x = layers_[i].forward(x, rot, saved.layers[i], policy.for_block(int64_t(i), blocks));
     watch_output(watch_, layer_group_ + int(i), Pass::Forward, x);
     if (saved.offload && offloads(policy, int64_t(i), blocks))
       saved.offload->send(i, kept_fields(saved.layers[i], kFields), layers_[i].name());

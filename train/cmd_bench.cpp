@@ -219,7 +219,8 @@ json setup_json(const std::string& config, const RunConfig& c, const Plan& plan,
       {"stage", stage_name(c.stage)},
       {"checkpointing",
        {{"vision", models::checkpoint_name(plan.config.vision_ckpt.kind)},
-        {"llm", models::checkpoint_name(plan.config.llm_ckpt.kind)}}},
+        {"llm", models::checkpoint_name(plan.config.llm_ckpt.kind)},
+        {"llm_last_block_kept", plan.config.llm_ckpt.keep_last}}},
       {"zero_stage", plan.config.zero.stage},
       {"micro_batch_size", plan.config.micro_batch_size},
       {"gradient_accumulation_steps", plan.config.gradient_accumulation_steps},
@@ -285,7 +286,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   const double rss = double(usage.ru_maxrss) * 1024.0, rss_all = comm->sum(rss);
   if (status != 0 || rank != 0) return status;
   const BenchLog log = read_bench_log(out_dir + (world == 1 ? "/memory.jsonl" : "/memory.rank0.jsonl"), warmup);
-  const Plan plan = make_plan(c, run_device(c), world);
+  const Plan plan = keep_last_block_if_free(make_plan(c, run_device(c), world));
   json out = setup_json(p.config, c, plan, world, warmup);  // an object's keys print sorted, however merged
   out.update(speed_json(log, plan, world));
   out.update(memory_json(log, rss, rss_all));

@@ -77,6 +77,14 @@ double recompute_fraction(CheckpointKind k) {
   return k == CheckpointKind::Full ? 1.0 : k == CheckpointKind::Selective ? 0.8 : 0.0;
 }
 
+// Of a tower of `layers` blocks' forward: what its policy recomputes (memory.checkpoint_every, the kept last block).
+double recompute_share(const CheckpointPolicy& policy, int64_t layers) {
+  if (layers <= 0) return 0;
+  double share = 0;
+  for (int64_t i = 0; i < layers; ++i) share += recompute_fraction(policy.for_block(i, layers));
+  return share / double(layers);
+}
+
 // FLOPs per micro-batch.
 struct MicroFlops {
   double forward = 0, backward = 0, recompute = 0;
@@ -101,8 +109,8 @@ MicroFlops micro_flops(const RunConfig& c, const ParamCounts& k) {
   f.backward = (grads_reach_llm ? 2.0 * (llm_layers_fwd + head_fwd) : 0) +
                (k.projector_trainable || k.vision_trainable ? 2.0 * proj_fwd : 0) +
                (k.vision_trainable ? 2.0 * vis_fwd : 0);
-  f.recompute = (grads_reach_llm ? recompute_fraction(c.llm_ckpt.kind) * llm_layers_fwd : 0) +
-                (k.vision_trainable ? recompute_fraction(c.vision_ckpt.kind) * vis_fwd : 0);
+  f.recompute = (grads_reach_llm ? recompute_share(c.llm_ckpt, m.llm.layers) * llm_layers_fwd : 0) +
+                (k.vision_trainable ? recompute_share(c.vision_ckpt, m.vision.layers_used()) * vis_fwd : 0);
   f.forward = vis_fwd + proj_fwd + llm_layers_fwd + head_fwd;
   return f;
 }

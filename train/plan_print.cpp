@@ -224,6 +224,7 @@ json decisions_json(const RunConfig& c) {
       {"precision", precision_name(c.precision)},
       {"gradient_checkpointing",
        {{"vision", models::checkpoint_name(c.vision_ckpt.kind)}, {"llm", models::checkpoint_name(c.llm_ckpt.kind)}}},
+      {"llm_last_block_kept", c.llm_ckpt.keep_last},
       {"offload_activations",
        {{"vision", c.vision_ckpt.offload ? "cpu" : "none"}, {"llm", c.llm_ckpt.offload ? "cpu" : "none"}}},
       {"optimizer", optim::optimizer_name(c.optimizer.kind)},

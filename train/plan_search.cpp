@@ -346,6 +346,7 @@ Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
   // No combination the search may choose from is valid: the user's own setting is the error.
   if (s.ranked.empty()) throw Error(invalid);
   std::stable_sort(s.ranked.begin(), s.ranked.end(), faster);
+  s.ranked.front() = keep_last_block_if_free(std::move(s.ranked.front()));
   s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return s;
 }

@@ -19,9 +19,9 @@ using namespace hr::models;
 // ---- decisions ----
 
 std::string Decisions::describe() const {
-  std::string s =
-      str("micro ", micro_batch_size, " x accumulation ", gradient_accumulation_steps, ", ZeRO ", zero_stage,
-          ", checkpointing vision ", checkpoint_name(vision_ckpt), " / llm ", checkpoint_name(llm_ckpt));
+  std::string s = str("micro ", micro_batch_size, " x accumulation ", gradient_accumulation_steps, ", ZeRO ",
+                      zero_stage, ", checkpointing vision ", checkpoint_name(vision_ckpt), " / llm ",
+                      checkpoint_name(llm_ckpt), llm_keep_last ? " (last block kept)" : "");
   if (vision_act_offload || llm_act_offload)
     s += str(", activations of ",
              vision_act_offload && llm_act_offload ? "vision and llm"
@@ -43,6 +43,7 @@ Decisions decisions_of(const RunConfig& c) {
   d.precision = c.precision;
   d.vision_ckpt = c.vision_ckpt.kind;
   d.llm_ckpt = c.llm_ckpt.kind;
+  d.llm_keep_last = c.llm_ckpt.keep_last && c.llm_ckpt.recomputes_last(c.model.config.llm.layers);
   d.optimizer = c.optimizer.kind;
   d.vision_act_offload = c.vision_ckpt.offload && c.vision_ckpt.kind != CheckpointKind::None;
   d.llm_act_offload = c.llm_ckpt.offload && c.llm_ckpt.kind != CheckpointKind::None;
@@ -170,6 +171,19 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
   p.time = step_time(p, param_counts(model));
   p.closed_form = closed_form(p, model);
   return p;
+}
+
+Plan keep_last_block_if_free(Plan p) {
+  const RunConfig& c = p.config;
+  if (c.llm_ckpt.keep_last || !c.llm_ckpt.recomputes_last(c.model.config.llm.layers) || !p.fits) return p;
+  RunConfig r = c;
+  r.llm_ckpt.keep_last = true;
+  Plan kept = make_plan(r, p.device, p.world);
+  const double reserved_room = 1.01 * double(p.rank.peak_reserved);
+  if (!kept.fits || kept.retries > p.retries || kept.rank.peak_allocated > p.rank.peak_allocated ||
+      double(kept.rank.peak_reserved) > reserved_room || kept.rank.host_peak > p.rank.host_peak)
+    return p;
+  return kept;
 }
 
 }  // namespace hr::train

@@ -121,6 +121,7 @@ class Predictor {
 struct Decisions {
   Precision precision = Precision::FP32;
   models::CheckpointKind vision_ckpt = models::CheckpointKind::None, llm_ckpt = models::CheckpointKind::None;
+  bool llm_keep_last = false;  // the checkpointed LLM's last block keeps everything (models::CheckpointPolicy)
   bool vision_act_offload = false, llm_act_offload = false;  // memory.offload_activations
   optim::OptimizerKind optimizer = optim::OptimizerKind::AdamW;
   int64_t micro_batch_size = 1, gradient_accumulation_steps = 1;
@@ -188,6 +189,12 @@ struct Plan {
 // Whether a run of `config` evaluates: it names an eval set, or trains on the synthetic set (which has one).
 bool plans_evaluation(const RunConfig& config);
 
+// A checkpointed LLM's last block: its backward starts as soon as the loss is computed, so recomputing it redoes the
+// forward just run. `p` again with that block kept whole (models::CheckpointPolicy::keep_last) when, dry-run, that
+// adds nothing to the peak allocated (where the loss's buffers rather than a block's backward make the peak, keeping
+// it does add) and at most 1% to the reserved peak (the cache's blocks split differently), and still fits; else `p`.
+// One more plan: the search applies it to its fastest plan only.
+Plan keep_last_block_if_free(Plan p);
 // The plan for `config` exactly as given (every auto must already be decided).
 Plan make_plan(const RunConfig& config, const DevicePreset& device, int world);
 struct Search {
