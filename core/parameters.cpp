@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "core/memory/category.h"
+#include "core/ops/copy.h"
 
 namespace hr::core {
 
@@ -37,11 +38,7 @@ bool is_decoder(GroupKind k) {
 }
 
 Tensor& Param::ensure_grad() {
-  HR_ASSERT(trainable, "gradient requested for frozen parameter ", name);
-  if (!grad.defined()) {
-    MemoryScope scope(Category::Grads, owner_of(name));
-    grad = Tensor::zeros(shape, grad_dtype, data.device());
-  }
+  if (grad_target().accumulate == Accumulate::No) fill_(grad, 0.f);
   return grad;
 }
 
