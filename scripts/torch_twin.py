@@ -9,7 +9,8 @@ architecture headroom's parity tests check against), with random weights. Every 
 global_batch_size samples of max_seq_len tokens, one image each, in micro-batches of micro_batch_size. Each
 sequence labels its last loss_tokens_per_step / global_batch_size positions, as many as headroom's step labelled
 (every text position for a bench JSON without that figure); transformers still runs lm_head over every position.
-It trains the same parts as headroom's stage, with gradient checkpointing where headroom checkpoints, AdamW and
+It trains the same parts as headroom's stage, with gradient checkpointing where headroom checkpoints (its last
+decoder layer whole where headroom's plan kept that block: `checkpointing.llm_last_block_kept`), AdamW and
 gradient clipping at 1. bf16 and fp16 run under torch.autocast over f32 weights, PyTorch's usual mixed precision.
 `--compile` wraps the forward and loss in torch.compile (PyTorch 2). `--device cuda` is the GPU peer: the model
 on the GPU with SDPA attention, autocast on CUDA, PyTorch's caching allocator, whose
@@ -43,6 +44,26 @@ def checkpoint(module):
     """Gradient checkpointing on a transformers model, non-reentrant under every version (transformers 4.x's
     default was reentrant, 5.x's is not), so the recompute is the same whichever is installed."""
     module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def keep_last_layer(decoder):
+    """Leaves the checkpointed decoder's last layer out of checkpointing, as headroom's plan does where keeping that
+    block adds no peak. transformers 5.x checkpoints per layer (each layer's `gradient_checkpointing`); 4.x's decoder
+    loop calls `_gradient_checkpointing_func(layer.__call__, ...)` for every layer: the last layer's call then runs
+    it directly."""
+    inner = decoder.model if hasattr(decoder, "model") and hasattr(decoder.model, "layers") else decoder
+    last = inner.layers[-1]
+    if hasattr(last, "gradient_checkpointing"):
+        last.gradient_checkpointing = False
+        return
+    through = inner._gradient_checkpointing_func
+
+    def checkpointed(fn, *args, **kwargs):
+        if getattr(fn, "__self__", None) is last:
+            return fn(*args, **kwargs)
+        return through(fn, *args, **kwargs)
+
+    inner._gradient_checkpointing_func = checkpointed
 
 
 def main():
@@ -81,6 +102,8 @@ def main():
             m.requires_grad_(True)
     if b["checkpointing"]["llm"] != "none":
         checkpoint(llm[0])
+        if b["checkpointing"].get("llm_last_block_kept"):
+            keep_last_layer(llm[0])
     if b["stage"] == "full" and b["checkpointing"]["vision"] != "none":
         checkpoint(vision)
     params = [p for p in model.parameters() if p.requires_grad]

@@ -145,7 +145,7 @@ ClosedFormRow activations_row(const Plan& p, const Llava& model) {
       if (offloads(c.llm_ckpt, l, m.llm.layers))
         ++offloaded;
       else
-        act += llm_block(c.llm_ckpt.for_block(l, m.llm.layers));
+        act += llm_block(c.llm_ckpt.for_block(l));
     }
   // Offloaded blocks: one arriving or leaving beside the one in use.
   act += std::min<int64_t>(offloaded, 2) * llm_block(c.llm_ckpt.kind);

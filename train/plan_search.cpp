@@ -346,6 +346,7 @@ Search search_plans(const RunConfig& c, const DevicePreset& device, int world) {
   // No combination the search may choose from is valid: the user's own setting is the error.
   if (s.ranked.empty()) throw Error(invalid);
   std::stable_sort(s.ranked.begin(), s.ranked.end(), faster);
+  s.evaluated += may_keep_last_block(s.ranked.front());
   s.ranked.front() = keep_last_block_if_free(std::move(s.ranked.front()));
   s.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return s;
@@ -411,7 +412,8 @@ Plan compare_allocators(const Plan& plan) {
     }
     RunConfig r = plan.config;
     r.allocator = k;
-    plans.push_back(make_plan(r, plan.device, plan.world));
+    r.llm_ckpt.keep_last = false;  // kept or not, by this allocator's own dry runs
+    plans.push_back(keep_last_block_if_free(make_plan(r, plan.device, plan.world)));
   }
   std::size_t best = std::size_t(plan.config.allocator);
   if (plan.config.allocator_auto)

@@ -173,13 +173,17 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
   return p;
 }
 
-Plan keep_last_block_if_free(Plan p) {
+bool may_keep_last_block(const Plan& p) {
   const RunConfig& c = p.config;
-  if (c.llm_ckpt.keep_last || !c.llm_ckpt.recomputes_last(c.model.config.llm.layers) || !p.fits) return p;
-  RunConfig r = c;
+  return !c.llm_ckpt.keep_last && c.llm_ckpt.recomputes_last(c.model.config.llm.layers) && p.fits;
+}
+
+Plan keep_last_block_if_free(Plan p) {
+  if (!may_keep_last_block(p)) return p;
+  RunConfig r = p.config;
   r.llm_ckpt.keep_last = true;
   Plan kept = make_plan(r, p.device, p.world);
-  const double reserved_room = 1.01 * double(p.rank.peak_reserved);
+  const double reserved_room = (1 + kKeptBlockReservedRoom) * double(p.rank.peak_reserved);
   if (!kept.fits || kept.retries > p.retries || kept.rank.peak_allocated > p.rank.peak_allocated ||
       double(kept.rank.peak_reserved) > reserved_room || kept.rank.host_peak > p.rank.host_peak)
     return p;

@@ -192,9 +192,12 @@ bool plans_evaluation(const RunConfig& config);
 // A checkpointed LLM's last block: its backward starts as soon as the loss is computed, so recomputing it redoes the
 // forward just run. `p` again with that block kept whole (models::CheckpointPolicy::keep_last) when, dry-run, that
 // adds nothing to the peak allocated (where the loss's buffers rather than a block's backward make the peak, keeping
-// it does add) and at most 1% to the reserved peak (the cache's blocks split differently), and still fits; else `p`.
-// One more plan: the search applies it to its fastest plan only.
+// it does add) and at most kKeptBlockReservedRoom (0.5%) to the reserved peak (the cache's blocks split differently),
+// and still fits; else `p`. One more plan (when may_keep_last_block): the search applies it to its fastest plan,
+// compare_allocators to each allocator's; the fixes and --max-micro-batch judge plans as given.
 Plan keep_last_block_if_free(Plan p);
+inline constexpr double kKeptBlockReservedRoom = 0.005;
+bool may_keep_last_block(const Plan& p);
 // The plan for `config` exactly as given (every auto must already be decided).
 Plan make_plan(const RunConfig& config, const DevicePreset& device, int world);
 struct Search {

@@ -92,7 +92,7 @@ TEST(Plan, DryRunPeaksEqualMeasuredPeaksForEveryStrategyCombination) {
   const std::string base = fresh_dir("plan_exact");
   const std::string cfg = config(base);
   const std::vector<std::string> combos = strategy_combinations();
-  int i = 0, repeated = 0;
+  int i = 0, repeated = 0, last_block_kept = 0;
   for (const std::string& sets : combos) {
     const std::string out = str(base, "/c", i++);
     CmdResult r = headroom(str("train ", cfg, " --set run.output_dir=", out, " ", sets));
@@ -121,9 +121,12 @@ TEST(Plan, DryRunPeaksEqualMeasuredPeaksForEveryStrategyCombination) {
     const int accumulation = plan["decisions"]["gradient_accumulation_steps"];
     EXPECT_EQ(plan["ranks"][0]["micro_batches_repeated"], std::max(0, accumulation - 3)) << sets;
     repeated += accumulation > 3;
+    last_block_kept += plan["decisions"]["llm_last_block_kept"].get<bool>();
   }
   EXPECT_GE(i, 12);
   EXPECT_GE(repeated, 4);
+  EXPECT_GE(last_block_kept,
+            3);  // checkpointed combinations whose LLM's last block ran whole (keep_last_block_if_free)
 }
 
 TEST(Plan, ThePlannedAllocatorReservesWhatItsPlanSaysForEveryStrategyCombination) {

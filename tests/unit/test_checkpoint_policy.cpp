@@ -148,7 +148,7 @@ TEST(CheckpointPolicy, KeptLastBlockChangesNoBit) {
 }
 
 // The planner keeps the LLM's last block whole exactly where, dry-run, that adds nothing to the peak allocated and at
-// most 1% to the reserved one; the small preset has both cases (a LoRA run in bf16 keeps it from doing so).
+// most 0.5% to the reserved one; the small preset has both cases (a LoRA run in bf16 keeps it from doing so).
 TEST(CheckpointPolicy, ThePlannerKeepsTheLastBlockWhereItAddsNoPeak) {
   const std::string base = R"(model: {preset: small}
 data: {synthetic: {train: 8, eval: 2, image_size: 32}, system_prompt: "", max_seq_len: 112, pad_to_max_length: true}
@@ -171,7 +171,7 @@ memory: {gradient_checkpointing: full}
     };
     const train::Prediction given = predict(false), whole = predict(true);
     const bool free = whole.peak_allocated <= given.peak_allocated &&
-                      double(whole.peak_reserved) <= 1.01 * double(given.peak_reserved);
+                      double(whole.peak_reserved) <= (1 + train::kKeptBlockReservedRoom) * double(given.peak_reserved);
     EXPECT_EQ(plan.config.llm_ckpt.keep_last, free) << sets.back();
     EXPECT_EQ(plan.decisions.llm_keep_last, free) << sets.back();
     EXPECT_EQ(plan.decisions.describe().find("(last block kept)") != std::string::npos, free) << sets.back();
