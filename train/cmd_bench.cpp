@@ -286,9 +286,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   const double rss = double(usage.ru_maxrss) * 1024.0, rss_all = comm->sum(rss);
   if (status != 0 || rank != 0) return status;
   const BenchLog log = read_bench_log(out_dir + (world == 1 ? "/memory.jsonl" : "/memory.rank0.jsonl"), warmup);
-  // The plan the run took (run_plan.cpp): its keys on auto decided, the allocator compared, the last block kept or not.
-  const Search search = search_plans(c, run_device(c), world);
-  const Plan plan = c.allocator_auto ? compare_allocators(search.ranked.front()) : search.ranked.front();
+  const Plan plan = chosen_plan(search_plans(c, run_device(c), world), c);  // the plan the run took (run_plan.cpp)
   json out = setup_json(p.config, c, plan, world, warmup);  // an object's keys print sorted, however merged
   out.update(speed_json(log, plan, world));
   out.update(memory_json(log, rss, rss_all));

@@ -401,6 +401,10 @@ Plan max_micro_batch(const RunConfig& c, const DevicePreset& device, int world, 
 
 namespace hr::train {
 
+Plan chosen_plan(const Search& search, const RunConfig& config) {
+  return config.allocator_auto ? compare_allocators(search.ranked.front()) : search.ranked.front();
+}
+
 Plan compare_allocators(const Plan& plan) {
   const core::AllocatorKind kinds[] = {core::AllocatorKind::Caching, core::AllocatorKind::Expandable,
                                        core::AllocatorKind::Planned};

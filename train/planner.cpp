@@ -43,7 +43,7 @@ Decisions decisions_of(const RunConfig& c) {
   d.precision = c.precision;
   d.vision_ckpt = c.vision_ckpt.kind;
   d.llm_ckpt = c.llm_ckpt.kind;
-  d.llm_keep_last = c.llm_ckpt.keep_last && c.llm_ckpt.recomputes_last(c.model.config.llm.layers);
+  d.llm_keep_last = c.llm_ckpt.keep_last;  // set by keep_last_block_if_free only where it changes something
   d.optimizer = c.optimizer.kind;
   d.vision_act_offload = c.vision_ckpt.offload && c.vision_ckpt.kind != CheckpointKind::None;
   d.llm_act_offload = c.llm_ckpt.offload && c.llm_ckpt.kind != CheckpointKind::None;

@@ -217,6 +217,8 @@ std::vector<Plan> suggest_fixes(const RunConfig& config, const DevicePreset& dev
 // auto, the plan of the kind whose run reserves least (its step's or its evaluation's peak, whichever is larger)
 // and fits (the search assumes planned).
 Plan compare_allocators(const Plan& plan);
+// The plan a run of `config` takes from its search: the fastest, its allocator compared under memory.allocator: auto.
+Plan chosen_plan(const Search& search, const RunConfig& config);
 
 // The largest micro-batch that fits (accumulation adjusted to keep the global batch when there is one); 0: none.
 Plan max_micro_batch(const RunConfig& config, const DevicePreset& device, int world, int64_t limit = 1024);

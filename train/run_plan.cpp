@@ -55,7 +55,7 @@ PlannedRun plan_run(const RunConfig& requested, parallel::Communicator& comm, Co
   const DevicePreset& device = run.device.preset;
   const Search search = search_plans(given, device, comm.world());
   // memory.allocator: auto takes the allocator whose dry run of the step reserves the least.
-  run.plan = given.allocator_auto ? compare_allocators(search.ranked.front()) : search.ranked.front();
+  run.plan = chosen_plan(search, given);
   console.deepspeed(run.plan.config);
   console.plan(run.plan, search);
   if (console.lead()) write_plan_json(run.plan);

@@ -125,8 +125,8 @@ TEST(Plan, DryRunPeaksEqualMeasuredPeaksForEveryStrategyCombination) {
   }
   EXPECT_GE(i, 12);
   EXPECT_GE(repeated, 4);
-  EXPECT_GE(last_block_kept,
-            3);  // checkpointed combinations whose LLM's last block ran whole (keep_last_block_if_free)
+  // Checkpointed combinations whose LLM's last block ran whole (keep_last_block_if_free).
+  EXPECT_GE(last_block_kept, 3);
 }
 
 TEST(Plan, ThePlannedAllocatorReservesWhatItsPlanSaysForEveryStrategyCombination) {
