@@ -192,14 +192,16 @@ void add_activation_offload(StepTime& t, const Plan& p, const ParamCounts& k, do
   auto tower = [&](const CheckpointPolicy& policy, int64_t layers, double rows, double hidden, double heads,
                    double block_fwd_flops) {
     if (!policy.offload || layers < 2) return;
-    double blocks = 0;
-    for (int64_t i = 0; i + 1 < layers; ++i) blocks += policy.for_block(i) != CheckpointKind::None;
     const double kept =
         double(checkpointed_kept(policy.kind, int64_t(rows), int64_t(hidden), int64_t(heads), int64_t(e)));
     const double copy = kept / bus, fwd = block_fwd_flops / peak;
-    const double back = 2 * fwd + recompute_fraction(policy.kind) * fwd;
-    t.act_offload_s += A * blocks * 2 * copy;
-    t.exposed_act_offload_s += A * blocks * (std::max(0.0, copy - fwd) + std::max(0.0, copy - back));
+    for (int64_t i = 0; i + 1 < layers; ++i) {
+      if (!offloads(policy, i, layers)) continue;
+      // Fetched back under the backward of the block after it, and its recompute unless that block is kept whole.
+      const double back = 2 * fwd + recompute_fraction(policy.for_block(i + 1, layers)) * fwd;
+      t.act_offload_s += A * 2 * copy;
+      t.exposed_act_offload_s += A * (std::max(0.0, copy - fwd) + std::max(0.0, copy - back));
+    }
   };
   const double B = double(c.micro_batch_size), L = double(c.max_seq_len);
   const bool grads_reach_llm = k.llm_trainable || k.projector_trainable || k.vision_trainable;

@@ -370,6 +370,8 @@ std::vector<Plan> suggest_fixes(const RunConfig& c, const DevicePreset& device, 
   if (int(fits.size()) > count) fits.resize(std::size_t(count));
   add_8bit_fix(c, device, world, fits);
   add_lora_fix(c, device, world, fits);
+  // As `train` would run each: the last block kept where that is free.
+  for (Plan& f : fits) f = keep_last_block_if_free(std::move(f));
   return fits;
 }
 
@@ -394,7 +396,7 @@ Plan max_micro_batch(const RunConfig& c, const DevicePreset& device, int world, 
     else
       hi = mid;
   }
-  return best;
+  return keep_last_block_if_free(std::move(best));
 }
 
 }  // namespace hr::train

@@ -187,6 +187,7 @@ Plan keep_last_block_if_free(Plan p) {
   if (!kept.fits || kept.retries > p.retries || kept.rank.peak_allocated > p.rank.peak_allocated ||
       double(kept.rank.peak_reserved) > reserved_room || kept.rank.host_peak > p.rank.host_peak)
     return p;
+  kept.decisions_changed = std::move(p.decisions_changed);
   return kept;
 }
 

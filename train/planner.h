@@ -193,8 +193,9 @@ bool plans_evaluation(const RunConfig& config);
 // forward just run. `p` again with that block kept whole (models::CheckpointPolicy::keep_last) when, dry-run, that
 // adds nothing to the peak allocated (where the loss's buffers rather than a block's backward make the peak, keeping
 // it does add) and at most kKeptBlockReservedRoom (0.5%) to the reserved peak (the cache's blocks split differently),
-// and still fits; else `p`. One more plan (when may_keep_last_block): the search applies it to its fastest plan,
-// compare_allocators to each allocator's; the fixes and --max-micro-batch judge plans as given.
+// and still fits (with p's decisions_changed); else `p`. One more plan (when may_keep_last_block): the search
+// applies it to its fastest plan, compare_allocators to each allocator's, suggest_fixes to each fix it offers and
+// max_micro_batch to the largest micro-batch that fits as given.
 Plan keep_last_block_if_free(Plan p);
 inline constexpr double kKeptBlockReservedRoom = 0.005;
 bool may_keep_last_block(const Plan& p);
@@ -210,7 +211,8 @@ struct Search {
 Search search_plans(const RunConfig& config, const DevicePreset& device, int world);
 
 // The cheapest changes to a config that does not fit (up to `count`), each a fitting plan; then 8-bit AdamW states
-// and LoRA, which change the arithmetic or what trains, where they fit.
+// and LoRA, which change the arithmetic or what trains, where they fit. Each plan is the one `train` would make of
+// its config (the last block kept where that is free).
 std::vector<Plan> suggest_fixes(const RunConfig& config, const DevicePreset& device, int world, int count = 3);
 
 // Dry runs of `plan`'s step under every memory.allocator (filling reserved_by_allocator); with memory.allocator:

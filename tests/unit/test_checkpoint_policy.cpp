@@ -183,3 +183,69 @@ memory: {gradient_checkpointing: full}
   EXPECT_GE(kept, 1);
   EXPECT_GE(recomputed, 1);
 }
+
+// The fixes offered for a plan that does not fit, and --max-micro-batch's plan, are the plans `train` makes of their
+// configs: the last block kept where that is free, with the same peaks and step time.
+TEST(CheckpointPolicy, TheFixesAndTheLargestMicroBatchAreThePlansTrainMakes) {
+  const std::string base = R"(model: {preset: small}
+data: {synthetic: {train: 8, eval: 2, image_size: 32}, system_prompt: "", max_seq_len: 112, pad_to_max_length: true}
+train: {stage: full, micro_batch_size: 2, max_steps: 1}
+memory: {precision: fp32, budget: 1.0, allocator: planned}
+)";
+  auto plan_of = [&](std::vector<std::string> sets) {
+    const train::RunConfig c = train::load_config_text(base, "test.yaml", sets);
+    return train::make_plan(c, train::run_device(c), 1);
+  };
+  // Between what full checkpointing reserves and what no checkpointing needs allocated.
+  const train::Plan full = plan_of({"memory.gradient_checkpointing=full"});
+  const train::Plan none = plan_of({"memory.gradient_checkpointing=none"});
+  ASSERT_LT(full.rank.peak_reserved, none.rank.peak_allocated);
+  const int64_t cap = (full.rank.peak_reserved + none.rank.peak_allocated) / 2;
+  const std::string limit = "device.memory_limit=" + std::to_string(cap);
+  auto as_train_plans = [](const train::Plan& p) {
+    train::RunConfig r = p.config;
+    r.llm_ckpt.keep_last = false;
+    const train::Plan t = train::chosen_plan(train::search_plans(r, p.device, p.world), r);
+    EXPECT_EQ(p.config.llm_ckpt.keep_last, t.config.llm_ckpt.keep_last) << p.decisions_changed;
+    EXPECT_EQ(p.rank.peak_allocated, t.rank.peak_allocated) << p.decisions_changed;
+    EXPECT_EQ(p.rank.peak_reserved, t.rank.peak_reserved) << p.decisions_changed;
+    EXPECT_DOUBLE_EQ(p.time.total(), t.time.total()) << p.decisions_changed;
+    return p.config.llm_ckpt.keep_last;
+  };
+  const train::RunConfig capped =
+      train::load_config_text(base, "test.yaml", {"memory.gradient_checkpointing=none", limit});
+  const auto fixes = train::suggest_fixes(capped, train::run_device(capped), 1);
+  ASSERT_FALSE(fixes.empty());
+  int kept = 0;
+  for (const train::Plan& f : fixes) {
+    EXPECT_FALSE(f.decisions_changed.empty());
+    kept += as_train_plans(f);
+  }
+  EXPECT_GE(kept, 1) << "a fix with full checkpointing keeps the last block on this preset in fp32";
+  const train::RunConfig checkpointed =
+      train::load_config_text(base, "test.yaml", {"memory.gradient_checkpointing=full", limit});
+  const train::Plan largest = train::max_micro_batch(checkpointed, train::run_device(checkpointed), 1, 16);
+  ASSERT_TRUE(largest.fits);
+  EXPECT_TRUE(as_train_plans(largest));
+}
+
+// Activation offload: a block's copy back from the host runs under the backward of the block after it, and under its
+// recompute unless that block is the kept last one. On a slow bus, keeping it exposes that block's forward time.
+TEST(CheckpointPolicy, TheCostModelHidesNoFetchUnderTheKeptLastBlocksRecompute) {
+  const train::RunConfig c = train::load_config_text(R"(model: {preset: small}
+data: {synthetic: {train: 8, eval: 2, image_size: 32}, system_prompt: "", max_seq_len: 112, pad_to_max_length: true}
+train: {stage: full, micro_batch_size: 2, max_steps: 1}
+memory: {precision: fp32, gradient_checkpointing: full, offload_activations: cpu}
+)",
+                                                     "test.yaml", {});
+  train::DevicePreset device = train::run_device(c);
+  device.host_gbps = 1e-6;  // every copy far slower than any block's compute
+  train::RunConfig kept_config = c;
+  kept_config.llm_ckpt.keep_last = true;
+  const train::Plan given = train::make_plan(c, device, 1), kept = train::make_plan(kept_config, device, 1);
+  EXPECT_GT(given.time.act_offload_s, 0);
+  EXPECT_DOUBLE_EQ(kept.time.act_offload_s, given.time.act_offload_s);
+  // What the kept block saves in recompute, its predecessor's fetch no longer hides: the step takes as long.
+  EXPECT_GT(kept.time.exposed_act_offload_s, given.time.exposed_act_offload_s);
+  EXPECT_NEAR(kept.time.total(), given.time.total(), 1e-9 * given.time.total());
+}
