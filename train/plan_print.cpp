@@ -219,12 +219,14 @@ json evaluation_json(const Plan& p) {
             {"logits_bytes", p.generation_logits_bytes}}}};
 }
 
-json decisions_json(const RunConfig& c) {
+json decisions_json(const Plan& p) {
+  const RunConfig& c = p.config;
   return {
       {"precision", precision_name(c.precision)},
       {"gradient_checkpointing",
        {{"vision", models::checkpoint_name(c.vision_ckpt.kind)}, {"llm", models::checkpoint_name(c.llm_ckpt.kind)}}},
       {"llm_last_block_kept", c.llm_ckpt.keep_last},
+      {"vision_frozen", p.decisions.vision_frozen},
       {"offload_activations",
        {{"vision", c.vision_ckpt.offload ? "cpu" : "none"}, {"llm", c.llm_ckpt.offload ? "cpu" : "none"}}},
       {"optimizer", optim::optimizer_name(c.optimizer.kind)},
@@ -284,7 +286,7 @@ std::string plan_json(const Plan& p) {
                   {"usable", p.usable},
                   {"fits", p.fits},
                   {"evaluation", evaluation_json(p)},
-                  {"decisions", decisions_json(p.config)},
+                  {"decisions", decisions_json(p)},
                   {"step_time", step_time_json(p.time)},
                   {"closed_form", closed},
                   {"ranks", ranks}};

@@ -20,8 +20,8 @@ using namespace hr::models;
 
 std::string Decisions::describe() const {
   std::string s = str("micro ", micro_batch_size, " x accumulation ", gradient_accumulation_steps, ", ZeRO ",
-                      zero_stage, ", checkpointing vision ", checkpoint_name(vision_ckpt), " / llm ",
-                      checkpoint_name(llm_ckpt), llm_keep_last ? " (last block kept)" : "");
+                      zero_stage, ", checkpointing vision ", vision_frozen ? "frozen" : checkpoint_name(vision_ckpt),
+                      " / llm ", checkpoint_name(llm_ckpt), llm_keep_last ? " (last block kept)" : "");
   if (vision_act_offload || llm_act_offload)
     s += str(", activations of ",
              vision_act_offload && llm_act_offload ? "vision and llm"
@@ -168,7 +168,10 @@ Plan make_plan(const RunConfig& config, const DevicePreset& device, int world) {
   p.params_total = model.params().count();
   p.params_trainable = model.params().count(core::ParamStore::Counting::Trainable);
   p.params_by_module = params_by_module(model);
-  p.time = step_time(p, param_counts(model));
+  const ParamCounts counts = param_counts(model);
+  p.decisions.vision_frozen = !counts.vision_trainable;
+  p.decisions.vision_act_offload = p.decisions.vision_act_offload && !p.decisions.vision_frozen;
+  p.time = step_time(p, counts);
   p.closed_form = closed_form(p, model);
   return p;
 }

@@ -122,6 +122,8 @@ struct Decisions {
   Precision precision = Precision::FP32;
   models::CheckpointKind vision_ckpt = models::CheckpointKind::None, llm_ckpt = models::CheckpointKind::None;
   bool llm_keep_last = false;  // the checkpointed LLM's last block keeps everything (models::CheckpointPolicy)
+  // No gradient reaches the vision tower (frozen, no adapters): its forward keeps nothing, whatever its policy says.
+  bool vision_frozen = false;
   bool vision_act_offload = false, llm_act_offload = false;  // memory.offload_activations
   optim::OptimizerKind optimizer = optim::OptimizerKind::AdamW;
   int64_t micro_batch_size = 1, gradient_accumulation_steps = 1;
@@ -129,7 +131,9 @@ struct Decisions {
   int prefetch_groups = 1;  // ZeRO-3's all-gathers started ahead
   parallel::Offload offload_optimizer = parallel::Offload::None, offload_params = parallel::Offload::None;
   core::AllocatorKind allocator = core::AllocatorKind::Caching;
-  std::string describe() const;  // "micro 4 x accumulation 2, ZeRO 2, checkpointing vision none / llm selective, ..."
+  // "micro 4 x accumulation 2, ZeRO 2, checkpointing vision none / llm selective, ..." ("vision frozen" for a frozen
+  // tower)
+  std::string describe() const;
 };
 
 struct StepTime {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/memory/device_memory.h"
@@ -248,4 +249,40 @@ memory: {precision: fp32, gradient_checkpointing: full, offload_activations: cpu
   // What the kept block saves in recompute, its predecessor's fetch no longer hides: the step takes as long.
   EXPECT_GT(kept.time.exposed_act_offload_s, given.time.exposed_act_offload_s);
   EXPECT_NEAR(kept.time.total(), given.time.total(), 1e-9 * given.time.total());
+}
+
+// A frozen tower's forward keeps nothing, so its checkpoint policy and activation offload change no byte: the
+// decisions say "vision frozen" for it (and plan.json decisions.vision_frozen), the policy for a trained tower.
+TEST(CheckpointPolicy, TheDecisionsNameAFrozenTowerFrozen) {
+  const std::string base = R"(model: {preset: small}
+data: {synthetic: {train: 8, eval: 2, image_size: 32}, system_prompt: "", max_seq_len: 112, pad_to_max_length: true}
+train: {micro_batch_size: 2, max_steps: 1}
+memory: {precision: fp32, gradient_checkpointing: full, offload_activations: cpu, allocator: planned}
+)";
+  auto plan_of = [&](std::vector<std::string> sets) {
+    const train::RunConfig c = train::load_config_text(base, "test.yaml", sets);
+    return train::make_plan(c, train::run_device(c), 1);
+  };
+  const train::Plan frozen = plan_of({"train.stage=finetune"});
+  const train::Plan frozen_none = plan_of(
+      {"train.stage=finetune", "memory.gradient_checkpointing.vision=none", "memory.gradient_checkpointing.llm=full",
+       "memory.offload_activations.vision=none", "memory.offload_activations.llm=cpu"});
+  EXPECT_TRUE(frozen.decisions.vision_frozen);
+  EXPECT_EQ(frozen.rank.peak_allocated, frozen_none.rank.peak_allocated);
+  EXPECT_EQ(frozen.rank.peak_reserved, frozen_none.rank.peak_reserved);
+  EXPECT_EQ(frozen.rank.host_peak, frozen_none.rank.host_peak);
+  EXPECT_EQ(frozen.decisions.describe(), frozen_none.decisions.describe());
+  EXPECT_NE(frozen.decisions.describe().find("checkpointing vision frozen / llm full"), std::string::npos)
+      << frozen.decisions.describe();
+  EXPECT_NE(frozen.decisions.describe().find("activations of llm on cpu"), std::string::npos)
+      << frozen.decisions.describe();
+  EXPECT_TRUE(nlohmann::json::parse(train::plan_json(frozen))["decisions"]["vision_frozen"].get<bool>());
+
+  const train::Plan trained = plan_of({"train.stage=full"});
+  EXPECT_FALSE(trained.decisions.vision_frozen);
+  EXPECT_NE(trained.decisions.describe().find("checkpointing vision full / llm full"), std::string::npos)
+      << trained.decisions.describe();
+  EXPECT_NE(trained.decisions.describe().find("activations of vision and llm on cpu"), std::string::npos)
+      << trained.decisions.describe();
+  EXPECT_FALSE(nlohmann::json::parse(train::plan_json(trained))["decisions"]["vision_frozen"].get<bool>());
 }
