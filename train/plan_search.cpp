@@ -430,7 +430,8 @@ Plan compare_allocators(const Plan& plan) {
     out.reserved_by_allocator[k] = plans[k].rank.peak_reserved;
     out.allocated_by_allocator[k] = plans[k].rank.peak_allocated;
   }
-  if (const Plan& planned = plans[2]; planned.rank.requests) out.arena = core::plan_arena(*planned.rank.requests);
+  if (const Plan& planned = plans[2]; planned.rank.requests)
+    out.arena = core::plan_arena(*planned.rank.requests, planned.rank.layout.get());
   return out;
 }
 

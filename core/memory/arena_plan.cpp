@@ -2,6 +2,7 @@
 #include "core/memory/arena_plan.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <numeric>
 
@@ -49,30 +50,120 @@ bool live_together(const Lifetime& a, const Lifetime& b) {
 
 namespace {
 
+// The buffers that may be alive with a given one, without scanning all of them: each buffer is indexed by the
+// spans it can be alive in (where every periodic buffer has the same period, a periodic buffer's first and last
+// copies one by one and those between them as one span; its whole span where periods differ, as live_together
+// compares them), and a query returns every buffer with
+// an indexed span that meets one of the given buffer's: those that contain the query span's first time (a
+// segment tree over the spans' end points) and those that start inside it (sorted by start). A superset of the
+// buffers live_together with it, each once.
+class SpanIndex {
+ public:
+  explicit SpanIndex(const std::vector<Lifetime>& buffers) : seen_(buffers.size(), 0) {
+    std::size_t period = 0;
+    bool one_period = true;
+    for (const Lifetime& b : buffers)
+      if (periodic(b)) one_period = one_period && (period == 0 || b.period == period), period = b.period;
+    spans_of_.resize(buffers.size() + 1);
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      spans_of_[i] = spans_.size();
+      const Lifetime& b = buffers[i];
+      if (periodic(b) && one_period) {
+        // The first and last kCopies copies one by one, the copies between them (a long accumulation's) as one span.
+        const std::size_t ends = std::min(b.count, kCopies);
+        for (std::size_t m = 0; m < ends; ++m) spans_.push_back({b.first + m * b.period, b.last + m * b.period, i});
+        if (b.count > 2 * kCopies)
+          spans_.push_back({b.first + kCopies * b.period, b.last + (b.count - kCopies - 1) * b.period, i});
+        for (std::size_t m = std::max(ends, b.count > kCopies ? b.count - kCopies : b.count); m < b.count; ++m)
+          spans_.push_back({b.first + m * b.period, b.last + m * b.period, i});
+      } else {
+        spans_.push_back({b.first, end_of(b), i});
+      }
+    }
+    spans_of_[buffers.size()] = spans_.size();
+    for (const Span& s : spans_) times_.push_back(s.first), times_.push_back(s.last);
+    std::sort(times_.begin(), times_.end());
+    times_.erase(std::unique(times_.begin(), times_.end()), times_.end());
+    leaves_ = 1;
+    while (leaves_ < times_.size()) leaves_ *= 2;
+    nodes_.resize(2 * leaves_);
+    for (std::size_t k = 0; k < spans_.size(); ++k) {
+      std::size_t l = at(spans_[k].first) + leaves_, r = at(spans_[k].last) + leaves_ + 1;
+      for (; l < r; l /= 2, r /= 2) {
+        if (l & 1) nodes_[l++].push_back(spans_[k].buffer);
+        if (r & 1) nodes_[--r].push_back(spans_[k].buffer);
+      }
+    }
+    by_first_.resize(spans_.size());
+    std::iota(by_first_.begin(), by_first_.end(), std::size_t(0));
+    std::stable_sort(by_first_.begin(), by_first_.end(),
+                     [&](std::size_t a, std::size_t b) { return spans_[a].first < spans_[b].first; });
+  }
+
+  // Calls `f(j)` once for every other buffer j whose indexed spans meet buffer i's.
+  template <typename F>
+  void for_each_meeting(std::size_t i, F&& f) {
+    ++query_;
+    auto visit = [&](std::size_t j) {
+      if (j != i && seen_[j] != query_) seen_[j] = query_, f(j);
+    };
+    for (std::size_t k = spans_of_[i]; k < spans_of_[i + 1]; ++k) {
+      const Span& q = spans_[k];
+      for (std::size_t node = at(q.first) + leaves_; node >= 1; node /= 2)
+        for (std::size_t j : nodes_[node]) visit(j);
+      auto it = std::upper_bound(by_first_.begin(), by_first_.end(), q.first,
+                                 [&](std::size_t t, std::size_t s) { return t < spans_[s].first; });
+      for (; it != by_first_.end() && spans_[*it].first <= q.last; ++it) visit(spans_[*it].buffer);
+    }
+  }
+
+ private:
+  struct Span {
+    std::size_t first, last, buffer;
+  };
+  static constexpr std::size_t kCopies = 4;
+  static bool periodic(const Lifetime& b) { return b.period && b.count > 1; }
+  std::size_t at(std::size_t t) const {
+    return std::size_t(std::lower_bound(times_.begin(), times_.end(), t) - times_.begin());
+  }
+
+  std::vector<Span> spans_;
+  std::vector<std::size_t> spans_of_;  // buffer i's spans: [spans_of_[i], spans_of_[i + 1])
+  std::vector<std::size_t> times_;     // every span's first and last time, sorted, once each
+  std::size_t leaves_ = 1;
+  std::vector<std::vector<std::size_t>> nodes_;  // per segment-tree node: the buffers whose span covers it
+  std::vector<std::size_t> by_first_;            // spans by first time
+  std::vector<std::size_t> seen_;                // per buffer: the last query that visited it
+  std::size_t query_ = 0;
+};
+
 // Places the buffers in `order`, each at the lowest best-fitting gap (with `first_fit`: the lowest gap it fits)
 // between the buffers already placed that it is ever alive with, else above them.
 std::vector<std::size_t> place(const std::vector<Lifetime>& buffers, const std::vector<std::size_t>& order,
-                               std::size_t* arena, bool first_fit) {
+                               SpanIndex& index, std::size_t* arena, bool first_fit) {
   std::vector<std::size_t> offset(buffers.size(), 0);
-  std::vector<std::size_t> placed;  // indices, kept sorted by offset
-  std::size_t top = 0;
+  std::vector<std::size_t> placed(buffers.size(), SIZE_MAX);  // when each was placed
+  // (offset, when placed, end) of the placed buffers alive with b: by offset, the earlier placed first among equals
+  std::vector<std::array<std::size_t, 3>> below;
+  std::size_t top = 0, placing = 0;
   for (std::size_t i : order) {
     const Lifetime& b = buffers[i];
+    below.clear();
+    index.for_each_meeting(i, [&](std::size_t j) {
+      if (placed[j] != SIZE_MAX && live_together(buffers[j], b))
+        below.push_back({offset[j], placed[j], offset[j] + buffers[j].bytes});
+    });
+    std::sort(below.begin(), below.end());
     std::size_t best = 0, best_gap = SIZE_MAX, end = 0;
     bool found = false;
-    for (std::size_t j : placed) {
-      const Lifetime& o = buffers[j];
-      if (!live_together(o, b)) continue;
-      if (offset[j] >= end && offset[j] - end >= b.bytes && offset[j] - end < best_gap && !(first_fit && found)) {
-        best = end, best_gap = offset[j] - end, found = true;
-      }
-      end = std::max(end, offset[j] + o.bytes);
+    for (const auto& [at, when, to] : below) {
+      if (at >= end && at - end >= b.bytes && at - end < best_gap && !(first_fit && found))
+        best = end, best_gap = at - end, found = true;
+      end = std::max(end, to);
     }
     offset[i] = found ? best : end;
     top = std::max(top, offset[i] + b.bytes);
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), i,
-                                   [&](std::size_t x, std::size_t y) { return offset[x] < offset[y]; }),
-                  i);
+    placed[i] = placing++;
   }
   *arena = top;
   return offset;
@@ -91,6 +182,7 @@ std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std:
       [&](std::size_t i) { return double(buffers[i].bytes) * span(i); },
       [&](std::size_t i) { return span(i); },
   };
+  SpanIndex index(buffers);
   std::vector<std::size_t> best;
   std::size_t best_arena = SIZE_MAX;
   for (const auto& key : keys) {
@@ -105,7 +197,7 @@ std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std:
     });
     for (bool ff : {false, true}) {
       std::size_t size = 0;
-      std::vector<std::size_t> offset = place(buffers, order, &size, ff);
+      std::vector<std::size_t> offset = place(buffers, order, index, &size, ff);
       if (size < best_arena) best = std::move(offset), best_arena = size;
     }
   }
@@ -148,7 +240,8 @@ class Builder {
   explicit Builder(const RequestTrace& trace)
       : reqs_(trace.requests()), reps_(trace.repeats()), free_of_(reqs_.size(), kNoFree) {}
 
-  Built build() {
+  // With `pack` false the buffers and their lifetimes only: the offsets stay unset and the arena 0.
+  Built build(bool pack = true) {
     ArenaLayout& L = out_.layout;
     pair_frees();
     run_end_ = pos(reqs_.size());
@@ -165,8 +258,10 @@ class Builder {
       else if (i < L.bodies[next_body].begin)  // the second recorded copy is placed with the first
         place_repeated(i, L.bodies[next_body]);
     }
-    const std::vector<std::size_t> offsets = pack_buffers(out_.buffers, &L.arena);
-    for (std::size_t k = 0; k < offsets.size(); ++k) *target_[k] = offsets[k];
+    if (pack) {
+      const std::vector<std::size_t> offsets = pack_buffers(out_.buffers, &L.arena);
+      for (std::size_t k = 0; k < offsets.size(); ++k) *target_[k] = offsets[k];
+    }
     L.requests = run_end_;
     return std::move(out_);
   }
@@ -240,8 +335,8 @@ class Builder {
   std::vector<std::size_t*> target_;  // where each buffer's offset goes
 };
 
-Built build(const RequestTrace& trace) {
-  return Builder(trace).build();
+Built build(const RequestTrace& trace, bool pack = true) {
+  return Builder(trace).build(pack);
 }
 
 }  // namespace
@@ -276,10 +371,10 @@ ArenaLayout layout_arena(const RequestTrace& trace) {
   return build(trace).layout;
 }
 
-ArenaPlan plan_arena(const RequestTrace& trace) {
-  const Built b = build(trace);
+ArenaPlan plan_arena(const RequestTrace& trace, const ArenaLayout* layout) {
+  const Built b = build(trace, !layout);
   ArenaPlan p;
-  p.arena = b.layout.arena;
+  p.arena = layout ? layout->arena : b.layout.arena;
   p.live_peak = live_peak(b.buffers);
   for (const Lifetime& l : b.buffers) p.buffers += l.period ? l.count : 1;
   for (const Lifetime& l : b.persistent) p.persistent += l.bytes;

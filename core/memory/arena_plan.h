@@ -72,7 +72,7 @@ struct ArenaPlan {
 };
 
 // The plan of a recorded stretch (layout_arena's), with the live peak and the persistent bytes beside it. Sizes
-// are rounded to the allocator's 512-byte granularity.
-ArenaPlan plan_arena(const RequestTrace& trace);
+// are rounded to the allocator's 512-byte granularity. `layout`: layout_arena(trace) already made (not packed again).
+ArenaPlan plan_arena(const RequestTrace& trace, const ArenaLayout* layout = nullptr);
 
 }  // namespace hr::core

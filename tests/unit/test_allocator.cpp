@@ -2,6 +2,10 @@
 // per-category and per-owner accounting, and the OOM message of a capped device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
 #include "core/memory/arena_plan.h"
 #include "core/memory/caching_allocator.h"
 #include "core/memory/device_memory.h"
@@ -488,6 +492,89 @@ TEST(ArenaPlan, PacksAKnownOptimumAndNeverOverlapsLiveBuffers) {
               100.0 * double(arena - live_peak(random)) / double(live_peak(random)));
 }
 
+namespace {
+
+// pack_buffers as a scan over every placed buffer for each one placed (quadratic): the placement pack_buffers must
+// reproduce with its index of lifetimes.
+std::vector<std::size_t> quadratic_pack(const std::vector<Lifetime>& buffers, std::size_t* arena) {
+  auto end_of = [](const Lifetime& b) { return b.last + (b.count > 1 ? (b.count - 1) * b.period : 0); };
+  auto span = [&](std::size_t i) { return double(end_of(buffers[i]) - buffers[i].first + 1); };
+  const std::vector<std::function<double(std::size_t)>> keys = {
+      [&](std::size_t i) { return double(buffers[i].bytes); },
+      [&](std::size_t i) { return double(buffers[i].bytes) * span(i); },
+      [&](std::size_t i) { return span(i); },
+  };
+  std::vector<std::size_t> best;
+  std::size_t best_arena = SIZE_MAX;
+  for (const auto& key : keys) {
+    std::vector<std::size_t> order(buffers.size());
+    std::iota(order.begin(), order.end(), std::size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      if (key(a) != key(b)) return key(a) > key(b);
+      if (buffers[a].bytes != buffers[b].bytes) return buffers[a].bytes > buffers[b].bytes;
+      return buffers[a].first < buffers[b].first;
+    });
+    for (bool first_fit : {false, true}) {
+      std::vector<std::size_t> offset(buffers.size(), 0), placed;
+      std::size_t top = 0;
+      for (std::size_t i : order) {
+        const Lifetime& b = buffers[i];
+        std::size_t at = 0, best_gap = SIZE_MAX, end = 0;
+        bool found = false;
+        for (std::size_t j : placed) {
+          if (!live_together(buffers[j], b)) continue;
+          if (offset[j] >= end && offset[j] - end >= b.bytes && offset[j] - end < best_gap && !(first_fit && found))
+            at = end, best_gap = offset[j] - end, found = true;
+          end = std::max(end, offset[j] + buffers[j].bytes);
+        }
+        offset[i] = found ? at : end;
+        top = std::max(top, offset[i] + b.bytes);
+        placed.insert(std::upper_bound(placed.begin(), placed.end(), i,
+                                       [&](std::size_t x, std::size_t y) { return offset[x] < offset[y]; }),
+                      i);
+      }
+      if (top < best_arena) best = offset, best_arena = top;
+    }
+  }
+  *arena = buffers.empty() ? 0 : best_arena;
+  return best;
+}
+
+}  // namespace
+
+// The index that finds the buffers a buffer may be alive with changes no offset: random steps of plain buffers,
+// periodic ones of one period (accumulated micro-batches; their copies indexed one by one) and of two periods
+// (indexed by their whole spans), with equal sizes and zero-byte buffers to test the ties.
+TEST(ArenaPlan, TheLifetimeIndexPlacesEveryBufferWhereTheQuadraticScanDoes) {
+  uint64_t seed = 11;
+  auto next = [&] { return (seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
+  for (int trial = 0; trial < 36; ++trial) {
+    const int periods = trial % 3;  // 0: none, 1: one period, 2: two
+    const int n = trial < 12 ? 3 + trial : 300, times = trial < 12 ? 40 : 2000;
+    std::vector<Lifetime> buffers;
+    for (int i = 0; i < n; ++i) {
+      const std::size_t first = next() % std::size_t(times), bytes = next() % 8 == 0 ? 0 : 512 * (1 + next() % 16);
+      Lifetime l{bytes, first, first + next() % (next() % 4 == 0 ? std::size_t(times) : 60)};
+      if (periods > 0 && next() % 3 == 0) {
+        l.period = 100 * (1 + (periods == 2 ? next() % 2 : 0));
+        l.last = l.first + next() % l.period;
+        l.count = 2 + next() % (next() % 4 == 0 ? 20 : 4);  // past 8: the copies between the first and last 4
+      }
+      buffers.push_back(l);
+    }
+    std::size_t arena = 0, expected_arena = 0;
+    const std::vector<std::size_t> got = pack_buffers(buffers, &arena);
+    const std::vector<std::size_t> expected = quadratic_pack(buffers, &expected_arena);
+    EXPECT_EQ(arena, expected_arena) << "trial " << trial;
+    EXPECT_EQ(got, expected) << "trial " << trial;
+    for (std::size_t i = 0; i < buffers.size(); ++i)
+      for (std::size_t j = i + 1; j < buffers.size(); ++j)
+        ASSERT_FALSE(live_together(buffers[i], buffers[j]) && got[i] < got[j] + buffers[j].bytes &&
+                     got[j] < got[i] + buffers[i].bytes)
+            << "trial " << trial << ": " << i << " and " << j;
+  }
+}
+
 TEST(ArenaPlan, RepeatedMicroBatchesUnrollAsIfRecorded) {
   // One "micro-batch": an activation kept across the next one (freed there), two temporaries; a gradient
   // allocated before them stays (persistent).
@@ -516,7 +603,16 @@ TEST(ArenaPlan, RepeatedMicroBatchesUnrollAsIfRecorded) {
     a.free(carried);  // repeated: the recorded pass's block stands for the last copy
     a.set_trace({});
     a.free(grad);  // after the recording: the stretch leaves it allocated
-    return plan_arena(trace);
+    const ArenaPlan planned = plan_arena(trace);
+    // With the layout already made, the same plan without packing again.
+    const ArenaLayout layout = layout_arena(trace);
+    const ArenaPlan reused = plan_arena(trace, &layout);
+    EXPECT_EQ(reused.arena, planned.arena);
+    EXPECT_EQ(reused.live_peak, planned.live_peak);
+    EXPECT_EQ(reused.persistent, planned.persistent);
+    EXPECT_EQ(reused.buffers, planned.buffers);
+    EXPECT_EQ(reused.requested_peak, planned.requested_peak);
+    return planned;
   };
   for (int micro : {3, 4, 8}) {
     const ArenaPlan recorded = run(micro, false), repeated = run(micro, true);
