@@ -52,11 +52,10 @@ namespace {
 
 // The buffers that may be alive with a given one, without scanning all of them: each buffer is indexed by the
 // spans it can be alive in (where every periodic buffer has the same period, a periodic buffer's first and last
-// copies one by one and those between them as one span; its whole span where periods differ, as live_together
-// compares them), and a query returns every buffer with
-// an indexed span that meets one of the given buffer's: those that contain the query span's first time (a
-// segment tree over the spans' end points) and those that start inside it (sorted by start). A superset of the
-// buffers live_together with it, each once.
+// kCopies copies one by one and those between them as one span; its whole span where periods differ, as
+// live_together compares them), and a query returns every buffer with an indexed span that meets one of the given
+// buffer's: those that contain the query span's first time (a segment tree over the spans' end points) and those
+// that start inside it (sorted by start). A superset of the buffers live_together with it, each once.
 class SpanIndex {
  public:
   explicit SpanIndex(const std::vector<Lifetime>& buffers) : seen_(buffers.size(), 0) {
@@ -69,13 +68,13 @@ class SpanIndex {
       spans_of_[i] = spans_.size();
       const Lifetime& b = buffers[i];
       if (periodic(b) && one_period) {
-        // The first and last kCopies copies one by one, the copies between them (a long accumulation's) as one span.
-        const std::size_t ends = std::min(b.count, kCopies);
-        for (std::size_t m = 0; m < ends; ++m) spans_.push_back({b.first + m * b.period, b.last + m * b.period, i});
-        if (b.count > 2 * kCopies)
-          spans_.push_back({b.first + kCopies * b.period, b.last + (b.count - kCopies - 1) * b.period, i});
-        for (std::size_t m = std::max(ends, b.count > kCopies ? b.count - kCopies : b.count); m < b.count; ++m)
+        for (std::size_t m = 0; m < b.count; ++m) {
+          if (m == kCopies && b.count > 2 * kCopies) {  // a long accumulation's copies between the ends: one span
+            spans_.push_back({b.first + m * b.period, b.last + (b.count - kCopies - 1) * b.period, i});
+            m = b.count - kCopies;
+          }
           spans_.push_back({b.first + m * b.period, b.last + m * b.period, i});
+        }
       } else {
         spans_.push_back({b.first, end_of(b), i});
       }
