@@ -136,33 +136,85 @@ class SpanIndex {
   std::size_t query_ = 0;
 };
 
+// The placed buffers by offset, the earlier placed first among equals, for a scan in that order. Kept in runs
+// of at most 2 * kRun, so that a placement moves the entries of one run, not those of every buffer placed.
+class ByOffset {
+ public:
+  struct Placed {
+    std::size_t at, to, buffer;
+  };
+  std::size_t size() const { return size_; }
+  void insert(const Placed& p) {
+    ++size_;
+    if (runs_.empty()) runs_.emplace_back().reserve(2 * kRun + 1);
+    // The first run holding an entry above p (p goes after every entry at or below its offset), else the last.
+    auto r = std::partition_point(runs_.begin(), runs_.end() - 1,
+                                  [&](const std::vector<Placed>& run) { return run.back().at <= p.at; });
+    r->insert(std::upper_bound(r->begin(), r->end(), p.at, [](std::size_t at, const Placed& q) { return at < q.at; }),
+              p);
+    if (r->size() > 2 * kRun) {
+      std::vector<Placed> upper(r->begin() + kRun, r->end());
+      upper.reserve(2 * kRun + 1);
+      r->resize(kRun);
+      runs_.insert(r + 1, std::move(upper));
+    }
+  }
+  template <typename F>
+  void for_each(F&& f) const {
+    for (const std::vector<Placed>& run : runs_)
+      for (const Placed& p : run) f(p);
+  }
+
+ private:
+  static constexpr std::size_t kRun = 128;
+  std::vector<std::vector<Placed>> runs_;
+  std::size_t size_ = 0;
+};
+
 // Places the buffers in `order`, each at the lowest best-fitting gap (with `first_fit`: the lowest gap it fits)
-// between the buffers already placed that it is ever alive with, else above them.
+// between the buffers already placed that it is ever alive with, else above them. The gaps are read off the
+// placed buffers it meets in order of offset (the earlier placed first among equals): where they are few, those
+// are sorted; where they are many, every placed buffer is scanned in that order for them.
 std::vector<std::size_t> place(const std::vector<Lifetime>& buffers, const std::vector<std::size_t>& order,
                                SpanIndex& index, std::size_t* arena, bool first_fit) {
   std::vector<std::size_t> offset(buffers.size(), 0);
   std::vector<std::size_t> placed(buffers.size(), SIZE_MAX);  // when each was placed
-  // (offset, when placed, end) of the placed buffers alive with b: by offset, the earlier placed first among equals
+  std::vector<std::size_t> met(buffers.size(), SIZE_MAX);     // the last placing whose buffer met each
+  ByOffset by_offset;
+  // (offset, when placed, end) of the placed buffers alive with b
   std::vector<std::array<std::size_t, 3>> below;
   std::size_t top = 0, placing = 0;
   for (std::size_t i : order) {
     const Lifetime& b = buffers[i];
     below.clear();
     index.for_each_meeting(i, [&](std::size_t j) {
-      if (placed[j] != SIZE_MAX && live_together(buffers[j], b))
+      if (placed[j] != SIZE_MAX && live_together(buffers[j], b)) {
+        met[j] = placing;
         below.push_back({offset[j], placed[j], offset[j] + buffers[j].bytes});
+      }
     });
-    std::sort(below.begin(), below.end());
     std::size_t best = 0, best_gap = SIZE_MAX, end = 0;
     bool found = false;
-    for (const auto& [at, when, to] : below) {
+    const auto gap_before = [&](std::size_t at, std::size_t to) {
       if (at >= end && at - end >= b.bytes && at - end < best_gap && !(first_fit && found))
         best = end, best_gap = at - end, found = true;
       end = std::max(end, to);
+    };
+    // A sort takes about log2(k) steps for each of the k buffers met; the scan one step for each placed buffer.
+    std::size_t log2k = 1;
+    while ((std::size_t(1) << log2k) < below.size()) ++log2k;
+    if (below.size() * log2k < by_offset.size()) {
+      std::sort(below.begin(), below.end());
+      for (const auto& [at, when, to] : below) gap_before(at, to);
+    } else {
+      by_offset.for_each([&](const ByOffset::Placed& p) {
+        if (met[p.buffer] == placing) gap_before(p.at, p.to);
+      });
     }
     offset[i] = found ? best : end;
     top = std::max(top, offset[i] + b.bytes);
     placed[i] = placing++;
+    by_offset.insert({offset[i], offset[i] + b.bytes, i});
   }
   *arena = top;
   return offset;

@@ -542,15 +542,17 @@ std::vector<std::size_t> quadratic_pack(const std::vector<Lifetime>& buffers, st
 
 }  // namespace
 
-// The index that finds the buffers a buffer may be alive with changes no offset: random steps of plain buffers,
-// periodic ones of one period (accumulated micro-batches; their copies indexed one by one) and of two periods
-// (indexed by their whole spans), with equal sizes and zero-byte buffers to test the ties.
+// The index that finds the buffers a buffer may be alive with, and the gaps read off a sort of those it meets or a
+// scan of every placed buffer kept by offset in runs, change no offset: random steps of plain buffers, periodic ones
+// of one period (accumulated micro-batches; their copies indexed one by one) and of two periods (indexed by their
+// whole spans), with equal sizes and zero-byte buffers to test the ties; the last three of 1,500 buffers, whose
+// placed buffers fill several runs.
 TEST(ArenaPlan, TheLifetimeIndexPlacesEveryBufferWhereTheQuadraticScanDoes) {
   uint64_t seed = 11;
   auto next = [&] { return (seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
   for (int trial = 0; trial < 36; ++trial) {
     const int periods = trial % 3;  // 0: none, 1: one period, 2: two
-    const int n = trial < 12 ? 3 + trial : 300, times = trial < 12 ? 40 : 2000;
+    const int n = trial < 12 ? 3 + trial : trial < 33 ? 300 : 1500, times = trial < 12 ? 40 : 2000;
     std::vector<Lifetime> buffers;
     for (int i = 0; i < n; ++i) {
       const std::size_t first = next() % std::size_t(times), bytes = next() % 8 == 0 ? 0 : 512 * (1 + next() % 16);
