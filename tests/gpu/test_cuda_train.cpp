@@ -389,3 +389,43 @@ TEST(CudaTrain, AnyresSiglipAndASlidingWindowTrainLikeTheCpuAndEveryPeakItsDryRu
     }
   }
 }
+
+// Full checkpointing with the LLM's last block kept whole (the planner's choice where its dry runs show that adds no
+// peak, as on the small preset in f32): the plan says so on the GPU as on the CPU, every step's peaks are its dry
+// run's, the losses are the CPU's, and they are the bits of the same run without checkpointing on the GPU (the
+// recomputed blocks and the kept one give the forward's own values; f32 takes the own attention kernels, which sum
+// in a fixed order).
+TEST(CudaTrain, AKeptLastBlockTrainsLikeTheCpuAndLikeNoCheckpointing) {
+  if (!have_gpu()) GTEST_SKIP() << "no GPU";
+  const std::string base = fresh_dir("cuda_kept_block");
+  const std::string cfg = write_config(base, R"(model: {preset: small}
+data: {synthetic: {train: 16, eval: 2, image_size: 32}, system_prompt: "", max_seq_len: 112, pad_to_max_length: true}
+train: {stage: full, micro_batch_size: 2, global_batch_size: 4, max_steps: 4, eval_steps: 0, save_steps: 0}
+log: {progress_bar: false}
+)");
+  auto run_on = [&](const std::string& name, const std::string& sets) {
+    CmdResult r = train(cfg, base + "/" + name, sets);
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_EQ(r.output.find("WARNING"), std::string::npos) << r.output;
+    const json plan = json::parse(std::ifstream(base + "/" + name + "/plan.json"));
+    return std::make_pair(plan["decisions"], jsonl(base + "/" + name + "/memory.jsonl"));
+  };
+  const auto [cpu_plan, cpu] = run_on("cpu", "--set memory.gradient_checkpointing=full");
+  const auto [gpu_plan, gpu] = run_on("gpu", "--set memory.gradient_checkpointing=full --set device.type=cuda:0");
+  const auto [none_plan, none] = run_on("none", "--set memory.gradient_checkpointing=none --set device.type=cuda:0");
+  EXPECT_TRUE(cpu_plan["llm_last_block_kept"].get<bool>()) << cpu_plan.dump();
+  ASSERT_TRUE(gpu_plan["llm_last_block_kept"].get<bool>()) << gpu_plan.dump();
+  EXPECT_FALSE(none_plan["llm_last_block_kept"].get<bool>()) << none_plan.dump();
+  ASSERT_EQ(cpu.size(), 4u);
+  ASSERT_EQ(gpu.size(), 4u);
+  ASSERT_EQ(none.size(), 4u);
+  for (std::size_t i = 0; i < gpu.size(); ++i) {
+    EXPECT_NEAR(gpu[i]["loss"].get<double>(), cpu[i]["loss"].get<double>(), 1e-3) << "step " << i + 1;
+    EXPECT_EQ(gpu[i]["loss"].get<double>(), none[i]["loss"].get<double>()) << "step " << i + 1;
+    for (const auto* run : {&gpu, &none}) {
+      EXPECT_EQ((*run)[i]["peak_allocated"], (*run)[i]["predicted_peak"]) << "step " << i + 1;
+      EXPECT_EQ((*run)[i]["peak_reserved"], (*run)[i]["predicted_reserved"]) << "step " << i + 1;
+    }
+  }
+  EXPECT_LT(gpu[0]["peak_allocated"].get<int64_t>(), none[0]["peak_allocated"].get<int64_t>());
+}
