@@ -2,8 +2,9 @@
 # The sanitizer pass: builds headroom with AddressSanitizer + UndefinedBehaviorSanitizer (CPU back-end, into
 # ${HR_ASAN_BUILD_DIR:-build-asan}) and runs the unit, integration and mpi labels under it (not isa: the same
 # binaries under lower oneDNN ISA levels). Any sanitizer report fails the pass. Extra arguments go to ctest.
-# --quick (what scripts/test.sh runs by default): the unit label and the integration tests but the four long
-# training runs, no mpi label.
+# --quick (what scripts/test.sh runs by default): the unit label and the integration tests but the five long
+# training runs (the planned allocator's over every strategy combination took 208 s under ASan on a Zen 3), no mpi
+# label.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
@@ -37,7 +38,7 @@ mkdir -p "$TEST_TMPDIR"
 cd "$build"
 status=0
 skip=()
-((quick)) && skip=(-E 'Plan\.DryRunPeaks|Plan\.MaxMicroBatch|Train\.Bf16AndFp32|Train\.Fp16LossScaling')
+((quick)) && skip=(-E 'Plan\.DryRunPeaks|Plan\.MaxMicroBatch|Plan\.ThePlannedAllocatorReserves|Train\.Bf16AndFp32|Train\.Fp16LossScaling')
 ctest --output-on-failure -j 2 --timeout 1200 -L 'unit|integration' -LE 'gpu|isa|mpi' "${skip[@]}" "$@" || status=1
 # OpenMPI's libraries have no frame pointers: the slow unwinder lets the suppressions see MPI_Init_thread.
 if ((!quick)) && [[ -n $(ctest -N -L mpi -LE 'gpu|isa' "$@" | grep -m1 'Test *#') ]]; then
