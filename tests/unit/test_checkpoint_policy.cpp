@@ -164,7 +164,7 @@ memory: {gradient_checkpointing: full}
        {std::vector<std::string>{"memory.precision=fp32"},
         {"memory.precision=bf16"},
         {"lora.enable=true", "lora.r=8", "memory.precision=bf16"},
-        {"lora.enable=true", "lora.r=8", "model.llm.vocab_size=32000", "memory.precision=bf16"}}) {
+        {"lora.enable=true", "lora.r=8", "memory.precision=bf16", "model.llm.vocab_size=32000"}}) {
     const train::RunConfig c = train::load_config_text(base, "test.yaml", sets);
     const train::DevicePreset device = train::run_device(c);
     const train::Plan plan = train::keep_last_block_if_free(train::make_plan(c, device, 1));
