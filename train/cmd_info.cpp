@@ -24,6 +24,8 @@ int cmd_info(const std::vector<std::string>& args) {
     std::printf("  CUDA runtime %s, driver %s\n", core::cuda_version_text(cuda.runtime_version).c_str(),
                 cuda.driver_version ? core::cuda_version_text(cuda.driver_version).c_str() : "none");
   if (kHaveCuda) std::printf("  fused attention: %s\n", cuda.fused_attention.c_str());
+  // Opened on first use by a GPU run, not at start: here to say where they are found.
+  for (const std::string& lib : core::cuda_libraries()) std::printf("  %s\n", lib.c_str());
   for (const core::GpuInfo& g : cuda.gpus)
     std::printf("  cuda:%d %s, compute capability %d.%d, %d multiprocessors, %s (%s free)\n", g.index, g.name.c_str(),
                 g.major, g.minor, g.multiprocessors, format_bytes(double(g.total_bytes)).c_str(),

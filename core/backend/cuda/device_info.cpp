@@ -6,9 +6,21 @@
 
 #include "core/backend/cuda/cuda_check.h"
 #include "core/backend/cuda/cuda_kernels.h"
+#include "core/backend/cuda/cuda_libraries.h"
 #include "core/backend/cuda/cudnn_attention.h"
 
 namespace hr::core {
+
+std::vector<std::string> cuda_libraries() {
+  using cuda::Library;
+  std::vector<std::string> out;
+  for (auto [lib, name] : {std::pair{Library::Cublas, "cuBLAS"}, std::pair{Library::CublasLt, "cuBLASLt"},
+                           std::pair{Library::Nvrtc, "NVRTC"}}) {
+    const std::string found = cuda::library_found(lib), file = cuda::library_file(lib);
+    out.push_back(found.front() == '/' ? str(name, ": ", file, " (", found, ")") : str(name, ": ", found));
+  }
+  return out;
+}
 
 CudaInfo query_cuda(FreeMemory query) {
   const bool free_memory = query == FreeMemory::Query;

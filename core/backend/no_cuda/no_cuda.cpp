@@ -23,6 +23,10 @@ CudaInfo query_cuda(FreeMemory) {
   return info;
 }
 
+std::vector<std::string> cuda_libraries() {
+  return {};
+}
+
 CudaMemInfo cuda_memory_after_start(int index) {
   throw Error(str("[cuda] cannot use cuda:", index, ": no CUDA back-end in this build"));
 }

@@ -1,0 +1,30 @@
+// cuBLAS, cuBLASLt and NVRTC are opened when the CUDA back-end first calls one of them, not when a program starts.
+// Linked the usual way, libcublasLt's initializers ran in every process of a CUDA build: about 0.2 s and 210 MB of
+// resident memory before main, in a CPU training run, `headroom plan`, every test. cuda_libraries.cpp defines the
+// functions the back-end (and cuDNN's frontend, for NVRTC) calls, each forwarding to the library's own on first
+// use; the CUDA runtime and cuDNN (whose library is itself a small loader) stay linked.
+#pragma once
+
+#include <string>
+
+namespace hr::cuda {
+
+enum class Library { Cublas, CublasLt, Nvrtc };
+
+// The library's file name, as dlopen is given it: libcublas.so.13 for the toolkit this was built against.
+std::string library_file(Library lib);
+
+// The library's handle, opened on first use; throws hr::Error naming the file, what needs it and dlerror's
+// reason when it cannot be opened.
+void* library(Library lib);
+
+// Opens `file` (dlopen, RTLD_NOW | RTLD_LOCAL) or throws as library() does, `what` naming what it is for.
+void* open_library(const std::string& file, const char* what);
+
+// Where the library was found (opening it), or why it cannot be opened: for `headroom info`.
+std::string library_found(Library lib);
+
+// `name` in the library, or throws hr::Error naming both.
+void* library_symbol(Library lib, const char* name);
+
+}  // namespace hr::cuda
