@@ -104,8 +104,8 @@ step versions 60 bash -c "cat '$here/BUILD'; nvcc --version | tail -2; python3 -
 print(\"torch\", torch.__version__, torch.version.cuda, \"cudnn\", torch.backends.cudnn.version(), \"transformers\", transformers.__version__)'"
 step libraries 20 bash -c "missing=0; for b in '$here'/bin/*; do if ldd \"\$b\" | grep -q 'not found'; then \
 ldd \"\$b\" | grep 'not found' | sed \"s|^|\$(basename \$b): |\"; missing=1; fi; done; \
-ldd '$here/bin/headroom' | grep -E 'cuda|cublas|cudnn|nccl'; '$here/bin/headroom' info | grep -E '^  (cuBLAS|cuBLASLt|NVRTC):'; \
-if '$here/bin/headroom' info | grep -E '^  (cuBLAS|cuBLASLt|NVRTC):' | grep -v '(/'; then missing=1; fi; exit \$missing"
+ldd '$here/bin/headroom' | grep -E 'cuda|cublas|cudnn|nccl'; libs=\$('$here/bin/headroom' info | grep -E '^  (cuBLAS|cuBLASLt|NVRTC):'); \
+echo \"\$libs\"; [[ \$(grep -c ': lib[^ ]* (' <<< \"\$libs\") == 3 ]] || missing=1; exit \$missing"
 step info 30 "$here/bin/headroom" info
 gtest ops_cuda 90 test_ops_cuda
 gtest train_twenty 150 test_cuda_train --gtest_filter='CudaTrain.TwentySteps*:CudaTrain.EveryAllocator*'

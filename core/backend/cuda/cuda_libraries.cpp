@@ -26,7 +26,7 @@ const char* needed_by(Library lib) {
     case Library::CublasLt:
       return "the CUDA back-end's GEMMs (cuBLASLt)";
     case Library::Nvrtc:
-      return "cuDNN's fused attention (NVRTC compiles its kernels)";
+      return "cuDNN's fused attention, whose runtime-compiled engines NVRTC compiles";
   }
   return "the CUDA back-end";
 }
@@ -62,13 +62,14 @@ void* library(Library lib) {
   return h;
 }
 
-std::string library_found(Library lib) {
+Found library_found(Library lib) {
   try {
     link_map* map = nullptr;
-    if (dlinfo(library(lib), RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name) return map->l_name;
-    return library_file(lib);
+    if (dlinfo(library(lib), RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && *map->l_name)
+      return {true, map->l_name};
+    return {true, library_file(lib)};
   } catch (const Error& e) {
-    return e.what();
+    return {false, e.what()};
   }
 }
 
@@ -84,11 +85,11 @@ void* library_symbol(Library lib, const char* name) {
 }  // namespace hr::cuda
 
 // One forwarder: the header's return type, name, parameters (with names) and the arguments passed on.
-#define HR_FORWARD(lib, ret, name, params, args)                                                                  \
-  extern "C" ret name params {                                                                                    \
-    using Function = ret(*) params; /* not decltype(&name): a C++ overload may share the name */                \
-    static const auto real = reinterpret_cast<Function>(::hr::cuda::library_symbol(::hr::cuda::lib, #name));       \
-    return real args;                                                                                             \
+#define HR_FORWARD(lib, ret, name, params, args)                                                             \
+  extern "C" ret name params {                                                                               \
+    using Function = ret(*) params; /* not decltype(&name): a C++ overload may share the name */             \
+    static const auto real = reinterpret_cast<Function>(::hr::cuda::library_symbol(::hr::cuda::lib, #name)); \
+    return real args;                                                                                        \
   }
 
 HR_FORWARD(Library::Cublas, cublasStatus_t, cublasCreate_v2, (cublasHandle_t * handle), (handle))
@@ -100,19 +101,19 @@ HR_FORWARD(Library::Cublas, const char*, cublasGetStatusString, (cublasStatus_t 
 HR_FORWARD(Library::Cublas, cublasStatus_t, cublasGemmStridedBatchedEx,
            (cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
             const void* alpha, const void* A, cudaDataType Atype, int lda, long long int strideA, const void* B,
-            cudaDataType Btype, int ldb, long long int strideB, const void* beta, void* C, cudaDataType Ctype,
-            int ldc, long long int strideC, int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo),
-           (handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype,
-            ldc, strideC, batchCount, computeType, algo))
+            cudaDataType Btype, int ldb, long long int strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+            long long int strideC, int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo),
+           (handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype, ldc,
+            strideC, batchCount, computeType, algo))
 
 HR_FORWARD(Library::CublasLt, cublasStatus_t, cublasLtCreate, (cublasLtHandle_t * handle), (handle))
 HR_FORWARD(Library::CublasLt, cublasStatus_t, cublasLtMatmul,
            (cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
-            cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc, const void* beta,
-            const void* C, cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
-            const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspaceSizeInBytes, cudaStream_t stream),
-           (handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, workspace,
-            workspaceSizeInBytes, stream))
+            cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
+            cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo,
+            void* workspace, size_t workspaceSizeInBytes, cudaStream_t stream),
+           (handle, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, workspace, workspaceSizeInBytes,
+            stream))
 HR_FORWARD(Library::CublasLt, cublasStatus_t, cublasLtMatmulAlgoGetHeuristic,
            (cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t Adesc,
             cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
@@ -138,11 +139,9 @@ HR_FORWARD(Library::CublasLt, cublasStatus_t, cublasLtMatmulPreferenceSetAttribu
 HR_FORWARD(Library::CublasLt, cublasStatus_t, cublasLtMatrixLayoutCreate,
            (cublasLtMatrixLayout_t * layout, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld),
            (layout, type, rows, cols, ld))
-HR_FORWARD(Library::CublasLt, cublasStatus_t, cublasLtMatrixLayoutDestroy, (cublasLtMatrixLayout_t layout),
-           (layout))
+HR_FORWARD(Library::CublasLt, cublasStatus_t, cublasLtMatrixLayoutDestroy, (cublasLtMatrixLayout_t layout), (layout))
 HR_FORWARD(Library::CublasLt, cublasStatus_t, cublasLtMatrixLayoutSetAttribute,
-           (cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr, const void* buf,
-            size_t sizeInBytes),
+           (cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attr, const void* buf, size_t sizeInBytes),
            (layout, attr, buf, sizeInBytes))
 
 HR_FORWARD(Library::Nvrtc, nvrtcResult, nvrtcCreateProgram,

@@ -1,8 +1,9 @@
-// cuBLAS, cuBLASLt and NVRTC are opened when the CUDA back-end first calls one of them, not when a program starts.
-// Linked the usual way, libcublasLt's initializers ran in every process of a CUDA build: about 0.2 s and 210 MB of
-// resident memory before main, in a CPU training run, `headroom plan`, every test. cuda_libraries.cpp defines the
-// functions the back-end (and cuDNN's frontend, for NVRTC) calls, each forwarding to the library's own on first
-// use; the CUDA runtime and cuDNN (whose library is itself a small loader) stay linked.
+// cuBLAS, cuBLASLt and NVRTC are opened when the CUDA back-end first needs them, not when a program starts. Linked
+// the usual way, libcublasLt's initializers ran in every process of a CUDA build: 0.13-0.16 s and 240 MiB of
+// resident memory before main on a Zen 3, in a CPU training run, `headroom plan`, every test. cuda_libraries.cpp
+// defines the functions the back-end (and cuDNN's frontend, for NVRTC) calls, each forwarding to the library's own
+// on first use; the CUDA back-end's start opens NVRTC before cuDNN's handle, since cuDNN's runtime-compiled
+// engines load it by name themselves. The CUDA runtime and cuDNN (itself a small loader) stay linked.
 #pragma once
 
 #include <string>
@@ -22,7 +23,11 @@ void* library(Library lib);
 void* open_library(const std::string& file, const char* what);
 
 // Where the library was found (opening it), or why it cannot be opened: for `headroom info`.
-std::string library_found(Library lib);
+struct Found {
+  bool ok = false;
+  std::string text;  // the path it was loaded from, or the error
+};
+Found library_found(Library lib);
 
 // `name` in the library, or throws hr::Error naming both.
 void* library_symbol(Library lib, const char* name);

@@ -37,6 +37,7 @@
 #include "core/backend/cuda/attention_path.h"
 #include "core/backend/cuda/cuda_check.h"
 #include "core/backend/cuda/cuda_kernels.h"
+#include "core/backend/cuda/cuda_libraries.h"
 #include "core/lru_map.h"
 
 namespace hr::cuda {
@@ -294,7 +295,7 @@ bool start_cudnn(CudnnCreate create) {
   std::string why;
   if (!create(&h, &why)) {
     std::fprintf(stderr,
-                 "headroom: warning: [cudnn] cudnnCreate failed (%s): fused attention is off, every attention runs "
+                 "headroom: warning: [cudnn] cuDNN could not start (%s): fused attention is off, every attention runs "
                  "headroom's own kernels\n",
                  why.c_str());
     core::set_cudnn_attention_query(nullptr);
@@ -320,10 +321,18 @@ void stop_cudnn() {
 
 void create_cudnn_handle() {
   start_cudnn([](void** handle, std::string* why) {
+    // cuDNN's runtime-compiled engines load NVRTC by name on their own: opened here first, where headroom looks
+    // for its libraries, so that cuDNN reuses it and a missing NVRTC is named before any graph is built.
+    try {
+      library(Library::Nvrtc);
+    } catch (const Error& e) {
+      *why = e.what();
+      return false;
+    }
     cudnnHandle_t h = nullptr;
     const cudnnStatus_t st = cudnnCreate(&h);
     *handle = h;
-    if (st != CUDNN_STATUS_SUCCESS) *why = cudnnGetErrorString(st);
+    if (st != CUDNN_STATUS_SUCCESS) *why = str("cudnnCreate: ", cudnnGetErrorString(st));
     return st == CUDNN_STATUS_SUCCESS;
   });
 }

@@ -16,8 +16,9 @@ std::vector<std::string> cuda_libraries() {
   std::vector<std::string> out;
   for (auto [lib, name] : {std::pair{Library::Cublas, "cuBLAS"}, std::pair{Library::CublasLt, "cuBLASLt"},
                            std::pair{Library::Nvrtc, "NVRTC"}}) {
-    const std::string found = cuda::library_found(lib), file = cuda::library_file(lib);
-    out.push_back(found.front() == '/' ? str(name, ": ", file, " (", found, ")") : str(name, ": ", found));
+    const cuda::Found found = cuda::library_found(lib);
+    out.push_back(found.ok ? str(name, ": ", cuda::library_file(lib), " (", found.text, ")")
+                           : str(name, ": not found: ", found.text));
   }
   return out;
 }
