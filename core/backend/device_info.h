@@ -40,7 +40,7 @@ CudaMemInfo cuda_memory_after_start(int index);
 CudaMemInfo cuda_memory_now(int index);
 
 // The libraries the CUDA back-end opens on first use (cuBLAS, cuBLASLt, NVRTC: backend/cuda/cuda_libraries.h), each
-// as "name: file (where it was found)" or "name: why it cannot be opened"; opens them. Empty without the back-end.
+// as "name: file (where it was found)" or "name: not found: why"; opens them. Empty without the back-end.
 std::vector<std::string> cuda_libraries();
 
 // "13.0" from 13000.

@@ -9,7 +9,6 @@
 
 #include <fstream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/backend/cuda/cuda_libraries.h"
@@ -38,7 +37,7 @@ TEST(CudaLibraries, ACpuRunOfHeadroomLoadsNoneOfThem) {
                                   "/cfg.yaml --set train.max_steps=1 --set run.output_dir=" + dir + "/out");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("file=libcudart.so"), std::string::npos) << "LD_DEBUG lists no libraries:\n" << r.output;
-  for (auto lib : {cuda::Library::Cublas, cuda::Library::CublasLt, cuda::Library::Nvrtc})
+  for (cuda::Library lib : cuda::kLibraries)
     EXPECT_EQ(r.output.find("file=" + cuda::library_file(lib)), std::string::npos)
         << cuda::library_file(lib) << " was loaded by a run on the CPU";
 }
@@ -46,9 +45,8 @@ TEST(CudaLibraries, ACpuRunOfHeadroomLoadsNoneOfThem) {
 TEST(CudaLibraries, InfoSaysWhereEachIsFound) {
   const auto r = testing_cli::run(std::string(HR_HEADROOM_BIN) + " info");
   ASSERT_EQ(r.status, 0) << r.output;
-  for (auto [lib, name] : {std::pair{cuda::Library::Cublas, "cuBLAS"}, std::pair{cuda::Library::CublasLt, "cuBLASLt"},
-                           std::pair{cuda::Library::Nvrtc, "NVRTC"}}) {
-    const std::string line = str("  ", name, ": ", cuda::library_file(lib), " (/");
+  for (cuda::Library lib : cuda::kLibraries) {
+    const std::string line = str("  ", cuda::library_name(lib), ": ", cuda::library_file(lib), " (/");
     EXPECT_NE(r.output.find(line), std::string::npos) << "no '" << line << "' in:\n" << r.output;
   }
 }

@@ -11,6 +11,7 @@
 #include <link.h>
 #include <nvrtc.h>
 
+#include <iterator>
 #include <mutex>
 
 #include "core/check.h"
@@ -32,6 +33,18 @@ const char* needed_by(Library lib) {
 }
 
 }  // namespace
+
+const char* library_name(Library lib) {
+  switch (lib) {
+    case Library::Cublas:
+      return "cuBLAS";
+    case Library::CublasLt:
+      return "cuBLASLt";
+    case Library::Nvrtc:
+      return "NVRTC";
+  }
+  return "?";
+}
 
 std::string library_file(Library lib) {
   switch (lib) {
@@ -55,7 +68,7 @@ void* open_library(const std::string& file, const char* what) {
 
 void* library(Library lib) {
   static std::mutex mutex;
-  static void* handles[3] = {};
+  static void* handles[std::size(kLibraries)] = {};
   std::lock_guard<std::mutex> lock(mutex);
   void*& h = handles[static_cast<int>(lib)];
   if (!h) h = open_library(library_file(lib), needed_by(lib));

@@ -11,6 +11,10 @@
 namespace hr::cuda {
 
 enum class Library { Cublas, CublasLt, Nvrtc };
+inline constexpr Library kLibraries[] = {Library::Cublas, Library::CublasLt, Library::Nvrtc};
+
+// "cuBLAS", "cuBLASLt", "NVRTC".
+const char* library_name(Library lib);
 
 // The library's file name, as dlopen is given it: libcublas.so.13 for the toolkit this was built against.
 std::string library_file(Library lib);

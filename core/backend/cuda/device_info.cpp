@@ -12,13 +12,11 @@
 namespace hr::core {
 
 std::vector<std::string> cuda_libraries() {
-  using cuda::Library;
   std::vector<std::string> out;
-  for (auto [lib, name] : {std::pair{Library::Cublas, "cuBLAS"}, std::pair{Library::CublasLt, "cuBLASLt"},
-                           std::pair{Library::Nvrtc, "NVRTC"}}) {
+  for (cuda::Library lib : cuda::kLibraries) {
     const cuda::Found found = cuda::library_found(lib);
-    out.push_back(found.ok ? str(name, ": ", cuda::library_file(lib), " (", found.text, ")")
-                           : str(name, ": not found: ", found.text));
+    out.push_back(found.ok ? str(cuda::library_name(lib), ": ", cuda::library_file(lib), " (", found.text, ")")
+                           : str(cuda::library_name(lib), ": not found: ", found.text));
   }
   return out;
 }
