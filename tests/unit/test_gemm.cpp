@@ -211,6 +211,59 @@ TEST(Gemm, PackedGemmMatchesAReferenceOnEveryEdgeWithTheSameBitsOnAnyThreadsAndK
   }
 }
 
+// k deeper than one block is summed block by block, each block's partial sums carried into the next in f32:
+// every element is still the one multiply-add chain over k in order, so the bits are those of that chain (for
+// A and B with k contiguous, as x and W^T in x W^T, and with their lanes contiguous, as dy^T and x in dy^T x;
+// both kernels), and a
+// bf16 output is that chain rounded once.
+TEST(Gemm, PackedKBlocksCarryOneChainWithItsBits) {
+  for (const bool a_transposed : {false, true})
+    for (const DType c_dtype : {DType::F32, DType::BF16}) {
+      const bool b_transposed = !a_transposed;  // x W^T's B and dy^T x's
+      PackedCase pc{1, 50, 40, 700, a_transposed, b_transposed, false, false, 1.f, 0.f, c_dtype};
+      PackedInputs in = inputs_of(pc);
+      uint32_t state = 12345;  // values that are not exact in any short sum
+      auto next = [&] { return float((state = state * 1664525u + 1013904223u) >> 8) / float(1 << 24) - 0.5f; };
+      for (float& v : in.a) v = next();
+      for (float& v : in.b) v = next();
+      const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(in.desc, 2);
+      ASSERT_LT(bl.kc, pc.k);  // several k blocks
+      ASSERT_GT(bl.p_floats, 0u);
+      Tensor chain = Tensor::empty({1, pc.m, pc.n}, DType::F32, Device::cpu());
+      float* w = chain.data<float>();
+      for (int64_t i = 0; i < pc.m; ++i)
+        for (int64_t j = 0; j < pc.n; ++j) {
+          float acc = 0.f;
+          for (int64_t p = 0; p < pc.k; ++p) {
+            const float av = in.a[std::size_t(a_transposed ? p * pc.m + i : i * pc.k + p)];
+            acc = std::fma(av, in.b[std::size_t(b_transposed ? j * pc.k + p : p * pc.n + j)], acc);
+          }
+          w[i * pc.n + j] = acc;
+        }
+      const std::vector<float> want = chain.to(c_dtype).to_floats();
+      for (int threads : {1, 2})
+        for (auto kernel : {hr::cpu::Microkernel::Auto, hr::cpu::Microkernel::Portable})
+          EXPECT_EQ(packed_run(pc, in, threads, kernel), want)
+              << (a_transposed ? "A^T" : "A") << ", " << dtype_name(c_dtype) << ", " << threads << " threads";
+    }
+}
+
+// The blocks a GEMM's shape gets: k blocks of at most 256 cut evenly, a tile's partial sums only where k has
+// several, and the packed A block one k block deep whatever k is.
+TEST(Gemm, PackedKBlocksAreCutEvenlyAndSizeTheScratchpad) {
+  for (int64_t k : {1, 64, 256, 257, 384, 700, 1024, 2048, 4099}) {
+    GemmDesc d = linear_desc(DType::F32);
+    d.m = 2048, d.n = 1024, d.k = k;
+    const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(d, 2);
+    const int64_t blocks = (k + 255) / 256;
+    EXPECT_EQ((k + bl.kc - 1) / bl.kc, blocks) << "k " << k;
+    EXPECT_LE(bl.kc, 256) << "k " << k;
+    EXPECT_LT(blocks * bl.kc - k, blocks) << "k " << k << ": blocks of " << bl.kc;
+    EXPECT_EQ(bl.a_floats, std::size_t(bl.mc * bl.kc)) << "k " << k;
+    EXPECT_EQ(bl.p_floats, blocks > 1 ? std::size_t(bl.mc * bl.nc) : 0u) << "k " << k;
+  }
+}
+
 // A tile's width follows from how many tiles the column count needs, not from the largest block: 384
 // columns that need two tiles are two of 192, not 256 and 128 (whose second thread would wait half the GEMM).
 TEST(Gemm, PackedTilesAreCutEvenly) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 
 #include "core/backend/cpu/cpu_common.h"
 
@@ -13,9 +15,9 @@ namespace hr::cpu {
 namespace {
 
 constexpr int64_t kMR = 6, kNR = 16;                   // microkernel tile: 12 AVX2 accumulators
-constexpr std::size_t kABlockBytes = 512 * 1024;       // one thread's packed A block (L2-sized)
 constexpr std::size_t kBBlockBytes = 2 * 1024 * 1024;  // one thread's packed B block
 constexpr int64_t kMaxMc = 144, kMaxNc = 512;
+constexpr int64_t kMaxKc = 256;  // k block: a 6 x 16 kernel's B panel (16 KiB) stays in L1, A's block in L2
 constexpr std::size_t kSlotAlignment = 64;
 
 int64_t round_up(int64_t x, int64_t to) {
@@ -41,10 +43,21 @@ int64_t even_cut(int64_t n, int64_t most, int64_t step) {
   return std::min(most, round_up(ceil_div(std::max<int64_t>(n, 1), tiles), step));
 }
 
-// acc (6 x 16, row-major) = A panel (k x 6) times B panel (k x 16).
-__attribute__((target("avx2,fma"))) void microkernel_avx2(int64_t k, const float* a, const float* b, float* acc) {
+// out (6 x 16, row-major) = init + A panel (k x 6) times B panel (k x 16), init zero where null. Every element is
+// one multiply-add chain in k order, so a product cut into k blocks, each carried into the next through out/init,
+// has the bits of the product done at once.
+__attribute__((target("avx2,fma"))) void microkernel_avx2(int64_t k, const float* a, const float* b, const float* init,
+                                                          float* out) {
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
   __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  if (init) {
+    c00 = _mm256_loadu_ps(init + 0), c01 = _mm256_loadu_ps(init + 8);
+    c10 = _mm256_loadu_ps(init + 16), c11 = _mm256_loadu_ps(init + 24);
+    c20 = _mm256_loadu_ps(init + 32), c21 = _mm256_loadu_ps(init + 40);
+    c30 = _mm256_loadu_ps(init + 48), c31 = _mm256_loadu_ps(init + 56);
+    c40 = _mm256_loadu_ps(init + 64), c41 = _mm256_loadu_ps(init + 72);
+    c50 = _mm256_loadu_ps(init + 80), c51 = _mm256_loadu_ps(init + 88);
+  }
 #pragma GCC unroll 4
   for (int64_t p = 0; p < k; ++p, a += kMR, b += kNR) {
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
@@ -63,21 +76,23 @@ __attribute__((target("avx2,fma"))) void microkernel_avx2(int64_t k, const float
   }
   const __m256 rows[kMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}, {c40, c41}, {c50, c51}};
   for (int64_t r = 0; r < kMR; ++r) {
-    _mm256_storeu_ps(acc + r * kNR, rows[r][0]);
-    _mm256_storeu_ps(acc + r * kNR + 8, rows[r][1]);
+    _mm256_storeu_ps(out + r * kNR, rows[r][0]);
+    _mm256_storeu_ps(out + r * kNR + 8, rows[r][1]);
   }
 }
 
-// The same product in portable C++ (any x86-64; and the twin the AVX2 kernel is tested against). Each
-// element is a single multiply-add chain in k order, as in the AVX2 kernel, so both give the same bits.
-void microkernel_portable(int64_t k, const float* a, const float* b, float* acc) {
-  for (int64_t i = 0; i < kMR * kNR; ++i) acc[i] = 0.f;
+// The same product in portable C++ (any x86-64; and the twin the AVX2 kernel is tested against), with the same
+// chains, so both give the same bits.
+void microkernel_portable(int64_t k, const float* a, const float* b, const float* init, float* out) {
+  float acc[kMR * kNR];
+  for (int64_t i = 0; i < kMR * kNR; ++i) acc[i] = init ? init[i] : 0.f;
   for (int64_t p = 0; p < k; ++p, a += kMR, b += kNR)
     for (int64_t r = 0; r < kMR; ++r)
       for (int64_t j = 0; j < kNR; ++j) acc[r * kNR + j] = std::fma(a[r], b[j], acc[r * kNR + j]);
+  std::copy(acc, acc + kMR * kNR, out);
 }
 
-using MicrokernelFn = void (*)(int64_t, const float*, const float*, float*);
+using MicrokernelFn = void (*)(int64_t, const float*, const float*, const float*, float*);
 
 MicrokernelFn choose(Microkernel m) {
   static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -86,28 +101,61 @@ MicrokernelFn choose(Microkernel m) {
   return microkernel_avx2;
 }
 
-// Packing walks k in chunks of kPackChunk and fills every panel for one chunk before the next: whichever of
-// an operand's dims has unit stride, the lines a chunk reads stay in L1 while all panels take from them.
+// Where k is strided, packing walks k in chunks of kPackChunk and fills every panel for one chunk before the
+// next: the lines a chunk reads (kPackChunk rows of the lanes) stay in L1 while all panels take from them.
 constexpr int64_t kPackChunk = 32;
 
 // `n` lanes (rows of A, columns of B) from lane l0, k deep, as W-lane panels, each k x W, zero-padded to
-// whole panels. `lane` and `depth` are the operand's strides along its lane index and along k.
-template <int64_t W, typename T>
-void pack_panels(const T* x, int64_t lane, int64_t depth, int64_t l0, int64_t n, int64_t k, float* out) {
+// whole panels. `lane` and `depth` are the operand's strides along its lane index and along k. `Lanes1`: the
+// lanes are contiguous (lane == 1), so each k's W values are one copy.
+template <int64_t W, bool Lanes1, typename T>
+void pack_chunks(const T* x, int64_t lane, int64_t depth, int64_t l0, int64_t n, int64_t k, float* out) {
+  if constexpr (Lanes1) lane = 1;
   for (int64_t k0 = 0; k0 < k; k0 += kPackChunk) {
     const int64_t k1 = std::min(k, k0 + kPackChunk);
     for (int64_t p = 0; p < n; p += W) {
       float* o = out + (p * k + k0 * W);
       const T* src = x + (l0 + p) * lane;
       if (p + W <= n) {  // a whole panel: no edge test per element
-        for (int64_t kk = k0; kk < k1; ++kk, o += W)
-          for (int64_t r = 0; r < W; ++r) o[r] = load(src, r * lane + kk * depth);
+        if constexpr (Lanes1 && std::is_same_v<T, float>) {
+          for (int64_t kk = k0; kk < k1; ++kk, o += W) std::memcpy(o, src + kk * depth, W * sizeof(float));
+        } else {
+          for (int64_t kk = k0; kk < k1; ++kk, o += W)
+            for (int64_t r = 0; r < W; ++r) o[r] = load(src, r * lane + kk * depth);
+        }
       } else {
         for (int64_t kk = k0; kk < k1; ++kk, o += W)
           for (int64_t r = 0; r < W; ++r) o[r] = p + r < n ? load(src, r * lane + kk * depth) : 0.f;
       }
     }
   }
+}
+
+// The same where k is contiguous (depth == 1): panel by panel, so that the W lanes are read as W sequential
+// streams the hardware prefetcher follows, not a few lines from every lane of the block in turn.
+template <int64_t W, typename T>
+void pack_transposing(const T* x, int64_t lane, int64_t l0, int64_t n, int64_t k, float* out) {
+  for (int64_t p = 0; p < n; p += W) {
+    float* o = out + p * k;
+    const T* src = x + (l0 + p) * lane;
+    if (p + W <= n) {
+      for (int64_t kk = 0; kk < k; ++kk, o += W)
+        for (int64_t r = 0; r < W; ++r) o[r] = load(src, r * lane + kk);
+    } else {
+      for (int64_t kk = 0; kk < k; ++kk, o += W)
+        for (int64_t r = 0; r < W; ++r) o[r] = p + r < n ? load(src, r * lane + kk) : 0.f;
+    }
+  }
+}
+
+template <int64_t W, typename T>
+void pack_panels(const T* x, int64_t lane, int64_t depth, int64_t l0, int64_t n, int64_t k, float* out) {
+  if (depth == 1 && lane != 1)
+    pack_transposing<W>(x, lane, l0, n, k, out);
+  else if (lane == 1)
+    pack_chunks<W, true>(x, lane, depth, l0, n, k, out);
+  else
+    pack_chunks<W, false>(x, lane, depth, l0, n, k, out);
 }
 
 // C tile (rows x cols of the 6 x 16 accumulator) = alpha acc + beta C.
@@ -128,32 +176,50 @@ void run(const GemmArgs& g, const PackedGemmBlocking& bl, MicrokernelFn kernel) 
   const TB* b = g.b.data<TB>();
   TC* c = g.c.data<TC>();
   char* scratch = g.scratchpad.defined() ? static_cast<char*>(g.scratchpad.data_ptr()) : nullptr;
-  const std::size_t a_slot = aligned_bytes(bl.a_floats), slot = a_slot + aligned_bytes(bl.b_floats);
+  const std::size_t a_slot = aligned_bytes(bl.a_floats), b_slot = aligned_bytes(bl.b_floats);
+  const std::size_t slot = a_slot + b_slot + aligned_bytes(bl.p_floats);
   const int64_t row_tiles = ceil_div(d.m, bl.mc), col_tiles = ceil_div(d.n, bl.nc);
+  const int64_t k_blocks = std::max<int64_t>(1, ceil_div(d.k, bl.kc));
   TileQueues queues(bl.tiles, bl.threads);
 #pragma omp parallel num_threads(bl.threads)
   {
     const int t = omp_get_thread_num();
     float* ap = reinterpret_cast<float*>(scratch + std::size_t(t) * slot);
     float* bp = reinterpret_cast<float*>(scratch + std::size_t(t) * slot + a_slot);
+    float* partials = reinterpret_cast<float*>(scratch + std::size_t(t) * slot + a_slot + b_slot);
     alignas(64) float acc[kMR * kNR];
     int64_t packed_b = -1;  // which (batch, column tile) bp holds
     for (int64_t tile = queues.next(t); tile >= 0; tile = queues.next(t)) {
       const int64_t batch = tile / (row_tiles * col_tiles), jt = tile / row_tiles % col_tiles, it = tile % row_tiles;
       const int64_t i0 = it * bl.mc, j0 = jt * bl.nc;
       const int64_t rows = std::min(bl.mc, d.m - i0), cols = std::min(bl.nc, d.n - j0);
+      const int64_t cols_padded = round_up(cols, kNR);
       const int64_t b_key = (d.b_strides[0] ? batch : 0) * col_tiles + jt;
-      if (b_key != packed_b) {
-        pack_panels<kNR>(b + batch * d.b_strides[0], d.b_strides[2], d.b_strides[1], j0, cols, d.k, bp);
+      const TB* bt = b + batch * d.b_strides[0];
+      const TA* at = a + batch * d.a_strides[0];
+      if (b_key != packed_b) {  // B's columns of the tile, every k block, each its own panels
+        for (int64_t kb = 0; kb < k_blocks; ++kb) {
+          const int64_t k0 = kb * bl.kc, kc = std::min(bl.kc, d.k - k0);
+          pack_panels<kNR>(bt + k0 * d.b_strides[1], d.b_strides[2], d.b_strides[1], j0, cols, kc,
+                           bp + k0 * cols_padded);
+        }
         packed_b = b_key;
       }
-      pack_panels<kMR>(a + batch * d.a_strides[0], d.a_strides[1], d.a_strides[2], i0, rows, d.k, ap);
       TC* ct = c + batch * d.m * d.n + i0 * d.n + j0;
-      for (int64_t jr = 0; jr < cols; jr += kNR)
-        for (int64_t ir = 0; ir < rows; ir += kMR) {
-          kernel(d.k, ap + ir * d.k, bp + jr * d.k, acc);
-          write_tile(ct + ir * d.n + jr, d.n, acc, std::min(kMR, rows - ir), std::min(kNR, cols - jr), d.alpha, d.beta);
-        }
+      for (int64_t kb = 0; kb < k_blocks; ++kb) {
+        const int64_t k0 = kb * bl.kc, kc = std::min(bl.kc, d.k - k0);
+        pack_panels<kMR>(at + k0 * d.a_strides[2], d.a_strides[1], d.a_strides[2], i0, rows, kc, ap);
+        const float* bk = bp + k0 * cols_padded;
+        const bool first = kb == 0, last = kb == k_blocks - 1;
+        float* part = partials;  // this 6 x 16 tile's sum over the k blocks so far
+        for (int64_t jr = 0; jr < cols; jr += kNR)
+          for (int64_t ir = 0; ir < rows; ir += kMR, part += kMR * kNR) {
+            kernel(kc, ap + ir * kc, bk + jr * kc, first ? nullptr : part, last ? acc : part);
+            if (last)
+              write_tile(ct + ir * d.n + jr, d.n, acc, std::min(kMR, rows - ir), std::min(kNR, cols - jr), d.alpha,
+                         d.beta);
+          }
+      }
     }
   }
 }
@@ -194,7 +260,7 @@ int64_t TileQueues::take(Range& r, bool front) {
 }
 
 std::size_t PackedGemmBlocking::scratchpad_bytes() const {
-  return std::size_t(threads) * (aligned_bytes(a_floats) + aligned_bytes(b_floats));
+  return std::size_t(threads) * (aligned_bytes(a_floats) + aligned_bytes(b_floats) + aligned_bytes(p_floats));
 }
 
 PackedGemmBlocking packed_gemm_blocking(const GemmDesc& d, int threads) {
@@ -203,7 +269,8 @@ PackedGemmBlocking packed_gemm_blocking(const GemmDesc& d, int threads) {
   // As few tiles as the blocks allow, cut evenly: 384 columns in blocks of at most 256 are two tiles of
   // 192, not 256 and 128 (whose threads would otherwise wait on the wider one's).
   bl.nc = even_cut(d.n, fit(kBBlockBytes, k, kNR, kMaxNc), kNR);
-  bl.mc = even_cut(d.m, fit(kABlockBytes, k, kMR, kMaxMc), kMR);
+  bl.mc = even_cut(d.m, kMaxMc, kMR);
+  bl.kc = even_cut(k, kMaxKc, 1);
   const int64_t col_tiles = ceil_div(d.n, bl.nc);
   // Too few tiles for the threads: cut the rows finer (down to one microkernel panel).
   const int64_t wanted_row_tiles = ceil_div(threads, d.batch * col_tiles);
@@ -212,8 +279,9 @@ PackedGemmBlocking packed_gemm_blocking(const GemmDesc& d, int threads) {
   bl.threads = int(std::clamp<int64_t>(std::min<int64_t>(threads, bl.tiles), 1, kMaxGemmThreads));
   HR_CHECK(bl.tiles < (int64_t(1) << 32), "[gemm] ", d.batch, " x ", d.m, " x ", d.n, " cuts into ", bl.tiles,
            " tiles: more than the tile queues count");
-  bl.a_floats = std::size_t(bl.mc * d.k);
+  bl.a_floats = std::size_t(bl.mc * bl.kc);
   bl.b_floats = std::size_t(d.k * bl.nc);
+  bl.p_floats = d.k > bl.kc ? std::size_t(bl.mc * bl.nc) : 0;
   return bl;
 }
 

@@ -17,14 +17,18 @@ using core::GemmDesc;
 
 enum class Microkernel : uint8_t { Auto, Avx2Fma, Portable };
 
-// How one GEMM is cut: C tiles of mc x nc computed with the whole of k at once (every output element is
-// summed over k in one register, so the order never depends on threads, and a bf16/f16 output is rounded
-// once). Each thread packs the A block (mc x k) and B block (k x nc) of its tiles into its scratchpad slot.
+// How one GEMM is cut: C tiles of mc x nc, each computed by one thread over k blocks of kc, in order (every
+// output element is one multiply-add chain over k, carried from block to block in f32, so the order never
+// depends on threads or blocks, and a bf16/f16 output is rounded once). Each thread packs into its scratchpad
+// slot the B block (k x nc, kept while its tiles share those columns) and, per k block, the A block (mc x kc);
+// the kernel's B panel (kc x 16) then stays in L1 and the A block in L2 however deep k is.
 struct PackedGemmBlocking {
   int64_t mc = 0, nc = 0;                  // tile rows and columns (multiples of the microkernel's 6 x 16)
+  int64_t kc = 0;                          // k block depth
   int64_t tiles = 0;                       // batch x row tiles x column tiles
   int threads = 1;                         // threads that get tiles
-  std::size_t a_floats = 0, b_floats = 0;  // one thread's packed A and B blocks
+  std::size_t a_floats = 0, b_floats = 0;  // one thread's packed A block (mc x kc) and B block (k x nc)
+  std::size_t p_floats = 0;                // its partial sums of a tile (mc x nc) where k has several blocks
   std::size_t scratchpad_bytes() const;
 };
 
