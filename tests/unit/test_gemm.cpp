@@ -192,6 +192,9 @@ TEST(Gemm, PackedGemmMatchesAReferenceOnEveryEdgeWithTheSameBitsOnAnyThreadsAndK
       {1, 40, 20, 45, false, false, false, false, 1.f, 0.f, DType::F32},
       {2, 19, 33, 70, false, true, false, false, 1.f, 1.f, DType::BF16, DType::BF16},
       {1, 12, 16, 8, false, false, false, false, 1.f, 0.f, DType::F32, DType::F16},
+      // Three k blocks over three column tiles, the last ragged (352, 352, 326), a broadcast B, bf16 operands and
+      // an f16 output with alpha and beta: at 3 threads a thread steals a tile of another column tile.
+      {2, 20, 1030, 520, false, true, false, true, 0.5f, 1.f, DType::F16, DType::BF16},
   };
   for (const PackedCase& pc : cases) {
     const PackedInputs in = inputs_of(pc);
@@ -261,6 +264,10 @@ TEST(Gemm, PackedKBlocksAreCutEvenlyAndSizeTheScratchpad) {
     EXPECT_LT(blocks * bl.kc - k, blocks) << "k " << k << ": blocks of " << bl.kc;
     EXPECT_EQ(bl.a_floats, std::size_t(bl.mc * bl.kc)) << "k " << k;
     EXPECT_EQ(bl.p_floats, blocks > 1 ? std::size_t(bl.mc * bl.nc) : 0u) << "k " << k;
+    EXPECT_EQ(bl.b_floats, std::size_t(k * bl.nc)) << "k " << k;
+    const std::size_t floats = bl.a_floats + bl.b_floats + bl.p_floats;  // per thread, each part 64-byte aligned
+    EXPECT_GE(bl.scratchpad_bytes(), 2 * 4 * floats) << "k " << k;
+    EXPECT_LT(bl.scratchpad_bytes(), 2 * (4 * floats + 3 * 64)) << "k " << k;
   }
 }
 

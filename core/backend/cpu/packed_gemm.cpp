@@ -101,8 +101,9 @@ MicrokernelFn choose(Microkernel m) {
   return microkernel_avx2;
 }
 
-// Where k is strided, packing walks k in chunks of kPackChunk and fills every panel for one chunk before the
-// next: the lines a chunk reads (kPackChunk rows of the lanes) stay in L1 while all panels take from them.
+// Packing walks k in chunks of kPackChunk and fills every panel for one chunk before the next (except where k
+// is contiguous and the lanes are not: pack_transposing): the lines a chunk reads stay in L1 while all panels
+// take from them.
 constexpr int64_t kPackChunk = 32;
 
 // `n` lanes (rows of A, columns of B) from lane l0, k deep, as W-lane panels, each k x W, zero-padded to
@@ -211,9 +212,11 @@ void run(const GemmArgs& g, const PackedGemmBlocking& bl, MicrokernelFn kernel) 
         pack_panels<kMR>(at + k0 * d.a_strides[2], d.a_strides[1], d.a_strides[2], i0, rows, kc, ap);
         const float* bk = bp + k0 * cols_padded;
         const bool first = kb == 0, last = kb == k_blocks - 1;
-        float* part = partials;  // this 6 x 16 tile's sum over the k blocks so far
+        const int64_t row_panels = ceil_div(rows, kMR);
         for (int64_t jr = 0; jr < cols; jr += kNR)
-          for (int64_t ir = 0; ir < rows; ir += kMR, part += kMR * kNR) {
+          for (int64_t ir = 0; ir < rows; ir += kMR) {
+            // this 6 x 16 tile's sums over the k blocks so far (a slot only where k has several blocks)
+            float* part = k_blocks > 1 ? partials + (jr / kNR * row_panels + ir / kMR) * kMR * kNR : nullptr;
             kernel(kc, ap + ir * kc, bk + jr * kc, first ? nullptr : part, last ? acc : part);
             if (last)
               write_tile(ct + ir * d.n + jr, d.n, acc, std::min(kMR, rows - ir), std::min(kNR, cols - jr), d.alpha,
