@@ -101,19 +101,20 @@ MicrokernelFn choose(Microkernel m) {
   return microkernel_avx2;
 }
 
-// Packing walks k in chunks of kPackChunk and fills every panel for one chunk before the next (except where k
-// is contiguous and the lanes are not: pack_transposing): the lines a chunk reads stay in L1 while all panels
-// take from them.
+// Packing walks k in chunks and fills every panel for one chunk before the next: where k is strided, chunks of
+// kPackChunk, so that the lines a chunk reads stay in L1 while all panels take from them; where k is contiguous
+// and the lanes are not, one chunk of the whole k, so that each panel's W lanes are read as W sequential streams
+// the hardware prefetcher follows, not a few lines from every lane of the block in turn.
 constexpr int64_t kPackChunk = 32;
 
 // `n` lanes (rows of A, columns of B) from lane l0, k deep, as W-lane panels, each k x W, zero-padded to
 // whole panels. `lane` and `depth` are the operand's strides along its lane index and along k. `Lanes1`: the
 // lanes are contiguous (lane == 1), so each k's W values are one copy.
 template <int64_t W, bool Lanes1, typename T>
-void pack_chunks(const T* x, int64_t lane, int64_t depth, int64_t l0, int64_t n, int64_t k, float* out) {
+void pack_chunks(const T* x, int64_t lane, int64_t depth, int64_t l0, int64_t n, int64_t k, int64_t chunk, float* out) {
   if constexpr (Lanes1) lane = 1;
-  for (int64_t k0 = 0; k0 < k; k0 += kPackChunk) {
-    const int64_t k1 = std::min(k, k0 + kPackChunk);
+  for (int64_t k0 = 0; k0 < k; k0 += chunk) {
+    const int64_t k1 = std::min(k, k0 + chunk);
     for (int64_t p = 0; p < n; p += W) {
       float* o = out + (p * k + k0 * W);
       const T* src = x + (l0 + p) * lane;
@@ -132,31 +133,12 @@ void pack_chunks(const T* x, int64_t lane, int64_t depth, int64_t l0, int64_t n,
   }
 }
 
-// The same where k is contiguous (depth == 1): panel by panel, so that the W lanes are read as W sequential
-// streams the hardware prefetcher follows, not a few lines from every lane of the block in turn.
-template <int64_t W, typename T>
-void pack_transposing(const T* x, int64_t lane, int64_t l0, int64_t n, int64_t k, float* out) {
-  for (int64_t p = 0; p < n; p += W) {
-    float* o = out + p * k;
-    const T* src = x + (l0 + p) * lane;
-    if (p + W <= n) {
-      for (int64_t kk = 0; kk < k; ++kk, o += W)
-        for (int64_t r = 0; r < W; ++r) o[r] = load(src, r * lane + kk);
-    } else {
-      for (int64_t kk = 0; kk < k; ++kk, o += W)
-        for (int64_t r = 0; r < W; ++r) o[r] = p + r < n ? load(src, r * lane + kk) : 0.f;
-    }
-  }
-}
-
 template <int64_t W, typename T>
 void pack_panels(const T* x, int64_t lane, int64_t depth, int64_t l0, int64_t n, int64_t k, float* out) {
-  if (depth == 1 && lane != 1)
-    pack_transposing<W>(x, lane, l0, n, k, out);
-  else if (lane == 1)
-    pack_chunks<W, true>(x, lane, depth, l0, n, k, out);
+  if (lane == 1)
+    pack_chunks<W, true>(x, lane, depth, l0, n, k, kPackChunk, out);
   else
-    pack_chunks<W, false>(x, lane, depth, l0, n, k, out);
+    pack_chunks<W, false>(x, lane, depth, l0, n, k, depth == 1 ? std::max<int64_t>(k, 1) : kPackChunk, out);
 }
 
 // C tile (rows x cols of the 6 x 16 accumulator) = alpha acc + beta C.
