@@ -285,6 +285,77 @@ TEST(Gemm, PackedTilesAreCutEvenly) {
   }
 }
 
+// Where every tile shares one B block (one column tile, B not batched) of 64 KiB or more, the threads pack it
+// together into one block; otherwise each packs its own. The scratchpad holds one B block or one per thread
+// accordingly.
+TEST(Gemm, PackedThreadsShareOneBBlockWhereAllTilesReadIt) {
+  struct Shape {
+    int64_t batch, m, n, k;
+    bool b_broadcast;
+    int threads;
+    bool shared;
+  };
+  for (const Shape& s : std::vector<Shape>{{1, 688, 256, 2048, false, 2, true},  // a weight gradient: k = tokens
+                                           {1, 2048, 256, 256, false, 3, true},
+                                           {3, 64, 200, 128, true, 2, true},      // B broadcast over the batch
+                                           {3, 64, 200, 128, false, 2, false},    // a B per batch: one block each
+                                           {1, 300, 32, 64, false, 2, false},     // a small B (8 KiB): each its own
+                                           {1, 256, 688, 2048, false, 2, false},  // three column tiles
+                                           {1, 2048, 256, 256, false, 1, false}}) {
+    GemmDesc d = linear_desc(DType::F32);
+    d.batch = s.batch, d.m = s.m, d.n = s.n, d.k = s.k;
+    d.b_strides[0] = s.b_broadcast ? 0 : s.k * s.n;
+    const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(d, s.threads);
+    EXPECT_EQ(bl.shared_b, s.shared) << s.m << "x" << s.n << "x" << s.k << ", " << s.threads << " threads";
+    const auto bytes = [](std::size_t floats) { return (floats * 4 + 63) / 64 * 64; };
+    const std::size_t own = bytes(bl.a_floats) + bytes(bl.p_floats);
+    EXPECT_EQ(bl.scratchpad_bytes(), (s.shared ? 1 : std::size_t(bl.threads)) * bytes(bl.b_floats) + bl.threads * own)
+        << s.m << "x" << s.n << "x" << s.k;
+  }
+}
+
+// A shared B block packed in shares (13 panels, the last ragged, three k blocks; an uneven share per thread and,
+// at 14 threads, threads with none) gives the bits one thread gets alone, for B with k contiguous (x W^T) and
+// with its lanes contiguous (dy^T x), f32 and bf16 operands.
+TEST(Gemm, PackedSharedBBlockGivesTheBitsOfOneThread) {
+  for (const bool b_transposed : {true, false})
+    for (const DType ab : {DType::F32, DType::BF16}) {
+      const PackedCase pc{1, 90, 200, 600, !b_transposed, b_transposed, false, false, 1.f, 0.f, DType::F32, ab};
+      const PackedInputs in = inputs_of(pc);
+      const std::vector<double> want = reference(in.desc, in.a, in.b, in.c);
+      const std::vector<float> alone = packed_run(pc, in, 1, hr::cpu::Microkernel::Auto);
+      for (std::size_t i = 0; i < alone.size(); ++i)
+        ASSERT_NEAR(alone[i], want[i], 1e-5 * std::max(1.0, std::abs(want[i])));
+      for (int threads : {2, 3, 14}) {
+        ASSERT_TRUE(hr::cpu::packed_gemm_blocking(in.desc, threads).shared_b) << threads << " threads";
+        EXPECT_EQ(packed_run(pc, in, threads, hr::cpu::Microkernel::Auto), alone)
+            << (b_transposed ? "B^T" : "B") << ", " << dtype_name(ab) << ", " << threads << " threads";
+      }
+    }
+}
+
+// Few tiles are cut so that the threads' ranges hold about the same rows: 688 rows over two threads are six
+// tiles (360 and 328 rows), not five of 138 (three against two: 412 and 276 rows).
+TEST(Gemm, PackedRowTilesSplitEvenlyOverTheThreads) {
+  for (int threads : {2, 3})
+    for (int64_t m = 256; m <= 4096; m += 8) {
+      GemmDesc d = linear_desc(DType::F32);
+      d.m = m, d.n = 256, d.k = 2048;  // one column tile
+      const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(d, threads);
+      const int64_t tiles = (m + bl.mc - 1) / bl.mc;
+      ASSERT_EQ(bl.tiles, tiles);
+      int64_t most = 0;
+      for (int t = 0; t < threads; ++t) {
+        int64_t rows = 0;
+        for (int64_t i = tiles * t / threads; i < tiles * (t + 1) / threads; ++i)
+          rows += std::min(bl.mc, m - i * bl.mc);
+        most = std::max(most, rows);
+      }
+      EXPECT_LE(double(most), 1.07 * double(m) / threads)
+          << m << " rows, " << threads << " threads: tiles of " << bl.mc;
+    }
+}
+
 // Every tile is taken exactly once: first each thread's own range from its front, then, once a thread's range is
 // done, the others' from their backs, the one with the most left first.
 TEST(Gemm, TileQueuesHandOutEveryTileOnceAndStealFromTheBack) {

@@ -19,6 +19,7 @@ constexpr std::size_t kBBlockBytes = 2 * 1024 * 1024;  // one thread's packed B 
 constexpr int64_t kMaxMc = 144, kMaxNc = 512;
 constexpr int64_t kMaxKc = 256;  // k block: a 6 x 16 kernel's B panel (16 KiB) stays in L1, A's block in L2
 constexpr std::size_t kSlotAlignment = 64;
+constexpr std::size_t kSharedBBytes = 64 * 1024;  // the smallest B block the threads pack together
 
 int64_t round_up(int64_t x, int64_t to) {
   return (x + to - 1) / to * to;
@@ -101,6 +102,51 @@ MicrokernelFn choose(Microkernel m) {
   return microkernel_avx2;
 }
 
+// The eight columns of eight rows of floats, as rows: r[j] <- (r[0][j], ..., r[7][j]).
+inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20), r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20), r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31), r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31), r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// One whole W-lane panel of f32 lanes that are each contiguous in k (lane stride `lane`, k stride 1): eight k at a
+// time, W lanes are read as vectors and turned by 8 x 8 transposes into eight panel rows; the k past the last whole
+// eight one by one. Returns how many k it packed (a multiple of 8); the caller packs the rest.
+template <int64_t W>
+int64_t pack_transposed_f32(const float* src, int64_t lane, int64_t k, float* o) {
+  static_assert(W == kMR || W == kNR);
+  int64_t kk = 0;
+  for (; kk + 8 <= k; kk += 8, o += 8 * W) {
+    if constexpr (W == kNR) {
+      for (int64_t h = 0; h < W; h += 8) {
+        __m256 r[8];
+        for (int64_t i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (h + i) * lane + kk);
+        transpose8(r);
+        for (int64_t i = 0; i < 8; ++i) _mm256_storeu_ps(o + i * W + h, r[i]);
+      }
+    } else {  // six lanes: two rows of zeros, and each panel row written as four floats and two
+      __m256 r[8];
+      for (int64_t i = 0; i < W; ++i) r[i] = _mm256_loadu_ps(src + i * lane + kk);
+      r[6] = r[7] = _mm256_setzero_ps();
+      transpose8(r);
+      for (int64_t i = 0; i < 8; ++i) {
+        _mm_storeu_ps(o + i * W, _mm256_castps256_ps128(r[i]));
+        _mm_storel_pi(reinterpret_cast<__m64*>(o + i * W + 4), _mm256_extractf128_ps(r[i], 1));
+      }
+    }
+  }
+  return kk;
+}
+
 // Packing walks k in chunks and fills every panel for one chunk before the next: where k is strided, chunks of
 // kPackChunk, so that the lines a chunk reads stay in L1 while all panels take from them; where k is contiguous
 // and the lanes are not, one chunk of the whole k, so that each panel's W lanes are read as W sequential streams
@@ -122,7 +168,13 @@ void pack_chunks(const T* x, int64_t lane, int64_t depth, int64_t l0, int64_t n,
         if constexpr (Lanes1 && std::is_same_v<T, float>) {
           for (int64_t kk = k0; kk < k1; ++kk, o += W) std::memcpy(o, src + kk * depth, W * sizeof(float));
         } else {
-          for (int64_t kk = k0; kk < k1; ++kk, o += W)
+          int64_t kk = k0;
+          if constexpr (!Lanes1 && std::is_same_v<T, float>)
+            if (depth == 1) {  // k contiguous: transposed eight k at a time
+              const int64_t done = pack_transposed_f32<W>(src + k0, lane, k1 - k0, o);
+              kk += done, o += done * W;
+            }
+          for (; kk < k1; ++kk, o += W)
             for (int64_t r = 0; r < W; ++r) o[r] = load(src, r * lane + kk * depth);
         }
       } else {
@@ -144,6 +196,16 @@ void pack_panels(const T* x, int64_t lane, int64_t depth, int64_t l0, int64_t n,
 // C tile (rows x cols of the 6 x 16 accumulator) = alpha acc + beta C.
 template <typename T>
 void write_tile(T* c, int64_t ldc, const float* acc, int64_t rows, int64_t cols, float alpha, float beta) {
+  if constexpr (std::is_same_v<T, float>)
+    if (rows == kMR && cols == kNR && alpha == 1.f && (beta == 0.f || beta == 1.f)) {  // C = acc or C + acc, whole
+      for (int64_t r = 0; r < kMR; ++r)
+        for (int64_t j = 0; j < kNR; j += 8) {
+          __m256 v = _mm256_loadu_ps(acc + r * kNR + j);
+          if (beta != 0.f) v = _mm256_add_ps(v, _mm256_loadu_ps(c + r * ldc + j));
+          _mm256_storeu_ps(c + r * ldc + j, v);
+        }
+      return;
+    }
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < cols; ++j) {
       float v = alpha * acc[r * kNR + j];
@@ -159,19 +221,35 @@ void run(const GemmArgs& g, const PackedGemmBlocking& bl, MicrokernelFn kernel) 
   const TB* b = g.b.data<TB>();
   TC* c = g.c.data<TC>();
   char* scratch = g.scratchpad.defined() ? static_cast<char*>(g.scratchpad.data_ptr()) : nullptr;
+  // The scratchpad: the shared B block where there is one, then each thread's slot (A block, its own B block
+  // where B is not shared, partial sums).
   const std::size_t a_slot = aligned_bytes(bl.a_floats), b_slot = aligned_bytes(bl.b_floats);
-  const std::size_t slot = a_slot + b_slot + aligned_bytes(bl.p_floats);
+  const std::size_t shared = bl.shared_b ? b_slot : 0, own_b = bl.shared_b ? 0 : b_slot;
+  const std::size_t slot = a_slot + own_b + aligned_bytes(bl.p_floats);
   const int64_t row_tiles = ceil_div(d.m, bl.mc), col_tiles = ceil_div(d.n, bl.nc);
   const int64_t k_blocks = std::max<int64_t>(1, ceil_div(d.k, bl.kc));
   TileQueues queues(bl.tiles, bl.threads);
 #pragma omp parallel num_threads(bl.threads)
   {
     const int t = omp_get_thread_num();
-    float* ap = reinterpret_cast<float*>(scratch + std::size_t(t) * slot);
-    float* bp = reinterpret_cast<float*>(scratch + std::size_t(t) * slot + a_slot);
-    float* partials = reinterpret_cast<float*>(scratch + std::size_t(t) * slot + a_slot + b_slot);
+    char* mine = scratch + shared + std::size_t(t) * slot;
+    float* ap = reinterpret_cast<float*>(mine);
+    float* bp = reinterpret_cast<float*>(bl.shared_b ? scratch : mine + a_slot);
+    float* partials = reinterpret_cast<float*>(mine + a_slot + own_b);
     alignas(64) float acc[kMR * kNR];
     int64_t packed_b = -1;  // which (batch, column tile) bp holds
+    if (bl.shared_b) {      // the one B block (all columns, every k block): this thread's share of its panels
+      const int64_t panels = ceil_div(d.n, kNR), cols_padded = panels * kNR;
+      const int64_t p0 = panels * t / bl.threads, p1 = panels * (t + 1) / bl.threads;
+      const int64_t l0 = p0 * kNR, lanes = std::min(d.n, p1 * kNR) - l0;
+      for (int64_t kb = 0; kb < k_blocks && lanes > 0; ++kb) {
+        const int64_t k0 = kb * bl.kc, kc = std::min(bl.kc, d.k - k0);
+        pack_panels<kNR>(b + k0 * d.b_strides[1], d.b_strides[2], d.b_strides[1], l0, lanes, kc,
+                         bp + k0 * cols_padded + l0 * kc);
+      }
+      packed_b = 0;
+#pragma omp barrier
+    }
     for (int64_t tile = queues.next(t); tile >= 0; tile = queues.next(t)) {
       const int64_t batch = tile / (row_tiles * col_tiles), jt = tile / row_tiles % col_tiles, it = tile % row_tiles;
       const int64_t i0 = it * bl.mc, j0 = jt * bl.nc;
@@ -245,8 +323,26 @@ int64_t TileQueues::take(Range& r, bool front) {
 }
 
 std::size_t PackedGemmBlocking::scratchpad_bytes() const {
-  return std::size_t(threads) * (aligned_bytes(a_floats) + aligned_bytes(b_floats) + aligned_bytes(p_floats));
+  return std::size_t(shared_b ? 1 : threads) * aligned_bytes(b_floats) +
+         std::size_t(threads) * (aligned_bytes(a_floats) + aligned_bytes(p_floats));
 }
+
+namespace {
+
+// The most work (elements of C) any thread's first range of tiles holds, with tiles of mc x nc.
+int64_t heaviest_range(const GemmDesc& d, int64_t mc, int64_t nc, int threads) {
+  const int64_t row_tiles = ceil_div(d.m, mc), col_tiles = ceil_div(d.n, nc), tiles = d.batch * row_tiles * col_tiles;
+  int64_t most = 0;
+  for (int t = 0; t < threads; ++t) {
+    int64_t work = 0;
+    for (int64_t tile = tiles * t / threads; tile < tiles * (t + 1) / threads; ++tile)
+      work += std::min(mc, d.m - tile % row_tiles * mc) * std::min(nc, d.n - tile / row_tiles % col_tiles * nc);
+    most = std::max(most, work);
+  }
+  return most;
+}
+
+}  // namespace
 
 PackedGemmBlocking packed_gemm_blocking(const GemmDesc& d, int threads) {
   PackedGemmBlocking bl;
@@ -260,6 +356,17 @@ PackedGemmBlocking packed_gemm_blocking(const GemmDesc& d, int threads) {
   // Too few tiles for the threads: cut the rows finer (down to one microkernel panel).
   const int64_t wanted_row_tiles = ceil_div(threads, d.batch * col_tiles);
   if (ceil_div(d.m, bl.mc) < wanted_row_tiles) bl.mc = std::max(kMR, round_up(ceil_div(d.m, wanted_row_tiles), kMR));
+  // Few tiles that the threads' ranges would split unevenly (five over two threads: three against two, the
+  // stealing cannot help, the tiles are taken whole): up to threads - 1 more row tiles, where that lightens the
+  // heaviest range.
+  if (threads > 1 && d.m > 0 && d.batch * ceil_div(d.m, bl.mc) * col_tiles < 64 * int64_t(threads)) {
+    int64_t most = heaviest_range(d, bl.mc, bl.nc, threads);
+    const int64_t row_tiles = ceil_div(d.m, bl.mc);
+    for (int64_t more = 1; more < threads && row_tiles + more <= ceil_div(d.m, kMR); ++more) {
+      const int64_t mc = round_up(ceil_div(d.m, row_tiles + more), kMR), work = heaviest_range(d, mc, bl.nc, threads);
+      if (work < most) most = work, bl.mc = mc;
+    }
+  }
   bl.tiles = d.batch * ceil_div(d.m, bl.mc) * col_tiles;
   bl.threads = int(std::clamp<int64_t>(std::min<int64_t>(threads, bl.tiles), 1, kMaxGemmThreads));
   HR_CHECK(bl.tiles < (int64_t(1) << 32), "[gemm] ", d.batch, " x ", d.m, " x ", d.n, " cuts into ", bl.tiles,
@@ -267,6 +374,10 @@ PackedGemmBlocking packed_gemm_blocking(const GemmDesc& d, int threads) {
   bl.a_floats = std::size_t(bl.mc * bl.kc);
   bl.b_floats = std::size_t(d.k * bl.nc);
   bl.p_floats = d.k > bl.kc ? std::size_t(bl.mc * bl.nc) : 0;
+  // Shared only where the block is large: a small one (under 64 KiB) is packed in microseconds, about what
+  // the threads' meeting after the shared packing costs.
+  bl.shared_b = bl.threads > 1 && col_tiles == 1 && (d.batch == 1 || d.b_strides[0] == 0) &&
+                bl.b_floats * sizeof(float) >= kSharedBBytes;
   return bl;
 }
 

@@ -21,7 +21,10 @@ enum class Microkernel : uint8_t { Auto, Avx2Fma, Portable };
 // output element is one multiply-add chain over k, carried from block to block in f32, so the order never
 // depends on threads or blocks, and a bf16/f16 output is rounded once). Each thread packs into its scratchpad
 // slot the B block (k x nc, kept while its tiles share those columns) and, per k block, the A block (mc x kc);
-// the kernel's B panel (kc x 16) then stays in L1 and the A block in L2 however deep k is.
+// the kernel's B panel (kc x 16) then stays in L1 and the A block in L2 however deep k is. Where every tile
+// shares one B block (one column tile, B not batched) of 64 KiB or more, the threads pack it together, each a
+// share of its panels, into one block they all read (`shared_b`): otherwise each would pack the whole of it (a
+// weight gradient's activations, k = tokens deep) for itself.
 struct PackedGemmBlocking {
   int64_t mc = 0, nc = 0;                  // tile rows and columns (multiples of the microkernel's 6 x 16)
   int64_t kc = 0;                          // k block depth
@@ -29,6 +32,7 @@ struct PackedGemmBlocking {
   int threads = 1;                         // threads that get tiles
   std::size_t a_floats = 0, b_floats = 0;  // one thread's packed A block (mc x kc) and B block (k x nc)
   std::size_t p_floats = 0;                // its partial sums of a tile (mc x nc) where k has several blocks
+  bool shared_b = false;                   // one B block for all threads, packed by all of them
   std::size_t scratchpad_bytes() const;
 };
 
