@@ -314,24 +314,65 @@ TEST(Gemm, PackedThreadsShareOneBBlockWhereAllTilesReadIt) {
   }
 }
 
-// A shared B block packed in shares (13 panels, the last ragged, three k blocks; an uneven share per thread and,
-// at 14 threads, threads with none) gives the bits one thread gets alone, for B with k contiguous (x W^T) and
-// with its lanes contiguous (dy^T x), f32 and bf16 operands.
+// A shared B block packed in shares gives the bits one thread gets alone, for B with k contiguous (x W^T) and with
+// its lanes contiguous (dy^T x), f32 and bf16 operands: 13 panels, the last ragged, in three k blocks, an uneven
+// share per thread (at 14 threads the blocking's 8); 2 panels over 3 threads (thread 0 packs none) in four k blocks
+// of 250 (a k tail after the transposes' eights); a B broadcast over a batch of 3.
 TEST(Gemm, PackedSharedBBlockGivesTheBitsOfOneThread) {
-  for (const bool b_transposed : {true, false})
-    for (const DType ab : {DType::F32, DType::BF16}) {
-      const PackedCase pc{1, 90, 200, 600, !b_transposed, b_transposed, false, false, 1.f, 0.f, DType::F32, ab};
-      const PackedInputs in = inputs_of(pc);
-      const std::vector<double> want = reference(in.desc, in.a, in.b, in.c);
-      const std::vector<float> alone = packed_run(pc, in, 1, hr::cpu::Microkernel::Auto);
-      for (std::size_t i = 0; i < alone.size(); ++i)
-        ASSERT_NEAR(alone[i], want[i], 1e-5 * std::max(1.0, std::abs(want[i])));
-      for (int threads : {2, 3, 14}) {
-        ASSERT_TRUE(hr::cpu::packed_gemm_blocking(in.desc, threads).shared_b) << threads << " threads";
-        EXPECT_EQ(packed_run(pc, in, threads, hr::cpu::Microkernel::Auto), alone)
-            << (b_transposed ? "B^T" : "B") << ", " << dtype_name(ab) << ", " << threads << " threads";
+  struct Shape {
+    int64_t batch, m, n, k;
+    std::vector<int> threads;
+  };
+  for (const Shape& sh :
+       std::vector<Shape>{{1, 90, 200, 600, {2, 3, 14}}, {1, 90, 32, 1000, {3}}, {3, 64, 200, 128, {2}}})
+    for (const bool b_transposed : {true, false})
+      for (const DType ab : {DType::F32, DType::BF16}) {
+        const PackedCase pc{sh.batch, sh.m,         sh.n, sh.k, !b_transposed, b_transposed,
+                            false,    sh.batch > 1, 1.f,  0.f,  DType::F32,    ab};
+        const PackedInputs in = inputs_of(pc);
+        const std::vector<double> want = reference(in.desc, in.a, in.b, in.c);
+        const std::vector<float> alone = packed_run(pc, in, 1, hr::cpu::Microkernel::Auto);
+        for (std::size_t i = 0; i < alone.size(); ++i)
+          ASSERT_NEAR(alone[i], want[i], 1e-5 * std::max(1.0, std::abs(want[i])));
+        for (int threads : sh.threads) {
+          ASSERT_TRUE(hr::cpu::packed_gemm_blocking(in.desc, threads).shared_b) << threads << " threads";
+          EXPECT_EQ(packed_run(pc, in, threads, hr::cpu::Microkernel::Auto), alone)
+              << sh.m << "x" << sh.n << "x" << sh.k << ", " << (b_transposed ? "B^T" : "B") << ", " << dtype_name(ab)
+              << ", " << threads << " threads";
+        }
       }
+}
+
+// A GEMM cut for two threads that OpenMP runs on one (called inside another parallel region, nested regions off):
+// the one thread packs the whole shared B block and takes every tile, with the bits of a one-thread GEMM.
+TEST(Gemm, PackedSharedBBlockOnASmallerTeamThanItsBlocking) {
+  const PackedCase pc{1, 90, 200, 600, false, true, false, false, 1.f, 0.f, DType::F32};
+  const PackedInputs in = inputs_of(pc);
+  const std::vector<float> alone = packed_run(pc, in, 1, hr::cpu::Microkernel::Auto);
+  const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(in.desc, 2);
+  ASSERT_TRUE(bl.shared_b);
+  ASSERT_EQ(bl.threads, 2);
+  GemmArgs g;
+  g.desc = in.desc;
+  g.a = Tensor::from_floats(in.a, {int64_t(in.a.size())}, DType::F32, Device::cpu());
+  g.b = Tensor::from_floats(in.b, {int64_t(in.b.size())}, DType::F32, Device::cpu());
+  g.c = Tensor::from_floats(in.c, {1, pc.m, pc.n}, DType::F32, Device::cpu());
+  g.scratchpad = Tensor::empty({int64_t(bl.scratchpad_bytes())}, DType::U8, Device::cpu());
+  const int levels = omp_get_max_active_levels();
+  omp_set_max_active_levels(1);
+  int team = 0;
+#pragma omp parallel num_threads(2)
+  {
+#pragma omp single
+    {
+      hr::cpu::packed_gemm(g, bl);  // its own region gets a team of one
+#pragma omp parallel
+      team = omp_get_num_threads();
     }
+  }
+  omp_set_max_active_levels(levels);
+  ASSERT_EQ(team, 1);
+  EXPECT_EQ(g.c.to_floats(), alone);
 }
 
 // Few tiles are cut so that the threads' ranges hold about the same rows: 688 rows over two threads are six

@@ -102,6 +102,7 @@ MicrokernelFn choose(Microkernel m) {
   return microkernel_avx2;
 }
 
+#if defined(__AVX2__)  // the baseline build (x86-64-v3) has it; an x86-64 build packs with the scalar loops
 // The eight columns of eight rows of floats, as rows: r[j] <- (r[0][j], ..., r[7][j]).
 inline void transpose8(__m256 r[8]) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -146,6 +147,7 @@ int64_t pack_transposed_f32(const float* src, int64_t lane, int64_t k, float* o)
   }
   return kk;
 }
+#endif
 
 // Packing walks k in chunks and fills every panel for one chunk before the next: where k is strided, chunks of
 // kPackChunk, so that the lines a chunk reads stay in L1 while all panels take from them; where k is contiguous
@@ -169,11 +171,13 @@ void pack_chunks(const T* x, int64_t lane, int64_t depth, int64_t l0, int64_t n,
           for (int64_t kk = k0; kk < k1; ++kk, o += W) std::memcpy(o, src + kk * depth, W * sizeof(float));
         } else {
           int64_t kk = k0;
+#if defined(__AVX2__)
           if constexpr (!Lanes1 && std::is_same_v<T, float>)
             if (depth == 1) {  // k contiguous: transposed eight k at a time
               const int64_t done = pack_transposed_f32<W>(src + k0, lane, k1 - k0, o);
               kk += done, o += done * W;
             }
+#endif
           for (; kk < k1; ++kk, o += W)
             for (int64_t r = 0; r < W; ++r) o[r] = load(src, r * lane + kk * depth);
         }
@@ -196,6 +200,7 @@ void pack_panels(const T* x, int64_t lane, int64_t depth, int64_t l0, int64_t n,
 // C tile (rows x cols of the 6 x 16 accumulator) = alpha acc + beta C.
 template <typename T>
 void write_tile(T* c, int64_t ldc, const float* acc, int64_t rows, int64_t cols, float alpha, float beta) {
+#if defined(__AVX2__)
   if constexpr (std::is_same_v<T, float>)
     if (rows == kMR && cols == kNR && alpha == 1.f && (beta == 0.f || beta == 1.f)) {  // C = acc or C + acc, whole
       for (int64_t r = 0; r < kMR; ++r)
@@ -206,6 +211,7 @@ void write_tile(T* c, int64_t ldc, const float* acc, int64_t rows, int64_t cols,
         }
       return;
     }
+#endif
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < cols; ++j) {
       float v = alpha * acc[r * kNR + j];
@@ -240,7 +246,10 @@ void run(const GemmArgs& g, const PackedGemmBlocking& bl, MicrokernelFn kernel) 
     int64_t packed_b = -1;  // which (batch, column tile) bp holds
     if (bl.shared_b) {      // the one B block (all columns, every k block): this thread's share of its panels
       const int64_t panels = ceil_div(d.n, kNR), cols_padded = panels * kNR;
-      const int64_t p0 = panels * t / bl.threads, p1 = panels * (t + 1) / bl.threads;
+      // shares over the team OpenMP gave, which can be smaller than bl.threads (a GEMM inside another parallel
+      // region runs on one thread): every panel is packed by someone
+      const int team = omp_get_num_threads();
+      const int64_t p0 = panels * t / team, p1 = panels * (t + 1) / team;
       const int64_t l0 = p0 * kNR, lanes = std::min(d.n, p1 * kNR) - l0;
       for (int64_t kb = 0; kb < k_blocks && lanes > 0; ++kb) {
         const int64_t k0 = kb * bl.kc, kc = std::min(bl.kc, d.k - k0);
@@ -258,6 +267,7 @@ void run(const GemmArgs& g, const PackedGemmBlocking& bl, MicrokernelFn kernel) 
       const int64_t b_key = (d.b_strides[0] ? batch : 0) * col_tiles + jt;
       const TB* bt = b + batch * d.b_strides[0];
       const TA* at = a + batch * d.a_strides[0];
+      HR_ASSERT(!bl.shared_b || b_key == packed_b, "packed gemm: a tile outside the shared B block");
       if (b_key != packed_b) {  // B's columns of the tile, every k block, each its own panels
         for (int64_t kb = 0; kb < k_blocks; ++kb) {
           const int64_t k0 = kb * bl.kc, kc = std::min(bl.kc, d.k - k0);
@@ -359,11 +369,12 @@ PackedGemmBlocking packed_gemm_blocking(const GemmDesc& d, int threads) {
   // Few tiles that the threads' ranges would split unevenly (five over two threads: three against two, the
   // stealing cannot help, the tiles are taken whole): up to threads - 1 more row tiles, where that lightens the
   // heaviest range.
-  if (threads > 1 && d.m > 0 && d.batch * ceil_div(d.m, bl.mc) * col_tiles < 64 * int64_t(threads)) {
-    int64_t most = heaviest_range(d, bl.mc, bl.nc, threads);
+  const int team = std::min(threads, kMaxGemmThreads);  // the most TileQueues splits tiles over
+  if (team > 1 && d.m > 0 && d.batch * ceil_div(d.m, bl.mc) * col_tiles < 64 * int64_t(team)) {
+    int64_t most = heaviest_range(d, bl.mc, bl.nc, team);
     const int64_t row_tiles = ceil_div(d.m, bl.mc);
-    for (int64_t more = 1; more < threads && row_tiles + more <= ceil_div(d.m, kMR); ++more) {
-      const int64_t mc = round_up(ceil_div(d.m, row_tiles + more), kMR), work = heaviest_range(d, mc, bl.nc, threads);
+    for (int64_t more = 1; more < team && row_tiles + more <= ceil_div(d.m, kMR); ++more) {
+      const int64_t mc = round_up(ceil_div(d.m, row_tiles + more), kMR), work = heaviest_range(d, mc, bl.nc, team);
       if (work < most) most = work, bl.mc = mc;
     }
   }
