@@ -162,15 +162,21 @@ PackedInputs inputs_of(const PackedCase& pc) {
   return in;
 }
 
-// The packed GEMM of the case at `threads` threads with `kernel`: C as it comes out.
-std::vector<float> packed_run(const PackedCase& pc, const PackedInputs& in, int threads, hr::cpu::Microkernel kernel) {
-  const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(in.desc, threads);
+// The case's operands, C and a scratchpad for `bl` as the packed GEMM takes them.
+GemmArgs args_of(const PackedCase& pc, const PackedInputs& in, const hr::cpu::PackedGemmBlocking& bl) {
   GemmArgs g;
   g.desc = in.desc;
   g.a = Tensor::from_floats(in.a, {int64_t(in.a.size())}, pc.ab_dtype, Device::cpu());
   g.b = Tensor::from_floats(in.b, {int64_t(in.b.size())}, pc.ab_dtype, Device::cpu());
   g.c = Tensor::from_floats(in.c, {pc.batch, pc.m, pc.n}, pc.c_dtype, Device::cpu());
   if (bl.scratchpad_bytes()) g.scratchpad = Tensor::empty({int64_t(bl.scratchpad_bytes())}, DType::U8, Device::cpu());
+  return g;
+}
+
+// The packed GEMM of the case at `threads` threads with `kernel`: C as it comes out.
+std::vector<float> packed_run(const PackedCase& pc, const PackedInputs& in, int threads, hr::cpu::Microkernel kernel) {
+  const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(in.desc, threads);
+  GemmArgs g = args_of(pc, in, bl);
   ThreadCount t(threads);
   hr::cpu::packed_gemm(g, bl, kernel);
   return g.c.to_floats();
@@ -352,12 +358,7 @@ TEST(Gemm, PackedSharedBBlockOnASmallerTeamThanItsBlocking) {
   const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(in.desc, 2);
   ASSERT_TRUE(bl.shared_b);
   ASSERT_EQ(bl.threads, 2);
-  GemmArgs g;
-  g.desc = in.desc;
-  g.a = Tensor::from_floats(in.a, {int64_t(in.a.size())}, DType::F32, Device::cpu());
-  g.b = Tensor::from_floats(in.b, {int64_t(in.b.size())}, DType::F32, Device::cpu());
-  g.c = Tensor::from_floats(in.c, {1, pc.m, pc.n}, DType::F32, Device::cpu());
-  g.scratchpad = Tensor::empty({int64_t(bl.scratchpad_bytes())}, DType::U8, Device::cpu());
+  GemmArgs g = args_of(pc, in, bl);
   const int levels = omp_get_max_active_levels();
   omp_set_max_active_levels(1);
   int team = 0;

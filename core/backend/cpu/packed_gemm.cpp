@@ -244,18 +244,21 @@ void run(const GemmArgs& g, const PackedGemmBlocking& bl, MicrokernelFn kernel) 
     float* partials = reinterpret_cast<float*>(mine + a_slot + own_b);
     alignas(64) float acc[kMR * kNR];
     int64_t packed_b = -1;  // which (batch, column tile) bp holds
-    if (bl.shared_b) {      // the one B block (all columns, every k block): this thread's share of its panels
-      const int64_t panels = ceil_div(d.n, kNR), cols_padded = panels * kNR;
+    // B's lanes [l0, l0 + lanes) of every k block into bp, a block `width` lanes wide, from its lane `at`.
+    const auto pack_b = [&](const TB* bt, int64_t l0, int64_t lanes, int64_t width, int64_t at) {
+      for (int64_t kb = 0; kb < k_blocks; ++kb) {
+        const int64_t k0 = kb * bl.kc, kc = std::min(bl.kc, d.k - k0);
+        pack_panels<kNR>(bt + k0 * d.b_strides[1], d.b_strides[2], d.b_strides[1], l0, lanes, kc,
+                         bp + k0 * width + at * kc);
+      }
+    };
+    if (bl.shared_b) {  // the one B block (all columns): this thread's share of its panels
+      const int64_t panels = ceil_div(d.n, kNR);
       // shares over the team OpenMP gave, which can be smaller than bl.threads (a GEMM inside another parallel
       // region runs on one thread): every panel is packed by someone
       const int team = omp_get_num_threads();
-      const int64_t p0 = panels * t / team, p1 = panels * (t + 1) / team;
-      const int64_t l0 = p0 * kNR, lanes = std::min(d.n, p1 * kNR) - l0;
-      for (int64_t kb = 0; kb < k_blocks && lanes > 0; ++kb) {
-        const int64_t k0 = kb * bl.kc, kc = std::min(bl.kc, d.k - k0);
-        pack_panels<kNR>(b + k0 * d.b_strides[1], d.b_strides[2], d.b_strides[1], l0, lanes, kc,
-                         bp + k0 * cols_padded + l0 * kc);
-      }
+      const int64_t l0 = panels * t / team * kNR, lanes = std::min(d.n, panels * (t + 1) / team * kNR) - l0;
+      if (lanes > 0) pack_b(b, l0, lanes, panels * kNR, l0);
       packed_b = 0;
 #pragma omp barrier
     }
@@ -269,11 +272,7 @@ void run(const GemmArgs& g, const PackedGemmBlocking& bl, MicrokernelFn kernel) 
       const TA* at = a + batch * d.a_strides[0];
       HR_ASSERT(!bl.shared_b || b_key == packed_b, "packed gemm: a tile outside the shared B block");
       if (b_key != packed_b) {  // B's columns of the tile, every k block, each its own panels
-        for (int64_t kb = 0; kb < k_blocks; ++kb) {
-          const int64_t k0 = kb * bl.kc, kc = std::min(bl.kc, d.k - k0);
-          pack_panels<kNR>(bt + k0 * d.b_strides[1], d.b_strides[2], d.b_strides[1], j0, cols, kc,
-                           bp + k0 * cols_padded);
-        }
+        pack_b(bt, j0, cols, cols_padded, 0);
         packed_b = b_key;
       }
       TC* ct = c + batch * d.m * d.n + i0 * d.n + j0;
