@@ -521,6 +521,32 @@ TEST(Gemm, WithinRunsThePartInTheWholeProductsAllocations) {
   }
 }
 
+// A product with no C (no batch, no rows or no columns) is cut into no tiles and asks for no scratch, and running
+// it, packed or through the backend's gemm on whichever path the CPU takes, touches nothing.
+TEST(Gemm, AProductWithNoOutputHasNoTilesAndRunsAsNothing) {
+  const std::vector<PackedCase> cases = {
+      {0, 8, 16, 32, false, true, false, false, 1.f, 0.f, DType::F32},
+      {1, 0, 16, 32, false, true, false, true, 1.f, 1.f, DType::F32},
+      {1, 8, 0, 32, true, false, false, true, 1.f, 0.f, DType::BF16},
+      {3, 8, 0, 0, false, false, false, false, 1.f, 0.f, DType::F32},
+  };
+  for (const PackedCase& pc : cases) {
+    const PackedInputs in = inputs_of(pc);
+    for (int threads : {1, 2, 7}) {
+      const hr::cpu::PackedGemmBlocking bl = hr::cpu::packed_gemm_blocking(in.desc, threads);
+      EXPECT_EQ(bl.tiles, 0) << pc.batch << " x " << pc.m << " x " << pc.n << ", " << threads << " threads";
+      EXPECT_EQ(bl.scratchpad_bytes(), 0u);
+      EXPECT_TRUE(packed_run(pc, in, threads, hr::cpu::Microkernel::Auto).empty());
+      ThreadCount t(threads);
+      EXPECT_EQ(cpu_kernels().gemm_scratchpad_bytes(in.desc), 0u);
+      EXPECT_EQ(cpu_kernels().gemm_workspace_bytes(in.desc), 0u);
+      GemmArgs g = args_of(pc, in, bl);
+      cpu_kernels().gemm(g);
+      EXPECT_EQ(g.c.numel(), 0);
+    }
+  }
+}
+
 // A product over k = 0 is C = beta C: with beta 0 every element of C is written as zero, whatever C held (a step's
 // first weight gradient over no rows lands in a buffer that was never filled), through whichever path the CPU takes
 // (oneDNN's brgemm natively, the packed GEMM under the avx2 ISA rerun), in f32 and bf16; with beta 1, C stays.

@@ -355,6 +355,8 @@ int64_t heaviest_range(const GemmDesc& d, int64_t mc, int64_t nc, int threads) {
 
 PackedGemmBlocking packed_gemm_blocking(const GemmDesc& d, int threads) {
   PackedGemmBlocking bl;
+  // No C (no batch, rows or columns): no tiles, no scratch, nothing for any thread to do.
+  if (d.batch <= 0 || d.m <= 0 || d.n <= 0) return bl;
   const int64_t k = std::max<int64_t>(d.k, 1);
   // As few tiles as the blocks allow, cut evenly: 384 columns in blocks of at most 256 are two tiles of
   // 192, not 256 and 128 (whose threads would otherwise wait on the wider one's).
@@ -392,6 +394,7 @@ PackedGemmBlocking packed_gemm_blocking(const GemmDesc& d, int threads) {
 }
 
 void packed_gemm(const GemmArgs& g, const PackedGemmBlocking& bl, Microkernel m) {
+  if (bl.tiles == 0) return;  // no C
   const GemmDesc& d = g.desc;
   HR_ASSERT(!bl.scratchpad_bytes() || g.scratchpad.nbytes() >= bl.scratchpad_bytes(),
             "packed gemm scratchpad too small");
