@@ -3,6 +3,9 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #include "core/backend/cpu/attention_bf16.h"
 #include "core/backend/cpu/attention_f32.h"
@@ -21,9 +24,159 @@ namespace {
 constexpr int64_t kBlockQ = 64;  // query rows per tile
 constexpr int64_t kBlockK = 64;  // key rows per tile
 
-using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MapM = Eigen::Map<Mat, Eigen::Aligned64>;
 using MapRow = Eigen::Map<Eigen::ArrayXf>;  // a score row: exponentials in Eigen's vectorized exp
+
+#if defined(__AVX2__) && defined(__FMA__)
+// The f32 tile products where the CPU has no AVX-512: f32_tiles::dot's twin 8 floats wide, in register blocks of up
+// to 6 rows x 16 columns (12 accumulators, two B vectors and a broadcast in the 16 ymm registers), B read in place
+// and no packing (Eigen's general products packed both 64-row tiles on every call, and cut a 65-key sequence's
+// last key into products of their own).
+inline __m256i lane_mask(int64_t left) {  // lanes [0, left) on
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::clamp<int64_t>(left, 0, 8))),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Rows [0, R) and the columns [n0, n0 + 8 V) (masked at n) of C; kFull: all of them lie below n, so B and C need
+// no masks (masks held across the k loop would spill).
+template <int R, int V, bool kFull>
+void block8(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb, float* c,
+            int64_t ldc, int64_t n0, float alpha, bool accumulate) {
+  __m256i mask[V];
+#pragma GCC unroll 2
+  for (int v = 0; v < V; ++v) mask[v] = kFull ? _mm256_set1_epi32(-1) : lane_mask(n - n0 - 8 * v);
+  __m256 acc[R][V];
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < k; ++p) {
+    const float* row = b + p * ldb + n0;
+    __m256 bv[V];
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) bv[v] = kFull ? _mm256_loadu_ps(row + 8 * v) : _mm256_maskload_ps(row + 8 * v, mask[v]);
+    const float* ap = a + p * a_col;
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m256 av = _mm256_broadcast_ss(ap + r * a_row);
+#pragma GCC unroll 2
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+  const __m256 scale = _mm256_set1_ps(alpha);
+#pragma GCC unroll 6
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) {
+      float* out = c + r * ldc + n0 + 8 * v;
+      __m256 x = _mm256_mul_ps(acc[r][v], scale);
+      if (kFull) {
+        if (accumulate) x = _mm256_add_ps(x, _mm256_loadu_ps(out));
+        _mm256_storeu_ps(out, x);
+      } else {
+        if (accumulate) x = _mm256_add_ps(x, _mm256_maskload_ps(out, mask[v]));
+        _mm256_maskstore_ps(out, mask[v], x);
+      }
+    }
+}
+
+template <int R>
+void row_block8(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
+                float* c, int64_t ldc, float alpha, bool accumulate) {
+  for (int64_t n0 = 0; n0 < n; n0 += 16) {
+    if (n - n0 >= 16)
+      block8<R, 2, true>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
+    else if (n - n0 == 8)
+      block8<R, 1, true>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
+    else if (n - n0 > 8)
+      block8<R, 2, false>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
+    else
+      block8<R, 1, false>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
+  }
+}
+
+void dot8(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
+          float* c, int64_t ldc, float alpha, bool accumulate) {
+  int64_t r0 = 0;
+  for (; r0 + 6 <= m; r0 += 6)
+    row_block8<6>(n, k, a + r0 * a_row, a_row, a_col, b, ldb, c + r0 * ldc, ldc, alpha, accumulate);
+  const float* ar = a + r0 * a_row;
+  float* cr = c + r0 * ldc;
+  switch (m - r0) {
+    case 1:
+      return row_block8<1>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, alpha, accumulate);
+    case 2:
+      return row_block8<2>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, alpha, accumulate);
+    case 3:
+      return row_block8<3>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, alpha, accumulate);
+    case 4:
+      return row_block8<4>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, alpha, accumulate);
+    case 5:
+      return row_block8<5>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, alpha, accumulate);
+    default:
+      return;
+  }
+}
+#else
+// Any other CPU: the same sums (in order over p) a float at a time.
+void dot8(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
+          float* c, int64_t ldc, float alpha, bool accumulate) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0.f;
+      for (int64_t p = 0; p < k; ++p) sum = std::fma(a[i * a_row + p * a_col], b[p * ldb + j], sum);
+      c[i * ldc + j] = sum * alpha + (accumulate ? c[i * ldc + j] : 0.f);
+    }
+}
+#endif
+
+// The f32 tile products, C[m x n] = alpha A B (+ C), with f32_tiles::dot's arguments: 16 floats wide where the CPU
+// has AVX-512, 8 wide elsewhere.
+void tile_dot(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b,
+              int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate) {
+  if (avx512_tiles_present()) return f32_tiles::dot(m, n, k, a, a_row, a_col, b, ldb, c, ldc, alpha, accumulate);
+  dot8(m, n, k, a, a_row, a_col, b, ldb, c, ldc, alpha, accumulate);
+}
+
+// dst[c * rows + r] = mul * x[r * stride + c]: f32_tiles::transpose's gathers where the CPU has AVX-512; elsewhere
+// 8 x 8 blocks through AVX2 shuffles (the forward transposes a key tile for every query tile it meets), the edges
+// a float at a time.
+void tile_transpose(const float* x, int64_t stride, int64_t rows, int64_t cols, float* dst, float mul = 1.f) {
+  if (avx512_tiles_present()) return f32_tiles::transpose(x, stride, rows, cols, dst, mul);
+  const auto one = [&](int64_t r, int64_t c) {
+    dst[c * rows + r] = mul == 1.f ? x[r * stride + c] : mul * x[r * stride + c];
+  };
+  int64_t r0 = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  const int64_t c8 = cols / 8 * 8;
+  const __m256 by = _mm256_set1_ps(mul);
+  for (; r0 + 8 <= rows; r0 += 8) {
+    for (int64_t c0 = 0; c0 < c8; c0 += 8) {
+      __m256 v[8];
+      for (int i = 0; i < 8; ++i) {
+        v[i] = _mm256_loadu_ps(x + (r0 + i) * stride + c0);
+        if (mul != 1.f) v[i] = _mm256_mul_ps(v[i], by);
+      }
+      const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+      const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+      const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+      const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+      const __m256 out[8] = {_mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
+                             _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
+                             _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
+                             _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
+      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + (c0 + j) * rows + r0, out[j]);
+    }
+    for (int64_t r = r0; r < r0 + 8; ++r)
+      for (int64_t c = c8; c < cols; ++c) one(r, c);
+  }
+#endif
+  for (int64_t r = r0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) one(r, c);
+}
 
 std::size_t fwd_slot_bytes(int64_t d) {
   return WorkspaceCarver::bytes(kBlockQ * d) * 2 + WorkspaceCarver::bytes(kBlockK * d) * 2 +
@@ -56,7 +209,7 @@ template <typename T>
 void load_tile_transposed(const T* base, int64_t batch_off, int64_t start, int64_t rows, int64_t heads, int64_t head,
                           int64_t d, float* tile) {
   if constexpr (std::is_same_v<T, float>)
-    return f32_tiles::transpose(head_row(base, batch_off, start, heads, head, d), heads * d, rows, d, tile);
+    return tile_transpose(head_row(base, batch_off, start, heads, head, d), heads * d, rows, d, tile);
   for (int64_t r = 0; r < rows; ++r) {
     const T* src = head_row(base, batch_off, start + r, heads, head, d);
     for (int64_t c = 0; c < d; ++c) tile[c * rows + r] = load(src, c);
@@ -190,7 +343,8 @@ void for_each_query_tile(const AttentionArgs& a, Fn&& fn) {
 
 // The forward over every (batch, head, query tile), a row of scores per query; kBf16: the tile products in bf16,
 // reading q, k and v in place and packing k and v into the f32 tiles' slots (half their size), the scores rounded
-// to bf16 in place for P V; otherwise Eigen's f32 products (CPUs without AVX-512: forward_columns below has them).
+// to bf16 in place for P V; otherwise f32 products 8 floats wide (CPUs without AVX-512: forward_columns below has
+// them).
 template <typename T, bool kBf16>
 void forward_tiles(const AttentionArgs& a) {
   const AttentionDesc& s = a.desc;
@@ -213,10 +367,14 @@ void forward_tiles(const AttentionArgs& a) {
         bf16_tiles::pack_rows(bf16_rows(io.v, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, Vp);
         bf16_tiles::dot(bq, bk, d / 2, bf16_rows(io.q, b * s.q_len, i0, s.q_heads, h, d), s.q_heads * d, Kt, S, bk,
                         a.scale, false);
-      } else {
-        load_tile(io.k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
-        load_tile(io.v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
-        MapM(S, bq, bk).noalias() = MapM(Q, bq, d) * MapM(K, bk, d).transpose();
+      } else {  // K^T (d x bk) into K's tile: f32 K read in place, other dtypes through V's tile
+        if constexpr (std::is_same_v<T, float>) {
+          load_tile_transposed(io.k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, K);
+        } else {
+          load_tile(io.k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
+          tile_transpose(V, d, bk, d, K);
+        }
+        tile_dot(bq, bk, d, Q, d, 1, K, bk, S, bk, 1.f, false);
       }
       for (int64_t r = 0; r < bq; ++r) {
         const Seen seen = seen_keys(causal, window, i0 + r + off, j0, bk);
@@ -230,8 +388,12 @@ void forward_tiles(const AttentionArgs& a) {
         auto* P = reinterpret_cast<uint16_t*>(S);
         bf16_tiles::round_rows(S, bk, bq, bk, P, bke);
         bf16_tiles::dot(bq, d, bke / 2, P, bke, reinterpret_cast<const uint32_t*>(V), O, d, 1.f, true);
+      } else if constexpr (std::is_same_v<T, float>) {  // V read in place
+        tile_dot(bq, d, bk, S, bk, 1, head_row(io.v, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, O, d, 1.f,
+                 true);
       } else {
-        MapM(O, bq, d).noalias() += MapM(S, bq, bk) * MapM(V, bk, d);
+        load_tile(io.v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, V);
+        tile_dot(bq, d, bk, S, bk, 1, V, d, O, d, 1.f, true);
       }
     }
     for (int64_t r = 0; r < bq; ++r) {  // l is 0 for a fully masked row only; NaN stays NaN
@@ -364,20 +526,16 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
   const int64_t d = s.head_dim, off = s.kv_len - s.q_len, bq = std::min(kBlockQ, s.q_len - i0);
   const bool causal = s.mask == Mask::Causal;
   const int64_t window = s.applied_window();
-  MapM Pm(t.P, bq, bk), dPm(t.dP, bq, bk);
-  // The 16-wide products read f32 q and dO in place (row stride q_ld) and accumulate dQ straight into dq32; other
+  // The f32 tile products read f32 q and dO in place (row stride q_ld) and accumulate dQ straight into dq32; other
   // dtypes convert q and dO into their tiles.
-  const bool wide = !kBf16 && avx512_tiles_present();
-  const bool wide_rows = kBf16 || wide;  // the bf16 tiles imply AVX-512: probs_and_grads_row for both
+  const bool wide_rows = kBf16 || avx512_tiles_present();  // the bf16 tiles imply AVX-512: probs_and_grads_row
   const float* Q = t.Q;
   const float* dO = t.dO;
   int64_t q_ld = d;
   if constexpr (std::is_same_v<T, float>) {
-    if (wide) {
-      Q = head_row(in.q, b * s.q_len, i0, s.q_heads, h, d);
-      dO = head_row(in.dout, b * s.q_len, i0, s.q_heads, h, d);
-      q_ld = s.q_heads * d;
-    }
+    Q = head_row(in.q, b * s.q_len, i0, s.q_heads, h, d);
+    dO = head_row(in.dout, b * s.q_len, i0, s.q_heads, h, d);
+    q_ld = s.q_heads * d;
   }
   float* dq = in.dq32 + ((b * s.q_len + i0) * s.q_heads + h) * d;  // row r at r * q_heads * d
   if constexpr (kBf16) {
@@ -387,18 +545,13 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
     const uint16_t* dout = bf16_rows(in.dout, b * s.q_len, i0, s.q_heads, h, d);
     bf16_tiles::dot(bq, bk, d / 2, q, ld, kt.Kt, t.P, bk, 1.f, false);
     bf16_tiles::dot(bq, bk, d / 2, dout, ld, kt.Vt, t.dP, bk, 1.f, false);
-  } else if (wide) {  // V is held as V^T (d x bk), and K^T in dQt's tile (dQ goes straight to dq32)
+  } else {  // V is held as V^T (d x bk), and K^T in dQt's tile (dQ goes straight to dq32)
     if constexpr (!std::is_same_v<T, float>) {
       load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
       load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
     }
-    f32_tiles::dot(bq, bk, d, Q, q_ld, 1, t.dQt, bk, t.P, bk, 1.f, false);
-    f32_tiles::dot(bq, bk, d, dO, q_ld, 1, t.V, bk, t.dP, bk, 1.f, false);
-  } else {
-    load_tile(in.q, b * s.q_len, i0, bq, s.q_heads, h, d, t.Q);
-    load_tile(in.dout, b * s.q_len, i0, bq, s.q_heads, h, d, t.dO);
-    Pm.noalias() = MapM(t.Q, bq, d) * MapM(t.K, bk, d).transpose();
-    dPm.noalias() = MapM(t.dO, bq, d) * MapM(t.V, bk, d).transpose();
+    tile_dot(bq, bk, d, Q, q_ld, 1, t.dQt, bk, t.P, bk, 1.f, false);
+    tile_dot(bq, bk, d, dO, q_ld, 1, t.V, bk, t.dP, bk, 1.f, false);
   }
   const float* lrow = in.lse + (b * s.q_heads + h) * s.q_len + i0;
   const float* drow = in.delta + (b * s.q_heads + h) * s.q_len + i0;
@@ -437,15 +590,11 @@ void backward_tile(const AttentionArgs& a, const BackwardInputs<T>& in, Backward
     bf16_tiles::dot(bk, d, bqe / 2, Pt, bqe, dOp, t.dV, d, 1.f, true);
     bf16_tiles::dot(bk, d, bqe / 2, dSt, bqe, Qp, t.dK, d, 1.f, true);
     bf16_tiles::dot(bq, d, bke / 2, dS, bke, kt.Kp, t.dQt, d, 1.f, false);
-  } else if (wide) {  // P^T and dS^T read in place: element (j, r) at r * bk + j
-    f32_tiles::dot(bk, d, bq, t.P, 1, bk, dO, q_ld, t.dV, d, 1.f, true);
-    f32_tiles::dot(bk, d, bq, t.dP, 1, bk, Q, q_ld, t.dK, d, 1.f, true);
-    f32_tiles::dot(bq, d, bk, t.dP, bk, 1, t.K, d, dq, s.q_heads * d, 1.f, true);
+  } else {  // P^T and dS^T read in place: element (j, r) at r * bk + j
+    tile_dot(bk, d, bq, t.P, 1, bk, dO, q_ld, t.dV, d, 1.f, true);
+    tile_dot(bk, d, bq, t.dP, 1, bk, Q, q_ld, t.dK, d, 1.f, true);
+    tile_dot(bq, d, bk, t.dP, bk, 1, t.K, d, dq, s.q_heads * d, 1.f, true);
     return;
-  } else {
-    MapM(t.dV, bk, d).noalias() += Pm.transpose() * MapM(t.dO, bq, d);
-    MapM(t.dK, bk, d).noalias() += dPm.transpose() * MapM(t.Q, bq, d);
-    MapM(t.dQt, bq, d).noalias() = dPm * MapM(t.K, bk, d);
   }
   for (int64_t r = 0; r < bq; ++r)
     for (int64_t c = 0; c < d; ++c) dq[r * s.q_heads * d + c] += t.dQt[r * d + c];
@@ -473,13 +622,10 @@ void backward_tiles(const AttentionArgs& a, const BackwardInputs<T>& in, char* w
         bf16_tiles::pack_transposed(krows, s.kv_heads * d, bk, d, kt.Kt);
         bf16_tiles::pack_rows(krows, s.kv_heads * d, bk, d, kt.Kp);
         bf16_tiles::pack_transposed(bf16_rows(v, b * s.kv_len, j0, s.kv_heads, kvh, d), s.kv_heads * d, bk, d, kt.Vt);
-      } else if (avx512_tiles_present()) {
-        load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.K);
-        load_tile_transposed(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.V);  // V^T: d x bk
-        f32_tiles::transpose(t.K, d, bk, d, t.dQt);                              // K^T, once per key tile
       } else {
         load_tile(k, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.K);
-        load_tile(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.V);
+        load_tile_transposed(v, b * s.kv_len, j0, bk, s.kv_heads, kvh, d, t.V);  // V^T: d x bk
+        tile_transpose(t.K, d, bk, d, t.dQt);                                    // K^T, once per key tile
       }
       std::fill(t.dK, t.dK + bk * d, 0.f);
       std::fill(t.dV, t.dV + bk * d, 0.f);
