@@ -11,6 +11,7 @@
 #include "core/backend/cpu/attention_f32.h"
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
+#include "core/backend/cpu/transpose8.h"
 
 namespace hr::cpu {
 
@@ -156,19 +157,8 @@ void tile_transpose(const float* x, int64_t stride, int64_t rows, int64_t cols, 
         v[i] = _mm256_loadu_ps(x + (r0 + i) * stride + c0);
         if (mul != 1.f) v[i] = _mm256_mul_ps(v[i], by);
       }
-      const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
-      const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
-      const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
-      const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
-      const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
-      const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
-      const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
-      const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
-      const __m256 out[8] = {_mm256_permute2f128_ps(s0, s4, 0x20), _mm256_permute2f128_ps(s1, s5, 0x20),
-                             _mm256_permute2f128_ps(s2, s6, 0x20), _mm256_permute2f128_ps(s3, s7, 0x20),
-                             _mm256_permute2f128_ps(s0, s4, 0x31), _mm256_permute2f128_ps(s1, s5, 0x31),
-                             _mm256_permute2f128_ps(s2, s6, 0x31), _mm256_permute2f128_ps(s3, s7, 0x31)};
-      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + (c0 + j) * rows + r0, out[j]);
+      transpose8(v);
+      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + (c0 + j) * rows + r0, v[j]);
     }
     for (int64_t r = r0; r < r0 + 8; ++r)
       for (int64_t c = c8; c < cols; ++c) one(r, c);

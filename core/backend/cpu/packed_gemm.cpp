@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "core/backend/cpu/cpu_common.h"
+#include "core/backend/cpu/transpose8.h"
 
 namespace hr::cpu {
 
@@ -103,22 +104,6 @@ MicrokernelFn choose(Microkernel m) {
 }
 
 #if defined(__AVX2__)  // the baseline build (x86-64-v3) has it; an x86-64 build packs with the scalar loops
-// The eight columns of eight rows of floats, as rows: r[j] <- (r[0][j], ..., r[7][j]).
-inline void transpose8(__m256 r[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
-  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20), r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20), r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31), r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31), r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
 // One whole W-lane panel of f32 lanes that are each contiguous in k (lane stride `lane`, k stride 1): eight k at a
 // time, W lanes are read as vectors and turned by 8 x 8 transposes into eight panel rows; the k past the last whole
 // eight one by one. Returns how many k it packed (a multiple of 8); the caller packs the rest.
