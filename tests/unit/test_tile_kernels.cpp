@@ -1,8 +1,9 @@
-// The CPU attention's AVX-512 f32 tile primitives (core/backend/cpu/attention_f32.h) against plain scalar loops in
-// double: the exponential and the sigmoid, the products over every block shape and stride, the column-wise online
-// softmax with its masks, NaN and -inf, and the backward's probability and gradient rows. The op table checks the
-// attention these make up; here each primitive is pinned on its own, tails included. On a CPU without AVX-512 each test
-// checks that the attention never chooses them.
+// The CPU attention's f32 tile primitives against plain scalar loops in double. The AVX-512 ones (attention_f32.h):
+// the exponential and the sigmoid, the products over every block shape and stride, the column-wise online softmax
+// with its masks, NaN and -inf, and the backward's probability and gradient rows; on a CPU without AVX-512 each of
+// those tests checks that the attention never chooses them. The 8-wide ones (attention_f32x8.h, every other CPU's):
+// the products and the transpose, on every CPU. The op table checks the attention these make up; here each primitive
+// is pinned on its own, tails included.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,9 +12,11 @@
 #include <vector>
 
 #include "core/backend/cpu/attention_f32.h"
+#include "core/backend/cpu/attention_f32x8.h"
 #include "core/backend/cpu/cpu_kernels.h"
 
 namespace ft = hr::cpu::f32_tiles;
+namespace f8 = hr::cpu::f32x8_tiles;
 
 namespace {
 
@@ -117,30 +120,42 @@ void reference_dot(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_ro
     }
 }
 
-TEST(F32Tiles, DotMatchesTheReferenceForEveryBlockShapeStrideAndTail) {
-  HR_NEED_AVX512_TILES();
+using DotFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*,
+                       int64_t, float, bool);
+
+// `dot` against reference_dot over row counts 1..9, 13 and 64 (six-row blocks and every remainder) and column counts
+// that end on and off the 16-column (8-wide) and 64-column (16-wide) blocks, with A as rows, as a transpose and as
+// every other column (neither stride 1), with and without accumulation; C's padding columns must stay untouched.
+void check_dot_shapes(DotFn dot) {
   struct Shape {
     int64_t m, n, k;
   };
-  // Row counts 1..9, 13 and 64 (six-row blocks and every remainder); columns on and off whole 64-column blocks,
-  // with 1 to 4 vectors left over, whole (16, 32, 48, 96) or with a masked tail (60, 100, 185).
-  const std::vector<Shape> shapes = {{64, 64, 64}, {7, 64, 64},  {5, 65, 33}, {6, 128, 8}, {1, 21, 64},
-                                     {2, 16, 1},   {3, 48, 17},  {4, 80, 64}, {64, 1, 64}, {13, 100, 40},
-                                     {5, 60, 9},   {8, 185, 12}, {9, 32, 20}, {6, 96, 7}};
+  // Columns on and off whole 64-column blocks, with 1 to 4 vectors left over, whole (8, 16, 32, 48, 96) or with a
+  // masked tail (1, 3, 9, 12, 15, 17, 21, 60, 65, 100, 185).
+  const std::vector<Shape> shapes = {{64, 64, 64}, {7, 64, 64},  {5, 65, 33}, {6, 128, 8},   {1, 21, 64},  {2, 16, 1},
+                                     {3, 48, 17},  {4, 80, 64},  {64, 1, 64}, {13, 100, 40}, {5, 60, 9},   {8, 185, 12},
+                                     {9, 32, 20},  {6, 96, 7},   {11, 8, 5},  {6, 9, 3},     {12, 15, 30}, {7, 17, 2},
+                                     {6, 3, 65},   {10, 12, 48}, {3, 0, 4},   {0, 5, 4},     {4, 5, 0}};
   unsigned seed = 10;
+  enum Layout { kRows, kTransposed, kEveryOther };  // A row-major; a transpose; every other column of a row-major A
   for (const Shape& s : shapes)
-    for (bool transposed_a : {false, true})
+    for (Layout layout : {kRows, kTransposed, kEveryOther})
       for (bool accumulate : {false, true}) {
+        const bool transposed_a = layout == kTransposed;
         SCOPED_TRACE(testing::Message() << s.m << "x" << s.n << "x" << s.k << (transposed_a ? " A^T" : "")
-                                        << (accumulate ? " +=" : ""));
-        const int64_t lda = (transposed_a ? s.m : s.k) + 3, ldb = s.n + 5, ldc = s.n + 2;
-        const int64_t a_row = transposed_a ? 1 : lda, a_col = transposed_a ? lda : 1;
+                                        << (layout == kEveryOther ? " A[:, ::2]" : "") << (accumulate ? " +=" : ""));
+        const int64_t lda = (transposed_a            ? s.m
+                             : layout == kEveryOther ? 2 * s.k
+                                                     : s.k) +
+                            3,
+                      ldb = s.n + 5, ldc = s.n + 2;
+        const int64_t a_row = transposed_a ? 1 : lda, a_col = transposed_a ? lda : layout == kEveryOther ? 2 : 1;
         const std::vector<float> a = random_floats(std::size_t((transposed_a ? s.k : s.m) * lda), -1, 1, ++seed);
         const std::vector<float> b = random_floats(std::size_t(s.k * ldb), -1, 1, ++seed);
         std::vector<float> c = random_floats(std::size_t(s.m * ldc), -1, 1, ++seed);
         std::vector<double> want(c.begin(), c.end());
         reference_dot(s.m, s.n, s.k, a.data(), a_row, a_col, b.data(), ldb, want, ldc, 0.5f, accumulate);
-        ft::dot(s.m, s.n, s.k, a.data(), a_row, a_col, b.data(), ldb, c.data(), ldc, 0.5f, accumulate);
+        dot(s.m, s.n, s.k, a.data(), a_row, a_col, b.data(), ldb, c.data(), ldc, 0.5f, accumulate);
         for (int64_t i = 0; i < s.m; ++i)
           for (int64_t j = 0; j < ldc; ++j) {
             const std::size_t at = std::size_t(i * ldc + j);
@@ -150,6 +165,50 @@ TEST(F32Tiles, DotMatchesTheReferenceForEveryBlockShapeStrideAndTail) {
               ASSERT_EQ(double(c[at]), want[at]) << "padding C(" << i << ", " << j << ") was written";
           }
       }
+}
+
+TEST(F32Tiles, DotMatchesTheReferenceForEveryBlockShapeStrideAndTail) {
+  HR_NEED_AVX512_TILES();
+  check_dot_shapes(&ft::dot);
+}
+
+// The 8-wide products run on every CPU (AVX2 + FMA where compiled for x86-64, which every CPU headroom runs on has;
+// a float at a time elsewhere), whatever the attention chooses on this one.
+TEST(F32x8Tiles, DotMatchesTheReferenceForEveryBlockShapeStrideAndTail) {
+  check_dot_shapes(&f8::dot);
+}
+
+// The transpose over 8 x 8 blocks and both edges (rows and columns past the last whole block), scaled and not, with a
+// source stride wider than its columns; the scaled copy is the exact product, the unscaled one the same bits (-0.0,
+// infinities and NaN included).
+TEST(F32x8Tiles, TransposeCopiesEveryElementExactlyAcrossBlocksAndEdges) {
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {8, 8}, {64, 64}, {64, 12}, {21, 7}, {17, 24}, {3, 40}, {1, 1}, {65, 48}, {9, 9}, {0, 5}})
+    for (float mul : {1.f, 0.125f, -3.f}) {
+      SCOPED_TRACE(testing::Message() << rows << "x" << cols << " * " << mul);
+      const int64_t stride = cols + 5;
+      std::vector<float> x = random_floats(std::size_t(rows * stride), -1, 1, unsigned(rows * 131 + cols));
+      if (rows * stride > 4) {
+        x[0] = -0.f;
+        x[1] = kInf;
+        x[2] = -kInf;
+        x[3] = std::numeric_limits<float>::quiet_NaN();
+      }
+      const float guard = 77.f;
+      std::vector<float> t(std::size_t(rows * cols) + 3, guard);
+      f8::transpose(x.data(), stride, rows, cols, t.data(), mul);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          const float got = t[std::size_t(c * rows + r)], want = mul * x[std::size_t(r * stride + c)];
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(got)) << "(" << r << ", " << c << ")";
+            continue;
+          }
+          ASSERT_EQ(got, want) << "(" << r << ", " << c << ")";
+          ASSERT_EQ(std::signbit(got), std::signbit(want)) << "(" << r << ", " << c << ")";
+        }
+      for (std::size_t i = std::size_t(rows * cols); i < t.size(); ++i) ASSERT_EQ(t[i], guard) << "written past dst";
+    }
 }
 
 // The row online softmax over a tile, in double, for query r's column: the reference for softmax_columns.

@@ -3,15 +3,12 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
 
 #include "core/backend/cpu/attention_bf16.h"
 #include "core/backend/cpu/attention_f32.h"
+#include "core/backend/cpu/attention_f32x8.h"
 #include "core/backend/cpu/cpu_common.h"
 #include "core/backend/cpu/cpu_kernels.h"
-#include "core/backend/cpu/transpose8.h"
 
 namespace hr::cpu {
 
@@ -24,148 +21,24 @@ namespace {
 
 constexpr int64_t kBlockQ = 64;  // query rows per tile
 constexpr int64_t kBlockK = 64;  // key rows per tile
+// The f32 backward holds a key tile's K^T (d x kBlockK) in the slot of the query tile's dQ (kBlockQ x d).
+static_assert(kBlockK <= kBlockQ, "K^T must fit into the dQt slot");
 
 using MapRow = Eigen::Map<Eigen::ArrayXf>;  // a score row: exponentials in Eigen's vectorized exp
-
-#if defined(__AVX2__) && defined(__FMA__)
-// The f32 tile products where the CPU has no AVX-512: f32_tiles::dot's twin 8 floats wide, in register blocks of up
-// to 6 rows x 16 columns (12 accumulators, two B vectors and a broadcast in the 16 ymm registers), B read in place
-// and no packing (Eigen's general products packed both 64-row tiles on every call, and cut a 65-key sequence's
-// last key into products of their own).
-inline __m256i lane_mask(int64_t left) {  // lanes [0, left) on
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(std::clamp<int64_t>(left, 0, 8))),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-// Rows [0, R) and the columns [n0, n0 + 8 V) (masked at n) of C; kFull: all of them lie below n, so B and C need
-// no masks (masks held across the k loop would spill).
-template <int R, int V, bool kFull>
-void block8(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb, float* c,
-            int64_t ldc, int64_t n0, float alpha, bool accumulate) {
-  __m256i mask[V];
-#pragma GCC unroll 2
-  for (int v = 0; v < V; ++v) mask[v] = kFull ? _mm256_set1_epi32(-1) : lane_mask(n - n0 - 8 * v);
-  __m256 acc[R][V];
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < k; ++p) {
-    const float* row = b + p * ldb + n0;
-    __m256 bv[V];
-#pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) bv[v] = kFull ? _mm256_loadu_ps(row + 8 * v) : _mm256_maskload_ps(row + 8 * v, mask[v]);
-    const float* ap = a + p * a_col;
-#pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m256 av = _mm256_broadcast_ss(ap + r * a_row);
-#pragma GCC unroll 2
-      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
-    }
-  }
-  const __m256 scale = _mm256_set1_ps(alpha);
-#pragma GCC unroll 6
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 2
-    for (int v = 0; v < V; ++v) {
-      float* out = c + r * ldc + n0 + 8 * v;
-      __m256 x = _mm256_mul_ps(acc[r][v], scale);
-      if (kFull) {
-        if (accumulate) x = _mm256_add_ps(x, _mm256_loadu_ps(out));
-        _mm256_storeu_ps(out, x);
-      } else {
-        if (accumulate) x = _mm256_add_ps(x, _mm256_maskload_ps(out, mask[v]));
-        _mm256_maskstore_ps(out, mask[v], x);
-      }
-    }
-}
-
-template <int R>
-void row_block8(int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
-                float* c, int64_t ldc, float alpha, bool accumulate) {
-  for (int64_t n0 = 0; n0 < n; n0 += 16) {
-    if (n - n0 >= 16)
-      block8<R, 2, true>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
-    else if (n - n0 == 8)
-      block8<R, 1, true>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
-    else if (n - n0 > 8)
-      block8<R, 2, false>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
-    else
-      block8<R, 1, false>(n, k, a, a_row, a_col, b, ldb, c, ldc, n0, alpha, accumulate);
-  }
-}
-
-void dot8(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
-          float* c, int64_t ldc, float alpha, bool accumulate) {
-  int64_t r0 = 0;
-  for (; r0 + 6 <= m; r0 += 6)
-    row_block8<6>(n, k, a + r0 * a_row, a_row, a_col, b, ldb, c + r0 * ldc, ldc, alpha, accumulate);
-  const float* ar = a + r0 * a_row;
-  float* cr = c + r0 * ldc;
-  switch (m - r0) {
-    case 1:
-      return row_block8<1>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, alpha, accumulate);
-    case 2:
-      return row_block8<2>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, alpha, accumulate);
-    case 3:
-      return row_block8<3>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, alpha, accumulate);
-    case 4:
-      return row_block8<4>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, alpha, accumulate);
-    case 5:
-      return row_block8<5>(n, k, ar, a_row, a_col, b, ldb, cr, ldc, alpha, accumulate);
-    default:
-      return;
-  }
-}
-#else
-// Any other CPU: the same sums (in order over p) a float at a time.
-void dot8(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
-          float* c, int64_t ldc, float alpha, bool accumulate) {
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      float sum = 0.f;
-      for (int64_t p = 0; p < k; ++p) sum = std::fma(a[i * a_row + p * a_col], b[p * ldb + j], sum);
-      c[i * ldc + j] = sum * alpha + (accumulate ? c[i * ldc + j] : 0.f);
-    }
-}
-#endif
 
 // The f32 tile products, C[m x n] = alpha A B (+ C), with f32_tiles::dot's arguments: 16 floats wide where the CPU
 // has AVX-512, 8 wide elsewhere.
 void tile_dot(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b,
               int64_t ldb, float* c, int64_t ldc, float alpha, bool accumulate) {
   if (avx512_tiles_present()) return f32_tiles::dot(m, n, k, a, a_row, a_col, b, ldb, c, ldc, alpha, accumulate);
-  dot8(m, n, k, a, a_row, a_col, b, ldb, c, ldc, alpha, accumulate);
+  f32x8_tiles::dot(m, n, k, a, a_row, a_col, b, ldb, c, ldc, alpha, accumulate);
 }
 
-// dst[c * rows + r] = mul * x[r * stride + c]: f32_tiles::transpose's gathers where the CPU has AVX-512; elsewhere
-// 8 x 8 blocks through AVX2 shuffles (the forward transposes a key tile for every query tile it meets), the edges
-// a float at a time.
+// dst[c * rows + r] = mul * x[r * stride + c]: f32_tiles::transpose's gathers where the CPU has AVX-512, 8 x 8 AVX2
+// blocks elsewhere (the forward transposes a key tile for every query tile it meets).
 void tile_transpose(const float* x, int64_t stride, int64_t rows, int64_t cols, float* dst, float mul = 1.f) {
   if (avx512_tiles_present()) return f32_tiles::transpose(x, stride, rows, cols, dst, mul);
-  const auto one = [&](int64_t r, int64_t c) {
-    dst[c * rows + r] = mul == 1.f ? x[r * stride + c] : mul * x[r * stride + c];
-  };
-  int64_t r0 = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-  const int64_t c8 = cols / 8 * 8;
-  const __m256 by = _mm256_set1_ps(mul);
-  for (; r0 + 8 <= rows; r0 += 8) {
-    for (int64_t c0 = 0; c0 < c8; c0 += 8) {
-      __m256 v[8];
-      for (int i = 0; i < 8; ++i) {
-        v[i] = _mm256_loadu_ps(x + (r0 + i) * stride + c0);
-        if (mul != 1.f) v[i] = _mm256_mul_ps(v[i], by);
-      }
-      transpose8(v);
-      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + (c0 + j) * rows + r0, v[j]);
-    }
-    for (int64_t r = r0; r < r0 + 8; ++r)
-      for (int64_t c = c8; c < cols; ++c) one(r, c);
-  }
-#endif
-  for (int64_t r = r0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) one(r, c);
+  f32x8_tiles::transpose(x, stride, rows, cols, dst, mul);
 }
 
 std::size_t fwd_slot_bytes(int64_t d) {
