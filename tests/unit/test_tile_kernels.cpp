@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -130,12 +131,14 @@ void check_dot_shapes(DotFn dot) {
   struct Shape {
     int64_t m, n, k;
   };
-  // Columns on and off whole 64-column blocks, with 1 to 4 vectors left over, whole (8, 16, 32, 48, 96) or with a
-  // masked tail (1, 3, 9, 12, 15, 17, 21, 60, 65, 100, 185).
+  // Columns on and off whole 64-column blocks, with 1 to 4 vectors left over, whole (8, 16, 24, 32, 40, 48, 96) or
+  // with a masked tail (1, 3, 5, 9, 12, 15, 17, 21, 60, 65, 100, 185); each 8-wide edge block (one or two vectors,
+  // whole or masked) under several row remainders.
   const std::vector<Shape> shapes = {{64, 64, 64}, {7, 64, 64},  {5, 65, 33}, {6, 128, 8},   {1, 21, 64},  {2, 16, 1},
                                      {3, 48, 17},  {4, 80, 64},  {64, 1, 64}, {13, 100, 40}, {5, 60, 9},   {8, 185, 12},
                                      {9, 32, 20},  {6, 96, 7},   {11, 8, 5},  {6, 9, 3},     {12, 15, 30}, {7, 17, 2},
-                                     {6, 3, 65},   {10, 12, 48}, {3, 0, 4},   {0, 5, 4},     {4, 5, 0}};
+                                     {6, 3, 65},   {10, 12, 48}, {4, 8, 6},   {3, 12, 9},    {2, 24, 5},   {1, 9, 7},
+                                     {3, 5, 11},   {1, 40, 3},   {3, 0, 4},   {0, 5, 4},     {4, 5, 0}};
   unsigned seed = 10;
   enum Layout { kRows, kTransposed, kEveryOther };  // A row-major; a transpose; every other column of a row-major A
   for (const Shape& s : shapes)
@@ -172,34 +175,58 @@ TEST(F32Tiles, DotMatchesTheReferenceForEveryBlockShapeStrideAndTail) {
   check_dot_shapes(&ft::dot);
 }
 
-// The 8-wide products run on every CPU (AVX2 + FMA where compiled for x86-64, which every CPU headroom runs on has;
-// a float at a time elsewhere), whatever the attention chooses on this one.
+// The 8-wide products run on every CPU the attention runs on (attention_isa_present(): AVX2 + FMA, as the file is
+// compiled on x86-64; a float at a time elsewhere), whatever the attention chooses on this one.
+#define HR_NEED_ATTENTION_ISA() \
+  if (!hr::cpu::attention_isa_present()) GTEST_SKIP() << "the CPU cannot run the attention kernels"
+
 TEST(F32x8Tiles, DotMatchesTheReferenceForEveryBlockShapeStrideAndTail) {
+  HR_NEED_ATTENTION_ISA();
   check_dot_shapes(&f8::dot);
 }
 
+uint32_t bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+float from_bits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
 // The transpose over 8 x 8 blocks and both edges (rows and columns past the last whole block), scaled and not, with a
-// source stride wider than its columns; the scaled copy is the exact product, the unscaled one the same bits (-0.0,
-// infinities and NaN included).
+// source stride wider than its columns: the scaled copy is the product, the unscaled one x's bits, in the blocks and
+// at the edges alike (-0, infinities, a quiet NaN's payload, a signalling NaN, a denormal).
 TEST(F32x8Tiles, TransposeCopiesEveryElementExactlyAcrossBlocksAndEdges) {
+  HR_NEED_ATTENTION_ISA();
+  const std::vector<float> special = {-0.f, kInf, -kInf, from_bits(0x7fc01234u), from_bits(0xff800001u), 1e-40f};
   for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-           {8, 8}, {64, 64}, {64, 12}, {21, 7}, {17, 24}, {3, 40}, {1, 1}, {65, 48}, {9, 9}, {0, 5}})
+           {8, 8}, {64, 64}, {64, 12}, {21, 7}, {17, 24}, {3, 40}, {1, 1}, {65, 48}, {9, 9}, {16, 13}, {0, 5}})
     for (float mul : {1.f, 0.125f, -3.f}) {
       SCOPED_TRACE(testing::Message() << rows << "x" << cols << " * " << mul);
       const int64_t stride = cols + 5;
       std::vector<float> x = random_floats(std::size_t(rows * stride), -1, 1, unsigned(rows * 131 + cols));
-      if (rows * stride > 4) {
-        x[0] = -0.f;
-        x[1] = kInf;
-        x[2] = -kInf;
-        x[3] = std::numeric_limits<float>::quiet_NaN();
+      // The special values along the first row (a block where there is one), the last row and the last column (the
+      // edges where there are some).
+      for (int64_t v = 0; v < int64_t(special.size()) && rows > 0; ++v) {
+        const int64_t c = v % cols, r = v / cols % rows;
+        x[std::size_t(r * stride + c)] = special[std::size_t(v)];
+        x[std::size_t((rows - 1 - r) * stride + c)] = special[std::size_t(v)];
+        x[std::size_t((rows - 1 - r) * stride + cols - 1 - c)] = special[std::size_t(v)];
       }
       const float guard = 77.f;
       std::vector<float> t(std::size_t(rows * cols) + 3, guard);
       f8::transpose(x.data(), stride, rows, cols, t.data(), mul);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t c = 0; c < cols; ++c) {
-          const float got = t[std::size_t(c * rows + r)], want = mul * x[std::size_t(r * stride + c)];
+          const float in = x[std::size_t(r * stride + c)], got = t[std::size_t(c * rows + r)];
+          if (mul == 1.f) {
+            ASSERT_EQ(bits(got), bits(in)) << "(" << r << ", " << c << ")";
+            continue;
+          }
+          const float want = mul * in;
           if (std::isnan(want)) {
             ASSERT_TRUE(std::isnan(got)) << "(" << r << ", " << c << ")";
             continue;

@@ -1,6 +1,6 @@
 // The CPU attention's f32 tile products on AVX-512: 16-float vectors in register blocks of up to 6 rows x 64 columns,
-// where the f32 tiles otherwise run attention.cpp's own products 8 floats wide (AVX2, as attention.cpp compiles:
-// core/CMakeLists.txt). attention.cpp calls these where avx512_tiles_present(); the file is
+// where the f32 tiles otherwise run their products 8 floats wide (attention_f32x8.h, AVX2). attention.cpp calls these
+// where avx512_tiles_present(); the file is
 // built with AVX-512 flags, so nothing here may run on a CPU without them, and it uses no inline function of
 // another header (the linker would be free to keep this file's AVX-512 copy for every caller).
 #pragma once

@@ -131,8 +131,11 @@ void dot(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t
 #endif
 
 void transpose(const float* x, int64_t stride, int64_t rows, int64_t cols, float* dst, float mul) {
-  // A product with 1 gives x's own bits, so the edges need no case for it.
-  const auto one = [&](int64_t r, int64_t c) { dst[c * rows + r] = mul * x[r * stride + c]; };
+  // Copies where mul is 1, as the blocks do: x's own bits (a product would quieten a signalling NaN, and flush a
+  // denormal where the process runs with flush-to-zero).
+  const auto one = [&](int64_t r, int64_t c) {
+    dst[c * rows + r] = mul == 1.f ? x[r * stride + c] : mul * x[r * stride + c];
+  };
   int64_t r0 = 0;
 #if defined(__AVX2__) && defined(__FMA__)
   const int64_t c8 = cols / 8 * 8;

@@ -16,7 +16,7 @@ void dot(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t
          float* c, int64_t ldc, float alpha, bool accumulate);
 
 // dst[c * rows + r] = mul * x[r * stride + c] for `rows` x `cols` floats: 8 x 8 blocks through AVX2 shuffles, the
-// edges a float at a time.
+// edges a float at a time; where mul is 1, a copy of x's bits.
 void transpose(const float* x, int64_t stride, int64_t rows, int64_t cols, float* dst, float mul = 1.f);
 
 }  // namespace hr::cpu::f32x8_tiles

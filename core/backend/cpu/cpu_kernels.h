@@ -24,7 +24,7 @@ bool attention_isa_present();
 // machine runs the paths the others take). Decided once per process.
 bool bf16_tiles_present();
 // Whether the attention's f32 tile products (every dtype without bf16 tiles) run 16 floats wide (attention_f32.h):
-// the CPU has AVX-512 and oneDNN may use it (ONEDNN_MAX_CPU_ISA below avx512_core: 8 wide, attention.cpp).
+// the CPU has AVX-512 and oneDNN may use it (ONEDNN_MAX_CPU_ISA below avx512_core: 8 wide, attention_f32x8.h).
 bool avx512_tiles_present();
 // Whether those products run on AMX tiles where their shapes are whole tiles: bf16_tiles_present(), the CPU has
 // AMX-BF16, oneDNN may use it (ONEDNN_MAX_CPU_ISA at least avx512_core_amx) and the kernel grants this process the
