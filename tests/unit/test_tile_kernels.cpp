@@ -208,8 +208,8 @@ TEST(F32x8Tiles, TransposeCopiesEveryElementExactlyAcrossBlocksAndEdges) {
       SCOPED_TRACE(testing::Message() << rows << "x" << cols << " * " << mul);
       const int64_t stride = cols + 5;
       std::vector<float> x = random_floats(std::size_t(rows * stride), -1, 1, unsigned(rows * 131 + cols));
-      // The special values along the first row (a block where there is one), the last row and the last column (the
-      // edges where there are some).
+      // The special values along the first row (a block where there is one) and along the last row, from its first
+      // and from its last column (the edges where there are some).
       for (int64_t v = 0; v < int64_t(special.size()) && rows > 0; ++v) {
         const int64_t c = v % cols, r = v / cols % rows;
         x[std::size_t(r * stride + c)] = special[std::size_t(v)];
