@@ -30,7 +30,8 @@ categories = [  # (name, dso pattern, symbol pattern): the first match wins
      r"packed_gemm|pack_panels|pack_transposed_f32|microkernel|gemm|write_tile|cpu::\(anonymous namespace\)::run<"),
     # The 16-lane sigmoid lives beside the attention tiles (f32_tiles) but runs SwiGLU's and quick GELU's; the 8-lane
     # one (vector_math.cpp's `sigmoid`) the same where the CPU has no AVX-512.
-    ("SwiGLU (and the sigmoid it shares with quick GELU)", r"headroom", r"swiglu|sigmoid_floats|load_sigmoid|::sigmoid(?:$|[ (])"),
+    ("SwiGLU (and the sigmoid it shares with quick GELU)", r"headroom",
+     r"swiglu|sigmoid_floats|load_sigmoid|::sigmoid(?:$|[ (])"),
     ("attention", r"headroom", r"attention|f32_tiles|f32x8_tiles|bf16_tiles|row_deltas|online_softmax|query_tile"
                                r"|forward_tiles"
                                r"|forward_columns|backward_tile"),
