@@ -755,43 +755,51 @@ std::vector<OpCase> row_cases() {
   // Rows of 21 (two blocks of the row sums' 8 lanes and a tail of 5), over more rows than threads.
   cases.push_back(norm_case("layernorm_cols21", true, 9, 21));
   cases.push_back(norm_case("rmsnorm_cols21", false, 9, 21));
+  // Rows wide enough for several warps of 16-byte packs, one or more packs a thread (the CUDA kernels hold such rows
+  // in registers): 3,072 columns are 384 bf16 packs (256 threads, two packs each, the second for half of them) and
+  // 768 f32 ones (three a thread); 1,032 are 129 bf16 packs, one thread past four whole warps.
+  cases.push_back(norm_case("layernorm_wide", true, 3, 1032));
+  cases.push_back(norm_case("rmsnorm_wide", false, 3, 3072));
   // The fused residual add (a pre-norm block's h = x + r feeding the norm): out = h + norm(h), so the backward's
   // add_to_dx carries the residual stream's gradient. x is copied first: the forward adds into it in place.
-  for (const bool layer : {false, true}) {
-    OpCase c;
-    c.name = layer ? "layernorm_residual" : "rmsnorm_residual";
-    c.inputs = {rnd({6, 16}, -2, 2), rnd({6, 16}, -1, 1), rnd({16}, 0.5, 1.5)};
-    if (layer) c.inputs.push_back(rnd({16}));
-    auto norm = [layer](const std::vector<Tensor>& t, const Tensor& h) {
-      return layer ? layernorm_forward(h, t[2], t[3], 1e-5f, t[1]) : rmsnorm_forward(h, t[2], 1e-6f, t[1]);
-    };
-    c.forward = [norm](const std::vector<Tensor>& t) {
-      Tensor h = axpby(1.f, t[0], 0.f, t[0]);
-      Tensor y = norm(t, h).y;
-      add_(y, h);
-      return y;
-    };
-    c.backward = [norm, layer](const std::vector<Tensor>& t, const Tensor& dy) {
-      Tensor h = axpby(1.f, t[0], 0.f, t[0]);
-      NormOut o = norm(t, h);
-      NormBackwardOptions opt;
-      opt.add_to_dx = dy;
-      NormGrads g = layer ? layernorm_backward(dy, h, t[2], Bias::Yes, o.saved, opt)
-                          : rmsnorm_backward(dy, h, t[2], o.saved, opt);
-      std::vector<Tensor> grads{g.dx, g.dx, g.dweight};
-      if (layer) grads.push_back(g.dbias);
-      return grads;
-    };
-    c.reference = [layer](const Values& v) {
-      std::vector<double> h(v[0].size());
-      for (std::size_t i = 0; i < h.size(); ++i) h[i] = v[0][i] + v[1][i];
-      std::vector<double> y =
-          layer ? norm_ref(h, v[2], &v[3], 16, true, 1e-5) : norm_ref(h, v[2], nullptr, 16, false, 1e-6);
-      for (std::size_t i = 0; i < h.size(); ++i) y[i] += h[i];
-      return y;
-    };
-    cases.push_back(c);
-  }
+  // "_wide": 2,048 columns, a Llama-sized row (256 bf16 packs, one a thread; 512 f32 ones, two a thread).
+  for (const int64_t cols : {int64_t(16), int64_t(2048)})
+    for (const bool layer : {false, true}) {
+      OpCase c;
+      c.name = std::string(layer ? "layernorm_residual" : "rmsnorm_residual") + (cols == 16 ? "" : "_wide");
+      const int64_t rows = cols == 16 ? 6 : 3;
+      c.inputs = {rnd({rows, cols}, -2, 2), rnd({rows, cols}, -1, 1), rnd({cols}, 0.5, 1.5)};
+      if (layer) c.inputs.push_back(rnd({cols}));
+      auto norm = [layer](const std::vector<Tensor>& t, const Tensor& h) {
+        return layer ? layernorm_forward(h, t[2], t[3], 1e-5f, t[1]) : rmsnorm_forward(h, t[2], 1e-6f, t[1]);
+      };
+      c.forward = [norm](const std::vector<Tensor>& t) {
+        Tensor h = axpby(1.f, t[0], 0.f, t[0]);
+        Tensor y = norm(t, h).y;
+        add_(y, h);
+        return y;
+      };
+      c.backward = [norm, layer](const std::vector<Tensor>& t, const Tensor& dy) {
+        Tensor h = axpby(1.f, t[0], 0.f, t[0]);
+        NormOut o = norm(t, h);
+        NormBackwardOptions opt;
+        opt.add_to_dx = dy;
+        NormGrads g = layer ? layernorm_backward(dy, h, t[2], Bias::Yes, o.saved, opt)
+                            : rmsnorm_backward(dy, h, t[2], o.saved, opt);
+        std::vector<Tensor> grads{g.dx, g.dx, g.dweight};
+        if (layer) grads.push_back(g.dbias);
+        return grads;
+      };
+      c.reference = [layer, cols](const Values& v) {
+        std::vector<double> h(v[0].size());
+        for (std::size_t i = 0; i < h.size(); ++i) h[i] = v[0][i] + v[1][i];
+        std::vector<double> y =
+            layer ? norm_ref(h, v[2], &v[3], cols, true, 1e-5) : norm_ref(h, v[2], nullptr, cols, false, 1e-6);
+        for (std::size_t i = 0; i < h.size(); ++i) y[i] += h[i];
+        return y;
+      };
+      cases.push_back(c);
+    }
   {
     OpCase c;
     c.name = "softmax";

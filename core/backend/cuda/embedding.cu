@@ -91,7 +91,12 @@ __global__ void bitonic_global_kernel(Key* keys, long long pairs, long long size
 }
 
 // Block (j, column tile): where sorted key j starts its id's run, that table row's columns receive the run's
-// gradient rows, in position order, each add rounded to the table's type as the CPU twin's is.
+// gradient rows, in position order, each add rounded to the table's type as the CPU twin's is. The adds of a run
+// are one chain per column, so a long run (an image placeholder or padding id over most of the batch) is walked by
+// one block: its loads come kRunBatch at a time (the keys, then the gradient rows they name) before the chain adds
+// them, so that the walk waits on memory twice a batch instead of twice a position. The sum and its order are the
+// same.
+constexpr int kRunBatch = 32;
 template <typename T, typename G>
 __global__ void embedding_add_runs_kernel(const Key* keys, const G* dy, T* dtable, long long n, long long dim) {
   const long long j = blockIdx.x;
@@ -102,8 +107,25 @@ __global__ void embedding_add_runs_kernel(const Key* keys, const G* dy, T* dtabl
   constexpr Key kPosition = (Key(1) << kPositionBits) - 1;
   T* row = dtable + (long long)id * dim;
   float acc = load(row, c);
-  for (long long k = j; k < n && keys[k] >> kPositionBits == id; ++k)
-    acc = device::round_as<T>(acc + load(dy, (long long)(keys[k] & kPosition) * dim + c));
+  const long long first = (long long)(keys[j] & kPosition);
+  for (long long k = j;; k += kRunBatch) {
+    // Straight-line code, so that every load of the batch is issued before the first add waits: past the run (or
+    // the keys), a lane reads the run's first row again and the add takes nothing from it.
+    bool in_run[kRunBatch];
+    long long position[kRunBatch];
+#pragma unroll
+    for (int u = 0; u < kRunBatch; ++u) {
+      const Key key = keys[k + u < n ? k + u : n - 1];
+      in_run[u] = k + u < n && key >> kPositionBits == id;  // sorted keys: the run's are a prefix of the batch
+      position[u] = in_run[u] ? (long long)(key & kPosition) : first;
+    }
+    float g[kRunBatch];
+#pragma unroll
+    for (int u = 0; u < kRunBatch; ++u) g[u] = load(dy, position[u] * dim + c);
+#pragma unroll
+    for (int u = 0; u < kRunBatch; ++u) acc = in_run[u] ? device::round_as<T>(acc + g[u]) : acc;
+    if (!in_run[kRunBatch - 1]) break;
+  }
   store(row, c, acc);
 }
 

@@ -2,10 +2,21 @@
 // f32 statistics (and the fused residual add, forward and backward); the weight and bias gradients are column sums in a
 // fixed order (column_sums.cuh: stretches of rows into partials in the workspace, then each column's partials in
 // order), so the result does not depend on scheduling.
+// A row that is a whole number of 16-byte packs (pack.cuh) with every tensor aligned, and at most kMaxRowPacks packs
+// a thread, is held in registers: each thread reads its packs of x (and of the residual, or of dy) once with 16-byte
+// loads and writes its packs of the output once, where the general kernels read a row two or three times an element
+// at a time. The arithmetic per element is the general kernels'; the statistics sum each thread's columns in another
+// order, so the two paths agree to f32 rounding, not to the bit.
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
 #include "core/backend/cuda/column_sums.cuh"
 #include "core/backend/cuda/cuda_common.h"
 #include "core/backend/cuda/cuda_kernels.h"
 #include "core/backend/cuda/device/dtype.cuh"
+#include "core/backend/cuda/device/pack.cuh"
 #include "core/backend/cuda/device/reduce.cuh"
 
 namespace hr::cuda {
@@ -50,6 +61,62 @@ __global__ void norm_forward_kernel(const T* x, const T* res, const W* w, const 
   }
 }
 
+// The packed forward: block threads cover the row's packs, NP packs a thread (blockDim.x * NP >= cols / kPack).
+template <typename T, typename W, int NP>
+__global__ void norm_forward_packed_kernel(T* x, const T* res, const W* w, const W* b, T* y, float* mean, float* rstd,
+                                           long long cols, float eps, bool ln) {
+  constexpr int P = device::kPack<T>;
+  __shared__ float scratch[device::kWarp];
+  const long long row = blockIdx.x, packs = cols / P;
+  T* xr = x + row * cols;
+  float v[NP][P];
+  float s = 0.f;
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    const long long i = (threadIdx.x + (long long)q * blockDim.x) * P;
+    const bool here = i < packs * P;
+#pragma unroll
+    for (int k = 0; k < P; ++k) v[q][k] = 0.f;
+    if (!here) continue;
+    device::load_pack(xr, i, cols, true, v[q]);
+    if (res) {  // the sum as stored, rounded to T, is what the norm reads
+      float r[P];
+      device::load_pack(res + row * cols, i, cols, true, r);
+#pragma unroll
+      for (int k = 0; k < P; ++k) v[q][k] = device::round_as<T>(v[q][k] + r[k]);
+      device::store_pack(xr, i, cols, true, v[q]);
+    }
+#pragma unroll
+    for (int k = 0; k < P; ++k) s += v[q][k];
+  }
+  const float m = ln ? block_sum(s, scratch) / float(cols) : 0.f;
+  float var = 0.f;
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    const long long i = (threadIdx.x + (long long)q * blockDim.x) * P;
+    if (i >= packs * P) continue;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const float d = v[q][k] - m;
+      var += d * d;
+    }
+  }
+  const float rs = 1.f / sqrtf(block_sum(var, scratch) / float(cols) + eps);
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    const long long i = (threadIdx.x + (long long)q * blockDim.x) * P;
+    if (i >= packs * P) continue;
+    float o[P];
+#pragma unroll
+    for (int k = 0; k < P; ++k) o[k] = (v[q][k] - m) * rs * load(w, i + k) + (b ? load(b, i + k) : 0.f);
+    device::store_pack(y + row * cols, i, cols, true, o);
+  }
+  if (threadIdx.x == 0) {
+    if (ln) mean[row] = m;
+    rstd[row] = rs;
+  }
+}
+
 // dx = rs * (dy w - mean(dy w) - xhat mean(dy w xhat)), the mean(dy w) term for layer norm only; plus dres, the
 // residual stream's gradient, onto dx as stored.
 template <typename T, typename W>
@@ -74,6 +141,82 @@ __global__ void norm_dx_kernel(const T* x, const T* dy, const W* w, const float*
     // __fadd_rn: never merged with the product above into one FMA, so f32 rounds twice, as the add_ beside it does
     if (dres) store(dx + row * cols, c, __fadd_rn(load(dx + row * cols, c), load(dres + row * cols, c)));
   }
+}
+
+// The packed dx: norm_dx_kernel's arithmetic over rows held in registers.
+template <typename T, typename W, int NP>
+__global__ void norm_dx_packed_kernel(const T* x, const T* dy, const W* w, const float* mean, const float* rstd,
+                                      const T* dres, T* dx, long long cols, bool ln) {
+  constexpr int P = device::kPack<T>;
+  __shared__ float scratch[device::kWarp];
+  const long long row = blockIdx.x, packs = cols / P;
+  const float m = ln ? mean[row] : 0.f, rs = rstd[row];
+  float xv[NP][P], gv[NP][P];
+  float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    const long long i = (threadIdx.x + (long long)q * blockDim.x) * P;
+    if (i >= packs * P) continue;
+    device::load_pack(x + row * cols, i, cols, true, xv[q]);
+    device::load_pack(dy + row * cols, i, cols, true, gv[q]);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const float dxh = gv[q][k] * load(w, i + k);
+      s1 += dxh;
+      s2 += dxh * (xv[q][k] - m) * rs;
+    }
+  }
+  const float m1 = ln ? block_sum(s1, scratch) / float(cols) : 0.f;
+  const float m2 = block_sum(s2, scratch) / float(cols);
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    const long long i = (threadIdx.x + (long long)q * blockDim.x) * P;
+    if (i >= packs * P) continue;
+    float o[P];
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const float xh = (xv[q][k] - m) * rs;
+      o[k] = device::round_as<T>(rs * (gv[q][k] * load(w, i + k) - m1 - xh * m2));
+    }
+    if (dres) {  // onto dx as stored, rounded twice like norm_dx_kernel
+      float r[P];
+      device::load_pack(dres + row * cols, i, cols, true, r);
+#pragma unroll
+      for (int k = 0; k < P; ++k) o[k] = __fadd_rn(o[k], r[k]);
+    }
+    device::store_pack(dx + row * cols, i, cols, true, o);
+  }
+}
+
+// Threads a block and packs a thread for a row of `cols` elements of T held in registers, or {0, 0} where the row
+// takes the general kernels (not whole packs, a tensor not 16-byte aligned, or more than kMaxRowPacks packs a thread).
+constexpr int kMaxRowPacks = 4;
+struct RowPacks {
+  int threads = 0, per_thread = 0;
+};
+template <typename T>
+RowPacks row_packs(long long cols, std::initializer_list<const void*> tensors) {
+  constexpr int P = device::kPack<T>;
+  if (cols <= 0 || cols % P != 0) return {};
+  for (const void* t : tensors)
+    if (t && reinterpret_cast<std::uintptr_t>(t) % 16 != 0) return {};
+  const long long packs = cols / P;
+  const int threads =
+      int(std::min<long long>(kRowThreads, (packs + device::kWarp - 1) / device::kWarp * device::kWarp));
+  const long long per = (packs + threads - 1) / threads;
+  if (per > kMaxRowPacks) return {};
+  return {threads, per == 1 ? 1 : per == 2 ? 2 : 4};
+}
+
+// Calls f(std::integral_constant<int, NP>) for the packs a thread, 1, 2 or 4.
+template <typename F>
+void with_row_packs(int per_thread, F&& f) {
+  if (per_thread == 1)
+    f(std::integral_constant<int, 1>{});
+  else if (per_thread == 2)
+    f(std::integral_constant<int, 2>{});
+  else
+    f(std::integral_constant<int, 4>{});
 }
 
 // The weight gradient (sum of dy * xhat) and the bias gradient (sum of dy) of each column, as partials per stretch
@@ -106,6 +249,16 @@ void norm_forward(const NormArgs& a) {
     using T = decltype(tag);
     dispatch_float(a.weight.dtype(), "norm", [&](auto wtag) {
       using W = decltype(wtag);
+      const T* res = a.residual.defined() ? a.residual.data<T>() : nullptr;
+      const RowPacks rp = row_packs<T>(cols, {a.x.data_ptr(), res, a.y.data_ptr()});
+      if (rp.threads > 0) {
+        with_row_packs(rp.per_thread, [&](auto np) {
+          launch_rows("norm", rows, rp.threads, norm_forward_packed_kernel<T, W, decltype(np)::value>, a.x.data<T>(),
+                      res, a.weight.data<W>(), a.bias.defined() ? a.bias.data<W>() : nullptr, a.y.data<T>(),
+                      ln ? a.mean.data<float>() : nullptr, a.rstd.data<float>(), cols, a.eps, ln);
+        });
+        return;
+      }
       launch_rows("norm", rows, kRowThreads, norm_forward_kernel<T, W>, a.x.data<T>(),
                   a.residual.defined() ? a.residual.data<T>() : nullptr, a.weight.data<W>(),
                   a.bias.defined() ? a.bias.data<W>() : nullptr, a.y.data<T>(), ln ? a.mean.data<float>() : nullptr,
@@ -123,6 +276,15 @@ void norm_backward(const NormArgs& a) {
     using T = decltype(tag);
     dispatch_float(a.weight.dtype(), "norm_backward", [&](auto wtag) {
       using W = decltype(wtag);
+      const T* dres = a.dresidual.defined() ? a.dresidual.data<T>() : nullptr;
+      const RowPacks rp = row_packs<T>(cols, {a.x.data_ptr(), a.dy.data_ptr(), dres, a.dx.data_ptr()});
+      if (rp.threads > 0) {
+        with_row_packs(rp.per_thread, [&](auto np) {
+          launch_rows("norm_backward", rows, rp.threads, norm_dx_packed_kernel<T, W, decltype(np)::value>,
+                      a.x.data<T>(), a.dy.data<T>(), a.weight.data<W>(), mean, rstd, dres, a.dx.data<T>(), cols, ln);
+        });
+        return;
+      }
       launch_rows("norm_backward", rows, kRowThreads, norm_dx_kernel<T, W>, a.x.data<T>(), a.dy.data<T>(),
                   a.weight.data<W>(), mean, rstd, a.dresidual.defined() ? a.dresidual.data<T>() : nullptr,
                   a.dx.data<T>(), cols, ln);
