@@ -204,6 +204,24 @@ TEST(CudaKernels, SummingKernelsGiveTheSameBitsEveryRun) {
   // And in the CPU's order: the same bits as the CPU twin, bf16 rounding of every addition included.
   const Tensor e_cpu = embedding_backward(ids.to(Device::cpu()), dyt.to(Device::cpu()), {13, 32}, DType::BF16);
   EXPECT_EQ(host(e1), host(e_cpu));
+  // The run walk takes 32 keys at a time: runs of exactly one and two batches, a run that reaches the last key,
+  // fewer keys than a batch, and one id over most positions (padding: an f32 table of bf16 gradients, as the bench's),
+  // each with the CPU twin's bits.
+  std::vector<int64_t> batches;
+  for (const auto& [id, count] : {std::pair{3, 32}, {1, 64}, {2, 5}, {0, 33}})
+    batches.insert(batches.end(), std::size_t(count), int64_t(id));
+  std::vector<int64_t> padded(3000);
+  for (std::size_t i = 0; i < padded.size(); ++i) padded[i] = i % 15 < 2 ? int64_t(i * 5 % 13) : 5;
+  for (const std::vector<int64_t>& walk : {batches, std::vector<int64_t>{4, 4, 1, 4, 0, 1, 4}, padded})
+    for (const auto& [table_t, grad_t] :
+         {std::pair{DType::F32, DType::BF16}, {DType::BF16, DType::BF16}, {DType::F32, DType::F32}}) {
+      const int64_t n = int64_t(walk.size());
+      const Tensor wid = Tensor::from_ints(walk, {n}, DType::I64, g);
+      const Tensor wdy = on(randoms(std::size_t(n) * 40, 10), {n, 40}, grad_t, g);
+      EXPECT_EQ(host(embedding_backward(wid, wdy, {13, 40}, table_t)),
+                host(embedding_backward(wid.to(Device::cpu()), wdy.to(Device::cpu()), {13, 40}, table_t)))
+          << n << " ids, table " << dtype_name(table_t) << ", gradients " << dtype_name(grad_t);
+    }
 }
 
 // The element-wise kernels over packs (one 16-byte access per 8 bf16 or 4 f32: SwiGLU, the activations with and

@@ -762,12 +762,18 @@ std::vector<OpCase> row_cases() {
   cases.push_back(norm_case("rmsnorm_wide", false, 3, 3072));
   // The fused residual add (a pre-norm block's h = x + r feeding the norm): out = h + norm(h), so the backward's
   // add_to_dx carries the residual stream's gradient. x is copied first: the forward adds into it in place.
-  // "_wide": 2,048 columns, a Llama-sized row (256 bf16 packs, one a thread; 512 f32 ones, two a thread).
-  for (const int64_t cols : {int64_t(16), int64_t(2048)})
+  // Rows of 16 and "_wide" ones of 2,048, a Llama-sized row (256 bf16 packs, one a thread; 512 f32 ones, two a
+  // thread), take the CUDA kernels' packed path; "_cols21" (not whole packs) their general one, and "_8192" both:
+  // 1,024 bf16 or f16 packs (four a thread) and 2,048 f32 ones (eight a thread: the general kernels).
+  struct Width {
+    int64_t rows, cols;
+    const char* suffix;
+  };
+  for (const Width wd : {Width{6, 16, ""}, Width{9, 21, "_cols21"}, Width{3, 2048, "_wide"}, Width{2, 8192, "_8192"}})
     for (const bool layer : {false, true}) {
       OpCase c;
-      c.name = std::string(layer ? "layernorm_residual" : "rmsnorm_residual") + (cols == 16 ? "" : "_wide");
-      const int64_t rows = cols == 16 ? 6 : 3;
+      c.name = std::string(layer ? "layernorm_residual" : "rmsnorm_residual") + wd.suffix;
+      const int64_t rows = wd.rows, cols = wd.cols;
       c.inputs = {rnd({rows, cols}, -2, 2), rnd({rows, cols}, -1, 1), rnd({cols}, 0.5, 1.5)};
       if (layer) c.inputs.push_back(rnd({cols}));
       auto norm = [layer](const std::vector<Tensor>& t, const Tensor& h) {

@@ -360,6 +360,8 @@ std::vector<std::string> f16_case_names() {
           "layernorm_residual",
           "rmsnorm_residual_wide",
           "layernorm_residual_wide",
+          "rmsnorm_residual_cols21",
+          "layernorm_residual_8192",
           "rmsnorm_wide",
           "layernorm_wide",
           "rmsnorm",

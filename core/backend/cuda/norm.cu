@@ -3,10 +3,12 @@
 // fixed order (column_sums.cuh: stretches of rows into partials in the workspace, then each column's partials in
 // order), so the result does not depend on scheduling.
 // A row that is a whole number of 16-byte packs (pack.cuh) with every tensor aligned, and at most kMaxRowPacks packs
-// a thread, is held in registers: each thread reads its packs of x (and of the residual, or of dy) once with 16-byte
-// loads and writes its packs of the output once, where the general kernels read a row two or three times an element
-// at a time. The arithmetic per element is the general kernels'; the statistics sum each thread's columns in another
-// order, so the two paths agree to f32 rounding, not to the bit.
+// a thread, is held in registers: each thread reads its packs of x (and of the residual, or of dy and the residual's
+// gradient) once with 16-byte loads and writes its packs of the output (and of the residual sum) once, where the
+// general kernels read a row two or three times an element at a time. The arithmetic per element is the general
+// kernels'; the statistics sum each thread's columns in another order, so the two paths' statistics agree to f32
+// rounding and their stored bf16 / f16 outputs can differ by one unit in the last place. Which path a row takes
+// depends on its length and its tensors' alignment (the allocators align every block to 512 bytes).
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
