@@ -63,23 +63,30 @@ __global__ void norm_forward_kernel(const T* x, const T* res, const W* w, const 
   }
 }
 
+// The first element of this thread's q-th pack of a row held in registers, or -1 past the row's end (the packed
+// kernels' rows are whole packs).
+template <int P>
+__device__ __forceinline__ long long row_pack(int q, long long cols) {
+  const long long i = (threadIdx.x + (long long)q * blockDim.x) * P;
+  return i < cols ? i : -1;
+}
+
 // The packed forward: block threads cover the row's packs, NP packs a thread (blockDim.x * NP >= cols / kPack).
 template <typename T, typename W, int NP>
 __global__ void norm_forward_packed_kernel(T* x, const T* res, const W* w, const W* b, T* y, float* mean, float* rstd,
                                            long long cols, float eps, bool ln) {
   constexpr int P = device::kPack<T>;
   __shared__ float scratch[device::kWarp];
-  const long long row = blockIdx.x, packs = cols / P;
+  const long long row = blockIdx.x;
   T* xr = x + row * cols;
   float v[NP][P];
   float s = 0.f;
 #pragma unroll
   for (int q = 0; q < NP; ++q) {
-    const long long i = (threadIdx.x + (long long)q * blockDim.x) * P;
-    const bool here = i < packs * P;
+    const long long i = row_pack<P>(q, cols);
 #pragma unroll
     for (int k = 0; k < P; ++k) v[q][k] = 0.f;
-    if (!here) continue;
+    if (i < 0) continue;
     device::load_pack(xr, i, cols, true, v[q]);
     if (res) {  // the sum as stored, rounded to T, is what the norm reads
       float r[P];
@@ -95,8 +102,8 @@ __global__ void norm_forward_packed_kernel(T* x, const T* res, const W* w, const
   float var = 0.f;
 #pragma unroll
   for (int q = 0; q < NP; ++q) {
-    const long long i = (threadIdx.x + (long long)q * blockDim.x) * P;
-    if (i >= packs * P) continue;
+    const long long i = row_pack<P>(q, cols);
+    if (i < 0) continue;
 #pragma unroll
     for (int k = 0; k < P; ++k) {
       const float d = v[q][k] - m;
@@ -106,8 +113,8 @@ __global__ void norm_forward_packed_kernel(T* x, const T* res, const W* w, const
   const float rs = 1.f / sqrtf(block_sum(var, scratch) / float(cols) + eps);
 #pragma unroll
   for (int q = 0; q < NP; ++q) {
-    const long long i = (threadIdx.x + (long long)q * blockDim.x) * P;
-    if (i >= packs * P) continue;
+    const long long i = row_pack<P>(q, cols);
+    if (i < 0) continue;
     float o[P];
 #pragma unroll
     for (int k = 0; k < P; ++k) o[k] = (v[q][k] - m) * rs * load(w, i + k) + (b ? load(b, i + k) : 0.f);
@@ -151,14 +158,14 @@ __global__ void norm_dx_packed_kernel(const T* x, const T* dy, const W* w, const
                                       const T* dres, T* dx, long long cols, bool ln) {
   constexpr int P = device::kPack<T>;
   __shared__ float scratch[device::kWarp];
-  const long long row = blockIdx.x, packs = cols / P;
+  const long long row = blockIdx.x;
   const float m = ln ? mean[row] : 0.f, rs = rstd[row];
   float xv[NP][P], gv[NP][P];
   float s1 = 0.f, s2 = 0.f;
 #pragma unroll
   for (int q = 0; q < NP; ++q) {
-    const long long i = (threadIdx.x + (long long)q * blockDim.x) * P;
-    if (i >= packs * P) continue;
+    const long long i = row_pack<P>(q, cols);
+    if (i < 0) continue;
     device::load_pack(x + row * cols, i, cols, true, xv[q]);
     device::load_pack(dy + row * cols, i, cols, true, gv[q]);
 #pragma unroll
@@ -172,8 +179,8 @@ __global__ void norm_dx_packed_kernel(const T* x, const T* dy, const W* w, const
   const float m2 = block_sum(s2, scratch) / float(cols);
 #pragma unroll
   for (int q = 0; q < NP; ++q) {
-    const long long i = (threadIdx.x + (long long)q * blockDim.x) * P;
-    if (i >= packs * P) continue;
+    const long long i = row_pack<P>(q, cols);
+    if (i < 0) continue;
     float o[P];
 #pragma unroll
     for (int k = 0; k < P; ++k) {
@@ -261,8 +268,7 @@ void norm_forward(const NormArgs& a) {
         });
         return;
       }
-      launch_rows("norm", rows, kRowThreads, norm_forward_kernel<T, W>, a.x.data<T>(),
-                  a.residual.defined() ? a.residual.data<T>() : nullptr, a.weight.data<W>(),
+      launch_rows("norm", rows, kRowThreads, norm_forward_kernel<T, W>, a.x.data<T>(), res, a.weight.data<W>(),
                   a.bias.defined() ? a.bias.data<W>() : nullptr, a.y.data<T>(), ln ? a.mean.data<float>() : nullptr,
                   a.rstd.data<float>(), cols, a.eps, ln);
     });
@@ -288,8 +294,7 @@ void norm_backward(const NormArgs& a) {
         return;
       }
       launch_rows("norm_backward", rows, kRowThreads, norm_dx_kernel<T, W>, a.x.data<T>(), a.dy.data<T>(),
-                  a.weight.data<W>(), mean, rstd, a.dresidual.defined() ? a.dresidual.data<T>() : nullptr,
-                  a.dx.data<T>(), cols, ln);
+                  a.weight.data<W>(), mean, rstd, dres, a.dx.data<T>(), cols, ln);
     });
     if (!a.dweight.defined() || cols == 0) return;
     const ColumnSplit split = column_split(rows, cols);
