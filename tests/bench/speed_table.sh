@@ -5,7 +5,8 @@
 # Prints a markdown table and the CPU it ran on (vendor, family, model, oneDNN ISA, what the bf16 rows run); each
 # row's JSON stays in OUT_DIR. Run it on a quiet machine.
 # BENCH_STEPS timed steps per run (default 10, after 2 warm-up steps); SPEED_ROWS, a regular expression, runs only
-# the rows whose tag (name-precision-checkpointing, e.g. "19.2M (8 × 256)-bf16-none") it matches.
+# the rows whose tag (name-precision-checkpointing, e.g. "19.2M (8 × 256)-bf16-none") it matches; SPEED_ROUNDS
+# (below) alternates each row's programs several times.
 # Usage: tests/bench/speed_table.sh [BUILD_DIR] [OUT_DIR]   (from the repository root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,10 +19,15 @@ t2="${TORCH2_PYTHON:-}"
 # TORCH1_ENV="LD_LIBRARY_PATH=<openblas-pthread dir> OMP_WAIT_POLICY=PASSIVE" (the fastest setting found here).
 t1env="${TORCH1_ENV:-}"
 steps="${BENCH_STEPS:-10}"
-[ -f runs/bench-disk-data/train.json ] ||
-  "$HR" data synth --out runs/bench-disk-data --train 2048 --eval 8 --image-size 64 > /dev/null
 cell() { if [ "$1" = — ]; then echo —; else echo "$1 ms"; fi; }
 ms() { python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['step_ms']['median']))" "$1"; }
+# SPEED_ROUNDS=N (default 1) runs each row's programs N times in turn (headroom, torch 1.13, eager, compiled, then
+# again), because these machines drift by ±20% within minutes: a program's cell is the median of its N step-time
+# medians, and the ratio is the median of the N rounds' own ratios (each round's fastest peer over that round's
+# headroom), with their range after it. Round r's JSON is TAG.PROGRAM.json for r = 1, TAG.PROGRAM.rR.json after.
+rounds="${SPEED_ROUNDS:-1}"
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "speed_table.sh: SPEED_ROUNDS must be a positive integer, not '$rounds'" >&2; exit 2; }
+median() { python3 -c "import statistics,sys; print(round(statistics.median(float(x) for x in sys.argv[1:])))" "$@"; }
 echo "| model | precision | checkpointing | headroom | torch 1.13 | torch 2 eager | torch 2 compiled | fastest peer ÷ headroom |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 row() {  # name config precision checkpointing [extra --set ...]
@@ -29,27 +35,48 @@ row() {  # name config precision checkpointing [extra --set ...]
   shift 4
   local tag="$name-$prec-$ck"
   [[ -z ${SPEED_ROWS:-} || $tag =~ $SPEED_ROWS ]] || return 0
-  "$HR" bench "$cfg" --steps "$steps" --warmup 2 --set memory.precision="$prec" \
-    --set memory.gradient_checkpointing="$ck" "$@" > "$out/$tag.headroom.json" 2> "$out/$tag.headroom.log"
-  local h e1="—" e2="—" c2="—" best=""
-  h=$(ms "$out/$tag.headroom.json")
-  if [ "$t1" != none ]; then
-    env $t1env "$t1" scripts/torch_twin.py "$out/$tag.headroom.json" > "$out/$tag.torch1.json" 2> /dev/null
-    e1=$(ms "$out/$tag.torch1.json")
-    best=$e1
+  # The disk rows' PNGs, made once (the config reads them from runs/bench-disk-data).
+  if [[ $cfg == *disk* && ! -f runs/bench-disk-data/train.json ]]; then
+    "$HR" data synth --out runs/bench-disk-data --train 2048 --eval 8 --image-size 64 > /dev/null
   fi
-  if [ -n "$t2" ]; then
-    "$t2" scripts/torch_twin.py "$out/$tag.headroom.json" > "$out/$tag.torch2.json" 2> /dev/null
-    "$t2" scripts/torch_twin.py "$out/$tag.headroom.json" --compile > "$out/$tag.torch2c.json" 2> "$out/$tag.torch2c.log" || true
-    e2=$(ms "$out/$tag.torch2.json")
-    if [ -z "$best" ] || [ "$e2" -lt "$best" ]; then best=$e2; fi
-    if [ -s "$out/$tag.torch2c.json" ]; then
-      c2=$(ms "$out/$tag.torch2c.json")
-      best=$(( c2 < best ? c2 : best ))
+  local r sfx hs=() e1s=() e2s=() c2s=() ratios=()
+  for ((r = 1; r <= rounds; ++r)); do
+    sfx=""
+    ((r == 1)) || sfx=".r$r"
+    local base="$out/$tag" h best=""
+    "$HR" bench "$cfg" --steps "$steps" --warmup 2 --set memory.precision="$prec" \
+      --set memory.gradient_checkpointing="$ck" --set run.output_dir="$out/runs/$tag" "$@" \
+      > "$base.headroom$sfx.json" 2> "$base.headroom$sfx.log"
+    h=$(ms "$base.headroom$sfx.json")
+    hs+=("$h")
+    if [ "$t1" != none ]; then
+      env $t1env "$t1" scripts/torch_twin.py "$base.headroom$sfx.json" > "$base.torch1$sfx.json" 2> /dev/null
+      e1s+=("$(ms "$base.torch1$sfx.json")")
+      best=${e1s[-1]}
     fi
+    if [ -n "$t2" ]; then
+      "$t2" scripts/torch_twin.py "$base.headroom$sfx.json" > "$base.torch2$sfx.json" 2> /dev/null
+      "$t2" scripts/torch_twin.py "$base.headroom$sfx.json" --compile > "$base.torch2c$sfx.json" \
+        2> "$base.torch2c$sfx.log" || true
+      e2s+=("$(ms "$base.torch2$sfx.json")")
+      if [ -z "$best" ] || [ "${e2s[-1]}" -lt "$best" ]; then best=${e2s[-1]}; fi
+      if [ -s "$base.torch2c$sfx.json" ]; then
+        c2s+=("$(ms "$base.torch2c$sfx.json")")
+        best=$((c2s[-1] < best ? c2s[-1] : best))
+      fi
+    fi
+    [ -z "$best" ] || ratios+=("$(python3 -c "print($best / $h)")")
+  done
+  local h e1="—" e2="—" c2="—" ratio="—"
+  h=$(median "${hs[@]}")
+  ((${#e1s[@]} == 0)) || e1=$(median "${e1s[@]}")
+  ((${#e2s[@]} == 0)) || e2=$(median "${e2s[@]}")
+  ((${#c2s[@]} == 0)) || c2=$(median "${c2s[@]}")
+  if ((${#ratios[@]} > 0)); then
+    ratio=$(python3 -c "import statistics,sys
+x = [float(v) for v in sys.argv[1:]]
+print(f'{statistics.median(x):.2f}' + (f' ({min(x):.2f}–{max(x):.2f})' if len(x) > 1 else ''))" "${ratios[@]}")
   fi
-  local ratio="—"
-  [ -n "$best" ] && ratio=$(python3 -c "print(f'{$best/$h:.2f}')")
   echo "| $name | $prec | $ck | $h ms | $(cell "$e1") | $(cell "$e2") | $(cell "$c2") | $ratio |"
 }
 for prec in fp32 bf16; do
