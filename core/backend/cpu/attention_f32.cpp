@@ -169,20 +169,6 @@ void dot(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t
   }
 }
 
-void transpose(const float* x, int64_t stride, int64_t rows, int64_t cols, float* dst, float mul) {
-  const __m512i index = _mm512_mullo_epi32(lanes(), _mm512_set1_epi32(int(stride)));
-  const __m512 by = _mm512_set1_ps(mul);
-  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-    const __mmask16 mask = tail_mask(rows - r0);
-    const float* base = x + r0 * stride;
-    for (int64_t c = 0; c < cols; ++c) {
-      __m512 col = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, index, base + c, 4);
-      if (mul != 1.f) col = _mm512_mul_ps(col, by);
-      _mm512_mask_storeu_ps(dst + c * rows + r0, mask, col);
-    }
-  }
-}
-
 void exp_floats(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 mask = tail_mask(n - i);
@@ -299,9 +285,6 @@ void probs_and_grads_row(float* p, float* dp, int64_t bk, int64_t first, int64_t
 
 void dot(int64_t, int64_t, int64_t, const float*, int64_t, int64_t, const float*, int64_t, float*, int64_t, float,
          bool) {
-  throw Error("[attention] AVX-512 f32 tile products are not built for this CPU");
-}
-void transpose(const float*, int64_t, int64_t, int64_t, float*, float) {
   throw Error("[attention] AVX-512 f32 tile products are not built for this CPU");
 }
 void exp_floats(const float*, float*, int64_t) {

@@ -15,10 +15,6 @@ namespace hr::cpu::f32_tiles {
 void dot(int64_t m, int64_t n, int64_t k, const float* a, int64_t a_row, int64_t a_col, const float* b, int64_t ldb,
          float* c, int64_t ldc, float alpha, bool accumulate);
 
-// dst[c * rows + r] = mul * x[r * stride + c] for `rows` x `cols` floats: the transpose that a product A X^T takes as
-// its B. Gathers of 16 rows at a time; stride * 16 must fit in 32 bits.
-void transpose(const float* x, int64_t stride, int64_t rows, int64_t cols, float* dst, float mul = 1.f);
-
 // y[i] = exp(x[i]) for n floats (x and y may be the same): the kernels' exponential, Cephes' polynomial on 16 lanes,
 // within a few ulp of std::exp; NaN stays NaN, -inf gives 0, overflow inf.
 void exp_floats(const float* x, float* y, int64_t n);

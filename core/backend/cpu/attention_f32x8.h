@@ -1,7 +1,7 @@
 // The CPU attention's f32 tile products where the CPU has no AVX-512 (or ONEDNN_MAX_CPU_ISA caps it below
-// avx512_core): attention_f32.h's dot and transpose 8 floats wide, in AVX2 + FMA (attention_f32x8.cpp is built with
-// them on x86-64, as attention.cpp is: core/CMakeLists.txt), a float at a time on other CPUs. attention.cpp calls
-// these where avx512_tiles_present() is false.
+// avx512_core): attention_f32.h's dot 8 floats wide, in AVX2 + FMA (attention_f32x8.cpp is built with them on
+// x86-64, as attention.cpp is: core/CMakeLists.txt), a float at a time on other CPUs; attention.cpp calls it where
+// avx512_tiles_present() is false. The transpose is every CPU's (AVX-512 gathers were slower).
 #pragma once
 
 #include <cstdint>
