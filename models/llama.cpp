@@ -51,7 +51,8 @@ LlamaLayer::LlamaLayer(ParamStore& store, const std::string& prefix, const LlmCo
   down_ = Linear::make(store, prefix + ".mlp.down_proj", i, c, Bias::No, lora);
 }
 
-void LlamaLayer::compute(S& s, const Rotary& rot) const {
+void LlamaLayer::compute(S& s, const TokenLayout& at) const {
+  const Rotary& rot = at.rot;
   const int64_t B = s.x.size(0), L = s.x.size(1), D = cfg_.head_dim();
   if (!s.xn1.defined()) {
     NormOut n = input_norm_.forward(s.x);
@@ -64,7 +65,10 @@ void LlamaLayer::compute(S& s, const Rotary& rot) const {
     s.v = v_.forward(s.xn1).view({B, L, cfg_.kv_heads, D});
   }
   if (!s.attn.defined()) {
-    AttentionOut a = attention_forward(s.q, s.k, s.v, Mask::Causal, 1.f / std::sqrt(float(D)), window_);
+    const float scale = 1.f / std::sqrt(float(D));
+    AttentionOut a = at.packed.empty()
+                         ? attention_forward(s.q, s.k, s.v, Mask::Causal, scale, window_)
+                         : attention_forward_packed(s.q, s.k, s.v, at.packed, Mask::Causal, scale, window_);
     s.attn = a.out;
     s.lse = a.lse;
   }
@@ -88,23 +92,24 @@ void LlamaLayer::compute(S& s, const Rotary& rot) const {
   }
 }
 
-Tensor LlamaLayer::forward(const Tensor& x, const Rotary& rot, S& s, CheckpointKind kind) const {
+Tensor LlamaLayer::forward(const Tensor& x, const TokenLayout& at, S& s, CheckpointKind kind) const {
   MemoryScope scope(Category::Activations, prefix_);
   s = S{};
   s.x = x;
-  compute(s, rot);
+  compute(s, at);
   Tensor y = down_.forward(s.act);
   add_(y, s.h);
   apply_policy(s, kFields, kind);
   return y;
 }
 
-Tensor LlamaLayer::backward(const Tensor& dy, const Rotary& rot, S& s) const {
+Tensor LlamaLayer::backward(const Tensor& dy, const TokenLayout& at, S& s) const {
   MemoryScope scope(Category::Activations, prefix_);
   {
     TraceSpan span(TraceSpan::When{!all_kept(s, kFields)}, "recompute", "recompute ", prefix_);
-    compute(s, rot);
+    compute(s, at);
   }
+  const Rotary& rot = at.rot;
   const int64_t B = s.x.size(0), L = s.x.size(1), D = cfg_.head_dim();
   // MLP: y = h + down(silu(gate) * up)
   Tensor d_act = down_.backward(dy, s.act);
@@ -120,8 +125,12 @@ Tensor LlamaLayer::backward(const Tensor& dy, const Rotary& rot, S& s) const {
   s.h = s.rms2 = Tensor();
   // Attention: h = x + o(attn(rope(q(xn1)), rope(k(xn1)), v(xn1)))
   Tensor dattn = o_.backward(dh, s.attn.view({B, L, cfg_.hidden}));
-  AttentionGrads ag = attention_backward(dattn.view({B, L, cfg_.heads, D}), s.q, s.k, s.v, {s.attn, s.lse},
-                                         Mask::Causal, 1.f / std::sqrt(float(D)), window_);
+  const float scale = 1.f / std::sqrt(float(D));
+  AttentionGrads ag = at.packed.empty()
+                          ? attention_backward(dattn.view({B, L, cfg_.heads, D}), s.q, s.k, s.v, {s.attn, s.lse},
+                                               Mask::Causal, scale, window_)
+                          : attention_backward_packed(dattn.view({B, L, cfg_.heads, D}), s.q, s.k, s.v, {s.attn, s.lse},
+                                                      at.packed, Mask::Causal, scale, window_);
   dattn = Tensor();
   s.q = s.k = s.v = s.attn = s.lse = Tensor();
   Tensor dq = rot.unrotate(ag.dq).view({B, L, cfg_.hidden});
@@ -229,24 +238,37 @@ Rotary LlamaModel::rotary_at(const std::vector<int64_t>& positions, int64_t batc
   return r;
 }
 
-Rotary LlamaModel::rotary_for(const Tensor& embeds) const {
+TokenLayout LlamaModel::layout_for(const Tensor& embeds, const std::vector<int64_t>& packed) const {
   const int64_t B = embeds.size(0), L = embeds.size(1);
   std::vector<int64_t> pos(std::size_t(B * L));
-  for (int64_t i = 0; i < B * L; ++i) pos[std::size_t(i)] = i % L;
-  return rotary_at(pos, B, L, embeds.device());
+  if (packed.empty()) {
+    for (int64_t i = 0; i < B * L; ++i) pos[std::size_t(i)] = i % L;
+  } else {
+    int64_t total = 0;
+    for (int64_t n : packed) {
+      HR_CHECK(n > 0 && total + n <= L, "[llama] packed sequences of lengths ", n, " and more overrun the batch's ", L,
+               " tokens");
+      for (int64_t t = 0; t < n; ++t) pos[std::size_t(total + t)] = t;
+      total += n;
+    }
+    HR_CHECK(B == 1 && total == L, "[llama] a packed batch is (1, total, C) with total the sum of its ", packed.size(),
+             " sequences' lengths, ", total, "; got ", shape_str(embeds.shape()));
+  }
+  return {rotary_at(pos, B, L, embeds.device()), packed};
 }
 
-Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy,
-                           Saving saving) const {
-  const Rotary rot = rotary_for(embeds);
+Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy, Saving saving,
+                           const std::vector<int64_t>& packed) const {
+  const TokenLayout at = layout_for(embeds, packed);
   saved = LlamaSaved{};
+  saved.packed = packed;
   saved.layers.resize(layers_.size());
   const int64_t blocks = int64_t(layers_.size());
   if (saving == Saving::ForBackward && policy.offload) saved.offload = std::make_unique<ActivationOffload>();
   Tensor x = embeds;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     hook_before(hooks_, layer_group_ + int(i), Pass::Forward);
-    x = layers_[i].forward(x, rot, saved.layers[i], policy.for_block(int64_t(i), blocks));
+    x = layers_[i].forward(x, at, saved.layers[i], policy.for_block(int64_t(i), blocks));
     watch_output(watch_, layer_group_ + int(i), Pass::Forward, x);
     if (saved.offload && offloads(policy, int64_t(i), blocks))
       saved.offload->send(i, kept_fields(saved.layers[i], kFields), layers_[i].name());
@@ -267,7 +289,7 @@ Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const Checkp
 }
 
 Tensor LlamaModel::backward(const Tensor& d_hidden, LlamaSaved& saved) const {
-  const Rotary rot = rotary_for(d_hidden);
+  const TokenLayout at = layout_for(d_hidden, saved.packed);
   Tensor dx;
   {
     MemoryScope scope(Category::Activations, prefix_ + ".norm");
@@ -279,7 +301,7 @@ Tensor LlamaModel::backward(const Tensor& d_hidden, LlamaSaved& saved) const {
   for (std::size_t i = layers_.size(); i-- > 0;) {
     if (saved.offload) saved.offload->before_backward(i, layers_[i].name(), i > 0 ? &layers_[i - 1].name() : nullptr);
     hook_before(hooks_, layer_group_ + int(i), Pass::Backward);
-    dx = layers_[i].backward(dx, rot, saved.layers[i]);
+    dx = layers_[i].backward(dx, at, saved.layers[i]);
     watch_output(watch_, layer_group_ + int(i), Pass::Backward, dx);
     hook_after(hooks_, layer_group_ + int(i), Pass::Backward);
   }

@@ -26,14 +26,21 @@ struct LlamaLayerSaved {
   Tensor gate, up, act;  // (B, L, I) each; act = silu(gate) * up
 };
 
+// Where a batch's tokens sit: RoPE's positions and, for a packed (padding-free) batch (1, total, C), the lengths
+// of its sequences laid back to back, each attending only to itself (empty: a (B, L, C) batch of whole rows).
+struct TokenLayout {
+  core::Rotary rot;
+  std::vector<int64_t> packed;
+};
+
 class LlamaLayer {
  public:
   // window: the layer's sliding attention window in tokens (0: causal over everything; LlmConfig::window_of).
   LlamaLayer(ParamStore& store, const std::string& prefix, const LlmConfig& cfg, int64_t window);
   // y = block(x); `saved` keeps what `kind` says (frozen_inputs: keep nothing, no backward will come).
-  Tensor forward(const Tensor& x, const core::Rotary& rot, LlamaLayerSaved& saved, CheckpointKind kind) const;
+  Tensor forward(const Tensor& x, const TokenLayout& at, LlamaLayerSaved& saved, CheckpointKind kind) const;
   // Recomputes what the policy dropped, then returns dx and accumulates parameter gradients.
-  Tensor backward(const Tensor& dy, const core::Rotary& rot, LlamaLayerSaved& saved) const;
+  Tensor backward(const Tensor& dy, const TokenLayout& at, LlamaLayerSaved& saved) const;
   // Inference with a KV cache: x (B, Lq, C) are the tokens at rot's positions (B, Lq) i64, row b's first at
   // past_host[b]
   // (past, the same as an i64 (B) tensor on the device); their keys and values are written into k_cache and
@@ -43,7 +50,7 @@ class LlamaLayer {
   const std::string& name() const { return prefix_; }
 
  private:
-  void compute(LlamaLayerSaved& s, const core::Rotary& rot) const;
+  void compute(LlamaLayerSaved& s, const TokenLayout& at) const;
 
   std::string prefix_;
   LlmConfig cfg_;
@@ -56,6 +63,7 @@ struct LlamaSaved {
   std::vector<LlamaLayerSaved> layers;
   Tensor final_in;                             // (B, L, C) input of the final norm
   Tensor final_rms;                            // (B*L) f32
+  std::vector<int64_t> packed;                 // a packed batch's sequence lengths (TokenLayout)
   std::unique_ptr<ActivationOffload> offload;  // memory.offload_activations (last: it outlives no layer's tensors)
 };
 
@@ -71,8 +79,11 @@ class LlamaModel {
   // Embeddings of ids (B, L) i64, shape (B, L, C).
   Tensor embed(const Tensor& ids) const;
   void embed_backward(const Tensor& ids, const Tensor& d_embeds) const;
-  // Runs the blocks and the final norm; returns the final hidden states (B, L, C).
-  Tensor forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy, Saving saving) const;
+  // Runs the blocks and the final norm; returns the final hidden states (B, L, C). With `packed` sequence lengths,
+  // embeds is (1, total, C): those sequences back to back, each at positions from 0 and attending only to itself
+  // (a padding-free batch: no row computes a token nobody reads).
+  Tensor forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy, Saving saving,
+                 const std::vector<int64_t>& packed = {}) const;
   // From d(final hidden) to d(embeds); parameter gradients accumulate.
   Tensor backward(const Tensor& d_hidden, LlamaSaved& saved) const;
   // Inference with a KV cache: runs embeds (B, Lq, C), row b's tokens at positions cache.length[b] onwards,
@@ -88,8 +99,9 @@ class LlamaModel {
   GroupHooks* hooks_ = nullptr;
   OutputWatch* watch_ = nullptr;
   int embed_group_ = 0, layer_group_ = 0, norm_group_ = 0;
-  // The positions (b, t) -> t of a batch of embeds and, with fused kernels, their RoPE table.
-  core::Rotary rotary_for(const Tensor& embeds) const;
+  // The positions (b, t) -> t of a batch of embeds (or, packed, each sequence's from 0) and, with fused kernels,
+  // their RoPE table.
+  TokenLayout layout_for(const Tensor& embeds, const std::vector<int64_t>& packed) const;
   core::Rotary rotary_at(const std::vector<int64_t>& positions, int64_t batch, int64_t seq, Device device) const;
 
   LlmConfig cfg_;

@@ -202,6 +202,44 @@ Tensor unpack_rows(const Tensor& packed, const std::vector<RowRun>& runs, const 
 
 }  // namespace
 
+std::vector<int64_t> loss_lengths(const Batch& b, int64_t ignore_index) {
+  std::vector<int64_t> n(std::size_t(b.batch), 0);
+  for (int64_t r = 0; r < b.batch; ++r)
+    for (int64_t t = b.seq; t-- > 1;)  // position 0's label is never predicted
+      if (b.labels[std::size_t(r * b.seq + t)] != ignore_index) {
+        n[std::size_t(r)] = t + 1;
+        break;
+      }
+  return n;
+}
+
+namespace {
+int64_t packed_rows(const LlavaState& st) {
+  int64_t n = 0;
+  for (int64_t len : st.packed) n += len;
+  return n;
+}
+}  // namespace
+
+int64_t Llava::pack_llm_rows(const Batch& b, LlavaState& st, const ModelOptions& opt) const {
+  const int64_t B = b.batch, L = b.seq;
+  st.llm_rows.clear();
+  st.packed.clear();
+  const bool logits = opt.return_logits || opt.logits_to_keep >= 0 || !opt.logits_at.empty();
+  if (!opt.padding_free || opt.inference || logits) return B * L;
+  const std::vector<int64_t> n = loss_lengths(b, cfg_.ignore_index);
+  int64_t rows = 0;
+  for (int64_t len : n) rows += len;
+  if (rows == 0 || rows == B * L) return B * L;  // nothing to drop (or no loss at all: keep the batch as it is)
+  for (int64_t r = 0; r < B; ++r) {
+    const int64_t len = n[std::size_t(r)];
+    if (len == 0) continue;
+    st.llm_rows.push_back({r * L, packed_rows(st), len});
+    st.packed.push_back(len);
+  }
+  return rows;
+}
+
 Tensor Llava::embed_inputs(const Batch& b, LlavaState& st, const ModelOptions& opt) const {
   const Device dev = store_->device();
   const int64_t B = b.batch, L = b.seq, C = cfg_.llm.hidden, T = cfg_.vision.tokens_per_image();
@@ -311,13 +349,24 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
   // LoRA dropout draws its masks from a key per training pass (the backward draws them again).
   std::optional<LoraDropoutScope> lora_dropout;
   if (need_llm_grad && cfg_.llm.lora.dropout > 0.f) lora_dropout.emplace(st.lora_key = ++lora_passes_);
-  Tensor hidden = llm_->forward(embeds, st.llm, opt.llm_policy, need_llm_grad ? Saving::ForBackward : Saving::Nothing);
+  const int64_t rows = pack_llm_rows(b, st, opt);
+  if (!st.packed.empty()) {
+    MemoryScope scope(Category::Activations, str(kLlmPrefix, ".padding_free"));
+    embeds = pack_rows(embeds.view({B * L, C}), st.llm_rows, rows).view({1, rows, C});
+  }
+  Tensor hidden =
+      llm_->forward(embeds, st.llm, opt.llm_policy, need_llm_grad ? Saving::ForBackward : Saving::Nothing, st.packed);
   embeds = Tensor();
   MemoryScope scope(Category::Activations, "language_model.loss");
   hook_before(hooks_, head_group_, Pass::Forward);
   keep_logits(hidden, b, st, opt);
   st.labels_shift = shift_labels(b, cfg_, dev, st.label_runs, st.valid_labels);
-  st.hidden_shift = pack_rows(hidden.view({B * L, C}), st.label_runs, B * (L - 1));
+  if (!st.packed.empty()) {  // the labelled positions' rows in the packed LLM rows
+    std::vector<int64_t> row_at(std::size_t(B), 0);
+    for (const RowRun& r : st.llm_rows) row_at[std::size_t(r.from / L)] = r.to;
+    for (RowRun& r : st.label_runs) r.from = row_at[std::size_t(r.from / L)] + r.from % L;
+  }
+  st.hidden_shift = pack_rows(hidden.view({rows, C}), st.label_runs, B * (L - 1));
   hidden = Tensor();
   st.ce_options.ignore_index = cfg_.ignore_index;
   st.ce_options.normalizer = float(std::max<int64_t>(st.valid_labels, 1));
@@ -378,10 +427,15 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
     st.ce = {};
     watch_output(watch_, head_group_, Pass::Backward, g.dhidden);
     hook_after(hooks_, head_group_, Pass::Backward);
-    d_hidden = unpack_rows(g.dhidden, st.label_runs, {B, L, C});
+    const int64_t rows = packed_rows(st);
+    d_hidden = unpack_rows(g.dhidden, st.label_runs, st.packed.empty() ? Shape{B, L, C} : Shape{1, rows, C});
   }
   Tensor d_embeds = llm_->backward(d_hidden, st.llm);
   d_hidden = Tensor();
+  if (!st.packed.empty()) {  // the dropped positions' gradient is zero
+    MemoryScope scope(Category::Activations, str(kLlmPrefix, ".padding_free"));
+    d_embeds = unpack_rows(d_embeds.view({packed_rows(st), C}), st.llm_rows, {B, L, C});
+  }
   Tensor d_tokens;  // the images' tokens' gradient, (sum of st.image_tokens, C)
   if (st.has_images && (projector_trainable_ || vision_trainable_)) d_tokens = image_token_grads(d_embeds, st);
   if (llm_trainable_) {

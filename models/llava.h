@@ -28,6 +28,10 @@ struct ModelOptions {
   int64_t logits_to_keep = -1;
   int64_t ce_chunk_rows = 0;  // rows of the fused cross-entropy per chunk; 0: default
   bool inference = false;     // no backward will follow: keep no activations (evaluation, generation)
+  // Padding-free training passes (train.padding_free): the LLM runs only the positions the loss reads, each row's
+  // tokens up to its last labelled one, packed back to back (loss_lengths); the rest (padding, an unlabelled
+  // tail) changes no loss and no gradient. Not with logits asked for, nor in inference.
+  bool padding_free = false;
 };
 
 // Rows [from, from + count) of one row layout are rows [to, to + count) of another.
@@ -48,7 +52,11 @@ struct LlavaState {
   // (B*(L-1), C) and (B*(L-1)): the positions whose next token has a label, in order, then zeros and ignore_index.
   // Position t predicts token t+1.
   Tensor hidden_shift, labels_shift;
-  std::vector<RowRun> label_runs;  // where those positions are in the (B*L) batch, and where they went
+  std::vector<RowRun> label_runs;  // where those positions are in the LLM's rows, and where they went
+  // Padding-free: where each kept row's positions are in the (B*L) batch and in the LLM's packed (1, total) rows,
+  // and the packed sequences' lengths; both empty when the LLM ran the whole (B, L) batch.
+  std::vector<RowRun> llm_rows;
+  std::vector<int64_t> packed;
   core::CrossEntropyOut ce;
   core::CrossEntropyOptions ce_options;
   int64_t batch = 0, seq = 0;
@@ -58,6 +66,12 @@ struct LlavaState {
   bool backward_ready = false;  // forward kept what backward needs
   uint64_t lora_key = 0;        // the LoRA dropout key of this training pass (0: no dropout)
 };
+
+// The positions of each row of `b` a training pass's loss depends on: through its last labelled token (that
+// token's own hidden state predicts nothing, but keeping it keeps a fully labelled row whole, so the planner's
+// worst case is never packed); 0 for a row without labels. In a causal model nothing before a position depends on
+// what comes after it, so dropping the rest changes no loss and no gradient.
+std::vector<int64_t> loss_lengths(const Batch& b, int64_t ignore_index);
 
 class Llava final : public GroupedParams {
  public:
@@ -117,6 +131,8 @@ class Llava final : public GroupedParams {
   Tensor image_token_grads(const Tensor& d_embeds, const LlavaState& st) const;
   // st.logits as options ask for them: all (return_logits, logits_to_keep 0) or the rows they name.
   void keep_logits(const Tensor& hidden, const Batch& b, LlavaState& st, const ModelOptions& options) const;
+  // Padding-free: fills st.llm_rows and st.packed when the pass drops positions; returns the LLM's rows.
+  int64_t pack_llm_rows(const Batch& b, LlavaState& st, const ModelOptions& options) const;
   // The loss of the forward pass, which it ends (0 where generation wants only the logits).
   float head_loss(LlavaState& st, const ModelOptions& options) const;
   // lm_head over the rows `rows` of hidden (tokens, C): (rows, vocab).

@@ -222,6 +222,8 @@ json setup_json(const std::string& config, const RunConfig& c, const Plan& plan,
         {"llm", models::checkpoint_name(plan.config.llm_ckpt.kind)},
         {"llm_last_block_kept", plan.config.llm_ckpt.keep_last}}},
       {"zero_stage", plan.config.zero.stage},
+      // train.padding_free: the LLM ran only the positions the loss reads (tokens_per_step still counts the batch's).
+      {"padding_free", c.padding_free == PaddingFree::On},
       {"micro_batch_size", plan.config.micro_batch_size},
       {"gradient_accumulation_steps", plan.config.gradient_accumulation_steps},
       {"global_batch_size", plan.config.global_batch_size},

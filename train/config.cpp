@@ -291,6 +291,8 @@ void check_and_derive(RunConfig& c) {
            " quantizes the frozen base of a LoRA run; set lora.enable: true (or lora.base_bits: 16)");
   if (c.init_weights.empty()) c.init_weights = c.model.name_or_path;  // a Hugging Face directory's own weights
   if (c.pad_to_multiple_of == 0) c.pad_to_multiple_of = c.device.rfind("cuda", 0) == 0 ? 64 : 1;
+  if (c.padding_free == PaddingFree::Auto)
+    c.padding_free = c.device.rfind("cuda", 0) == 0 ? PaddingFree::Off : PaddingFree::On;
   if (c.grad_accum == GradAccum::Auto)
     c.grad_accum = c.precision == Precision::BF16 ? GradAccum::Fp32 : GradAccum::Model;
   const models::LlavaConfig& m = c.model.config;

@@ -26,6 +26,10 @@ enum class OnNonfinite : uint8_t { Stop, Skip };
 OnNonfinite parse_on_nonfinite(const std::string& s);
 enum class Stage : uint8_t { Pretrain, Finetune, Full };  // projector only; projector + LLM; everything
 enum class ProgressBar : uint8_t { Auto, On, Off };
+// train.padding_free: a training pass's LLM runs only the positions its loss reads (models::loss_lengths), the
+// rows packed back to back. auto resolves at load: on for the CPU, whose attention runs each packed sequence as
+// its own launch at no cost; off on CUDA, where cuDNN's attention would build a graph per sequence length.
+enum class PaddingFree : uint8_t { Auto, On, Off };
 // memory.grad_accum_dtype: the dtype gradients of a 16-bit model accumulate in (across tokens, loss chunks,
 // micro-batches): fp32, or the model's own. auto resolves at load: fp32 for bf16 runs (DeepSpeed's
 // data_types.grad_accum_dtype, the f32 gradients of PyTorch's autocast), the model's for fp16 (whose loss scaling
@@ -74,6 +78,7 @@ struct RunConfig {
   int num_workers = 2, prefetch = 16;
   data::OnBadSample on_bad_sample = data::OnBadSample::Skip;
   OnNonfinite on_nonfinite = OnNonfinite::Stop;
+  PaddingFree padding_free = PaddingFree::Auto;
   // train
   Stage stage = Stage::Full;
   int64_t micro_batch_size = 4, gradient_accumulation_steps = 1, global_batch_size = 0;

@@ -105,6 +105,12 @@ Stage parse_stage(const std::string& s) {
   if (s == "full") return Stage::Full;
   throw Error("'" + s + "' is not one of: pretrain, finetune, full");
 }
+PaddingFree parse_padding_free(const std::string& s) {
+  if (s == "auto") return PaddingFree::Auto;
+  if (s == "true" || s == "on") return PaddingFree::On;
+  if (s == "false" || s == "off") return PaddingFree::Off;
+  throw Error("'" + s + "' is not one of: auto, true, false");
+}
 ProgressBar parse_bar(const std::string& s) {
   if (s == "auto") return ProgressBar::Auto;
   if (s == "true" || s == "on") return ProgressBar::On;
@@ -205,6 +211,7 @@ std::vector<Key> data_keys() {
       {"data.prefetch", "16", count(&RunConfig::prefetch, 0, kMaxPrefetch)},
       {"data.on_bad_sample", "skip", choice(&RunConfig::on_bad_sample, data::parse_on_bad_sample)},
       {"train.on_nonfinite", "stop", choice(&RunConfig::on_nonfinite, parse_on_nonfinite)},
+      {"train.padding_free", "auto", choice(&RunConfig::padding_free, parse_padding_free)},
   };
 }
 

@@ -36,6 +36,7 @@ Engine::Engine(const RunConfig& c, Device device, parallel::Communicator& comm)
   options_.vision_policy = c.vision_ckpt;
   options_.llm_policy = c.llm_ckpt;
   options_.ce_chunk_rows = c.ce_chunk_rows;
+  options_.padding_free = c.padding_free == PaddingFree::On;
 }
 
 Engine::~Engine() = default;

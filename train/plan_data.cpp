@@ -33,7 +33,7 @@ std::vector<std::vector<std::vector<MicroShape>>> steps_of_data(const RunConfig&
     for (int64_t a = 0; a < c.gradient_accumulation_steps; ++a) {
       const std::vector<data::LoadedBatch> every = loader.next_for_every_rank();
       for (int r = 0; r < world; ++r) {
-        out[std::size_t(r)][std::size_t(s)].push_back(shape_of(every[std::size_t(r)].batch));
+        out[std::size_t(r)][std::size_t(s)].push_back(shape_of(every[std::size_t(r)].batch, c));
         for (const data::Example& e : every[std::size_t(r)].examples)
           for (int64_t t : e.image_tokens) d.largest_image_tokens = std::max(d.largest_image_tokens, t);
       }

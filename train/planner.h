@@ -32,11 +32,15 @@ struct MicroShape {
   int64_t batch = 0, seq = 0, images = 0;
   // AnyRes: each image's size, which decides its crops and tokens (the batch's memory); empty otherwise.
   std::vector<data::Resolution> image_sizes;
+  // train.padding_free: the positions the LLM runs, packed, and the longest of its sequences (what its memory
+  // depends on); 0 when it runs the whole batch.
+  int64_t packed_rows = 0, packed_longest = 0;
   auto operator<=>(const MicroShape&) const = default;
 };
 
-// What a dry run of `batch` runs: its rows, length, images and their sizes.
-MicroShape shape_of(const data::Batch& batch);
+// What a dry run of `batch` runs: its rows, length, images and their sizes, and with c's train.padding_free the
+// LLM's packed rows.
+MicroShape shape_of(const data::Batch& batch, const RunConfig& c);
 
 // AnyRes: the size of each image of the plan's worst case: the largest layout (the most crops, then the most
 // tokens) a sequence of data.max_seq_len has room for beside its BOS, a token of text and its other images, at most

@@ -194,6 +194,24 @@ LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s, Device ho
       b.labels[std::size_t(r * s.seq + t)] = m.ignore_index;
     }
   }
+  if (s.packed_rows > 0) {  // rows of packed_longest, a last shorter one, then rows without labels
+    HR_CHECK(s.packed_longest >= 2 && s.packed_longest <= s.seq && s.packed_rows < s.batch * s.seq &&
+                 s.packed_rows <= s.batch * s.packed_longest,
+             "[plan] ", s.batch, " rows of ", s.seq, " tokens cannot pack ", s.packed_rows,
+             " positions in sequences of at most ", s.packed_longest);
+    std::vector<int64_t> lengths;
+    for (int64_t left = s.packed_rows; left > 0; left -= lengths.back())
+      lengths.push_back(std::min(left, s.packed_longest));
+    if (lengths.back() == 1) {  // a labelled sequence keeps at least 2 positions
+      HR_CHECK(s.packed_longest > 2, "[plan] ", s.packed_rows, " positions cannot pack in sequences of 2");
+      --lengths[lengths.size() - 2], ++lengths.back();
+    }
+    for (int64_t r = 0; r < s.batch; ++r) {
+      const int64_t n = r < int64_t(lengths.size()) ? lengths[std::size_t(r)] : 0;
+      for (int64_t t = std::max<int64_t>(n, 1); t < s.seq; ++t) b.labels[std::size_t(r * s.seq + t)] = m.ignore_index;
+      if (n > 0) b.labels[std::size_t(r * s.seq + n - 1)] = int64_t('a') + ByteTokenizer::kByteOffset;
+    }
+  }
   if (crops > 0) {
     MemoryScope scope(Category::IO, "loader");
     const Shape shape{crops, m.vision.channels, m.vision.image_size, m.vision.image_size};
@@ -255,8 +273,16 @@ int64_t Predictor::eval_rows() const {
                : config_.eval_batch_size;
 }
 
-MicroShape shape_of(const data::Batch& b) {
-  return {b.batch, b.seq, data::images_of(b), b.image_sizes};
+MicroShape shape_of(const data::Batch& b, const RunConfig& c) {
+  MicroShape s{b.batch, b.seq, data::images_of(b), b.image_sizes};
+  if (c.padding_free != PaddingFree::On) return s;
+  int64_t rows = 0, longest = 0;
+  for (int64_t n : models::loss_lengths(b, c.model.config.ignore_index)) {
+    rows += n;
+    longest = std::max(longest, n);
+  }
+  if (rows > 0 && rows < b.batch * b.seq) s.packed_rows = rows, s.packed_longest = longest;  // as Llava packs
+  return s;
 }
 
 data::Resolution planned_image(const RunConfig& c) {

@@ -67,7 +67,7 @@ Engine::StepStats StepRunner::forward_backward(Drawn& d, StepOutcome& out) {
   auto next = [&] {
     if (d.at == d.pending.size()) draw(d);
     LoadedBatch& lb = d.pending[d.at++];
-    d.shapes.push_back(shape_of(lb.batch));
+    d.shapes.push_back(shape_of(lb.batch, c_));
     return lb;
   };
   const bool planned = c_.allocator == AllocatorKind::Planned;
@@ -76,7 +76,7 @@ Engine::StepStats StepRunner::forward_backward(Drawn& d, StepOutcome& out) {
       if (planned) {  // the step follows the plan of its shapes: every micro-batch is drawn first, to know them
         while (d.batches.size() < std::size_t(c_.gradient_accumulation_steps)) draw(d);
         StepShapes shapes;
-        for (const LoadedBatch& lb : d.pending) shapes.push_back(shape_of(lb.batch));
+        for (const LoadedBatch& lb : d.pending) shapes.push_back(shape_of(lb.batch, c_));
         p_.device.begin_stretch(p_.predictions.of(shapes).layout);
       }
       return p_.engine.step(next, c_.gradient_accumulation_steps * split_, p_.scaler.scale());

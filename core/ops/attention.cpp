@@ -1,6 +1,8 @@
 // Fused attention: shape rules, allocation, dispatch.
 #include "core/ops/attention.h"
 
+#include <algorithm>
+
 #include "core/ops/dispatch.h"
 
 namespace hr::core {
@@ -96,6 +98,106 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   a.workspace = allocate_workspace(
       sizing_kernels(q.device()).attention_workspace_bytes(a.desc, AttentionPass::Backward), q.device());
   launch("attention_backward", q.device(), &Kernels::attention_backward, a);
+  return g;
+}
+
+namespace {
+// The packed tensors' sequences: each one's views of q, k, v (and of the others given) as a batch of one.
+struct PackedSequences {
+  const char* op;
+  std::vector<int64_t> lengths;
+  int64_t total = 0;
+
+  PackedSequences(const char* op_name, const Tensor& q, const Tensor& k, const std::vector<int64_t>& seq_lengths)
+      : op(op_name), lengths(seq_lengths) {
+    HR_CHECK(q.dim() == 4 && q.size(0) == 1 && k.dim() == 4 && k.size(0) == 1, "[", op,
+             "] packed q, k, v must be (1, total, heads, head_dim); got ", q.describe(), " and ", k.describe());
+    for (int64_t n : lengths) {
+      HR_CHECK(n > 0, "[", op, "] a packed sequence has length ", n, "; every one needs at least one token");
+      total += n;
+    }
+    HR_CHECK(!lengths.empty() && total == q.size(1) && total == k.size(1), "[", op, "] ", lengths.size(),
+             " sequences of ", total, " tokens in all do not pack q ", shape_str(q.shape()), " and k ",
+             shape_str(k.shape()));
+  }
+  // Rows [at, at + n) of a packed (1, total, heads, head_dim) tensor.
+  static Tensor rows(const Tensor& t, int64_t at, int64_t n) { return t.slice(1, at, at + n); }
+  // Sequence at..at+n's (1, heads, n) block of a packed lse.
+  static Tensor lse_rows(const Tensor& lse, int64_t heads, int64_t at, int64_t n) {
+    return lse.slice(0, heads * at, heads * (at + n)).view({1, heads, n});
+  }
+};
+}  // namespace
+
+AttentionOut attention_forward_packed(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const std::vector<int64_t>& lengths, Mask mask, float scale, int64_t window) {
+  const PackedSequences p("attention_forward_packed", q, k, lengths);
+  describe(p.op, q, k, v, mask, window);  // the whole tensors' checks
+  const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
+  AttentionOut out;
+  out.out = Tensor::empty(q.shape(), q.dtype(), q.device());
+  out.lse = Tensor::empty({q.size(2) * p.total}, DType::F32, q.device());
+  std::size_t bytes = 0;
+  for (int64_t at = 0; int64_t n : p.lengths) {
+    const AttentionDesc d = describe(p.op, p.rows(qc, at, n), p.rows(kc, at, n), p.rows(vc, at, n), mask, window);
+    bytes = std::max(bytes, sizing_kernels(q.device()).attention_workspace_bytes(d, AttentionPass::Forward));
+    at += n;
+  }
+  const Tensor workspace = allocate_workspace(bytes, q.device());
+  for (int64_t at = 0; int64_t n : p.lengths) {
+    AttentionArgs a;
+    a.q = p.rows(qc, at, n);
+    a.k = p.rows(kc, at, n);
+    a.v = p.rows(vc, at, n);
+    a.desc = describe(p.op, a.q, a.k, a.v, mask, window);
+    a.scale = scale;
+    a.out = p.rows(out.out, at, n);
+    a.lse = p.lse_rows(out.lse, a.desc.q_heads, at, n);
+    a.workspace = workspace;
+    launch("attention_forward_packed", q.device(), &Kernels::attention_forward, a);
+    at += n;
+  }
+  return out;
+}
+
+AttentionGrads attention_backward_packed(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const AttentionOut& saved, const std::vector<int64_t>& lengths, Mask mask,
+                                         float scale, int64_t window) {
+  const PackedSequences p("attention_backward_packed", q, k, lengths);
+  describe(p.op, q, k, v, mask, window);
+  check_shape(p.op, "dout", dout, q.shape());
+  check_shape(p.op, "out", saved.out, q.shape());
+  check_shape(p.op, "lse", saved.lse, {q.size(2) * p.total});
+  const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), oc = saved.out.contiguous(),
+               lc = saved.lse.contiguous(), dc = dout.contiguous();
+  AttentionGrads g;
+  g.dq = Tensor::empty(q.shape(), q.dtype(), q.device());
+  g.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
+  g.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
+  std::size_t bytes = 0;
+  for (int64_t at = 0; int64_t n : p.lengths) {
+    const AttentionDesc d = describe(p.op, p.rows(qc, at, n), p.rows(kc, at, n), p.rows(vc, at, n), mask, window);
+    bytes = std::max(bytes, sizing_kernels(q.device()).attention_workspace_bytes(d, AttentionPass::Backward));
+    at += n;
+  }
+  const Tensor workspace = allocate_workspace(bytes, q.device());
+  for (int64_t at = 0; int64_t n : p.lengths) {
+    AttentionArgs a;
+    a.q = p.rows(qc, at, n);
+    a.k = p.rows(kc, at, n);
+    a.v = p.rows(vc, at, n);
+    a.desc = describe(p.op, a.q, a.k, a.v, mask, window);
+    a.scale = scale;
+    a.out = p.rows(oc, at, n);
+    a.lse = p.lse_rows(lc, a.desc.q_heads, at, n);
+    a.dout = p.rows(dc, at, n);
+    a.dq = p.rows(g.dq, at, n);
+    a.dk = p.rows(g.dk, at, n);
+    a.dv = p.rows(g.dv, at, n);
+    a.workspace = workspace;
+    launch("attention_backward_packed", q.device(), &Kernels::attention_backward, a);
+    at += n;
+  }
   return g;
 }
 

@@ -1,6 +1,8 @@
 // Fused attention (FlashAttention-style tiles with an online softmax): O(L) memory forward and backward.
 #pragma once
 
+#include <vector>
+
 #include "core/ops/params.h"
 
 namespace hr::core {
@@ -28,5 +30,16 @@ struct AttentionGrads {
 };
 AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const AttentionOut& saved, Mask mask, float scale, int64_t window = 0);
+
+// Packed (padding-free) sequences, as flash-attn's varlen functions take them: q (1, total, q_heads, head_dim) and
+// k, v (1, total, kv_heads, head_dim) hold `lengths` sequences back to back (total their sum), each attending only
+// to itself, as attention_forward would with that sequence alone. lse is f32 (q_heads * total): sequence s's
+// (1, q_heads, lengths[s]) block after those of the sequences before it. Each sequence is one launch of the
+// kernels above, on views of the packed tensors, with one workspace sized for the longest.
+AttentionOut attention_forward_packed(const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const std::vector<int64_t>& lengths, Mask mask, float scale, int64_t window = 0);
+AttentionGrads attention_backward_packed(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const AttentionOut& saved, const std::vector<int64_t>& lengths, Mask mask,
+                                         float scale, int64_t window = 0);
 
 }  // namespace hr::core

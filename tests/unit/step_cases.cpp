@@ -109,6 +109,14 @@ std::vector<StepCase> step_cases() {
        2,
        {"model.image_grid_pinpoints=[[8, 16], [16, 16]]", "data.max_seq_len=64", "memory.zero_stage=3",
         "train.gradient_accumulation_steps=2"}},
+      // train.padding_free (on for the CPU): the LLM runs the labelled rows' positions packed, each sequence's
+      // attention its own launch; with a row of no labels at all (the second case's second row).
+      {"padding_free_bf16_selective", 1, {"memory.precision=bf16", "memory.gradient_checkpointing=selective"}, 37, 23},
+      {"padding_free_z3_full_accumulate",
+       2,
+       {"memory.zero_stage=3", "memory.gradient_checkpointing=full", "train.gradient_accumulation_steps=2"},
+       20,
+       20},
       {"lora_fp4_z3_full",
        2,
        {"lora.enable=true", "lora.r=2", "lora.base_bits=4", "lora.quant_type=fp4", "lora.double_quant=false",
@@ -117,7 +125,10 @@ std::vector<StepCase> step_cases() {
 }
 
 StepEngine::StepEngine(const StepCase& c, Device device, const std::function<void(bool)>& initialising)
-    : device_(device), host_(device.type == DeviceType::Meta ? Device{DeviceType::Meta, 1} : Device::host()) {
+    : packed_rows_(c.packed_rows),
+      packed_longest_(c.packed_longest),
+      device_(device),
+      host_(device.type == DeviceType::Meta ? Device{DeviceType::Meta, 1} : Device::host()) {
   std::vector<std::string> sets = kBase;
   sets.insert(sets.end(), c.sets.begin(), c.sets.end());
   config_ = train::load_config("", sets, c.world);
@@ -140,9 +151,14 @@ std::vector<data::Resolution> StepEngine::image_sizes(int64_t images) const {
                                        models::anyres_worst_image(m.anyres, m.vision.image_size, m.vision.grid()));
 }
 
-void StepEngine::step() {
+std::vector<train::MicroShape> StepEngine::step_shapes() const {
   const int64_t m = config_.micro_batch_size, images = m * config_.max_images_per_sample;
-  const train::MicroShape shape{m, config_.max_seq_len, images, image_sizes(images)};
+  const train::MicroShape shape{m, config_.max_seq_len, images, image_sizes(images), packed_rows_, packed_longest_};
+  return std::vector<train::MicroShape>(std::size_t(config_.gradient_accumulation_steps), shape);
+}
+
+void StepEngine::step() {
+  const train::MicroShape shape = step_shapes().front();
   engine_->step([&] { return train::synthetic_batch(config_.model.config, shape, host_); },
                 config_.gradient_accumulation_steps, 1.f);
   engine_->update(1e-3f, 1.f);

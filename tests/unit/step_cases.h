@@ -12,6 +12,7 @@
 #include "train/config.h"
 #include "train/engine.h"
 #include "train/evaluate.h"
+#include "train/planner.h"
 
 namespace hr::test {
 
@@ -19,6 +20,9 @@ struct StepCase {
   std::string name;
   int world = 1;
   std::vector<std::string> sets;  // --set overrides on top of the small base config
+  // train.padding_free: the LLM's packed rows a micro-batch and the longest sequence (train::MicroShape); 0: the
+  // worst case, every position labelled.
+  int64_t packed_rows = 0, packed_longest = 0;
 };
 
 std::vector<StepCase> step_cases();
@@ -30,8 +34,10 @@ class StepEngine {
  public:
   StepEngine(const StepCase& c, core::Device device, const std::function<void(bool)>& initialising = {});
   ~StepEngine();
-  // One optimizer step at the worst-case shapes (every micro-batch of the accumulation).
+  // One optimizer step at the worst-case shapes (every micro-batch of the accumulation), or packed as the case
+  // says: step_shapes().
   void step();
+  std::vector<train::MicroShape> step_shapes() const;
   // One evaluation loss pass at the worst-case shapes, as Predictor::evaluation dry-runs it (`logit_rows`
   // positions' logits kept); returns its shape.
   train::EvalShape evaluate(int64_t logit_rows);
@@ -41,6 +47,7 @@ class StepEngine {
   // AnyRes: `images` images of the largest layout (the planner's worst case); none otherwise.
   std::vector<data::Resolution> image_sizes(int64_t images) const;
   train::RunConfig config_;
+  int64_t packed_rows_ = 0, packed_longest_ = 0;
   core::Device device_, host_;
   std::unique_ptr<parallel::Communicator> comm_;
   std::unique_ptr<train::Engine> engine_;

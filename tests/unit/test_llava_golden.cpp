@@ -4,6 +4,8 @@
 // biases and tied embeddings).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "core/memory/device_memory.h"
 #include "golden_util.h"
 #include "models/model_spec.h"
@@ -125,6 +127,75 @@ TEST_P(Golden, FusedKernelsChangeNoBit) {
       EXPECT_TRUE(fused[i] == unfused[i])
           << "policy " << int(kind) << ": output " << i << " (0 the loss, 1 the logits, then the gradients) differs";
   }
+}
+
+// Padding-free training passes (ModelOptions::padding_free): with each row's positions after its last labelled
+// token dropped (rows of several lengths and one of none), the LLM runs the rest packed, and the loss and every
+// gradient are those of the whole batch: f32 within summation order (the weight gradients add fewer zero rows), bf16
+// within its rounding. With every checkpoint policy, fused kernels and not.
+TEST_P(Golden, PaddingFreeGivesTheLossAndGradientsOfTheWholeBatch) {
+  const std::string cs = std::get<0>(GetParam());
+  const DType dt = std::get<1>(GetParam());
+  const ModelSpec spec = load_model_spec(golden(cs + ".yaml"));
+  // Three rows from the golden two: row 0 without its last 3 labels, row 1 without any, row 1 again whole (with
+  // its images), so that a labelled row follows a shorter one and one of none in the packed rows.
+  Batch batch = test::load_batch(golden(cs + "_batch.safetensors"));
+  const int64_t L = batch.seq;
+  ASSERT_EQ(batch.batch, 2);
+  for (int64_t t = L, taken = 0; t-- > 0 && taken < 3;)
+    if (batch.labels[std::size_t(t)] != -100) batch.labels[std::size_t(t)] = -100, ++taken;
+  for (auto* v : {&batch.input_ids, &batch.labels}) {
+    const std::vector<int64_t> row1(v->begin() + L, v->begin() + 2 * L);
+    v->insert(v->end(), row1.begin(), row1.end());
+  }
+  std::fill(batch.labels.begin() + L, batch.labels.begin() + 2 * L, -100);
+  batch.batch = 3;
+  const int64_t row1_images =
+      std::count(batch.input_ids.begin() + L, batch.input_ids.begin() + 2 * L, spec.config.image_token_id) /
+      spec.config.vision.tokens_per_image();
+  if (row1_images > 0) {
+    std::vector<float> pixels = batch.pixel_values.to_floats();
+    const std::size_t image = pixels.size() / std::size_t(batch.pixel_values.size(0));
+    const std::vector<float> last(pixels.end() - std::ptrdiff_t(image * std::size_t(row1_images)), pixels.end());
+    pixels.insert(pixels.end(), last.begin(), last.end());
+    Shape shape = batch.pixel_values.shape();
+    shape[0] += row1_images;
+    batch.pixel_values = Tensor::from_floats(pixels, shape, DType::F32, Device::cpu());
+  }
+  const Checkpoint weights = Checkpoint::open(golden(test::first_line(golden(cs + ".weights"))));
+  auto run = [&](bool padding_free, FusedKernels kernels, CheckpointKind kind) {
+    LlavaConfig cfg = spec.config;
+    cfg.llm.kernels = cfg.vision.kernels = kernels;
+    Llava model(cfg, Device::cpu(), dt);
+    model.set_trainable({.vision = !spec.freeze_vision, .projector = !spec.freeze_projector, .llm = !spec.freeze_llm});
+    load_weights(model.params(), weights);
+    ModelOptions opt;
+    opt.padding_free = padding_free;
+    opt.vision_policy.kind = opt.llm_policy.kind = kind;
+    LlavaState st;
+    std::vector<std::vector<float>> out{{model.forward(batch, st, opt)}};
+    EXPECT_EQ(st.packed.empty(), !padding_free) << "the pass " << (padding_free ? "did not pack" : "packed");
+    model.backward(st);
+    for (const auto& p : model.params().all())
+      if (p->grad.defined()) out.push_back(p->grad.to_floats());
+    return out;
+  };
+  for (FusedKernels kernels : {FusedKernels::Auto, FusedKernels::Off})
+    for (CheckpointKind kind : {CheckpointKind::None, CheckpointKind::Full}) {
+      const auto packed = run(true, kernels, kind), whole = run(false, kernels, kind);
+      ASSERT_EQ(packed.size(), whole.size());
+      for (std::size_t i = 0; i < packed.size(); ++i) {
+        if (dt == DType::F32) {
+          const test::Mismatch m = test::compare(packed[i], whole[i], 1e-4, 1e-6);
+          EXPECT_LE(m.worst, 1.0) << "output " << i << " (0 the loss, then the gradients), policy " << int(kind)
+                                  << ": element " << m.at << " is " << m.got << " packed, " << m.want << " whole";
+        } else {
+          const std::vector<float> zero(whole[i].size(), 0.f);
+          EXPECT_LE(norm_diff(packed[i], whole[i]), std::max(0.02 * norm_diff(whole[i], zero), 1e-4))
+              << "output " << i << " (0 the loss, then the gradients), policy " << int(kind);
+        }
+      }
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Golden,

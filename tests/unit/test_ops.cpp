@@ -821,3 +821,82 @@ TEST(Attention, AWindowOfWKeysEndsAtTheQuerysOwnPosition) {
         << e.what();
   }
 }
+
+// Packed (padding-free) sequences: attention_forward_packed / attention_backward_packed give each sequence exactly
+// what attention_forward / attention_backward give it alone (the same kernels on views), and, within the bounds of
+// a padded batch's other tile shapes, what that sequence's rows get in a right-padded causal batch: padding after a
+// sequence changes none of its outputs and, with a zero output gradient there, none of its gradients. Odd lengths
+// (1, 5, 33, 70: tile edges), grouped heads, a sliding window; f32 and bf16.
+TEST(Attention, PackedSequencesGetWhatEachGetsAloneAndInARightPaddedBatch) {
+  const std::vector<int64_t> lengths = {70, 5, 1, 33};
+  const int64_t B = int64_t(lengths.size()), L = 70, H = 4, Hkv = 2, D = 16;
+  int64_t total = 0;
+  for (int64_t n : lengths) total += n;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto random = [&](int64_t rows, int64_t heads) {
+    std::vector<float> v(std::size_t(rows * heads * D));
+    for (float& x : v) x = nd(rng);
+    return v;
+  };
+  // The padded batch's values (pad rows random too; dout zero there), and the packed copy of its sequences.
+  const std::vector<float> qp = random(B * L, H), kp = random(B * L, Hkv), vp = random(B * L, Hkv);
+  std::vector<float> dp = random(B * L, H);
+  auto pack = [&](const std::vector<float>& padded, int64_t heads) {
+    std::vector<float> out;
+    for (int64_t b = 0; b < B; ++b)
+      out.insert(out.end(), padded.begin() + b * L * heads * D,
+                 padded.begin() + (b * L + lengths[std::size_t(b)]) * heads * D);
+    return out;
+  };
+  for (int64_t b = 0; b < B; ++b)
+    std::fill(dp.begin() + (b * L + lengths[std::size_t(b)]) * H * D, dp.begin() + (b + 1) * L * H * D, 0.f);
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t window : {int64_t(0), int64_t(9)}) {
+      SCOPED_TRACE(str(dtype_name(dt), " window ", window));
+      auto make = [&](const std::vector<float>& v, Shape s) { return Tensor::from_floats(v, s, dt, kBackend); };
+      const Tensor q = make(pack(qp, H), {1, total, H, D}), k = make(pack(kp, Hkv), {1, total, Hkv, D}),
+                   v = make(pack(vp, Hkv), {1, total, Hkv, D}), dout = make(pack(dp, H), {1, total, H, D});
+      const float scale = 0.3f;
+      const AttentionOut o = attention_forward_packed(q, k, v, lengths, Mask::Causal, scale, window);
+      const AttentionGrads g = attention_backward_packed(dout, q, k, v, o, lengths, Mask::Causal, scale, window);
+      const Tensor padded_q = make(qp, {B, L, H, D}), padded_k = make(kp, {B, L, Hkv, D}),
+                   padded_v = make(vp, {B, L, Hkv, D});
+      const AttentionOut po = attention_forward(padded_q, padded_k, padded_v, Mask::Causal, scale, window);
+      const AttentionGrads pg =
+          attention_backward(make(dp, {B, L, H, D}), padded_q, padded_k, padded_v, po, Mask::Causal, scale, window);
+      auto floats = [](const Tensor& t) { return t.to(Device::cpu()).to_floats(); };
+      const float tol = dt == DType::F32 ? 2e-5f : 2e-2f;
+      int64_t at = 0;
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t n = lengths[std::size_t(b)];
+        auto rows = [&](const Tensor& t) { return t.slice(1, at, at + n); };
+        const Tensor sq = rows(q).contiguous(), sk = rows(k).contiguous(), sv = rows(v).contiguous();
+        const AttentionOut alone = attention_forward(sq, sk, sv, Mask::Causal, scale, window);
+        const AttentionGrads ga =
+            attention_backward(rows(dout).contiguous(), sq, sk, sv, alone, Mask::Causal, scale, window);
+        EXPECT_EQ(floats(rows(o.out)), floats(alone.out)) << "sequence " << b;
+        EXPECT_EQ(floats(o.lse.slice(0, H * at, H * (at + n))), floats(alone.lse)) << "sequence " << b;
+        EXPECT_EQ(floats(rows(g.dq)), floats(ga.dq)) << "sequence " << b;
+        EXPECT_EQ(floats(rows(g.dk)), floats(ga.dk)) << "sequence " << b;
+        EXPECT_EQ(floats(rows(g.dv)), floats(ga.dv)) << "sequence " << b;
+        // Against the padded batch: row b's first n positions.
+        auto near = [&](const Tensor& packed, const Tensor& padded, const char* what) {
+          const std::vector<float> a = floats(rows(packed)), p = floats(padded.select(0, b).slice(0, 0, n));
+          ASSERT_EQ(a.size(), p.size());
+          for (std::size_t i = 0; i < a.size(); ++i)
+            ASSERT_NEAR(a[i], p[i], tol * (1.f + std::abs(p[i]))) << what << " of sequence " << b << " at " << i;
+        };
+        near(o.out, po.out, "out");
+        near(g.dq, pg.dq, "dq");
+        near(g.dk, pg.dk, "dk");
+        near(g.dv, pg.dv, "dv");
+        at += n;
+      }
+    }
+  EXPECT_THROW(attention_forward_packed(Tensor::zeros({1, 4, H, D}, DType::F32, kBackend),
+                                        Tensor::zeros({1, 4, Hkv, D}, DType::F32, kBackend),
+                                        Tensor::zeros({1, 4, Hkv, D}, DType::F32, kBackend), {3, 2}, Mask::Causal, 1.f),
+               Error)
+      << "lengths that do not add up to the packed rows";
+}

@@ -7,7 +7,9 @@
 #include <functional>
 
 #include "core/memory/device_memory.h"
+#include "models/llava.h"
 #include "step_cases.h"
+#include "train/planner.h"
 
 using namespace hr;
 using namespace hr::core;
@@ -85,3 +87,42 @@ TEST_P(StepTrace, MetaAllocatesExactlyAsCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Strategies, StepTrace, testing::ValuesIn(hr::test::step_cases()),
                          [](const testing::TestParamInfo<StepCase>& p) { return p.param.name; });
+
+// train.padding_free: a batch's shape counts the positions its loss reads (each row through its last labelled
+// token; none for a row without labels) and its longest such sequence, and the dry run's synthetic batch of that
+// shape has that shape again, so its memory is the batch's. The planner's worst case (every position labelled)
+// packs nothing; nor does a run with padding_free off.
+TEST(PaddingFree, ABatchShapeCountsTheLossPositionsAndItsSyntheticBatchHasThatShape) {
+  const train::RunConfig c = train::load_config(
+      "",
+      {"model.preset=tiny", "model.vision.image_size=8", "model.vision.patch_size=4", "model.llm.vocab_size=300",
+       "model.image_token_index=299", "data.max_seq_len=24", "train.micro_batch_size=3"},
+      1);
+  ASSERT_EQ(c.padding_free, train::PaddingFree::On) << "auto is on for the CPU";
+  const models::LlavaConfig& m = c.model.config;
+  const Device host{DeviceType::Meta, 1};
+  configure_device(host, {});
+  const train::MicroShape worst{3, 24, 3, {}};
+  EXPECT_EQ(train::shape_of(train::synthetic_batch(m, worst, host).batch, c), worst);
+  for (auto [rows, longest] : std::vector<std::pair<int64_t, int64_t>>{{47, 24}, {49, 24}, {2, 2}, {30, 15}, {9, 9}}) {
+    const train::MicroShape s{3, 24, 3, {}, rows, longest};
+    const data::Batch b = train::synthetic_batch(m, s, host).batch;
+    EXPECT_EQ(train::shape_of(b, c), s) << rows << " rows, longest " << longest;
+    train::RunConfig off = c;
+    off.padding_free = train::PaddingFree::Off;
+    EXPECT_EQ(train::shape_of(b, off), (train::MicroShape{3, 24, 3, {}})) << "padding_free off";
+  }
+  EXPECT_THROW(train::synthetic_batch(m, {3, 24, 3, {}, 5, 2}, host), Error) << "5 positions in sequences of 2";
+  EXPECT_THROW(train::synthetic_batch(m, {3, 24, 3, {}, 73, 24}, host), Error) << "more than the batch";
+
+  // A batch of hand-made labels: row 0 labelled up to position 20, row 1 nowhere (position 0's label is never
+  // predicted, so it does not count), row 2 at its last position.
+  data::Batch b = train::synthetic_batch(m, worst, host).batch;
+  for (int64_t t = 0; t < 24; ++t) {
+    b.labels[std::size_t(t)] = t <= 20 && t > 5 ? 7 : -100;
+    b.labels[std::size_t(24 + t)] = t == 0 ? 7 : -100;
+    b.labels[std::size_t(48 + t)] = t == 23 ? 7 : -100;
+  }
+  EXPECT_EQ(models::loss_lengths(b, -100), (std::vector<int64_t>{21, 0, 24}));
+  EXPECT_EQ(train::shape_of(b, c), (train::MicroShape{3, 24, 3, {}, 45, 24}));
+}
