@@ -291,8 +291,12 @@ void check_and_derive(RunConfig& c) {
            " quantizes the frozen base of a LoRA run; set lora.enable: true (or lora.base_bits: 16)");
   if (c.init_weights.empty()) c.init_weights = c.model.name_or_path;  // a Hugging Face directory's own weights
   if (c.pad_to_multiple_of == 0) c.pad_to_multiple_of = c.device.rfind("cuda", 0) == 0 ? 64 : 1;
-  if (c.padding_free == PaddingFree::Auto)
-    c.padding_free = c.device.rfind("cuda", 0) == 0 ? PaddingFree::Off : PaddingFree::On;
+  const bool cuda = c.device.rfind("cuda", 0) == 0;
+  HR_CHECK(!cuda || c.padding_free != PaddingFree::On, "[config] train.padding_free: true is for the CPU: on ",
+           c.device,
+           " cuDNN's attention would build a graph (and size a workspace) for every packed sequence "
+           "length, which the planner does not predict; use auto or false");
+  if (c.padding_free == PaddingFree::Auto) c.padding_free = cuda ? PaddingFree::Off : PaddingFree::On;
   if (c.grad_accum == GradAccum::Auto)
     c.grad_accum = c.precision == Precision::BF16 ? GradAccum::Fp32 : GradAccum::Model;
   const models::LlavaConfig& m = c.model.config;

@@ -315,11 +315,13 @@ TEST(Mpi, QloraUnderZero3MatchesASingleProcessAndMerges) {
 }
 
 TEST(Mpi, APlanForTwoRanksIsWhatEachRankMeasures) {
-  // Fixed shapes, so every step is the planned worst case. `headroom plan --world-size 2` runs in one process
+  // Fixed shapes run whole, so every step is the planned worst case. `headroom plan --world-size 2` runs in one process
   // and sizes each rank's workspaces for the threads that rank will have (oneDNN's scratchpads depend on it).
   const std::string base = fresh_dir("mpi_plan");
   const std::string cfg = config(base);
-  const std::string sets = " --set data.pad_to_max_length=true --set data.max_seq_len=40 --set train.max_steps=3";
+  const std::string sets =
+      " --set data.pad_to_max_length=true --set data.max_seq_len=40 --set train.max_steps=3"
+      " --set train.padding_free=false";
   for (int stage : {0, 3}) {
     const std::string stage_set = str(" --set memory.zero_stage=", stage);
     CmdResult p = run(str(HR_HEADROOM_BIN, " plan ", cfg, " --world-size 2 --json", sets, stage_set));

@@ -129,6 +129,7 @@ TEST(Train, AStepsMemoryTimelineIsItsDryRunsEventForEvent) {
     const std::string d = fresh_dir(str("timeline_", allocator));
     const std::string sets = " --set run.output_dir=" + d +
                              " --set train.max_steps=1 --set data.pad_to_max_length=true --set data.max_seq_len=48"
+                             " --set train.padding_free=false"  // the step is the plan's worst case
                              " --set memory.trace_steps=[1] --set memory.trace_clock=events"
                              " --set memory.gradient_checkpointing.llm=selective --set train.eval_steps=0"
                              " --set memory.allocator=" +

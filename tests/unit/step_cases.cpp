@@ -157,9 +157,9 @@ std::vector<train::MicroShape> StepEngine::step_shapes() const {
   return std::vector<train::MicroShape>(std::size_t(config_.gradient_accumulation_steps), shape);
 }
 
-void StepEngine::step() {
+void StepEngine::step(const std::function<data::LoadedBatch()>& batch) {
   const train::MicroShape shape = step_shapes().front();
-  engine_->step([&] { return train::synthetic_batch(config_.model.config, shape, host_); },
+  engine_->step([&] { return batch ? batch() : train::synthetic_batch(config_.model.config, shape, host_); },
                 config_.gradient_accumulation_steps, 1.f);
   engine_->update(1e-3f, 1.f);
 }

@@ -36,8 +36,9 @@ class StepEngine {
   ~StepEngine();
   // One optimizer step at the worst-case shapes (every micro-batch of the accumulation), or packed as the case
   // says: step_shapes().
-  void step();
+  void step(const std::function<data::LoadedBatch()>& batch = {});  // `batch`: each micro-batch instead
   std::vector<train::MicroShape> step_shapes() const;
+  core::Device host() const { return host_; }
   // One evaluation loss pass at the worst-case shapes, as Predictor::evaluation dry-runs it (`logit_rows`
   // positions' logits kept); returns its shape.
   train::EvalShape evaluate(int64_t logit_rows);

@@ -393,6 +393,19 @@ TEST(Config, GradientsOfBf16RunsAccumulateInF32UnlessSaidOtherwise) {
             std::string::npos);
 }
 
+// train.padding_free: auto is on for the CPU and off on CUDA; true on CUDA is refused by name (cuDNN would meet a
+// sequence length per packed row, which the planner does not predict); a bad value names the key.
+TEST(Config, PaddingFreeIsOnForTheCpuAndRefusedOnCuda) {
+  EXPECT_EQ(load_config("", {}).padding_free, PaddingFree::On);
+  EXPECT_EQ(load_config("", {"train.padding_free=false"}).padding_free, PaddingFree::Off);
+  EXPECT_EQ(load_config("", {"device.type=cuda:0"}).padding_free, PaddingFree::Off);
+  EXPECT_EQ(load_config("", {"device.type=cuda", "train.padding_free=off"}).padding_free, PaddingFree::Off);
+  EXPECT_NE(
+      error_of("", {"device.type=cuda", "train.padding_free=true"}).find("train.padding_free: true is for the CPU"),
+      std::string::npos);
+  EXPECT_NE(error_of("", {"train.padding_free=sometimes"}).find("train.padding_free"), std::string::npos);
+}
+
 // data.pad_to_multiple_of: auto pads to 64 on a GPU (a few shapes for cuDNN's graphs, tensor-core friendly) and
 // not at all on the CPU; a value must be a positive integer.
 TEST(Config, BatchesPadToAMultipleOf64OnAGpuByDefault) {

@@ -137,33 +137,38 @@ TEST_P(Golden, PaddingFreeGivesTheLossAndGradientsOfTheWholeBatch) {
   const std::string cs = std::get<0>(GetParam());
   const DType dt = std::get<1>(GetParam());
   const ModelSpec spec = load_model_spec(golden(cs + ".yaml"));
-  // Three rows from the golden two: row 0 without its last 3 labels, row 1 without any, row 1 again whole (with
-  // its images), so that a labelled row follows a shorter one and one of none in the packed rows.
-  Batch batch = test::load_batch(golden(cs + "_batch.safetensors"));
-  const int64_t L = batch.seq;
-  ASSERT_EQ(batch.batch, 2);
-  for (int64_t t = L, taken = 0; t-- > 0 && taken < 3;)
-    if (batch.labels[std::size_t(t)] != -100) batch.labels[std::size_t(t)] = -100, ++taken;
-  for (auto* v : {&batch.input_ids, &batch.labels}) {
+  // Three rows from the golden two: row 0 cut short (below), row 1 without any label, row 1 again whole (with its
+  // images), so that a labelled row follows a shorter one and one of none in the packed rows.
+  Batch whole_rows = test::load_batch(golden(cs + "_batch.safetensors"));
+  const int64_t L = whole_rows.seq;
+  ASSERT_EQ(whole_rows.batch, 2);
+  for (auto* v : {&whole_rows.input_ids, &whole_rows.labels}) {
     const std::vector<int64_t> row1(v->begin() + L, v->begin() + 2 * L);
     v->insert(v->end(), row1.begin(), row1.end());
   }
-  std::fill(batch.labels.begin() + L, batch.labels.begin() + 2 * L, -100);
-  batch.batch = 3;
+  std::fill(whole_rows.labels.begin() + L, whole_rows.labels.begin() + 2 * L, -100);
+  whole_rows.batch = 3;
   const int64_t row1_images =
-      std::count(batch.input_ids.begin() + L, batch.input_ids.begin() + 2 * L, spec.config.image_token_id) /
+      std::count(whole_rows.input_ids.begin() + L, whole_rows.input_ids.begin() + 2 * L, spec.config.image_token_id) /
       spec.config.vision.tokens_per_image();
   if (row1_images > 0) {
-    std::vector<float> pixels = batch.pixel_values.to_floats();
-    const std::size_t image = pixels.size() / std::size_t(batch.pixel_values.size(0));
+    std::vector<float> pixels = whole_rows.pixel_values.to_floats();
+    const std::size_t image = pixels.size() / std::size_t(whole_rows.pixel_values.size(0));
     const std::vector<float> last(pixels.end() - std::ptrdiff_t(image * std::size_t(row1_images)), pixels.end());
     pixels.insert(pixels.end(), last.begin(), last.end());
-    Shape shape = batch.pixel_values.shape();
+    Shape shape = whole_rows.pixel_values.shape();
     shape[0] += row1_images;
-    batch.pixel_values = Tensor::from_floats(pixels, shape, DType::F32, Device::cpu());
+    whole_rows.pixel_values = Tensor::from_floats(pixels, shape, DType::F32, Device::cpu());
   }
+  // Row 0 without its last 3 labels; or with one label only, at position 2, so that it keeps 3 positions and its
+  // image placeholders run past them (their projected tokens then get no gradient).
+  Batch tail = whole_rows, short_row = whole_rows;
+  for (int64_t t = L, taken = 0; t-- > 0 && taken < 3;)
+    if (tail.labels[std::size_t(t)] != -100) tail.labels[std::size_t(t)] = -100, ++taken;
+  std::fill(short_row.labels.begin(), short_row.labels.begin() + L, -100);
+  short_row.labels[2] = 1;
   const Checkpoint weights = Checkpoint::open(golden(test::first_line(golden(cs + ".weights"))));
-  auto run = [&](bool padding_free, FusedKernels kernels, CheckpointKind kind) {
+  auto run = [&](const Batch& batch, bool padding_free, FusedKernels kernels, CheckpointKind kind) {
     LlavaConfig cfg = spec.config;
     cfg.llm.kernels = cfg.vision.kernels = kernels;
     Llava model(cfg, Device::cpu(), dt);
@@ -180,22 +185,25 @@ TEST_P(Golden, PaddingFreeGivesTheLossAndGradientsOfTheWholeBatch) {
       if (p->grad.defined()) out.push_back(p->grad.to_floats());
     return out;
   };
-  for (FusedKernels kernels : {FusedKernels::Auto, FusedKernels::Off})
-    for (CheckpointKind kind : {CheckpointKind::None, CheckpointKind::Full}) {
-      const auto packed = run(true, kernels, kind), whole = run(false, kernels, kind);
-      ASSERT_EQ(packed.size(), whole.size());
-      for (std::size_t i = 0; i < packed.size(); ++i) {
-        if (dt == DType::F32) {
-          const test::Mismatch m = test::compare(packed[i], whole[i], 1e-4, 1e-6);
-          EXPECT_LE(m.worst, 1.0) << "output " << i << " (0 the loss, then the gradients), policy " << int(kind)
-                                  << ": element " << m.at << " is " << m.got << " packed, " << m.want << " whole";
-        } else {
-          const std::vector<float> zero(whole[i].size(), 0.f);
-          EXPECT_LE(norm_diff(packed[i], whole[i]), std::max(0.02 * norm_diff(whole[i], zero), 1e-4))
-              << "output " << i << " (0 the loss, then the gradients), policy " << int(kind);
+  for (const Batch* batch : {&tail, &short_row})
+    for (FusedKernels kernels : {FusedKernels::Auto, FusedKernels::Off})
+      for (CheckpointKind kind : {CheckpointKind::None, CheckpointKind::Selective, CheckpointKind::Full}) {
+        SCOPED_TRACE(str(batch == &tail ? "row 0 without its last labels" : "row 0 cut inside its image",
+                         ", fused kernels ", kernels == FusedKernels::Auto ? "on" : "off", ", policy ", int(kind)));
+        const auto packed = run(*batch, true, kernels, kind), whole = run(*batch, false, kernels, kind);
+        ASSERT_EQ(packed.size(), whole.size());
+        for (std::size_t i = 0; i < packed.size(); ++i) {
+          if (dt == DType::F32) {
+            const test::Mismatch m = test::compare(packed[i], whole[i], 1e-4, 1e-6);
+            EXPECT_LE(m.worst, 1.0) << "output " << i << " (0 the loss, then the gradients): element " << m.at << " is "
+                                    << m.got << " packed, " << m.want << " whole";
+          } else {
+            const std::vector<float> zero(whole[i].size(), 0.f);
+            EXPECT_LE(norm_diff(packed[i], whole[i]), std::max(0.02 * norm_diff(whole[i], zero), 1e-4))
+                << "output " << i << " (0 the loss, then the gradients)";
+          }
         }
       }
-    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, Golden,

@@ -35,7 +35,10 @@ struct Traces {
   std::vector<Event> device, host;
 };
 
-Traces traced_steps(const StepCase& c, Device device) {
+using BatchOf = std::function<data::LoadedBatch(const hr::test::StepEngine&)>;
+
+// Two steps of case c on `device`; with `batch_of`, each micro-batch is that batch instead of the case's shape's.
+Traces traced_steps(const StepCase& c, Device device, const BatchOf& batch_of = {}) {
   const bool meta = device.type == DeviceType::Meta;
   const Device host = meta ? Device{DeviceType::Meta, 1} : Device::host();
   configure_device(device, {});
@@ -55,8 +58,10 @@ Traces traced_steps(const StepCase& c, Device device) {
       if (!initialising) allocator_for(host)->empty_cache();
       paused = initialising;
     });
-    engine.step();
-    engine.step();
+    std::function<data::LoadedBatch()> batch;
+    if (batch_of) batch = [&] { return batch_of(engine); };
+    engine.step(batch);
+    engine.step(batch);
   }
   allocator_for(device)->set_trace({});
   allocator_for(host)->set_trace({});
@@ -125,4 +130,28 @@ TEST(PaddingFree, ABatchShapeCountsTheLossPositionsAndItsSyntheticBatchHasThatSh
   }
   EXPECT_EQ(models::loss_lengths(b, -100), (std::vector<int64_t>{21, 0, 24}));
   EXPECT_EQ(train::shape_of(b, c), (train::MicroShape{3, 24, 3, {}, 45, 24}));
+}
+
+// A hand-made batch whose rows keep 13, 7 and 5 positions (25 of 72 packed, the longest 13) allocates on the CPU,
+// event for event, what the meta device allocates for the dry run of its shape, whose synthetic batch keeps 13
+// and 12: a packed step's memory depends on its packed positions and its longest sequence alone.
+TEST(PaddingFree, AHandMadeBatchAllocatesWhatTheDryRunOfItsShapeDoes) {
+  const StepCase c{"padding_free_hand_made", 1, {"train.micro_batch_size=3", "memory.precision=bf16"}, 25, 13};
+  const BatchOf hand_made = [](const hr::test::StepEngine& e) {
+    train::MicroShape s = e.step_shapes().front();
+    s.packed_rows = s.packed_longest = 0;
+    data::LoadedBatch lb = train::synthetic_batch(e.config().model.config, s, e.host());
+    const int64_t keep[3] = {13, 7, 5};
+    for (int64_t r = 0; r < 3; ++r) {
+      for (int64_t t = keep[r]; t < s.seq; ++t) lb.batch.labels[std::size_t(r * s.seq + t)] = -100;
+      lb.batch.labels[std::size_t(r * s.seq + keep[r] - 1)] = 7;
+    }
+    EXPECT_EQ(train::shape_of(lb.batch, e.config()), e.step_shapes().front());
+    return lb;
+  };
+  const Traces cpu = traced_steps(c, Device::cpu(), hand_made);
+  const Traces meta = traced_steps(c, Device::meta());
+  ASSERT_FALSE(cpu.device.empty());
+  expect_same(cpu.device, meta.device, "device");
+  expect_same(cpu.host, meta.host, "host");
 }
