@@ -102,7 +102,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
 }
 
 namespace {
-// The packed tensors' sequences: each one's views of q, k, v (and of the others given) as a batch of one.
+// The packed tensors' sequences, each run as a batch of one on views of them.
 struct PackedSequences {
   const char* op;
   std::vector<int64_t> lengths;
@@ -126,6 +126,33 @@ struct PackedSequences {
   static Tensor lse_rows(const Tensor& lse, int64_t heads, int64_t at, int64_t n) {
     return lse.slice(0, heads * at, heads * (at + n)).view({1, heads, n});
   }
+  // fn(args, at, n) for each sequence (rows [at, at + n)), its args holding the views of q, k and v, their
+  // description, the scale and one workspace for every sequence, sized for the one needing most.
+  template <typename Fn>
+  void each(const Tensor& q, const Tensor& k, const Tensor& v, Mask mask, float scale, int64_t window,
+            AttentionPass pass, Fn&& fn) const {
+    auto args_of = [&](int64_t at, int64_t n) {
+      AttentionArgs a;
+      a.q = rows(q, at, n);
+      a.k = rows(k, at, n);
+      a.v = rows(v, at, n);
+      a.desc = describe(op, a.q, a.k, a.v, mask, window);
+      a.scale = scale;
+      return a;
+    };
+    std::size_t bytes = 0;
+    for (int64_t at = 0; int64_t n : lengths) {
+      bytes = std::max(bytes, sizing_kernels(q.device()).attention_workspace_bytes(args_of(at, n).desc, pass));
+      at += n;
+    }
+    const Tensor workspace = allocate_workspace(bytes, q.device());
+    for (int64_t at = 0; int64_t n : lengths) {
+      AttentionArgs a = args_of(at, n);
+      a.workspace = workspace;
+      fn(a, at, n);
+      at += n;
+    }
+  }
 };
 }  // namespace
 
@@ -137,26 +164,11 @@ AttentionOut attention_forward_packed(const Tensor& q, const Tensor& k, const Te
   AttentionOut out;
   out.out = Tensor::empty(q.shape(), q.dtype(), q.device());
   out.lse = Tensor::empty({q.size(2) * p.total}, DType::F32, q.device());
-  std::size_t bytes = 0;
-  for (int64_t at = 0; int64_t n : p.lengths) {
-    const AttentionDesc d = describe(p.op, p.rows(qc, at, n), p.rows(kc, at, n), p.rows(vc, at, n), mask, window);
-    bytes = std::max(bytes, sizing_kernels(q.device()).attention_workspace_bytes(d, AttentionPass::Forward));
-    at += n;
-  }
-  const Tensor workspace = allocate_workspace(bytes, q.device());
-  for (int64_t at = 0; int64_t n : p.lengths) {
-    AttentionArgs a;
-    a.q = p.rows(qc, at, n);
-    a.k = p.rows(kc, at, n);
-    a.v = p.rows(vc, at, n);
-    a.desc = describe(p.op, a.q, a.k, a.v, mask, window);
-    a.scale = scale;
+  p.each(qc, kc, vc, mask, scale, window, AttentionPass::Forward, [&](AttentionArgs& a, int64_t at, int64_t n) {
     a.out = p.rows(out.out, at, n);
     a.lse = p.lse_rows(out.lse, a.desc.q_heads, at, n);
-    a.workspace = workspace;
     launch("attention_forward_packed", q.device(), &Kernels::attention_forward, a);
-    at += n;
-  }
+  });
   return out;
 }
 
@@ -174,30 +186,15 @@ AttentionGrads attention_backward_packed(const Tensor& dout, const Tensor& q, co
   g.dq = Tensor::empty(q.shape(), q.dtype(), q.device());
   g.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
   g.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-  std::size_t bytes = 0;
-  for (int64_t at = 0; int64_t n : p.lengths) {
-    const AttentionDesc d = describe(p.op, p.rows(qc, at, n), p.rows(kc, at, n), p.rows(vc, at, n), mask, window);
-    bytes = std::max(bytes, sizing_kernels(q.device()).attention_workspace_bytes(d, AttentionPass::Backward));
-    at += n;
-  }
-  const Tensor workspace = allocate_workspace(bytes, q.device());
-  for (int64_t at = 0; int64_t n : p.lengths) {
-    AttentionArgs a;
-    a.q = p.rows(qc, at, n);
-    a.k = p.rows(kc, at, n);
-    a.v = p.rows(vc, at, n);
-    a.desc = describe(p.op, a.q, a.k, a.v, mask, window);
-    a.scale = scale;
+  p.each(qc, kc, vc, mask, scale, window, AttentionPass::Backward, [&](AttentionArgs& a, int64_t at, int64_t n) {
     a.out = p.rows(oc, at, n);
     a.lse = p.lse_rows(lc, a.desc.q_heads, at, n);
     a.dout = p.rows(dc, at, n);
     a.dq = p.rows(g.dq, at, n);
     a.dk = p.rows(g.dk, at, n);
     a.dv = p.rows(g.dv, at, n);
-    a.workspace = workspace;
     launch("attention_backward_packed", q.device(), &Kernels::attention_backward, a);
-    at += n;
-  }
+  });
   return g;
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "core/memory/device_memory.h"
 #include "golden_util.h"
@@ -47,6 +48,26 @@ void check_bf16(const std::string& name, const Tensor& got, const Tensor& want_b
   const double bound = std::max({2.0 * theirs, 0.03 * scale, 1e-4 * std::sqrt(double(pf.size()))});
   EXPECT_LE(ours, bound) << name << ": |headroom bf16 - f32| = " << ours << ", |PyTorch bf16 - f32| = " << theirs
                          << ", |f32| = " << scale;
+}
+
+// The golden case's model (its weights, fused kernels as `kernels`) through forward and backward with `opt`: the
+// loss, the logits when opt asks for them, then every parameter gradient. `after_forward` sees the pass's state.
+std::vector<std::vector<float>> loss_and_grads(const ModelSpec& spec, const Checkpoint& weights, DType dt,
+                                               FusedKernels kernels, const Batch& batch, const ModelOptions& opt,
+                                               const std::function<void(const LlavaState&)>& after_forward = {}) {
+  LlavaConfig cfg = spec.config;
+  cfg.llm.kernels = cfg.vision.kernels = kernels;
+  Llava model(cfg, Device::cpu(), dt);
+  model.set_trainable({.vision = !spec.freeze_vision, .projector = !spec.freeze_projector, .llm = !spec.freeze_llm});
+  load_weights(model.params(), weights);
+  LlavaState st;
+  std::vector<std::vector<float>> out{{model.forward(batch, st, opt)}};
+  if (opt.return_logits) out.push_back(st.logits.to_floats());
+  if (after_forward) after_forward(st);
+  model.backward(st);
+  for (const auto& p : model.params().all())
+    if (p->grad.defined()) out.push_back(p->grad.to_floats());
+  return out;
 }
 
 }  // namespace
@@ -105,20 +126,10 @@ TEST_P(Golden, FusedKernelsChangeNoBit) {
   const Batch batch = test::load_batch(golden(cs + "_batch.safetensors"));
   const Checkpoint weights = Checkpoint::open(golden(test::first_line(golden(cs + ".weights"))));
   auto run = [&](FusedKernels kernels, CheckpointKind kind) {
-    LlavaConfig cfg = spec.config;
-    cfg.llm.kernels = cfg.vision.kernels = kernels;
-    Llava model(cfg, Device::cpu(), dt);
-    model.set_trainable({.vision = !spec.freeze_vision, .projector = !spec.freeze_projector, .llm = !spec.freeze_llm});
-    load_weights(model.params(), weights);
     ModelOptions opt;
     opt.return_logits = true;
     opt.vision_policy.kind = opt.llm_policy.kind = kind;
-    LlavaState st;
-    std::vector<std::vector<float>> out{{model.forward(batch, st, opt)}, st.logits.to_floats()};
-    model.backward(st);
-    for (const auto& p : model.params().all())
-      if (p->grad.defined()) out.push_back(p->grad.to_floats());
-    return out;
+    return loss_and_grads(spec, weights, dt, kernels, batch, opt);
   };
   for (CheckpointKind kind : {CheckpointKind::None, CheckpointKind::Selective, CheckpointKind::Full}) {
     const auto fused = run(FusedKernels::Auto, kind), unfused = run(FusedKernels::Off, kind);
@@ -169,21 +180,12 @@ TEST_P(Golden, PaddingFreeGivesTheLossAndGradientsOfTheWholeBatch) {
   short_row.labels[2] = 1;
   const Checkpoint weights = Checkpoint::open(golden(test::first_line(golden(cs + ".weights"))));
   auto run = [&](const Batch& batch, bool padding_free, FusedKernels kernels, CheckpointKind kind) {
-    LlavaConfig cfg = spec.config;
-    cfg.llm.kernels = cfg.vision.kernels = kernels;
-    Llava model(cfg, Device::cpu(), dt);
-    model.set_trainable({.vision = !spec.freeze_vision, .projector = !spec.freeze_projector, .llm = !spec.freeze_llm});
-    load_weights(model.params(), weights);
     ModelOptions opt;
     opt.padding_free = padding_free;
     opt.vision_policy.kind = opt.llm_policy.kind = kind;
-    LlavaState st;
-    std::vector<std::vector<float>> out{{model.forward(batch, st, opt)}};
-    EXPECT_EQ(st.packed.empty(), !padding_free) << "the pass " << (padding_free ? "did not pack" : "packed");
-    model.backward(st);
-    for (const auto& p : model.params().all())
-      if (p->grad.defined()) out.push_back(p->grad.to_floats());
-    return out;
+    return loss_and_grads(spec, weights, dt, kernels, batch, opt, [&](const LlavaState& st) {
+      EXPECT_EQ(st.packed.empty(), !padding_free) << "the pass " << (padding_free ? "did not pack" : "packed");
+    });
   };
   for (const Batch* batch : {&tail, &short_row})
     for (FusedKernels kernels : {FusedKernels::Auto, FusedKernels::Off})
