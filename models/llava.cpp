@@ -213,11 +213,17 @@ std::vector<int64_t> loss_lengths(const Batch& b, int64_t ignore_index) {
   return n;
 }
 
+std::vector<int64_t> packed_lengths(const Batch& b, int64_t ignore_index) {
+  std::vector<int64_t> n = loss_lengths(b, ignore_index);
+  int64_t rows = 0;
+  for (int64_t len : n) rows += len;
+  if (rows == 0 || rows == b.batch * b.seq) n.clear();
+  return n;
+}
+
 namespace {
 int64_t packed_rows(const LlavaState& st) {
-  int64_t n = 0;
-  for (int64_t len : st.packed) n += len;
-  return n;
+  return st.llm_rows.empty() ? 0 : st.llm_rows.back().to + st.llm_rows.back().count;
 }
 }  // namespace
 
@@ -227,17 +233,15 @@ int64_t Llava::pack_llm_rows(const Batch& b, LlavaState& st, const ModelOptions&
   st.packed.clear();
   const bool logits = opt.return_logits || opt.logits_to_keep >= 0 || !opt.logits_at.empty();
   if (!opt.padding_free || opt.inference || logits) return B * L;
-  const std::vector<int64_t> n = loss_lengths(b, cfg_.ignore_index);
-  int64_t rows = 0;
-  for (int64_t len : n) rows += len;
-  if (rows == 0 || rows == B * L) return B * L;  // nothing to drop (or no loss at all: keep the batch as it is)
+  const std::vector<int64_t> n = packed_lengths(b, cfg_.ignore_index);
+  if (n.empty()) return B * L;
   for (int64_t r = 0; r < B; ++r) {
     const int64_t len = n[std::size_t(r)];
     if (len == 0) continue;
     st.llm_rows.push_back({r * L, packed_rows(st), len});
     st.packed.push_back(len);
   }
-  return rows;
+  return packed_rows(st);
 }
 
 Tensor Llava::embed_inputs(const Batch& b, LlavaState& st, const ModelOptions& opt) const {
@@ -427,14 +431,13 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
     st.ce = {};
     watch_output(watch_, head_group_, Pass::Backward, g.dhidden);
     hook_after(hooks_, head_group_, Pass::Backward);
-    const int64_t rows = packed_rows(st);
-    d_hidden = unpack_rows(g.dhidden, st.label_runs, st.packed.empty() ? Shape{B, L, C} : Shape{1, rows, C});
+    d_hidden = unpack_rows(g.dhidden, st.label_runs, st.packed.empty() ? Shape{B, L, C} : Shape{1, packed_rows(st), C});
   }
   Tensor d_embeds = llm_->backward(d_hidden, st.llm);
   d_hidden = Tensor();
   if (!st.packed.empty()) {  // the dropped positions' gradient is zero
     MemoryScope scope(Category::Activations, str(kLlmPrefix, ".padding_free"));
-    d_embeds = unpack_rows(d_embeds.view({packed_rows(st), C}), st.llm_rows, {B, L, C});
+    d_embeds = unpack_rows(d_embeds.view({d_embeds.size(1), C}), st.llm_rows, {B, L, C});
   }
   Tensor d_tokens;  // the images' tokens' gradient, (sum of st.image_tokens, C)
   if (st.has_images && (projector_trainable_ || vision_trainable_)) d_tokens = image_token_grads(d_embeds, st);

@@ -72,6 +72,10 @@ struct LlavaState {
 // worst case is never packed); 0 for a row without labels. In a causal model nothing before a position depends on
 // what comes after it, so dropping the rest changes no loss and no gradient.
 std::vector<int64_t> loss_lengths(const Batch& b, int64_t ignore_index);
+// loss_lengths where a padding-free pass packs `b`, empty where it runs the batch whole: where that would drop
+// nothing (every row labelled to its end, as the planner's worst case) or keep nothing (no labels at all). The
+// model packs by it and the planner's step shapes count by it, so the two cannot disagree.
+std::vector<int64_t> packed_lengths(const Batch& b, int64_t ignore_index);
 
 class Llava final : public GroupedParams {
  public:

@@ -290,8 +290,8 @@ void check_and_derive(RunConfig& c) {
   HR_CHECK(c.lora_enable || !c.lora.quantizes_base(), "[config] lora.base_bits: ", c.lora.base_bits,
            " quantizes the frozen base of a LoRA run; set lora.enable: true (or lora.base_bits: 16)");
   if (c.init_weights.empty()) c.init_weights = c.model.name_or_path;  // a Hugging Face directory's own weights
-  if (c.pad_to_multiple_of == 0) c.pad_to_multiple_of = c.device.rfind("cuda", 0) == 0 ? 64 : 1;
   const bool cuda = c.device.rfind("cuda", 0) == 0;
+  if (c.pad_to_multiple_of == 0) c.pad_to_multiple_of = cuda ? 64 : 1;
   HR_CHECK(!cuda || c.padding_free != PaddingFree::On, "[config] train.padding_free: true is for the CPU: on ",
            c.device,
            " cuDNN's attention would build a graph (and size a workspace) for every packed sequence "

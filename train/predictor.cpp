@@ -276,12 +276,10 @@ int64_t Predictor::eval_rows() const {
 MicroShape shape_of(const data::Batch& b, const RunConfig& c) {
   MicroShape s{b.batch, b.seq, data::images_of(b), b.image_sizes};
   if (c.padding_free != PaddingFree::On) return s;
-  int64_t rows = 0, longest = 0;
-  for (int64_t n : models::loss_lengths(b, c.model.config.ignore_index)) {
-    rows += n;
-    longest = std::max(longest, n);
+  for (int64_t n : models::packed_lengths(b, c.model.config.ignore_index)) {  // as Llava packs
+    s.packed_rows += n;
+    s.packed_longest = std::max(s.packed_longest, n);
   }
-  if (rows > 0 && rows < b.batch * b.seq) s.packed_rows = rows, s.packed_longest = longest;  // as Llava packs
   return s;
 }
 
