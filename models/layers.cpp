@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/ops/copy.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/linear.h"
 #include "core/ops/quant_linear.h"
@@ -194,6 +195,30 @@ Tensor RMSNorm::backward(const Tensor& dy, const Tensor& x, const NormSaved& sav
     o.dweight_into = dw;
   }
   return rmsnorm_backward(dy, x, weight->data, saved, o).dx;
+}
+
+Tensor pack_rows(const Tensor& x, const std::vector<RowRun>& runs, int64_t rows) {
+  Tensor out = Tensor::empty({rows, x.size(1)}, x.dtype(), x.device());
+  int64_t packed = 0;
+  for (const RowRun& run : runs) {
+    copy_(out.slice(0, run.to, run.to + run.count), x.slice(0, run.from, run.from + run.count));
+    packed = run.to + run.count;
+  }
+  if (packed < rows) fill_(out.slice(0, packed, rows), 0.f);
+  return out;
+}
+
+Tensor unpack_rows(const Tensor& packed, const std::vector<RowRun>& runs, const Shape& shape) {
+  Tensor out = Tensor::zeros(shape, packed.dtype(), packed.device());
+  const Tensor flat = out.view({-1, packed.size(1)});
+  for (const RowRun& run : runs)
+    copy_(flat.slice(0, run.from, run.from + run.count), packed.slice(0, run.to, run.to + run.count));
+  return out;
+}
+
+void add_unpacked_(const Tensor& x, const Tensor& packed, const std::vector<RowRun>& runs) {
+  for (const RowRun& run : runs)
+    add_(x.slice(0, run.from, run.from + run.count), packed.slice(0, run.to, run.to + run.count));
 }
 
 }  // namespace hr::models

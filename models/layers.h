@@ -46,6 +46,17 @@ class LoraDropoutScope {
   uint64_t key_;
 };
 
+// Rows [from, from + count) of one row layout are rows [to, to + count) of another.
+struct RowRun {
+  int64_t from = 0, to = 0, count = 0;
+};
+// The rows of x (N, C) that `runs` name, at their `to` in a (rows, C) tensor; the rows no run fills are zeros.
+Tensor pack_rows(const Tensor& x, const std::vector<RowRun>& runs, int64_t rows);
+// pack_rows' backward: the packed rows back at their positions of a zero tensor of `shape` (viewed as (N, C)).
+Tensor unpack_rows(const Tensor& packed, const std::vector<RowRun>& runs, const Shape& shape);
+// x (N, C) += the packed rows at their positions: the sum of a gradient and pack_rows' backward, without the zeros.
+void add_unpacked_(const Tensor& x, const Tensor& packed, const std::vector<RowRun>& runs);
+
 struct Linear {
   Param* weight = nullptr;  // (out, in); a conv weight (out, c, p, p) is viewed as (out, c*p*p); or quantized
   bool quantized() const { return weight->quantized(); }

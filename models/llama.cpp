@@ -51,22 +51,35 @@ LlamaLayer::LlamaLayer(ParamStore& store, const std::string& prefix, const LlmCo
   down_ = Linear::make(store, prefix + ".mlp.down_proj", i, c, Bias::No, lora);
 }
 
+namespace {
+// A layer's rows as one (1, B*L, ...) sequence of rows, as a tail layer's packed attention takes its keys.
+Tensor as_rows(const Tensor& t) {
+  return t.view({1, t.size(0) * t.size(1), t.size(2), t.size(3)});
+}
+}  // namespace
+
 void LlamaLayer::compute(S& s, const TokenLayout& at) const {
-  const Rotary& rot = at.rot;
   const int64_t B = s.x.size(0), L = s.x.size(1), D = cfg_.head_dim();
+  // A tail layer's queries and everything after them: its rows of each sequence's end, (1, T, ...).
+  const bool tail = !at.tails.empty();
+  const int64_t Bq = tail ? 1 : B, Lq = tail ? at.tail_total() : L;
+  auto tail_rows_of = [&](const Tensor& t) { return pack_rows(t.view({B * L, cfg_.hidden}), at.tail_rows, Lq); };
   if (!s.xn1.defined()) {
     NormOut n = input_norm_.forward(s.x);
     s.xn1 = n.y;
     s.rms1 = n.saved.rstd;
   }
   if (!s.q.defined() || !s.k.defined() || !s.v.defined()) {
-    s.q = rot.rotate(q_.forward(s.xn1).view({B, L, cfg_.heads, D}));
-    s.k = rot.rotate(k_.forward(s.xn1).view({B, L, cfg_.kv_heads, D}));
+    const Tensor xq = tail ? tail_rows_of(s.xn1) : s.xn1;
+    s.q = (tail ? at.tail_rot : at.rot).rotate(q_.forward(xq).view({Bq, Lq, cfg_.heads, D}));
+    s.k = at.rot.rotate(k_.forward(s.xn1).view({B, L, cfg_.kv_heads, D}));
     s.v = v_.forward(s.xn1).view({B, L, cfg_.kv_heads, D});
   }
   if (!s.attn.defined()) {
     const float scale = 1.f / std::sqrt(float(D));
-    AttentionOut a = at.packed.empty()
+    AttentionOut a = tail ? attention_forward_packed(s.q, as_rows(s.k), as_rows(s.v), at.sequences, Mask::Causal, scale,
+                                                     window_, at.tails)
+                     : at.packed.empty()
                          ? attention_forward(s.q, s.k, s.v, Mask::Causal, scale, window_)
                          : attention_forward_packed(s.q, s.k, s.v, at.packed, Mask::Causal, scale, window_);
     s.attn = a.out;
@@ -74,11 +87,12 @@ void LlamaLayer::compute(S& s, const TokenLayout& at) const {
   }
   Tensor residual;  // with fused kernels, added by the norm below when both run here
   if (!s.h.defined()) {
-    s.h = o_.forward(s.attn.view({B, L, cfg_.hidden}));
+    s.h = o_.forward(s.attn.view({Bq, Lq, cfg_.hidden}));
+    const Tensor x = tail ? tail_rows_of(s.x).view({Bq, Lq, cfg_.hidden}) : s.x;
     if (cfg_.fused() && !s.xn2.defined())
-      residual = s.x;
+      residual = x;
     else
-      add_(s.h, s.x);
+      add_(s.h, x);
   }
   if (!s.xn2.defined()) {
     NormOut n = post_norm_.forward(s.h, residual);
@@ -109,8 +123,11 @@ Tensor LlamaLayer::backward(const Tensor& dy, const TokenLayout& at, S& s) const
     TraceSpan span(TraceSpan::When{!all_kept(s, kFields)}, "recompute", "recompute ", prefix_);
     compute(s, at);
   }
-  const Rotary& rot = at.rot;
   const int64_t B = s.x.size(0), L = s.x.size(1), D = cfg_.head_dim();
+  const bool tail = !at.tails.empty();
+  const int64_t Bq = tail ? 1 : B, Lq = tail ? at.tail_total() : L;
+  // A tail layer's residual gradient (dh) reaches only its rows of the input: added there after the norm's backward.
+  const bool fused_residual = cfg_.fused() && !tail;
   // MLP: y = h + down(silu(gate) * up)
   Tensor d_act = down_.backward(dy, s.act);
   s.act = Tensor();
@@ -124,25 +141,38 @@ Tensor LlamaLayer::backward(const Tensor& dy, const TokenLayout& at, S& s) const
   if (!cfg_.fused()) add_(dh, dy);
   s.h = s.rms2 = Tensor();
   // Attention: h = x + o(attn(rope(q(xn1)), rope(k(xn1)), v(xn1)))
-  Tensor dattn = o_.backward(dh, s.attn.view({B, L, cfg_.hidden}));
+  Tensor dattn = o_.backward(dh, s.attn.view({Bq, Lq, cfg_.hidden}));
   const float scale = 1.f / std::sqrt(float(D));
-  AttentionGrads ag = at.packed.empty()
-                          ? attention_backward(dattn.view({B, L, cfg_.heads, D}), s.q, s.k, s.v, {s.attn, s.lse},
-                                               Mask::Causal, scale, window_)
-                          : attention_backward_packed(dattn.view({B, L, cfg_.heads, D}), s.q, s.k, s.v, {s.attn, s.lse},
-                                                      at.packed, Mask::Causal, scale, window_);
+  const Tensor dout = dattn.view({Bq, Lq, cfg_.heads, D});
+  const AttentionOut saved{s.attn, s.lse};
+  AttentionGrads ag = tail ? attention_backward_packed(dout, s.q, as_rows(s.k), as_rows(s.v), saved, at.sequences,
+                                                       Mask::Causal, scale, window_, at.tails)
+                      : at.packed.empty() ? attention_backward(dout, s.q, s.k, s.v, saved, Mask::Causal, scale, window_)
+                                          : attention_backward_packed(dout, s.q, s.k, s.v, saved, at.packed,
+                                                                      Mask::Causal, scale, window_);
   dattn = Tensor();
   s.q = s.k = s.v = s.attn = s.lse = Tensor();
-  Tensor dq = rot.unrotate(ag.dq).view({B, L, cfg_.hidden});
-  Tensor dk = rot.unrotate(ag.dk).view({B, L, cfg_.kv_heads * D});
+  Tensor dq = (tail ? at.tail_rot : at.rot).unrotate(ag.dq).view({Bq, Lq, cfg_.hidden});
+  Tensor dk = at.rot.unrotate(ag.dk.view({B, L, cfg_.kv_heads, D})).view({B, L, cfg_.kv_heads * D});
   Tensor dv = ag.dv.view({B, L, cfg_.kv_heads * D});
   ag = {};
-  Tensor dxn1 = q_.backward(dq, s.xn1);
-  add_(dxn1, k_.backward(dk, s.xn1));
-  add_(dxn1, v_.backward(dv, s.xn1));
+  Tensor dxn1;
+  if (tail) {
+    dxn1 = k_.backward(dk, s.xn1);
+    add_(dxn1, v_.backward(dv, s.xn1));
+    const Tensor xq = pack_rows(s.xn1.view({B * L, cfg_.hidden}), at.tail_rows, Lq);
+    add_unpacked_(dxn1.view({B * L, cfg_.hidden}), q_.backward(dq.view({Lq, cfg_.hidden}), xq), at.tail_rows);
+  } else {
+    dxn1 = q_.backward(dq, s.xn1);
+    add_(dxn1, k_.backward(dk, s.xn1));
+    add_(dxn1, v_.backward(dv, s.xn1));
+  }
   s.xn1 = Tensor();
-  Tensor dx = input_norm_.backward(dxn1, s.x, {Tensor(), s.rms1}, cfg_.fused() ? dh : Tensor());
-  if (!cfg_.fused()) add_(dx, dh);
+  Tensor dx = input_norm_.backward(dxn1, s.x, {Tensor(), s.rms1}, fused_residual ? dh : Tensor());
+  if (tail)
+    add_unpacked_(dx.view({B * L, cfg_.hidden}), dh.view({Lq, cfg_.hidden}), at.tail_rows);
+  else if (!cfg_.fused())
+    add_(dx, dh);
   s = S{};
   return dx;
 }
@@ -238,8 +268,7 @@ Rotary LlamaModel::rotary_at(const std::vector<int64_t>& positions, int64_t batc
   return r;
 }
 
-TokenLayout LlamaModel::layout_for(const Tensor& embeds, const std::vector<int64_t>& packed) const {
-  const int64_t B = embeds.size(0), L = embeds.size(1);
+TokenLayout LlamaModel::layout_for(int64_t B, int64_t L, Device device, const std::vector<int64_t>& packed) const {
   std::vector<int64_t> pos(std::size_t(B * L));
   if (packed.empty()) {
     for (int64_t i = 0; i < B * L; ++i) pos[std::size_t(i)] = i % L;
@@ -252,23 +281,52 @@ TokenLayout LlamaModel::layout_for(const Tensor& embeds, const std::vector<int64
       total += n;
     }
     HR_CHECK(B == 1 && total == L, "[llama] a packed batch is (1, total, C) with total the sum of its ", packed.size(),
-             " sequences' lengths, ", total, "; got ", shape_str(embeds.shape()));
+             " sequences' lengths, ", total, "; got ", B, " x ", L);
   }
-  return {rotary_at(pos, B, L, embeds.device()), packed};
+  TokenLayout at;
+  at.rot = rotary_at(pos, B, L, device);
+  at.packed = packed;
+  return at;
+}
+
+TokenLayout LlamaModel::with_tails(const TokenLayout& at, int64_t B, int64_t L, Device device,
+                                   const std::vector<int64_t>& tails) const {
+  TokenLayout t = at;
+  t.sequences = at.packed.empty() ? std::vector<int64_t>(std::size_t(B), L) : at.packed;
+  HR_CHECK(tails.size() == t.sequences.size(), "[llama] ", tails.size(), " tails for ", t.sequences.size(),
+           " sequences");
+  t.tails = tails;
+  std::vector<int64_t> pos;
+  int64_t start = 0;
+  for (std::size_t i = 0; i < tails.size(); ++i) {
+    const int64_t n = t.sequences[i], k = tails[i];
+    HR_CHECK(k > 0 && k <= n, "[llama] sequence ", i, " of ", n, " positions cannot keep its last ", k);
+    t.tail_rows.push_back({start + n - k, t.tail_total(), k});
+    for (int64_t p = n - k; p < n; ++p) pos.push_back(p);
+    start += n;
+  }
+  t.tail_rot = rotary_at(pos, 1, int64_t(pos.size()), device);
+  return t;
 }
 
 Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy, Saving saving,
-                           const std::vector<int64_t>& packed) const {
-  const TokenLayout at = layout_for(embeds, packed);
+                           const std::vector<int64_t>& packed, const std::vector<int64_t>& tails) const {
+  const int64_t B = embeds.size(0), L = embeds.size(1);
+  const TokenLayout at = layout_for(B, L, embeds.device(), packed);
+  const TokenLayout last = tails.empty() ? at : with_tails(at, B, L, embeds.device(), tails);
   saved = LlamaSaved{};
   saved.packed = packed;
+  saved.tails = tails;
+  saved.batch = B;
+  saved.seq = L;
   saved.layers.resize(layers_.size());
   const int64_t blocks = int64_t(layers_.size());
   if (saving == Saving::ForBackward && policy.offload) saved.offload = std::make_unique<ActivationOffload>();
   Tensor x = embeds;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     hook_before(hooks_, layer_group_ + int(i), Pass::Forward);
-    x = layers_[i].forward(x, at, saved.layers[i], policy.for_block(int64_t(i), blocks));
+    x = layers_[i].forward(x, i + 1 == layers_.size() ? last : at, saved.layers[i],
+                           policy.for_block(int64_t(i), blocks));
     watch_output(watch_, layer_group_ + int(i), Pass::Forward, x);
     if (saved.offload && offloads(policy, int64_t(i), blocks))
       saved.offload->send(i, kept_fields(saved.layers[i], kFields), layers_[i].name());
@@ -289,7 +347,9 @@ Tensor LlamaModel::forward(const Tensor& embeds, LlamaSaved& saved, const Checkp
 }
 
 Tensor LlamaModel::backward(const Tensor& d_hidden, LlamaSaved& saved) const {
-  const TokenLayout at = layout_for(d_hidden, saved.packed);
+  const TokenLayout at = layout_for(saved.batch, saved.seq, d_hidden.device(), saved.packed);
+  const TokenLayout last =
+      saved.tails.empty() ? at : with_tails(at, saved.batch, saved.seq, d_hidden.device(), saved.tails);
   Tensor dx;
   {
     MemoryScope scope(Category::Activations, prefix_ + ".norm");
@@ -301,7 +361,7 @@ Tensor LlamaModel::backward(const Tensor& d_hidden, LlamaSaved& saved) const {
   for (std::size_t i = layers_.size(); i-- > 0;) {
     if (saved.offload) saved.offload->before_backward(i, layers_[i].name(), i > 0 ? &layers_[i - 1].name() : nullptr);
     hook_before(hooks_, layer_group_ + int(i), Pass::Backward);
-    dx = layers_[i].backward(dx, at, saved.layers[i]);
+    dx = layers_[i].backward(dx, i + 1 == layers_.size() ? last : at, saved.layers[i]);
     watch_output(watch_, layer_group_ + int(i), Pass::Backward, dx);
     hook_after(hooks_, layer_group_ + int(i), Pass::Backward);
   }

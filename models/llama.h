@@ -31,6 +31,14 @@ struct LlamaLayerSaved {
 struct TokenLayout {
   core::Rotary rot;
   std::vector<int64_t> packed;
+  // A layer that runs only the last `tails[s]` positions of each sequence s (packed's, or each row of a (B, L, C)
+  // batch: `sequences`) past its keys and values: the last layer of a padding-free pass, whose other rows no loss
+  // reads. Its output is (1, sum of tails, C); `tail_rows` says where those rows are in its (B*L, C) input, and
+  // `tail_rot` is their RoPE. Empty: the layer runs every row.
+  std::vector<int64_t> tails, sequences;
+  std::vector<RowRun> tail_rows;
+  core::Rotary tail_rot;
+  int64_t tail_total() const { return tail_rows.empty() ? 0 : tail_rows.back().to + tail_rows.back().count; }
 };
 
 class LlamaLayer {
@@ -64,6 +72,8 @@ struct LlamaSaved {
   Tensor final_in;                             // (B, L, C) input of the final norm
   Tensor final_rms;                            // (B*L) f32
   std::vector<int64_t> packed;                 // a packed batch's sequence lengths (TokenLayout)
+  std::vector<int64_t> tails;                  // the last layer's rows of each sequence (TokenLayout)
+  int64_t batch = 0, seq = 0;                  // the blocks' input (batch, seq, C)
   std::unique_ptr<ActivationOffload> offload;  // memory.offload_activations (last: it outlives no layer's tensors)
 };
 
@@ -81,9 +91,11 @@ class LlamaModel {
   void embed_backward(const Tensor& ids, const Tensor& d_embeds) const;
   // Runs the blocks and the final norm; returns the final hidden states (B, L, C). With `packed` sequence lengths,
   // embeds is (1, total, C): those sequences back to back, each at positions from 0 and attending only to itself
-  // (a padding-free batch: no row computes a token nobody reads).
+  // (a padding-free batch: no row computes a token nobody reads). With `tails` (one per sequence: packed's, or each
+  // row's), the last block runs only each sequence's last tails[s] positions past its keys and values, and the
+  // result is (1, sum of tails, C): those rows, sequence after sequence.
   Tensor forward(const Tensor& embeds, LlamaSaved& saved, const CheckpointPolicy& policy, Saving saving,
-                 const std::vector<int64_t>& packed = {}) const;
+                 const std::vector<int64_t>& packed = {}, const std::vector<int64_t>& tails = {}) const;
   // From d(final hidden) to d(embeds); parameter gradients accumulate.
   Tensor backward(const Tensor& d_hidden, LlamaSaved& saved) const;
   // Inference with a KV cache: runs embeds (B, Lq, C), row b's tokens at positions cache.length[b] onwards,
@@ -101,7 +113,10 @@ class LlamaModel {
   int embed_group_ = 0, layer_group_ = 0, norm_group_ = 0;
   // The positions (b, t) -> t of a batch of embeds (or, packed, each sequence's from 0) and, with fused kernels,
   // their RoPE table.
-  TokenLayout layout_for(const Tensor& embeds, const std::vector<int64_t>& packed) const;
+  TokenLayout layout_for(int64_t batch, int64_t seq, Device device, const std::vector<int64_t>& packed) const;
+  // `at` for a layer that runs only the last tails[s] positions of each sequence.
+  TokenLayout with_tails(const TokenLayout& at, int64_t batch, int64_t seq, Device device,
+                         const std::vector<int64_t>& tails) const;
   core::Rotary rotary_at(const std::vector<int64_t>& positions, int64_t batch, int64_t seq, Device device) const;
 
   LlmConfig cfg_;

@@ -1,6 +1,8 @@
 // LLaVA forward and backward: splice image features into token embeddings, shifted chunked loss.
 #include "models/llava.h"
 
+#include <numeric>
+
 #include "core/memory/category.h"
 #include "core/ops/copy.h"
 #include "core/ops/embedding.h"
@@ -179,27 +181,6 @@ Tensor shift_labels(const Batch& b, const LlavaConfig& cfg, Device dev, std::vec
   return Tensor::from_ints(shifted, {B * (L - 1)}, DType::I64, dev);
 }
 
-// The rows of `hidden` (B * L, C) that `runs` name, packed at the front of a (rows, C) tensor; the rest are zeros.
-Tensor pack_rows(const Tensor& hidden, const std::vector<RowRun>& runs, int64_t rows) {
-  Tensor out = Tensor::empty({rows, hidden.size(1)}, hidden.dtype(), hidden.device());
-  int64_t packed = 0;
-  for (const RowRun& run : runs) {
-    copy_(out.slice(0, run.to, run.to + run.count), hidden.slice(0, run.from, run.from + run.count));
-    packed = run.to + run.count;
-  }
-  fill_(out.slice(0, packed, rows), 0.f);
-  return out;
-}
-
-// pack_rows' backward: the packed rows' gradient back at their positions of a (B, L, C) zero gradient.
-Tensor unpack_rows(const Tensor& packed, const std::vector<RowRun>& runs, const Shape& shape) {
-  Tensor out = Tensor::zeros(shape, packed.dtype(), packed.device());
-  Tensor flat = out.view({-1, packed.size(1)});
-  for (const RowRun& run : runs)
-    copy_(flat.slice(0, run.from, run.from + run.count), packed.slice(0, run.to, run.to + run.count));
-  return out;
-}
-
 }  // namespace
 
 std::vector<int64_t> loss_lengths(const Batch& b, int64_t ignore_index) {
@@ -221,9 +202,61 @@ std::vector<int64_t> packed_lengths(const Batch& b, int64_t ignore_index) {
   return n;
 }
 
+std::vector<int64_t> tail_lengths(const Batch& b, int64_t ignore_index) {
+  const std::vector<int64_t> packed = packed_lengths(b, ignore_index);
+  std::vector<int64_t> tails;
+  int64_t rows = 0, kept = 0;
+  for (int64_t r = 0; r < b.batch; ++r) {
+    const int64_t n = packed.empty() ? b.seq : packed[std::size_t(r)];
+    if (n == 0) continue;  // a row without labels packs nothing
+    int64_t first = 0;     // the first position whose next token has a label
+    while (first + 1 < n && b.labels[std::size_t(r * b.seq + first + 1)] == ignore_index) ++first;
+    if (first + 1 == n) return {};  // no labels at all: nothing packs, and no row is read
+    tails.push_back(n - first);
+    kept += n - first;
+    rows += n;
+  }
+  if (2 * kept > rows) tails.clear();
+  return tails;
+}
+
 namespace {
 int64_t packed_rows(const LlavaState& st) {
   return st.llm_rows.empty() ? 0 : st.llm_rows.back().to + st.llm_rows.back().count;
+}
+
+// The rows of the LLM's output: the batch's, the packed ones, or the last layer's tails.
+int64_t hidden_rows(const LlavaState& st) {
+  if (!st.tails.empty()) return std::accumulate(st.tails.begin(), st.tails.end(), int64_t(0));
+  return st.packed.empty() ? st.batch * st.seq : packed_rows(st);
+}
+
+// The labelled positions' runs, from the (B * L) batch's rows to the LLM output's: the packed rows, then the last
+// layer's tails (each run lies in one sequence's tail: the loss reads nothing before it).
+void remap_label_runs(LlavaState& st) {
+  const int64_t L = st.seq;
+  if (!st.packed.empty()) {
+    std::vector<int64_t> row_at(std::size_t(st.batch), 0);
+    for (const RowRun& r : st.llm_rows) row_at[std::size_t(r.from / L)] = r.to;
+    for (RowRun& r : st.label_runs) r.from = row_at[std::size_t(r.from / L)] + r.from % L;
+  }
+  if (st.tails.empty()) return;
+  // The sequences' first tail row and where it goes, in order; the runs are in order too.
+  std::vector<RowRun> tails;
+  int64_t start = 0, to = 0;
+  for (std::size_t s = 0; s < st.tails.size(); ++s) {
+    const int64_t n = st.packed.empty() ? L : st.packed[s];
+    tails.push_back({start + n - st.tails[s], to, st.tails[s]});
+    start += n;
+    to += st.tails[s];
+  }
+  std::size_t s = 0;
+  for (RowRun& r : st.label_runs) {
+    while (tails[s].from + tails[s].count <= r.from) ++s;
+    HR_CHECK(r.from >= tails[s].from && r.from + r.count <= tails[s].from + tails[s].count, "[llava] labelled rows ",
+             r.from, "..", r.from + r.count, " are outside their sequence's last layer rows");
+    r.from = tails[s].to + r.from - tails[s].from;
+  }
 }
 }  // namespace
 
@@ -231,8 +264,10 @@ int64_t Llava::pack_llm_rows(const Batch& b, LlavaState& st, const ModelOptions&
   const int64_t B = b.batch, L = b.seq;
   st.llm_rows.clear();
   st.packed.clear();
+  st.tails.clear();
   const bool logits = opt.return_logits || opt.logits_to_keep >= 0 || !opt.logits_at.empty();
   if (!opt.padding_free || opt.inference || logits) return B * L;
+  st.tails = tail_lengths(b, cfg_.ignore_index);
   const std::vector<int64_t> n = packed_lengths(b, cfg_.ignore_index);
   if (n.empty()) return B * L;
   for (int64_t r = 0; r < B; ++r) {
@@ -358,19 +393,15 @@ float Llava::forward(const Batch& b, LlavaState& st, const ModelOptions& opt) co
     MemoryScope scope(Category::Activations, str(kLlmPrefix, ".padding_free"));
     embeds = pack_rows(embeds.view({B * L, C}), st.llm_rows, rows).view({1, rows, C});
   }
-  Tensor hidden =
-      llm_->forward(embeds, st.llm, opt.llm_policy, need_llm_grad ? Saving::ForBackward : Saving::Nothing, st.packed);
+  Tensor hidden = llm_->forward(embeds, st.llm, opt.llm_policy, need_llm_grad ? Saving::ForBackward : Saving::Nothing,
+                                st.packed, st.tails);
   embeds = Tensor();
   MemoryScope scope(Category::Activations, "language_model.loss");
   hook_before(hooks_, head_group_, Pass::Forward);
   keep_logits(hidden, b, st, opt);
   st.labels_shift = shift_labels(b, cfg_, dev, st.label_runs, st.valid_labels);
-  if (!st.packed.empty()) {  // the labelled positions' rows in the packed LLM rows
-    std::vector<int64_t> row_at(std::size_t(B), 0);
-    for (const RowRun& r : st.llm_rows) row_at[std::size_t(r.from / L)] = r.to;
-    for (RowRun& r : st.label_runs) r.from = row_at[std::size_t(r.from / L)] + r.from % L;
-  }
-  st.hidden_shift = pack_rows(hidden.view({rows, C}), st.label_runs, B * (L - 1));
+  remap_label_runs(st);
+  st.hidden_shift = pack_rows(hidden.view({hidden_rows(st), C}), st.label_runs, B * (L - 1));
   hidden = Tensor();
   st.ce_options.ignore_index = cfg_.ignore_index;
   st.ce_options.normalizer = float(std::max<int64_t>(st.valid_labels, 1));
@@ -431,7 +462,8 @@ void Llava::backward(LlavaState& st, float loss_scale) const {
     st.ce = {};
     watch_output(watch_, head_group_, Pass::Backward, g.dhidden);
     hook_after(hooks_, head_group_, Pass::Backward);
-    d_hidden = unpack_rows(g.dhidden, st.label_runs, st.packed.empty() ? Shape{B, L, C} : Shape{1, packed_rows(st), C});
+    d_hidden = unpack_rows(g.dhidden, st.label_runs,
+                           st.packed.empty() && st.tails.empty() ? Shape{B, L, C} : Shape{1, hidden_rows(st), C});
   }
   Tensor d_embeds = llm_->backward(d_hidden, st.llm);
   d_hidden = Tensor();

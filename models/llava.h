@@ -34,11 +34,6 @@ struct ModelOptions {
   bool padding_free = false;
 };
 
-// Rows [from, from + count) of one row layout are rows [to, to + count) of another.
-struct RowRun {
-  int64_t from = 0, to = 0, count = 0;
-};
-
 // What forward leaves for backward.
 struct LlavaState {
   Tensor ids;                          // (B, L) i64 on the device
@@ -57,6 +52,8 @@ struct LlavaState {
   // and the packed sequences' lengths; both empty when the LLM ran the whole (B, L) batch.
   std::vector<RowRun> llm_rows;
   std::vector<int64_t> packed;
+  // Padding-free: how many of each LLM sequence's last positions its last layer runs (tail_lengths); empty: all.
+  std::vector<int64_t> tails;
   core::CrossEntropyOut ce;
   core::CrossEntropyOptions ce_options;
   int64_t batch = 0, seq = 0;
@@ -76,6 +73,13 @@ std::vector<int64_t> loss_lengths(const Batch& b, int64_t ignore_index);
 // nothing (every row labelled to its end, as the planner's worst case) or keep nothing (no labels at all). The
 // model packs by it and the planner's step shapes count by it, so the two cannot disagree.
 std::vector<int64_t> packed_lengths(const Batch& b, int64_t ignore_index);
+// Of each sequence a padding-free pass runs through the LLM (packed_lengths', or every row where it packs nothing),
+// how many of its last positions the last layer runs: from the first position the loss reads (the first whose next
+// token has a label) on. The loss reads no other row of the last layer, which needs the rest only as keys and values,
+// so it runs them no further (no query, output projection, norm or MLP). Empty (every row) where that would keep
+// over half the rows (a trimmed layer's gathers then cost about what it saves, and the planner's worst case, every
+// position labelled, is never trimmed), or where nothing is labelled.
+std::vector<int64_t> tail_lengths(const Batch& b, int64_t ignore_index);
 
 class Llava final : public GroupedParams {
  public:
@@ -135,7 +139,8 @@ class Llava final : public GroupedParams {
   Tensor image_token_grads(const Tensor& d_embeds, const LlavaState& st) const;
   // st.logits as options ask for them: all (return_logits, logits_to_keep 0) or the rows they name.
   void keep_logits(const Tensor& hidden, const Batch& b, LlavaState& st, const ModelOptions& options) const;
-  // Padding-free: fills st.llm_rows and st.packed when the pass drops positions; returns the LLM's rows.
+  // Padding-free: fills st.llm_rows and st.packed when the pass drops positions, and st.tails when its last layer
+  // runs fewer rows; returns the LLM's rows.
   int64_t pack_llm_rows(const Batch& b, LlavaState& st, const ModelOptions& options) const;
   // The loss of the forward pass, which it ends (0 where generation wants only the logits).
   float head_loss(LlavaState& st, const ModelOptions& options) const;

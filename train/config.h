@@ -27,7 +27,8 @@ OnNonfinite parse_on_nonfinite(const std::string& s);
 enum class Stage : uint8_t { Pretrain, Finetune, Full };  // projector only; projector + LLM; everything
 enum class ProgressBar : uint8_t { Auto, On, Off };
 // train.padding_free: a training pass's LLM runs only the positions its loss reads (models::loss_lengths), the
-// rows packed back to back. auto resolves at load: on for the CPU, whose attention runs each packed sequence as
+// rows packed back to back, and its last layer only each sequence's rows from the first its loss reads
+// (models::tail_lengths). auto resolves at load: on for the CPU, whose attention runs each packed sequence as
 // its own launch at no cost; off on CUDA, where cuDNN's attention would build a graph per sequence length.
 enum class PaddingFree : uint8_t { Auto, On, Off };
 // memory.grad_accum_dtype: the dtype gradients of a 16-bit model accumulate in (across tokens, loss chunks,

@@ -32,14 +32,15 @@ struct MicroShape {
   int64_t batch = 0, seq = 0, images = 0;
   // AnyRes: each image's size, which decides its crops and tokens (the batch's memory); empty otherwise.
   std::vector<data::Resolution> image_sizes;
-  // train.padding_free: the positions the LLM runs, packed, and the longest of its sequences (what its memory
-  // depends on); 0 when it runs the whole batch.
-  int64_t packed_rows = 0, packed_longest = 0;
+  // train.padding_free: the lengths of the sequences the LLM runs, packed (models::packed_lengths; empty when it runs
+  // the whole batch), and how many of each one's last positions its last layer runs (models::tail_lengths; empty:
+  // all). A real batch and its synthetic_batch allocate alike.
+  std::vector<int64_t> packed = {}, tails = {};
   auto operator<=>(const MicroShape&) const = default;
 };
 
 // What a dry run of `batch` runs: its rows, length, images and their sizes, and with c's train.padding_free the
-// LLM's packed rows.
+// LLM's packed sequences and its last layer's rows of them.
 MicroShape shape_of(const data::Batch& batch, const RunConfig& c);
 
 // AnyRes: the size of each image of the plan's worst case: the largest layout (the most crops, then the most
@@ -49,8 +50,9 @@ MicroShape shape_of(const data::Batch& batch, const RunConfig& c);
 data::Resolution planned_image(const RunConfig& c);
 
 // A batch of shape `s` for dry runs and tests: each row starts with BOS and its images' placeholders; every
-// later token is an answer token (the loss covers it). What the tokens are does not change what is allocated.
-// Pixel values live on `host`: zeros on a real host, nothing at all on a meta one.
+// later position has a label (the image's too), up to its packed length, and from its tail on where it has one. What
+// the tokens are does not change what is allocated. Pixel values live on `host`: zeros on a real host, nothing at all
+// on a meta one.
 data::LoadedBatch synthetic_batch(const models::LlavaConfig& m, const MicroShape& s, core::Device host);
 
 using CategoryBytes = std::array<int64_t, core::kNumCategories>;

@@ -177,7 +177,7 @@ LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s, Device ho
     b.image_sizes = s.image_sizes;
   }
   b.input_ids.assign(std::size_t(s.batch * s.seq), int64_t('a') + ByteTokenizer::kByteOffset);
-  b.labels = b.input_ids;
+  b.labels.assign(std::size_t(s.batch * s.seq), m.ignore_index);
   std::size_t image = 0;
   for (int64_t r = 0; r < s.batch; ++r) {
     const int64_t images = s.images / s.batch + (r < s.images % s.batch ? 1 : 0);
@@ -188,30 +188,32 @@ LoadedBatch synthetic_batch(const LlavaConfig& m, const MicroShape& s, Device ho
              "; raise data.max_seq_len or lower data.max_images_per_sample");
     image += std::size_t(images);
     b.input_ids[std::size_t(r * s.seq)] = ByteTokenizer::kBos;
-    b.labels[std::size_t(r * s.seq)] = m.ignore_index;
-    for (int64_t t = 1; t <= placeholders; ++t) {
-      b.input_ids[std::size_t(r * s.seq + t)] = m.image_token_id;
-      b.labels[std::size_t(r * s.seq + t)] = m.ignore_index;
-    }
+    for (int64_t t = 1; t <= placeholders; ++t) b.input_ids[std::size_t(r * s.seq + t)] = m.image_token_id;
   }
-  if (s.packed_rows > 0) {  // rows of packed_longest, a last shorter one, then rows without labels
-    HR_CHECK(s.packed_longest >= 2 && s.packed_longest <= s.seq && s.packed_rows < s.batch * s.seq &&
-                 s.packed_rows <= s.batch * s.packed_longest,
-             "[plan] ", s.batch, " rows of ", s.seq, " tokens cannot pack ", s.packed_rows,
-             " positions in sequences of at most ", s.packed_longest);
-    std::vector<int64_t> lengths;
-    for (int64_t left = s.packed_rows; left > 0; left -= lengths.back())
-      lengths.push_back(std::min(left, s.packed_longest));
-    if (lengths.back() == 1) {  // a labelled sequence keeps at least 2 positions
-      HR_CHECK(s.packed_longest > 2, "[plan] ", s.packed_rows, " positions cannot pack in sequences of 2");
-      --lengths[lengths.size() - 2], ++lengths.back();
-    }
-    for (int64_t r = 0; r < s.batch; ++r) {
-      const int64_t n = r < int64_t(lengths.size()) ? lengths[std::size_t(r)] : 0;
-      for (int64_t t = std::max<int64_t>(n, 1); t < s.seq; ++t) b.labels[std::size_t(r * s.seq + t)] = m.ignore_index;
-      if (n > 0) b.labels[std::size_t(r * s.seq + n - 1)] = int64_t('a') + ByteTokenizer::kByteOffset;
-    }
+  // Padding-free: sequence r of the LLM is row r, labelled through its length's last position (every row, of the
+  // whole length, where nothing packs), from the first position its tail reads (from position 1 without tails: the
+  // whole row is read, so nothing trims).
+  int64_t packed = 0, kept = 0;
+  for (int64_t n : s.packed) {
+    HR_CHECK(n >= 2 && n <= s.seq, "[plan] a packed sequence of ", n, " positions in rows of ", s.seq);
+    packed += n;
   }
+  const int64_t sequences = s.packed.empty() ? s.batch : int64_t(s.packed.size());
+  HR_CHECK(sequences <= s.batch && (s.packed.empty() || packed < s.batch * s.seq), "[plan] ", s.batch, " rows of ",
+           s.seq, " tokens cannot pack ", s.packed.size(), " sequences of ", packed, " positions in all");
+  HR_CHECK(s.tails.empty() || int64_t(s.tails.size()) == sequences, "[plan] ", s.tails.size(), " tails for ", sequences,
+           " sequences");
+  for (int64_t r = 0; r < sequences; ++r) {
+    const int64_t n = s.packed.empty() ? s.seq : s.packed[std::size_t(r)];
+    const int64_t tail = s.tails.empty() ? n : s.tails[std::size_t(r)];
+    HR_CHECK(tail >= 2 && tail <= n, "[plan] sequence ", r, " of ", n, " positions cannot have a tail of ", tail,
+             " (the loss reads at least its last 2)");
+    kept += tail;
+    for (int64_t t = std::max<int64_t>(n - tail, 0) + 1; t < n; ++t)
+      b.labels[std::size_t(r * s.seq + t)] = int64_t('a') + ByteTokenizer::kByteOffset;
+  }
+  HR_CHECK(s.tails.empty() || 2 * kept <= (s.packed.empty() ? s.batch * s.seq : packed), "[plan] tails of ", kept,
+           " positions in all are over half the ", s.packed.empty() ? s.batch * s.seq : packed, " rows they are of");
   if (crops > 0) {
     MemoryScope scope(Category::IO, "loader");
     const Shape shape{crops, m.vision.channels, m.vision.image_size, m.vision.image_size};
@@ -276,10 +278,10 @@ int64_t Predictor::eval_rows() const {
 MicroShape shape_of(const data::Batch& b, const RunConfig& c) {
   MicroShape s{b.batch, b.seq, data::images_of(b), b.image_sizes};
   if (c.padding_free != PaddingFree::On) return s;
-  for (int64_t n : models::packed_lengths(b, c.model.config.ignore_index)) {  // as Llava packs
-    s.packed_rows += n;
-    s.packed_longest = std::max(s.packed_longest, n);
-  }
+  // As Llava packs them: only the sequences it keeps, in order.
+  for (int64_t n : models::packed_lengths(b, c.model.config.ignore_index))
+    if (n > 0) s.packed.push_back(n);
+  s.tails = models::tail_lengths(b, c.model.config.ignore_index);
   return s;
 }
 

@@ -102,99 +102,121 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
 }
 
 namespace {
-// The packed tensors' sequences, each run as a batch of one on views of them.
+// The packed tensors' sequences, each run as a batch of one on views of them: sequence s's keys and values are rows
+// [at, at + lengths[s]) of k and v, its queries rows [q_at, q_at + queries[s]) of q, its last positions.
 struct PackedSequences {
   const char* op;
-  std::vector<int64_t> lengths;
-  int64_t total = 0;
+  std::vector<int64_t> lengths, queries;
+  int64_t total = 0, q_total = 0;
 
-  PackedSequences(const char* op_name, const Tensor& q, const Tensor& k, const std::vector<int64_t>& seq_lengths)
-      : op(op_name), lengths(seq_lengths) {
+  PackedSequences(const char* op_name, const Tensor& q, const Tensor& k, const std::vector<int64_t>& seq_lengths,
+                  const std::vector<int64_t>& seq_queries)
+      : op(op_name), lengths(seq_lengths), queries(seq_queries.empty() ? seq_lengths : seq_queries) {
     HR_CHECK(q.dim() == 4 && q.size(0) == 1 && k.dim() == 4 && k.size(0) == 1, "[", op,
              "] packed q, k, v must be (1, total, heads, head_dim); got ", q.describe(), " and ", k.describe());
-    for (int64_t n : lengths) {
+    HR_CHECK(queries.size() == lengths.size(), "[", op, "] ", queries.size(), " query counts for ", lengths.size(),
+             " sequences");
+    for (std::size_t s = 0; s < lengths.size(); ++s) {
+      const int64_t n = lengths[s], nq = queries[s];
       HR_CHECK(n > 0, "[", op, "] a packed sequence has length ", n, "; every one needs at least one token");
+      HR_CHECK(nq > 0 && nq <= n, "[", op, "] sequence ", s, " of ", n, " positions keeps ", nq,
+               " queries; it needs between 1 and its length");
       total += n;
+      q_total += nq;
     }
-    HR_CHECK(!lengths.empty() && total == q.size(1) && total == k.size(1), "[", op, "] ", lengths.size(),
-             " sequences of ", total, " tokens in all do not pack q ", shape_str(q.shape()), " and k ",
-             shape_str(k.shape()));
+    HR_CHECK(!lengths.empty() && total == k.size(1) && q_total == q.size(1), "[", op, "] ", lengths.size(),
+             " sequences of ", total, " tokens in all (", q_total, " queries) do not pack q ", shape_str(q.shape()),
+             " and k ", shape_str(k.shape()));
   }
   // Rows [at, at + n) of a packed (1, total, heads, head_dim) tensor.
   static Tensor rows(const Tensor& t, int64_t at, int64_t n) { return t.slice(1, at, at + n); }
-  // Sequence at..at+n's (1, heads, n) block of a packed lse.
+  // Queries at..at+n's (1, heads, n) block of a packed lse.
   static Tensor lse_rows(const Tensor& lse, int64_t heads, int64_t at, int64_t n) {
     return lse.slice(0, heads * at, heads * (at + n)).view({1, heads, n});
   }
-  // fn(args, at, n) for each sequence (rows [at, at + n)), its args holding the views of q, k and v, their
-  // description, the scale and one workspace for every sequence, sized for the one needing most.
+  struct Span {
+    int64_t at, n, q_at, q_n;  // the sequence's rows of k and v, and of q
+  };
+  // fn(args, span) for each sequence, its args holding the views of q, k and v, their description, the scale and
+  // one workspace for every sequence, sized for the one needing most.
   template <typename Fn>
   void each(const Tensor& q, const Tensor& k, const Tensor& v, Mask mask, float scale, int64_t window,
             AttentionPass pass, Fn&& fn) const {
-    auto args_of = [&](int64_t at, int64_t n) {
+    auto args_of = [&](const Span& s) {
       AttentionArgs a;
-      a.q = rows(q, at, n);
-      a.k = rows(k, at, n);
-      a.v = rows(v, at, n);
+      a.q = rows(q, s.q_at, s.q_n);
+      a.k = rows(k, s.at, s.n);
+      a.v = rows(v, s.at, s.n);
       a.desc = describe(op, a.q, a.k, a.v, mask, window);
       a.scale = scale;
       return a;
     };
+    auto spans = [&](auto&& visit) {
+      Span s{0, 0, 0, 0};
+      for (std::size_t i = 0; i < lengths.size(); ++i) {
+        s.n = lengths[i];
+        s.q_n = queries[i];
+        visit(s);
+        s.at += s.n;
+        s.q_at += s.q_n;
+      }
+    };
     std::size_t bytes = 0;
-    for (int64_t at = 0; int64_t n : lengths) {
-      bytes = std::max(bytes, sizing_kernels(q.device()).attention_workspace_bytes(args_of(at, n).desc, pass));
-      at += n;
-    }
+    spans([&](const Span& s) {
+      bytes = std::max(bytes, sizing_kernels(q.device()).attention_workspace_bytes(args_of(s).desc, pass));
+    });
     const Tensor workspace = allocate_workspace(bytes, q.device());
-    for (int64_t at = 0; int64_t n : lengths) {
-      AttentionArgs a = args_of(at, n);
+    spans([&](const Span& s) {
+      AttentionArgs a = args_of(s);
       a.workspace = workspace;
-      fn(a, at, n);
-      at += n;
-    }
+      fn(a, s);
+    });
   }
 };
 }  // namespace
 
 AttentionOut attention_forward_packed(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const std::vector<int64_t>& lengths, Mask mask, float scale, int64_t window) {
-  const PackedSequences p("attention_forward_packed", q, k, lengths);
+                                      const std::vector<int64_t>& lengths, Mask mask, float scale, int64_t window,
+                                      const std::vector<int64_t>& queries) {
+  const PackedSequences p("attention_forward_packed", q, k, lengths, queries);
   describe(p.op, q, k, v, mask, window);  // the whole tensors' checks
   const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   AttentionOut out;
   out.out = Tensor::empty(q.shape(), q.dtype(), q.device());
-  out.lse = Tensor::empty({q.size(2) * p.total}, DType::F32, q.device());
-  p.each(qc, kc, vc, mask, scale, window, AttentionPass::Forward, [&](AttentionArgs& a, int64_t at, int64_t n) {
-    a.out = p.rows(out.out, at, n);
-    a.lse = p.lse_rows(out.lse, a.desc.q_heads, at, n);
-    launch("attention_forward_packed", q.device(), &Kernels::attention_forward, a);
-  });
+  out.lse = Tensor::empty({q.size(2) * p.q_total}, DType::F32, q.device());
+  p.each(qc, kc, vc, mask, scale, window, AttentionPass::Forward,
+         [&](AttentionArgs& a, const PackedSequences::Span& s) {
+           a.out = p.rows(out.out, s.q_at, s.q_n);
+           a.lse = p.lse_rows(out.lse, a.desc.q_heads, s.q_at, s.q_n);
+           launch("attention_forward_packed", q.device(), &Kernels::attention_forward, a);
+         });
   return out;
 }
 
 AttentionGrads attention_backward_packed(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                          const AttentionOut& saved, const std::vector<int64_t>& lengths, Mask mask,
-                                         float scale, int64_t window) {
-  const PackedSequences p("attention_backward_packed", q, k, lengths);
+                                         float scale, int64_t window, const std::vector<int64_t>& queries) {
+  const PackedSequences p("attention_backward_packed", q, k, lengths, queries);
   describe(p.op, q, k, v, mask, window);
   check_shape(p.op, "dout", dout, q.shape());
   check_shape(p.op, "out", saved.out, q.shape());
-  check_shape(p.op, "lse", saved.lse, {q.size(2) * p.total});
+  check_shape(p.op, "lse", saved.lse, {q.size(2) * p.q_total});
   const Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous(), oc = saved.out.contiguous(),
                lc = saved.lse.contiguous(), dc = dout.contiguous();
   AttentionGrads g;
   g.dq = Tensor::empty(q.shape(), q.dtype(), q.device());
   g.dk = Tensor::empty(k.shape(), k.dtype(), k.device());
   g.dv = Tensor::empty(v.shape(), v.dtype(), v.device());
-  p.each(qc, kc, vc, mask, scale, window, AttentionPass::Backward, [&](AttentionArgs& a, int64_t at, int64_t n) {
-    a.out = p.rows(oc, at, n);
-    a.lse = p.lse_rows(lc, a.desc.q_heads, at, n);
-    a.dout = p.rows(dc, at, n);
-    a.dq = p.rows(g.dq, at, n);
-    a.dk = p.rows(g.dk, at, n);
-    a.dv = p.rows(g.dv, at, n);
-    launch("attention_backward_packed", q.device(), &Kernels::attention_backward, a);
-  });
+  p.each(qc, kc, vc, mask, scale, window, AttentionPass::Backward,
+         [&](AttentionArgs& a, const PackedSequences::Span& s) {
+           a.out = p.rows(oc, s.q_at, s.q_n);
+           a.lse = p.lse_rows(lc, a.desc.q_heads, s.q_at, s.q_n);
+           a.dout = p.rows(dc, s.q_at, s.q_n);
+           a.dq = p.rows(g.dq, s.q_at, s.q_n);
+           a.dk = p.rows(g.dk, s.at, s.n);
+           a.dv = p.rows(g.dv, s.at, s.n);
+           launch("attention_backward_packed", q.device(), &Kernels::attention_backward, a);
+         });
   return g;
 }
 

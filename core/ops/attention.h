@@ -36,10 +36,15 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
 // to itself, as attention_forward would with that sequence alone. lse is f32 (q_heads * total): sequence s's
 // (1, q_heads, lengths[s]) block after those of the sequences before it. Each sequence is one launch of the
 // kernels above, on views of the packed tensors, with one workspace sized for the longest.
+// `queries` (one per sequence, each at most its length; empty: the lengths) keeps the queries of each sequence's
+// last queries[s] positions only: q, the output and dq hold those back to back (their sum rows), lse their
+// (1, q_heads, queries[s]) blocks, and each attends to its whole sequence as its query at the same position would
+// (the causal mask aligned at the sequence's end). dk and dv are then the gradients of those queries' attention.
 AttentionOut attention_forward_packed(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const std::vector<int64_t>& lengths, Mask mask, float scale, int64_t window = 0);
+                                      const std::vector<int64_t>& lengths, Mask mask, float scale, int64_t window = 0,
+                                      const std::vector<int64_t>& queries = {});
 AttentionGrads attention_backward_packed(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                          const AttentionOut& saved, const std::vector<int64_t>& lengths, Mask mask,
-                                         float scale, int64_t window = 0);
+                                         float scale, int64_t window = 0, const std::vector<int64_t>& queries = {});
 
 }  // namespace hr::core

@@ -111,12 +111,17 @@ std::vector<StepCase> step_cases() {
         "train.gradient_accumulation_steps=2"}},
       // train.padding_free (on for the CPU): the LLM runs the labelled rows' positions packed, each sequence's
       // attention its own launch; with a row of no labels at all (the second case's second row).
-      {"padding_free_bf16_selective", 1, {"memory.precision=bf16", "memory.gradient_checkpointing=selective"}, 37, 23},
+      // The last layer runs only each sequence's last positions from the first one the loss reads (the tails).
+      {"padding_free_bf16_selective",
+       1,
+       {"memory.precision=bf16", "memory.gradient_checkpointing=selective"},
+       {23, 14},
+       {4, 9}},
       {"padding_free_z3_full_accumulate",
        2,
        {"memory.zero_stage=3", "memory.gradient_checkpointing=full", "train.gradient_accumulation_steps=2"},
-       20,
-       20},
+       {20}},
+      {"last_layer_tails_full", 1, {"memory.gradient_checkpointing=full"}, {}, {5, 12}},
       {"lora_fp4_z3_full",
        2,
        {"lora.enable=true", "lora.r=2", "lora.base_bits=4", "lora.quant_type=fp4", "lora.double_quant=false",
@@ -125,8 +130,8 @@ std::vector<StepCase> step_cases() {
 }
 
 StepEngine::StepEngine(const StepCase& c, Device device, const std::function<void(bool)>& initialising)
-    : packed_rows_(c.packed_rows),
-      packed_longest_(c.packed_longest),
+    : packed_(c.packed),
+      tails_(c.tails),
       device_(device),
       host_(device.type == DeviceType::Meta ? Device{DeviceType::Meta, 1} : Device::host()) {
   std::vector<std::string> sets = kBase;
@@ -153,7 +158,7 @@ std::vector<data::Resolution> StepEngine::image_sizes(int64_t images) const {
 
 std::vector<train::MicroShape> StepEngine::step_shapes() const {
   const int64_t m = config_.micro_batch_size, images = m * config_.max_images_per_sample;
-  const train::MicroShape shape{m, config_.max_seq_len, images, image_sizes(images), packed_rows_, packed_longest_};
+  const train::MicroShape shape{m, config_.max_seq_len, images, image_sizes(images), packed_, tails_};
   return std::vector<train::MicroShape>(std::size_t(config_.gradient_accumulation_steps), shape);
 }
 

@@ -20,9 +20,9 @@ struct StepCase {
   std::string name;
   int world = 1;
   std::vector<std::string> sets;  // --set overrides on top of the small base config
-  // train.padding_free: the LLM's packed rows a micro-batch and the longest sequence (train::MicroShape); 0: the
+  // train.padding_free: the LLM's packed sequences and its last layer's rows of them (train::MicroShape); empty: the
   // worst case, every position labelled.
-  int64_t packed_rows = 0, packed_longest = 0;
+  std::vector<int64_t> packed = {}, tails = {};
 };
 
 std::vector<StepCase> step_cases();
@@ -48,7 +48,7 @@ class StepEngine {
   // AnyRes: `images` images of the largest layout (the planner's worst case); none otherwise.
   std::vector<data::Resolution> image_sizes(int64_t images) const;
   train::RunConfig config_;
-  int64_t packed_rows_ = 0, packed_longest_ = 0;
+  std::vector<int64_t> packed_, tails_;
   core::Device device_, host_;
   std::unique_ptr<parallel::Communicator> comm_;
   std::unique_ptr<train::Engine> engine_;

@@ -900,3 +900,92 @@ TEST(Attention, PackedSequencesGetWhatEachGetsAloneAndInARightPaddedBatch) {
                Error)
       << "lengths that do not add up to the packed rows";
 }
+
+// Queries at the sequences' ends (the last layer of a padding-free pass): attention_forward_packed with `queries`
+// keeps each sequence's last queries[s] query rows and attends them to the whole sequence, as the same rows get when
+// every query runs (causal mask aligned at the sequence's end, a sliding window counted back from each query); with
+// a zero output gradient on the other queries, dk and dv are those of every query. Each sequence's launch is exactly
+// attention_forward / attention_backward of its rows alone. Odd counts at tile edges, grouped heads; f32 and bf16.
+TEST(Attention, PackedQueriesAtTheSequencesEndsGetTheirRowsOfEveryQuery) {
+  const std::vector<int64_t> lengths = {70, 5, 1, 33}, queries = {3, 5, 1, 17};
+  const int64_t H = 4, Hkv = 2, D = 16;
+  int64_t total = 0, q_total = 0;
+  for (std::size_t s = 0; s < lengths.size(); ++s) total += lengths[s], q_total += queries[s];
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  auto random = [&](int64_t rows, int64_t heads) {
+    std::vector<float> v(std::size_t(rows * heads * D));
+    for (float& x : v) x = nd(rng);
+    return v;
+  };
+  const std::vector<float> qa = random(total, H), ka = random(total, Hkv), va = random(total, Hkv);
+  std::vector<float> da = random(total, H);
+  // The rows of every query that are kept: each sequence's last ones.
+  std::vector<int64_t> kept;
+  for (int64_t s = 0, at = 0; s < int64_t(lengths.size()); at += lengths[std::size_t(s)], ++s)
+    for (int64_t t = lengths[std::size_t(s)] - queries[std::size_t(s)]; t < lengths[std::size_t(s)]; ++t)
+      kept.push_back(at + t);
+  auto keep = [&](const std::vector<float>& all, int64_t heads) {
+    std::vector<float> out;
+    for (int64_t r : kept) out.insert(out.end(), all.begin() + r * heads * D, all.begin() + (r + 1) * heads * D);
+    return out;
+  };
+  std::vector<float> dz(da.size(), 0.f);  // every query's output gradient, zero on the queries not kept
+  for (int64_t r : kept) std::copy(da.begin() + r * H * D, da.begin() + (r + 1) * H * D, dz.begin() + r * H * D);
+  for (DType dt : {DType::F32, DType::BF16})
+    for (int64_t window : {int64_t(0), int64_t(9)}) {
+      SCOPED_TRACE(str(dtype_name(dt), " window ", window));
+      auto make = [&](const std::vector<float>& v, Shape s) { return Tensor::from_floats(v, s, dt, kBackend); };
+      const Tensor q = make(keep(qa, H), {1, q_total, H, D}), dout = make(keep(da, H), {1, q_total, H, D});
+      const Tensor k = make(ka, {1, total, Hkv, D}), v = make(va, {1, total, Hkv, D});
+      const float scale = 0.3f;
+      const AttentionOut o = attention_forward_packed(q, k, v, lengths, Mask::Causal, scale, window, queries);
+      const AttentionGrads g =
+          attention_backward_packed(dout, q, k, v, o, lengths, Mask::Causal, scale, window, queries);
+      const Tensor all_q = make(qa, {1, total, H, D});
+      const AttentionOut ao = attention_forward_packed(all_q, k, v, lengths, Mask::Causal, scale, window);
+      const AttentionGrads ag =
+          attention_backward_packed(make(dz, {1, total, H, D}), all_q, k, v, ao, lengths, Mask::Causal, scale, window);
+      auto floats = [](const Tensor& t) { return t.to(Device::cpu()).to_floats(); };
+      const float tol = dt == DType::F32 ? 2e-5f : 2e-2f;
+      auto near = [&](const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+        ASSERT_EQ(got.size(), want.size()) << what;
+        for (std::size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], tol * (1.f + std::abs(want[i]))) << what << " at " << i;
+      };
+      near(floats(o.out), keep(floats(ao.out), H), "out");
+      near(floats(g.dq), keep(floats(ag.dq), H), "dq");
+      near(floats(g.dk), floats(ag.dk), "dk");
+      near(floats(g.dv), floats(ag.dv), "dv");
+      const std::vector<float> lse = floats(o.lse), all_lse = floats(ao.lse);
+      for (int64_t s = 0, at = 0, q_at = 0; s < int64_t(lengths.size()); ++s) {
+        const int64_t n = lengths[std::size_t(s)], nq = queries[std::size_t(s)];
+        for (int64_t h = 0; h < H; ++h)  // sequence s's (heads, queries) block, against its last queries of every one
+          near(std::vector<float>(lse.begin() + H * q_at + h * nq, lse.begin() + H * q_at + (h + 1) * nq),
+               std::vector<float>(all_lse.begin() + H * at + h * n + (n - nq), all_lse.begin() + H * at + (h + 1) * n),
+               str("lse of sequence ", s, " head ", h));
+        // Alone: the same kernels on that sequence's rows.
+        const Tensor sq = q.slice(1, q_at, q_at + nq).contiguous(), sk = k.slice(1, at, at + n).contiguous(),
+                     sv = v.slice(1, at, at + n).contiguous();
+        const AttentionOut alone = attention_forward(sq, sk, sv, Mask::Causal, scale, window);
+        const AttentionGrads ga = attention_backward(dout.slice(1, q_at, q_at + nq).contiguous(), sq, sk, sv, alone,
+                                                     Mask::Causal, scale, window);
+        EXPECT_EQ(floats(o.out.slice(1, q_at, q_at + nq)), floats(alone.out)) << "sequence " << s;
+        EXPECT_EQ(floats(g.dq.slice(1, q_at, q_at + nq)), floats(ga.dq)) << "sequence " << s;
+        EXPECT_EQ(floats(g.dk.slice(1, at, at + n)), floats(ga.dk)) << "sequence " << s;
+        EXPECT_EQ(floats(g.dv.slice(1, at, at + n)), floats(ga.dv)) << "sequence " << s;
+        at += n;
+        q_at += nq;
+      }
+    }
+  auto zeros = [&](int64_t rows, int64_t heads) { return Tensor::zeros({1, rows, heads, D}, DType::F32, kBackend); };
+  EXPECT_THROW(attention_forward_packed(zeros(3, H), zeros(5, Hkv), zeros(5, Hkv), {3, 2}, Mask::Causal, 1.f, 0, {2}),
+               Error)
+      << "a query count per sequence";
+  EXPECT_THROW(
+      attention_forward_packed(zeros(5, H), zeros(5, Hkv), zeros(5, Hkv), {3, 2}, Mask::Causal, 1.f, 0, {2, 3}), Error)
+      << "more queries than positions";
+  EXPECT_THROW(
+      attention_forward_packed(zeros(4, H), zeros(5, Hkv), zeros(5, Hkv), {3, 2}, Mask::Causal, 1.f, 0, {2, 1}), Error)
+      << "queries that do not add up to q's rows";
+}

@@ -93,11 +93,12 @@ TEST_P(StepTrace, MetaAllocatesExactlyAsCpu) {
 INSTANTIATE_TEST_SUITE_P(Strategies, StepTrace, testing::ValuesIn(hr::test::step_cases()),
                          [](const testing::TestParamInfo<StepCase>& p) { return p.param.name; });
 
-// train.padding_free: a batch's shape counts the positions its loss reads (each row through its last labelled
-// token; none for a row without labels) and its longest such sequence, and the dry run's synthetic batch of that
-// shape has that shape again, so its memory is the batch's. The planner's worst case (every position labelled)
-// packs nothing; nor does a run with padding_free off.
-TEST(PaddingFree, ABatchShapeCountsTheLossPositionsAndItsSyntheticBatchHasThatShape) {
+// train.padding_free: a batch's shape lists the sequences its loss reads (each row through its last labelled token;
+// none for a row without labels) and how many of each one's last positions the last layer runs (from the first the
+// loss reads, where that keeps at most half), and the dry run's synthetic batch of that shape has that shape again,
+// so its memory is the batch's. The planner's worst case (every position labelled) packs and trims nothing; nor does
+// a run with padding_free off.
+TEST(PaddingFree, ABatchShapeListsItsSequencesAndTailsAndItsSyntheticBatchHasThatShape) {
   const train::RunConfig c = train::load_config(
       "",
       {"model.preset=tiny", "model.vision.image_size=8", "model.vision.patch_size=4", "model.llm.vocab_size=300",
@@ -107,45 +108,65 @@ TEST(PaddingFree, ABatchShapeCountsTheLossPositionsAndItsSyntheticBatchHasThatSh
   const models::LlavaConfig& m = c.model.config;
   const Device host{DeviceType::Meta, 1};
   configure_device(host, {});
-  const train::MicroShape worst{3, 24, 3, {}};
+  using V = std::vector<int64_t>;
+  auto shape = [](V packed, V tails) { return train::MicroShape{3, 24, 3, {}, std::move(packed), std::move(tails)}; };
+  const train::MicroShape worst = shape({}, {});
   EXPECT_EQ(train::shape_of(train::synthetic_batch(m, worst, host).batch, c), worst);
-  for (auto [rows, longest] : std::vector<std::pair<int64_t, int64_t>>{{47, 24}, {49, 24}, {2, 2}, {30, 15}, {9, 9}}) {
-    const train::MicroShape s{3, 24, 3, {}, rows, longest};
+  for (const train::MicroShape& s : {shape({23, 24}, {}), shape({23, 24}, {3, 2}), shape({2}, {}), shape({24, 2}, {}),
+                                     shape({}, {5, 12, 2}), shape({15, 15}, {13, 2}), shape({9}, {})}) {
     const data::Batch b = train::synthetic_batch(m, s, host).batch;
-    EXPECT_EQ(train::shape_of(b, c), s) << rows << " rows, longest " << longest;
+    EXPECT_EQ(train::shape_of(b, c), s) << ::testing::PrintToString(s.packed) << " "
+                                        << ::testing::PrintToString(s.tails);
     train::RunConfig off = c;
     off.padding_free = train::PaddingFree::Off;
-    EXPECT_EQ(train::shape_of(b, off), (train::MicroShape{3, 24, 3, {}})) << "padding_free off";
+    EXPECT_EQ(train::shape_of(b, off), worst) << "padding_free off";
   }
-  EXPECT_THROW(train::synthetic_batch(m, {3, 24, 3, {}, 5, 2}, host), Error) << "5 positions in sequences of 2";
-  EXPECT_THROW(train::synthetic_batch(m, {3, 24, 3, {}, 73, 24}, host), Error) << "more than the batch";
+  EXPECT_THROW(train::synthetic_batch(m, shape({1}, {}), host), Error) << "a sequence of 1";
+  EXPECT_THROW(train::synthetic_batch(m, shape({24, 24, 24}, {}), host), Error) << "packs nothing";
+  EXPECT_THROW(train::synthetic_batch(m, shape({24, 24, 24, 2}, {}), host), Error) << "more sequences than rows";
+  EXPECT_THROW(train::synthetic_batch(m, shape({21, 24}, {20, 20}), host), Error) << "over half";
+  EXPECT_THROW(train::synthetic_batch(m, shape({21, 24}, {2}), host), Error) << "a tail per sequence";
+  EXPECT_THROW(train::synthetic_batch(m, shape({21, 24}, {1, 2}), host), Error) << "the loss reads 2";
 
-  // A batch of hand-made labels: row 0 labelled up to position 20, row 1 nowhere (position 0's label is never
-  // predicted, so it does not count), row 2 at its last position.
+  // A batch of hand-made labels: row 0 labelled from position 6 up to 20 (read from 5), row 1 nowhere (position 0's
+  // label is never predicted, so it does not count), row 2 at its last position only (read at 22).
   data::Batch b = train::synthetic_batch(m, worst, host).batch;
   for (int64_t t = 0; t < 24; ++t) {
     b.labels[std::size_t(t)] = t <= 20 && t > 5 ? 7 : -100;
     b.labels[std::size_t(24 + t)] = t == 0 ? 7 : -100;
     b.labels[std::size_t(48 + t)] = t == 23 ? 7 : -100;
   }
-  EXPECT_EQ(models::loss_lengths(b, -100), (std::vector<int64_t>{21, 0, 24}));
-  EXPECT_EQ(train::shape_of(b, c), (train::MicroShape{3, 24, 3, {}, 45, 24}));
+  EXPECT_EQ(models::loss_lengths(b, -100), (V{21, 0, 24}));
+  EXPECT_EQ(train::shape_of(b, c), shape({21, 24}, {16, 2}));
+  b.labels[std::size_t(6)] = -100;  // row 0 read from 6, row 2 from 9
+  b.labels[std::size_t(48 + 10)] = 7;
+  EXPECT_EQ(train::shape_of(b, c), shape({21, 24}, {})) << "tails of 15 and 15 rows keep over half of 45";
+  b.labels[std::size_t(24 + 23)] = 7;  // row 1 read at 22
+  EXPECT_EQ(train::shape_of(b, c), shape({21, 24, 24}, {15, 2, 15}));
+  b.labels[std::size_t(23)] = 7;  // every row labelled to its end
+  EXPECT_EQ(train::shape_of(b, c), shape({}, {18, 2, 15})) << "nothing packs, but the last layer trims";
+  b.labels[std::size_t(24 + 1)] = 7;
+  EXPECT_EQ(train::shape_of(b, c), worst) << "row 1 read from 0: 57 of 72 rows";
 }
 
-// A hand-made batch whose rows keep 13, 7 and 5 positions (25 of 72 packed, the longest 13) allocates on the CPU,
-// event for event, what the meta device allocates for the dry run of its shape, whose synthetic batch keeps 13
-// and 12: a packed step's memory depends on its packed positions and its longest sequence alone.
+// A hand-made batch whose rows keep 13, 7 and 5 positions, the last layer their last 4, 2 and 3 (row 0 with a gap in
+// its labels), allocates on the CPU, event for event, what the meta device allocates for the dry run of its shape,
+// whose synthetic batch labels every position of those tails.
 TEST(PaddingFree, AHandMadeBatchAllocatesWhatTheDryRunOfItsShapeDoes) {
-  const StepCase c{"padding_free_hand_made", 1, {"train.micro_batch_size=3", "memory.precision=bf16"}, 25, 13};
+  const StepCase c{
+      "padding_free_hand_made", 1, {"train.micro_batch_size=3", "memory.precision=bf16"}, {13, 7, 5}, {4, 2, 3}};
   const BatchOf hand_made = [](const hr::test::StepEngine& e) {
     train::MicroShape s = e.step_shapes().front();
-    s.packed_rows = s.packed_longest = 0;
+    s.packed.clear();
+    s.tails.clear();
     data::LoadedBatch lb = train::synthetic_batch(e.config().model.config, s, e.host());
     const int64_t keep[3] = {13, 7, 5};
-    for (int64_t r = 0; r < 3; ++r) {
-      for (int64_t t = keep[r]; t < s.seq; ++t) lb.batch.labels[std::size_t(r * s.seq + t)] = -100;
-      lb.batch.labels[std::size_t(r * s.seq + keep[r] - 1)] = 7;
-    }
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t t = 0; t < s.seq; ++t) lb.batch.labels[std::size_t(r * s.seq + t)] = -100;
+    lb.batch.labels[std::size_t(10)] = lb.batch.labels[std::size_t(12)] = 7;  // read at 9 and 11
+    lb.batch.labels[std::size_t(s.seq + 6)] = 7;
+    lb.batch.labels[std::size_t(2 * s.seq + 3)] = lb.batch.labels[std::size_t(2 * s.seq + 4)] = 7;
+    EXPECT_EQ(models::loss_lengths(lb.batch, -100), std::vector<int64_t>(keep, keep + 3));
     EXPECT_EQ(train::shape_of(lb.batch, e.config()), e.step_shapes().front());
     return lb;
   };
