@@ -100,6 +100,7 @@ print(f"\nCPU: {c.get('name', b['cpu'])} ({c.get('vendor', '?')} family {c.get('
       f"{c.get('model', '?')}), {b['threads_per_rank']} threads; oneDNN ISA {b['isa']}; bf16 GEMMs on {b.get('bf16_gemm', '?')}; "
       f"bf16 attention tiles on {b.get('bf16_attention', '?')}")
 if "padding_free" in b:
-    print("headroom: train.padding_free " + ("on (its LLM runs only the positions the loss reads; the peers run the "
-          "padded batch)" if b["padding_free"] else "off (the whole padded batch, as the peers)"))
+    print("headroom: train.padding_free " + ("on (its LLM runs only the positions the loss reads, its last layer "
+          "only the rows from the first the loss reads; the peers run the whole padded batch)" if b["padding_free"]
+          else "off (the whole padded batch, as the peers)"))
 PY
