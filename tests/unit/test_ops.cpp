@@ -827,18 +827,26 @@ TEST(Attention, AWindowOfWKeysEndsAtTheQuerysOwnPosition) {
 // a padded batch's other tile shapes, what that sequence's rows get in a right-padded causal batch: padding after a
 // sequence changes none of its outputs and, with a zero output gradient there, none of its gradients. Odd lengths
 // (1, 5, 33, 70: tile edges), grouped heads, a sliding window; f32 and bf16.
+namespace {
+// Normal values for `rows` positions of `heads` heads of d values each, from a seeded generator.
+struct RandomHeads {
+  std::mt19937 rng;
+  int64_t d;
+  std::vector<float> operator()(int64_t rows, int64_t heads) {
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<float> v(std::size_t(rows * heads * d));
+    for (float& x : v) x = nd(rng);
+    return v;
+  }
+};
+}  // namespace
+
 TEST(Attention, PackedSequencesGetWhatEachGetsAloneAndInARightPaddedBatch) {
   const std::vector<int64_t> lengths = {70, 5, 1, 33};
   const int64_t B = int64_t(lengths.size()), L = 70, H = 4, Hkv = 2, D = 16;
   int64_t total = 0;
   for (int64_t n : lengths) total += n;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  auto random = [&](int64_t rows, int64_t heads) {
-    std::vector<float> v(std::size_t(rows * heads * D));
-    for (float& x : v) x = nd(rng);
-    return v;
-  };
+  RandomHeads random{std::mt19937(11), D};
   // The padded batch's values (pad rows random too; dout zero there), and the packed copy of its sequences.
   const std::vector<float> qp = random(B * L, H), kp = random(B * L, Hkv), vp = random(B * L, Hkv);
   std::vector<float> dp = random(B * L, H);
@@ -911,13 +919,7 @@ TEST(Attention, PackedQueriesAtTheSequencesEndsGetTheirRowsOfEveryQuery) {
   const int64_t H = 4, Hkv = 2, D = 16;
   int64_t total = 0, q_total = 0;
   for (std::size_t s = 0; s < lengths.size(); ++s) total += lengths[s], q_total += queries[s];
-  std::mt19937 rng(12);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  auto random = [&](int64_t rows, int64_t heads) {
-    std::vector<float> v(std::size_t(rows * heads * D));
-    for (float& x : v) x = nd(rng);
-    return v;
-  };
+  RandomHeads random{std::mt19937(12), D};
   const std::vector<float> qa = random(total, H), ka = random(total, Hkv), va = random(total, Hkv);
   std::vector<float> da = random(total, H);
   // The rows of every query that are kept: each sequence's last ones.
