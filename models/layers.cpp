@@ -197,6 +197,21 @@ Tensor RMSNorm::backward(const Tensor& dy, const Tensor& x, const NormSaved& sav
   return rmsnorm_backward(dy, x, weight->data, saved, o).dx;
 }
 
+std::vector<RowRun> tail_runs(const std::vector<int64_t>& lengths, const std::vector<int64_t>& tails) {
+  HR_CHECK(tails.size() == lengths.size(), "[layers] ", tails.size(), " tails for ", lengths.size(), " sequences");
+  std::vector<RowRun> runs;
+  runs.reserve(tails.size());
+  int64_t start = 0, to = 0;
+  for (std::size_t s = 0; s < tails.size(); ++s) {
+    const int64_t n = lengths[s], k = tails[s];
+    HR_CHECK(k > 0 && k <= n, "[layers] sequence ", s, " of ", n, " rows cannot keep its last ", k);
+    runs.push_back({start + n - k, to, k});
+    start += n;
+    to += k;
+  }
+  return runs;
+}
+
 Tensor pack_rows(const Tensor& x, const std::vector<RowRun>& runs, int64_t rows) {
   Tensor out = Tensor::empty({rows, x.size(1)}, x.dtype(), x.device());
   int64_t packed = 0;

@@ -50,6 +50,9 @@ class LoraDropoutScope {
 struct RowRun {
   int64_t from = 0, to = 0, count = 0;
 };
+// The last tails[s] rows of each of the back-to-back sequences of `lengths` rows, one after another: the rows a
+// layer that runs only each sequence's tail keeps (TokenLayout::tail_rows), in order.
+std::vector<RowRun> tail_runs(const std::vector<int64_t>& lengths, const std::vector<int64_t>& tails);
 // The rows of x (N, C) that `runs` name, at their `to` in a (rows, C) tensor; the rows no run fills are zeros.
 Tensor pack_rows(const Tensor& x, const std::vector<RowRun>& runs, int64_t rows);
 // pack_rows' backward: the packed rows back at their positions of a zero tensor of `shape` (viewed as (N, C)).

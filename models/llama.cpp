@@ -293,18 +293,11 @@ TokenLayout LlamaModel::with_tails(const TokenLayout& at, int64_t B, int64_t L, 
                                    const std::vector<int64_t>& tails) const {
   TokenLayout t = at;
   t.sequences = at.packed.empty() ? std::vector<int64_t>(std::size_t(B), L) : at.packed;
-  HR_CHECK(tails.size() == t.sequences.size(), "[llama] ", tails.size(), " tails for ", t.sequences.size(),
-           " sequences");
   t.tails = tails;
+  t.tail_rows = tail_runs(t.sequences, tails);
   std::vector<int64_t> pos;
-  int64_t start = 0;
-  for (std::size_t i = 0; i < tails.size(); ++i) {
-    const int64_t n = t.sequences[i], k = tails[i];
-    HR_CHECK(k > 0 && k <= n, "[llama] sequence ", i, " of ", n, " positions cannot keep its last ", k);
-    t.tail_rows.push_back({start + n - k, t.tail_total(), k});
-    for (int64_t p = n - k; p < n; ++p) pos.push_back(p);
-    start += n;
-  }
+  for (std::size_t i = 0; i < tails.size(); ++i)
+    for (int64_t p = t.sequences[i] - tails[i]; p < t.sequences[i]; ++p) pos.push_back(p);
   t.tail_rot = rotary_at(pos, 1, int64_t(pos.size()), device);
   return t;
 }

@@ -203,7 +203,12 @@ std::vector<int64_t> packed_lengths(const Batch& b, int64_t ignore_index) {
 }
 
 std::vector<int64_t> tail_lengths(const Batch& b, int64_t ignore_index) {
-  const std::vector<int64_t> packed = packed_lengths(b, ignore_index);
+  return tail_lengths(b, ignore_index, packed_lengths(b, ignore_index));
+}
+
+std::vector<int64_t> tail_lengths(const Batch& b, int64_t ignore_index, const std::vector<int64_t>& packed) {
+  HR_CHECK(packed.empty() || int64_t(packed.size()) == b.batch, "[llava] ", packed.size(), " packed lengths for ",
+           b.batch, " rows");
   std::vector<int64_t> tails;
   int64_t rows = 0, kept = 0;
   for (int64_t r = 0; r < b.batch; ++r) {
@@ -241,18 +246,12 @@ void remap_label_runs(LlavaState& st) {
     for (RowRun& r : st.label_runs) r.from = row_at[std::size_t(r.from / L)] + r.from % L;
   }
   if (st.tails.empty()) return;
-  // The sequences' first tail row and where it goes, in order; the runs are in order too.
-  std::vector<RowRun> tails;
-  int64_t start = 0, to = 0;
-  for (std::size_t s = 0; s < st.tails.size(); ++s) {
-    const int64_t n = st.packed.empty() ? L : st.packed[s];
-    tails.push_back({start + n - st.tails[s], to, st.tails[s]});
-    start += n;
-    to += st.tails[s];
-  }
+  // The sequences' tail rows and where they go, in order; the label runs are in order too.
+  const std::vector<RowRun> tails =
+      tail_runs(st.packed.empty() ? std::vector<int64_t>(std::size_t(st.batch), L) : st.packed, st.tails);
   std::size_t s = 0;
   for (RowRun& r : st.label_runs) {
-    while (tails[s].from + tails[s].count <= r.from) ++s;
+    while (s + 1 < tails.size() && tails[s].from + tails[s].count <= r.from) ++s;
     HR_CHECK(r.from >= tails[s].from && r.from + r.count <= tails[s].from + tails[s].count, "[llava] labelled rows ",
              r.from, "..", r.from + r.count, " are outside their sequence's last layer rows");
     r.from = tails[s].to + r.from - tails[s].from;
@@ -267,8 +266,8 @@ int64_t Llava::pack_llm_rows(const Batch& b, LlavaState& st, const ModelOptions&
   st.tails.clear();
   const bool logits = opt.return_logits || opt.logits_to_keep >= 0 || !opt.logits_at.empty();
   if (!opt.padding_free || opt.inference || logits) return B * L;
-  st.tails = tail_lengths(b, cfg_.ignore_index);
   const std::vector<int64_t> n = packed_lengths(b, cfg_.ignore_index);
+  st.tails = tail_lengths(b, cfg_.ignore_index, n);
   if (n.empty()) return B * L;
   for (int64_t r = 0; r < B; ++r) {
     const int64_t len = n[std::size_t(r)];

@@ -80,6 +80,8 @@ std::vector<int64_t> packed_lengths(const Batch& b, int64_t ignore_index);
 // over half the rows (a trimmed layer's gathers then cost about what it saves, and the planner's worst case, every
 // position labelled, is never trimmed), or where nothing is labelled.
 std::vector<int64_t> tail_lengths(const Batch& b, int64_t ignore_index);
+// The same, given packed_lengths(b, ignore_index) (the labels are then read once more, not twice).
+std::vector<int64_t> tail_lengths(const Batch& b, int64_t ignore_index, const std::vector<int64_t>& packed);
 
 class Llava final : public GroupedParams {
  public:

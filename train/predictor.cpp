@@ -279,9 +279,10 @@ MicroShape shape_of(const data::Batch& b, const RunConfig& c) {
   MicroShape s{b.batch, b.seq, data::images_of(b), b.image_sizes};
   if (c.padding_free != PaddingFree::On) return s;
   // As Llava packs them: only the sequences it keeps, in order.
-  for (int64_t n : models::packed_lengths(b, c.model.config.ignore_index))
+  const std::vector<int64_t> lengths = models::packed_lengths(b, c.model.config.ignore_index);
+  for (int64_t n : lengths)
     if (n > 0) s.packed.push_back(n);
-  s.tails = models::tail_lengths(b, c.model.config.ignore_index);
+  s.tails = models::tail_lengths(b, c.model.config.ignore_index, lengths);
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "core/memory/device_memory.h"
+#include "models/layers.h"
 #include "models/llava.h"
 #include "step_cases.h"
 #include "train/planner.h"
@@ -138,6 +139,8 @@ TEST(PaddingFree, ABatchShapeListsItsSequencesAndTailsAndItsSyntheticBatchHasTha
   }
   EXPECT_EQ(models::loss_lengths(b, -100), (V{21, 0, 24}));
   EXPECT_EQ(train::shape_of(b, c), shape({21, 24}, {16, 2}));
+  EXPECT_EQ(models::tail_lengths(b, -100, models::packed_lengths(b, -100)), (V{16, 2}));
+  EXPECT_THROW(models::tail_lengths(b, -100, V{21, 0}), Error) << "a packed length per row";
   b.labels[std::size_t(6)] = -100;  // row 0 read from 6, row 2 from 9
   b.labels[std::size_t(48 + 10)] = 7;
   EXPECT_EQ(train::shape_of(b, c), shape({21, 24}, {})) << "tails of 15 and 15 rows keep over half of 45";
@@ -147,6 +150,22 @@ TEST(PaddingFree, ABatchShapeListsItsSequencesAndTailsAndItsSyntheticBatchHasTha
   EXPECT_EQ(train::shape_of(b, c), shape({}, {18, 2, 15})) << "nothing packs, but the last layer trims";
   b.labels[std::size_t(24 + 1)] = 7;
   EXPECT_EQ(train::shape_of(b, c), worst) << "row 1 read from 0: 57 of 72 rows";
+}
+
+// The last layer's rows of back-to-back sequences of 13, 7 and 5 rows keeping their last 4, 2 and 3: rows 9..12,
+// 18..19 and 22..24 of its input, at 0, 4 and 6 of its output; a tail of none, or of more than its sequence, and a
+// tail count that is not the sequences' are refused.
+TEST(PaddingFree, TheTailRowsAreEachSequencesLastRowsBackToBack) {
+  using V = std::vector<int64_t>;
+  const std::vector<models::RowRun> runs = models::tail_runs({13, 7, 5}, {4, 2, 3});
+  ASSERT_EQ(runs.size(), 3u);
+  const int64_t want[3][3] = {{9, 0, 4}, {18, 4, 2}, {22, 6, 3}};
+  for (std::size_t s = 0; s < 3; ++s)
+    EXPECT_EQ((V{runs[s].from, runs[s].to, runs[s].count}), (V{want[s][0], want[s][1], want[s][2]})) << s;
+  EXPECT_TRUE(models::tail_runs({}, {}).empty());
+  EXPECT_THROW(models::tail_runs({13, 7}, {4, 0}), Error) << "a tail of no rows";
+  EXPECT_THROW(models::tail_runs({13, 7}, {4, 8}), Error) << "more rows than the sequence";
+  EXPECT_THROW(models::tail_runs({13, 7}, {4}), Error) << "a tail per sequence";
 }
 
 // A hand-made batch whose rows keep 13, 7 and 5 positions, the last layer their last 4, 2 and 3 (row 0 with a gap in
