@@ -12,7 +12,8 @@ sequence labels its last loss_tokens_per_step / global_batch_size positions, as 
 It trains the same parts as headroom's stage, with gradient checkpointing where headroom checkpoints (its last
 decoder layer whole where headroom's plan kept that block: `checkpointing.llm_last_block_kept`), AdamW and
 gradient clipping at 1. bf16 and fp16 run under torch.autocast over f32 weights, PyTorch's usual mixed precision.
-`--compile` wraps the forward and loss in torch.compile (PyTorch 2). `--device cuda` is the GPU peer: the model
+`--compile` wraps the forward and loss in torch.compile (PyTorch 2); `--simdlen 256` has inductor generate AVX2 code on
+an AVX-512 CPU (its `cpp.simdlen`; tests/bench/speed_table.sh's SPEED_ISA=avx2). `--device cuda` is the GPU peer: the model
 on the GPU with SDPA attention, autocast on CUDA, PyTorch's caching allocator, whose
 max_memory_allocated / max_memory_reserved are reported beside headroom's peaks (the bench JSON of a
 `device.type: cuda` run). Prints one JSON object, with the step time ratio to headroom's (PyTorch / headroom:
@@ -72,6 +73,8 @@ def main():
     ap.add_argument("--steps", type=int, help="timed steps (default: the bench's)")
     ap.add_argument("--warmup", type=int, help="untimed steps first (default: the bench's, at least 1 with --compile)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the forward and loss")
+    ap.add_argument("--simdlen", type=int, help="with --compile: the vector width in bits of inductor's CPU code "
+                    "(default: the CPU's widest; 256 is AVX2)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch.set_num_threads (default: headroom's threads per rank x ranks)")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where the twin runs")
@@ -83,6 +86,11 @@ def main():
     warmup = b["warmup_steps"] if a.warmup is None else a.warmup
     if a.compile:
         warmup = max(warmup, 1)
+        if a.simdlen:
+            import torch._inductor.config as inductor
+            inductor.cpp.simdlen = a.simdlen
+    elif a.simdlen:
+        sys.exit("torch_twin: --simdlen sets inductor's code, so it needs --compile")
     torch.set_num_threads(a.threads or b["threads_per_rank"] * b["world_size"])
 
     torch.manual_seed(0)
@@ -172,6 +180,7 @@ def main():
         "torch": torch.__version__,
         "device": str(device),
         "compiled": a.compile,
+        "simdlen": a.simdlen,
         "threads": torch.get_num_threads(),
         "precision": b["precision"],
         "steps": steps,

@@ -7,6 +7,12 @@
 # BENCH_STEPS timed steps per run (default 10, after 2 warm-up steps); SPEED_ROWS, a regular expression, runs only
 # the rows whose tag (name-precision-checkpointing, e.g. "19.2M (8 × 256)-bf16-none") it matches; SPEED_ROUNDS
 # (below) alternates each row's programs several times.
+# SPEED_ISA=avx2 runs every program on the AVX2 code paths of an AVX-512 CPU: an emulation of an AVX2 CPU's ISA, not
+# of its caches or clocks. oneDNN (headroom's and PyTorch's) is capped by ONEDNN_MAX_CPU_ISA=AVX2, MKL by
+# MKL_ENABLE_INSTRUCTIONS=AVX2, OpenBLAS by OPENBLAS_CORETYPE=Haswell, PyTorch's eager kernels by
+# ATEN_CPU_CAPABILITY=avx2, and inductor's generated code by the twin's --simdlen 256. The compiled twin's eager
+# kernels keep the CPU's capability: under ATEN_CPU_CAPABILITY=avx2 PyTorch 2.15's compiled graph fails
+# transformers' image-token check (a count of 262,144 for 512), so the compiled peer keeps its AVX-512 eager ops.
 # Usage: tests/bench/speed_table.sh [BUILD_DIR] [OUT_DIR]   (from the repository root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,6 +25,17 @@ t2="${TORCH2_PYTHON:-}"
 # TORCH1_ENV="LD_LIBRARY_PATH=<openblas-pthread dir> OMP_WAIT_POLICY=PASSIVE" (the fastest setting found here).
 t1env="${TORCH1_ENV:-}"
 steps="${BENCH_STEPS:-10}"
+isa="${SPEED_ISA:-}"
+eager_env=() simd=()
+case "$isa" in
+  "") ;;
+  avx2)
+    export ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 OPENBLAS_CORETYPE=Haswell
+    eager_env=(ATEN_CPU_CAPABILITY=avx2)
+    simd=(--simdlen 256)
+    ;;
+  *) echo "speed_table.sh: SPEED_ISA is avx2 or unset, not '$isa'" >&2; exit 2 ;;
+esac
 cell() { if [ "$1" = — ]; then echo —; else echo "$1 ms"; fi; }
 ms() { python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['step_ms']['median']))" "$1"; }
 # SPEED_ROUNDS=N (default 1) runs each row's programs N times in turn (headroom, torch 1.13, eager, compiled, then
@@ -50,13 +67,13 @@ row() {  # name config precision checkpointing [extra --set ...]
     h=$(ms "$base.headroom$sfx.json")
     hs+=("$h")
     if [ "$t1" != none ]; then
-      env $t1env "$t1" scripts/torch_twin.py "$base.headroom$sfx.json" > "$base.torch1$sfx.json" 2> /dev/null
+      env $t1env "${eager_env[@]}" "$t1" scripts/torch_twin.py "$base.headroom$sfx.json" > "$base.torch1$sfx.json" 2> /dev/null
       e1s+=("$(ms "$base.torch1$sfx.json")")
       best=${e1s[-1]}
     fi
     if [ -n "$t2" ]; then
-      "$t2" scripts/torch_twin.py "$base.headroom$sfx.json" > "$base.torch2$sfx.json" 2> /dev/null
-      "$t2" scripts/torch_twin.py "$base.headroom$sfx.json" --compile > "$base.torch2c$sfx.json" \
+      env "${eager_env[@]}" "$t2" scripts/torch_twin.py "$base.headroom$sfx.json" > "$base.torch2$sfx.json" 2> /dev/null
+      "$t2" scripts/torch_twin.py "$base.headroom$sfx.json" --compile "${simd[@]}" > "$base.torch2c$sfx.json" \
         2> "$base.torch2c$sfx.log" || true
       e2s+=("$(ms "$base.torch2$sfx.json")")
       if [ -z "$best" ] || [ "${e2s[-1]}" -lt "$best" ]; then best=${e2s[-1]}; fi
@@ -91,14 +108,18 @@ for prec in bf16 fp32; do
 done
 # The machine the rows ran on: the CPU by vendor, family and model, oneDNN's ISA and what the bf16 GEMMs and attention
 # tiles run on.
-python3 - "$out"/*.headroom.json <<'PY'
+SPEED_ISA="$isa" python3 - "$out"/*.headroom.json <<'PY'
 import json
+import os
 import sys
 b = json.load(open(sys.argv[1]))
 c = b.get("cpu_id", {})
 print(f"\nCPU: {c.get('name', b['cpu'])} ({c.get('vendor', '?')} family {c.get('family', '?')} model "
       f"{c.get('model', '?')}), {b['threads_per_rank']} threads; oneDNN ISA {b['isa']}; bf16 GEMMs on {b.get('bf16_gemm', '?')}; "
       f"bf16 attention tiles on {b.get('bf16_attention', '?')}")
+if os.environ.get("SPEED_ISA"):
+    print(f"Emulated: SPEED_ISA={os.environ['SPEED_ISA']}, every program capped to that ISA's code paths on this CPU "
+          "(the compiled peer's eager kernels excepted); not a CPU of that ISA")
 if "padding_free" in b:
     print("headroom: train.padding_free " + ("on (its LLM runs only the positions the loss reads, its last layer "
           "only the rows from the first the loss reads; the peers run the whole padded batch)" if b["padding_free"]

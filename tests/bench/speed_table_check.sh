@@ -45,10 +45,23 @@ assert m.groups() == (f"{statistics.median(ratios):.2f}", f"{min(ratios):.2f}", 
 # Each round ran its own bench, whose run directory is under OUT_DIR.
 assert os.path.isdir(os.path.join(out, "runs", tag)), os.listdir(out)
 PY
-# A round count that is not a positive integer is refused by name.
+# SPEED_ISA=avx2: headroom's bench ran on oneDNN's avx2 (so its packed GEMM), the twin under the same caps, and the
+# table says it was an emulation.
+SPEED_ISA=avx2 SPEED_ROWS='^2\.0M.*-fp32-none$' BENCH_STEPS=1 TORCH1_PYTHON="$py" TORCH2_PYTHON= \
+  "$root/tests/bench/speed_table.sh" "$build" "$work/avx2" > "$work/avx2.md"
+grep -q "^| 2.0M (4 × 128) | fp32 | none | [0-9]* ms | [0-9]* ms | — | — | " "$work/avx2.md"
+grep -q "oneDNN ISA avx2;" "$work/avx2.md"
+grep -q "^Emulated: SPEED_ISA=avx2" "$work/avx2.md"
+python3 -c "import json,sys; assert json.load(open(sys.argv[1]))['isa'] == 'avx2'" "$work/avx2/$tag.headroom.json"
+# A round count that is not a positive integer, or an ISA it cannot emulate, is refused by name.
+if SPEED_ISA=avx512 "$root/tests/bench/speed_table.sh" "$build" "$work/out0" > /dev/null 2> "$work/err.txt"; then
+  echo "SPEED_ISA=avx512 was accepted" >&2
+  exit 1
+fi
+grep -q "SPEED_ISA is avx2 or unset, not 'avx512'" "$work/err.txt"
 if SPEED_ROUNDS=0 "$root/tests/bench/speed_table.sh" "$build" "$work/out0" > /dev/null 2> "$work/err.txt"; then
   echo "SPEED_ROUNDS=0 was accepted" >&2
   exit 1
 fi
 grep -q "SPEED_ROUNDS must be a positive integer, not '0'" "$work/err.txt"
-echo "speed table rounds: ok"
+echo "speed table rounds and ISA: ok"
