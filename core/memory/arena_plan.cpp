@@ -55,10 +55,18 @@ namespace {
 // kCopies copies one by one and those between them as one span; its whole span where periods differ, as
 // live_together compares them), and a query returns every buffer with an indexed span that meets one of the given
 // buffer's: those that contain the query span's first time (a segment tree over the spans' end points) and those
-// that start inside it (sorted by start). A superset of the buffers live_together with it, each once.
+// that start inside it (sorted by start). A superset of the buffers live_together with it, each once. Read-only once
+// built: each placement (they run on several threads) marks the buffers a query has visited in its own Visits.
 class SpanIndex {
  public:
-  explicit SpanIndex(const std::vector<Lifetime>& buffers) : seen_(buffers.size(), 0) {
+  // Which buffers the current query has visited: per buffer, the last query that did.
+  struct Visits {
+    explicit Visits(std::size_t buffers) : seen(buffers, 0) {}
+    std::vector<std::size_t> seen;
+    std::size_t query = 0;
+  };
+
+  explicit SpanIndex(const std::vector<Lifetime>& buffers) {
     std::size_t period = 0;
     bool one_period = true;
     for (const Lifetime& b : buffers)
@@ -101,10 +109,10 @@ class SpanIndex {
 
   // Calls `f(j)` once for every other buffer j whose indexed spans meet buffer i's.
   template <typename F>
-  void for_each_meeting(std::size_t i, F&& f) {
-    ++query_;
+  void for_each_meeting(std::size_t i, Visits& v, F&& f) const {
+    ++v.query;
     auto visit = [&](std::size_t j) {
-      if (j != i && seen_[j] != query_) seen_[j] = query_, f(j);
+      if (j != i && v.seen[j] != v.query) v.seen[j] = v.query, f(j);
     };
     for (std::size_t k = spans_of_[i]; k < spans_of_[i + 1]; ++k) {
       const Span& q = spans_[k];
@@ -132,8 +140,6 @@ class SpanIndex {
   std::size_t leaves_ = 1;
   std::vector<std::vector<std::size_t>> nodes_;  // per segment-tree node: the buffers whose span covers it
   std::vector<std::size_t> by_first_;            // spans by first time
-  std::vector<std::size_t> seen_;                // per buffer: the last query that visited it
-  std::size_t query_ = 0;
 };
 
 // The placed buffers by offset, the earlier placed first among equals, for a scan in that order. Kept in runs
@@ -176,7 +182,8 @@ class ByOffset {
 // placed buffers it meets in order of offset (the earlier placed first among equals): where they are few, those
 // are sorted; where they are many, every placed buffer is scanned in that order for them.
 std::vector<std::size_t> place(const std::vector<Lifetime>& buffers, const std::vector<std::size_t>& order,
-                               SpanIndex& index, std::size_t* arena, bool first_fit) {
+                               const SpanIndex& index, std::size_t* arena, bool first_fit) {
+  SpanIndex::Visits visits(buffers.size());
   std::vector<std::size_t> offset(buffers.size(), 0);
   std::vector<std::size_t> placed(buffers.size(), SIZE_MAX);  // when each was placed
   std::vector<std::size_t> met(buffers.size(), SIZE_MAX);     // the last placing whose buffer met each
@@ -187,7 +194,7 @@ std::vector<std::size_t> place(const std::vector<Lifetime>& buffers, const std::
   for (std::size_t i : order) {
     const Lifetime& b = buffers[i];
     below.clear();
-    index.for_each_meeting(i, [&](std::size_t j) {
+    index.for_each_meeting(i, visits, [&](std::size_t j) {
       if (placed[j] != SIZE_MAX && live_together(buffers[j], b)) {
         met[j] = placing;
         below.push_back({offset[j], placed[j], offset[j] + buffers[j].bytes});
@@ -233,25 +240,32 @@ std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std:
       [&](std::size_t i) { return double(buffers[i].bytes) * span(i); },
       [&](std::size_t i) { return span(i); },
   };
-  SpanIndex index(buffers);
-  std::vector<std::size_t> best;
-  std::size_t best_arena = SIZE_MAX;
-  for (const auto& key : keys) {
+  // The six placements are independent and the step waits for them (the dry run of a step's shapes, before the
+  // step it lays out): they share the threads, each placing alone, and the smallest arena is kept, the first of
+  // the six in this order among equals, whichever thread finished first.
+  const SpanIndex index(buffers);
+  std::vector<std::vector<std::size_t>> orders(keys.size());
+  for (std::size_t o = 0; o < keys.size(); ++o) {
     std::vector<double> k(buffers.size());
-    for (std::size_t i = 0; i < buffers.size(); ++i) k[i] = key(i);
-    std::vector<std::size_t> order(buffers.size());
+    for (std::size_t i = 0; i < buffers.size(); ++i) k[i] = keys[o](i);
+    std::vector<std::size_t>& order = orders[o];
+    order.resize(buffers.size());
     std::iota(order.begin(), order.end(), std::size_t(0));
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
       if (k[a] != k[b]) return k[a] > k[b];
       if (buffers[a].bytes != buffers[b].bytes) return buffers[a].bytes > buffers[b].bytes;
       return buffers[a].first < buffers[b].first;
     });
-    for (bool ff : {false, true}) {
-      std::size_t size = 0;
-      std::vector<std::size_t> offset = place(buffers, order, index, &size, ff);
-      if (size < best_arena) best = std::move(offset), best_arena = size;
-    }
   }
+  constexpr int kPlacements = 6;  // each order with best fit, then with first fit
+  std::array<std::vector<std::size_t>, kPlacements> offsets;
+  std::array<std::size_t, kPlacements> sizes{};
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int c = 0; c < kPlacements; ++c) offsets[c] = place(buffers, orders[std::size_t(c / 2)], index, &sizes[c], c % 2);
+  std::vector<std::size_t> best;
+  std::size_t best_arena = SIZE_MAX;
+  for (int c = 0; c < kPlacements; ++c)
+    if (sizes[c] < best_arena) best = std::move(offsets[c]), best_arena = sizes[c];
   if (arena) *arena = buffers.empty() ? 0 : best_arena;
   return buffers.empty() ? std::vector<std::size_t>{} : best;
 }

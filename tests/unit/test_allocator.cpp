@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <omp.h>
 
 #include "core/memory/arena_plan.h"
 #include "core/memory/caching_allocator.h"
@@ -546,8 +547,10 @@ std::vector<std::size_t> quadratic_pack(const std::vector<Lifetime>& buffers, st
 // scan of every placed buffer kept by offset in runs, change no offset: random steps of plain buffers, periodic ones
 // of one period (accumulated micro-batches; their copies indexed one by one) and of two periods (indexed by their
 // whole spans), with equal sizes and zero-byte buffers to test the ties; the last three of 1,500 buffers, whose
-// placed buffers fill several runs.
+// placed buffers fill several runs. The six placements pack_buffers tries share the threads: on 1, 2 and 3 threads
+// it keeps the same one, the first of the smallest arenas as the scan in order does.
 TEST(ArenaPlan, TheLifetimeIndexPlacesEveryBufferWhereTheQuadraticScanDoes) {
+  const int threads = omp_get_max_threads();
   uint64_t seed = 11;
   auto next = [&] { return (seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 33; };
   for (int trial = 0; trial < 36; ++trial) {
@@ -565,10 +568,12 @@ TEST(ArenaPlan, TheLifetimeIndexPlacesEveryBufferWhereTheQuadraticScanDoes) {
       buffers.push_back(l);
     }
     std::size_t arena = 0, expected_arena = 0;
+    omp_set_num_threads(1 + trial / 3 % 3);  // every kind of period on each thread count
     const std::vector<std::size_t> got = pack_buffers(buffers, &arena);
+    omp_set_num_threads(threads);
     const std::vector<std::size_t> expected = quadratic_pack(buffers, &expected_arena);
-    EXPECT_EQ(arena, expected_arena) << "trial " << trial;
-    EXPECT_EQ(got, expected) << "trial " << trial;
+    EXPECT_EQ(arena, expected_arena) << "trial " << trial << ", " << 1 + trial / 3 % 3 << " threads";
+    EXPECT_EQ(got, expected) << "trial " << trial << ", " << 1 + trial / 3 % 3 << " threads";
     for (std::size_t i = 0; i < buffers.size(); ++i)
       for (std::size_t j = i + 1; j < buffers.size(); ++j)
         ASSERT_FALSE(live_together(buffers[i], buffers[j]) && got[i] < got[j] + buffers[j].bytes &&
