@@ -334,9 +334,10 @@ void attention_forward(const AttentionArgs& a) {
 
 namespace {
 
-// delta[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c]
+// delta[b, h, i] = sum_c dO[b, i, h, c] * O[b, i, h, c], and the same rows of the f32 dQ the tiles accumulate into
+// zeroed in the same pass (on one thread, that fill was a serial memset of the whole dQ while the others waited).
 template <typename T>
-void row_deltas(const AttentionDesc& s, const T* dout, const T* o, float* delta) {
+void row_deltas(const AttentionDesc& s, const T* dout, const T* o, float* delta, float* dq32) {
   const int64_t d = s.head_dim;
 #pragma omp parallel for schedule(static)
   for (int64_t row = 0; row < s.batch * s.q_len * s.q_heads; ++row) {
@@ -344,6 +345,7 @@ void row_deltas(const AttentionDesc& s, const T* dout, const T* o, float* delta)
     double acc = 0.0;
     for (int64_t c = 0; c < d; ++c) acc += double(load(dout, row * d + c)) * load(o, row * d + c);
     delta[(b * s.q_heads + h) * s.q_len + i] = float(acc);
+    std::fill(dq32 + row * d, dq32 + (row + 1) * d, 0.f);
   }
 }
 
@@ -518,8 +520,7 @@ void attention_backward(const AttentionArgs& a) {
     const int64_t dq_n = s.batch * s.q_len * s.q_heads * d;
     float* dq32 =
         std::is_same_v<T, float> ? reinterpret_cast<float*>(a.dq.data_ptr()) : shared.floats(std::size_t(dq_n));
-    std::fill(dq32, dq32 + dq_n, 0.f);
-    row_deltas(s, a.dout.data<T>(), a.out.data<T>(), delta);
+    row_deltas(s, a.dout.data<T>(), a.out.data<T>(), delta, dq32);
     const BackwardInputs<T> in{a.q.data<T>(), a.dout.data<T>(), a.lse.data<float>(), delta, dq32};
     if constexpr (std::is_same_v<T, bf16>) {
       if (bf16_tiles_for(s))
