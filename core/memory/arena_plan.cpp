@@ -261,7 +261,8 @@ std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std:
   std::array<std::vector<std::size_t>, kPlacements> offsets;
   std::array<std::size_t, kPlacements> sizes{};
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int c = 0; c < kPlacements; ++c) offsets[c] = place(buffers, orders[std::size_t(c / 2)], index, &sizes[c], c % 2);
+  for (int c = 0; c < kPlacements; ++c)
+    offsets[c] = place(buffers, orders[std::size_t(c / 2)], index, &sizes[c], c % 2);
   std::vector<std::size_t> best;
   std::size_t best_arena = SIZE_MAX;
   for (int c = 0; c < kPlacements; ++c)

@@ -1,11 +1,11 @@
 // CachingAllocator: PyTorch's rounding, pools, split/merge, fragmentation, retry-then-OOM, exact stats,
 // per-category and per-owner accounting, and the OOM message of a capped device.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <functional>
 #include <numeric>
-#include <omp.h>
 
 #include "core/memory/arena_plan.h"
 #include "core/memory/caching_allocator.h"
