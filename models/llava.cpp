@@ -202,10 +202,6 @@ std::vector<int64_t> packed_lengths(const Batch& b, int64_t ignore_index) {
   return n;
 }
 
-std::vector<int64_t> tail_lengths(const Batch& b, int64_t ignore_index) {
-  return tail_lengths(b, ignore_index, packed_lengths(b, ignore_index));
-}
-
 std::vector<int64_t> tail_lengths(const Batch& b, int64_t ignore_index, const std::vector<int64_t>& packed) {
   HR_CHECK(packed.empty() || int64_t(packed.size()) == b.batch, "[llava] ", packed.size(), " packed lengths for ",
            b.batch, " rows");

@@ -73,14 +73,13 @@ std::vector<int64_t> loss_lengths(const Batch& b, int64_t ignore_index);
 // nothing (every row labelled to its end, as the planner's worst case) or keep nothing (no labels at all). The
 // model packs by it and the planner's step shapes count by it, so the two cannot disagree.
 std::vector<int64_t> packed_lengths(const Batch& b, int64_t ignore_index);
-// Of each sequence a padding-free pass runs through the LLM (packed_lengths', or every row where it packs nothing),
-// how many of its last positions the last layer runs: from the first position the loss reads (the first whose next
-// token has a label) on. The loss reads no other row of the last layer, which needs the rest only as keys and values,
-// so it runs them no further (no query, output projection, norm or MLP). Empty (every row) where that would keep
-// over half the rows (a trimmed layer's gathers then cost about what it saves, and the planner's worst case, every
-// position labelled, is never trimmed), or where nothing is labelled.
-std::vector<int64_t> tail_lengths(const Batch& b, int64_t ignore_index);
-// The same, given packed_lengths(b, ignore_index) (the labels are then read once more, not twice).
+// Of each sequence a padding-free pass runs through the LLM (`packed`: packed_lengths(b, ignore_index), which every
+// caller has already made; or every row where it packs nothing), how many of its last positions the last layer
+// runs: from the first position the loss reads (the first whose next token has a label) on. The loss reads no other
+// row of the last layer, which needs the rest only as keys and values, so it runs them no further (no query, output
+// projection, norm or MLP). Empty (every row) where that would keep over half the rows (a trimmed layer's gathers
+// then cost about what it saves, and the planner's worst case, every position labelled, is never trimmed), or where
+// nothing is labelled.
 std::vector<int64_t> tail_lengths(const Batch& b, int64_t ignore_index, const std::vector<int64_t>& packed);
 
 class Llava final : public GroupedParams {
