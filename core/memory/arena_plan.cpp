@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <exception>
 #include <functional>
 #include <numeric>
 
@@ -260,9 +261,19 @@ std::vector<std::size_t> pack_buffers(const std::vector<Lifetime>& buffers, std:
   constexpr int kPlacements = 6;  // each order with best fit, then with first fit
   std::array<std::vector<std::size_t>, kPlacements> offsets;
   std::array<std::size_t, kPlacements> sizes{};
+  // An exception may not leave an OpenMP region (the process would end): a placement's (its vectors' bad_alloc) is
+  // carried out of it and thrown after.
+  std::array<std::exception_ptr, kPlacements> failed;
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int c = 0; c < kPlacements; ++c)
-    offsets[c] = place(buffers, orders[std::size_t(c / 2)], index, &sizes[c], c % 2);
+  for (int c = 0; c < kPlacements; ++c) {
+    try {
+      offsets[c] = place(buffers, orders[std::size_t(c / 2)], index, &sizes[c], c % 2);
+    } catch (...) {
+      failed[c] = std::current_exception();
+    }
+  }
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
   std::vector<std::size_t> best;
   std::size_t best_arena = SIZE_MAX;
   for (int c = 0; c < kPlacements; ++c)
