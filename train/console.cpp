@@ -218,7 +218,9 @@ void Console::mismatched_steps(int64_t steps) {
 
 void Console::summary(const RunSummary& s) {
   if (!lead()) return;
-  std::string t = str("every step's peak was predicted by a dry run of its shapes: ", s.dry_runs, " dry runs\n");
+  std::string t =
+      str("every step's peak was predicted by a dry run of its shapes: ", s.dry_runs, " dry runs",
+          s.layouts_reused ? str(", ", s.layouts_reused, " of them in an earlier step's arena layout") : "", "\n");
   if (s.oom_recoveries)
     t += str(s.oom_recoveries, " out-of-memory errors recovered by halving the micro-batch (now ", s.micro_batch,
              " x accumulation ", s.accumulation, ")\n");

@@ -31,6 +31,7 @@ struct StepLine {
 // The end of a run: what it skipped, recovered and measured, for the summary rank 0 prints.
 struct RunSummary {
   int64_t dry_runs = 0, oom_recoveries = 0, micro_batch = 0, accumulation = 0;
+  int64_t layouts_reused = 0;  // dry runs whose arena layout was an earlier step's (core::ArenaLayouts)
   std::size_t bad_samples = 0, masked_samples = 0;
   int64_t bad_sample_skips = 0, fp16_skipped_steps = 0, images_dropped = 0, unlearnable = 0, nonfinite_steps = 0;
   int64_t max_seq_len = 0;

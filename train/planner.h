@@ -10,6 +10,7 @@
 #include <array>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,8 +93,13 @@ class Predictor {
   Predictor(const Predictor&) = delete;
   Predictor& operator=(const Predictor&) = delete;
   // One step of the given micro-batches (their count is the accumulation). With `recording`, every
-  // micro-batch runs (none is recorded as a repetition) and the recording is filled.
-  Prediction step(const std::vector<MicroShape>& micro_batches, StepRecording* recording = nullptr);
+  // micro-batch runs (none is recorded as a repetition) and the recording is filled. With `arena_held` (the bytes
+  // of arena the real allocator holds before the step: a run's steps, one after another), a planned allocator's
+  // layout may be an earlier step's of this predictor (core::ArenaLayouts) rather than packed anew.
+  Prediction step(const std::vector<MicroShape>& micro_batches, StepRecording* recording = nullptr,
+                  std::optional<std::size_t> arena_held = std::nullopt);
+  // Of the steps' layouts: how many were packed, and how many earlier ones reused (with `arena_held`).
+  const core::ArenaLayouts& layouts() const { return layouts_; }
   // Accumulation x (micro, max_seq_len, micro x max_images_per_sample).
   std::vector<MicroShape> worst_case() const;
   std::vector<data::Resolution> worst_image_sizes(int64_t images) const;
@@ -117,11 +123,12 @@ class Predictor {
   core::MemoryContext memory_;  // the meta device and the meta host; outlives the engine
   std::unique_ptr<parallel::Communicator> comm_;
   std::unique_ptr<Engine> engine_;
+  core::ArenaLayouts layouts_;
   // A dry run of `pass` on the meta device: the allocators' peaks and the device's requests. `rec` (a step that
   // records) gets the starting snapshot and the timeline; with `stretch` a planned allocator runs the pass as one
-  // stretch and lays its arena out from the requests.
+  // stretch and lays its arena out from the requests (`arena_held`: as step() says).
   Prediction dry_run(const std::function<void(core::RequestTrace&)>& pass, StepRecording* rec = nullptr,
-                     bool stretch = false);
+                     bool stretch = false, std::optional<std::size_t> arena_held = std::nullopt);
 };
 
 struct Decisions {

@@ -248,7 +248,8 @@ const Llava& Predictor::model() const {
   return engine_->model();
 }
 
-Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* rec) {
+Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* rec,
+                           std::optional<std::size_t> arena_held) {
   int64_t repeated = 0;
   Prediction p = dry_run(
       [&](RequestTrace& requests) {
@@ -260,7 +261,7 @@ Prediction Predictor::step(const std::vector<MicroShape>& micro, StepRecording* 
         engine_->update(1e-3f, 1.f);
         repeated = batches.repeated();
       },
-      rec, true);
+      rec, true, arena_held);
   p.micro_batches_repeated = repeated;
   return p;
 }
@@ -312,7 +313,8 @@ GenerationShape Predictor::generation_worst_case() const {
           worst_image_sizes(images)};
 }
 
-Prediction Predictor::dry_run(const std::function<void(RequestTrace&)>& pass, StepRecording* rec, bool stretch) {
+Prediction Predictor::dry_run(const std::function<void(RequestTrace&)>& pass, StepRecording* rec, bool stretch,
+                              std::optional<std::size_t> arena_held) {
   MemoryContext::Use use(memory_);
   auto dev = allocator_for(Device::meta()), host = allocator_for(kMetaHost);
   dev->reset_peak_stats();
@@ -331,7 +333,8 @@ Prediction Predictor::dry_run(const std::function<void(RequestTrace&)>& pass, St
   }
   requests->check();
   if (planned) {
-    p.layout = std::make_shared<const ArenaLayout>(layout_arena(*requests));
+    p.layout = arena_held ? layouts_.layout_of(*requests, *arena_held)
+                          : std::make_shared<const ArenaLayout>(layout_arena(*requests));
     dev->end_stretch(p.layout);
   }
   record_peaks(p, dev->stats(), host->stats(), dw);

@@ -13,7 +13,7 @@ using namespace hr::core;
 const Prediction& StepPredictions::of(const StepShapes& shapes) {
   return predicted_.get(shapes, [&] {
     ++dry_runs_;
-    return predictor_.step(shapes);
+    return predictor_.step(shapes, nullptr, device_.arena_bytes());
   });
 }
 

@@ -24,13 +24,17 @@ using StepShapes = std::vector<MicroShape>;
 // for the whole run, and each dry run keeps the step's request trace.
 class StepPredictions {
  public:
-  explicit StepPredictions(Predictor& predictor) : predictor_(predictor) {}
+  // `device`: the allocator the steps run on; where it is planned, a step may take an earlier step's arena layout
+  // (Predictor::step's arena_held).
+  StepPredictions(Predictor& predictor, const core::CachingAllocator& device)
+      : predictor_(predictor), device_(device) {}
   const Prediction& of(const StepShapes& shapes);
   int64_t dry_runs() const { return dry_runs_; }
   static constexpr std::size_t kKept = 64;
 
  private:
   Predictor& predictor_;
+  const core::CachingAllocator& device_;
   core::LruMap<StepShapes, Prediction> predicted_{kKept};
   int64_t dry_runs_ = 0;
 };

@@ -129,10 +129,10 @@ Trainer::Trainer(PlannedRun planned, const TrainOptions& options, parallel::Comm
   // device.type: cpu or cuda:N (devices.h). Parameters, gradients, states and activations live there through its
   // caching allocator; the host allocator keeps the loader's batches and offloaded states.
   predictor_ = std::make_unique<Predictor>(c(), world, rank, sizing_target(plan_.device));
-  predictions_ = std::make_unique<StepPredictions>(*predictor_);
   configure_run_device(device_, c().memory_limit, c().allocator);
   alloc_ = allocator_for(device_);
   host_alloc_ = allocator_for(Device::host());
+  predictions_ = std::make_unique<StepPredictions>(*predictor_, *alloc_);
   if (device_.type == DeviceType::CUDA) gpu_ = device_.index;
   open_data();
   engine_ = std::make_unique<Engine>(c(), device_, gpu_comm_ ? *gpu_comm_ : comm);
@@ -346,6 +346,7 @@ int Trainer::stop() {
 RunSummary Trainer::summary() const {
   RunSummary s;
   s.dry_runs = predictions_->dry_runs();
+  s.layouts_reused = int64_t(predictor_->layouts().reused());
   s.oom_recoveries = state_.oom_recoveries;
   s.micro_batch = c().micro_batch_size / runner_->split();
   s.accumulation = c().gradient_accumulation_steps * runner_->split();

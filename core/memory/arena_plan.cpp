@@ -448,6 +448,42 @@ ArenaLayout layout_arena(const RequestTrace& trace) {
   return build(trace).layout;
 }
 
+std::shared_ptr<const ArenaLayout> ArenaLayouts::layout_of(const RequestTrace& trace, std::size_t within) {
+  const std::vector<AllocRequest>& reqs = trace.requests();
+  const auto same_requests = [&](const Kept& k) {
+    if (k.pairs.size() != reqs.size() || k.repeats.size() != trace.repeats().size()) return false;
+    for (std::size_t i = 0; i < k.repeats.size(); ++i) {
+      const RequestTrace::Repeat &a = k.repeats[i], &b = trace.repeats()[i];
+      if (a.begin != b.begin || a.end != b.end || a.times != b.times) return false;
+    }
+    for (std::size_t i = 0; i < reqs.size(); ++i)
+      if (k.pairs[i] != (reqs[i].alloc ? kNotFree : reqs[i].pairs) ||
+          (reqs[i].alloc && round_size(reqs[i].bytes) > k.layout->recorded[i].bytes))
+        return false;
+    return true;
+  };
+  const Kept* best = nullptr;
+  for (const Kept& k : layouts_)
+    if (k.layout->arena <= within && (!best || k.layout->arena < best->layout->arena) && same_requests(k)) best = &k;
+  if (best) {
+    auto layout = std::make_shared<ArenaLayout>(*best->layout);
+    for (std::size_t i = 0; i < reqs.size(); ++i)
+      if (reqs[i].alloc) layout->recorded[i].bytes = round_size(reqs[i].bytes);
+    ++reused_;
+    return layout;
+  }
+  Kept k;
+  k.pairs.reserve(reqs.size());
+  for (const AllocRequest& r : reqs) k.pairs.push_back(r.alloc ? kNotFree : r.pairs);
+  k.repeats = trace.repeats();
+  k.layout = std::make_shared<const ArenaLayout>(layout_arena(trace));
+  ++packed_;
+  if (kept_ == 0) return k.layout;
+  if (layouts_.size() == kept_) layouts_.erase(layouts_.begin());
+  layouts_.push_back(std::move(k));
+  return layouts_.back().layout;
+}
+
 ArenaPlan plan_arena(const RequestTrace& trace, const ArenaLayout* layout) {
   const Built b = build(trace, !layout);
   ArenaPlan p;

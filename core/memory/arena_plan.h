@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/memory/replay.h"
@@ -60,6 +61,33 @@ struct ArenaLayout {
 };
 
 ArenaLayout layout_arena(const RequestTrace& trace);
+
+// The layouts of a run's stretches, kept for the stretches after them. A padding-free step makes the requests of
+// the steps before it (the same ops, the same frees, in the same order) on other token counts, and packing its
+// buffers anew is most of its dry run (~2% of a small model's CPU step). A stretch whose every request is no larger
+// than the same request of a kept stretch takes that one's offsets (its buffers each lie inside the earlier one's
+// and live as long: none meets another) with its own sizes; the kept one's arena was laid out before, so an
+// allocator that has held it holds this one without growing.
+class ArenaLayouts {
+ public:
+  explicit ArenaLayouts(std::size_t kept = 16) : kept_(kept) {}
+  // The layout of `trace`: of the kept layouts whose requests it fits, the one with the smallest arena of at most
+  // `within` bytes (the arena its allocator holds already), else its own, packed and kept (the oldest dropped).
+  std::shared_ptr<const ArenaLayout> layout_of(const RequestTrace& trace, std::size_t within);
+  std::size_t packed() const { return packed_; }
+  std::size_t reused() const { return reused_; }
+
+ private:
+  struct Kept {
+    std::vector<std::size_t> pairs;  // per request: the alloc a free frees, kNotFree for an alloc
+    std::vector<RequestTrace::Repeat> repeats;
+    std::shared_ptr<const ArenaLayout> layout;
+  };
+  static constexpr std::size_t kNotFree = SIZE_MAX;
+  std::size_t kept_;
+  std::vector<Kept> layouts_;  // the oldest first
+  std::size_t packed_ = 0, reused_ = 0;
+};
 
 struct ArenaPlan {
   std::size_t arena = 0;       // the packed arena (transient requests)

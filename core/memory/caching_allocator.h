@@ -176,6 +176,8 @@ class CachingAllocator {
   // Current and peak allocated bytes per owner name.
   std::unordered_map<std::string, Stat> owner_stats() const;
   std::size_t capacity() const { return raw_->capacity(); }
+  // The planned arena's bytes held now (0: none).
+  std::size_t arena_bytes() const;
   const std::string& device_name() const { return device_name_; }
   RawAllocator& raw() { return *raw_; }
 

@@ -109,6 +109,11 @@ void CachingAllocator::skip_requests(std::size_t requests) {
   request_ += requests;
 }
 
+std::size_t CachingAllocator::arena_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return arena_size_;
+}
+
 bool CachingAllocator::stretch_open() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stretch_;

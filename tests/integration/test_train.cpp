@@ -183,6 +183,29 @@ TEST(Train, EveryStepsPeaksArePredictedWhateverTheAllocatorCachedBefore) {
   EXPECT_EQ(r.output.find("WARNING"), std::string::npos) << r.output;
 }
 
+// Padding-free steps under the planned allocator: the same requests on other token counts from step to step, so a
+// step no larger than an earlier one (every buffer) takes that step's arena layout rather than packing its own
+// (core::ArenaLayouts); every step is still predicted to the byte, allocated and reserved.
+TEST(Train, APaddingFreeStepRunsInAnEarlierStepsArenaLayoutWhereItFits) {
+  const std::string d = fresh_dir("layouts_reused");
+  CmdResult r = headroom("train " + config_file(d) + " --set run.output_dir=" + d +
+                         " --set memory.allocator=planned --set train.padding_free=true --set train.max_steps=16"
+                         " --set train.eval_steps=0");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto lines = jsonl(d + "/memory.jsonl");
+  ASSERT_EQ(lines.size(), 16u);
+  for (const json& l : lines) {
+    EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "step " << l["step"];
+    EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << "step " << l["step"];
+  }
+  const std::string said = " of them in an earlier step's arena layout";
+  const std::size_t at = r.output.find(said);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const std::size_t count = r.output.rfind(", ", at) + 2;  // "N dry runs, K of them in ..."
+  EXPECT_GE(std::stoi(r.output.substr(count, at - count)), 1) << r.output;
+  EXPECT_EQ(r.output.find("WARNING"), std::string::npos) << r.output;
+}
+
 TEST(Train, ResumeContinuesBitForBit) {
   const std::string a = fresh_dir("resume_a"), b = fresh_dir("resume_b");
   const std::string cfg = config_file(a, "");

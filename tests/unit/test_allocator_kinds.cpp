@@ -271,6 +271,130 @@ TEST(Planned, TheRecordingTheRealRunAndTheReplayAgree) {
   }
 }
 
+namespace {
+
+// A padding-free step in miniature: every buffer's size follows the step's token count, the requests do not.
+// `micro` micro-batches, each an activation kept into the next and two temporaries; a gradient made by the first
+// and kept; an optimizer temporary at the end. The trace recorded on a meta device (`trace`), or a real run.
+std::vector<Block*> token_step(CachingAllocator& a, std::size_t tokens, int micro, Painter* paint,
+                               RequestTrace* trace = nullptr) {
+  std::vector<Block*> kept;
+  auto alloc = [&](std::size_t n) {
+    Block* b = a.allocate(n);
+    if (paint) paint->paint(b, n);
+    return b;
+  };
+  auto done = [&](Block* b, std::size_t n) {
+    if (paint) {
+      EXPECT_TRUE(paint->intact(b, n)) << "a live buffer was overwritten";
+    }
+    a.free(b);
+  };
+  if (trace) a.set_trace([&](const TraceEvent& e) { trace->record(e); });
+  const std::size_t act = 700 * tokens, t1 = 130 * tokens, t2 = 90 * tokens;
+  Block* carried = alloc(4000);
+  std::size_t carried_bytes = 4000;
+  for (int m = 0; m < micro; ++m) {
+    Block* x = alloc(act);
+    Block* y = alloc(t1);
+    if (m == 0) kept.push_back(alloc(30000));
+    done(carried, carried_bytes);
+    Block* z = alloc(t2);
+    done(y, t1);
+    done(z, t2);
+    carried = x, carried_bytes = act;
+  }
+  Block* opt = alloc(40000);
+  done(opt, 40000);
+  done(carried, carried_bytes);
+  if (trace) a.set_trace({});
+  return kept;
+}
+
+// The requests of a token_step, as the meta device records them in a planned stretch.
+std::shared_ptr<RequestTrace> record_token_step(std::size_t tokens, int micro) {
+  auto trace = std::make_shared<RequestTrace>();
+  CachingAllocator meta(make_meta_allocator(0), "meta", AllocatorKind::Planned);
+  meta.begin_stretch(nullptr);
+  std::vector<Block*> kept = token_step(meta, tokens, micro, nullptr, trace.get());
+  trace->check();
+  meta.end_stretch(std::make_shared<const ArenaLayout>(layout_arena(*trace)));
+  for (Block* b : kept) meta.free(b);
+  return trace;
+}
+
+}  // namespace
+
+// A step whose every request is no larger than a kept step's runs in that step's layout, with its own sizes: its
+// buffers where the kept step's were, no two live ones overlapping, the arena already held not grown, and its
+// replay from the real allocator's state the real run's peaks. A larger request, another sequence of requests, or
+// a kept arena larger than the allocator holds gets a layout packed anew.
+TEST(Planned, AStepNoLargerThanAKeptOneRunsInItsLayout) {
+  ArenaLayouts layouts;
+  const auto t100 = record_token_step(100, 3), t110 = record_token_step(110, 3), t90 = record_token_step(90, 3);
+  const auto l100 = layouts.layout_of(*t100, 0);
+  EXPECT_EQ(layouts.packed(), 1u);
+  const auto l110 = layouts.layout_of(*t110, SIZE_MAX);  // larger: packed anew
+  EXPECT_EQ(layouts.packed(), 2u);
+  ASSERT_LT(l100->arena, l110->arena);
+  EXPECT_EQ(layouts.layout_of(*t90, l100->arena - 1)->arena, layout_arena(*t90).arena);  // held too little: packed
+  EXPECT_EQ(layouts.packed(), 3u);
+  EXPECT_EQ(layouts.reused(), 0u);
+
+  ArenaLayouts two;  // without the 90-token step's own layout kept: the smallest kept arena it fits, 100's
+  two.layout_of(*t110, 0);
+  two.layout_of(*t100, 0);
+  const auto l90 = two.layout_of(*t90, l110->arena);
+  EXPECT_EQ(two.reused(), 1u);
+  EXPECT_EQ(two.packed(), 2u);
+  EXPECT_EQ(l90->arena, l100->arena);
+  ASSERT_EQ(l90->recorded.size(), t90->requests().size());
+  for (std::size_t i = 0; i < t90->requests().size(); ++i) {
+    const AllocRequest& r = t90->requests()[i];
+    EXPECT_EQ(l90->recorded[i].alloc, r.alloc) << i;
+    EXPECT_EQ(l90->recorded[i].offset, l100->recorded[i].offset) << i;
+    EXPECT_EQ(l90->recorded[i].bytes, r.alloc ? round_size(r.bytes) : 0) << i;
+  }
+
+  // The real 90-token step in that layout, after the 100-token step has grown the arena.
+  CachingAllocator host(make_capped_host_allocator(64_MiB), "host", AllocatorKind::Planned);
+  Painter paint;
+  host.begin_stretch(l100);
+  std::vector<Block*> kept = token_step(host, 100, 3, &paint);
+  host.end_stretch();
+  EXPECT_FALSE(host.stretch_broken());
+  EXPECT_EQ(host.arena_bytes(), l100->arena);
+  host.reset_peak_stats();
+  const AllocatorSnapshot start = host.snapshot();
+  host.begin_stretch(l90);
+  std::vector<Block*> again = token_step(host, 90, 3, &paint);
+  host.end_stretch();
+  EXPECT_FALSE(host.stretch_broken()) << "a request of the 90-token step left the layout";
+  EXPECT_EQ(host.arena_bytes(), l100->arena);
+  const ReplayPeaks r = replay(start, *t90, 64_MiB, l90);
+  EXPECT_EQ(r.peak_allocated, host.stats().allocated_bytes.peak);
+  EXPECT_EQ(r.peak_reserved, host.stats().reserved_bytes.peak);
+  for (Block* b : again) host.free(b);
+  for (Block* b : kept) host.free(b);
+
+  // Another sequence of requests (a micro-batch more), smaller sizes or not: its own layout.
+  const auto other = record_token_step(50, 4);
+  EXPECT_EQ(two.layout_of(*other, SIZE_MAX)->arena, layout_arena(*other).arena);
+  EXPECT_EQ(two.packed(), 3u);
+  // Two kept at most, the oldest dropped: 110's is gone when a 105-token step comes (packed anew, and kept in
+  // place of 100's), which a 90-token step then takes.
+  ArenaLayouts kept_two(2);
+  kept_two.layout_of(*t110, 0);
+  kept_two.layout_of(*t100, 0);
+  kept_two.layout_of(*other, 0);
+  const auto t105 = record_token_step(105, 3);
+  const auto l105 = kept_two.layout_of(*t105, SIZE_MAX);
+  EXPECT_EQ(l105->arena, layout_arena(*t105).arena);
+  EXPECT_EQ(kept_two.reused(), 0u);
+  EXPECT_EQ(kept_two.layout_of(*t90, SIZE_MAX)->arena, l105->arena);
+  EXPECT_EQ(kept_two.reused(), 1u);
+}
+
 TEST(Planned, ARunThatDepartsFromThePlanFallsBackAndKeepsItsBlocks) {
   CachingAllocator meta(make_meta_allocator(0), "meta", AllocatorKind::Planned);
   RequestTrace trace;
