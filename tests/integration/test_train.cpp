@@ -60,6 +60,14 @@ std::set<std::string> checkpoint_names(const std::string& dir) {
   return names;
 }
 
+// Every step of a run's memory.jsonl peaked, allocated and reserved, where its dry run said (`what`: which run).
+void expect_each_step_predicted(const std::vector<json>& lines, const std::string& what = "") {
+  for (const json& l : lines) {
+    EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << what << "step " << l["step"];
+    EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << what << "step " << l["step"];
+  }
+}
+
 }  // namespace
 
 TEST(Train, MemoryLogHasEveryFieldOnEveryStep) {
@@ -170,12 +178,9 @@ TEST(Train, EveryStepsPeaksArePredictedWhateverTheAllocatorCachedBefore) {
   ASSERT_EQ(r.status, 0) << r.output;
   const auto lines = jsonl(d + "/memory.jsonl");
   ASSERT_EQ(lines.size(), 10u);
+  expect_each_step_predicted(lines);
   std::set<int64_t> reserved;
-  for (const json& l : lines) {
-    EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "step " << l["step"];
-    EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << "step " << l["step"];
-    reserved.insert(l["peak_reserved"].get<int64_t>());
-  }
+  for (const json& l : lines) reserved.insert(l["peak_reserved"].get<int64_t>());
   // The evaluation after step 2 leaves a large segment cached: later steps start from more reserved memory
   // than a dry run from nothing has, and are still predicted.
   EXPECT_GT(reserved.size(), 1u);
@@ -194,10 +199,7 @@ TEST(Train, APaddingFreeStepRunsInAnEarlierStepsArenaLayoutWhereItFits) {
   ASSERT_EQ(r.status, 0) << r.output;
   const auto lines = jsonl(d + "/memory.jsonl");
   ASSERT_EQ(lines.size(), 16u);
-  for (const json& l : lines) {
-    EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "step " << l["step"];
-    EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << "step " << l["step"];
-  }
+  expect_each_step_predicted(lines);
   const std::string said = " of them in an earlier step's arena layout";
   const std::size_t at = r.output.find(said);
   ASSERT_NE(at, std::string::npos) << r.output;
@@ -243,10 +245,7 @@ TEST(Train, AdamW8bitIsPlannedToTheByteCheckpointsItsCodesAndResumesBitForBit) {
   ASSERT_EQ(rf.status, 0) << rf.output;
   const auto la = jsonl(a + "/memory.jsonl");
   ASSERT_EQ(la.size(), 8u);
-  for (const json& l : la) {
-    EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << "step " << l["step"];
-    EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << "step " << l["step"];
-  }
+  expect_each_step_predicted(la);
   const int64_t eight = la[0]["by_category"]["optimizer"].get<int64_t>(),
                 f32 = jsonl(f + "/memory.jsonl")[0]["by_category"]["optimizer"].get<int64_t>();
   const core::SafetensorsFile opt = core::SafetensorsFile::open(a + "/checkpoint-4/optimizer.safetensors");
@@ -313,10 +312,7 @@ TEST(Train, ActivationOffloadKeepsEveryBitAndTheDeviceHoldsLess) {
       ASSERT_EQ(r.status, 0) << r.output;
       lines[offload] = jsonl(d + "/memory.jsonl");
       ASSERT_EQ(lines[offload].size(), 8u) << policy << " " << offload;
-      for (const json& l : lines[offload]) {
-        EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << policy << " " << offload << " step " << l["step"];
-        EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << policy << " " << offload << " step " << l["step"];
-      }
+      expect_each_step_predicted(lines[offload], str(policy, " ", offload, " "));
       lines[str(offload, "_dir")] = {json(d)};
     }
     for (std::size_t i = 0; i < 8; ++i) {
@@ -635,10 +631,7 @@ TEST(Train, Bf16GradientsAccumulateInF32AndPaddedBatchesArePredicted) {
     ASSERT_EQ(r.status, 0) << r.output;
     const auto lines = jsonl(d + "/memory.jsonl");
     ASSERT_EQ(lines.size(), 4u);
-    for (const json& l : lines) {
-      EXPECT_EQ(l["peak_allocated"], l["predicted_peak"]) << accum << " step " << l["step"];
-      EXPECT_EQ(l["peak_reserved"], l["predicted_reserved"]) << accum << " step " << l["step"];
-    }
+    expect_each_step_predicted(lines, str(accum, " "));
     for (const json& e : jsonl(d + "/eval.jsonl"))  // the evaluation's padded batches too
       EXPECT_EQ(e["memory"]["loss_pass"]["mismatches"], 0) << e.dump();
     grads[accum] = lines.back()["by_category"]["grads"].get<int64_t>();
