@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/memory/timeline.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/reduce.h"
 #include "models/hf_start.h"
 #include "models/weights.h"
@@ -93,6 +94,7 @@ Engine::StepStats Engine::step(const std::function<LoadedBatch()>& next, int64_t
   StepStats out;
   out.loss_scale = loss_scale;
   double loss_sum = 0;
+  const double flops_before = core::matmul_flops();
   zero_->begin_step();
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     zero_->begin_micro_batch(micro + 1 == micro_batches ? parallel::Zero::MicroBatch::Last
@@ -108,11 +110,19 @@ Engine::StepStats Engine::step(const std::function<LoadedBatch()>& next, int64_t
     if (after_micro) micro += after_micro(micro);
   }
   zero_->finish_gradients();
+  out.flops = core::matmul_flops() - flops_before;
   out.scaled_norm = zero_->grad_norm();
   if (comm_.world() > 1) {
     loss_sum = comm_.sum(loss_sum) / comm_.world();
-    out.tokens = int64_t(comm_.sum(double(out.tokens)));
-    out.loss_tokens = int64_t(comm_.sum(double(out.loss_tokens)));
+    // The counts in one collective.
+    const std::vector<double> counts = comm_.gather({double(out.tokens), double(out.loss_tokens), out.flops});
+    out.tokens = out.loss_tokens = 0;
+    out.flops = 0;
+    for (std::size_t r = 0; r < counts.size(); r += 3) {
+      out.tokens += int64_t(counts[r]);
+      out.loss_tokens += int64_t(counts[r + 1]);
+      out.flops += counts[r + 2];
+    }
   }
   out.loss = loss_sum / double(micro_batches);
   return out;

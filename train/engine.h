@@ -43,6 +43,7 @@ class Engine {
     double loss = 0;          // mean over the micro-batches and the ranks
     int64_t tokens = 0;       // over all ranks
     int64_t loss_tokens = 0;  // the labelled ones the loss averages over, over all ranks
+    double flops = 0;         // what the micro-batches' matrix products ran (core::matmul_flops), over all ranks
     float scaled_norm = 0;    // global gradient norm, still multiplied by the loss scale (inf/NaN: overflow)
     float loss_scale = 1;     // the scale the backward ran with
   };

@@ -35,6 +35,7 @@ nlohmann::json MemoryLog::write(const StepRecord& r, const MemoryStats& s, const
   j["comm_exposed_s"] = r.comm_exposed_s;
   j["tokens"] = r.tokens;
   j["loss_tokens"] = r.loss_tokens;
+  j["flops"] = r.flops;
   j["tokens_per_s"] = r.tokens_per_s;
   j["samples_per_s"] = r.samples_per_s;
   j["allocated"] = s.allocated_bytes.current;

@@ -22,6 +22,7 @@ struct StepRecord {
   double comm_exposed_s = 0;  // of it, the time this rank stood still for collectives (Communicator::exposed_seconds)
   int64_t tokens = 0;         // over all ranks
   int64_t loss_tokens = 0;    // of them, the labelled ones the loss averages over (over all ranks)
+  double flops = 0;           // what the step's matrix products ran (core::matmul_flops), over all ranks
   double tokens_per_s = 0, samples_per_s = 0;
   bool skipped = false;   // fp16 overflow or a non-finite step: the optimizer step was skipped
   std::string nonfinite;  // a non-finite loss or gradient (bf16/fp32): the first group that produced one

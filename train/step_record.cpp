@@ -43,6 +43,7 @@ StepRecord StepMeter::record_of(const StepOutcome& s) const {
   rec.comm_exposed_s = s.comm_exposed_s;
   rec.tokens = s.stats.tokens;
   rec.loss_tokens = s.stats.loss_tokens;
+  rec.flops = s.stats.flops;
   rec.tokens_per_s = double(s.stats.tokens) / std::max(s.seconds, 1e-9);
   rec.samples_per_s = double(c_.global_batch_size) / std::max(s.seconds, 1e-9);
   rec.allocator = allocator_kind_name(c_.allocator);

@@ -37,6 +37,22 @@ AttentionDesc describe(const char* op, const Tensor& q, const Tensor& k, const T
   d.window = window;
   return d;
 }
+
+// What one pass over `d` adds to matmul_flops: 4 head_dim per query-key pair the mask lets through (S = QK^T and
+// PV), 2.5 times that backward.
+double attention_flops(const AttentionDesc& d, AttentionPass pass) {
+  double pairs = 0;
+  if (d.mask == Mask::None) {
+    pairs = double(d.q_len) * double(d.kv_len);
+  } else {
+    for (int64_t i = 0; i < d.q_len; ++i) {
+      const int64_t p = d.kv_len - d.q_len + i;  // query i's position: the queries are the keys' last
+      pairs += double(d.windowed() ? std::min(p + 1, d.window) : p + 1);
+    }
+  }
+  const double forward = 4.0 * pairs * double(d.head_dim) * double(d.batch) * double(d.q_heads);
+  return pass == AttentionPass::Backward ? 2.5 * forward : forward;
+}
 }  // namespace
 
 AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Mask mask, float scale,
@@ -53,6 +69,7 @@ AttentionOut attention_forward(const Tensor& q, const Tensor& k, const Tensor& v
   a.workspace = allocate_workspace(sizing_kernels(q.device()).attention_workspace_bytes(a.desc, AttentionPass::Forward),
                                    q.device());
   launch("attention", q.device(), &Kernels::attention_forward, a);
+  add_matmul_flops(q.device(), attention_flops(a.desc, AttentionPass::Forward));
   return out;
 }
 
@@ -98,6 +115,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   a.workspace = allocate_workspace(
       sizing_kernels(q.device()).attention_workspace_bytes(a.desc, AttentionPass::Backward), q.device());
   launch("attention_backward", q.device(), &Kernels::attention_backward, a);
+  add_matmul_flops(q.device(), attention_flops(a.desc, AttentionPass::Backward));
   return g;
 }
 
@@ -189,6 +207,7 @@ AttentionOut attention_forward_packed(const Tensor& q, const Tensor& k, const Te
            a.out = p.rows(out.out, s.q_at, s.q_n);
            a.lse = p.lse_rows(out.lse, a.desc.q_heads, s.q_at, s.q_n);
            launch("attention_forward_packed", q.device(), &Kernels::attention_forward, a);
+           add_matmul_flops(q.device(), attention_flops(a.desc, AttentionPass::Forward));
          });
   return out;
 }
@@ -216,6 +235,7 @@ AttentionGrads attention_backward_packed(const Tensor& dout, const Tensor& q, co
            a.dk = p.rows(g.dk, s.at, s.n);
            a.dv = p.rows(g.dv, s.at, s.n);
            launch("attention_backward_packed", q.device(), &Kernels::attention_backward, a);
+           add_matmul_flops(q.device(), attention_flops(a.desc, AttentionPass::Backward));
          });
   return g;
 }

@@ -9,6 +9,14 @@ namespace hr::core {
 
 namespace {
 std::atomic<KernelObserver*> g_observer{nullptr};
+std::atomic<double> g_matmul_flops{0};
+}  // namespace
+
+double matmul_flops() {
+  return g_matmul_flops.load(std::memory_order_relaxed);
+}
+void add_matmul_flops(Device device, double flops) {
+  if (device.type != DeviceType::Meta) g_matmul_flops.fetch_add(flops, std::memory_order_relaxed);
 }
 
 void set_kernel_observer(KernelObserver* observer) {

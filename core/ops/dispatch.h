@@ -49,6 +49,14 @@ void launch(const char* op, Device device, F Kernels::*member, Args&&... args) {
   f(std::forward<Args>(args)...);
 }
 
+// The FLOPs the matrix products have run in this process, on every device but meta (whose ops compute nothing):
+// GEMMs at 2 m n k, attention at 4 d per query-key pair its mask lets through (forward: S = QK^T, PV), 2.5 times that
+// in the backward (the forward's two products recomputed or read back, and dV, dP, dQ, dK: FlashAttention's
+// count). The KV cache's attention (generation) is not counted. The trainer logs each step's share (`flops` in the
+// memory log), so a step's checkpointing recompute is in it and its dry run is not.
+double matmul_flops();
+void add_matmul_flops(Device device, double flops);
+
 // A workspace buffer tagged `workspace` (undefined when bytes is 0, so no allocation happens).
 Tensor allocate_workspace(std::size_t bytes, Device device);
 

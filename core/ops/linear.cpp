@@ -52,6 +52,10 @@ GemmDesc gemm_desc(const Tensor& a, const Tensor& b, const Tensor& c, float alph
   return d;
 }
 
+double gemm_flops(const GemmDesc& d) {
+  return 2.0 * double(d.batch) * double(d.m) * double(d.n) * double(d.k);
+}
+
 // The kernel's arguments for the product `d` over a, b, c, with the workspace and scratchpad the product `sized`
 // asks for (d itself, or the whole that d is a part of): made in this order, freed in the reverse (GemmArgs'
 // members), by every GEMM and by gemm_allocations alike.
@@ -71,6 +75,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float 
   const GemmDesc d = gemm_desc(a, b, c, alpha, beta);
   if (c.numel() == 0) return;
   launch("gemm", c.device(), &Kernels::gemm, gemm_args(d, a, b, c, d));
+  add_matmul_flops(c.device(), gemm_flops(d));
 }
 
 void gemm_allocations(const Tensor& a, const Tensor& b, const Tensor& c, float alpha, float beta) {
@@ -102,6 +107,7 @@ void gemm_within(const GemmOperands& part, const GemmOperands& whole, float alph
   const GemmArgs args = gemm_args(d, part.a, part.b, part.c, w);  // the whole's allocations; the part's kernel
   if (part.c.numel() == 0) return;
   launch("gemm", part.c.device(), &Kernels::gemm, args);
+  add_matmul_flops(part.c.device(), gemm_flops(d));
 }
 
 Tensor linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias) {

@@ -7,8 +7,8 @@
 Reads: STEPS_JSONL (one line per step: exit status, seconds, budget), the gtest reports (NAME.json, or the
 log's [ OK ] / [ FAILED ] lines when a step was cut short before its report), the 20-step training's memory logs
 (CPU and cuda:0), the bench and peer JSONs and nvidia-smi's line. Every figure here is read from a file the
-check wrote; none is computed from assumptions, except MFU, which divides the bench's achieved FLOP/s by the
-card's dense bf16 peak from its datasheet (named in the output).
+check wrote; none is computed from assumptions, except MFU, which divides the bench's model FLOPs a step over its
+median step time by the card's dense bf16 peak from its datasheet (named in the output).
 """
 import glob
 import json
@@ -95,12 +95,14 @@ def bench(work, name, gpu_name):
         return None
     keep = ("device", "precision", "stage", "checkpointing", "micro_batch_size", "gradient_accumulation_steps",
             "global_batch_size", "max_seq_len", "steps", "step_ms", "tokens_per_step", "loss_tokens_per_step",
-            "tokens_per_s", "model_gflop_per_step",
+            "tokens_per_s", "model_gflop_per_step", "ran_gflop_per_step",
             "achieved_gflops", "peak_allocated_mib", "peak_reserved_mib", "steps_predicted_exactly", "peak_rss_mib")
     out = {k: b.get(k) for k in keep}
     peak = next((v for k, v in BF16_PEAK_TFLOPS.items() if gpu_name and k in gpu_name), None)
-    if peak and b.get("achieved_gflops"):
-        out["mfu"] = b["achieved_gflops"] / 1e3 / peak
+    step_s = (b.get("step_ms") or {}).get("median", 0) / 1e3
+    if peak and b.get("model_gflop_per_step") and step_s > 0:
+        # The model's FLOPs over the batch (not what the kernels ran: lm_head past the labelled rows is skipped).
+        out["mfu"] = b["model_gflop_per_step"] / step_s / 1e3 / peak
         out["mfu_peak_tflops"] = peak
     return out
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `headroom bench` and its PyTorch twin work together (no timing is asserted): bench prints one JSON object on
-# stdout with a step time, tokens/s, the model's GFLOP/s and the Hugging Face config; scripts/torch_twin.py reads
+# stdout with a step time, tokens/s, the FLOPs a step and the achieved GFLOP/s and the Hugging Face config; scripts/torch_twin.py reads
 # it, builds the same model in transformers, runs the same batch and prints its own step time and the ratio.
 # Usage: bench_cli.sh HEADROOM WORK_DIR
 set -euo pipefail
@@ -23,6 +23,10 @@ assert 0 < b["tokens_per_step"] <= 4 * 128, b  # the tokens of 4 conversations p
 assert 0 < b["loss_tokens_per_step"] < b["tokens_per_step"], b  # the answers' tokens
 # 2 x parameters x tokens for the matmuls alone, forward and backward, is a floor for the model's FLOPs.
 assert b["model_gflop_per_step"] * 1e9 > 6 * 1.5e6 * 4 * 128, b
+# What the matrix products ran: padding-free keeps only the positions the loss reads and lm_head runs only the
+# labelled rows, so less than the model's count over the padded batch; the achieved rate is theirs.
+assert 0 < b["ran_gflop_per_step"] < b["model_gflop_per_step"], b
+assert abs(b["achieved_gflops"] * b["step_ms"]["median"] / 1e3 - b["ran_gflop_per_step"]) < 1e-6 * b["ran_gflop_per_step"], b
 assert b["hf_config"]["model_type"] == "llava", b
 assert b["peak_rss_mib"] > 0 and b["isa"] and b["cpu"] and b["bf16_gemm"] and b["bf16_attention"], b
 assert b["cpu_id"]["vendor"] and b["cpu_id"]["family"] is not None and b["cpu_id"]["model"] is not None, b["cpu_id"]

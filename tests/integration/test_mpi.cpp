@@ -120,6 +120,10 @@ TEST(Mpi, ZeroStagesMatchASingleProcessAndShrinkMemoryAsTheFormulasSay) {
         for (std::size_t i = 0; i < lines.size(); ++i) {
           EXPECT_EQ(lines[i]["tokens"], one[i]["tokens"]) << name << " rank " << rank << " step " << i + 1;
           EXPECT_EQ(lines[i]["loss_tokens"], one[i]["loss_tokens"]) << name << " rank " << rank << " step " << i + 1;
+          // And the FLOPs both ranks' products ran: the single process's, but for the loss's last chunk, which each
+          // micro-batch cuts to its own labelled rows rounded up.
+          EXPECT_NEAR(lines[i]["flops"].get<double>() / one[i]["flops"].get<double>(), 1.0, 0.05)
+              << name << " rank " << rank << " step " << i + 1;
         }
       }
       mem[name] = last_line(out + "/memory.rank0.jsonl");

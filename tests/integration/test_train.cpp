@@ -78,10 +78,10 @@ TEST(Train, MemoryLogHasEveryFieldOnEveryStep) {
   ASSERT_EQ(lines.size(), 8u);
   for (const json& l : lines) {
     for (const char* f :
-         {"step",          "loss",          "lr",       "tokens",         "loss_tokens",   "tokens_per_s",
-          "allocated",     "reserved",      "active",   "peak_allocated", "peak_reserved", "predicted_peak",
-          "fragmentation", "alloc_retries", "ooms",     "by_category",    "host_rss",      "grad_norm",
-          "loss_scale",    "skipped",       "nonfinite"})
+         {"step",          "loss",          "lr",        "tokens",         "loss_tokens",   "tokens_per_s",
+          "allocated",     "reserved",      "active",    "peak_allocated", "peak_reserved", "predicted_peak",
+          "fragmentation", "alloc_retries", "ooms",      "by_category",    "host_rss",      "grad_norm",
+          "loss_scale",    "skipped",       "nonfinite", "flops"})
       EXPECT_TRUE(l.contains(f)) << f << " missing in " << l.dump();
     for (const char* c : {"params", "master_params", "grads", "optimizer", "activations", "workspace", "comm", "io"})
       EXPECT_TRUE(l["by_category"].contains(c)) << c;
@@ -101,6 +101,7 @@ TEST(Train, MemoryLogHasEveryFieldOnEveryStep) {
     // The labelled tokens the loss averages over: the answers, a part of the step's tokens.
     EXPECT_GT(l["loss_tokens"].get<int64_t>(), 0);
     EXPECT_LT(l["loss_tokens"].get<int64_t>(), l["tokens"].get<int64_t>());
+    EXPECT_GT(l["flops"].get<double>(), 0);             // what the step's GEMMs and attention ran
     EXPECT_EQ(l["comm_exposed_s"].get<double>(), 0.0);  // one process: no collective to wait for
     EXPECT_TRUE(l["warnings"].is_array() && l["warnings"].empty()) << l.dump();
   }
