@@ -26,11 +26,13 @@ std::string normalise(std::string s) {
   return s;
 }
 
-// Every rank's text, on every rank (rank order): a length, then the bytes, broadcast from each rank in turn.
+// Every rank's text, on every rank (rank order): the lengths in one collective, then the bytes, broadcast from each
+// rank in turn.
 std::vector<std::string> all_gather_text(parallel::Communicator& comm, const std::string& mine) {
   std::vector<std::string> all(std::size_t(comm.world()));
+  const std::vector<double> lengths = comm.gather({double(mine.size())});
   for (int src = 0; src < comm.world(); ++src) {
-    const auto len = int64_t(comm.sum(src == comm.rank() ? double(mine.size()) : 0.0));
+    const auto len = int64_t(lengths[std::size_t(src)]);
     std::string& text = all[std::size_t(src)];
     text = src == comm.rank() ? mine : std::string(std::size_t(len), '\0');
     if (len > 0) comm.broadcast(Tensor::wrap(text.data(), {len}, DType::U8, Device::host(), [] {}), src);
@@ -243,9 +245,8 @@ class Evaluation {
   int64_t decode_rounds() const {
     const int64_t rounds = (int64_t(undecided_.size()) + o_.batch_size - 1) / o_.batch_size;
     if (world_ == 1) return rounds;
-    int64_t most = 0;
-    for (int r = 0; r < world_; ++r) most = std::max(most, int64_t(o_.comm->sum(r == rank_ ? double(rounds) : 0.0)));
-    return most;
+    const std::vector<double> all = o_.comm->gather({double(rounds)});  // every rank's, in one collective
+    return int64_t(*std::max_element(all.begin(), all.end()));
   }
 
   GenerationOptions generation() const {
