@@ -89,10 +89,9 @@ TEST(MatmulFlops, PackedAttentionCountsEachSequence) {
   const Tensor q = filled({1, 5, H, D}, Device::cpu()), k = filled({1, 7, H, D}, Device::cpu()),
                v = filled({1, 7, H, D}, Device::cpu()), dout = filled({1, 5, H, D}, Device::cpu());
   AttentionOut o;
-  const double f =
-      counted([&] { o = attention_forward_packed(q, k, v, lengths, Mask::Causal, 0.5f, 0, queries); });
+  const double f = counted([&] { o = attention_forward_packed(q, k, v, lengths, Mask::Causal, 0.5f, 0, queries); });
   EXPECT_EQ(f, 4.0 * D * H * 13);
-  const double b = counted(
-      [&] { attention_backward_packed(dout, q, k, v, o, lengths, Mask::Causal, 0.5f, 0, queries); });
+  const double b =
+      counted([&] { attention_backward_packed(dout, q, k, v, o, lengths, Mask::Causal, 0.5f, 0, queries); });
   EXPECT_EQ(b, 2.5 * f);
 }
