@@ -2,10 +2,8 @@
 // per-category and per-owner accounting, and the OOM message of a capped device.
 #include <gtest/gtest.h>
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -15,6 +13,7 @@
 #include "core/memory/device_memory.h"
 #include "core/memory/replay.h"
 #include "core/tensor.h"
+#include "train/memory_log.h"
 
 using namespace hr;
 using namespace hr::core;
@@ -43,23 +42,11 @@ TEST(CachingAllocator, RoundingAndSegmentSizes) {
   EXPECT_EQ(segment_size_for(11_MiB + 512), 12_MiB);
 }
 
-namespace {
-// The resident set of this process, in bytes.
-int64_t resident_bytes() {
-  long pages = 0, resident = 0;
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return -1;
-  const int got = std::fscanf(f, "%ld %ld", &pages, &resident);
-  std::fclose(f);
-  return got == 2 ? int64_t(resident) * int64_t(sysconf(_SC_PAGESIZE)) : -1;
-}
-}  // namespace
-
 // A segment the host allocator frees gives its pages back to the OS, however many segments it freed before: glibc's
 // malloc raises its mmap threshold to each mapped block it frees (up to 32 MiB) and keeps smaller freed blocks in
 // its heap, so a segment under 24 MiB freed after a 24 MiB one stayed resident when segments came from malloc.
 TEST(HostAllocator, AFreedSegmentLeavesTheResidentSet) {
-  if (resident_bytes() < 0) GTEST_SKIP() << "no /proc/self/statm";
+  ASSERT_GT(train::host_rss_bytes(), 0);
   auto raw = make_host_allocator();
   auto touch_and_free = [&](std::size_t bytes) {
     auto* p = static_cast<char*>(raw->allocate(bytes));
@@ -68,9 +55,9 @@ TEST(HostAllocator, AFreedSegmentLeavesTheResidentSet) {
     raw->deallocate(p, bytes);
   };
   touch_and_free(24_MiB);
-  const int64_t before = resident_bytes();
+  const int64_t before = train::host_rss_bytes();
   for (int i = 0; i < 3; ++i) touch_and_free(16_MiB);
-  EXPECT_LT(resident_bytes() - before, int64_t(4_MiB)) << "a freed 16 MiB segment stayed in the process";
+  EXPECT_LT(train::host_rss_bytes() - before, int64_t(4_MiB)) << "a freed 16 MiB segment stayed in the process";
   EXPECT_EQ(raw->used(), 0u);
 }
 
